@@ -1,0 +1,10 @@
+# Third-party packages come from Debian (scripts/install-deps.sh pins the versions).
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)
+if(MMSPARSE_BUILD_CLI)
+  find_package(CLI11 2.1 REQUIRED)
+  find_package(fmt 9 REQUIRED)
+endif()
+if(MMSPARSE_BUILD_TESTS)
+  find_package(GTest 1.12 REQUIRED)
+endif()

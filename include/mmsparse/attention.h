@@ -1,0 +1,67 @@
+#pragma once
+// Attention entry points. The backend follows the tensors' device: host tensors run on the CPU
+// reference backend (the oracle), CUDA tensors on the CUDA engine when the build has one.
+//
+// Shapes (any strides; the CUDA engine needs a contiguous last dimension):
+//   q   [batch, q_len, q_heads, head_dim]      bf16 / fp16 / fp32
+//   k,v [batch, kv_len, kv_heads, head_dim]    same dtype as q; q_heads % kv_heads == 0 (GQA)
+//   out [batch, q_len, q_heads, head_dim]      same dtype as q
+//   lse [batch, q_heads, q_len]                fp32, natural log; -inf for rows with no keys
+// With kv_len > q_len, causal masking is bottom-right aligned: query i sees keys <= i + kv_len - q_len.
+
+#include <cstdint>
+#include <span>
+
+#include "mmsparse/plan.h"
+#include "mmsparse/tensor.h"
+
+namespace mmsparse {
+
+struct AttentionOptions {
+  float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
+  bool causal = true;     // dense attention only; a plan carries its own mask policy
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors
+  int num_threads = 0;    // CPU backend threads; 0 = hardware concurrency
+};
+
+struct AttentionProblem {
+  int64_t batch = 0;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 0.0f;
+  bool causal = true;
+  DType dtype = DType::kFloat32;
+  Device device{};
+  int64_t group_size() const { return q_heads / kv_heads; }
+  int64_t causal_offset() const { return kv_len - q_len; }
+};
+
+// Validates q, k, v (and out, lse when given) and describes the problem; throws naming the argument.
+AttentionProblem describe_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const AttentionOptions& options);
+void check_outputs(const AttentionProblem& problem, const TensorView& out, const TensorView& lse);
+
+void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const TensorView& lse,
+                     const AttentionOptions& options = {});
+
+// The plan's shape must match: heads == q_heads, q_len, kv_len, batch 1 or equal to q's batch.
+void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                       const AttentionOptions& options = {});
+
+// Masked-dense oracle: dense attention restricted by an explicit boolean mask
+// [batch or 1, q_heads, q_len, kv_len] (uint8, 1 = keep). Small sizes only; cross-checks plans.
+void attention_masked(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& mask, const TensorView& out, const TensorView& lse,
+                      const AttentionOptions& options = {});
+
+// Combines partial results over disjoint key sets: lse = log(sum exp(lse_i)),
+// out = sum exp(lse_i - lse) out_i. Rows where every part is -inf get out = 0, lse = -inf.
+void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
+                    const TensorView& out, const TensorView& lse, const AttentionOptions& options = {});
+
+}  // namespace mmsparse

@@ -1,0 +1,30 @@
+#pragma once
+// What this build of mmsparse contains and which devices it can see.
+
+#include <string>
+#include <vector>
+
+namespace mmsparse {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0;
+  int compute_minor = 0;
+  int multiprocessors = 0;
+  double memory_gib = 0.0;
+};
+
+struct BuildInfo {
+  std::string version;
+  std::string compiler;
+  bool cuda_enabled = false;      // the CUDA engine was compiled in
+  std::string cuda_version;       // toolkit version the engine was compiled with
+  std::vector<std::string> backends;  // "cpu-reference", "cuda-sm90a"
+};
+
+BuildInfo build_info();
+// GPUs visible at run time (empty without CUDA or without a device). Never throws.
+std::vector<GpuInfo> visible_gpus();
+
+}  // namespace mmsparse

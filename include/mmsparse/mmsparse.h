@@ -1,0 +1,13 @@
+#pragma once
+// Umbrella header for the public C++ API.
+
+#include "mmsparse/attention.h"
+#include "mmsparse/build_info.h"
+#include "mmsparse/io.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/metrics.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "mmsparse/tensor.h"
+#include "mmsparse/workload.h"

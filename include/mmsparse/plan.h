@@ -1,0 +1,175 @@
+#pragma once
+// The plan: the one sparse representation every pattern compiles to and every backend executes.
+//
+// For each (batch element, query head) — a "head slot" — a plan holds
+//  * a query order: a sequence of arithmetic runs over original query positions. No runs means the
+//    identity. Grid heads use one run per phase (start + i*stride), modality grouping one run per
+//    segment, an arbitrary permutation runs of length one. Backends compute positions by index
+//    arithmetic; nothing is permuted in memory.
+//  * query tiles: ranges [begin, end) of positions *in that order*, at most tile_rows long. Tiles need
+//    not be uniform (a modality boundary can start a new tile); queries in no tile get O = 0 and
+//    LSE = -inf.
+//  * per tile, in CSR form: key spans [begin, end) at any alignment, and gathered key columns.
+//  * per tile, a mask policy applied to every (query, key) pair the tile covers: causal on original
+//    positions (bottom-right aligned when kv_len > q_len), and optionally a window (with sink keys
+//    exempt from it), same-media, and modality-pair restrictions (these need the token arrays).
+//    Policies live in a small table; tiles refer to them by index.
+//
+// Invariant: within a tile, spans are disjoint, columns are unique and lie outside every span, so
+// every (query, key) pair is computed at most once. validate() checks it.
+//
+// The CPU reference defines the semantics: attention over a plan computes exactly the pairs that
+// the tiles cover and the mask allows.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mmsparse/layout.h"
+
+namespace mmsparse {
+
+inline constexpr int kDefaultTileRows = 64;
+
+struct QueryRun {
+  int64_t start = 0;  // first original query position
+  int64_t count = 0;  // number of positions
+  int64_t step = 1;   // distance between consecutive positions (> 0)
+  bool operator==(const QueryRun&) const = default;
+};
+
+struct QueryTile {
+  int64_t begin = 0;  // index into the head's query order
+  int64_t end = 0;
+  bool operator==(const QueryTile&) const = default;
+};
+
+struct KeySpan {
+  int32_t begin = 0;  // key positions [begin, end)
+  int32_t end = 0;
+  bool operator==(const KeySpan&) const = default;
+};
+
+// Bit for the (query modality, key modality) pair in MaskPolicy::modality_pairs.
+constexpr uint16_t modality_pair_bit(Modality query, Modality key) {
+  return static_cast<uint16_t>(1u << (static_cast<int>(query) * kNumModalities + static_cast<int>(key)));
+}
+inline constexpr uint16_t kAllModalityPairs = (1u << (kNumModalities * kNumModalities)) - 1;
+
+struct MaskPolicy {
+  bool causal = true;
+  int64_t window = 0;       // > 0: keep keys with aligned_query - key < window; 0: unlimited
+  int64_t window_sink = 0;  // keys < window_sink are exempt from the window (StreamingLLM sinks)
+  bool same_media = false;  // keep pairs where both tokens belong to the same media item
+  uint16_t modality_pairs = kAllModalityPairs;  // allowed (query, key) modality pairs
+  bool needs_token_arrays() const { return same_media || modality_pairs != kAllModalityPairs; }
+  bool operator==(const MaskPolicy&) const = default;
+};
+
+struct PlanShape {
+  int64_t batch = 1;  // 1: the same plan serves every batch element
+  int64_t heads = 1;  // query heads
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t tile_rows = kDefaultTileRows;
+  int64_t causal_offset() const { return kv_len - q_len; }  // query i aligns with key i + offset
+  int64_t head_slots() const { return batch * heads; }
+  bool operator==(const PlanShape&) const = default;
+};
+
+struct Plan {
+  PlanShape shape;
+
+  std::vector<MaskPolicy> masks;            // distinct policies, referenced by tile_masks
+  std::vector<int64_t> head_run_offsets;    // [head_slots + 1] into runs
+  std::vector<QueryRun> runs;
+  std::vector<int64_t> head_tile_offsets;   // [head_slots + 1] into tiles
+  std::vector<QueryTile> tiles;
+  std::vector<int32_t> tile_masks;          // [tiles] index into masks
+  std::vector<int64_t> tile_span_offsets;   // [tiles + 1] into spans
+  std::vector<KeySpan> spans;
+  std::vector<int64_t> tile_column_offsets;  // [tiles + 1] into columns
+  std::vector<int32_t> columns;
+
+  // Per key position [kv_len]; required when a mask needs them (query i reads position
+  // i + causal_offset). Filled from a ModalityLayout by attach_layout().
+  std::vector<uint8_t> token_modality;
+  std::vector<int32_t> token_media;
+
+  int64_t head_slots() const { return shape.head_slots(); }
+  int64_t num_tiles() const { return static_cast<int64_t>(tiles.size()); }
+
+  // Original query position of order index `i` of a head slot (identity without runs).
+  int64_t query_position(int64_t head_slot, int64_t order_index) const;
+  // All positions of a head's order, materialised (length q_len).
+  std::vector<int64_t> query_order(int64_t head_slot) const;
+
+  void attach_layout(const ModalityLayout& layout);  // layout.length() must equal kv_len
+
+  // Throws Error(kInvalidArgument) naming the offending field, head and tile: offsets not
+  // monotone or of the wrong size, runs that are not a permutation of [0, q_len), tiles out of
+  // range or longer than tile_rows, spans/columns out of [0, kv_len), overlapping coverage,
+  // masks that need token arrays without them.
+  void validate() const;
+
+  std::string summary() const;  // "heads=28 tiles=57344 spans=... columns=..."
+};
+
+// Incremental construction: begin_head() for each head slot in order, then tiles with their spans
+// and columns. add_span merges with the previous span of the tile when they touch.
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(PlanShape shape);
+  void begin_head(const std::vector<QueryRun>& order = {});
+  void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {});  // masks deduplicated
+  void add_span(int64_t begin, int64_t end);  // ignores empty spans
+  void add_column(int64_t key);
+  Plan finish();  // validates
+
+ private:
+  Plan plan_;
+  bool in_head_ = false;
+};
+
+// The boolean mask a plan computes for one head slot, [q_len × kv_len] row-major, 1 = computed.
+// Includes the mask policy. Meant for small sizes (tests, pictures).
+std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot);
+
+// Number of (query, key) pairs a head slot computes after masking.
+int64_t count_plan_pairs(const Plan& plan, int64_t head_slot);
+
+// --- Interchange formats (converters; the plan stays the internal format) ---
+
+// MInference's vertical-slash index: per block_size-row query block, key blocks of block_size
+// starting at block_offset (any alignment) with a causal mask, plus gathered columns.
+struct MInferenceIndex {
+  int64_t batch = 1, heads = 1, num_blocks = 0;  // num_blocks = ceil(q_len / block_size)
+  int64_t max_blocks = 0, max_columns = 0;       // NNZ_S, NNZ_V
+  int64_t block_size = 64;
+  std::vector<int32_t> block_count;   // [batch, heads, num_blocks]
+  std::vector<int32_t> block_offset;  // [batch, heads, num_blocks, max_blocks]
+  std::vector<int32_t> column_count;  // [batch, heads, num_blocks]
+  std::vector<int32_t> column_index;  // [batch, heads, num_blocks, max_columns]
+};
+// Requires identity query order, uniform tiles of block_size and causal-only masks. Span pieces
+// shorter than block_size become columns so the conversion is exact.
+MInferenceIndex to_minference_index(const Plan& plan);
+Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t kv_len);
+
+// FlexAttention-style block lists: per query block, the key blocks that are partial (mask_mod
+// evaluated) and full (no mask). A partial block's mask_mod must reproduce the plan's coverage.
+struct BlockLists {
+  int64_t batch = 1, heads = 1, num_q_blocks = 0, num_kv_blocks = 0;
+  int64_t block_q = 128, block_k = 128;
+  std::vector<int32_t> kv_num_blocks;       // [batch, heads, num_q_blocks]
+  std::vector<int32_t> kv_indices;          // [batch, heads, num_q_blocks, num_kv_blocks]
+  std::vector<int32_t> full_kv_num_blocks;  // [batch, heads, num_q_blocks]
+  std::vector<int32_t> full_kv_indices;     // [batch, heads, num_q_blocks, num_kv_blocks]
+};
+BlockLists to_block_lists(const Plan& plan, int64_t block_q = 128, int64_t block_k = 128);
+// Each listed block becomes a span; `partial_mask` is the policy that partial blocks stood for
+// (tiles with only full blocks get a causal mask, which leaves full blocks below the diagonal whole).
+Plan from_block_lists(const BlockLists& lists, int64_t q_len, int64_t kv_len,
+                      MaskPolicy partial_mask = {});
+
+}  // namespace mmsparse
