@@ -18,9 +18,9 @@ struct GpuInfo {
 struct BuildInfo {
   std::string version;
   std::string compiler;
-  bool cuda_enabled = false;      // the CUDA engine was compiled in
-  std::string cuda_version;       // toolkit version the engine was compiled with
-  std::vector<std::string> backends;  // "cpu-reference", "cuda-sm90a"
+  bool cuda_enabled = false;      // CUDA code was compiled in
+  std::string cuda_version;       // toolkit version it was compiled with
+  std::vector<std::string> backends;  // attention backends: "cpu-reference" (+ "cuda-sm90a")
 };
 
 BuildInfo build_info();

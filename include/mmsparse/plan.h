@@ -124,6 +124,8 @@ class PlanBuilder {
   void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {});  // masks deduplicated
   void add_span(int64_t begin, int64_t end);  // ignores empty spans
   void add_column(int64_t key);
+  // Token arrays for masks that need them (same-media, modality pairs), checked by finish().
+  void attach_layout(const ModalityLayout& layout);
   Plan finish();  // validates
 
  private:

@@ -1,1 +1,263 @@
-// placeholder: being written
+// Public attention entry points: validate every argument (errors name the argument, the expected
+// value and what was given), then hand the work to the backend of the tensors' device.
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/reference_attention.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse {
+namespace {
+
+constexpr int kAttentionDims = 4;  // [batch, seq, heads, head_dim]
+constexpr int kLseDims = 3;        // [batch, heads, seq]
+
+bool is_floating(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    text += (d ? ", " : "") + std::to_string(shape[d]);
+  }
+  return text + "]";
+}
+
+// Rank, non-negative extents and a data pointer whenever there are elements.
+void check_view(const std::string& name, const TensorView& view, int ndim,
+                const std::string& dims_description) {
+  if (view.ndim != ndim) {
+    throw_invalid_argument(name, std::to_string(ndim) + " dimensions " + dims_description,
+                           std::to_string(view.ndim) + " (" + view.shape_string() + ")");
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (view.shape[d] < 0) {
+      throw_invalid_argument(name + " shape", "non-negative extents", view.shape_string());
+    }
+  }
+  if (view.data == nullptr && view.numel() > 0) {
+    throw_invalid_argument(name + " data",
+                           "a non-null pointer for " + std::to_string(view.numel()) + " elements",
+                           "null");
+  }
+}
+
+void check_floating(const std::string& name, const TensorView& view) {
+  if (!is_floating(view.dtype)) {
+    throw_invalid_argument(name + " dtype", "float32, float16 or bfloat16",
+                           std::string(dtype_name(view.dtype)));
+  }
+}
+
+void check_dtype(const std::string& name, const TensorView& view, DType expected,
+                 const std::string& why) {
+  if (view.dtype != expected) {
+    throw_invalid_argument(name + " dtype", std::string(dtype_name(expected)) + why,
+                           std::string(dtype_name(view.dtype)));
+  }
+}
+
+void check_device(const std::string& name, const TensorView& view, Device expected,
+                  const std::string& why) {
+  if (!(view.device == expected)) {
+    throw_invalid_argument(name + " device", device_name(expected) + why, device_name(view.device));
+  }
+}
+
+void check_shape(const std::string& name, const TensorView& view,
+                 const std::vector<int64_t>& expected, const std::string& why) {
+  if (view.shape_vector() != expected) {
+    throw_invalid_argument(name + " shape", shape_string(expected) + why, view.shape_string());
+  }
+}
+
+void check_extent(const std::string& name, int64_t got, int64_t expected, const std::string& why) {
+  if (got != expected) {
+    throw_invalid_argument(name, std::to_string(expected) + why, std::to_string(got));
+  }
+}
+
+void check_options(const AttentionOptions& options) {
+  if (!std::isfinite(options.scale)) {
+    throw_invalid_argument("options.scale", "a finite value (0 = 1/sqrt(head_dim))",
+                           std::to_string(options.scale));
+  }
+  if (options.num_threads < 0) {
+    throw_invalid_argument("options.num_threads", ">= 0 (0 = hardware concurrency)",
+                           std::to_string(options.num_threads));
+  }
+}
+
+// Nothing to compute; validation has run, so the call is a defined no-op (see attention.h).
+bool is_empty(const AttentionProblem& problem) { return problem.batch == 0 || problem.q_len == 0; }
+
+// The single point where the device chooses the backend. `cpu` runs the reference backend.
+template <class CpuCall>
+void dispatch(const char* entry_point, Device device, const CpuCall& cpu) {
+  switch (device.type) {
+    case DeviceType::kCPU:
+      cpu();
+      return;
+    case DeviceType::kCUDA:
+      throw Error(ErrorCode::kUnsupported,
+                  std::string(entry_point) + ": tensors on " + device_name(device) +
+                      " need the CUDA engine, which is not built yet; pass host tensors to run the "
+                      "CPU reference");
+  }
+  throw_invalid_argument(std::string(entry_point) + " device", "cpu or cuda",
+                         device_name(device));
+}
+
+void check_plan(const Plan& plan, const AttentionProblem& problem) {
+  check_extent("plan heads", plan.shape.heads, problem.q_heads, " (q_heads of q)");
+  check_extent("plan q_len", plan.shape.q_len, problem.q_len, " (q_len of q)");
+  check_extent("plan kv_len", plan.shape.kv_len, problem.kv_len, " (kv_len of k)");
+  if (plan.shape.batch != 1 && plan.shape.batch != problem.batch) {
+    throw_invalid_argument("plan batch", "1 or " + std::to_string(problem.batch) + " (batch of q)",
+                           std::to_string(plan.shape.batch));
+  }
+}
+
+}  // namespace
+
+AttentionProblem describe_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const AttentionOptions& options) {
+  check_options(options);
+  check_view("q", q, kAttentionDims, "[batch, q_len, q_heads, head_dim]");
+  check_view("k", k, kAttentionDims, "[batch, kv_len, kv_heads, head_dim]");
+  check_view("v", v, kAttentionDims, "[batch, kv_len, kv_heads, head_dim]");
+  check_floating("q", q);
+  check_dtype("k", k, q.dtype, " (the dtype of q)");
+  check_dtype("v", v, q.dtype, " (the dtype of q)");
+  check_device("k", k, q.device, " (the device of q)");
+  check_device("v", v, q.device, " (the device of q)");
+
+  AttentionProblem problem;
+  problem.batch = q.shape[0];
+  problem.q_len = q.shape[1];
+  problem.q_heads = q.shape[2];
+  problem.head_dim = q.shape[3];
+  problem.kv_len = k.shape[1];
+  problem.kv_heads = k.shape[2];
+  problem.causal = options.causal;
+  problem.dtype = q.dtype;
+  problem.device = q.device;
+
+  check_extent("k batch (dimension 0)", k.shape[0], problem.batch, " (batch of q)");
+  check_extent("k head_dim (dimension 3)", k.shape[3], problem.head_dim, " (head_dim of q)");
+  check_shape("v", v, k.shape_vector(), " (the shape of k)");
+  if (problem.head_dim <= 0) {
+    throw_invalid_argument("q head_dim (dimension 3)", "> 0", std::to_string(problem.head_dim));
+  }
+  if (problem.kv_heads <= 0) {
+    throw_invalid_argument("k heads (dimension 2)", "> 0", std::to_string(problem.kv_heads));
+  }
+  if (problem.q_heads <= 0 || problem.q_heads % problem.kv_heads != 0) {
+    throw_invalid_argument(
+        "q heads (dimension 2)",
+        "a positive multiple of kv_heads = " + std::to_string(problem.kv_heads) + " (GQA)",
+        std::to_string(problem.q_heads));
+  }
+  problem.scale = options.scale != 0.0f
+                      ? options.scale
+                      : 1.0f / std::sqrt(static_cast<float>(problem.head_dim));
+  return problem;
+}
+
+void check_outputs(const AttentionProblem& problem, const TensorView& out, const TensorView& lse) {
+  check_view("out", out, kAttentionDims, "[batch, q_len, q_heads, head_dim]");
+  check_view("lse", lse, kLseDims, "[batch, q_heads, q_len]");
+  check_shape("out", out, {problem.batch, problem.q_len, problem.q_heads, problem.head_dim},
+              " (the shape of q)");
+  check_shape("lse", lse, {problem.batch, problem.q_heads, problem.q_len},
+              " ([batch, q_heads, q_len] of q)");
+  check_dtype("out", out, problem.dtype, " (the dtype of q)");
+  check_dtype("lse", lse, DType::kFloat32, "");
+  check_device("out", out, problem.device, " (the device of q)");
+  check_device("lse", lse, problem.device, " (the device of q)");
+}
+
+void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const TensorView& lse, const AttentionOptions& options) {
+  const AttentionProblem problem = describe_attention(q, k, v, options);
+  check_outputs(problem, out, lse);
+  if (is_empty(problem)) return;
+  dispatch("attention_dense", problem.device, [&] {
+    cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads);
+  });
+}
+
+void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                       const AttentionOptions& options) {
+  const AttentionProblem problem = describe_attention(q, k, v, options);
+  check_outputs(problem, out, lse);
+  check_plan(plan, problem);
+  if (is_empty(problem)) return;
+  dispatch("attention_planned", problem.device, [&] {
+    // The oracle walks the plan's arrays directly, so it proves them consistent first.
+    plan.validate();
+    cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads);
+  });
+}
+
+void attention_masked(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& mask, const TensorView& out, const TensorView& lse,
+                      const AttentionOptions& options) {
+  const AttentionProblem problem = describe_attention(q, k, v, options);
+  check_outputs(problem, out, lse);
+  check_view("mask", mask, kAttentionDims, "[batch or 1, q_heads, q_len, kv_len]");
+  check_dtype("mask", mask, DType::kUInt8, "");
+  check_device("mask", mask, problem.device, " (the device of q)");
+  if (mask.shape[0] != 1 && mask.shape[0] != problem.batch) {
+    throw_invalid_argument("mask batch (dimension 0)",
+                           "1 or " + std::to_string(problem.batch) + " (batch of q)",
+                           std::to_string(mask.shape[0]));
+  }
+  check_shape("mask", mask, {mask.shape[0], problem.q_heads, problem.q_len, problem.kv_len},
+              " ([batch or 1, q_heads, q_len, kv_len])");
+  if (is_empty(problem)) return;
+  dispatch("attention_masked", problem.device, [&] {
+    cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads);
+  });
+}
+
+void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
+                    const TensorView& out, const TensorView& lse, const AttentionOptions& options) {
+  check_options(options);
+  if (outs.empty()) throw_invalid_argument("outs", "at least one part", "0 parts");
+  if (lses.size() != outs.size()) {
+    throw_invalid_argument("lses", std::to_string(outs.size()) + " parts (one per out)",
+                           std::to_string(lses.size()) + " parts");
+  }
+  check_view("out", out, kAttentionDims, "[batch, q_len, heads, head_dim]");
+  check_view("lse", lse, kLseDims, "[batch, heads, q_len]");
+  check_floating("out", out);
+  check_dtype("lse", lse, DType::kFloat32, "");
+  const std::vector<int64_t> lse_shape = {out.shape[0], out.shape[2], out.shape[1]};
+  check_shape("lse", lse, lse_shape, " ([batch, heads, q_len] of out)");
+  check_device("lse", lse, out.device, " (the device of out)");
+  for (std::size_t p = 0; p < outs.size(); ++p) {
+    const std::string out_name = "outs[" + std::to_string(p) + "]";
+    const std::string lse_name = "lses[" + std::to_string(p) + "]";
+    check_view(out_name, outs[p], kAttentionDims, "[batch, q_len, heads, head_dim]");
+    check_view(lse_name, lses[p], kLseDims, "[batch, heads, q_len]");
+    check_floating(out_name, outs[p]);
+    check_dtype(out_name, outs[p], outs[0].dtype, " (the dtype of outs[0])");
+    check_dtype(lse_name, lses[p], DType::kFloat32, "");
+    check_shape(out_name, outs[p], out.shape_vector(), " (the shape of out)");
+    check_shape(lse_name, lses[p], lse_shape, " (the shape of lse)");
+    check_device(out_name, outs[p], out.device, " (the device of out)");
+    check_device(lse_name, lses[p], out.device, " (the device of out)");
+  }
+  if (out.numel() == 0 && lse.numel() == 0) return;
+  dispatch("merge_partials", out.device, [&] {
+    cpu::merge_partials(outs, lses, out, lse, options.num_threads);
+  });
+}
+
+}  // namespace mmsparse

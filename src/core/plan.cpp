@@ -1,1 +1,434 @@
-// placeholder: being written
+#include "mmsparse/plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "core/plan_coverage.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse {
+
+namespace {
+
+std::string range_string(int64_t begin, int64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+[[noreturn]] void fail(const std::string& field, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, "plan." + field + ": " + message);
+}
+
+std::string tile_name(int64_t local_tile, int64_t head_slot) {
+  return "tile " + std::to_string(local_tile) + " of head slot " + std::to_string(head_slot);
+}
+
+void check_shape(const PlanShape& shape) {
+  auto require = [](const char* field, int64_t value, int64_t minimum) {
+    if (value < minimum) {
+      throw_invalid_argument(std::string("plan.shape.") + field, ">= " + std::to_string(minimum),
+                             std::to_string(value));
+    }
+  };
+  require("batch", shape.batch, 1);
+  require("heads", shape.heads, 1);
+  require("q_len", shape.q_len, 0);
+  require("kv_len", shape.kv_len, 0);
+  require("tile_rows", shape.tile_rows, 1);
+  // Spans and columns store keys as int32 (the width kernels index with).
+  if (shape.kv_len > std::numeric_limits<int32_t>::max()) {
+    throw_invalid_argument("plan.shape.kv_len", "<= 2^31 - 1 (keys are int32)",
+                           std::to_string(shape.kv_len));
+  }
+}
+
+// CSR offsets: `expected_size` entries, starting at 0, non-decreasing, ending at `total`.
+void check_offsets(const std::string& field, const std::vector<int64_t>& offsets,
+                   int64_t expected_size, int64_t total, const std::string& target) {
+  if (static_cast<int64_t>(offsets.size()) != expected_size) {
+    throw_invalid_argument("plan." + field, std::to_string(expected_size) + " entries",
+                           std::to_string(offsets.size()));
+  }
+  if (offsets.front() != 0) fail(field, "entry 0 is " + std::to_string(offsets.front()) + ", expected 0");
+  for (size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) {
+      fail(field, "not monotone: entry " + std::to_string(i) + " (" + std::to_string(offsets[i]) +
+                      ") < entry " + std::to_string(i - 1) + " (" +
+                      std::to_string(offsets[i - 1]) + ")");
+    }
+  }
+  if (offsets.back() != total) {
+    fail(field, "last entry is " + std::to_string(offsets.back()) + ", expected " +
+                    std::to_string(total) + " (the size of plan." + target + ")");
+  }
+}
+
+void check_masks(const Plan& plan) {
+  for (size_t m = 0; m < plan.masks.size(); ++m) {
+    const MaskPolicy& mask = plan.masks[m];
+    if (mask.window < 0 || mask.window_sink < 0) {
+      fail("masks", "mask " + std::to_string(m) + " has window " + std::to_string(mask.window) +
+                        " and window_sink " + std::to_string(mask.window_sink) +
+                        ", expected both >= 0");
+    }
+  }
+}
+
+void check_token_arrays(const Plan& plan) {
+  const auto needing = std::find_if(plan.masks.begin(), plan.masks.end(),
+                                    [](const MaskPolicy& m) { return m.needs_token_arrays(); });
+  const bool needed = needing != plan.masks.end();
+  const std::string why =
+      needed ? " (kv_len; mask " + std::to_string(needing - plan.masks.begin()) + " needs token arrays)"
+             : " (kv_len) or none";
+  const int64_t kv_len = plan.shape.kv_len;
+  const auto modality_size = static_cast<int64_t>(plan.token_modality.size());
+  const auto media_size = static_cast<int64_t>(plan.token_media.size());
+  if ((needed || modality_size != 0) && modality_size != kv_len) {
+    throw_invalid_argument("plan.token_modality", std::to_string(kv_len) + " entries" + why,
+                           std::to_string(modality_size));
+  }
+  if ((needed || media_size != 0) && media_size != kv_len) {
+    throw_invalid_argument("plan.token_media", std::to_string(kv_len) + " entries" + why,
+                           std::to_string(media_size));
+  }
+  for (int64_t k = 0; k < modality_size; ++k) {
+    if (plan.token_modality[k] >= kNumModalities) {
+      fail("token_modality", "entry " + std::to_string(k) + " is " +
+                                 std::to_string(plan.token_modality[k]) + ", expected < " +
+                                 std::to_string(kNumModalities));
+    }
+  }
+  for (int64_t k = 0; k < media_size; ++k) {
+    if (plan.token_media[k] < -1) {
+      fail("token_media", "entry " + std::to_string(k) + " is " +
+                              std::to_string(plan.token_media[k]) + ", expected >= -1");
+    }
+  }
+}
+
+// The runs of a head slot must visit every query position exactly once.
+void check_runs(const Plan& plan, int64_t slot, std::vector<uint8_t>& seen) {
+  const int64_t q_len = plan.shape.q_len;
+  const int64_t first = plan.head_run_offsets[slot];
+  const int64_t last = plan.head_run_offsets[slot + 1];
+  if (first == last) return;  // identity order
+  seen.assign(q_len, 0);
+  int64_t visited = 0;
+  for (int64_t r = first; r < last; ++r) {
+    const QueryRun& run = plan.runs[r];
+    const std::string name = "run " + std::to_string(r - first) + " of head slot " +
+                             std::to_string(slot) + " (start " + std::to_string(run.start) +
+                             ", count " + std::to_string(run.count) + ", step " +
+                             std::to_string(run.step) + ")";
+    if (run.count < 0 || run.step <= 0) fail("runs", name + " needs count >= 0 and step > 0");
+    if (run.count == 0) continue;
+    if (run.start < 0 || run.start + (run.count - 1) * run.step >= q_len) {
+      fail("runs", name + " leaves [0, q_len = " + std::to_string(q_len) + ")");
+    }
+    for (int64_t i = 0; i < run.count; ++i) {
+      const int64_t position = run.start + i * run.step;
+      if (seen[position]) {
+        fail("runs", "head slot " + std::to_string(slot) + " visits query " +
+                         std::to_string(position) + " twice (again in " + name + ")");
+      }
+      seen[position] = 1;
+    }
+    visited += run.count;
+  }
+  if (visited != q_len) {
+    fail("runs", "head slot " + std::to_string(slot) + " visits " + std::to_string(visited) +
+                     " queries, expected q_len = " + std::to_string(q_len));
+  }
+}
+
+// Tiles inside the order, at most tile_rows long, not overlapping each other, with a valid mask.
+void check_tiles(const Plan& plan, int64_t slot) {
+  const int64_t first = plan.head_tile_offsets[slot];
+  const int64_t last = plan.head_tile_offsets[slot + 1];
+  std::vector<int64_t> by_begin;
+  for (int64_t t = first; t < last; ++t) {
+    const QueryTile& tile = plan.tiles[t];
+    const std::string name = tile_name(t - first, slot);
+    if (tile.begin < 0 || tile.end > plan.shape.q_len || tile.begin >= tile.end) {
+      fail("tiles", name + " is " + range_string(tile.begin, tile.end) +
+                        ", expected a non-empty range inside [0, q_len = " +
+                        std::to_string(plan.shape.q_len) + ")");
+    }
+    if (tile.end - tile.begin > plan.shape.tile_rows) {
+      fail("tiles", name + " has " + std::to_string(tile.end - tile.begin) +
+                        " rows, more than tile_rows = " + std::to_string(plan.shape.tile_rows));
+    }
+    const int32_t mask = plan.tile_masks[t];
+    if (mask < 0 || mask >= static_cast<int64_t>(plan.masks.size())) {
+      fail("tile_masks", name + " refers to mask " + std::to_string(mask) + ", expected < " +
+                             std::to_string(plan.masks.size()) + " (the size of plan.masks)");
+    }
+    by_begin.push_back(t);
+  }
+  // A query in two tiles would have its output written twice.
+  std::sort(by_begin.begin(), by_begin.end(),
+            [&](int64_t a, int64_t b) { return plan.tiles[a].begin < plan.tiles[b].begin; });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const QueryTile& previous = plan.tiles[by_begin[i - 1]];
+    const QueryTile& current = plan.tiles[by_begin[i]];
+    if (current.begin < previous.end) {
+      fail("tiles", tile_name(by_begin[i] - first, slot) + " " +
+                        range_string(current.begin, current.end) + " overlaps " +
+                        tile_name(by_begin[i - 1] - first, slot) + " " +
+                        range_string(previous.begin, previous.end));
+    }
+  }
+}
+
+// Spans disjoint and inside [0, kv_len); columns unique, inside [0, kv_len), outside every span.
+void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeySpan>& spans,
+                     std::vector<int32_t>& columns) {
+  const std::string name = tile_name(t - plan.head_tile_offsets[slot], slot);
+  const int64_t kv_len = plan.shape.kv_len;
+  spans.assign(plan.spans.begin() + plan.tile_span_offsets[t],
+               plan.spans.begin() + plan.tile_span_offsets[t + 1]);
+  for (const KeySpan& span : spans) {
+    if (span.begin < 0 || span.end > kv_len || span.begin >= span.end) {
+      fail("spans", name + " has span " + range_string(span.begin, span.end) +
+                        ", expected a non-empty range inside [0, kv_len = " +
+                        std::to_string(kv_len) + ")");
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) {
+      fail("spans", name + " has overlapping spans " +
+                        range_string(spans[i - 1].begin, spans[i - 1].end) + " and " +
+                        range_string(spans[i].begin, spans[i].end));
+    }
+  }
+  columns.assign(plan.columns.begin() + plan.tile_column_offsets[t],
+                 plan.columns.begin() + plan.tile_column_offsets[t + 1]);
+  for (int32_t column : columns) {
+    if (column < 0 || column >= kv_len) {
+      fail("columns", name + " has column " + std::to_string(column) + " outside [0, kv_len = " +
+                          std::to_string(kv_len) + ")");
+    }
+    // The last span starting at or before the column is the only one that can contain it.
+    auto after = std::upper_bound(spans.begin(), spans.end(), column,
+                                  [](int32_t key, const KeySpan& s) { return key < s.begin; });
+    if (after != spans.begin() && std::prev(after)->end > column) {
+      fail("columns", name + " has column " + std::to_string(column) + " inside span " +
+                          range_string(std::prev(after)->begin, std::prev(after)->end));
+    }
+  }
+  std::sort(columns.begin(), columns.end());
+  const auto duplicate = std::adjacent_find(columns.begin(), columns.end());
+  if (duplicate != columns.end()) {
+    fail("columns", name + " has duplicate column " + std::to_string(*duplicate));
+  }
+}
+
+void check_head_slot(const Plan& plan, int64_t head_slot) {
+  if (head_slot < 0 || head_slot >= plan.head_slots()) {
+    throw_invalid_argument("head_slot", "a value in [0, " + std::to_string(plan.head_slots()) + ")",
+                           std::to_string(head_slot));
+  }
+  if (static_cast<int64_t>(plan.head_run_offsets.size()) != plan.head_slots() + 1) {
+    throw_invalid_argument("plan.head_run_offsets", std::to_string(plan.head_slots() + 1) + " entries",
+                           std::to_string(plan.head_run_offsets.size()));
+  }
+}
+
+}  // namespace
+
+int64_t Plan::query_position(int64_t head_slot, int64_t order_index) const {
+  check_head_slot(*this, head_slot);
+  if (order_index < 0 || order_index >= shape.q_len) {
+    throw_invalid_argument("order_index", "a value in [0, q_len = " + std::to_string(shape.q_len) + ")",
+                           std::to_string(order_index));
+  }
+  const int64_t first = head_run_offsets[head_slot];
+  const int64_t last = head_run_offsets[head_slot + 1];
+  if (first == last) return order_index;
+  int64_t remaining = order_index;
+  for (int64_t r = first; r < last; ++r) {
+    if (remaining < runs[r].count) return runs[r].start + remaining * runs[r].step;
+    remaining -= runs[r].count;
+  }
+  fail("runs", "head slot " + std::to_string(head_slot) + " has fewer than q_len = " +
+                   std::to_string(shape.q_len) + " positions");
+}
+
+std::vector<int64_t> Plan::query_order(int64_t head_slot) const {
+  check_head_slot(*this, head_slot);
+  std::vector<int64_t> order;
+  order.reserve(shape.q_len);
+  const int64_t first = head_run_offsets[head_slot];
+  const int64_t last = head_run_offsets[head_slot + 1];
+  if (first == last) {
+    order.resize(shape.q_len);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    return order;
+  }
+  for (int64_t r = first; r < last; ++r) {
+    for (int64_t i = 0; i < runs[r].count; ++i) order.push_back(runs[r].start + i * runs[r].step);
+  }
+  if (static_cast<int64_t>(order.size()) != shape.q_len) {
+    fail("runs", "head slot " + std::to_string(head_slot) + " has " + std::to_string(order.size()) +
+                     " positions, expected q_len = " + std::to_string(shape.q_len));
+  }
+  return order;
+}
+
+void Plan::attach_layout(const ModalityLayout& layout) {
+  if (layout.length() != shape.kv_len) {
+    throw_invalid_argument("layout", "length " + std::to_string(shape.kv_len) + " (the plan's kv_len)",
+                           std::to_string(layout.length()));
+  }
+  token_modality = layout.token_types();
+  token_media = layout.token_media();
+}
+
+void Plan::validate() const {
+  check_shape(shape);
+  check_masks(*this);
+  const int64_t slots = head_slots();
+  const auto tile_count = static_cast<int64_t>(tiles.size());
+  check_offsets("head_run_offsets", head_run_offsets, slots + 1, runs.size(), "runs");
+  check_offsets("head_tile_offsets", head_tile_offsets, slots + 1, tile_count, "tiles");
+  if (static_cast<int64_t>(tile_masks.size()) != tile_count) {
+    throw_invalid_argument("plan.tile_masks", std::to_string(tile_count) + " entries (one per tile)",
+                           std::to_string(tile_masks.size()));
+  }
+  check_offsets("tile_span_offsets", tile_span_offsets, tile_count + 1, spans.size(), "spans");
+  check_offsets("tile_column_offsets", tile_column_offsets, tile_count + 1, columns.size(),
+                "columns");
+  check_token_arrays(*this);
+
+  std::vector<uint8_t> seen;
+  std::vector<KeySpan> span_buffer;
+  std::vector<int32_t> column_buffer;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    check_runs(*this, slot, seen);
+    check_tiles(*this, slot);
+    for (int64_t t = head_tile_offsets[slot]; t < head_tile_offsets[slot + 1]; ++t) {
+      check_tile_keys(*this, slot, t, span_buffer, column_buffer);
+    }
+  }
+}
+
+std::string Plan::summary() const {
+  std::ostringstream out;
+  out << "batch=" << shape.batch << " heads=" << shape.heads << " q_len=" << shape.q_len
+      << " kv_len=" << shape.kv_len << " tile_rows=" << shape.tile_rows << " tiles=" << tiles.size()
+      << " spans=" << spans.size() << " columns=" << columns.size() << " runs=" << runs.size()
+      << " masks=" << masks.size();
+  return out.str();
+}
+
+// --- PlanBuilder ---------------------------------------------------------------------------------
+
+PlanBuilder::PlanBuilder(PlanShape shape) {
+  check_shape(shape);
+  plan_.shape = shape;
+  plan_.head_run_offsets = {0};
+  plan_.head_tile_offsets = {0};
+  plan_.tile_span_offsets = {0};
+  plan_.tile_column_offsets = {0};
+}
+
+void PlanBuilder::begin_head(const std::vector<QueryRun>& order) {
+  const auto begun = static_cast<int64_t>(plan_.head_run_offsets.size()) - 1;
+  if (begun == plan_.head_slots()) {
+    throw_invalid_argument("PlanBuilder::begin_head",
+                           "at most " + std::to_string(plan_.head_slots()) + " head slots (batch × heads)",
+                           "one more");
+  }
+  plan_.runs.insert(plan_.runs.end(), order.begin(), order.end());
+  plan_.head_run_offsets.push_back(static_cast<int64_t>(plan_.runs.size()));
+  plan_.head_tile_offsets.push_back(static_cast<int64_t>(plan_.tiles.size()));
+  in_head_ = true;
+}
+
+void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask) {
+  if (!in_head_) throw_invalid_argument("PlanBuilder::begin_tile", "a head begun with begin_head()", "none");
+  auto found = std::find(plan_.masks.begin(), plan_.masks.end(), mask);
+  if (found == plan_.masks.end()) found = plan_.masks.insert(plan_.masks.end(), mask);
+  plan_.tiles.push_back({begin, end});
+  plan_.tile_masks.push_back(static_cast<int32_t>(found - plan_.masks.begin()));
+  plan_.tile_span_offsets.push_back(static_cast<int64_t>(plan_.spans.size()));
+  plan_.tile_column_offsets.push_back(static_cast<int64_t>(plan_.columns.size()));
+  plan_.head_tile_offsets.back() = static_cast<int64_t>(plan_.tiles.size());
+}
+
+void PlanBuilder::add_span(int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
+  if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
+    throw_invalid_argument("PlanBuilder::add_span", "a tile begun with begin_tile()", "none");
+  }
+  if (begin < 0 || end > plan_.shape.kv_len) {
+    throw_invalid_argument("PlanBuilder::add_span",
+                           "a range inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
+                           range_string(begin, end));
+  }
+  const int64_t tile_first_span = plan_.tile_span_offsets[plan_.tile_span_offsets.size() - 2];
+  if (static_cast<int64_t>(plan_.spans.size()) > tile_first_span && plan_.spans.back().end == begin) {
+    plan_.spans.back().end = static_cast<int32_t>(end);
+  } else {
+    plan_.spans.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end)});
+  }
+  plan_.tile_span_offsets.back() = static_cast<int64_t>(plan_.spans.size());
+}
+
+void PlanBuilder::add_column(int64_t key) {
+  const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
+  if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
+    throw_invalid_argument("PlanBuilder::add_column", "a tile begun with begin_tile()", "none");
+  }
+  if (key < 0 || key >= plan_.shape.kv_len) {
+    throw_invalid_argument("PlanBuilder::add_column",
+                           "a key in [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
+                           std::to_string(key));
+  }
+  plan_.columns.push_back(static_cast<int32_t>(key));
+  plan_.tile_column_offsets.back() = static_cast<int64_t>(plan_.columns.size());
+}
+
+void PlanBuilder::attach_layout(const ModalityLayout& layout) { plan_.attach_layout(layout); }
+
+Plan PlanBuilder::finish() {
+  const auto begun = static_cast<int64_t>(plan_.head_run_offsets.size()) - 1;
+  if (begun != plan_.head_slots()) {
+    throw_invalid_argument("PlanBuilder::finish",
+                           std::to_string(plan_.head_slots()) + " head slots (batch × heads)",
+                           std::to_string(begun));
+  }
+  plan_.validate();
+  Plan plan = std::move(plan_);
+  *this = PlanBuilder(plan.shape);
+  return plan;
+}
+
+// --- Coverage ------------------------------------------------------------------------------------
+
+std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot) {
+  plan.validate();
+  check_head_slot(plan, head_slot);
+  const int64_t kv_len = plan.shape.kv_len;
+  std::vector<uint8_t> mask(static_cast<size_t>(plan.shape.q_len * kv_len), 0);
+  detail::for_each_covered_range(plan, head_slot, [&](int64_t query, int64_t begin, int64_t end) {
+    std::fill(mask.begin() + query * kv_len + begin, mask.begin() + query * kv_len + end, 1);
+  });
+  return mask;
+}
+
+int64_t count_plan_pairs(const Plan& plan, int64_t head_slot) {
+  plan.validate();
+  check_head_slot(plan, head_slot);
+  int64_t pairs = 0;
+  detail::for_each_covered_range(
+      plan, head_slot, [&](int64_t, int64_t begin, int64_t end) { pairs += end - begin; });
+  return pairs;
+}
+
+}  // namespace mmsparse

@@ -1,1 +1,265 @@
-// placeholder: being written
+#include "cpu/reference_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace mmsparse::cpu {
+namespace {
+
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// Query rows per parallel work item: enough to amortise the per-item scratch buffers, few enough
+// that the interleaved schedule of parallel_for evens out causal rows of unequal length.
+constexpr int64_t kRowsPerItem = 16;
+
+// Independent partial sums let -O2 vectorise the dot product without reassociating a single sum.
+constexpr int kDotLanes = 8;
+
+float dot(const float* a, const float* b, int64_t n) {  // a, b [n]
+  float partial[kDotLanes] = {};
+  int64_t i = 0;
+  for (; i + kDotLanes <= n; i += kDotLanes) {
+    for (int lane = 0; lane < kDotLanes; ++lane) partial[lane] += a[i + lane] * b[i + lane];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float value : partial) sum += value;
+  return sum;
+}
+
+// One KV head of one batch element, converted once to contiguous fp32 so that the inner loops run
+// over contiguous floats whatever the input dtype and strides.
+class KvHead {
+ public:
+  KvHead(const TensorView& k, const TensorView& v, int64_t batch, int64_t kv_head)
+      : head_dim_(k.shape[3]),
+        keys_(static_cast<std::size_t>(k.shape[1] * head_dim_)),
+        values_(keys_.size()) {
+    const int64_t kv_len = k.shape[1];
+    for (int64_t j = 0; j < kv_len; ++j) {
+      const int64_t k_row = batch * k.strides[0] + j * k.strides[1] + kv_head * k.strides[2];
+      const int64_t v_row = batch * v.strides[0] + j * v.strides[1] + kv_head * v.strides[2];
+      for (int64_t d = 0; d < head_dim_; ++d) {
+        keys_[j * head_dim_ + d] = load_float(k, k_row + d * k.strides[3]);
+        values_[j * head_dim_ + d] = load_float(v, v_row + d * v.strides[3]);
+      }
+    }
+  }
+  int64_t head_dim() const { return head_dim_; }
+  const float* key(int64_t j) const { return keys_.data() + j * head_dim_; }      // [head_dim]
+  const float* value(int64_t j) const { return values_.data() + j * head_dim_; }  // [head_dim]
+
+ private:
+  int64_t head_dim_;
+  std::vector<float> keys_;    // [kv_len, head_dim]
+  std::vector<float> values_;  // [kv_len, head_dim]
+};
+
+// The softmax-weighted average of V over the keys offered to one query row. Scores are kept until
+// finish() so the softmax is two-pass: subtract the row maximum, then exponentiate.
+class RowAttention {
+ public:
+  RowAttention(const KvHead& kv, float scale)
+      : kv_(kv), scale_(scale), query_(kv.head_dim()), accumulator_(kv.head_dim()) {}
+
+  float* query() { return query_.data(); }  // [head_dim]; the caller loads the row here
+
+  void clear() {
+    keys_.clear();
+    scores_.clear();
+  }
+
+  void add_key(int64_t key) {
+    keys_.push_back(key);
+    scores_.push_back(scale_ * dot(query_.data(), kv_.key(key), kv_.head_dim()));
+  }
+
+  // Writes the row's output [head_dim] and returns its LSE (natural log); no keys: O = 0, -inf.
+  float finish(float* out) {
+    const int64_t head_dim = kv_.head_dim();
+    std::fill(out, out + head_dim, 0.0f);
+    if (keys_.empty()) return kNegativeInfinity;
+    const float max_score = *std::max_element(scores_.begin(), scores_.end());
+    std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+    float sum = 0.0f;
+    for (std::size_t n = 0; n < keys_.size(); ++n) {
+      const float weight = std::exp(scores_[n] - max_score);
+      sum += weight;
+      const float* value = kv_.value(keys_[n]);
+      for (int64_t d = 0; d < head_dim; ++d) accumulator_[d] += weight * value[d];
+    }
+    for (int64_t d = 0; d < head_dim; ++d) out[d] = accumulator_[d] / sum;
+    return max_score + std::log(sum);
+  }
+
+ private:
+  const KvHead& kv_;
+  float scale_;
+  std::vector<float> query_;        // [head_dim]
+  std::vector<float> accumulator_;  // [head_dim]
+  std::vector<int64_t> keys_;
+  std::vector<float> scores_;
+};
+
+// Runs every query row of every (batch, query head) and stores its output and LSE. For each batch
+// element and KV head, the KV head is converted once and the rows of its query heads run in
+// parallel. offer_keys(batch, head, position, row) calls row.add_key() for each key the row sees.
+template <class OfferKeys>
+void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
+                     const TensorView& v, const TensorView& out, const TensorView& lse,
+                     int num_threads, const OfferKeys& offer_keys) {
+  const int64_t group = problem.group_size();
+  const int64_t row_blocks = (problem.q_len + kRowsPerItem - 1) / kRowsPerItem;
+  for (int64_t b = 0; b < problem.batch; ++b) {
+    for (int64_t kv_head = 0; kv_head < problem.kv_heads; ++kv_head) {
+      const KvHead kv(k, v, b, kv_head);
+      detail::parallel_for(group * row_blocks, num_threads, [&](int64_t item) {
+        const int64_t head = kv_head * group + item / row_blocks;
+        const int64_t row_begin = (item % row_blocks) * kRowsPerItem;
+        const int64_t row_end = std::min(problem.q_len, row_begin + kRowsPerItem);
+        RowAttention row(kv, problem.scale);
+        std::vector<float> result(static_cast<std::size_t>(problem.head_dim));
+        for (int64_t position = row_begin; position < row_end; ++position) {
+          const int64_t q_row = b * q.strides[0] + position * q.strides[1] + head * q.strides[2];
+          for (int64_t d = 0; d < problem.head_dim; ++d) {
+            row.query()[d] = load_float(q, q_row + d * q.strides[3]);
+          }
+          row.clear();
+          offer_keys(b, head, position, row);
+          const float row_lse = row.finish(result.data());
+          const int64_t out_row =
+              b * out.strides[0] + position * out.strides[1] + head * out.strides[2];
+          for (int64_t d = 0; d < problem.head_dim; ++d) {
+            store_float(out, out_row + d * out.strides[3], result[d]);
+          }
+          lse.data_as<float>()[b * lse.strides[0] + head * lse.strides[1] +
+                               position * lse.strides[2]] = row_lse;
+        }
+      });
+    }
+  }
+}
+
+// A tile's mask policy evaluated on one (query, key) pair. The query is given at its aligned
+// position (query + kv_len - q_len), where the causal diagonal and the token arrays are indexed.
+class PairMask {
+ public:
+  PairMask(const Plan& plan, const MaskPolicy& policy) : plan_(plan), policy_(policy) {}
+
+  bool allows(int64_t aligned_query, int64_t key) const {
+    if (policy_.causal && key > aligned_query) return false;
+    if (policy_.window > 0 && key >= policy_.window_sink && aligned_query - key >= policy_.window) {
+      return false;
+    }
+    if (!policy_.needs_token_arrays()) return true;
+    // Without causal alignment a query may precede every key (kv_len < q_len): it has no token
+    // entry to compare, so token-based policies cannot admit it.
+    if (aligned_query < 0 || aligned_query >= plan_.shape.kv_len) return false;
+    if (policy_.same_media) {
+      const int32_t media = plan_.token_media[aligned_query];
+      if (media < 0 || media != plan_.token_media[key]) return false;
+    }
+    const auto query_modality = static_cast<Modality>(plan_.token_modality[aligned_query]);
+    const auto key_modality = static_cast<Modality>(plan_.token_modality[key]);
+    return (policy_.modality_pairs & modality_pair_bit(query_modality, key_modality)) != 0;
+  }
+
+ private:
+  const Plan& plan_;
+  const MaskPolicy& policy_;
+};
+
+// For one head slot: the tiles covering each original query position, in CSR form. Usually one
+// tile per row; a row in several tiles attends to the union of their pairs.
+struct RowTiles {
+  std::vector<int64_t> offsets;  // [q_len + 1] into tiles
+  std::vector<int64_t> tiles;    // plan tile indices
+
+  RowTiles(const Plan& plan, int64_t slot) : offsets(static_cast<std::size_t>(plan.shape.q_len) + 1, 0) {
+    const std::vector<int64_t> order = plan.query_order(slot);
+    const int64_t first = plan.head_tile_offsets[slot];
+    const int64_t last = plan.head_tile_offsets[slot + 1];
+    for (int64_t t = first; t < last; ++t) {
+      for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) ++offsets[order[i] + 1];
+    }
+    for (std::size_t p = 1; p < offsets.size(); ++p) offsets[p] += offsets[p - 1];
+    tiles.resize(static_cast<std::size_t>(offsets.back()));
+    std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+    for (int64_t t = first; t < last; ++t) {
+      for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tiles[fill[order[i]]++] = t;
+    }
+  }
+};
+
+}  // namespace
+
+void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
+                     const TensorView& v, const TensorView& out, const TensorView& lse,
+                     int num_threads) {
+  const int64_t offset = problem.causal_offset();
+  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+                  [&](int64_t, int64_t, int64_t position, RowAttention& row) {
+                    const int64_t visible =
+                        problem.causal ? std::clamp<int64_t>(position + offset + 1, 0, problem.kv_len)
+                                       : problem.kv_len;
+                    for (int64_t key = 0; key < visible; ++key) row.add_key(key);
+                  });
+}
+
+void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
+                       const TensorView& k, const TensorView& v, const TensorView& out,
+                       const TensorView& lse, int num_threads) {
+  const bool broadcast = plan.shape.batch == 1;
+  const int64_t slots = plan.head_slots();
+  std::vector<RowTiles> row_tiles;
+  row_tiles.reserve(static_cast<std::size_t>(slots));
+  for (int64_t slot = 0; slot < slots; ++slot) row_tiles.emplace_back(plan, slot);
+
+  const int64_t offset = problem.causal_offset();
+  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+                  [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
+                    const int64_t slot = (broadcast ? 0 : b) * plan.shape.heads + head;
+                    const RowTiles& covering = row_tiles[slot];
+                    const int64_t aligned = position + offset;
+                    for (int64_t n = covering.offsets[position]; n < covering.offsets[position + 1];
+                         ++n) {
+                      const int64_t t = covering.tiles[n];
+                      const PairMask mask(plan, plan.masks[plan.tile_masks[t]]);
+                      const auto offer = [&](int64_t key) {
+                        if (mask.allows(aligned, key)) row.add_key(key);
+                      };
+                      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1];
+                           ++s) {
+                        for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) {
+                          offer(key);
+                        }
+                      }
+                      for (int64_t c = plan.tile_column_offsets[t];
+                           c < plan.tile_column_offsets[t + 1]; ++c) {
+                        offer(plan.columns[c]);
+                      }
+                    }
+                  });
+}
+
+void attention_masked(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const TensorView& mask, const TensorView& out,
+                      const TensorView& lse, int num_threads) {
+  const bool broadcast = mask.shape[0] == 1;
+  const auto* keep = mask.data_as<const uint8_t>();
+  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+                  [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
+                    const int64_t mask_row = (broadcast ? 0 : b) * mask.strides[0] +
+                                             head * mask.strides[1] + position * mask.strides[2];
+                    for (int64_t key = 0; key < problem.kv_len; ++key) {
+                      if (keep[mask_row + key * mask.strides[3]] != 0) row.add_key(key);
+                    }
+                  });
+}
+
+}  // namespace mmsparse::cpu

@@ -1,3 +1,45 @@
-#include "mmsparse/build_info.h"
+// mmsparse: the command-line tool. Subcommands share one flag vocabulary (cli_common.h).
+
 #include <cstdio>
-int main() { std::printf("mmsparse %s\n", mmsparse::build_info().version.c_str()); }
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "bench_command.h"
+#include "info_command.h"
+#include "mmsparse/status.h"
+#include "run_command.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitError = 1;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mmsparse::cli;
+  CLI::App app{"mmsparse: sparse attention for long-context VLM prefill"};
+  app.require_subcommand(1);
+  const std::vector<Command> commands = {
+      add_bench_command(app),   add_run_command(app),     add_generate_command(app),
+      add_info_command(app),    add_presets_command(app), add_patterns_command(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  try {
+    for (const Command& command : commands) {
+      if (command.app->parsed()) return command.run();
+    }
+  } catch (const mmsparse::Error& error) {
+    fmt::print(stderr, "mmsparse: {}: {}\n", mmsparse::error_code_name(error.code()), error.what());
+    return kExitError;
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "mmsparse: internal error: {}\n", error.what());
+    return kExitError;
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,73 @@
+#pragma once
+// Shared pieces of the mmsparse CLI: the one flag vocabulary, device choice, timing and progress.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "mmsparse/tensor.h"
+#include "mmsparse/workload.h"
+
+namespace mmsparse::cli {
+
+// Sizes that keep the CPU reference backend well under a minute for the default bench.
+inline constexpr int64_t kCpuDefaultSeqLen = 4096;
+
+// A subcommand and what runs when it was chosen (returns the exit code).
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
+struct WorkloadFlags {
+  std::string preset = "video-qwen2.5vl-128k";
+  int64_t seq_len = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  uint64_t seed = 0;
+  int64_t needles = 0;
+  void add_to(CLI::App& command);
+  WorkloadSpec spec() const;
+};
+
+struct ExecutionFlags {
+  std::string device = "auto";
+  std::string dtype = "bf16";
+  int threads = 0;
+  std::string json_path;  // "" none, "-" stdout
+  bool quiet = false;
+  void add_to(CLI::App& command);
+  DeviceChoice device_choice() const;
+  DType data_type() const;
+};
+
+// Resolves "auto" to the CUDA engine when the build has it and a GPU is visible.
+bool use_gpu(DeviceChoice choice);
+
+// Progress lines on stderr ("[2/6] a-shape: attention ... 1.3 s"), silent with --quiet or when
+// JSON goes to stdout.
+class Progress {
+ public:
+  Progress(int total_steps, bool enabled) : total_(total_steps), enabled_(enabled) {}
+  void step(const std::string& what);
+  void done(const std::string& what);
+
+ private:
+  int total_;
+  int current_ = 0;
+  bool enabled_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+void write_json_output(const std::string& path, const std::string& json_text);
+
+}  // namespace mmsparse::cli

@@ -1,0 +1,87 @@
+#include "info_command.h"
+
+#include <memory>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "mmsparse/build_info.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/workload.h"
+
+namespace mmsparse::cli {
+namespace {
+
+int run_info(bool as_json) {
+  const BuildInfo info = build_info();
+  const std::vector<GpuInfo> gpus = visible_gpus();
+  const unsigned threads = std::thread::hardware_concurrency();
+  if (as_json) {
+    nlohmann::json report = {{"version", info.version},         {"compiler", info.compiler},
+                             {"cuda_compiled", info.cuda_enabled}, {"cuda_version", info.cuda_version},
+                             {"backends", info.backends},       {"cpu_threads", threads},
+                             {"gpus", nlohmann::json::array()}};
+    for (const GpuInfo& gpu : gpus) {
+      report["gpus"].push_back({{"index", gpu.index},
+                                {"name", gpu.name},
+                                {"compute_capability", fmt::format("{}.{}", gpu.compute_major,
+                                                                   gpu.compute_minor)},
+                                {"multiprocessors", gpu.multiprocessors},
+                                {"memory_gib", gpu.memory_gib}});
+    }
+    fmt::print("{}\n", report.dump(2));
+    return 0;
+  }
+  fmt::print("mmsparse {}\n", info.version);
+  fmt::print("compiler      {}\n", info.compiler);
+  fmt::print("CUDA          {}\n",
+             info.cuda_enabled ? "compiled with toolkit " + info.cuda_version : "not compiled");
+  std::string backends;
+  for (const std::string& backend : info.backends) backends += (backends.empty() ? "" : ", ") + backend;
+  fmt::print("backends      {}\n", backends);
+  fmt::print("CPU threads   {}\n", threads);
+  if (gpus.empty()) fmt::print("GPUs          none visible\n");
+  for (const GpuInfo& gpu : gpus) {
+    fmt::print("GPU {}         {} (sm_{}{}, {} SMs, {:.1f} GiB)\n", gpu.index, gpu.name,
+               gpu.compute_major, gpu.compute_minor, gpu.multiprocessors, gpu.memory_gib);
+  }
+  return 0;
+}
+
+int run_presets() {
+  fmt::print("{:<26} {:>9}  {}\n", "preset", "tokens", "description (all SYNTHETIC)");
+  for (const PresetInfo& preset : workload_presets()) {
+    fmt::print("{:<26} {:>9}  {}\n", preset.name, preset.seq_len, preset.description);
+  }
+  return 0;
+}
+
+int run_patterns() {
+  fmt::print("{:<12} {:<46} {}\n", "pattern", "default spec", "description");
+  for (const PatternInfo& pattern : static_patterns()) {
+    fmt::print("{:<12} {:<46} {}\n", pattern.name, pattern.default_spec, pattern.description);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* command = app.add_subcommand("info", "build, backends and visible GPUs");
+  command->add_flag("--json", *as_json, "print as JSON");
+  return {command, [as_json] { return run_info(*as_json); }};
+}
+
+Command add_presets_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("presets", "list the synthetic workload presets");
+  return {command, [] { return run_presets(); }};
+}
+
+Command add_patterns_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("patterns", "list the patterns and their parameters");
+  return {command, [] { return run_patterns(); }};
+}
+
+}  // namespace mmsparse::cli
