@@ -8,6 +8,8 @@
 //   out [batch, q_len, q_heads, head_dim]      same dtype as q
 //   lse [batch, q_heads, q_len]                fp32, natural log; -inf for rows with no keys
 // With kv_len > q_len, causal masking is bottom-right aligned: query i sees keys <= i + kv_len - q_len.
+// Empty problems: batch == 0 or q_len == 0 is a no-op once the arguments are validated; kv_len == 0
+// gives every row O = 0 and LSE = -inf. heads and head_dim must be positive.
 
 #include <cstdint>
 #include <span>
@@ -55,12 +57,15 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
 
 // Masked-dense oracle: dense attention restricted by an explicit boolean mask
 // [batch or 1, q_heads, q_len, kv_len] (uint8, 1 = keep). Small sizes only; cross-checks plans.
+// The mask alone decides: options.causal is not applied on top of it.
 void attention_masked(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& mask, const TensorView& out, const TensorView& lse,
                       const AttentionOptions& options = {});
 
 // Combines partial results over disjoint key sets: lse = log(sum exp(lse_i)),
 // out = sum exp(lse_i - lse) out_i. Rows where every part is -inf get out = 0, lse = -inf.
+// Shapes as for attention ([batch, q_len, heads, head_dim] and [batch, heads, q_len] fp32); the parts
+// share one floating dtype, out may have another (fp32 parts can merge into a bf16 out).
 void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
                     const TensorView& out, const TensorView& lse, const AttentionOptions& options = {});
 

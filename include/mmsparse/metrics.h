@@ -27,6 +27,7 @@ struct HeadAccuracy {
 HeadAccuracy compare_head(const TensorView& out_plan, const TensorView& lse_plan,
                           const TensorView& out_dense, const TensorView& lse_dense,
                           int64_t batch_index, int64_t head);
+// Per query row; NaN for rows with no keys in the dense reference (nothing to recall).
 std::vector<double> row_recall(const TensorView& lse_plan, const TensorView& lse_dense,
                                int64_t batch_index, int64_t head);
 

@@ -3,7 +3,9 @@
 //   "dense", "a-shape:sink=128,local=4096", "tri-shape:sink=128,local=4096,bottom=128",
 //   "sf-fixed:segment=256,vline_stride=256", "sf-strided:local=256,stride=256".
 // Defaults are the MMInference paper's Table 2 values; for the SF patterns, token_per_frame is taken
-// from the layout's first video (or 256 without one).
+// from the layout's first video (or 256 without one). All are exact element-wise except
+// sf-strided, whose window and stride-th diagonals become tile-wide key bands per query tile, as
+// MInference converts slash lines to blocks: a superset of the exact lines.
 
 #include <cstdint>
 #include <map>

@@ -75,7 +75,11 @@ class Workload {
   ModalityLayout layout_;
   std::vector<HeadBehaviour> behaviours_;
   std::vector<Needle> needles_;
-  std::vector<float> head_params_;  // generator state derived from the seed
+  // M-RoPE id of each layout segment's first token (text) or frame-0 origin (vision).
+  std::vector<int64_t> segment_rope_start_;
+  // cos/sin of rope ids split as id = coarse · kRopeFineSpan + fine, per rotary pair, so a token's
+  // rotation costs a few multiplies instead of libm calls: [ids, pairs] each.
+  std::vector<float> rope_fine_cos_, rope_fine_sin_, rope_coarse_cos_, rope_coarse_sin_;
   friend class WorkloadGenerator;
 };
 

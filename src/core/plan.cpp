@@ -13,7 +13,9 @@ namespace mmsparse {
 namespace {
 
 std::string range_string(int64_t begin, int64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  std::string text = "[";  // appended piecewise: "[" + to_string(...) trips GCC 12's -Wrestrict
+  text.append(std::to_string(begin)).append(", ").append(std::to_string(end)).append(")");
+  return text;
 }
 
 [[noreturn]] void fail(const std::string& field, const std::string& message) {
@@ -50,12 +52,14 @@ void check_offsets(const std::string& field, const std::vector<int64_t>& offsets
     throw_invalid_argument("plan." + field, std::to_string(expected_size) + " entries",
                            std::to_string(offsets.size()));
   }
-  if (offsets.front() != 0) fail(field, "entry 0 is " + std::to_string(offsets.front()) + ", expected 0");
+  if (offsets.front() != 0) {
+    fail(field, "entry 0 is " + std::to_string(offsets.front()) + ", expected 0");
+  }
   for (size_t i = 1; i < offsets.size(); ++i) {
     if (offsets[i] < offsets[i - 1]) {
       fail(field, "not monotone: entry " + std::to_string(i) + " (" + std::to_string(offsets[i]) +
-                      ") < entry " + std::to_string(i - 1) + " (" +
-                      std::to_string(offsets[i - 1]) + ")");
+                      ") < entry " + std::to_string(i - 1) + " (" + std::to_string(offsets[i - 1]) +
+                      ")");
     }
   }
   if (offsets.back() != total) {
@@ -79,9 +83,10 @@ void check_token_arrays(const Plan& plan) {
   const auto needing = std::find_if(plan.masks.begin(), plan.masks.end(),
                                     [](const MaskPolicy& m) { return m.needs_token_arrays(); });
   const bool needed = needing != plan.masks.end();
-  const std::string why =
-      needed ? " (kv_len; mask " + std::to_string(needing - plan.masks.begin()) + " needs token arrays)"
-             : " (kv_len) or none";
+  const std::string why = needed
+                              ? " (kv_len; mask " + std::to_string(needing - plan.masks.begin()) +
+                                    " needs token arrays)"
+                              : " (kv_len) or none";
   const int64_t kv_len = plan.shape.kv_len;
   const auto modality_size = static_cast<int64_t>(plan.token_modality.size());
   const auto media_size = static_cast<int64_t>(plan.token_media.size());
@@ -191,9 +196,9 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
                plan.spans.begin() + plan.tile_span_offsets[t + 1]);
   for (const KeySpan& span : spans) {
     if (span.begin < 0 || span.end > kv_len || span.begin >= span.end) {
-      fail("spans", name + " has span " + range_string(span.begin, span.end) +
-                        ", expected a non-empty range inside [0, kv_len = " +
-                        std::to_string(kv_len) + ")");
+      fail("spans",
+           name + " has span " + range_string(span.begin, span.end) +
+               ", expected a non-empty range inside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
   }
   std::sort(spans.begin(), spans.end(),
@@ -209,8 +214,8 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
                  plan.columns.begin() + plan.tile_column_offsets[t + 1]);
   for (int32_t column : columns) {
     if (column < 0 || column >= kv_len) {
-      fail("columns", name + " has column " + std::to_string(column) + " outside [0, kv_len = " +
-                          std::to_string(kv_len) + ")");
+      fail("columns", name + " has column " + std::to_string(column) +
+                          " outside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
     // The last span starting at or before the column is the only one that can contain it.
     auto after = std::upper_bound(spans.begin(), spans.end(), column,
@@ -233,7 +238,8 @@ void check_head_slot(const Plan& plan, int64_t head_slot) {
                            std::to_string(head_slot));
   }
   if (static_cast<int64_t>(plan.head_run_offsets.size()) != plan.head_slots() + 1) {
-    throw_invalid_argument("plan.head_run_offsets", std::to_string(plan.head_slots() + 1) + " entries",
+    throw_invalid_argument("plan.head_run_offsets",
+                           std::to_string(plan.head_slots() + 1) + " entries",
                            std::to_string(plan.head_run_offsets.size()));
   }
 }
@@ -243,7 +249,8 @@ void check_head_slot(const Plan& plan, int64_t head_slot) {
 int64_t Plan::query_position(int64_t head_slot, int64_t order_index) const {
   check_head_slot(*this, head_slot);
   if (order_index < 0 || order_index >= shape.q_len) {
-    throw_invalid_argument("order_index", "a value in [0, q_len = " + std::to_string(shape.q_len) + ")",
+    throw_invalid_argument("order_index",
+                           "a value in [0, q_len = " + std::to_string(shape.q_len) + ")",
                            std::to_string(order_index));
   }
   const int64_t first = head_run_offsets[head_slot];
@@ -254,8 +261,8 @@ int64_t Plan::query_position(int64_t head_slot, int64_t order_index) const {
     if (remaining < runs[r].count) return runs[r].start + remaining * runs[r].step;
     remaining -= runs[r].count;
   }
-  fail("runs", "head slot " + std::to_string(head_slot) + " has fewer than q_len = " +
-                   std::to_string(shape.q_len) + " positions");
+  fail("runs", "head slot " + std::to_string(head_slot) +
+                   " has fewer than q_len = " + std::to_string(shape.q_len) + " positions");
 }
 
 std::vector<int64_t> Plan::query_order(int64_t head_slot) const {
@@ -281,7 +288,8 @@ std::vector<int64_t> Plan::query_order(int64_t head_slot) const {
 
 void Plan::attach_layout(const ModalityLayout& layout) {
   if (layout.length() != shape.kv_len) {
-    throw_invalid_argument("layout", "length " + std::to_string(shape.kv_len) + " (the plan's kv_len)",
+    throw_invalid_argument("layout",
+                           "length " + std::to_string(shape.kv_len) + " (the plan's kv_len)",
                            std::to_string(layout.length()));
   }
   token_modality = layout.token_types();
@@ -296,7 +304,8 @@ void Plan::validate() const {
   check_offsets("head_run_offsets", head_run_offsets, slots + 1, runs.size(), "runs");
   check_offsets("head_tile_offsets", head_tile_offsets, slots + 1, tile_count, "tiles");
   if (static_cast<int64_t>(tile_masks.size()) != tile_count) {
-    throw_invalid_argument("plan.tile_masks", std::to_string(tile_count) + " entries (one per tile)",
+    throw_invalid_argument("plan.tile_masks",
+                           std::to_string(tile_count) + " entries (one per tile)",
                            std::to_string(tile_masks.size()));
   }
   check_offsets("tile_span_offsets", tile_span_offsets, tile_count + 1, spans.size(), "spans");
@@ -339,9 +348,10 @@ PlanBuilder::PlanBuilder(PlanShape shape) {
 void PlanBuilder::begin_head(const std::vector<QueryRun>& order) {
   const auto begun = static_cast<int64_t>(plan_.head_run_offsets.size()) - 1;
   if (begun == plan_.head_slots()) {
-    throw_invalid_argument("PlanBuilder::begin_head",
-                           "at most " + std::to_string(plan_.head_slots()) + " head slots (batch × heads)",
-                           "one more");
+    throw_invalid_argument(
+        "PlanBuilder::begin_head",
+        "at most " + std::to_string(plan_.head_slots()) + " head slots (batch × heads)",
+        "one more");
   }
   plan_.runs.insert(plan_.runs.end(), order.begin(), order.end());
   plan_.head_run_offsets.push_back(static_cast<int64_t>(plan_.runs.size()));
@@ -350,7 +360,9 @@ void PlanBuilder::begin_head(const std::vector<QueryRun>& order) {
 }
 
 void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask) {
-  if (!in_head_) throw_invalid_argument("PlanBuilder::begin_tile", "a head begun with begin_head()", "none");
+  if (!in_head_) {
+    throw_invalid_argument("PlanBuilder::begin_tile", "a head begun with begin_head()", "none");
+  }
   auto found = std::find(plan_.masks.begin(), plan_.masks.end(), mask);
   if (found == plan_.masks.end()) found = plan_.masks.insert(plan_.masks.end(), mask);
   plan_.tiles.push_back({begin, end});
@@ -367,12 +379,14 @@ void PlanBuilder::add_span(int64_t begin, int64_t end) {
     throw_invalid_argument("PlanBuilder::add_span", "a tile begun with begin_tile()", "none");
   }
   if (begin < 0 || end > plan_.shape.kv_len) {
-    throw_invalid_argument("PlanBuilder::add_span",
-                           "a range inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
-                           range_string(begin, end));
+    throw_invalid_argument(
+        "PlanBuilder::add_span",
+        "a range inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
+        range_string(begin, end));
   }
   const int64_t tile_first_span = plan_.tile_span_offsets[plan_.tile_span_offsets.size() - 2];
-  if (static_cast<int64_t>(plan_.spans.size()) > tile_first_span && plan_.spans.back().end == begin) {
+  if (static_cast<int64_t>(plan_.spans.size()) > tile_first_span &&
+      plan_.spans.back().end == begin) {
     plan_.spans.back().end = static_cast<int32_t>(end);
   } else {
     plan_.spans.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end)});

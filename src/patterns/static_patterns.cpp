@@ -1,1 +1,277 @@
-// placeholder: being written
+// Static patterns as plan builders. Each one writes a head slot as uniform query tiles (split where
+// the pattern changes, so masks stay exact) with key spans and columns. The mask policy does the
+// element-wise work inside partially covered tiles: causal always, a window for A-shape.
+
+#include <algorithm>
+#include <functional>
+#include <initializer_list>
+#include <utility>
+
+#include "mmsparse/patterns.h"
+#include "mmsparse/status.h"
+#include "patterns/pattern_names.h"
+
+namespace mmsparse {
+
+namespace {
+
+// MMInference Table 2 defaults.
+constexpr int64_t kDefaultSink = 128;
+constexpr int64_t kDefaultLocal = 4096;
+constexpr int64_t kDefaultBottom = 128;
+// Tokens per frame for the SF patterns when no layout with a video gives it.
+constexpr int64_t kDefaultTokensPerFrame = 256;
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Key positions of query rows: aligned to the end of the keys, clipped to [0, kv_len].
+struct KeyGeometry {
+  const PlanShape& shape;
+  int64_t aligned(int64_t row) const { return row + shape.causal_offset(); }
+  int64_t clip(int64_t key) const { return std::clamp<int64_t>(key, 0, shape.kv_len); }
+  // One past the last key any row of [begin, end) may see causally.
+  int64_t causal_end(int64_t end) const { return clip(aligned(end - 1) + 1); }
+};
+
+// Calls tile(begin, end) for consecutive tiles of at most tile_rows rows over [first, last).
+template <class Tile>
+void for_each_tile(const PlanShape& shape, int64_t first, int64_t last, Tile&& tile) {
+  for (int64_t row = first; row < last; row += shape.tile_rows) {
+    tile(row, std::min(last, row + shape.tile_rows));
+  }
+}
+
+void check_param_names(const PatternSpec& spec, std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : spec.params) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string names;
+    for (std::string_view name : known) names += (names.empty() ? "" : ", ") + std::string(name);
+    throw_invalid_argument(spec.name, "parameters " + (names.empty() ? std::string("none") : names),
+                           "\"" + key + "\"");
+  }
+}
+
+int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t fallback,
+                      int64_t minimum) {
+  const int64_t value = spec.param(key, fallback);
+  if (value < minimum) {
+    throw_invalid_argument(spec.name + " parameter " + key, ">= " + std::to_string(minimum),
+                           std::to_string(value));
+  }
+  return value;
+}
+
+// --- Tile writers ----------------------------------------------------------------------------
+
+// Causal attention: one span per tile up to its last row's diagonal.
+void append_dense_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t first, int64_t last) {
+  const KeyGeometry keys{shape};
+  for_each_tile(shape, first, last, [&](int64_t begin, int64_t end) {
+    builder.begin_tile(begin, end);
+    builder.add_span(0, keys.causal_end(end));
+  });
+}
+
+// Sink keys [0, sink) plus a causal window of `local` keys; the window mask makes it exact.
+void append_a_shape_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t first, int64_t last,
+                          int64_t sink, int64_t local) {
+  const KeyGeometry keys{shape};
+  const MaskPolicy mask{.causal = true, .window = local, .window_sink = sink};
+  for_each_tile(shape, first, last, [&](int64_t begin, int64_t end) {
+    const int64_t keys_end = keys.causal_end(end);
+    builder.begin_tile(begin, end, mask);
+    builder.add_span(0, std::min(sink, keys_end));
+    builder.add_span(std::max(sink, keys.aligned(begin) - local + 1), keys_end);
+  });
+}
+
+// --- Patterns --------------------------------------------------------------------------------
+
+void build_dense(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape, int64_t) {
+  check_param_names(spec, {});
+  builder.begin_head();
+  append_dense_tiles(builder, shape, 0, shape.q_len);
+}
+
+void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape, int64_t) {
+  check_param_names(spec, {"sink", "local"});
+  const int64_t sink = checked_param(spec, "sink", kDefaultSink, 0);
+  const int64_t local = checked_param(spec, "local", kDefaultLocal, 1);
+  builder.begin_head();
+  append_a_shape_tiles(builder, shape, 0, shape.q_len, sink, local);
+}
+
+// A-shape, except the last `bottom` query rows attend causally to everything; they get their own
+// tiles so the split is exact.
+void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
+                     int64_t) {
+  check_param_names(spec, {"sink", "local", "bottom"});
+  const int64_t sink = checked_param(spec, "sink", kDefaultSink, 0);
+  const int64_t local = checked_param(spec, "local", kDefaultLocal, 1);
+  const int64_t bottom = checked_param(spec, "bottom", kDefaultBottom, 0);
+  const int64_t boundary = std::max<int64_t>(0, shape.q_len - bottom);
+  builder.begin_head();
+  append_a_shape_tiles(builder, shape, 0, boundary, sink, local);
+  append_dense_tiles(builder, shape, boundary, shape.q_len);
+}
+
+// Sparse Transformer "fixed": the keys of the query's own segment (causal) plus the vertical
+// columns key % vline_stride == 0. Tiles split at segment boundaries, so one span per tile is
+// exact.
+void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
+                    int64_t tokens_per_frame) {
+  check_param_names(spec, {"segment", "vline_stride"});
+  const int64_t segment = checked_param(spec, "segment", tokens_per_frame, 1);
+  const int64_t vline_stride = checked_param(spec, "vline_stride", tokens_per_frame, 1);
+  const KeyGeometry keys{shape};
+  builder.begin_head();
+  for (int64_t row = 0; row < shape.q_len;) {
+    const int64_t segment_start =
+        floor_div(keys.aligned(row), segment) * segment;  // a key position
+    const int64_t rows_end = std::min(shape.q_len, segment_start + segment - shape.causal_offset());
+    for_each_tile(shape, row, rows_end, [&](int64_t begin, int64_t end) {
+      const int64_t span_begin = keys.clip(segment_start);
+      builder.begin_tile(begin, end);
+      // Columns before the segment are left of every row's diagonal: no causal cut.
+      for (int64_t key = 0; key < span_begin; key += vline_stride) builder.add_column(key);
+      builder.add_span(span_begin, keys.causal_end(end));
+    });
+    row = rows_end;
+  }
+}
+
+// Sparse Transformer "strided": a local window plus the diagonals query - key = m * stride. Slash
+// lines become spans the way MInference converts them: per tile, a band one tile wide around each
+// diagonal, so each band is a superset of its exact diagonal (as is the local band of the window).
+void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
+                      int64_t tokens_per_frame) {
+  check_param_names(spec, {"local", "stride"});
+  const int64_t local = checked_param(spec, "local", tokens_per_frame, 1);
+  const int64_t stride = checked_param(spec, "stride", tokens_per_frame, 1);
+  const KeyGeometry keys{shape};
+  builder.begin_head();
+  std::vector<std::pair<int64_t, int64_t>> bands;
+  for_each_tile(shape, 0, shape.q_len, [&](int64_t begin, int64_t end) {
+    const int64_t first = keys.aligned(begin);
+    const int64_t last = keys.aligned(end - 1);
+    const int64_t local_begin = keys.clip(first - local + 1);
+    builder.begin_tile(begin, end);
+    bands.clear();
+    if (last >= stride) {
+      const int64_t farthest = last / stride * stride;  // largest diagonal distance with a key
+      if (end - begin >= stride) {
+        // Bands one tile wide at most `stride` apart touch: their union is one range.
+        bands.emplace_back(std::max<int64_t>(0, first - farthest), last - stride + 1);
+      } else {
+        for (int64_t distance = farthest; distance >= stride; distance -= stride) {
+          bands.emplace_back(std::max<int64_t>(0, first - distance), last - distance + 1);
+        }
+      }
+    }
+    // Ascending and clipped against the local band; merge what overlaps.
+    int64_t open_begin = -1;
+    int64_t open_end = -1;
+    for (const auto& [band_begin, band_end_unclipped] : bands) {
+      const int64_t band_end = std::min(band_end_unclipped, local_begin);
+      if (band_begin >= band_end) continue;
+      if (band_begin <= open_end) {
+        open_end = std::max(open_end, band_end);
+        continue;
+      }
+      builder.add_span(open_begin, open_end);
+      open_begin = band_begin;
+      open_end = band_end;
+    }
+    builder.add_span(open_begin, open_end);
+    builder.add_span(local_begin, keys.causal_end(end));
+  });
+}
+
+using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const PlanShape&, int64_t);
+
+struct PatternEntry {
+  PatternInfo info;
+  HeadBuilder build;
+};
+
+const std::vector<PatternEntry>& pattern_table() {
+  static const std::vector<PatternEntry> table = {
+      {{"dense", "causal attention over every key", "dense"}, build_dense},
+      {{"a-shape", "sink keys plus a local window (StreamingLLM); exact",
+        "a-shape:sink=128,local=4096"},
+       build_a_shape},
+      {{"tri-shape", "a-shape, with the last `bottom` queries attending densely (causal); exact",
+        "tri-shape:sink=128,local=4096,bottom=128"},
+       build_tri_shape},
+      {{"sf-fixed",
+        "Sparse Transformer fixed: own segment plus every vline_stride-th key; both default to "
+        "tokens per frame (256 without video); exact",
+        "sf-fixed"},
+       build_sf_fixed},
+      {{"sf-strided",
+        "Sparse Transformer strided: local window plus every stride-th diagonal, as tile-wide "
+        "bands (a superset of the lines); both default to tokens per frame (256 without video)",
+        "sf-strided"},
+       build_sf_strided},
+  };
+  return table;
+}
+
+const PatternEntry* find_pattern(std::string_view name) {
+  for (const PatternEntry& entry : pattern_table()) {
+    if (entry.info.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool is_known_pattern(std::string_view name) { return find_pattern(name) != nullptr; }
+
+std::string known_pattern_names() {
+  std::string names;
+  for (const PatternEntry& entry : pattern_table()) {
+    names += (names.empty() ? "" : ", ") + entry.info.name;
+  }
+  return names;
+}
+
+const std::vector<PatternInfo>& static_patterns() {
+  static const std::vector<PatternInfo> infos = [] {
+    std::vector<PatternInfo> list;
+    for (const PatternEntry& entry : pattern_table()) list.push_back(entry.info);
+    return list;
+  }();
+  return infos;
+}
+
+void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
+                         const ModalityLayout* layout) {
+  const PatternEntry* entry = find_pattern(spec.name);
+  if (entry == nullptr) {
+    throw_invalid_argument("pattern", "one of " + known_pattern_names(), "\"" + spec.name + "\"");
+  }
+  const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
+  entry->build(builder, spec, shape, frame_tokens > 0 ? frame_tokens : kDefaultTokensPerFrame);
+}
+
+Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                const ModalityLayout* layout) {
+  const auto count = static_cast<int64_t>(specs.size());
+  if (count != 1 && count != shape.heads) {
+    throw_invalid_argument("specs",
+                           "1 or heads = " + std::to_string(shape.heads) + " pattern specs",
+                           std::to_string(count));
+  }
+  PlanBuilder builder(shape);
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    append_pattern_head(builder, specs[count == 1 ? 0 : slot % shape.heads], shape, layout);
+  }
+  return builder.finish();
+}
+
+Plan build_plan(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout* layout) {
+  return build_plan(std::vector<PatternSpec>{spec}, shape, layout);
+}
+
+}  // namespace mmsparse

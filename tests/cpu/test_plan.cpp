@@ -1,1 +1,437 @@
-// placeholder: being written
+// The plan: validation of its invariants, the builder, and the coverage it defines.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse {
+namespace {
+
+constexpr int kRandomTrials = 20;
+
+// Checks that `action` throws Error(code) whose message contains every fragment.
+template <class Action>
+void expect_error(Action&& action, ErrorCode code, std::initializer_list<std::string> fragments) {
+  try {
+    action();
+    ADD_FAILURE() << "expected an error mentioning " << *fragments.begin();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), code) << error.what();
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
+          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
+    }
+  }
+}
+
+void expect_invalid(const Plan& plan, std::initializer_list<std::string> fragments) {
+  expect_error([&] { plan.validate(); }, ErrorCode::kInvalidArgument, fragments);
+}
+
+// Two batch elements × two heads, q_len 10, kv_len 13, tiles of at most 4 rows; head slot 1 has a
+// strided order. Every tile has a span and a column, so each mutation below has a target.
+Plan small_plan() {
+  PlanBuilder builder({.batch = 2, .heads = 2, .q_len = 10, .kv_len = 13, .tile_rows = 4});
+  for (int slot = 0; slot < 4; ++slot) {
+    if (slot == 1) {
+      builder.begin_head({{0, 5, 2}, {1, 5, 2}});
+    } else {
+      builder.begin_head();
+    }
+    for (int64_t begin : {0, 4, 8}) {
+      builder.begin_tile(begin, std::min<int64_t>(begin + 4, 10));
+      builder.add_span(4, 9);
+      builder.add_column(1);
+    }
+  }
+  return builder.finish();
+}
+
+// --- Independent definition of the coverage, element by element -------------------------------
+
+bool policy_keeps(const Plan& plan, const MaskPolicy& mask, int64_t query, int64_t key) {
+  const int64_t aligned = query + plan.shape.kv_len - plan.shape.q_len;
+  if (mask.causal && key > aligned) return false;
+  if (mask.window > 0 && key >= mask.window_sink && aligned - key >= mask.window) return false;
+  if (mask.same_media) {
+    if (aligned < 0 || plan.token_media[aligned] < 0) return false;
+    if (plan.token_media[aligned] != plan.token_media[key]) return false;
+  }
+  if (mask.modality_pairs != kAllModalityPairs) {
+    if (aligned < 0) return false;
+    const int bit = plan.token_modality[aligned] * kNumModalities + plan.token_modality[key];
+    if (((mask.modality_pairs >> bit) & 1) == 0) return false;
+  }
+  return true;
+}
+
+std::vector<uint8_t> brute_force_mask(const Plan& plan, int64_t slot) {
+  const int64_t q_len = plan.shape.q_len;
+  const int64_t kv_len = plan.shape.kv_len;
+  std::vector<int64_t> order;
+  for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
+    for (int64_t i = 0; i < plan.runs[r].count; ++i)
+      order.push_back(plan.runs[r].start + i * plan.runs[r].step);
+  }
+  if (order.empty()) {
+    order.resize(q_len);
+    std::iota(order.begin(), order.end(), 0);
+  }
+  std::vector<uint8_t> mask(q_len * kv_len, 0);
+  for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+    const MaskPolicy& policy = plan.masks[plan.tile_masks[t]];
+    std::vector<int64_t> keys;
+    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+      for (int64_t k = plan.spans[s].begin; k < plan.spans[s].end; ++k) keys.push_back(k);
+    }
+    for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+      keys.push_back(plan.columns[c]);
+    }
+    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
+      for (int64_t key : keys) {
+        if (policy_keeps(plan, policy, order[i], key)) mask[order[i] * kv_len + key] = 1;
+      }
+    }
+  }
+  return mask;
+}
+
+// --- Random valid plans ----------------------------------------------------------------------
+
+// A query order: identity, grid-like phases, or an arbitrary permutation as runs of one.
+std::vector<QueryRun> random_order(std::mt19937_64& rng, int64_t q_len) {
+  switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+    case 0: return {};
+    case 1: {
+      const int64_t stride =
+          std::uniform_int_distribution<int64_t>(1, std::max<int64_t>(1, q_len / 3))(rng);
+      std::vector<QueryRun> runs;
+      for (int64_t phase = 0; phase < std::min(stride, q_len); ++phase) {
+        runs.push_back({phase, (q_len - phase + stride - 1) / stride, stride});
+      }
+      return runs;
+    }
+    default: {
+      std::vector<int64_t> positions(q_len);
+      std::iota(positions.begin(), positions.end(), 0);
+      std::shuffle(positions.begin(), positions.end(), rng);
+      std::vector<QueryRun> runs;
+      for (int64_t position : positions) runs.push_back({position, 1, 1});
+      return runs;
+    }
+  }
+}
+
+// Random disjoint spans and columns outside them, any alignment.
+void add_random_keys(std::mt19937_64& rng, PlanBuilder& builder, int64_t kv_len) {
+  std::vector<int64_t> cuts(std::uniform_int_distribution<int>(0, 6)(rng));
+  for (int64_t& cut : cuts) cut = std::uniform_int_distribution<int64_t>(0, kv_len)(rng);
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<uint8_t> in_span(kv_len, 0);
+  for (size_t i = 0; i + 1 < cuts.size(); i += 2) {
+    builder.add_span(cuts[i], cuts[i + 1]);
+    std::fill(in_span.begin() + cuts[i], in_span.begin() + cuts[i + 1], 1);
+  }
+  for (int64_t key = 0; key < kv_len; ++key) {
+    if (!in_span[key] && std::bernoulli_distribution(0.1)(rng)) builder.add_column(key);
+  }
+}
+
+Plan random_plan(std::mt19937_64& rng, bool with_token_masks) {
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  PlanShape shape;
+  shape.batch = uniform(1, 2);
+  shape.heads = uniform(1, 3);
+  shape.q_len = uniform(1, 70);
+  shape.kv_len = shape.q_len + uniform(0, 30);
+  shape.tile_rows = uniform(1, 20);
+  const std::vector<MaskPolicy> policies = {
+      {},
+      {.causal = false},
+      {.causal = true, .window = uniform(1, 20), .window_sink = uniform(0, 6)}};
+  PlanBuilder builder(shape);
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    builder.begin_head(random_order(rng, shape.q_len));
+    for (int64_t begin = 0; begin < shape.q_len;) {
+      const int64_t end = std::min(shape.q_len, begin + uniform(1, shape.tile_rows));
+      if (std::bernoulli_distribution(0.9)(rng)) {  // some queries stay in no tile
+        builder.begin_tile(begin, end, policies[uniform(0, policies.size() - 1)]);
+        add_random_keys(rng, builder, shape.kv_len);
+      }
+      begin = end;
+    }
+  }
+  Plan plan = builder.finish();
+  if (!with_token_masks) return plan;
+  // Token masks need the token arrays first; give some tiles one of them afterwards.
+  plan.token_media.resize(shape.kv_len);
+  plan.token_modality.resize(shape.kv_len);
+  for (int64_t k = 0; k < shape.kv_len; ++k) {
+    plan.token_modality[k] = static_cast<uint8_t>(uniform(0, kNumModalities - 1));
+    plan.token_media[k] = plan.token_modality[k] == 0 ? -1 : static_cast<int32_t>(uniform(0, 2));
+  }
+  plan.masks.push_back({.same_media = true});
+  plan.masks.push_back(
+      {.causal = false, .modality_pairs = static_cast<uint16_t>(uniform(0, kAllModalityPairs))});
+  for (int32_t& mask : plan.tile_masks) {
+    if (std::bernoulli_distribution(0.5)(rng))
+      mask = static_cast<int32_t>(plan.masks.size() - uniform(1, 2));
+  }
+  plan.validate();
+  return plan;
+}
+
+// --- Tests -----------------------------------------------------------------------------------
+
+TEST(PlanValidate, AcceptsSmallPlanWithBatchAndStridedOrder) {
+  const Plan plan = small_plan();
+  EXPECT_NO_THROW(plan.validate());
+  EXPECT_EQ(plan.head_slots(), 4);
+  EXPECT_EQ(plan.query_position(1, 0), 0);
+  EXPECT_EQ(plan.query_position(1, 5), 1);
+  EXPECT_EQ(plan.query_position(1, 9), 9);
+  EXPECT_EQ(plan.query_order(1), (std::vector<int64_t>{0, 2, 4, 6, 8, 1, 3, 5, 7, 9}));
+  EXPECT_EQ(plan.query_position(0, 7), 7);
+}
+
+TEST(PlanValidate, RejectsOverlappingSpans) {
+  Plan plan = small_plan();
+  // Plan tile 3 (tile 0 of head slot 1) gets a second span overlapping its [4, 9).
+  plan.spans.insert(plan.spans.begin() + 4, KeySpan{6, 12});
+  for (size_t t = 4; t < plan.tile_span_offsets.size(); ++t) ++plan.tile_span_offsets[t];
+  expect_invalid(plan,
+                 {"plan.spans", "tile 0 of head slot 1", "overlapping spans [4, 9) and [6, 12)"});
+}
+
+TEST(PlanValidate, RejectsColumnInsideSpan) {
+  Plan plan = small_plan();
+  plan.columns[4] = 6;  // tile 1 of head slot 1
+  expect_invalid(plan, {"plan.columns", "tile 1 of head slot 1", "column 6 inside span [4, 9)"});
+}
+
+TEST(PlanValidate, RejectsDuplicateColumns) {
+  Plan plan = small_plan();
+  plan.columns.insert(plan.columns.begin() + 2, 1);  // tile 2 of head slot 0 gets column 1 twice
+  for (size_t t = 3; t < plan.tile_column_offsets.size(); ++t) ++plan.tile_column_offsets[t];
+  expect_invalid(plan, {"plan.columns", "tile 2 of head slot 0", "duplicate column 1"});
+}
+
+TEST(PlanValidate, RejectsOutOfRangeKeys) {
+  Plan plan = small_plan();
+  plan.spans[5] = {9, 14};
+  expect_invalid(plan, {"plan.spans", "tile 2 of head slot 1", "[9, 14)", "kv_len = 13"});
+  plan = small_plan();
+  plan.spans[5] = {7, 7};
+  expect_invalid(plan, {"plan.spans", "non-empty"});
+  plan = small_plan();
+  plan.columns[7] = 13;
+  expect_invalid(plan, {"plan.columns", "tile 1 of head slot 2", "column 13 outside"});
+  plan = small_plan();
+  plan.columns[0] = -1;
+  expect_invalid(plan, {"plan.columns", "column -1 outside"});
+}
+
+TEST(PlanValidate, RejectsBadTiles) {
+  Plan plan = small_plan();
+  plan.tiles[2] = {8, 11};
+  expect_invalid(plan, {"plan.tiles", "tile 2 of head slot 0", "[8, 11)", "q_len = 10"});
+  plan = small_plan();
+  plan.tiles[1] = {3, 8};
+  expect_invalid(plan, {"plan.tiles", "tile 1 of head slot 0", "more than tile_rows = 4"});
+  plan = small_plan();
+  plan.tiles[4] = {2, 6};
+  expect_invalid(
+      plan, {"plan.tiles", "tile 1 of head slot 1 [2, 6) overlaps tile 0 of head slot 1 [0, 4)"});
+  plan = small_plan();
+  plan.tile_masks[5] = 1;
+  expect_invalid(plan, {"plan.tile_masks", "tile 2 of head slot 1", "mask 1"});
+}
+
+TEST(PlanValidate, RejectsBadRuns) {
+  Plan plan = small_plan();
+  plan.runs[1] = {1, 5, 3};  // reaches query 13
+  expect_invalid(plan, {"plan.runs", "run 1 of head slot 1", "q_len = 10"});
+  plan = small_plan();
+  plan.runs[1] = {0, 5, 2};  // visits the even queries twice
+  expect_invalid(plan, {"plan.runs", "head slot 1 visits query 0 twice"});
+  plan = small_plan();
+  plan.runs[1] = {1, 4, 2};  // misses query 9
+  expect_invalid(plan, {"plan.runs", "head slot 1 visits 9 queries, expected q_len = 10"});
+  plan = small_plan();
+  plan.runs[0].step = 0;
+  expect_invalid(plan, {"plan.runs", "step > 0"});
+}
+
+TEST(PlanValidate, RejectsBadOffsets) {
+  Plan plan = small_plan();
+  plan.head_tile_offsets.pop_back();
+  expect_invalid(plan, {"plan.head_tile_offsets", "expected 5 entries, got 4"});
+  plan = small_plan();
+  plan.head_run_offsets.push_back(2);
+  expect_invalid(plan, {"plan.head_run_offsets", "expected 5 entries"});
+  plan = small_plan();
+  std::swap(plan.tile_span_offsets[2], plan.tile_span_offsets[3]);
+  expect_invalid(plan, {"plan.tile_span_offsets", "not monotone"});
+  plan = small_plan();
+  plan.tile_column_offsets.back() = 15;
+  expect_invalid(plan,
+                 {"plan.tile_column_offsets", "last entry is 15, expected 12", "plan.columns"});
+  plan = small_plan();
+  plan.tile_masks.pop_back();
+  expect_invalid(plan, {"plan.tile_masks", "one per tile"});
+  plan = small_plan();
+  plan.shape.batch = 0;
+  expect_invalid(plan, {"plan.shape.batch"});
+}
+
+TEST(PlanValidate, RequiresTokenArraysForTokenMasks) {
+  Plan plan = small_plan();
+  plan.masks.push_back({.same_media = true});
+  plan.tile_masks[3] = 1;
+  expect_invalid(
+      plan, {"plan.token_modality", "expected 13 entries", "mask 1 needs token arrays", "got 0"});
+  plan.token_modality.assign(13, 1);
+  expect_invalid(plan, {"plan.token_media", "expected 13 entries"});
+  plan.token_media.assign(13, 0);
+  EXPECT_NO_THROW(plan.validate());
+  plan.token_modality[4] = kNumModalities;
+  expect_invalid(plan, {"plan.token_modality", "entry 4"});
+  plan = small_plan();
+  plan.masks.push_back({.modality_pairs = modality_pair_bit(Modality::kText, Modality::kImage)});
+  plan.tile_masks[0] = 1;
+  expect_invalid(plan, {"plan.token_modality", "mask 1 needs token arrays"});
+}
+
+TEST(PlanValidate, RandomPlansValidateAndMutationsAreCaught) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  std::mt19937_64& rng = random.engine();
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    Plan plan = random_plan(rng, trial % 2 == 1);
+    ASSERT_NO_THROW(plan.validate());
+    // Repeat the first key of some tile's span as a column: that pair would be covered twice.
+    for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+      if (plan.tile_span_offsets[t] == plan.tile_span_offsets[t + 1]) continue;
+      const int32_t key = plan.spans[plan.tile_span_offsets[t]].begin;
+      plan.columns.insert(plan.columns.begin() + plan.tile_column_offsets[t], key);
+      for (int64_t u = t + 1; u <= plan.num_tiles(); ++u) ++plan.tile_column_offsets[u];
+      expect_invalid(plan, {"plan.columns", "inside span"});
+      break;
+    }
+  }
+}
+
+TEST(PlanCoverage, MaterializedMaskMatchesElementwiseDefinition) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  std::mt19937_64& rng = random.engine();
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const Plan plan = random_plan(rng, trial % 2 == 1);
+    SCOPED_TRACE(plan.summary());
+    for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+      const std::vector<uint8_t> expected = brute_force_mask(plan, slot);
+      ASSERT_EQ(materialize_mask(plan, slot), expected) << "head slot " << slot;
+      EXPECT_EQ(count_plan_pairs(plan, slot), std::count(expected.begin(), expected.end(), 1));
+    }
+  }
+}
+
+TEST(PlanCoverage, QueryOrderIsAPermutation) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  std::mt19937_64& rng = random.engine();
+  const Plan plan = random_plan(rng, false);
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    const std::vector<int64_t> order = plan.query_order(slot);
+    ASSERT_EQ(static_cast<int64_t>(order.size()), plan.shape.q_len);
+    for (int64_t i = 0; i < plan.shape.q_len; ++i)
+      EXPECT_EQ(plan.query_position(slot, i), order[i]);
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < plan.shape.q_len; ++i) ASSERT_EQ(sorted[i], i);
+  }
+  expect_error([&] { (void)plan.query_position(plan.head_slots(), 0); },
+               ErrorCode::kInvalidArgument, {"head_slot"});
+}
+
+TEST(PlanCoverage, WindowSinkAndBottomRightCausalAlignment) {
+  // q_len 3, kv_len 8: query i aligns with key i + 5. Window 3 with sink 1.
+  PlanBuilder builder({.q_len = 3, .kv_len = 8, .tile_rows = 4});
+  builder.begin_head();
+  builder.begin_tile(0, 3, {.window = 3, .window_sink = 1});
+  builder.add_span(0, 8);
+  const Plan plan = builder.finish();
+  const std::vector<uint8_t> expected = {
+      1, 0, 0, 1, 1, 1, 0, 0,  // query 0 -> aligned 5: sink 0, keys 3..5
+      1, 0, 0, 0, 1, 1, 1, 0,  // aligned 6
+      1, 0, 0, 0, 0, 1, 1, 1,  // aligned 7
+  };
+  EXPECT_EQ(materialize_mask(plan, 0), expected);
+  EXPECT_EQ(count_plan_pairs(plan, 0), 12);
+}
+
+TEST(PlanBuilder, MergesTouchingSpansAndDeduplicatesMasks) {
+  PlanBuilder builder({.heads = 2, .q_len = 5, .kv_len = 20, .tile_rows = 8});
+  for (int head = 0; head < 2; ++head) {
+    builder.begin_head();
+    builder.begin_tile(0, 5, {.window = 4});
+    builder.add_span(0, 3);
+    builder.add_span(3, 6);
+    builder.add_span(6, 6);  // empty: ignored
+    builder.add_span(8, 10);
+    builder.add_column(12);
+  }
+  const Plan plan = builder.finish();
+  EXPECT_EQ(plan.spans, (std::vector<KeySpan>{{0, 6}, {8, 10}, {0, 6}, {8, 10}}));
+  EXPECT_EQ(plan.masks.size(), 1u);
+  EXPECT_EQ(plan.tile_span_offsets, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(plan.head_tile_offsets, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_NE(plan.summary().find("tiles=2 spans=4 columns=2"), std::string::npos) << plan.summary();
+}
+
+TEST(PlanBuilder, ReportsMisuse) {
+  PlanBuilder builder({.heads = 1, .q_len = 4, .kv_len = 4});
+  expect_error([&] { builder.begin_tile(0, 4); }, ErrorCode::kInvalidArgument, {"begin_head"});
+  builder.begin_head();
+  expect_error([&] { builder.add_span(0, 2); }, ErrorCode::kInvalidArgument, {"begin_tile"});
+  builder.begin_tile(0, 4);
+  expect_error([&] { builder.add_span(2, 5); }, ErrorCode::kInvalidArgument,
+               {"add_span", "kv_len = 4"});
+  expect_error([&] { builder.add_column(4); }, ErrorCode::kInvalidArgument, {"add_column"});
+  expect_error([&] { builder.begin_head(); }, ErrorCode::kInvalidArgument,
+               {"begin_head", "at most 1"});
+  PlanBuilder unfinished({.heads = 3, .q_len = 4, .kv_len = 4});
+  unfinished.begin_head();
+  expect_error([&] { (void)unfinished.finish(); }, ErrorCode::kInvalidArgument,
+               {"finish", "3 head slots"});
+}
+
+TEST(PlanLayout, AttachLayoutFillsTokenArrays) {
+  const ModalityLayout layout = LayoutBuilder().text(3).image({1, 2, 2}, false).text(2).build();
+  PlanBuilder builder({.q_len = 9, .kv_len = 9, .tile_rows = 9});
+  builder.attach_layout(layout);
+  builder.begin_head();
+  builder.begin_tile(0, 9, {.same_media = true});
+  builder.add_span(0, 9);
+  const Plan plan = builder.finish();
+  EXPECT_EQ(plan.token_media, layout.token_media());
+  // Only image tokens 3..6 attend, causally, to each other.
+  EXPECT_EQ(count_plan_pairs(plan, 0), 1 + 2 + 3 + 4);
+  Plan mismatched = plan;
+  expect_error([&] { mismatched.attach_layout(ModalityLayout::text_only(5)); },
+               ErrorCode::kInvalidArgument, {"layout", "length 9"});
+}
+
+}  // namespace
+}  // namespace mmsparse
