@@ -59,7 +59,7 @@ class ModalityLayout {
 
   // From per-token type codes (0 text, 1 image, 2 video) and the grids of the images and videos in
   // order of appearance (like image_grid_thw / video_grid_thw, after merging). A video's tokens may
-  // be interrupted by text (timestamps); its frames continue across the interruption. Token counts
+  // be interrupted by text (timestamps) or images; its frames continue across the interruption. Token counts
   // must agree exactly with the grids.
   static ModalityLayout from_token_types(std::span<const uint8_t> token_types,
                                          std::span<const Grid> image_grids,

@@ -29,13 +29,21 @@ std::string indexed(std::string_view name, std::size_t index) {
 }
 
 std::string grid_string(const Grid& grid) {
-  return std::string("[").append(std::to_string(grid.t)).append(", ")
-      .append(std::to_string(grid.h)).append(", ").append(std::to_string(grid.w)).append("]");
+  return std::string("[")
+      .append(std::to_string(grid.t))
+      .append(", ")
+      .append(std::to_string(grid.h))
+      .append(", ")
+      .append(std::to_string(grid.w))
+      .append("]");
 }
 
 std::string range_string(int64_t begin, int64_t end) {
-  return std::string("[").append(std::to_string(begin)).append(", ")
-      .append(std::to_string(end)).append(")");
+  return std::string("[")
+      .append(std::to_string(begin))
+      .append(", ")
+      .append(std::to_string(end))
+      .append(")");
 }
 
 // Positive extents, t = 1 for images, and a token count that cannot overflow (grids come from
@@ -80,14 +88,15 @@ int64_t validate_segment_order(const std::vector<Segment>& segments,
                              std::to_string(segment.begin));
     }
     if (segment.end <= segment.begin) {
-      throw_invalid_argument(field + ".end", "> begin " + std::to_string(segment.begin) +
-                                                 " (segments are non-empty)",
-                             std::to_string(segment.end));
+      throw_invalid_argument(
+          field + ".end", "> begin " + std::to_string(segment.begin) + " (segments are non-empty)",
+          std::to_string(segment.end));
     }
     if (i > 0 && segment.modality == segments[i - 1].modality &&
         segment.media == segments[i - 1].media) {
-      throw_invalid_argument(field, "a different modality or media than " +
-                                        indexed("segments", i - 1) + " (segments are maximal runs)",
+      throw_invalid_argument(field,
+                             "a different modality or media than " + indexed("segments", i - 1) +
+                                 " (segments are maximal runs)",
                              "the same " + std::string(modality_name(segment.modality)) + " run");
     }
     if (segment.modality == Modality::kText) {
@@ -113,10 +122,10 @@ int64_t validate_segment_order(const std::vector<Segment>& segments,
       next_new_media = std::max(next_new_media, segment.media + 1);
       const Modality expected = media[segment.media].modality;
       if (segment.modality != expected) {
-        throw_invalid_argument(field + ".modality",
-                               std::string(modality_name(expected)) + " like " +
-                                   indexed("media", segment.media),
-                               std::string(modality_name(segment.modality)));
+        throw_invalid_argument(
+            field + ".modality",
+            std::string(modality_name(expected)) + " like " + indexed("media", segment.media),
+            std::string(modality_name(segment.modality)));
       }
     }
     position = segment.end;
@@ -143,8 +152,9 @@ std::vector<MediaSpan> validate_media_coverage(const std::vector<Segment>& segme
     MediaSpan& span = spans[segment.media];
     const int64_t frame_tokens = media[segment.media].grid.frame_tokens();
     if (segment.modality == Modality::kImage && span.tokens != 0) {
-      throw_invalid_argument(field, "one segment per image (" + indexed("media", segment.media) +
-                                        " already began at " + std::to_string(span.first) + ")",
+      throw_invalid_argument(field,
+                             "one segment per image (" + indexed("media", segment.media) +
+                                 " already began at " + std::to_string(span.first) + ")",
                              "a second segment");
     }
     if (segment.modality == Modality::kVideo && segment.length() % frame_tokens != 0) {
@@ -154,9 +164,10 @@ std::vector<MediaSpan> validate_media_coverage(const std::vector<Segment>& segme
                              std::to_string(segment.length()));
     }
     if (segment.first_frame != span.tokens / frame_tokens) {
-      throw_invalid_argument(field + ".first_frame",
-                             std::to_string(span.tokens / frame_tokens) + " (frames continue in order)",
-                             std::to_string(segment.first_frame));
+      throw_invalid_argument(
+          field + ".first_frame",
+          std::to_string(span.tokens / frame_tokens) + " (frames continue in order)",
+          std::to_string(segment.first_frame));
     }
     if (span.tokens == 0) span.first = segment.begin;
     span.tokens += segment.length();
@@ -164,19 +175,19 @@ std::vector<MediaSpan> validate_media_coverage(const std::vector<Segment>& segme
   }
   for (std::size_t m = 0; m < media.size(); ++m) {
     if (spans[m].tokens != media[m].grid.tokens()) {
-      throw_invalid_argument(indexed("media", m) + " tokens",
-                             std::to_string(media[m].grid.tokens()) + " (grid " +
-                                 grid_string(media[m].grid) + ")",
-                             std::to_string(spans[m].tokens));
+      throw_invalid_argument(
+          indexed("media", m) + " tokens",
+          std::to_string(media[m].grid.tokens()) + " (grid " + grid_string(media[m].grid) + ")",
+          std::to_string(spans[m].tokens));
     }
   }
   return spans;
 }
 
 Modality modality_at(const std::vector<Segment>& segments, int64_t position) {
-  const auto after = std::upper_bound(
-      segments.begin(), segments.end(), position,
-      [](int64_t value, const Segment& segment) { return value < segment.begin; });
+  const auto after =
+      std::upper_bound(segments.begin(), segments.end(), position,
+                       [](int64_t value, const Segment& segment) { return value < segment.begin; });
   return std::prev(after)->modality;
 }
 
@@ -190,19 +201,19 @@ void validate_marker(const std::vector<Segment>& segments, int64_t length, int64
   }
   const Modality modality = modality_at(segments, marker);
   if (modality != Modality::kText) {
-    throw_invalid_argument(field, "the position of a text token",
-                           std::string(modality_name(modality)) + " token at " +
-                               std::to_string(marker));
+    throw_invalid_argument(
+        field, "the position of a text token",
+        std::string(modality_name(modality)) + " token at " + std::to_string(marker));
   }
   if (is_start && marker >= span.first) {
-    throw_invalid_argument(field, "a position before the media's first token " +
-                                      std::to_string(span.first),
-                           std::to_string(marker));
+    throw_invalid_argument(
+        field, "a position before the media's first token " + std::to_string(span.first),
+        std::to_string(marker));
   }
   if (!is_start && marker < span.last) {
-    throw_invalid_argument(field, "a position after the media's last token " +
-                                      std::to_string(span.last - 1),
-                           std::to_string(marker));
+    throw_invalid_argument(
+        field, "a position after the media's last token " + std::to_string(span.last - 1),
+        std::to_string(marker));
   }
 }
 
@@ -243,9 +254,10 @@ void reject_unknown_keys(const Json& object, std::initializer_list<std::string_v
 }
 
 int64_t read_int(const Json& value, const std::string& field) {
-  const bool fits = value.is_number_integer() &&
-                    (!value.is_number_unsigned() ||
-                     value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  const bool fits =
+      value.is_number_integer() &&
+      (!value.is_number_unsigned() ||
+       value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
   if (!fits) throw_json_error(field, "a 64-bit integer", value.dump());
   return value.get<int64_t>();
 }
@@ -291,7 +303,9 @@ const Json& require_array(const Json& object, std::string_view key) {
 }
 
 const Json& require_object_item(const Json& array, std::size_t index, std::string_view name) {
-  if (!array[index].is_object()) throw_json_error(indexed(name, index), "an object", array[index].dump());
+  if (!array[index].is_object()) {
+    throw_json_error(indexed(name, index), "an object", array[index].dump());
+  }
   return array[index];
 }
 
@@ -374,7 +388,6 @@ class TokenTypeParser {
       segments_.push_back(Segment{Modality::kText, begin, end, kNoMedia, 0});
       return;
     }
-    require_no_open_video(modality, begin);
     if (modality == Modality::kImage) {
       add_images(begin, end);
     } else {
@@ -383,9 +396,9 @@ class TokenTypeParser {
   }
 
   ModalityLayout finish(int64_t length) {
-    require_no_open_video(Modality::kText, length);
-    require_all_used(next_image_, image_grids_.size(), "image_grids", "images");
-    require_all_used(next_video_, video_grids_.size(), "video_grids", "videos");
+    require_no_open_video(length);
+    require_all_used(next_image_, image_grids_.size(), "image_grids", "image");
+    require_all_used(next_video_, video_grids_.size(), "video_grids", "video");
     return ModalityLayout(std::move(segments_), std::move(media_));
   }
 
@@ -395,11 +408,13 @@ class TokenTypeParser {
   std::size_t next_image_ = 0;
   std::size_t next_video_ = 0;
   int64_t open_video_frames_ = 0;  // frames of video next_video_ - 1 seen so far; 0: none open
+  int32_t open_video_media_ = kNoMedia;  // its index in media_
   std::vector<Segment> segments_;
   std::vector<Media> media_;
 
-  const Grid& next_grid(std::span<const Grid> grids, std::size_t index, std::string_view grids_name,
-                        std::string_view item_name, int64_t position) {
+  static const Grid& next_grid(std::span<const Grid> grids, std::size_t index,
+                               std::string_view grids_name, std::string_view item_name,
+                               int64_t position) {
     if (index >= grids.size()) {
       throw_invalid_argument(grids_name,
                              "a grid for " + indexed(item_name, index) + " starting at token " +
@@ -409,11 +424,9 @@ class TokenTypeParser {
     return grids[index];
   }
 
-  void add_media_segment(Modality modality, const Grid& grid, int64_t begin, int64_t end,
-                         int64_t first_frame) {
-    if (first_frame == 0) media_.push_back(Media{modality, grid, kNoMarker, kNoMarker});
-    segments_.push_back(Segment{modality, begin, end, static_cast<int32_t>(media_.size() - 1),
-                                first_frame});
+  int32_t add_media(Modality modality, const Grid& grid) {
+    media_.push_back(Media{modality, grid, kNoMarker, kNoMarker});
+    return static_cast<int32_t>(media_.size() - 1);
   }
 
   // Consecutive images with no text between them are told apart by their grid sizes.
@@ -422,22 +435,25 @@ class TokenTypeParser {
       const Grid& grid = next_grid(image_grids_, next_image_, "image_grids", "image", position);
       const int64_t tokens = grid.tokens();
       if (tokens > end - position) {
-        throw_invalid_argument(indexed("image", next_image_) + " tokens",
-                               std::to_string(tokens) + " (grid " + grid_string(grid) + ")",
-                               std::to_string(end - position) + " image tokens in " +
-                                   range_string(position, end));
+        throw_invalid_argument(
+            indexed("image", next_image_) + " tokens",
+            std::to_string(tokens) + " (grid " + grid_string(grid) + ")",
+            std::to_string(end - position) + " image tokens in " + range_string(position, end));
       }
-      add_media_segment(Modality::kImage, grid, position, position + tokens, 0);
+      segments_.push_back(Segment{Modality::kImage, position, position + tokens,
+                                  add_media(Modality::kImage, grid), 0});
       ++next_image_;
       position += tokens;
     }
   }
 
-  // A video may be interrupted by text (timestamps) only between frames.
+  // A video may be interrupted between frames, by text (timestamps) or by images: its next video
+  // tokens continue it. So two videos are told apart only by their grids.
   void add_video_tokens(int64_t begin, int64_t end) {
     for (int64_t position = begin; position < end;) {
-      if (open_video_frames_ == 0) {
-        next_grid(video_grids_, next_video_, "video_grids", "video", position);
+      if (open_video_frames_ == 0) {  // opens the next video
+        const Grid& grid = next_grid(video_grids_, next_video_, "video_grids", "video", position);
+        open_video_media_ = add_media(Modality::kVideo, grid);
         ++next_video_;
       }
       const std::size_t video = next_video_ - 1;
@@ -451,32 +467,31 @@ class TokenTypeParser {
                                std::to_string(tokens) + " video tokens in " +
                                    range_string(position, position + tokens));
       }
-      add_media_segment(Modality::kVideo, grid, position, position + tokens, open_video_frames_);
+      segments_.push_back(Segment{Modality::kVideo, position, position + tokens, open_video_media_,
+                                  open_video_frames_});
       open_video_frames_ += tokens / grid.frame_tokens();
       if (open_video_frames_ == grid.t) open_video_frames_ = 0;
       position += tokens;
     }
   }
 
-  void require_no_open_video(Modality next, int64_t position) {
-    if (open_video_frames_ == 0 || next == Modality::kVideo) return;
+  void require_no_open_video(int64_t length) const {
+    if (open_video_frames_ == 0) return;
     const std::size_t video = next_video_ - 1;
     const Grid& grid = video_grids_[video];
     throw_invalid_argument(indexed("video", video) + " tokens",
                            std::to_string(grid.tokens()) + " (grid " + grid_string(grid) + ")",
-                           std::to_string(open_video_frames_ * grid.frame_tokens()) + " before " +
-                               (next == Modality::kImage ? "an image at token "
-                                                         : "the end of the sequence at ") +
-                               std::to_string(position));
+                           std::to_string(open_video_frames_ * grid.frame_tokens()) +
+                               " before the end of the sequence at " + std::to_string(length));
   }
 
   static void require_all_used(std::size_t used, std::size_t given, std::string_view grids_name,
-                               std::string_view items) {
+                               std::string_view item_name) {
     if (used != given) {
-      throw_invalid_argument(grids_name,
-                             std::to_string(used) + " grids (the " + std::string(items) +
-                                 " in token_types)",
-                             std::to_string(given));
+      throw_invalid_argument(
+          grids_name,
+          std::to_string(used) + " grids (one per " + std::string(item_name) + " in token_types)",
+          std::to_string(given));
     }
   }
 };
@@ -515,16 +530,19 @@ ModalityLayout ModalityLayout::text_only(int64_t length) {
 ModalityLayout ModalityLayout::from_token_types(std::span<const uint8_t> token_types,
                                                 std::span<const Grid> image_grids,
                                                 std::span<const Grid> video_grids) {
-  TokenTypeParser parser(image_grids, video_grids);
   const int64_t length = static_cast<int64_t>(token_types.size());
-  int64_t run_begin = 0;
+  // Codes first, so that a bad code is reported as such rather than as a run that does not fit.
   for (int64_t position = 0; position < length; ++position) {
     if (token_types[position] >= kNumModalities) {
-      throw_invalid_argument(indexed("token_types", position),
-                             "0 (text), 1 (image) or 2 (video)",
+      throw_invalid_argument(indexed("token_types", position), "0 (text), 1 (image) or 2 (video)",
                              std::to_string(token_types[position]));
     }
-    const bool run_ends = position + 1 == length || token_types[position + 1] != token_types[position];
+  }
+  TokenTypeParser parser(image_grids, video_grids);
+  int64_t run_begin = 0;
+  for (int64_t position = 0; position < length; ++position) {
+    const bool run_ends =
+        position + 1 == length || token_types[position + 1] != token_types[position];
     if (run_ends) {
       parser.add_run(static_cast<Modality>(token_types[position]), run_begin, position + 1);
       run_begin = position + 1;
@@ -619,7 +637,7 @@ LayoutBuilder& LayoutBuilder::text(int64_t length) {
 }
 
 LayoutBuilder& LayoutBuilder::image(Grid grid, bool markers) {
-  validate_grid(grid, Modality::kImage, indexed("image", media_.size()) + " grid");
+  validate_grid(grid, Modality::kImage, indexed("media", media_.size()) + ".grid");
   Media& media = media_.emplace_back(Media{Modality::kImage, grid, kNoMarker, kNoMarker});
   const auto index = static_cast<int32_t>(media_.size() - 1);
   if (markers) {
@@ -635,7 +653,7 @@ LayoutBuilder& LayoutBuilder::image(Grid grid, bool markers) {
 }
 
 LayoutBuilder& LayoutBuilder::video(Grid grid, int64_t frame_separator, bool markers) {
-  validate_grid(grid, Modality::kVideo, indexed("video", media_.size()) + " grid");
+  validate_grid(grid, Modality::kVideo, indexed("media", media_.size()) + ".grid");
   if (frame_separator < 0) {
     throw_invalid_argument("frame_separator", ">= 0", std::to_string(frame_separator));
   }
