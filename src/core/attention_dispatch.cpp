@@ -108,8 +108,7 @@ void dispatch(const char* entry_point, Device device, const CpuCall& cpu) {
                       " need the CUDA engine, which is not built yet; pass host tensors to run the "
                       "CPU reference");
   }
-  throw_invalid_argument(std::string(entry_point) + " device", "cpu or cuda",
-                         device_name(device));
+  throw_invalid_argument(std::string(entry_point) + " device", "cpu or cuda", device_name(device));
 }
 
 void check_plan(const Plan& plan, const AttentionProblem& problem) {
@@ -162,9 +161,8 @@ AttentionProblem describe_attention(const TensorView& q, const TensorView& k, co
         "a positive multiple of kv_heads = " + std::to_string(problem.kv_heads) + " (GQA)",
         std::to_string(problem.q_heads));
   }
-  problem.scale = options.scale != 0.0f
-                      ? options.scale
-                      : 1.0f / std::sqrt(static_cast<float>(problem.head_dim));
+  problem.scale = options.scale != 0.0f ? options.scale
+                                        : 1.0f / std::sqrt(static_cast<float>(problem.head_dim));
   return problem;
 }
 
@@ -182,13 +180,13 @@ void check_outputs(const AttentionProblem& problem, const TensorView& out, const
 }
 
 void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const TensorView& lse, const AttentionOptions& options) {
+                     const TensorView& out, const TensorView& lse,
+                     const AttentionOptions& options) {
   const AttentionProblem problem = describe_attention(q, k, v, options);
   check_outputs(problem, out, lse);
   if (is_empty(problem)) return;
-  dispatch("attention_dense", problem.device, [&] {
-    cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads);
-  });
+  dispatch("attention_dense", problem.device,
+           [&] { cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads); });
 }
 
 void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
@@ -221,18 +219,17 @@ void attention_masked(const TensorView& q, const TensorView& k, const TensorView
   check_shape("mask", mask, {mask.shape[0], problem.q_heads, problem.q_len, problem.kv_len},
               " ([batch or 1, q_heads, q_len, kv_len])");
   if (is_empty(problem)) return;
-  dispatch("attention_masked", problem.device, [&] {
-    cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads);
-  });
+  dispatch("attention_masked", problem.device,
+           [&] { cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads); });
 }
 
 void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
                     const TensorView& out, const TensorView& lse, const AttentionOptions& options) {
   check_options(options);
-  if (outs.empty()) throw_invalid_argument("outs", "at least one part", "0 parts");
+  if (outs.empty()) throw_invalid_argument("outs", "at least one part", "0");
   if (lses.size() != outs.size()) {
     throw_invalid_argument("lses", std::to_string(outs.size()) + " parts (one per out)",
-                           std::to_string(lses.size()) + " parts");
+                           std::to_string(lses.size()));
   }
   check_view("out", out, kAttentionDims, "[batch, q_len, heads, head_dim]");
   check_view("lse", lse, kLseDims, "[batch, heads, q_len]");
@@ -255,9 +252,8 @@ void merge_partials(std::span<const TensorView> outs, std::span<const TensorView
     check_device(lse_name, lses[p], out.device, " (the device of out)");
   }
   if (out.numel() == 0 && lse.numel() == 0) return;
-  dispatch("merge_partials", out.device, [&] {
-    cpu::merge_partials(outs, lses, out, lse, options.num_threads);
-  });
+  dispatch("merge_partials", out.device,
+           [&] { cpu::merge_partials(outs, lses, out, lse, options.num_threads); });
 }
 
 }  // namespace mmsparse

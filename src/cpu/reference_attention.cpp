@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/plan_coverage.h"
+#include "cpu/dot.h"
 
 namespace mmsparse::cpu {
 namespace {
@@ -16,21 +18,6 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 // Query rows per parallel work item: enough to amortise the per-item scratch buffers, few enough
 // that the interleaved schedule of parallel_for evens out causal rows of unequal length.
 constexpr int64_t kRowsPerItem = 16;
-
-// Independent partial sums let -O2 vectorise the dot product without reassociating a single sum.
-constexpr int kDotLanes = 8;
-
-float dot(const float* a, const float* b, int64_t n) {  // a, b [n]
-  float partial[kDotLanes] = {};
-  int64_t i = 0;
-  for (; i + kDotLanes <= n; i += kDotLanes) {
-    for (int lane = 0; lane < kDotLanes; ++lane) partial[lane] += a[i + lane] * b[i + lane];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (float value : partial) sum += value;
-  return sum;
-}
 
 // One KV head of one batch element, converted once to contiguous fp32 so that the inner loops run
 // over contiguous floats whatever the input dtype and strides.
@@ -145,56 +132,33 @@ void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const
   }
 }
 
-// A tile's mask policy evaluated on one (query, key) pair. The query is given at its aligned
-// position (query + kv_len - q_len), where the causal diagonal and the token arrays are indexed.
-class PairMask {
- public:
-  PairMask(const Plan& plan, const MaskPolicy& policy) : plan_(plan), policy_(policy) {}
-
-  bool allows(int64_t aligned_query, int64_t key) const {
-    if (policy_.causal && key > aligned_query) return false;
-    if (policy_.window > 0 && key >= policy_.window_sink && aligned_query - key >= policy_.window) {
-      return false;
-    }
-    if (!policy_.needs_token_arrays()) return true;
-    // Without causal alignment a query may precede every key (kv_len < q_len): it has no token
-    // entry to compare, so token-based policies cannot admit it.
-    if (aligned_query < 0 || aligned_query >= plan_.shape.kv_len) return false;
-    if (policy_.same_media) {
-      const int32_t media = plan_.token_media[aligned_query];
-      if (media < 0 || media != plan_.token_media[key]) return false;
-    }
-    const auto query_modality = static_cast<Modality>(plan_.token_modality[aligned_query]);
-    const auto key_modality = static_cast<Modality>(plan_.token_modality[key]);
-    return (policy_.modality_pairs & modality_pair_bit(query_modality, key_modality)) != 0;
+// For one head slot: the tile holding each original query position, -1 for rows in no tile
+// (validate() guarantees tiles do not overlap, so a row has at most one).
+std::vector<int64_t> tile_of_rows(const Plan& plan, int64_t slot) {  // -> [q_len]
+  std::vector<int64_t> tile_of(static_cast<std::size_t>(plan.shape.q_len), -1);
+  const std::vector<int64_t> order = plan.query_order(slot);
+  for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tile_of[order[i]] = t;
   }
+  return tile_of;
+}
 
- private:
-  const Plan& plan_;
-  const MaskPolicy& policy_;
-};
-
-// For one head slot: the tiles covering each original query position, in CSR form. Usually one
-// tile per row; a row in several tiles attends to the union of their pairs.
-struct RowTiles {
-  std::vector<int64_t> offsets;  // [q_len + 1] into tiles
-  std::vector<int64_t> tiles;    // plan tile indices
-
-  RowTiles(const Plan& plan, int64_t slot) : offsets(static_cast<std::size_t>(plan.shape.q_len) + 1, 0) {
-    const std::vector<int64_t> order = plan.query_order(slot);
-    const int64_t first = plan.head_tile_offsets[slot];
-    const int64_t last = plan.head_tile_offsets[slot + 1];
-    for (int64_t t = first; t < last; ++t) {
-      for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) ++offsets[order[i] + 1];
-    }
-    for (std::size_t p = 1; p < offsets.size(); ++p) offsets[p] += offsets[p - 1];
-    tiles.resize(static_cast<std::size_t>(offsets.back()));
-    std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
-    for (int64_t t = first; t < last; ++t) {
-      for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tiles[fill[order[i]]++] = t;
-    }
+// Offers the row every key that tile `t` covers for the query at original `position`: its spans
+// and columns, restricted by the tile's mask policy. The mask semantics have one definition
+// (core/plan_coverage.h), shared with materialize_mask and count_plan_pairs.
+void offer_tile_keys(const Plan& plan, int64_t t, int64_t position, RowAttention& row) {
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  const auto offer = [&](int64_t begin, int64_t end) {
+    for (int64_t key = begin; key < end; ++key) row.add_key(key);
+  };
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    detail::for_each_kept_range(plan, mask, position, plan.spans[s].begin, plan.spans[s].end,
+                                offer);
   }
-};
+  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+    detail::for_each_kept_range(plan, mask, position, plan.columns[c], plan.columns[c] + 1, offer);
+  }
+}
 
 }  // namespace
 
@@ -205,8 +169,9 @@ void attention_dense(const AttentionProblem& problem, const TensorView& q, const
   attend_all_rows(problem, q, k, v, out, lse, num_threads,
                   [&](int64_t, int64_t, int64_t position, RowAttention& row) {
                     const int64_t visible =
-                        problem.causal ? std::clamp<int64_t>(position + offset + 1, 0, problem.kv_len)
-                                       : problem.kv_len;
+                        problem.causal
+                            ? std::clamp<int64_t>(position + offset + 1, 0, problem.kv_len)
+                            : problem.kv_len;
                     for (int64_t key = 0; key < visible; ++key) row.add_key(key);
                   });
 }
@@ -214,36 +179,16 @@ void attention_dense(const AttentionProblem& problem, const TensorView& q, const
 void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
                        const TensorView& k, const TensorView& v, const TensorView& out,
                        const TensorView& lse, int num_threads) {
+  std::vector<std::vector<int64_t>> tile_of;  // [head_slots][q_len]
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    tile_of.push_back(tile_of_rows(plan, slot));
+  }
   const bool broadcast = plan.shape.batch == 1;
-  const int64_t slots = plan.head_slots();
-  std::vector<RowTiles> row_tiles;
-  row_tiles.reserve(static_cast<std::size_t>(slots));
-  for (int64_t slot = 0; slot < slots; ++slot) row_tiles.emplace_back(plan, slot);
-
-  const int64_t offset = problem.causal_offset();
   attend_all_rows(problem, q, k, v, out, lse, num_threads,
                   [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
                     const int64_t slot = (broadcast ? 0 : b) * plan.shape.heads + head;
-                    const RowTiles& covering = row_tiles[slot];
-                    const int64_t aligned = position + offset;
-                    for (int64_t n = covering.offsets[position]; n < covering.offsets[position + 1];
-                         ++n) {
-                      const int64_t t = covering.tiles[n];
-                      const PairMask mask(plan, plan.masks[plan.tile_masks[t]]);
-                      const auto offer = [&](int64_t key) {
-                        if (mask.allows(aligned, key)) row.add_key(key);
-                      };
-                      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1];
-                           ++s) {
-                        for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) {
-                          offer(key);
-                        }
-                      }
-                      for (int64_t c = plan.tile_column_offsets[t];
-                           c < plan.tile_column_offsets[t + 1]; ++c) {
-                        offer(plan.columns[c]);
-                      }
-                    }
+                    const int64_t t = tile_of[slot][position];
+                    if (t >= 0) offer_tile_keys(plan, t, position, row);
                   });
 }
 

@@ -21,8 +21,8 @@ void attention_dense(const AttentionProblem& problem, const TensorView& q, const
                      int num_threads);
 
 // Exactly the pairs the plan covers (its tiles, spans, columns and mask policies). A plan of
-// batch 1 serves every batch element. Rows in no tile get O = 0 and LSE = -inf; a row in several
-// tiles attends to the union of their pairs.
+// batch 1 serves every batch element. Rows in no tile get O = 0 and LSE = -inf. The plan must be
+// valid (Plan::validate).
 void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
                        const TensorView& k, const TensorView& v, const TensorView& out,
                        const TensorView& lse, int num_threads);
