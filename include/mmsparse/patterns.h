@@ -35,6 +35,10 @@ struct PatternInfo {
 };
 const std::vector<PatternInfo>& static_patterns();
 
+// The spec with every parameter the pattern takes, defaults filled in (from the layout where a
+// default depends on it); unknown patterns or parameters throw naming them.
+PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout = nullptr);
+
 // Appends one head slot built from `spec` to the builder (begin_head + tiles).
 void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
                          const ModalityLayout* layout);

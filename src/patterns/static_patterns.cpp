@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <initializer_list>
 #include <utility>
 
@@ -41,19 +42,9 @@ void for_each_tile(const PlanShape& shape, int64_t first, int64_t last, Tile&& t
   }
 }
 
-void check_param_names(const PatternSpec& spec, std::initializer_list<std::string_view> known) {
-  for (const auto& [key, value] : spec.params) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string names;
-    for (std::string_view name : known) names += (names.empty() ? "" : ", ") + std::string(name);
-    throw_invalid_argument(spec.name, "parameters " + (names.empty() ? std::string("none") : names),
-                           "\"" + key + "\"");
-  }
-}
-
-int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t fallback,
-                      int64_t minimum) {
-  const int64_t value = spec.param(key, fallback);
+// Reads a parameter of a resolved spec (resolve_pattern filled every default in).
+int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t minimum) {
+  const int64_t value = spec.params.at(key);
   if (value < minimum) {
     throw_invalid_argument(spec.name + " parameter " + key, ">= " + std::to_string(minimum),
                            std::to_string(value));
@@ -87,28 +78,24 @@ void append_a_shape_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t 
 
 // --- Patterns --------------------------------------------------------------------------------
 
-void build_dense(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape, int64_t) {
-  check_param_names(spec, {});
+void build_dense(PlanBuilder& builder, const PatternSpec&, const PlanShape& shape) {
   builder.begin_head();
   append_dense_tiles(builder, shape, 0, shape.q_len);
 }
 
-void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape, int64_t) {
-  check_param_names(spec, {"sink", "local"});
-  const int64_t sink = checked_param(spec, "sink", kDefaultSink, 0);
-  const int64_t local = checked_param(spec, "local", kDefaultLocal, 1);
+void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+  const int64_t sink = checked_param(spec, "sink", 0);
+  const int64_t local = checked_param(spec, "local", 1);
   builder.begin_head();
   append_a_shape_tiles(builder, shape, 0, shape.q_len, sink, local);
 }
 
 // A-shape, except the last `bottom` query rows attend causally to everything; they get their own
 // tiles so the split is exact.
-void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
-                     int64_t) {
-  check_param_names(spec, {"sink", "local", "bottom"});
-  const int64_t sink = checked_param(spec, "sink", kDefaultSink, 0);
-  const int64_t local = checked_param(spec, "local", kDefaultLocal, 1);
-  const int64_t bottom = checked_param(spec, "bottom", kDefaultBottom, 0);
+void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+  const int64_t sink = checked_param(spec, "sink", 0);
+  const int64_t local = checked_param(spec, "local", 1);
+  const int64_t bottom = checked_param(spec, "bottom", 0);
   const int64_t boundary = std::max<int64_t>(0, shape.q_len - bottom);
   builder.begin_head();
   append_a_shape_tiles(builder, shape, 0, boundary, sink, local);
@@ -118,11 +105,9 @@ void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanSh
 // Sparse Transformer "fixed": the keys of the query's own segment (causal) plus the vertical
 // columns key % vline_stride == 0. Tiles split at segment boundaries, so one span per tile is
 // exact.
-void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
-                    int64_t tokens_per_frame) {
-  check_param_names(spec, {"segment", "vline_stride"});
-  const int64_t segment = checked_param(spec, "segment", tokens_per_frame, 1);
-  const int64_t vline_stride = checked_param(spec, "vline_stride", tokens_per_frame, 1);
+void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+  const int64_t segment = checked_param(spec, "segment", 1);
+  const int64_t vline_stride = checked_param(spec, "vline_stride", 1);
   const KeyGeometry keys{shape};
   builder.begin_head();
   for (int64_t row = 0; row < shape.q_len;) {
@@ -143,11 +128,9 @@ void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanSha
 // Sparse Transformer "strided": a local window plus the diagonals query - key = m * stride. Slash
 // lines become spans the way MInference converts them: per tile, a band one tile wide around each
 // diagonal, so each band is a superset of its exact diagonal (as is the local band of the window).
-void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
-                      int64_t tokens_per_frame) {
-  check_param_names(spec, {"local", "stride"});
-  const int64_t local = checked_param(spec, "local", tokens_per_frame, 1);
-  const int64_t stride = checked_param(spec, "stride", tokens_per_frame, 1);
+void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+  const int64_t local = checked_param(spec, "local", 1);
+  const int64_t stride = checked_param(spec, "stride", 1);
   const KeyGeometry keys{shape};
   builder.begin_head();
   std::vector<std::pair<int64_t, int64_t>> bands;
@@ -187,32 +170,44 @@ void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanS
   });
 }
 
-using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const PlanShape&, int64_t);
+using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const PlanShape&);
+using Params = std::map<std::string, int64_t>;
+// A pattern's default parameters; the SF patterns default to the layout's tokens per frame.
+using DefaultParams = Params (*)(int64_t tokens_per_frame);
 
 struct PatternEntry {
   PatternInfo info;
   HeadBuilder build;
+  DefaultParams defaults;
 };
+
+Params no_params(int64_t) { return {}; }
+Params a_shape_params(int64_t) { return {{"sink", kDefaultSink}, {"local", kDefaultLocal}}; }
+Params tri_shape_params(int64_t) {
+  return {{"sink", kDefaultSink}, {"local", kDefaultLocal}, {"bottom", kDefaultBottom}};
+}
+Params sf_fixed_params(int64_t frame) { return {{"segment", frame}, {"vline_stride", frame}}; }
+Params sf_strided_params(int64_t frame) { return {{"local", frame}, {"stride", frame}}; }
 
 const std::vector<PatternEntry>& pattern_table() {
   static const std::vector<PatternEntry> table = {
-      {{"dense", "causal attention over every key", "dense"}, build_dense},
+      {{"dense", "causal attention over every key", "dense"}, build_dense, no_params},
       {{"a-shape", "sink keys plus a local window (StreamingLLM); exact",
         "a-shape:sink=128,local=4096"},
-       build_a_shape},
+       build_a_shape, a_shape_params},
       {{"tri-shape", "a-shape, with the last `bottom` queries attending densely (causal); exact",
         "tri-shape:sink=128,local=4096,bottom=128"},
-       build_tri_shape},
+       build_tri_shape, tri_shape_params},
       {{"sf-fixed",
         "Sparse Transformer fixed: own segment plus every vline_stride-th key; both default to "
         "tokens per frame (256 without video); exact",
         "sf-fixed"},
-       build_sf_fixed},
+       build_sf_fixed, sf_fixed_params},
       {{"sf-strided",
         "Sparse Transformer strided: local window plus every stride-th diagonal, as tile-wide "
         "bands (a superset of the lines); both default to tokens per frame (256 without video)",
         "sf-strided"},
-       build_sf_strided},
+       build_sf_strided, sf_strided_params},
   };
   return table;
 }
@@ -245,14 +240,35 @@ const std::vector<PatternInfo>& static_patterns() {
   return infos;
 }
 
+const PatternEntry& known_pattern(std::string_view name) {
+  const PatternEntry* entry = find_pattern(name);
+  if (entry == nullptr) {
+    throw_invalid_argument("pattern", "one of " + known_pattern_names(),
+                           "\"" + std::string(name) + "\"");
+  }
+  return *entry;
+}
+
+PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout) {
+  const PatternEntry& entry = known_pattern(spec.name);
+  const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
+  PatternSpec resolved{spec.name, entry.defaults(frame_tokens > 0 ? frame_tokens
+                                                                  : kDefaultTokensPerFrame)};
+  for (const auto& [key, value] : spec.params) {
+    if (resolved.params.count(key) == 0) {
+      std::string names;
+      for (const auto& known : resolved.params) names += (names.empty() ? "" : ", ") + known.first;
+      throw_invalid_argument(spec.name, "parameters " + (names.empty() ? "none" : names),
+                             "\"" + key + "\"");
+    }
+    resolved.params[key] = value;
+  }
+  return resolved;
+}
+
 void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
                          const ModalityLayout* layout) {
-  const PatternEntry* entry = find_pattern(spec.name);
-  if (entry == nullptr) {
-    throw_invalid_argument("pattern", "one of " + known_pattern_names(), "\"" + spec.name + "\"");
-  }
-  const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
-  entry->build(builder, spec, shape, frame_tokens > 0 ? frame_tokens : kDefaultTokensPerFrame);
+  known_pattern(spec.name).build(builder, resolve_pattern(spec, layout), shape);
 }
 
 Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,

@@ -172,6 +172,18 @@ TEST(StaticPatterns, DefaultsFollowTheLayoutsFrameSize) {
   }
 }
 
+TEST(StaticPatterns, ResolveFillsEveryDefaultAndKeepsGivenValues) {
+  const ModalityLayout layout = LayoutBuilder().text(5).video({3, 4, 6}).text(7).build();
+  const PatternSpec fixed = resolve_pattern(PatternSpec::parse("sf-fixed:segment=10"), &layout);
+  EXPECT_EQ(fixed.params.at("segment"), 10);
+  EXPECT_EQ(fixed.params.at("vline_stride"), 24);  // the video's 4 x 6 tokens per frame
+  const PatternSpec tri = resolve_pattern(PatternSpec::parse("tri-shape:local=512"));
+  EXPECT_EQ(tri.to_string(), "tri-shape:bottom=128,local=512,sink=128");
+  EXPECT_TRUE(resolve_pattern(PatternSpec::parse("dense")).params.empty());
+  EXPECT_THROW(resolve_pattern(PatternSpec::parse("sf-strided:width=3")), Error);
+  EXPECT_THROW(resolve_pattern(PatternSpec::parse("grid")), Error);
+}
+
 TEST(StaticPatterns, EveryDefaultSpecBuilds) {
   const PlanShape shape{.batch = 2, .heads = 3, .q_len = 77, .kv_len = 90, .tile_rows = 32};
   ASSERT_EQ(static_patterns().size(), kPatternNames.size());
@@ -218,7 +230,7 @@ TEST(StaticPatterns, RejectsBadParameters) {
   expect_error(build("sf-strided:stride=0"), ErrorCode::kInvalidArgument,
                {"sf-strided parameter stride"});
   expect_error(build("a-shape:width=3"), ErrorCode::kInvalidArgument,
-               {"a-shape", "sink, local", "\"width\""});
+               {"a-shape", "local, sink", "\"width\""});
   expect_error(build("dense:sink=1"), ErrorCode::kInvalidArgument, {"dense", "none", "\"sink\""});
   expect_error(build("b-shape"), ErrorCode::kInvalidArgument,
                {"pattern", "dense, a-shape, tri-shape, sf-fixed, sf-strided", "\"b-shape\""});

@@ -58,10 +58,11 @@ PatternSpec scaled_default(const PatternInfo& info, int64_t seq_len) {
   return spec;
 }
 
-std::vector<PatternRun> pattern_runs(const BenchFlags& flags, int64_t seq_len, int64_t heads) {
+std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const ModalityLayout& layout,
+                                     int64_t heads) {
   std::vector<PatternRun> runs;
   for (const std::string& text : flags.patterns) {
-    PatternSpec spec = PatternSpec::parse(text);
+    const PatternSpec spec = resolve_pattern(PatternSpec::parse(text), &layout);
     runs.push_back({spec.name, spec.to_string(), {spec}});
   }
   if (!flags.config_path.empty()) {
@@ -76,7 +77,7 @@ std::vector<PatternRun> pattern_runs(const BenchFlags& flags, int64_t seq_len, i
   if (runs.empty()) {
     for (const PatternInfo& info : static_patterns()) {
       if (info.name == "dense") continue;
-      PatternSpec spec = scaled_default(info, seq_len);
+      const PatternSpec spec = resolve_pattern(scaled_default(info, layout.length()), &layout);
       runs.push_back({spec.name, spec.to_string(), {spec}});
     }
   }
@@ -143,7 +144,7 @@ int run_bench(const BenchFlags& flags) {
   }
   progress.done(fmt::format("mean {:.2f}%", 100.0 * mean_of(oracle)));
 
-  const std::vector<PatternRun> runs = pattern_runs(flags, seq_len, heads);
+  const std::vector<PatternRun> runs = pattern_runs(flags, workload.layout(), heads);
   progress.step(fmt::format("{} sparse patterns", runs.size()));
   std::vector<PatternResult> results;
   for (const PatternRun& run : runs) {
