@@ -29,7 +29,7 @@ std::string_view head_behaviour_name(HeadBehaviour behaviour);
 
 struct WorkloadSpec {
   std::string preset = "video-qwen2.5vl-128k";
-  int64_t seq_len = 0;   // 0: the preset's length; otherwise the layout is scaled to about this
+  int64_t seq_len = 0;   // 0: the preset's length; otherwise the layout is scaled to exactly this
   int64_t q_heads = 0;   // 0: preset default (28)
   int64_t kv_heads = 0;  // 0: preset default (4)
   int64_t head_dim = 0;  // 0: preset default (128)

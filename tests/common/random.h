@@ -35,8 +35,8 @@ void for_each_offset(const TensorView& view, Visit visit) {
 }
 
 // An attention operand whose memory is [batch, heads, seq, dim] but whose view is the API's
-// [batch, seq, heads, dim]: the usual "transposed" layout of frameworks, i.e. non-contiguous strides.
-// Move-only: a copy would leave `view` pointing at the original storage.
+// [batch, seq, heads, dim]: the usual "transposed" layout of frameworks, i.e. non-contiguous
+// strides. Move-only: a copy would leave `view` pointing at the original storage.
 struct StridedTensor {
   StridedTensor(DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim)
       : storage(dtype, {batch, heads, seq, dim}), view(storage.view()) {
@@ -76,9 +76,8 @@ class Random {
 
   // Fills a host view of a floating dtype (any strides) with N(mean, stddev), rounded to its dtype.
   void fill_normal(const TensorView& view, float mean = 0.0f, float stddev = 1.0f) {
-    for_each_offset(view, [&](int64_t, int64_t offset) {
-      store_float(view, offset, normal(mean, stddev));
-    });
+    for_each_offset(
+        view, [&](int64_t, int64_t offset) { store_float(view, offset, normal(mean, stddev)); });
   }
 
   Tensor normal_tensor(DType dtype, std::vector<int64_t> shape, float stddev = 1.0f) {
