@@ -8,31 +8,20 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/errors.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse {
 namespace {
 
+using testing::expect_error;
+
 constexpr int kRandomTrials = 20;
 constexpr int64_t kMInferenceBlock = 64;
 
 int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-}
-
-template <class Action>
-void expect_error(Action&& action, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "expected an error mentioning " << *fragments.begin();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-    }
-  }
 }
 
 void expect_same_masks(const Plan& expected, const Plan& actual) {

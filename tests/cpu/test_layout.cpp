@@ -9,28 +9,20 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/errors.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse {
 namespace {
 
+using testing::capture_error;
+
 using ::testing::HasSubstr;
 
 constexpr auto kText = Modality::kText;
 constexpr auto kImage = Modality::kImage;
 constexpr auto kVideo = Modality::kVideo;
-
-template <class Function>
-Error capture_error(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error";
-  return Error(ErrorCode::kBackendError, "no error was thrown");
-}
 
 void append(std::vector<uint8_t>& types, Modality modality, int64_t count) {
   types.insert(types.end(), static_cast<std::size_t>(count), static_cast<uint8_t>(modality));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/errors.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
@@ -16,22 +17,9 @@
 namespace mmsparse {
 namespace {
 
-constexpr int kRandomTrials = 20;
+using testing::expect_error;
 
-// Checks that `action` throws Error(code) whose message contains every fragment.
-template <class Action>
-void expect_error(Action&& action, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "expected an error mentioning " << *fragments.begin();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-    }
-  }
-}
+constexpr int kRandomTrials = 20;
 
 void expect_invalid(const Plan& plan, std::initializer_list<std::string> fragments) {
   expect_error([&] { plan.validate(); }, ErrorCode::kInvalidArgument, fragments);

@@ -13,27 +13,19 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/errors.h"
 #include "mmsparse/io.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse {
 namespace {
 
+using testing::capture_error;
+
 using ::testing::HasSubstr;
 
 constexpr int kLengthBytes = 8;  // the u64 little-endian header length
 constexpr int kBitsPerByte = 8;
-
-template <class Function>
-Error capture_error(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error";
-  return Error(ErrorCode::kBackendError, "no error was thrown");
-}
 
 void append_little_endian(std::string& bytes, uint64_t value, int size) {
   for (int i = 0; i < size; ++i) bytes.push_back(static_cast<char>(value >> (kBitsPerByte * i)));

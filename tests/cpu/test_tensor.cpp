@@ -10,24 +10,16 @@
 #include <vector>
 
 #include "common/random.h"
+#include "common/errors.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tensor.h"
 
 namespace mmsparse {
 namespace {
 
-using ::testing::HasSubstr;
+using testing::capture_error;
 
-template <class Function>
-Error capture_error(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error";
-  return Error(ErrorCode::kBackendError, "no error was thrown");
-}
+using ::testing::HasSubstr;
 
 // A 16-bit IEEE-style float format, decoded here from its definition so that the library's
 // conversions are checked against something they do not share code with.

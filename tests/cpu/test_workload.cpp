@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/status.h"
 #include "mmsparse/workload.h"
@@ -20,20 +21,11 @@
 namespace mmsparse {
 namespace {
 
+using testing::capture_error;
+
 using ::testing::HasSubstr;
 
 constexpr const char* kVideoPreset = "video-qwen2.5vl-128k";
-
-template <class Function>
-Error capture_error(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error";
-  return Error(ErrorCode::kBackendError, "no error was thrown");
-}
 
 WorkloadSpec small_spec(const std::string& preset, int64_t seq_len, uint64_t seed = 0) {
   WorkloadSpec spec;
