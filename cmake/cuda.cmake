@@ -23,6 +23,11 @@ if(MMSPARSE_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(mmsparse_cuda STATIC
     src/cuda/device_query.cu
+    src/cuda/device_plan.cu
+    src/cuda/attention_engine.cu
+    src/cuda/attention_bf16.cu
+    src/cuda/attention_fp16.cu
+    src/cuda/merge.cu
   )
   target_include_directories(mmsparse_cuda PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(mmsparse_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -1,0 +1,146 @@
+#pragma once
+// A tile's MaskPolicy as seen by one warp: which chunks it can skip, which need no element mask at
+// all, and the element mask for the rest. The pair semantics are those of the CPU reference
+// (src/cpu/reference_attention.cpp, PairMask): the query is taken at its aligned position
+// (query + kv_len - q_len), where the causal diagonal and the token arrays are indexed.
+
+#include <cstdint>
+#include <cuda/std/limits>
+
+#include "cuda/attention_params.cuh"
+#include "cuda/attention_traits.cuh"
+#include "cuda/key_chunks.cuh"
+
+namespace mmsparse::cuda {
+
+enum class ChunkCoverage {
+  kNone,     // the mask removes every pair of the warp's rows: skip the chunk
+  kPartial,  // some pairs are removed (or the chunk is not full): apply the element mask
+  kFull,     // every pair is kept: no element mask
+};
+
+template <class Traits>
+class TileMask {
+ public:
+  // Rows of the warp held by this thread, in the MMA accumulator layout: lane / 4 and lane / 4 + 8.
+  static constexpr int kRowsPerThread = 2;
+  static constexpr int kRowHalf = Traits::kMmaM / kRowsPerThread;
+  static constexpr int kThreadsPerRow = 4;  // lanes sharing one accumulator row
+
+  __device__ TileMask(const TileWork& work, const AttentionParams& params,
+                      const int32_t* row_positions /* [kBlockM] shared */, int warp, int lane)
+      : policy_(work.mask) {
+    constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
+    constexpr int32_t kMinInt = ::cuda::std::numeric_limits<int32_t>::min();
+    int32_t lowest = kMaxInt;
+    int32_t highest = kMinInt;
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int32_t position =
+          row_positions[warp * Traits::kMmaM + lane / kThreadsPerRow + r * kRowHalf];
+      const bool valid = position != kNoRow;
+      aligned_[r] = position + work.causal_offset;
+      query_tokens_[r] = kNoToken;
+      if (valid && policy_.needs_tokens && aligned_[r] >= 0 && aligned_[r] < params.kv_len) {
+        query_tokens_[r] = params.plan.token_info[aligned_[r]];
+      }
+      if (valid) {
+        lowest = min(lowest, aligned_[r]);
+        highest = max(highest, aligned_[r]);
+      }
+    }
+    // Bounds over the warp's valid rows; a warp with none gets lowest > highest.
+    row_lowest_ = __reduce_min_sync(kFullWarpMask, lowest);
+    row_highest_ = __reduce_max_sync(kFullWarpMask, highest);
+  }
+
+  __device__ bool has_rows() const { return row_lowest_ <= row_highest_; }
+
+  // Warp-uniform: how the policy treats the chunk for the warp's rows. Conservative: kPartial may
+  // be returned for a chunk that needs no mask, never kFull or kNone wrongly.
+  __device__ ChunkCoverage classify(const KeyChunk& chunk,
+                                    const int32_t* key_positions /* [kBlockN] */, int lane) const {
+    int32_t key_lowest = static_cast<int32_t>(chunk.first);
+    int32_t key_highest = key_lowest + chunk.count - 1;
+    if (chunk.from_columns) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
+
+    const bool windowed = policy_.window > 0;
+    if (policy_.causal && key_lowest > row_highest_) return ChunkCoverage::kNone;
+    if (windowed && key_lowest >= policy_.window_sink &&
+        row_lowest_ - key_highest >= policy_.window) {
+      return ChunkCoverage::kNone;
+    }
+    if (chunk.count < Traits::kBlockN || policy_.needs_tokens) return ChunkCoverage::kPartial;
+    if (policy_.causal && key_highest > row_lowest_) return ChunkCoverage::kPartial;
+    if (windowed && key_highest >= policy_.window_sink &&
+        row_highest_ - key_lowest >= policy_.window) {
+      return ChunkCoverage::kPartial;
+    }
+    return ChunkCoverage::kFull;
+  }
+
+  // Sets the scores of removed pairs and of empty chunk slots to -inf.
+  __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
+                        const int32_t* key_positions /* [kBlockN] */,
+                        const int32_t* key_tokens /* [kBlockN] */, int lane) const {
+    constexpr float kRemoved = -::cuda::std::numeric_limits<float>::infinity();
+#pragma unroll
+    for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int slot = tile * Traits::kMmaN + lane % kThreadsPerRow * 2 + e % 2;
+        const int row = e / 2;
+        if (slot >= chunk.count) {
+          scores[tile][e] = kRemoved;
+          continue;
+        }
+        const int32_t key_token = policy_.needs_tokens ? key_tokens[slot] : kNoToken;
+        if (!allows(row, key_positions[slot], key_token)) scores[tile][e] = kRemoved;
+      }
+    }
+  }
+
+ private:
+  // Lowest and highest key of a column chunk, reduced over the warp.
+  __device__ static void key_bounds(const KeyChunk& chunk, const int32_t* key_positions, int lane,
+                                    int32_t& lowest, int32_t& highest) {
+    constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
+    constexpr int32_t kMinInt = ::cuda::std::numeric_limits<int32_t>::min();
+    int32_t low = kMaxInt;
+    int32_t high = kMinInt;
+#pragma unroll
+    for (int i = 0; i < Traits::kBlockN / kWarpSize; ++i) {
+      const int slot = lane + i * kWarpSize;
+      if (slot < chunk.count) {
+        low = min(low, key_positions[slot]);
+        high = max(high, key_positions[slot]);
+      }
+    }
+    lowest = __reduce_min_sync(kFullWarpMask, low);
+    highest = __reduce_max_sync(kFullWarpMask, high);
+  }
+
+  __device__ bool allows(int row, int32_t key, int32_t key_token) const {
+    const int32_t aligned = aligned_[row];
+    if (policy_.causal && key > aligned) return false;
+    if (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window)
+      return false;
+    if (!policy_.needs_tokens) return true;
+    const int32_t query_token = query_tokens_[row];
+    if (query_token == kNoToken) return false;
+    if (policy_.same_media) {
+      const int32_t media = token_media(query_token);
+      if (media < 0 || media != token_media(key_token)) return false;
+    }
+    const int bit = token_modality(query_token) * kNumModalities + token_modality(key_token);
+    return ((policy_.modality_pairs >> bit) & 1u) != 0;
+  }
+
+  MaskRecord policy_;
+  int32_t aligned_[kRowsPerThread];       // aligned positions of this thread's rows
+  int32_t query_tokens_[kRowsPerThread];  // their packed tokens, kNoToken when unreadable
+  int32_t row_lowest_;                    // bounds of the warp's valid aligned positions
+  int32_t row_highest_;
+};
+
+}  // namespace mmsparse::cuda

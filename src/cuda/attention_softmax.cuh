@@ -1,0 +1,108 @@
+#pragma once
+// Online softmax over key chunks in the exp2 domain (scores pre-multiplied by scale·log2(e), so
+// each exponential is one ex2). Per thread: the two accumulator rows it holds (lane / 4 and
+// lane / 4 + 8 of the warp's 16); the four lanes of a row share its maximum through shuffles and
+// keep partial sums that are combined once, in finish().
+
+#include <cuda/std/limits>
+
+#include "cuda/ptx_primitives.cuh"
+
+namespace mmsparse::cuda {
+
+template <class Traits>
+class OnlineSoftmax {
+ public:
+  static constexpr int kRowsPerThread = 2;
+  static constexpr int kThreadsPerRow = 4;  // lanes that share one accumulator row
+  static constexpr float kNegativeInfinity = -::cuda::std::numeric_limits<float>::infinity();
+  static constexpr float kLn2 = 0.693147180559945309f;  // converts log2-domain LSE to natural log
+
+  explicit __device__ OnlineSoftmax(float scale_log2) : scale_log2_(scale_log2) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      row_max_[r] = kNegativeInfinity;
+      row_sum_[r] = 0.0f;
+    }
+  }
+
+  // Raw dot products -> log2-domain logits. Runs before masking, so that a removed pair stays -inf
+  // whatever the sign of the scale.
+  __device__ void scale(float (&scores)[Traits::kScoreTiles][4]) const {
+#pragma unroll
+    for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) scores[tile][e] *= scale_log2_;
+    }
+  }
+
+  // Folds one chunk into the running maxima and sums: turns the logits into unnormalised
+  // probabilities exp2(logit - max) and rescales the output accumulators to the new maxima.
+  __device__ void update(float (&scores)[Traits::kScoreTiles][4],
+                         float (&output)[Traits::kOutputTiles][4]) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      float chunk_max = kNegativeInfinity;
+#pragma unroll
+      for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
+        chunk_max = fmaxf(chunk_max, fmaxf(scores[tile][2 * r], scores[tile][2 * r + 1]));
+      }
+#pragma unroll
+      for (int offset = 1; offset < kThreadsPerRow; offset *= 2) {
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(kFullWarpMask, chunk_max, offset));
+      }
+      const float new_max = fmaxf(row_max_[r], chunk_max);
+      // While every key so far is removed the maximum is -inf; exponentiate against 0 instead,
+      // which gives 0 for every removed logit rather than exp2(-inf + inf) = NaN.
+      const float reference = new_max == kNegativeInfinity ? 0.0f : new_max;
+      const float correction = exp2f(row_max_[r] - reference);
+      row_max_[r] = new_max;
+      float chunk_sum = 0.0f;
+#pragma unroll
+      for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& score = scores[tile][2 * r + c];
+          score = exp2f(score - reference);
+          chunk_sum += score;
+        }
+      }
+      row_sum_[r] = row_sum_[r] * correction + chunk_sum;
+#pragma unroll
+      for (int tile = 0; tile < Traits::kOutputTiles; ++tile) {
+        output[tile][2 * r] *= correction;
+        output[tile][2 * r + 1] *= correction;
+      }
+    }
+  }
+
+  // Normalises the output rows and returns their LSE (natural log); rows without keys get O = 0
+  // and LSE = -inf.
+  __device__ void finish(float (&output)[Traits::kOutputTiles][4],
+                         float (&lse)[kRowsPerThread]) const {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      float sum = row_sum_[r];
+#pragma unroll
+      for (int offset = 1; offset < kThreadsPerRow; offset *= 2) {
+        sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+      }
+      // A row with any key has sum >= 1: its largest logit contributes exp2(0).
+      const bool has_keys = sum > 0.0f;
+      const float inverse = has_keys ? 1.0f / sum : 0.0f;
+      lse[r] = has_keys ? (row_max_[r] + log2f(sum)) * kLn2 : kNegativeInfinity;
+#pragma unroll
+      for (int tile = 0; tile < Traits::kOutputTiles; ++tile) {
+        output[tile][2 * r] *= inverse;
+        output[tile][2 * r + 1] *= inverse;
+      }
+    }
+  }
+
+ private:
+  float scale_log2_;
+  float row_max_[kRowsPerThread];  // log2 domain
+  float row_sum_[kRowsPerThread];  // this lane's share of the row's sum of exp2(logit - max)
+};
+
+}  // namespace mmsparse::cuda

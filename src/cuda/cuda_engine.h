@@ -1,0 +1,155 @@
+#pragma once
+// Host interface of the CUDA attention engine (sm_90a). Plain C++: no CUDA types appear here, so
+// src/core can call it from ordinary .cpp files. Streams travel as void* (a cudaStream_t; nullptr
+// is the legacy default stream); device memory travels as raw pointers with strides in elements.
+//
+//   mmsparse::cuda::DevicePlan device_plan(plan, stream);      // upload once, reuse across calls
+//   mmsparse::cuda::attention_planned(device_plan, args);      // O and LSE of the plan's pairs
+//
+// Every function reports bad input by throwing mmsparse::Error (kInvalidArgument, kUnsupported for
+// valid requests this engine cannot serve, kBackendError when a CUDA call fails).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "mmsparse/attention.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/tensor.h"
+
+namespace mmsparse::cuda {
+
+// What the attention kernels of this build serve. Other requests throw kUnsupported.
+inline constexpr int64_t kMaxTileRows = 64;  // one CTA of 4 warps × 16 query rows per tile
+bool supports_attention(DType dtype, int64_t head_dim);  // float16 / bfloat16, head_dim 64 or 128
+
+using Strides4 = std::array<int64_t, 4>;  // in elements, like DLPack
+using Strides3 = std::array<int64_t, 3>;
+
+// One attention call on device memory. The last dimension of q, k, v and out must be contiguous,
+// their base pointers 16-byte aligned and their other strides multiples of 8 elements (rows are
+// moved as 16-byte vectors).
+struct AttentionArgs {
+  DType dtype = DType::kBFloat16;  // of q, k, v and out
+  int64_t batch = 0;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads =
+      0;  // q_heads % kv_heads == 0; query head h reads KV head h / (q_heads / kv_heads)
+  int64_t head_dim = 0;
+  float scale = 0.0f;  // softmax scale, already resolved (never 0 here)
+
+  const void* q = nullptr;  // [batch, q_len, q_heads, head_dim]
+  Strides4 q_strides{};
+  const void* k = nullptr;  // [batch, kv_len, kv_heads, head_dim]
+  Strides4 k_strides{};
+  const void* v = nullptr;  // [batch, kv_len, kv_heads, head_dim]
+  Strides4 v_strides{};
+  void* out = nullptr;  // [batch, q_len, q_heads, head_dim]
+  Strides4 out_strides{};
+  float* lse = nullptr;  // [batch, q_heads, q_len], natural log; -inf for rows with no keys
+  Strides3 lse_strides{};
+
+  void* stream = nullptr;  // cudaStream_t
+};
+
+// The arguments of validated views (see describe_attention / check_outputs in attention.h).
+AttentionArgs make_attention_args(const AttentionProblem& problem, const TensorView& q,
+                                  const TensorView& k, const TensorView& v, const TensorView& out,
+                                  const TensorView& lse, void* stream);
+
+// Byte offsets of the plan's arrays inside a DevicePlan's single device buffer.
+struct DevicePlanLayout {
+  std::size_t head_run_offsets = 0;  // int64 [head_slots + 1] into runs
+  std::size_t runs = 0;              // run records [runs] (runs of count 0 dropped)
+  std::size_t tiles = 0;             // tile records [tiles], each with its head slot
+  std::size_t schedule = 0;          // int32 [tiles]: tile indices in launch order, heaviest first
+  std::size_t masks = 0;             // mask records [masks]
+  std::size_t spans = 0;             // key spans [spans]
+  std::size_t columns = 0;           // int32 [columns]
+  std::size_t token_info = 0;        // int32 [kv_len] packed media and modality; when masks need it
+  std::size_t bytes = 0;             // total size of the buffer
+  bool has_token_info = false;
+};
+
+// A host Plan uploaded to the device: validated once, its arrays packed into one stream-ordered
+// allocation (cudaMallocAsync) together with derived arrays the kernels need (run prefix counts,
+// per-tile head slots, a heaviest-first launch order, packed token arrays). Reusable across calls
+// on the upload stream; using it on another stream needs that stream to wait for the upload. Freed
+// in stream order on the upload stream when destroyed, so that stream must outlive the plan (or
+// call release() first).
+class DevicePlan {
+ public:
+  DevicePlan() = default;
+  DevicePlan(const Plan& plan, void* stream);  // stream: cudaStream_t
+  ~DevicePlan();
+  DevicePlan(DevicePlan&& other) noexcept;
+  DevicePlan& operator=(DevicePlan&& other) noexcept;
+  DevicePlan(const DevicePlan&) = delete;
+  DevicePlan& operator=(const DevicePlan&) = delete;
+
+  // Frees the buffer in stream order on `stream` (cudaStream_t) now.
+  void release(void* stream);
+
+  const PlanShape& shape() const { return shape_; }
+  int64_t num_tiles() const { return num_tiles_; }
+  // Every query row of every head slot lies in a tile, so the kernel writes every output row.
+  bool covers_every_row() const { return covers_every_row_; }
+  const void* data() const { return buffer_; }  // device buffer described by layout()
+  const DevicePlanLayout& layout() const { return layout_; }
+
+ private:
+  PlanShape shape_{};
+  int64_t num_tiles_ = 0;
+  bool covers_every_row_ = false;
+  DevicePlanLayout layout_{};
+  void* buffer_ = nullptr;  // device memory, layout_.bytes long
+  void* stream_ = nullptr;  // cudaStream_t it was allocated on
+};
+
+// Attention over exactly the pairs the plan covers (semantics of cpu::attention_planned). Rows in
+// no tile get O = 0 and LSE = -inf. The plan's shape must match the arguments (heads == q_heads,
+// q_len, kv_len, batch 1 or equal). Asynchronous on args.stream.
+void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
+
+// Uploads `plan` for this one call (freed in stream order afterwards) and runs it.
+void attention_planned(const Plan& plan, const AttentionArgs& args);
+
+// One partial (O, LSE) result for merge_partials.
+struct MergePart {
+  DType dtype = DType::kBFloat16;  // of out: float32, float16 or bfloat16
+  const void* out = nullptr;       // [batch, q_len, heads, head_dim]
+  Strides4 out_strides{};
+  const float* lse = nullptr;  // [batch, heads, q_len]
+  Strides3 lse_strides{};
+};
+
+// Combines partials over disjoint key sets: lse = log(sum exp(lse_i)), out = sum exp(lse_i - lse)
+// out_i. Rows where every part has LSE = -inf get out = 0 and LSE = -inf. Any strides, any
+// head_dim. `out` and `lse` may alias one of the parts. Asynchronous on `stream`.
+struct MergeArgs {
+  int64_t batch = 0;
+  int64_t q_len = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  std::span<const MergePart> parts;
+  DType dtype = DType::kBFloat16;  // of out
+  void* out = nullptr;             // [batch, q_len, heads, head_dim]
+  Strides4 out_strides{};
+  float* lse = nullptr;  // [batch, heads, q_len]
+  Strides3 lse_strides{};
+  void* stream = nullptr;  // cudaStream_t
+};
+void merge_partials(const MergeArgs& args);
+
+// Parts and arguments from validated views (see merge_partials in attention.h); `parts` must
+// outlive the returned arguments.
+std::vector<MergePart> make_merge_parts(std::span<const TensorView> outs,
+                                        std::span<const TensorView> lses);
+MergeArgs make_merge_args(std::span<const MergePart> parts, const TensorView& out,
+                          const TensorView& lse, void* stream);
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,229 @@
+// Uploads a host Plan as one device buffer of kernel records (see plan_view.cuh).
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/plan_view.cuh"
+#include "mmsparse/status.h"
+
+namespace mmsparse::cuda {
+namespace {
+
+// Every section starts on this boundary, enough for the widest record member and for vector loads.
+constexpr std::size_t kSectionAlignment = 16;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+std::size_t align_up(std::size_t bytes) {
+  return (bytes + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment;
+}
+
+// The kernels index positions, order indices and head slots in int32, and form differences of an
+// aligned query position and a key, which lie in (-q_len, kv_len).
+void check_int32_ranges(const Plan& plan) {
+  if (plan.shape.q_len + plan.shape.kv_len > kInt32Max) {
+    throw Error(ErrorCode::kUnsupported,
+                "plan: the CUDA engine needs q_len + kv_len <= 2^31 - 1, got q_len = " +
+                    std::to_string(plan.shape.q_len) +
+                    ", kv_len = " + std::to_string(plan.shape.kv_len));
+  }
+  if (plan.head_slots() > kInt32Max) {
+    throw Error(ErrorCode::kUnsupported,
+                "plan: the CUDA engine needs batch * heads <= 2^31 - 1, got " +
+                    std::to_string(plan.head_slots()));
+  }
+}
+
+MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len) {
+  MaskRecord record{};
+  record.causal = policy.causal ? 1 : 0;
+  // aligned_query - key <= kv_len - 1, so a window of kv_len or more keeps every pair.
+  record.window =
+      policy.window > 0 && policy.window < kv_len ? static_cast<int32_t>(policy.window) : 0;
+  record.window_sink = static_cast<int32_t>(std::min(policy.window_sink, kv_len));
+  record.same_media = policy.same_media ? 1 : 0;
+  record.modality_pairs = policy.modality_pairs;
+  record.needs_tokens = policy.needs_token_arrays() ? 1 : 0;
+  return record;
+}
+
+// Tile indices by decreasing key count: CTAs start in block order, so the longest tiles start first
+// and the short ones fill the last wave instead of a long tile running alone at the end.
+std::vector<int32_t> heaviest_first(const Plan& plan) {
+  std::vector<int64_t> keys(plan.tiles.size(), 0);
+  for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
+    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+      keys[t] += plan.spans[s].end - plan.spans[s].begin;
+    }
+    keys[t] += plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t];
+  }
+  std::vector<int32_t> order(plan.tiles.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return keys[a] > keys[b]; });
+  return order;
+}
+
+// The packed arrays on the host, in upload order.
+struct HostSections {
+  std::vector<int64_t> head_run_offsets;
+  std::vector<RunRecord> runs;
+  std::vector<TileRecord> tiles;
+  std::vector<int32_t> schedule;
+  std::vector<MaskRecord> masks;
+  std::vector<SpanRecord> spans;
+  std::vector<int32_t> columns;
+  std::vector<int32_t> token_info;
+  bool covers_every_row = true;
+};
+
+HostSections pack_sections(const Plan& plan) {
+  HostSections sections;
+  const int64_t slots = plan.head_slots();
+  sections.head_run_offsets.reserve(static_cast<std::size_t>(slots) + 1);
+  sections.head_run_offsets.push_back(0);
+  sections.tiles.reserve(plan.tiles.size());
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    int32_t order_begin = 0;
+    for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
+      const QueryRun& run = plan.runs[r];
+      // An empty run would tie with its successor in the kernel's binary search.
+      if (run.count == 0) continue;
+      sections.runs.push_back(
+          {order_begin, static_cast<int32_t>(run.start), static_cast<int32_t>(run.step)});
+      order_begin += static_cast<int32_t>(run.count);
+    }
+    sections.head_run_offsets.push_back(static_cast<int64_t>(sections.runs.size()));
+
+    int64_t covered_rows = 0;
+    for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+      const QueryTile& tile = plan.tiles[t];
+      covered_rows += tile.end - tile.begin;  // validate() proved the tiles of a slot disjoint
+      sections.tiles.push_back({static_cast<int32_t>(tile.begin), static_cast<int32_t>(tile.end),
+                                static_cast<int32_t>(slot), plan.tile_masks[t],
+                                plan.tile_span_offsets[t], plan.tile_span_offsets[t + 1],
+                                plan.tile_column_offsets[t], plan.tile_column_offsets[t + 1]});
+    }
+    if (covered_rows != plan.shape.q_len) sections.covers_every_row = false;
+  }
+
+  sections.schedule = heaviest_first(plan);
+
+  bool needs_tokens = false;
+  for (const MaskPolicy& policy : plan.masks) {
+    sections.masks.push_back(make_mask_record(policy, plan.shape.kv_len));
+    needs_tokens = needs_tokens || policy.needs_token_arrays();
+  }
+  sections.spans.reserve(plan.spans.size());
+  for (const KeySpan& span : plan.spans) sections.spans.push_back({span.begin, span.end});
+  sections.columns = plan.columns;
+  if (needs_tokens) {
+    sections.token_info.resize(static_cast<std::size_t>(plan.shape.kv_len));
+    for (std::size_t key = 0; key < sections.token_info.size(); ++key) {
+      sections.token_info[key] = pack_token_info(plan.token_media[key], plan.token_modality[key]);
+    }
+  }
+  return sections;
+}
+
+// Appends `values` to the staging bytes at the next aligned offset and returns that offset.
+template <class T>
+std::size_t append_section(std::vector<std::byte>& staging, const std::vector<T>& values) {
+  const std::size_t offset = align_up(staging.size());
+  const std::size_t bytes = values.size() * sizeof(T);
+  staging.resize(offset + bytes);
+  if (bytes > 0) std::memcpy(staging.data() + offset, values.data(), bytes);
+  return offset;
+}
+
+}  // namespace
+
+DevicePlan::DevicePlan(const Plan& plan, void* stream) {
+  plan.validate();
+  check_int32_ranges(plan);
+  const HostSections sections = pack_sections(plan);
+
+  std::vector<std::byte> staging;
+  layout_.head_run_offsets = append_section(staging, sections.head_run_offsets);
+  layout_.runs = append_section(staging, sections.runs);
+  layout_.tiles = append_section(staging, sections.tiles);
+  layout_.schedule = append_section(staging, sections.schedule);
+  layout_.masks = append_section(staging, sections.masks);
+  layout_.spans = append_section(staging, sections.spans);
+  layout_.columns = append_section(staging, sections.columns);
+  layout_.token_info = append_section(staging, sections.token_info);
+  layout_.has_token_info = !sections.token_info.empty();
+  layout_.bytes = align_up(staging.size());
+  staging.resize(layout_.bytes);
+
+  shape_ = plan.shape;
+  num_tiles_ = plan.num_tiles();
+  covers_every_row_ = sections.covers_every_row;
+  stream_ = stream;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMallocAsync(&buffer_, layout_.bytes, cuda_stream), "DevicePlan: cudaMallocAsync");
+  // From pageable memory the copy returns once `staging` has been read, so it may go out of scope.
+  const cudaError_t copied =
+      cudaMemcpyAsync(buffer_, staging.data(), layout_.bytes, cudaMemcpyHostToDevice, cuda_stream);
+  if (copied != cudaSuccess) {
+    // The constructor throws, so no destructor will free the buffer; the copy error is the one to
+    // report.
+    cudaFreeAsync(std::exchange(buffer_, nullptr), cuda_stream);
+    check_cuda(copied, "DevicePlan: cudaMemcpyAsync");
+  }
+}
+
+DevicePlan::~DevicePlan() {
+  // Destructors cannot report errors; a failed free leaves the memory to the pool.
+  if (buffer_ != nullptr) cudaFreeAsync(buffer_, static_cast<cudaStream_t>(stream_));
+}
+
+DevicePlan::DevicePlan(DevicePlan&& other) noexcept
+    : shape_(other.shape_),
+      num_tiles_(other.num_tiles_),
+      covers_every_row_(other.covers_every_row_),
+      layout_(other.layout_),
+      buffer_(std::exchange(other.buffer_, nullptr)),
+      stream_(other.stream_) {}
+
+DevicePlan& DevicePlan::operator=(DevicePlan&& other) noexcept {
+  if (this != &other) {
+    if (buffer_ != nullptr) cudaFreeAsync(buffer_, static_cast<cudaStream_t>(stream_));
+    shape_ = other.shape_;
+    num_tiles_ = other.num_tiles_;
+    covers_every_row_ = other.covers_every_row_;
+    layout_ = other.layout_;
+    buffer_ = std::exchange(other.buffer_, nullptr);
+    stream_ = other.stream_;
+  }
+  return *this;
+}
+
+void DevicePlan::release(void* stream) {
+  if (buffer_ == nullptr) return;
+  void* buffer = std::exchange(buffer_, nullptr);
+  check_cuda(cudaFreeAsync(buffer, static_cast<cudaStream_t>(stream)), "DevicePlan: cudaFreeAsync");
+}
+
+PlanView make_plan_view(const DevicePlan& plan) {
+  const auto* base = static_cast<const std::byte*>(plan.data());
+  const DevicePlanLayout& layout = plan.layout();
+  PlanView view{};
+  view.head_run_offsets = reinterpret_cast<const int64_t*>(base + layout.head_run_offsets);
+  view.runs = reinterpret_cast<const RunRecord*>(base + layout.runs);
+  view.tiles = reinterpret_cast<const TileRecord*>(base + layout.tiles);
+  view.schedule = reinterpret_cast<const int32_t*>(base + layout.schedule);
+  view.masks = reinterpret_cast<const MaskRecord*>(base + layout.masks);
+  view.spans = reinterpret_cast<const SpanRecord*>(base + layout.spans);
+  view.columns = reinterpret_cast<const int32_t*>(base + layout.columns);
+  view.token_info =
+      layout.has_token_info ? reinterpret_cast<const int32_t*>(base + layout.token_info) : nullptr;
+  return view;
+}
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,94 @@
+#pragma once
+// The device-side view of a DevicePlan: the records packed into its buffer and the index
+// arithmetic the kernels do on them (query order lookup, token tests). Host packing
+// (device_plan.cu) and the kernels share these definitions.
+
+#include <cstdint>
+
+#include "cuda/cuda_engine.h"
+
+namespace mmsparse::cuda {
+
+// A query run with its position in the head's order: order indices [order_begin, next run's
+// order_begin) map to positions start + (index - order_begin) * step.
+struct RunRecord {
+  int32_t order_begin;
+  int32_t start;
+  int32_t step;
+};
+
+// One query tile with everything a CTA needs to start: its rows in the head's order, its head slot
+// (derived at upload), its mask record and its key lists.
+struct TileRecord {
+  int32_t begin;  // order indices [begin, end)
+  int32_t end;
+  int32_t head_slot;   // batch_element * heads + head, or head for a broadcast plan
+  int32_t mask;        // index into masks
+  int64_t span_begin;  // [span_begin, span_end) into spans
+  int64_t span_end;
+  int64_t column_begin;  // [column_begin, column_end) into columns
+  int64_t column_end;
+};
+
+// A MaskPolicy in kernel-friendly widths. Windows that can never bind are stored as 0 (none), so
+// every quantity fits int32 (positions are checked to fit at launch).
+struct MaskRecord {
+  int32_t causal;
+  int32_t window;       // > 0: keep keys with aligned_query - key < window (keys >= window_sink)
+  int32_t window_sink;  // keys below it are exempt from the window
+  int32_t same_media;
+  uint32_t modality_pairs;  // bit query_modality * kNumModalities + key_modality
+  int32_t needs_tokens;     // same_media or a modality restriction: read token_info
+};
+
+struct SpanRecord {
+  int32_t begin;  // keys [begin, end)
+  int32_t end;
+};
+
+// token_info packs a token's media index and modality: ((media + 1) << kModalityBits) | modality.
+inline constexpr int kModalityBits = 2;
+inline constexpr int32_t kModalityMask = (1 << kModalityBits) - 1;
+static_assert(kNumModalities <= (1 << kModalityBits), "modality codes must fit kModalityBits");
+// The token of a query that precedes every key (kv_len < q_len): no policy on tokens admits it.
+inline constexpr int32_t kNoToken = -1;
+
+__host__ __device__ inline int32_t pack_token_info(int32_t media, int32_t modality) {
+  return ((media + 1) << kModalityBits) | modality;
+}
+__host__ __device__ inline int32_t token_media(int32_t info) { return (info >> kModalityBits) - 1; }
+__host__ __device__ inline int32_t token_modality(int32_t info) { return info & kModalityMask; }
+
+struct PlanView {
+  const int64_t* head_run_offsets;  // [head_slots + 1] into runs
+  const RunRecord* runs;            // [runs]
+  const TileRecord* tiles;          // [tiles]
+  const int32_t* schedule;          // [tiles] tile of each CTA column (blockIdx.x), heaviest first
+  const MaskRecord* masks;          // [masks]
+  const SpanRecord* spans;          // [spans]
+  const int32_t* columns;           // [columns] key positions
+  const int32_t* token_info;        // [kv_len] packed tokens, or null when no mask needs them
+};
+
+// Typed pointers into the plan's device buffer.
+PlanView make_plan_view(const DevicePlan& plan);
+
+// Original query position of order index `index` of a head slot: the identity without runs,
+// otherwise a binary search for the last run starting at or before `index`.
+__device__ inline int32_t query_position(const PlanView& plan, int32_t head_slot, int32_t index) {
+  int64_t low = plan.head_run_offsets[head_slot];
+  int64_t high = plan.head_run_offsets[head_slot + 1];
+  if (low == high) return index;
+  while (high - low > 1) {
+    const int64_t middle = low + (high - low) / 2;
+    if (plan.runs[middle].order_begin <= index) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  const RunRecord run = plan.runs[low];
+  return run.start + (index - run.order_begin) * run.step;
+}
+
+}  // namespace mmsparse::cuda

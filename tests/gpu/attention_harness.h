@@ -1,0 +1,69 @@
+#pragma once
+// Runs one attention problem through the GPU engine and the CPU reference and checks both against
+// the fp64 oracle with the kernel check rule: |x - fp64| <= 2 × |naive - fp64| + slack (max over
+// elements), separately for O and LSE; rows without keys must be O = 0, LSE = -inf exactly.
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "common/random.h"
+#include "cuda/cuda_engine.h"
+#include "device_buffer.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/tensor.h"
+
+namespace mmsparse::test {
+
+struct KernelConfig {
+  DType dtype = DType::kBFloat16;
+  int64_t head_dim = 128;
+};
+std::string config_name(const KernelConfig& config);  // "bf16_d128"
+// GoogleTest prints parameters into test names that ctest keeps; print the stable name.
+void PrintTo(const KernelConfig& config, std::ostream* out);
+
+struct ProblemSize {
+  int64_t batch = 1;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t kv_heads = 1;
+  int64_t group = 1;  // query heads per KV head
+  int64_t head_dim = 128;
+  DType dtype = DType::kBFloat16;
+  float scale = 0.0f;  // resolved softmax scale
+  int64_t q_heads() const { return kv_heads * group; }
+};
+std::string describe(const ProblemSize& size);
+
+// Lengths that are not multiples of 64, kv_len > q_len, scale 1/sqrt(head_dim) or a random one.
+ProblemSize random_problem(Random& random, const KernelConfig& config, int64_t batch,
+                           int64_t group);
+
+struct AttentionInputs {
+  HostOperand q;  // [batch, q_len, q_heads, head_dim]
+  HostOperand k;  // [batch, kv_len, kv_heads, head_dim]
+  HostOperand v;  // [batch, kv_len, kv_heads, head_dim]
+};
+// Fresh N(0, 1) inputs in random memory layouts (contiguous, head-major, padded rows).
+AttentionInputs random_inputs(Random& random, const ProblemSize& size);
+
+struct AttentionResult {
+  HostOperand out;  // [batch, q_len, q_heads, head_dim]
+  Tensor lse;       // [batch, q_heads, q_len]
+};
+
+// The GPU engine on device copies of `inputs`, outputs poisoned first, `out` in `out_layout`.
+AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inputs,
+                        const ProblemSize& size, OperandLayout out_layout);
+// The CPU reference (mmsparse::attention_planned on host views).
+AttentionResult run_cpu(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size);
+
+// The rule above for the GPU result and for the CPU reference.
+void expect_matches_oracle(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size,
+                           const AttentionResult& gpu);
+
+// Random layout for an output or input operand.
+OperandLayout random_layout(Random& random);
+
+}  // namespace mmsparse::test

@@ -1,0 +1,254 @@
+// The plan-driven CUDA attention engine against the fp64 oracle and the CPU reference: dense and
+// sparse plans, permuted query orders, uneven tiles, every mask policy, GQA, strides, batch
+// broadcast, plan reuse, edge cases and argument errors.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <string>
+
+#include "attention_harness.h"
+#include "common/random.h"
+#include "cuda/cuda_engine.h"
+#include "device_buffer.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/status.h"
+#include "plan_generators.h"
+
+namespace mmsparse::test {
+namespace {
+
+constexpr std::array<int64_t, 4> kGroups = {1, 2, 4, 7};  // GQA ratios
+
+class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
+ protected:
+  // Plans of batch 1 broadcast over the batch; others hold one head slot per (batch, head).
+  static PlanShape plan_shape(const ProblemSize& size, bool broadcast) {
+    PlanShape shape;
+    shape.batch = broadcast ? 1 : size.batch;
+    shape.heads = size.q_heads();
+    shape.q_len = size.q_len;
+    shape.kv_len = size.kv_len;
+    return shape;
+  }
+
+  // Runs the plan on the GPU (output in a random layout) and checks it against the oracles.
+  void check_plan(Random& random, const Plan& plan, const AttentionInputs& inputs,
+                  const ProblemSize& size) {
+    const OperandLayout out_layout = random_layout(random);
+    SCOPED_TRACE(describe(size) + " out=" + layout_name(out_layout) + " plan: " + plan.summary());
+    const cuda::DevicePlan device_plan(plan, nullptr);
+    expect_matches_oracle(plan, inputs, size, run_gpu(device_plan, inputs, size, out_layout));
+  }
+};
+
+TEST_P(GpuAttention, DenseCausalMatchesOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : kGroups) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    check_plan(random, dense_plan(plan_shape(size, true), true), inputs, size);
+  }
+}
+
+TEST_P(GpuAttention, DenseNonCausalMatchesOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  const AttentionInputs inputs = random_inputs(random, size);
+  check_plan(random, dense_plan(plan_shape(size, true), false), inputs, size);
+}
+
+TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : kGroups) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.leave_gaps = true;
+    // A per-batch plan: every (batch, head) slot has its own order, tiles and keys.
+    check_plan(random, random_plan(random, plan_shape(size, false), options), inputs, size);
+  }
+}
+
+TEST_P(GpuAttention, MixedMaskPolicies) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{4}}) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    const ModalityLayout layout = mixed_layout(random, size.kv_len);
+    RandomPlanOptions options;
+    options.masks = MaskMix::kMixed;
+    options.leave_gaps = true;
+    check_plan(random, random_plan(random, plan_shape(size, true), options, &layout), inputs, size);
+  }
+}
+
+TEST_P(GpuAttention, NonCausalSparsePlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 1, 7);
+  const AttentionInputs inputs = random_inputs(random, size);
+  RandomPlanOptions options;
+  options.masks = MaskMix::kNonCausal;
+  check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
+}
+
+TEST_P(GpuAttention, TriShapeWithUnevenTiles) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 1, 4);
+  const AttentionInputs inputs = random_inputs(random, size);
+  constexpr int64_t kSink = 13;
+  constexpr int64_t kLocal = 70;
+  constexpr int64_t kBottom = 45;
+  check_plan(random, tri_shape_plan(plan_shape(size, true), kSink, kLocal, kBottom), inputs, size);
+}
+
+TEST_P(GpuAttention, StaticPatterns) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const ModalityLayout layout = mixed_layout(random, size.kv_len);
+  for (const char* spec :
+       {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
+        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24"}) {
+    SCOPED_TRACE(spec);
+    check_plan(random, build_plan(PatternSpec::parse(spec), plan_shape(size, true), &layout),
+               inputs, size);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, GpuAttention,
+    ::testing::Values(KernelConfig{DType::kBFloat16, 64}, KernelConfig{DType::kBFloat16, 128},
+                      KernelConfig{DType::kFloat16, 64}, KernelConfig{DType::kFloat16, 128}),
+    [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
+
+// --- Edge cases, reuse and errors, on one configuration each ------------------------------------
+
+const KernelConfig kSmallConfig{DType::kBFloat16, 64};
+
+PlanShape shape_of(const ProblemSize& size) {
+  PlanShape shape;
+  shape.heads = size.q_heads();
+  shape.q_len = size.q_len;
+  shape.kv_len = size.kv_len;
+  return shape;
+}
+
+TEST(GpuAttentionEdges, PlanWithoutTilesGivesZeroAndMinusInfinity) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, kSmallConfig, 2, 2);
+  const AttentionInputs inputs = random_inputs(random, size);
+  PlanBuilder builder(shape_of(size));
+  for (int64_t head = 0; head < size.q_heads(); ++head) builder.begin_head();
+  const Plan plan = builder.finish();
+  const cuda::DevicePlan device_plan(plan, nullptr);
+  expect_matches_oracle(plan, inputs, size,
+                        run_gpu(device_plan, inputs, size, OperandLayout::kPaddedRows));
+}
+
+TEST(GpuAttentionEdges, TilesWithoutKeysAndQueriesBeforeEveryKey) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, kSmallConfig, 1, 1);
+  // kv_len < q_len: under the causal mask the first q_len - kv_len queries see no key.
+  size.kv_len = size.q_len / 2 + 1;
+  const AttentionInputs inputs = random_inputs(random, size);
+  PlanBuilder builder(shape_of(size));
+  for (int64_t head = 0; head < size.q_heads(); ++head) {
+    builder.begin_head();
+    constexpr int64_t kEmptyTileRows = 5;
+    builder.begin_tile(0, kEmptyTileRows);  // no keys at all
+    for (int64_t begin = kEmptyTileRows; begin < size.q_len; begin += kDefaultTileRows) {
+      builder.begin_tile(begin, std::min(size.q_len, begin + kDefaultTileRows));
+      builder.add_span(0, size.kv_len);
+    }
+  }
+  const Plan plan = builder.finish();
+  const cuda::DevicePlan device_plan(plan, nullptr);
+  expect_matches_oracle(plan, inputs, size,
+                        run_gpu(device_plan, inputs, size, OperandLayout::kContiguous));
+}
+
+TEST(GpuAttentionEdges, DevicePlanIsReusableAcrossCalls) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, kSmallConfig, 1, 2);
+  RandomPlanOptions options;
+  options.leave_gaps = true;
+  const Plan plan = random_plan(random, shape_of(size), options);
+  const cuda::DevicePlan device_plan(plan, nullptr);
+  constexpr int kCalls = 2;
+  for (int call = 0; call < kCalls; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const AttentionInputs inputs = random_inputs(random, size);
+    expect_matches_oracle(plan, inputs, size,
+                          run_gpu(device_plan, inputs, size, random_layout(random)));
+  }
+}
+
+// --- Argument errors
+// ---------------------------------------------------------------------------------
+
+ErrorCode error_code_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.code();
+  }
+  ADD_FAILURE() << "expected mmsparse::Error";
+  return ErrorCode::kBackendError;
+}
+
+TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
+  Random random;
+  const ProblemSize size = random_problem(random, kSmallConfig, 1, 1);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const DeviceOperand v(inputs.v);
+  DeviceOperand out(inputs.q);
+  DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
+                   sizeof(float));
+  TensorView lse_view =
+      TensorView::contiguous(lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len},
+                             {DeviceType::kCUDA, 0});
+  AttentionOptions options;
+  const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
+  const cuda::AttentionArgs args =
+      cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+
+  PlanShape wide = shape_of(size);
+  wide.tile_rows = cuda::kMaxTileRows * 2;
+  const cuda::DevicePlan wide_plan(dense_plan(wide, true), nullptr);
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(wide_plan, args); }),
+            ErrorCode::kUnsupported);
+
+  const cuda::DevicePlan plan(dense_plan(shape_of(size), true), nullptr);
+  cuda::AttentionArgs float32 = args;
+  float32.dtype = DType::kFloat32;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, float32); }),
+            ErrorCode::kUnsupported);
+  cuda::AttentionArgs odd_stride = args;
+  odd_stride.k_strides[1] += 1;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, odd_stride); }),
+            ErrorCode::kUnsupported);
+  cuda::AttentionArgs other_length = args;
+  other_length.q_len += 1;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, other_length); }),
+            ErrorCode::kInvalidArgument);
+  synchronize_device();
+}
+
+}  // namespace
+}  // namespace mmsparse::test
