@@ -21,18 +21,17 @@ if(MMSPARSE_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
-  add_library(mmsparse_cuda STATIC
+  # Compiled into the mmsparse library itself (see CMakeLists.txt): the engine and the core call
+  # each other, which one library links without ordering tricks.
+  set(MMSPARSE_CUDA_SOURCES
     src/cuda/device_query.cu
+    src/cuda/device_memory.cu
     src/cuda/device_plan.cu
     src/cuda/attention_engine.cu
     src/cuda/attention_bf16.cu
     src/cuda/attention_fp16.cu
     src/cuda/merge.cu
   )
-  target_include_directories(mmsparse_cuda PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
-  target_compile_options(mmsparse_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-  target_link_libraries(mmsparse_cuda PUBLIC CUDA::cudart)
-  set_target_properties(mmsparse_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
   message(STATUS "mmsparse: CUDA engine enabled (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "mmsparse: CUDA engine disabled; CPU reference backend only")

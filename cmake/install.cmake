@@ -3,11 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(mmsparse_install_targets mmsparse)
-if(MMSPARSE_WITH_CUDA)
-  list(APPEND mmsparse_install_targets mmsparse_cuda)
-endif()
-install(TARGETS ${mmsparse_install_targets} EXPORT mmsparseTargets
+install(TARGETS mmsparse EXPORT mmsparseTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/mmsparse DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

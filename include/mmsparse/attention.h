@@ -12,6 +12,7 @@
 // gives every row O = 0 and LSE = -inf. heads and head_dim must be positive.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "mmsparse/plan.h"
@@ -52,6 +53,35 @@ void attention_dense(const TensorView& q, const TensorView& k, const TensorView&
 
 // The plan's shape must match: heads == q_heads, q_len, kv_len, batch 1 or equal to q's batch.
 void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                       const AttentionOptions& options = {});
+
+// The plan/run split: a plan validated once and, for a CUDA device, uploaded once, so that repeated
+// calls (every layer, every benchmark repeat) pay only for attention.
+class PreparedPlan {
+ public:
+  PreparedPlan();
+  ~PreparedPlan();
+  PreparedPlan(PreparedPlan&&) noexcept;
+  PreparedPlan& operator=(PreparedPlan&&) noexcept;
+
+  const Plan& plan() const;
+  Device device() const;
+
+  struct Impl;  // backend state (the device copy of the plan)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend PreparedPlan prepare_plan(Plan plan, Device device, void* stream);
+  friend void attention_planned(const PreparedPlan& prepared, const TensorView& q,
+                                const TensorView& k, const TensorView& v, const TensorView& out,
+                                const TensorView& lse, const AttentionOptions& options);
+};
+
+// stream: cudaStream_t the upload is ordered on (CUDA devices); calls must run on that stream or
+// one that waits for it.
+PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
+void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});
 

@@ -1,11 +1,15 @@
 // Public attention entry points: validate every argument (errors name the argument, the expected
 // value and what was given), then hand the work to the backend of the tensors' device.
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "cpu/reference_attention.h"
+#ifdef MMSPARSE_WITH_CUDA
+#include "cuda/cuda_engine.h"
+#endif
 #include "mmsparse/attention.h"
 #include "mmsparse/status.h"
 
@@ -95,21 +99,52 @@ void check_options(const AttentionOptions& options) {
 // Nothing to compute; validation has run, so the call is a defined no-op (see attention.h).
 bool is_empty(const AttentionProblem& problem) { return problem.batch == 0 || problem.q_len == 0; }
 
-// The single point where the device chooses the backend. `cpu` runs the reference backend.
-template <class CpuCall>
-void dispatch(const char* entry_point, Device device, const CpuCall& cpu) {
+[[noreturn]] void no_cuda_backend(const char* entry_point, Device device, const char* why) {
+  throw Error(ErrorCode::kUnsupported, std::string(entry_point) + ": tensors on " +
+                                           device_name(device) + " " + why +
+                                           "; pass host tensors to run the CPU reference");
+}
+
+// The single point where the device chooses the backend: `cpu` runs the reference backend,
+// `gpu` the CUDA engine (absent from CPU-only builds).
+template <class CpuCall, class GpuCall>
+void dispatch(const char* entry_point, Device device, const CpuCall& cpu, const GpuCall& gpu) {
   switch (device.type) {
     case DeviceType::kCPU:
       cpu();
       return;
     case DeviceType::kCUDA:
-      throw Error(ErrorCode::kUnsupported,
-                  std::string(entry_point) + ": tensors on " + device_name(device) +
-                      " need the CUDA engine, which is not built yet; pass host tensors to run the "
-                      "CPU reference");
+#ifdef MMSPARSE_WITH_CUDA
+      gpu();
+      return;
+#else
+      (void)gpu;
+      no_cuda_backend(entry_point, device, "need the CUDA engine, which this build does not have");
+#endif
   }
   throw_invalid_argument(std::string(entry_point) + " device", "cpu or cuda", device_name(device));
 }
+
+#ifdef MMSPARSE_WITH_CUDA
+// Dense attention as a plan for the engine: one span per 64-row tile, to the diagonal when causal.
+Plan dense_plan(const AttentionProblem& problem) {
+  PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, kDefaultTileRows});
+  const MaskPolicy mask{.causal = problem.causal};
+  for (int64_t head = 0; head < problem.q_heads; ++head) {
+    builder.begin_head();
+    for (int64_t begin = 0; begin < problem.q_len; begin += kDefaultTileRows) {
+      const int64_t end = std::min(problem.q_len, begin + kDefaultTileRows);
+      const int64_t keys_end =
+          problem.causal ? std::clamp<int64_t>(end - 1 + problem.causal_offset() + 1, 0,
+                                               problem.kv_len)
+                         : problem.kv_len;
+      builder.begin_tile(begin, end, mask);
+      builder.add_span(0, keys_end);
+    }
+  }
+  return builder.finish();
+}
+#endif
 
 void check_plan(const Plan& plan, const AttentionProblem& problem) {
   check_extent("plan heads", plan.shape.heads, problem.q_heads, " (q_heads of q)");
@@ -185,8 +220,15 @@ void attention_dense(const TensorView& q, const TensorView& k, const TensorView&
   const AttentionProblem problem = describe_attention(q, k, v, options);
   check_outputs(problem, out, lse);
   if (is_empty(problem)) return;
-  dispatch("attention_dense", problem.device,
-           [&] { cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads); });
+  dispatch(
+      "attention_dense", problem.device,
+      [&] { cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads); },
+      [&] {
+#ifdef MMSPARSE_WITH_CUDA
+        cuda::attention_planned(dense_plan(problem),
+                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+#endif
+      });
 }
 
 void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
@@ -196,11 +238,80 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
   check_outputs(problem, out, lse);
   check_plan(plan, problem);
   if (is_empty(problem)) return;
-  dispatch("attention_planned", problem.device, [&] {
-    // The oracle walks the plan's arrays directly, so it proves them consistent first.
-    plan.validate();
-    cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads);
-  });
+  dispatch(
+      "attention_planned", problem.device,
+      [&] {
+        // The oracle walks the plan's arrays directly, so it proves them consistent first.
+        plan.validate();
+        cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads);
+      },
+      [&] {
+#ifdef MMSPARSE_WITH_CUDA
+        // The upload validates the plan.
+        cuda::attention_planned(plan,
+                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+#endif
+      });
+}
+
+struct PreparedPlan::Impl {
+  Plan plan;
+  Device device;
+#ifdef MMSPARSE_WITH_CUDA
+  cuda::DevicePlan device_plan;
+#endif
+};
+
+PreparedPlan::PreparedPlan() = default;
+PreparedPlan::~PreparedPlan() = default;
+PreparedPlan::PreparedPlan(PreparedPlan&&) noexcept = default;
+PreparedPlan& PreparedPlan::operator=(PreparedPlan&&) noexcept = default;
+
+const Plan& PreparedPlan::plan() const {
+  if (!impl_) throw_invalid_argument("PreparedPlan", "a plan made by prepare_plan", "an empty one");
+  return impl_->plan;
+}
+
+Device PreparedPlan::device() const { return impl_ ? impl_->device : Device{}; }
+
+PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
+  PreparedPlan prepared;
+  prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
+  prepared.impl_->device = device;
+  dispatch(
+      "prepare_plan", device, [&] { plan.validate(); },
+      [&] {
+#ifdef MMSPARSE_WITH_CUDA
+        // The upload validates the plan.
+        prepared.impl_->device_plan = cuda::DevicePlan(plan, stream);
+#endif
+      });
+  (void)stream;
+  prepared.impl_->plan = std::move(plan);
+  return prepared;
+}
+
+void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                       const AttentionOptions& options) {
+  const Plan& plan = prepared.plan();
+  const AttentionProblem problem = describe_attention(q, k, v, options);
+  check_outputs(problem, out, lse);
+  check_plan(plan, problem);
+  if (!(prepared.device() == problem.device)) {
+    throw_invalid_argument("prepared plan device", device_name(problem.device) + " (the device of q)",
+                           device_name(prepared.device()));
+  }
+  if (is_empty(problem)) return;
+  dispatch(
+      "attention_planned", problem.device,
+      [&] { cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads); },
+      [&] {
+#ifdef MMSPARSE_WITH_CUDA
+        cuda::attention_planned(prepared.impl_->device_plan,
+                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+#endif
+      });
 }
 
 void attention_masked(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -219,8 +330,13 @@ void attention_masked(const TensorView& q, const TensorView& k, const TensorView
   check_shape("mask", mask, {mask.shape[0], problem.q_heads, problem.q_len, problem.kv_len},
               " ([batch or 1, q_heads, q_len, kv_len])");
   if (is_empty(problem)) return;
-  dispatch("attention_masked", problem.device,
-           [&] { cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads); });
+  dispatch(
+      "attention_masked", problem.device,
+      [&] { cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads); },
+      [&] {
+        no_cuda_backend("attention_masked", problem.device,
+                        "are not served: the masked-dense oracle is CPU-only");
+      });
 }
 
 void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
@@ -252,8 +368,15 @@ void merge_partials(std::span<const TensorView> outs, std::span<const TensorView
     check_device(lse_name, lses[p], out.device, " (the device of out)");
   }
   if (out.numel() == 0 && lse.numel() == 0) return;
-  dispatch("merge_partials", out.device,
-           [&] { cpu::merge_partials(outs, lses, out, lse, options.num_threads); });
+  dispatch(
+      "merge_partials", out.device,
+      [&] { cpu::merge_partials(outs, lses, out, lse, options.num_threads); },
+      [&] {
+#ifdef MMSPARSE_WITH_CUDA
+        const std::vector<cuda::MergePart> parts = cuda::make_merge_parts(outs, lses);
+        cuda::merge_partials(cuda::make_merge_args(parts, out, lse, options.stream));
+#endif
+      });
 }
 
 }  // namespace mmsparse

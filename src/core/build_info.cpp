@@ -20,6 +20,7 @@ BuildInfo build_info() {
 #ifdef MMSPARSE_WITH_CUDA
   info.cuda_enabled = true;
   info.cuda_version = cuda::toolkit_version();
+  info.backends.push_back("cuda-sm90a");
 #endif
   return info;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "executor.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
@@ -31,6 +32,7 @@ struct BenchFlags {
   int64_t layer = 0;
   int64_t oracle_rows = 64;
   double recall_target = 0.95;
+  TimingFlags timing;
 };
 
 struct PatternRun {
@@ -110,28 +112,26 @@ int run_bench(const BenchFlags& flags) {
   if (!gpu && spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
   const DType dtype = flags.exec.data_type();
 
-  AttentionOptions options;
-  options.num_threads = flags.exec.threads;
+  Executor executor(gpu, flags.exec.threads, flags.timing);
 
   Progress progress(4, progress_enabled);
   progress.step("generating synthetic workload '" + spec.preset + "'");
   const Workload workload = Workload::create(spec);
   const WorkloadSpec& resolved = workload.spec();
   const Workload::Tensors tensors = workload.materialize(dtype);
+  executor.set_inputs(tensors.q.view(), tensors.k.view(), tensors.v.view());
   const int64_t seq_len = workload.seq_len();
   const int64_t heads = resolved.q_heads;
   const PlanShape shape{1, heads, seq_len, seq_len, kDefaultTileRows};
-  progress.done(fmt::format("{} tokens, {} heads", seq_len, heads));
+  progress.done(fmt::format("{} tokens, {} heads, on {}", seq_len, heads, executor.device_label()));
 
   progress.step("dense attention (the reference every pattern is compared with)");
   Tensor dense_out(dtype, {1, seq_len, heads, resolved.head_dim});
   Tensor dense_lse(DType::kFloat32, {1, heads, seq_len});
-  const auto dense_start = std::chrono::steady_clock::now();
-  attention_dense(tensors.q.view(), tensors.k.view(), tensors.v.view(), dense_out.view(),
-                  dense_lse.view(), options);
-  const double dense_seconds = seconds_since(dense_start);
+  const PreparedPlan dense_plan = executor.prepare(build_plan(PatternSpec{"dense", {}}, shape));
+  const double dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
   const int64_t dense_pairs = causal_pair_count(seq_len, seq_len) * heads;
-  progress.done(fmt::format("{:.2f} s", dense_seconds));
+  progress.done(fmt::format("{:.2f} ms", 1000.0 * dense_seconds));
 
   progress.step(fmt::format("oracle density at recall {:.2f} ({} sampled rows per head)",
                             flags.recall_target, flags.oracle_rows));
@@ -150,27 +150,24 @@ int run_bench(const BenchFlags& flags) {
   for (const PatternRun& run : runs) {
     PatternResult result{run, {}, {}, 0.0, 0.0, 0};
     const auto plan_start = std::chrono::steady_clock::now();
-    const Plan plan = build_plan(run.specs, shape, &workload.layout());
+    const PreparedPlan plan = executor.prepare(build_plan(run.specs, shape, &workload.layout()));
     result.plan_seconds = seconds_since(plan_start);
 
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});
     Tensor lse(DType::kFloat32, {1, heads, seq_len});
-    const auto attention_start = std::chrono::steady_clock::now();
-    attention_planned(plan, tensors.q.view(), tensors.k.view(), tensors.v.view(), out.view(),
-                      lse.view(), options);
-    result.attention_seconds = seconds_since(attention_start);
+    result.attention_seconds = executor.run(plan, out.view(), lse.view());
 
     for (int64_t head = 0; head < heads; ++head) {
       result.heads.push_back(
           compare_head(out.view(), lse.view(), dense_out.view(), dense_lse.view(), 0, head));
-      result.head_density.push_back(plan_density(plan, head));
-      result.computed_pairs += count_plan_pairs(plan, head);
+      result.head_density.push_back(plan_density(plan.plan(), head));
+      result.computed_pairs += count_plan_pairs(plan.plan(), head);
     }
-    progress.done(fmt::format("{}: {:.2f} s", run.label, result.attention_seconds));
+    progress.done(fmt::format("{}: {:.2f} ms", run.label, 1000.0 * result.attention_seconds));
     results.push_back(std::move(result));
   }
 
-  const std::string device = gpu ? "cuda" : "cpu (reference backend)";
+  const std::string device = executor.device_label();
   if (flags.exec.json_path != "-") {
     fmt::print("mmsparse bench  SYNTHETIC workload '{}': {} tokens, {} query heads, {} KV heads, "
                "head dim {}, seed {}\n",
@@ -197,7 +194,11 @@ int run_bench(const BenchFlags& flags) {
     }
     fmt::print("\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over "
                "rows and heads; out err: ||O - O_dense|| / ||O_dense||, mean over heads; "
-               "speedup: dense time / (plan + attention time).\n");
+               "speedup: dense time / (plan + attention time); {}.\n",
+               gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; plan time is "
+                                 "host building plus upload",
+                                 flags.timing.repeats, flags.timing.warmup)
+                   : "CPU times: one run of the reference backend");
   }
 
   nlohmann::json report;
@@ -261,6 +262,12 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--recall-target", flags->recall_target, "recall for the oracle density")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measurement")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs per measurement (median)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   return {command, [flags] { return run_bench(*flags); }};
 }

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "executor.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/io.h"
@@ -27,6 +28,7 @@ struct RunFlags {
   int64_t layer = 0;
   bool compare = false;
   ExecutionFlags exec;
+  TimingFlags timing;
 };
 
 std::string read_text_file(const std::string& path, const std::string& flag) {
@@ -78,25 +80,27 @@ int run_attention(const RunFlags& flags) {
     pattern_text = specs.front().to_string();
   }
 
-  AttentionOptions options;
-  options.num_threads = flags.exec.threads;
-  progress.step("attention with " + pattern_text);
+  Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
+  executor.set_inputs(q.view(), k.view(), v.view());
+  progress.step("attention with " + pattern_text + " on " + executor.device_label());
   const PlanShape shape{1, heads, q_len, kv_len, kDefaultTileRows};
-  const Plan plan = build_plan(specs, shape, has_layout ? &layout : nullptr);
+  const PreparedPlan plan =
+      executor.prepare(build_plan(specs, shape, has_layout ? &layout : nullptr));
   Tensor out(q.dtype(), q.shape());
   Tensor lse(DType::kFloat32, {batch, heads, q_len});
-  const auto start = std::chrono::steady_clock::now();
-  attention_planned(plan, q.view(), k.view(), v.view(), out.view(), lse.view(), options);
-  const double seconds = seconds_since(start);
-  progress.done(fmt::format("{:.2f} s", seconds));
+  const double seconds = executor.run(plan, out.view(), lse.view());
+  progress.done(fmt::format("{:.3f} ms", 1000.0 * seconds));
 
   nlohmann::json report = {{"input", flags.input}, {"pattern", pattern_text}, {"seconds", seconds}};
   if (flags.compare) {
     progress.step("dense attention for comparison");
     Tensor dense_out(q.dtype(), q.shape());
     Tensor dense_lse(DType::kFloat32, {batch, heads, q_len});
-    attention_dense(q.view(), k.view(), v.view(), dense_out.view(), dense_lse.view(), options);
-    progress.done("done");
+    const double dense_seconds = executor.run(
+        executor.prepare(build_plan(PatternSpec{"dense", {}}, shape)), dense_out.view(),
+        dense_lse.view());
+    report["dense_seconds"] = dense_seconds;
+    progress.done(fmt::format("{:.3f} ms", 1000.0 * dense_seconds));
     if (flags.exec.json_path != "-") {
       fmt::print("{:>6} {:>6} {:>9} {:>9} {:>9} {:>10}\n", "batch", "head", "density", "recall",
                  "min rec", "out err");
@@ -105,7 +109,7 @@ int run_attention(const RunFlags& flags) {
       for (int64_t head = 0; head < heads; ++head) {
         const HeadAccuracy accuracy =
             compare_head(out.view(), lse.view(), dense_out.view(), dense_lse.view(), b, head);
-        const double density = plan_density(plan, head);
+        const double density = plan_density(plan.plan(), head);
         if (flags.exec.json_path != "-") {
           fmt::print("{:>6} {:>6} {:>8.2f}% {:>9.4f} {:>9.4f} {:>10.2e}\n", b, head,
                      100.0 * density, accuracy.recall_mean, accuracy.recall_min,
@@ -175,6 +179,10 @@ Command add_run_command(CLI::App& app) {
   command->add_flag("--compare", flags->compare,
                     "also run dense attention and report recall and output error per head");
   flags->exec.add_to(*command);
+  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs")->capture_default_str();
+  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs (median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return {command, [flags] { return run_attention(*flags); }};
 }
 

@@ -1,0 +1,68 @@
+#include "executor.h"
+
+#include <chrono>
+
+#include "cli_common.h"
+#include "mmsparse/build_info.h"
+
+namespace mmsparse::cli {
+
+namespace {
+constexpr double kMillisecondsPerSecond = 1000.0;
+}  // namespace
+
+Executor::Executor(bool gpu, int threads, TimingFlags timing)
+    : gpu_(gpu),
+      device_(gpu ? Device{DeviceType::kCUDA, 0} : Device{}),
+      timing_(timing) {
+  options_.num_threads = threads;
+}
+
+void Executor::set_inputs(const TensorView& q, const TensorView& k, const TensorView& v) {
+  if (!gpu_) {
+    q_ = q;
+    k_ = k;
+    v_ = v;
+    return;
+  }
+  device_q_.emplace(DeviceTensor::from_host(q, device_));
+  device_k_.emplace(DeviceTensor::from_host(k, device_));
+  device_v_.emplace(DeviceTensor::from_host(v, device_));
+  q_ = device_q_->view();
+  k_ = device_k_->view();
+  v_ = device_v_->view();
+}
+
+PreparedPlan Executor::prepare(Plan plan) const {
+  PreparedPlan prepared = prepare_plan(std::move(plan), device_);
+  if (gpu_) synchronize(device_);  // so that a caller's host clock covers the upload
+  return prepared;
+}
+
+double Executor::run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse) {
+  if (!gpu_) {
+    const auto start = std::chrono::steady_clock::now();
+    attention_planned(plan, q_, k_, v_, out, lse, options_);
+    return seconds_since(start);
+  }
+  DeviceTensor device_out(out.dtype, out.shape_vector(), device_);
+  DeviceTensor device_lse(lse.dtype, lse.shape_vector(), device_);
+  const double milliseconds = median_device_milliseconds(
+      [&] {
+        attention_planned(plan, q_, k_, v_, device_out.view(), device_lse.view(), options_);
+      },
+      timing_.warmup, timing_.repeats, device_);
+  device_out.copy_to_host(out);
+  device_lse.copy_to_host(lse);
+  return milliseconds / kMillisecondsPerSecond;
+}
+
+std::string Executor::device_label() const {
+  if (!gpu_) return "cpu (reference backend)";
+  for (const GpuInfo& gpu : visible_gpus()) {
+    if (gpu.index == device_.index) return device_name(device_) + " " + gpu.name;
+  }
+  return device_name(device_);
+}
+
+}  // namespace mmsparse::cli

@@ -1,0 +1,46 @@
+#pragma once
+// Runs prepared plans on the CPU reference backend or the CUDA engine for the CLI, timing them the
+// way each device needs: one host-clock run on the CPU, a warmed-up median of device-event runs on
+// the GPU. Results always come back to host tensors for the metrics.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mmsparse/attention.h"
+#include "mmsparse/device.h"
+#include "mmsparse/tensor.h"
+
+namespace mmsparse::cli {
+
+struct TimingFlags {
+  int warmup = 2;   // GPU only
+  int repeats = 5;  // GPU only; the CPU reference runs once
+};
+
+class Executor {
+ public:
+  Executor(bool gpu, int threads, TimingFlags timing);
+
+  // q [batch, q_len, q_heads, d], k/v [batch, kv_len, kv_heads, d] host tensors; copied to the GPU
+  // when running there.
+  void set_inputs(const TensorView& q, const TensorView& k, const TensorView& v);
+
+  PreparedPlan prepare(Plan plan) const;
+  // Attention over the prepared plan; out/lse are host tensors of the right shape. Returns
+  // seconds (the median over repeats on the GPU).
+  double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);
+
+  bool gpu() const { return gpu_; }
+  std::string device_label() const;
+
+ private:
+  bool gpu_;
+  Device device_;
+  AttentionOptions options_;
+  TimingFlags timing_;
+  TensorView q_, k_, v_;
+  std::optional<DeviceTensor> device_q_, device_k_, device_v_;
+};
+
+}  // namespace mmsparse::cli
