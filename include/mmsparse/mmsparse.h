@@ -3,6 +3,7 @@
 
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
+#include "mmsparse/device.h"
 #include "mmsparse/io.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/metrics.h"
