@@ -51,6 +51,15 @@ void check_host_view(const char* argument, const TensorView& host, DType dtype,
 
 DeviceTensor::DeviceTensor(DType dtype, std::vector<int64_t> shape, Device device)
     : dtype_(dtype), shape_(std::move(shape)), device_(device) {
+  if (shape_.size() > static_cast<std::size_t>(kMaxDims)) {
+    throw_invalid_argument("DeviceTensor shape", "at most " + std::to_string(kMaxDims) + " dimensions",
+                           std::to_string(shape_.size()));
+  }
+  for (const int64_t extent : shape_) {
+    if (extent < 0) {
+      throw_invalid_argument("DeviceTensor shape", "non-negative extents", std::to_string(extent));
+    }
+  }
   select_device(device);
   const std::size_t bytes = byte_size(dtype_, shape_);
   if (bytes > 0) cuda::check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc (DeviceTensor)");
@@ -83,6 +92,7 @@ TensorView DeviceTensor::view() const {
 
 void DeviceTensor::copy_from_host(const TensorView& host) {
   check_host_view("copy_from_host source", host, dtype_, shape_);
+  if (byte_size(dtype_, shape_) == 0) return;
   Tensor scratch;
   const void* source = packed_host_data(host, scratch);
   select_device(device_);
@@ -92,6 +102,7 @@ void DeviceTensor::copy_from_host(const TensorView& host) {
 
 void DeviceTensor::copy_to_host(const TensorView& host) const {
   check_host_view("copy_to_host destination", host, dtype_, shape_);
+  if (byte_size(dtype_, shape_) == 0) return;
   select_device(device_);
   if (host.is_contiguous()) {
     cuda::check_cuda(

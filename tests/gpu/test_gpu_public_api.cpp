@@ -1,0 +1,646 @@
+// The public API on device memory, as a user calls it: DeviceTensor holds the operands, the entry
+// points of attention.h dispatch to the CUDA engine because the tensors are on the device, and the
+// results come back to the host to be checked against the CPU reference and the fp64 oracle. Also
+// DeviceTensor's copies and errors, event timing, and PreparedPlan on the device.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention_harness.h"
+#include "attention_oracle.h"
+#include "common/compare.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "device_buffer.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/device.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "plan_generators.h"
+
+namespace mmsparse::test {
+namespace {
+
+using mmsparse::testing::expect_error;
+
+constexpr Device kCuda{DeviceType::kCUDA, 0};
+constexpr Device kCpu{DeviceType::kCPU, 0};
+constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};  // GQA ratios, 7 being the awkward one
+constexpr int64_t kBatched = 2;  // batch of the batched cases; the others keep the oracle cheap
+// All bytes 0xFF: NaN in float32, float16 and bfloat16, so an unwritten element never passes.
+constexpr int kNaNByte = 0xFF;
+// Slack of the rule against the CPU reference (the harness's values): the rounding noise of one
+// output element in 16-bit precision, and the float32 noise of an LSE.
+constexpr double kOutputSlack = 1e-3;
+constexpr double kLseSlack = 1e-3;
+
+const KernelConfig kSmallConfig{DType::kBFloat16, 64};
+// Edge cases on both head dims: the engine's automatic kernel choice may send head_dim 128 plans
+// of spans to another kernel than head_dim 64 ones.
+const std::array<KernelConfig, 2> kEdgeConfigs = {KernelConfig{DType::kBFloat16, 64},
+                                                  KernelConfig{DType::kFloat16, 128}};
+
+PlanShape shape_of(const ProblemSize& size, int64_t plan_batch = 1) {
+  PlanShape shape;
+  shape.batch = plan_batch;
+  shape.heads = size.q_heads();
+  shape.q_len = size.q_len;
+  shape.kv_len = size.kv_len;
+  return shape;
+}
+
+AttentionOptions options_of(const ProblemSize& size, bool causal = true) {
+  AttentionOptions options;
+  options.scale = size.scale;
+  options.causal = causal;
+  return options;
+}
+
+void poison(Tensor& host) {
+  if (host.nbytes() > 0) std::memset(host.data(), kNaNByte, host.nbytes());
+}
+
+DeviceTensor poisoned_device(DType dtype, std::vector<int64_t> shape) {
+  Tensor host(dtype, std::move(shape));
+  poison(host);
+  return DeviceTensor::from_host(host.view(), kCuda);
+}
+
+// Device copies of the inputs: DeviceTensor packs whatever layout the host operand has.
+struct DeviceInputs {
+  explicit DeviceInputs(const AttentionInputs& inputs)
+      : q(DeviceTensor::from_host(inputs.q.view, kCuda)),
+        k(DeviceTensor::from_host(inputs.k.view, kCuda)),
+        v(DeviceTensor::from_host(inputs.v.view, kCuda)) {}
+  DeviceTensor q, k, v;
+};
+
+// Poisoned device outputs of a problem.
+struct DeviceOutputs {
+  explicit DeviceOutputs(const ProblemSize& size)
+      : out(poisoned_device(size.dtype, {size.batch, size.q_len, size.q_heads(), size.head_dim})),
+        lse(poisoned_device(DType::kFloat32, {size.batch, size.q_heads(), size.q_len})) {}
+
+  // Waits for the device (surfacing asynchronous faults), then downloads into an output of
+  // `layout`: copy_to_host unpacks into any strides.
+  AttentionResult download(const ProblemSize& size, OperandLayout layout) const {
+    synchronize(kCuda);
+    AttentionResult result{
+        HostOperand(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim, layout),
+        Tensor(DType::kFloat32, {size.batch, size.q_heads(), size.q_len})};
+    out.copy_to_host(result.out.view);
+    lse.copy_to_host(result.lse.view());
+    return result;
+  }
+
+  DeviceTensor out, lse;
+};
+
+// Bit-for-bit equality of two host views of one dtype and shape, element by element (any
+// strides): NaN payloads and the sign of zero count.
+int64_t differing_elements(const TensorView& a, const TensorView& b) {
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.shape_vector(), b.shape_vector());
+  std::vector<int64_t> offsets_a;
+  std::vector<int64_t> offsets_b;
+  for_each_offset(a, [&](int64_t, int64_t offset) { offsets_a.push_back(offset); });
+  for_each_offset(b, [&](int64_t, int64_t offset) { offsets_b.push_back(offset); });
+  if (offsets_a.size() != offsets_b.size()) return std::max<int64_t>(1, offsets_a.size());
+  const std::size_t element = dtype_size(a.dtype);
+  const auto* bytes_a = static_cast<const std::byte*>(a.data);
+  const auto* bytes_b = static_cast<const std::byte*>(b.data);
+  int64_t differing = 0;
+  for (std::size_t i = 0; i < offsets_a.size(); ++i) {
+    differing += std::memcmp(bytes_a + offsets_a[i] * element, bytes_b + offsets_b[i] * element,
+                             element) != 0;
+  }
+  return differing;
+}
+
+void expect_bit_identical(const AttentionResult& actual, const AttentionResult& expected) {
+  EXPECT_EQ(differing_elements(actual.out.view, expected.out.view), 0)
+      << "O: " << compare(actual.out.view, expected.out.view);
+  EXPECT_EQ(differing_elements(actual.lse.view(), expected.lse.view()), 0)
+      << "LSE: " << compare(actual.lse.view(), expected.lse.view());
+}
+
+// max |result - fp64| <= 2 × max |baseline - fp64| + slack, for O and LSE; rows without keys
+// (O = 0, LSE = -inf) must agree exactly, so any mismatch fails.
+void expect_within_twice(const char* who, const AttentionResult& result, const char* baseline_name,
+                         const Difference& baseline_out, const Difference& baseline_lse,
+                         const OracleResult& fp64) {
+  const Difference out = compare(result.out.view, fp64.out);
+  const Difference lse = compare(result.lse.view(), fp64.lse);
+  EXPECT_EQ(out.mismatches, 0) << who << " O has NaN, unwritten or misplaced infinite entries";
+  EXPECT_EQ(lse.mismatches, 0) << who << " LSE differs in which rows are -inf, or is NaN";
+  EXPECT_LE(out.max_abs, 2.0 * baseline_out.max_abs + kOutputSlack)
+      << who << " O: " << out << "; " << baseline_name << " O: " << baseline_out;
+  EXPECT_LE(lse.max_abs, 2.0 * baseline_lse.max_abs + kLseSlack)
+      << who << " LSE: " << lse << "; " << baseline_name << " LSE: " << baseline_lse;
+}
+
+// --- attention_dense ---------------------------------------------------------------------------
+
+class GpuPublicApi : public ::testing::TestWithParam<KernelConfig> {};
+
+// The GPU's dense attention against the CPU reference's attention_dense on the same host inputs:
+// both by the kernel rule against the fp64 oracle (dense attention as a plan gives the oracle its
+// mask; the CPU passing proves that mask right), and the GPU's error within twice the CPU
+// reference's (same input precision, fp32 arithmetic) plus slack.
+TEST_P(GpuPublicApi, DenseAttentionMatchesTheCpuReference) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : kGroups) {
+    for (const bool causal : {true, false}) {
+      const ProblemSize size = random_problem(random, GetParam(), group == 1 ? kBatched : 1, group);
+      const OperandLayout out_layout = random_layout(random);
+      SCOPED_TRACE(describe(size) + (causal ? " causal" : " non-causal") +
+                   " out=" + layout_name(out_layout));
+      const AttentionInputs inputs = random_inputs(random, size);
+      const AttentionOptions options = options_of(size, causal);
+
+      const DeviceInputs device(inputs);
+      const DeviceOutputs outputs(size);
+      attention_dense(device.q.view(), device.k.view(), device.v.view(), outputs.out.view(),
+                      outputs.lse.view(), options);
+      const AttentionResult gpu = outputs.download(size, out_layout);
+
+      AttentionResult cpu{HostOperand(size.dtype, size.batch, size.q_len, size.q_heads(),
+                                      size.head_dim, OperandLayout::kContiguous),
+                          Tensor(DType::kFloat32, {size.batch, size.q_heads(), size.q_len})};
+      attention_dense(inputs.q.view, inputs.k.view, inputs.v.view, cpu.out.view, cpu.lse.view(),
+                      options);
+
+      const Plan plan = dense_plan(shape_of(size), causal);
+      const OracleResult fp64 = attention_oracle(plan, inputs.q.view, inputs.k.view, inputs.v.view,
+                                                 size.scale, OraclePrecision::kFloat64);
+      const OracleResult naive = attention_oracle(plan, inputs.q.view, inputs.k.view, inputs.v.view,
+                                                  size.scale, OraclePrecision::kNaive);
+      const Difference naive_out = compare(std::span<const double>(naive.out), fp64.out);
+      const Difference naive_lse = compare(std::span<const double>(naive.lse), fp64.lse);
+      expect_within_twice("GPU", gpu, "naive", naive_out, naive_lse, fp64);
+      expect_within_twice("CPU reference", cpu, "naive", naive_out, naive_lse, fp64);
+      expect_within_twice("GPU", gpu, "CPU reference", compare(cpu.out.view, fp64.out),
+                          compare(cpu.lse.view(), fp64.lse), fp64);
+    }
+  }
+}
+
+// --- attention_planned: host Plan and PreparedPlan ---------------------------------------------
+
+// Runs `plan` on the device as a host Plan (uploaded for the call) and as a PreparedPlan (uploaded
+// once, used `calls` times on fresh inputs): the two must agree bit for bit (same kernel, same
+// plan), and both must match the oracle as the CPU reference does.
+void check_planned(Random& random, const Plan& plan, const ProblemSize& size, int calls = 1) {
+  SCOPED_TRACE(describe(size) + " plan: " + plan.summary());
+  const PreparedPlan prepared = prepare_plan(plan, kCuda);
+  EXPECT_EQ(device_name(prepared.device()), device_name(kCuda));
+  EXPECT_EQ(prepared.plan().shape, plan.shape);
+  for (int call = 0; call < calls; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const AttentionInputs inputs = random_inputs(random, size);
+    const AttentionOptions options = options_of(size);
+    const DeviceInputs device(inputs);
+
+    const DeviceOutputs host_plan(size);
+    attention_planned(plan, device.q.view(), device.k.view(), device.v.view(), host_plan.out.view(),
+                      host_plan.lse.view(), options);
+    const AttentionResult from_plan = host_plan.download(size, OperandLayout::kContiguous);
+
+    const DeviceOutputs prepared_plan(size);
+    attention_planned(prepared, device.q.view(), device.k.view(), device.v.view(),
+                      prepared_plan.out.view(), prepared_plan.lse.view(), options);
+    const AttentionResult from_prepared = prepared_plan.download(size, random_layout(random));
+
+    expect_bit_identical(from_prepared, from_plan);
+    expect_matches_oracle(plan, inputs, size, from_prepared);
+  }
+}
+
+TEST_P(GpuPublicApi, PlannedStaticPatternsHostAndPreparedAgree) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  const ModalityLayout layout = mixed_layout(random, size.kv_len);  // SF frame strides
+  for (const char* spec :
+       {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
+        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24"}) {
+    SCOPED_TRACE(spec);
+    check_planned(random, build_plan(PatternSpec::parse(spec), shape_of(size), &layout), size);
+  }
+}
+
+// A tri-shape plan with uneven tiles and the layout attached, and a plan whose masks read the
+// layout's token arrays (same-media, modality pairs), one per batch element, so that the device
+// copy of the token arrays is used. Each prepared plan serves more than one call.
+TEST_P(GpuPublicApi, PlannedWithLayoutHostAndPreparedAgree) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int kCalls = 2;
+  const ProblemSize size = random_problem(random, GetParam(), kBatched, 4);
+  const ModalityLayout layout = mixed_layout(random, size.kv_len);
+  {
+    SCOPED_TRACE("tri-shape with layout");
+    constexpr int64_t kSink = 13;
+    constexpr int64_t kLocal = 70;
+    constexpr int64_t kBottom = 45;
+    Plan plan = tri_shape_plan(shape_of(size), kSink, kLocal, kBottom);
+    plan.attach_layout(layout);
+    check_planned(random, plan, size, kCalls);
+  }
+  {
+    SCOPED_TRACE("mixed masks, one plan per batch element");
+    RandomPlanOptions options;
+    options.masks = MaskMix::kMixed;
+    options.leave_gaps = true;
+    check_planned(random, random_plan(random, shape_of(size, size.batch), options, &layout), size,
+                  kCalls);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, GpuPublicApi,
+    ::testing::Values(KernelConfig{DType::kBFloat16, 64}, KernelConfig{DType::kBFloat16, 128},
+                      KernelConfig{DType::kFloat16, 64}, KernelConfig{DType::kFloat16, 128}),
+    [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
+
+// --- Edges: rows without keys, no keys at all, nothing to compute -----------------------------
+
+TEST(GpuPublicApiEdges, DenseWithFewerKeysThanQueriesLeavesEarlyRowsEmpty) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const KernelConfig& config : kEdgeConfigs) {
+    ProblemSize size = random_problem(random, config, kBatched, 7);
+    // Under the bottom-right causal mask the first q_len - kv_len queries see no key: the
+    // dispatcher's dense plan must give them tiles without keys (or none), and O = 0, LSE = -inf.
+    size.kv_len = size.q_len / 2 + 1;
+    SCOPED_TRACE(describe(size));
+    const AttentionInputs inputs = random_inputs(random, size);
+    const DeviceInputs device(inputs);
+    const DeviceOutputs outputs(size);
+    attention_dense(device.q.view(), device.k.view(), device.v.view(), outputs.out.view(),
+                    outputs.lse.view(), options_of(size));
+    const AttentionResult gpu = outputs.download(size, random_layout(random));
+    expect_matches_oracle(dense_plan(shape_of(size), true), inputs, size, gpu);
+    EXPECT_EQ(gpu.lse.data_as<float>()[0], -std::numeric_limits<float>::infinity());
+  }
+}
+
+// attention.h: kv_len == 0 gives every row O = 0 and LSE = -inf, also for device tensors, whose
+// empty k and v own no memory (a null pointer, as DLPack allows for empty tensors).
+TEST(GpuPublicApiEdges, NoKeysGivesZeroOutputAndNegativeInfinityLse) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const KernelConfig& config : kEdgeConfigs) {
+    ProblemSize size = random_problem(random, config, 1, 4);
+    size.kv_len = 0;
+    SCOPED_TRACE(describe(size));
+    const AttentionInputs inputs = random_inputs(random, size);
+    const DeviceInputs device(inputs);
+    for (const bool causal : {true, false}) {
+      SCOPED_TRACE(causal ? "causal" : "non-causal");
+      const DeviceOutputs outputs(size);
+      attention_dense(device.q.view(), device.k.view(), device.v.view(), outputs.out.view(),
+                      outputs.lse.view(), options_of(size, causal));
+      const AttentionResult gpu = outputs.download(size, OperandLayout::kContiguous);
+      for (const double value : to_doubles(gpu.out.view)) ASSERT_EQ(value, 0.0);
+      for (const double value : to_doubles(gpu.lse.view())) {
+        ASSERT_EQ(value, -std::numeric_limits<double>::infinity());
+      }
+    }
+  }
+}
+
+TEST(GpuPublicApiEdges, NoQueriesIsANoOp) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, kSmallConfig, 1, 2);
+  size.q_len = 0;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceInputs device(inputs);
+  const DeviceOutputs outputs(size);
+  EXPECT_NO_THROW(attention_dense(device.q.view(), device.k.view(), device.v.view(),
+                                  outputs.out.view(), outputs.lse.view(), options_of(size)));
+  EXPECT_NO_THROW(synchronize(kCuda));
+}
+
+// --- merge_partials ----------------------------------------------------------------------------
+
+constexpr double kEmptyPartProbability = 0.2;  // a part with no keys for a row: LSE -inf
+constexpr float kLseSpread = 3.0f;  // LSEs of parts differ by a few units, as real ones do
+// float32 exp/log differences between host and device (test_gpu_merge.cpp's bounds).
+constexpr double kMergeRelative = 1e-5;
+constexpr double kMergeAbsolute = 1e-6;
+
+// One unit in the last place of a stored merged element, relative.
+double relative_rounding(DType dtype) {
+  constexpr double kBFloat16Epsilon = 1.0 / 128;  // 2^-7: 8 significant bits
+  constexpr double kFloat16Epsilon = 1.0 / 1024;  // 2^-10: 11 significant bits
+  switch (dtype) {
+    case DType::kBFloat16:
+      return kBFloat16Epsilon;
+    case DType::kFloat16:
+      return kFloat16Epsilon;
+    default:
+      return kMergeRelative;
+  }
+}
+
+struct MergeCase {
+  DType part_dtype;
+  DType out_dtype;
+  int parts;
+};
+
+TEST(GpuPublicApiMerge, MergePartialsOnTheDeviceMatchesTheCpu) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kBatch = 2;
+  constexpr int64_t kHeads = 3;
+  constexpr int64_t kHeadDim = 72;  // not a multiple of the warp size: a partial last slice
+  constexpr int64_t kMaxQueryLength = 97;
+  const int64_t q_len = random.uniform_int(1, kMaxQueryLength);
+  const std::vector<int64_t> lse_shape = {kBatch, kHeads, q_len};
+  for (const MergeCase& merge : {MergeCase{DType::kBFloat16, DType::kBFloat16, 2},
+                                 MergeCase{DType::kFloat32, DType::kBFloat16, 3},
+                                 MergeCase{DType::kFloat16, DType::kFloat32, 1}}) {
+    SCOPED_TRACE("q_len=" + std::to_string(q_len) + " parts=" + std::to_string(merge.parts) +
+                 " part dtype=" + std::string(dtype_name(merge.part_dtype)) +
+                 " out dtype=" + std::string(dtype_name(merge.out_dtype)));
+    std::vector<HostOperand> host_outs;
+    std::vector<Tensor> host_lses;
+    for (int p = 0; p < merge.parts; ++p) {
+      host_outs.emplace_back(merge.part_dtype, kBatch, q_len, kHeads, kHeadDim,
+                             random_layout(random));
+      random.fill_normal(host_outs.back().view);
+      Tensor lse(DType::kFloat32, lse_shape);
+      float* values = lse.data_as<float>();
+      for (int64_t i = 0; i < lse.numel(); ++i) {
+        values[i] = random.bernoulli(kEmptyPartProbability)
+                        ? -std::numeric_limits<float>::infinity()
+                        : random.normal(0.0f, kLseSpread);
+      }
+      values[0] = -std::numeric_limits<float>::infinity();  // row 0 has no keys in any part
+      host_lses.push_back(std::move(lse));
+    }
+    std::vector<TensorView> out_views, lse_views;
+    std::vector<DeviceTensor> device_outs, device_lses;
+    std::vector<TensorView> device_out_views, device_lse_views;
+    for (int p = 0; p < merge.parts; ++p) {
+      out_views.push_back(host_outs[p].view);
+      lse_views.push_back(host_lses[p].view());
+      device_outs.push_back(DeviceTensor::from_host(host_outs[p].view, kCuda));
+      device_lses.push_back(DeviceTensor::from_host(host_lses[p].view(), kCuda));
+    }
+    for (int p = 0; p < merge.parts; ++p) {
+      device_out_views.push_back(device_outs[p].view());
+      device_lse_views.push_back(device_lses[p].view());
+    }
+
+    const DeviceTensor merged = poisoned_device(merge.out_dtype, {kBatch, q_len, kHeads, kHeadDim});
+    const DeviceTensor merged_lse = poisoned_device(DType::kFloat32, lse_shape);
+    merge_partials(device_out_views, device_lse_views, merged.view(), merged_lse.view());
+    synchronize(kCuda);
+    HostOperand gpu_out(merge.out_dtype, kBatch, q_len, kHeads, kHeadDim, random_layout(random));
+    Tensor gpu_lse(DType::kFloat32, lse_shape);
+    merged.copy_to_host(gpu_out.view);
+    merged_lse.copy_to_host(gpu_lse.view());
+
+    HostOperand cpu_out(merge.out_dtype, kBatch, q_len, kHeads, kHeadDim,
+                        OperandLayout::kContiguous);
+    Tensor cpu_lse(DType::kFloat32, lse_shape);
+    merge_partials(out_views, lse_views, cpu_out.view, cpu_lse.view());
+
+    // Within one rounding of the output dtype, element by element.
+    const std::vector<double> expected = to_doubles(cpu_out.view);
+    const std::vector<double> actual = to_doubles(gpu_out.view);
+    int64_t bad = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const double bound =
+          kMergeAbsolute + relative_rounding(merge.out_dtype) * std::abs(expected[i]);
+      if (!(std::abs(actual[i] - expected[i]) <= bound)) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "O elements off by more than one rounding: "
+                      << compare(gpu_out.view, cpu_out.view);
+    const Difference lse = compare(gpu_lse.view(), cpu_lse.view());
+    EXPECT_EQ(lse.mismatches, 0) << lse;
+    EXPECT_LE(lse.max_abs, kMergeRelative * kLseSpread * merge.parts) << lse;
+    EXPECT_EQ(gpu_lse.data_as<float>()[0], -std::numeric_limits<float>::infinity());
+    for (int64_t d = 0; d < kHeadDim; ++d) {
+      ASSERT_EQ(load_float(gpu_out.view, d * gpu_out.view.strides[3]), 0.0f)
+          << "row 0 has no keys in any part, element " << d;
+    }
+  }
+}
+
+// --- DeviceTensor ------------------------------------------------------------------------------
+
+// Random bits in every byte of the storage (padding included): any dtype, NaNs and all, so that
+// only a bit-exact copy passes.
+void fill_random_bytes(Random& random, Tensor& storage) {
+  constexpr int64_t kByteValues = 256;
+  for (std::size_t i = 0; i < storage.nbytes(); ++i) {
+    storage.data()[i] = static_cast<std::byte>(random.uniform_int(0, kByteValues - 1));
+  }
+}
+
+TEST(GpuDeviceTensor, RoundTripKeepsEveryBitInEveryLayout) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kBatch = 2;
+  constexpr int64_t kHeads = 3;
+  constexpr int64_t kDim = 5;  // odd: rows not multiples of 16 bytes
+  constexpr int64_t kMaxSeq = 41;
+  constexpr std::array<OperandLayout, 3> kLayouts = {
+      OperandLayout::kContiguous, OperandLayout::kHeadMajor, OperandLayout::kPaddedRows};
+  for (const DType dtype :
+       {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kUInt8}) {
+    const int64_t seq = random.uniform_int(1, kMaxSeq);
+    for (const OperandLayout source_layout : kLayouts) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " seq=" + std::to_string(seq) +
+                   " source=" + layout_name(source_layout));
+      HostOperand source(dtype, kBatch, seq, kHeads, kDim, source_layout);
+      fill_random_bytes(random, source.storage);
+      const DeviceTensor device = DeviceTensor::from_host(source.view, kCuda);
+      const TensorView view = device.view();
+      EXPECT_EQ(view.dtype, dtype);
+      EXPECT_EQ(device_name(view.device), device_name(kCuda));
+      EXPECT_EQ(view.shape_vector(), source.view.shape_vector());
+      EXPECT_TRUE(view.is_contiguous());
+      for (const OperandLayout destination_layout : kLayouts) {
+        SCOPED_TRACE(std::string("destination=") + layout_name(destination_layout));
+        HostOperand back(dtype, kBatch, seq, kHeads, kDim, destination_layout);
+        poison(back.storage);
+        device.copy_to_host(back.view);
+        EXPECT_EQ(differing_elements(back.view, source.view), 0);
+      }
+    }
+  }
+}
+
+TEST(GpuDeviceTensor, CopyFromHostOverwritesAndMovesKeepTheMemory) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kRows = 7;
+  constexpr int64_t kColumns = 13;
+  Tensor first(DType::kBFloat16, {kRows, kColumns});
+  Tensor second(DType::kBFloat16, {kRows, kColumns});
+  fill_random_bytes(random, first);
+  fill_random_bytes(random, second);
+  DeviceTensor device(DType::kBFloat16, {kRows, kColumns}, kCuda);
+  device.copy_from_host(first.view());
+  device.copy_from_host(second.view());
+  DeviceTensor moved(std::move(device));
+  DeviceTensor assigned(DType::kFloat32, {1}, kCuda);
+  assigned = std::move(moved);
+  Tensor back(DType::kBFloat16, {kRows, kColumns});
+  assigned.copy_to_host(back.view());
+  EXPECT_EQ(differing_elements(back.view(), second.view()), 0);
+}
+
+TEST(GpuDeviceTensorErrors, MismatchedHostViewsAreRejected) {
+  constexpr int64_t kRows = 3;
+  constexpr int64_t kColumns = 5;
+  const DeviceTensor device(DType::kBFloat16, {kRows, kColumns}, kCuda);
+  const Tensor other_dtype(DType::kFloat32, {kRows, kColumns});
+  const Tensor other_shape(DType::kBFloat16, {kColumns, kRows});
+  Tensor on_device(DType::kBFloat16, {kRows, kColumns});
+  TensorView claims_device = on_device.view();
+  claims_device.device = kCuda;  // host memory that says it is device memory
+  Tensor destination(DType::kFloat32, {kRows, kColumns});
+
+  DeviceTensor target(DType::kBFloat16, {kRows, kColumns}, kCuda);
+  expect_error([&] { target.copy_from_host(other_dtype.view()); }, ErrorCode::kInvalidArgument,
+               {"copy_from_host source dtype", "bfloat16", "float32"});
+  expect_error([&] { target.copy_from_host(other_shape.view()); }, ErrorCode::kInvalidArgument,
+               {"copy_from_host source shape", "[3, 5]", "[5, 3]"});
+  expect_error([&] { target.copy_from_host(claims_device); }, ErrorCode::kInvalidArgument,
+               {"copy_from_host source", "a host tensor", device_name(kCuda)});
+  expect_error([&] { device.copy_to_host(destination.view()); }, ErrorCode::kInvalidArgument,
+               {"copy_to_host destination dtype", "bfloat16", "float32"});
+  expect_error([&] { device.copy_to_host(other_shape.view()); }, ErrorCode::kInvalidArgument,
+               {"copy_to_host destination shape", "[3, 5]", "[5, 3]"});
+  expect_error([&] { device.copy_to_host(claims_device); }, ErrorCode::kInvalidArgument,
+               {"copy_to_host destination", "a host tensor", device_name(kCuda)});
+}
+
+TEST(GpuDeviceTensorErrors, HostDevicesAreRejected) {
+  const Tensor host(DType::kFloat16, {2, 3});
+  expect_error(
+      [&] {
+        [[maybe_unused]] const DeviceTensor tensor(DType::kFloat16, {2, 3}, kCpu);
+      },
+      ErrorCode::kInvalidArgument, {"device", "a CUDA device", device_name(kCpu)});
+  expect_error([&] { (void)DeviceTensor::from_host(host.view(), kCpu); },
+               ErrorCode::kInvalidArgument, {"device", "a CUDA device", device_name(kCpu)});
+  expect_error([&] { synchronize(kCpu); }, ErrorCode::kInvalidArgument,
+               {"device", "a CUDA device", device_name(kCpu)});
+}
+
+// Like Tensor, DeviceTensor must reject negative extents by name, before any CUDA call (a negative
+// extent would otherwise wrap to a huge allocation size).
+TEST(GpuDeviceTensorErrors, NegativeExtentsAreRejected) {
+  constexpr int64_t kNegative = -3;
+  expect_error(
+      [&] {
+        [[maybe_unused]] const DeviceTensor tensor(DType::kFloat32, {2, kNegative}, kCuda);
+      },
+      ErrorCode::kInvalidArgument, {"shape", std::to_string(kNegative)});
+  // Without the check, cudaMalloc fails and the runtime keeps that error as its last one; clear it
+  // so that later checks of cudaGetLastError in this process do not inherit it.
+  (void)cudaGetLastError();
+}
+
+// --- Timing ------------------------------------------------------------------------------------
+
+TEST(GpuTiming, MedianDeviceMillisecondsTimesTheWork) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, kSmallConfig, 1, 2);
+  SCOPED_TRACE(describe(size));
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceInputs device(inputs);
+  const DeviceOutputs outputs(size);
+  int runs = 0;
+  const auto work = [&] {
+    ++runs;
+    attention_dense(device.q.view(), device.k.view(), device.v.view(), outputs.out.view(),
+                    outputs.lse.view(), options_of(size));
+  };
+  constexpr int kWarmup = 2;
+  constexpr int kRepeats = 5;
+  const double milliseconds = median_device_milliseconds(work, kWarmup, kRepeats, kCuda);
+  EXPECT_TRUE(std::isfinite(milliseconds)) << milliseconds;
+  EXPECT_GT(milliseconds, 0.0);
+  EXPECT_EQ(runs, kWarmup + kRepeats);
+  // The timed runs computed attention: the outputs hold the result, not the poison.
+  expect_matches_oracle(dense_plan(shape_of(size), true), inputs, size,
+                        outputs.download(size, OperandLayout::kContiguous));
+
+  runs = 0;
+  for (const int repeats : {0, -1}) {
+    SCOPED_TRACE("repeats=" + std::to_string(repeats));
+    expect_error([&] { (void)median_device_milliseconds(work, kWarmup, repeats, kCuda); },
+                 ErrorCode::kInvalidArgument, {"repeats", ">= 1", std::to_string(repeats)});
+  }
+  expect_error([&] { (void)median_device_milliseconds(work, kWarmup, kRepeats, kCpu); },
+               ErrorCode::kInvalidArgument, {"device", device_name(kCpu)});
+  EXPECT_EQ(runs, 0) << "work ran although the arguments were rejected";
+}
+
+// --- PreparedPlan across devices ---------------------------------------------------------------
+
+TEST(GpuPreparedPlan, PlanPreparedForTheDeviceRejectsHostTensors) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, kSmallConfig, 1, 2);
+  const Plan plan = dense_plan(shape_of(size), true);
+  const PreparedPlan prepared = prepare_plan(plan, kCuda);
+  const AttentionInputs inputs = random_inputs(random, size);
+  HostOperand out(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
+                  OperandLayout::kContiguous);
+  Tensor lse(DType::kFloat32, {size.batch, size.q_heads(), size.q_len});
+  poison(out.storage);
+  poison(lse);
+  expect_error(
+      [&] {
+        attention_planned(prepared, inputs.q.view, inputs.k.view, inputs.v.view, out.view,
+                          lse.view(), options_of(size));
+      },
+      ErrorCode::kInvalidArgument, {"prepared plan device", device_name(kCpu), device_name(kCuda)});
+  for (const double value : to_doubles(out.view)) ASSERT_TRUE(std::isnan(value)) << "O written";
+
+  // The device upload validates the plan too, naming the field.
+  Plan broken = plan;
+  broken.tiles.back().end = size.q_len + 1;
+  expect_error([&] { (void)prepare_plan(std::move(broken), kCuda); }, ErrorCode::kInvalidArgument,
+               {"plan.tiles"});
+
+  // An empty PreparedPlan is rejected on device tensors as on host ones.
+  const DeviceInputs device(inputs);
+  const DeviceOutputs outputs(size);
+  const PreparedPlan empty;
+  expect_error(
+      [&] {
+        attention_planned(empty, device.q.view(), device.k.view(), device.v.view(),
+                          outputs.out.view(), outputs.lse.view(), options_of(size));
+      },
+      ErrorCode::kInvalidArgument, {"PreparedPlan"});
+  synchronize(kCuda);
+}
+
+}  // namespace
+}  // namespace mmsparse::test
