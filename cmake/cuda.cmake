@@ -30,6 +30,9 @@ if(MMSPARSE_WITH_CUDA)
     src/cuda/attention_engine.cu
     src/cuda/attention_bf16.cu
     src/cuda/attention_fp16.cu
+    src/cuda/attention_wgmma_bf16.cu
+    src/cuda/attention_wgmma_fp16.cu
+    src/cuda/tensor_map.cu
     src/cuda/merge.cu
   )
   message(STATUS "mmsparse: CUDA engine enabled (architectures ${CMAKE_CUDA_ARCHITECTURES})")

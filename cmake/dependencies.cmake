@@ -8,3 +8,9 @@ endif()
 if(MMSPARSE_BUILD_TESTS)
   find_package(GTest 1.12 REQUIRED)
 endif()
+# stb (header-only): the PNG writer and caption font of the attention pictures (src/viz).
+find_path(MMSPARSE_STB_INCLUDE_DIR stb_image_write.h PATH_SUFFIXES stb)
+if(NOT MMSPARSE_STB_INCLUDE_DIR)
+  message(FATAL_ERROR "stb_image_write.h not found: install Debian's libstb-dev "
+                      "(scripts/install-deps.sh) or set MMSPARSE_STB_INCLUDE_DIR to its directory")
+endif()

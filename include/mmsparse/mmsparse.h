@@ -11,4 +11,5 @@
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tensor.h"
+#include "mmsparse/viz.h"
 #include "mmsparse/workload.h"

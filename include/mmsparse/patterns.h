@@ -1,11 +1,25 @@
 #pragma once
-// Static patterns as plan builders, and the textual pattern spec the CLI and JSON configs use:
+// Patterns as plan builders, and the textual pattern spec the CLI and JSON configs use.
+//
+// Static patterns depend only on the shape (and the layout):
 //   "dense", "a-shape:sink=128,local=4096", "tri-shape:sink=128,local=4096,bottom=128",
 //   "sf-fixed:segment=256,vline_stride=256", "sf-strided:local=256,stride=256".
 // Defaults are the MMInference paper's Table 2 values; for the SF patterns, token_per_frame is taken
 // from the layout's first video (or 256 without one). All are exact element-wise except
 // sf-strided, whose window and stride-th diagonals become tile-wide key bands per query tile, as
 // MInference converts slash lines to blocks: a superset of the exact lines.
+//
+// Dynamic patterns estimate their lines from the input (PatternInputs: q and k), one head slot at a
+// time, from the softmax of the last `last_q` queries (MInference; MMInference Alg. 1, App. C.3):
+//   "vertical-slash:vertical=1000,slash=6096"   top-k key columns and diagonals (MInference)
+//   "grid:stride=0,hline=1,vline=1,slash=1,max_stride=1024"   MMInference's grid head (Alg. 1),
+//       stride 0 = online stride search, computed through a phase-major query order
+// Both take sink, local and last_q, and `boundary`, the inter-modality mode of MMInference §3.2:
+//   boundary=0 none, 1 K-boundary (the same plan as none: the index is continuous along queries),
+//   2 Q-boundary (Alg. 2: per query modality, estimated from that modality's last queries),
+//   3 2D-boundary (Alg. 3: per (query modality, key modality) pair, each estimated and laid out in
+//     the pair's own key order, so lines continue across interruptions by other modalities).
+// Boundary modes need the modality layout. docs/dynamic_patterns.md defines the exact coverage.
 
 #include <cstdint>
 #include <map>
@@ -15,6 +29,7 @@
 
 #include "mmsparse/layout.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/tensor.h"
 
 namespace mmsparse {
 
@@ -32,22 +47,38 @@ struct PatternInfo {
   std::string name;
   std::string description;
   std::string default_spec;
+  bool dynamic = false;  // estimated from PatternInputs (build_plan needs them)
 };
-const std::vector<PatternInfo>& static_patterns();
+const std::vector<PatternInfo>& known_patterns();
+
+// What dynamic patterns estimate from: host views of any strides, bf16 / fp16 / fp32.
+//   q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim],
+//   q_heads % kv_heads == 0; query head h reads KV head h / (q_heads / kv_heads) (GQA).
+// A plan built with dynamic patterns has a head slot per batch element: shape.batch must equal
+// q's batch, and shape.heads, q_len, kv_len must match the views.
+struct PatternInputs {
+  TensorView q;
+  TensorView k;
+  float scale = 0.0f;  // softmax scale of the estimate; 0 means 1/sqrt(head_dim)
+};
 
 // The spec with every parameter the pattern takes, defaults filled in (from the layout where a
 // default depends on it); unknown patterns or parameters throw naming them.
 PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout = nullptr);
 
-// Appends one head slot built from `spec` to the builder (begin_head + tiles).
+// Appends head slot `head_slot` (batch element × heads + query head) built from `spec` to the
+// builder (begin_head + tiles). Static patterns ignore inputs and head_slot; dynamic patterns throw
+// naming the pattern when inputs are missing.
 void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
-                         const ModalityLayout* layout);
+                         const ModalityLayout* layout, const PatternInputs* inputs = nullptr,
+                         int64_t head_slot = 0);
 
-// One spec for every head, or one per query head (specs.size() == shape.heads).
+// One spec for every head, or one per query head (specs.size() == shape.heads). `inputs` is needed
+// when a spec is dynamic and ignored otherwise.
 Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
-                const ModalityLayout* layout = nullptr);
+                const ModalityLayout* layout = nullptr, const PatternInputs* inputs = nullptr);
 Plan build_plan(const PatternSpec& spec, const PlanShape& shape,
-                const ModalityLayout* layout = nullptr);
+                const ModalityLayout* layout = nullptr, const PatternInputs* inputs = nullptr);
 
 // Per-model pattern config (JSON), keyed by layer and global query head index:
 //   {"schema_version": 1, "default": "a-shape",

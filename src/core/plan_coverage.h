@@ -72,6 +72,20 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
   }
 }
 
+// Calls emit(begin, end) for every key range tile `t` computes for the query at original position
+// `query`: its spans and columns, restricted by the tile's mask. Ranges are disjoint but not
+// ordered. The plan must be valid.
+template <class Emit>
+void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
+  }
+  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+    for_each_kept_range(plan, mask, query, plan.columns[c], plan.columns[c] + 1, emit);
+  }
+}
+
 // Calls visit(query, begin, end) for every key range a head slot computes: each span and column of
 // each tile, restricted by the tile's mask. `query` is an original position. Ranges of one row are
 // disjoint but not ordered. The plan must be valid.
@@ -80,18 +94,25 @@ void for_each_covered_range(const Plan& plan, int64_t head_slot, Visit&& visit) 
   const std::vector<int64_t> order = plan.query_order(head_slot);
   for (int64_t t = plan.head_tile_offsets[head_slot]; t < plan.head_tile_offsets[head_slot + 1];
        ++t) {
-    const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
     for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
       const int64_t query = order[i];
-      auto emit = [&](int64_t begin, int64_t end) { visit(query, begin, end); };
-      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
-      }
-      for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-        for_each_kept_range(plan, mask, query, plan.columns[c], plan.columns[c] + 1, emit);
-      }
+      for_each_tile_range(plan, t, query,
+                          [&](int64_t begin, int64_t end) { visit(query, begin, end); });
     }
   }
+}
+
+// For one head slot: the tile holding each original query position, -1 for rows in no tile
+// (validate() guarantees tiles do not overlap, so a row has at most one). Row-at-a-time consumers
+// (the CPU reference, the attention pictures) look their tile up here.
+inline std::vector<int64_t> tile_of_rows(const Plan& plan, int64_t head_slot) {  // -> [q_len]
+  std::vector<int64_t> tile_of(static_cast<std::size_t>(plan.shape.q_len), -1);
+  const std::vector<int64_t> order = plan.query_order(head_slot);
+  for (int64_t t = plan.head_tile_offsets[head_slot]; t < plan.head_tile_offsets[head_slot + 1];
+       ++t) {
+    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tile_of[order[i]] = t;
+  }
+  return tile_of;
 }
 
 }  // namespace mmsparse::detail

@@ -132,32 +132,13 @@ void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const
   }
 }
 
-// For one head slot: the tile holding each original query position, -1 for rows in no tile
-// (validate() guarantees tiles do not overlap, so a row has at most one).
-std::vector<int64_t> tile_of_rows(const Plan& plan, int64_t slot) {  // -> [q_len]
-  std::vector<int64_t> tile_of(static_cast<std::size_t>(plan.shape.q_len), -1);
-  const std::vector<int64_t> order = plan.query_order(slot);
-  for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
-    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tile_of[order[i]] = t;
-  }
-  return tile_of;
-}
-
-// Offers the row every key that tile `t` covers for the query at original `position`: its spans
-// and columns, restricted by the tile's mask policy. The mask semantics have one definition
-// (core/plan_coverage.h), shared with materialize_mask and count_plan_pairs.
+// Offers the row every key that tile `t` covers for the query at original `position`. The mask
+// semantics have one definition (core/plan_coverage.h), shared with materialize_mask and
+// count_plan_pairs.
 void offer_tile_keys(const Plan& plan, int64_t t, int64_t position, RowAttention& row) {
-  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
-  const auto offer = [&](int64_t begin, int64_t end) {
+  detail::for_each_tile_range(plan, t, position, [&](int64_t begin, int64_t end) {
     for (int64_t key = begin; key < end; ++key) row.add_key(key);
-  };
-  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-    detail::for_each_kept_range(plan, mask, position, plan.spans[s].begin, plan.spans[s].end,
-                                offer);
-  }
-  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-    detail::for_each_kept_range(plan, mask, position, plan.columns[c], plan.columns[c] + 1, offer);
-  }
+  });
 }
 
 }  // namespace
@@ -181,7 +162,7 @@ void attention_planned(const AttentionProblem& problem, const Plan& plan, const 
                        const TensorView& lse, int num_threads) {
   std::vector<std::vector<int64_t>> tile_of;  // [head_slots][q_len]
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-    tile_of.push_back(tile_of_rows(plan, slot));
+    tile_of.push_back(detail::tile_of_rows(plan, slot));
   }
   const bool broadcast = plan.shape.batch == 1;
   attend_all_rows(problem, q, k, v, out, lse, num_threads,

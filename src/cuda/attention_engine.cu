@@ -16,6 +16,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/plan_view.cuh"
+#include "cuda/tensor_map.h"
+#include "cuda/wgmma_params.cuh"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -26,6 +28,12 @@ constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int kFillThreads = 256;
 constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
+// The wgmma kernel's instantiations (attention_wgmma_*.cu) and the shape of its K/V copies, which
+// must match WgmmaTraits: chunks of 128 keys, boxes one 128-byte swizzle span wide.
+constexpr int64_t kWgmmaHeadDim = 128;
+constexpr int64_t kWarpgroupTileRows = 64;
+constexpr int kWgmmaChunkKeys = 128;
+constexpr int64_t kSwizzleSpanBytes = 128;
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
 // -------------------------------------------
@@ -139,6 +147,11 @@ void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
                 "plan.shape.tile_rows: the CUDA engine runs tiles of at most " +
                     to_text(kMaxTileRows) + " rows, got " + to_text(shape.tile_rows));
   }
+  if (args.kernel == AttentionKernel::kMmaSync && shape.tile_rows > kMmaSyncTileRows) {
+    throw Error(ErrorCode::kUnsupported,
+                "plan.shape.tile_rows: the mma.sync kernel runs tiles of at most " +
+                    to_text(kMmaSyncTileRows) + " rows, got " + to_text(shape.tile_rows));
+  }
   if (args.kv_heads <= 0 || args.q_heads % args.kv_heads != 0) {
     throw_invalid_argument("q_heads", "a positive multiple of kv_heads = " + to_text(args.kv_heads),
                            to_text(args.q_heads));
@@ -187,6 +200,38 @@ AttentionParams make_params(const DevicePlan& plan, const AttentionArgs& args) {
   return params;
 }
 
+// The tensor maps of K and V for the wgmma kernel; false when the driver refuses either view.
+// Without keys no plan has spans, the kernel copies nothing, and the maps stay unset.
+bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& params) {
+  if (args.kv_len == 0) return true;
+  RowTensorMapRequest request;
+  request.dtype = args.dtype;
+  request.batch = args.batch;
+  request.rows = args.kv_len;
+  request.heads = args.kv_heads;
+  request.head_dim = args.head_dim;
+  request.box_rows = kWgmmaChunkKeys;
+  request.box_columns =
+      static_cast<int>(kSwizzleSpanBytes / static_cast<int64_t>(dtype_size(args.dtype)));
+  request.data = args.k;
+  request.strides = args.k_strides;
+  if (!encode_row_tensor_map(request, params.keys)) return false;
+  request.data = args.v;
+  request.strides = args.v_strides;
+  return encode_row_tensor_map(request, params.values);
+}
+
+// One consumer warpgroup per 64 rows of the plan's tiles.
+template <class Element>
+void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
+                  int32_t batch_blocks, cudaStream_t stream) {
+  if (plan.shape().tile_rows <= kWarpgroupTileRows) {
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 1>(params, num_tiles, batch_blocks, stream);
+  } else {
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 2>(params, num_tiles, batch_blocks, stream);
+  }
+}
+
 template <class Element>
 void launch_for_head_dim(const AttentionParams& params, const AttentionArgs& args,
                          int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
@@ -198,6 +243,12 @@ void launch_for_head_dim(const AttentionParams& params, const AttentionArgs& arg
 }
 
 }  // namespace
+
+bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args) {
+  return supports_attention(args.dtype, args.head_dim) && args.head_dim == kWgmmaHeadDim &&
+         plan.shape().tile_rows <= kMaxTileRows && plan.num_columns() == 0 &&
+         !plan.layout().has_token_info;
+}
 
 bool supports_attention(DType dtype, int64_t head_dim) {
   return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) &&
@@ -236,6 +287,21 @@ AttentionArgs make_attention_args(const AttentionProblem& problem, const TensorV
 void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   if (args.batch == 0 || args.q_len == 0) return;
   check_arguments(plan, args);
+  // The kernel, chosen before anything runs: every refusal comes before the first launch.
+  WgmmaAttentionParams wgmma_params{};
+  const bool use_wgmma = args.kernel != AttentionKernel::kMmaSync && wgmma_serves(plan, args) &&
+                         encode_key_value_maps(args, wgmma_params);
+  if (!use_wgmma &&
+      (args.kernel == AttentionKernel::kWgmma || plan.shape().tile_rows > kMmaSyncTileRows)) {
+    throw Error(ErrorCode::kUnsupported,
+                "attention: the wgmma kernel serves head_dim " + to_text(kWgmmaHeadDim) +
+                    " plans of spans without token masks whose K/V views the tensor-map encoder "
+                    "accepts, and only it runs tiles of more than " +
+                    to_text(kMmaSyncTileRows) + " rows; got head_dim " + to_text(args.head_dim) +
+                    ", " + to_text(plan.num_columns()) + " columns, token masks " +
+                    (plan.layout().has_token_info ? "yes" : "no") + ", tile_rows " +
+                    to_text(plan.shape().tile_rows));
+  }
   const auto stream = static_cast<cudaStream_t>(args.stream);
   // Rows outside every tile keep the values of the CPU reference: O = 0, LSE = -inf.
   if (!plan.covers_every_row()) fill_empty_outputs(args, stream);
@@ -244,6 +310,15 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   const AttentionParams params = make_params(plan, args);
   const auto num_tiles = static_cast<int32_t>(plan.num_tiles());
   const auto batch_blocks = static_cast<int32_t>(plan.shape().batch == 1 ? args.batch : 1);
+  if (use_wgmma) {
+    wgmma_params.attention = params;
+    if (args.dtype == DType::kBFloat16) {
+      launch_wgmma<__nv_bfloat16>(wgmma_params, plan, num_tiles, batch_blocks, stream);
+    } else {
+      launch_wgmma<__half>(wgmma_params, plan, num_tiles, batch_blocks, stream);
+    }
+    return;
+  }
   if (args.dtype == DType::kBFloat16) {
     launch_for_head_dim<__nv_bfloat16>(params, args, num_tiles, batch_blocks, stream);
   } else {

@@ -1,13 +1,16 @@
 #pragma once
-// Launchers of the attention kernel instantiations, one per (element type, head_dim). Declared
-// here, defined in attention_launch.cuh and explicitly instantiated in attention_bf16.cu and
-// attention_fp16.cu, so only those files compile the kernel body.
+// Launchers of the attention kernel instantiations, one per (element type, head_dim) for the
+// mma.sync kernel and per (element type, head_dim, consumer warpgroups) for the wgmma kernel.
+// Declared here, defined in attention_launch.cuh / attention_launch_wgmma.cuh and explicitly
+// instantiated in attention_{bf16,fp16}.cu / attention_wgmma_{bf16,fp16}.cu, so only those files
+// compile the kernel bodies.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/attention_params.cuh"
+#include "cuda/wgmma_params.cuh"
 
 namespace mmsparse::cuda {
 
@@ -15,5 +18,11 @@ namespace mmsparse::cuda {
 template <class Element, int kHeadDim>
 void launch_planned_attention(const AttentionParams& params, int32_t num_tiles,
                               int32_t batch_blocks, cudaStream_t stream);
+
+// The wgmma kernel: 64 query rows per consumer warpgroup, so plan tiles of up to
+// 64 * kConsumerWarpgroups rows.
+template <class Element, int kHeadDim, int kConsumerWarpgroups>
+void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
+                            int32_t batch_blocks, cudaStream_t stream);
 
 }  // namespace mmsparse::cuda

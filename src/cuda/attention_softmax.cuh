@@ -40,6 +40,16 @@ class OnlineSoftmax {
   // probabilities exp2(logit - max) and rescales the output accumulators to the new maxima.
   __device__ void update(float (&scores)[Traits::kScoreTiles][4],
                          float (&output)[Traits::kOutputTiles][4]) {
+    float corrections[kRowsPerThread];
+    fold(scores, corrections);
+    rescale(output, corrections);
+  }
+
+  // update() in two halves, so that a kernel can fold a chunk while the previous chunk's P·V is
+  // still accumulating: fold() leaves in `corrections` the factors that take the output
+  // accumulated so far to the new maxima, for rescale() once that product has completed.
+  __device__ void fold(float (&scores)[Traits::kScoreTiles][4],
+                       float (&corrections)[kRowsPerThread]) {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       float chunk_max = kNegativeInfinity;
@@ -55,7 +65,7 @@ class OnlineSoftmax {
       // While every key so far is removed the maximum is -inf; exponentiate against 0 instead,
       // which gives 0 for every removed logit rather than exp2(-inf + inf) = NaN.
       const float reference = new_max == kNegativeInfinity ? 0.0f : new_max;
-      const float correction = exp2f(row_max_[r] - reference);
+      corrections[r] = exp2f(row_max_[r] - reference);
       row_max_[r] = new_max;
       float chunk_sum = 0.0f;
 #pragma unroll
@@ -67,11 +77,18 @@ class OnlineSoftmax {
           chunk_sum += score;
         }
       }
-      row_sum_[r] = row_sum_[r] * correction + chunk_sum;
+      row_sum_[r] = row_sum_[r] * corrections[r] + chunk_sum;
+    }
+  }
+
+  __device__ static void rescale(float (&output)[Traits::kOutputTiles][4],
+                                 const float (&corrections)[kRowsPerThread]) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
       for (int tile = 0; tile < Traits::kOutputTiles; ++tile) {
-        output[tile][2 * r] *= correction;
-        output[tile][2 * r + 1] *= correction;
+        output[tile][2 * r] *= corrections[r];
+        output[tile][2 * r + 1] *= corrections[r];
       }
     }
   }

@@ -43,7 +43,7 @@ struct AttentionTraits {
   // rows in 8 distinct 16-byte bank groups, so neither ldmatrix nor cp.async conflicts.
   static constexpr int kSwizzleRows = 8;
 
-  static_assert(kBlockM == kMaxTileRows, "the host checks tile_rows against kMaxTileRows");
+  static_assert(kBlockM == kMmaSyncTileRows, "the host checks tile_rows against kMmaSyncTileRows");
   static_assert(kHeadDim % (2 * kMmaK) == 0, "ldmatrix.x4 loads two 8-column tiles of V at once");
   static_assert(kVectorsPerRow >= kSwizzleRows, "the swizzle permutes vectors within one row");
   static_assert(kBlockM * kVectorsPerRow % kThreads == 0, "every thread loads whole Q vectors");

@@ -22,8 +22,14 @@
 namespace mmsparse::cuda {
 
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
-inline constexpr int64_t kMaxTileRows = 64;  // one CTA of 4 warps × 16 query rows per tile
+inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
+inline constexpr int64_t kMaxTileRows = 128;     // wgmma kernel: 2 warpgroups × 64 query rows
 bool supports_attention(DType dtype, int64_t head_dim);  // float16 / bfloat16, head_dim 64 or 128
+
+// The kernel that runs a call. kAuto takes the wgmma kernel (sm_90a: tensor copies, warp
+// specialisation) where it serves the plan (see wgmma_serves) and the mma.sync kernel elsewhere;
+// the others force one kernel and throw kUnsupported where it cannot serve the call.
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 
 using Strides4 = std::array<int64_t, 4>;  // in elements, like DLPack
 using Strides3 = std::array<int64_t, 3>;
@@ -54,6 +60,7 @@ struct AttentionArgs {
   Strides3 lse_strides{};
 
   void* stream = nullptr;  // cudaStream_t
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // The arguments of validated views (see describe_attention / check_outputs in attention.h).
@@ -96,6 +103,7 @@ class DevicePlan {
 
   const PlanShape& shape() const { return shape_; }
   int64_t num_tiles() const { return num_tiles_; }
+  int64_t num_columns() const { return num_columns_; }  // gathered keys over all tiles
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
@@ -104,6 +112,7 @@ class DevicePlan {
  private:
   PlanShape shape_{};
   int64_t num_tiles_ = 0;
+  int64_t num_columns_ = 0;
   bool covers_every_row_ = false;
   DevicePlanLayout layout_{};
   void* buffer_ = nullptr;  // device memory, layout_.bytes long
@@ -117,6 +126,11 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
 
 // Uploads `plan` for this one call (freed in stream order afterwards) and runs it.
 void attention_planned(const Plan& plan, const AttentionArgs& args);
+
+// Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows, key
+// spans only (no gathered columns) and masks without token arrays (causal, window). Tiles of more
+// than kMmaSyncTileRows rows run on no other kernel.
+bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args);
 
 // One partial (O, LSE) result for merge_partials.
 struct MergePart {

@@ -163,6 +163,7 @@ DevicePlan::DevicePlan(const Plan& plan, void* stream) {
 
   shape_ = plan.shape;
   num_tiles_ = plan.num_tiles();
+  num_columns_ = static_cast<int64_t>(plan.columns.size());
   covers_every_row_ = sections.covers_every_row;
   stream_ = stream;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -186,6 +187,7 @@ DevicePlan::~DevicePlan() {
 DevicePlan::DevicePlan(DevicePlan&& other) noexcept
     : shape_(other.shape_),
       num_tiles_(other.num_tiles_),
+      num_columns_(other.num_columns_),
       covers_every_row_(other.covers_every_row_),
       layout_(other.layout_),
       buffer_(std::exchange(other.buffer_, nullptr)),
@@ -196,6 +198,7 @@ DevicePlan& DevicePlan::operator=(DevicePlan&& other) noexcept {
     if (buffer_ != nullptr) cudaFreeAsync(buffer_, static_cast<cudaStream_t>(stream_));
     shape_ = other.shape_;
     num_tiles_ = other.num_tiles_;
+    num_columns_ = other.num_columns_;
     covers_every_row_ = other.covers_every_row_;
     layout_ = other.layout_;
     buffer_ = std::exchange(other.buffer_, nullptr);

@@ -1,7 +1,7 @@
 #pragma once
 // Thin wrappers over the sm_80-era PTX the mma.sync mainloop uses: asynchronous global -> shared
 // copies (cp.async), ldmatrix and the m16n8k16 tensor-core MMA with fp32 accumulation. All of them
-// run on sm_90a; the wgmma/TMA mainloop will bring its own primitives.
+// run on sm_90a; the wgmma/TMA mainloop's own are in wgmma_primitives.cuh.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

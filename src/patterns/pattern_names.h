@@ -7,6 +7,6 @@
 namespace mmsparse {
 
 bool is_known_pattern(std::string_view name);
-std::string known_pattern_names();  // "dense, a-shape, tri-shape, sf-fixed, sf-strided"
+std::string known_pattern_names();  // "dense, a-shape, ..., vertical-slash, grid"
 
 }  // namespace mmsparse

@@ -3,16 +3,12 @@
 // element-wise work inside partially covered tiles: causal always, a window for A-shape.
 
 #include <algorithm>
-#include <functional>
-#include <map>
-#include <initializer_list>
 #include <utility>
 
 #include "mmsparse/patterns.h"
-#include "mmsparse/status.h"
-#include "patterns/pattern_names.h"
+#include "patterns/pattern_registry.h"
 
-namespace mmsparse {
+namespace mmsparse::detail {
 
 namespace {
 
@@ -20,8 +16,6 @@ namespace {
 constexpr int64_t kDefaultSink = 128;
 constexpr int64_t kDefaultLocal = 4096;
 constexpr int64_t kDefaultBottom = 128;
-// Tokens per frame for the SF patterns when no layout with a video gives it.
-constexpr int64_t kDefaultTokensPerFrame = 256;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
@@ -40,16 +34,6 @@ void for_each_tile(const PlanShape& shape, int64_t first, int64_t last, Tile&& t
   for (int64_t row = first; row < last; row += shape.tile_rows) {
     tile(row, std::min(last, row + shape.tile_rows));
   }
-}
-
-// Reads a parameter of a resolved spec (resolve_pattern filled every default in).
-int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t minimum) {
-  const int64_t value = spec.params.at(key);
-  if (value < minimum) {
-    throw_invalid_argument(spec.name + " parameter " + key, ">= " + std::to_string(minimum),
-                           std::to_string(value));
-  }
-  return value;
 }
 
 // --- Tile writers ----------------------------------------------------------------------------
@@ -78,12 +62,13 @@ void append_a_shape_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t 
 
 // --- Patterns --------------------------------------------------------------------------------
 
-void build_dense(PlanBuilder& builder, const PatternSpec&, const PlanShape& shape) {
+void build_dense(PlanBuilder& builder, const PatternSpec&, const HeadContext& context) {
   builder.begin_head();
-  append_dense_tiles(builder, shape, 0, shape.q_len);
+  append_dense_tiles(builder, context.shape, 0, context.shape.q_len);
 }
 
-void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
+  const PlanShape& shape = context.shape;
   const int64_t sink = checked_param(spec, "sink", 0);
   const int64_t local = checked_param(spec, "local", 1);
   builder.begin_head();
@@ -92,7 +77,8 @@ void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShap
 
 // A-shape, except the last `bottom` query rows attend causally to everything; they get their own
 // tiles so the split is exact.
-void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
+  const PlanShape& shape = context.shape;
   const int64_t sink = checked_param(spec, "sink", 0);
   const int64_t local = checked_param(spec, "local", 1);
   const int64_t bottom = checked_param(spec, "bottom", 0);
@@ -105,7 +91,8 @@ void build_tri_shape(PlanBuilder& builder, const PatternSpec& spec, const PlanSh
 // Sparse Transformer "fixed": the keys of the query's own segment (causal) plus the vertical
 // columns key % vline_stride == 0. Tiles split at segment boundaries, so one span per tile is
 // exact.
-void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
+  const PlanShape& shape = context.shape;
   const int64_t segment = checked_param(spec, "segment", 1);
   const int64_t vline_stride = checked_param(spec, "vline_stride", 1);
   const KeyGeometry keys{shape};
@@ -128,7 +115,8 @@ void build_sf_fixed(PlanBuilder& builder, const PatternSpec& spec, const PlanSha
 // Sparse Transformer "strided": a local window plus the diagonals query - key = m * stride. Slash
 // lines become spans the way MInference converts them: per tile, a band one tile wide around each
 // diagonal, so each band is a superset of its exact diagonal (as is the local band of the window).
-void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape) {
+void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
+  const PlanShape& shape = context.shape;
   const int64_t local = checked_param(spec, "local", 1);
   const int64_t stride = checked_param(spec, "stride", 1);
   const KeyGeometry keys{shape};
@@ -170,17 +158,6 @@ void build_sf_strided(PlanBuilder& builder, const PatternSpec& spec, const PlanS
   });
 }
 
-using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const PlanShape&);
-using Params = std::map<std::string, int64_t>;
-// A pattern's default parameters; the SF patterns default to the layout's tokens per frame.
-using DefaultParams = Params (*)(int64_t tokens_per_frame);
-
-struct PatternEntry {
-  PatternInfo info;
-  HeadBuilder build;
-  DefaultParams defaults;
-};
-
 Params no_params(int64_t) { return {}; }
 Params a_shape_params(int64_t) { return {{"sink", kDefaultSink}, {"local", kDefaultLocal}}; }
 Params tri_shape_params(int64_t) {
@@ -189,8 +166,10 @@ Params tri_shape_params(int64_t) {
 Params sf_fixed_params(int64_t frame) { return {{"segment", frame}, {"vline_stride", frame}}; }
 Params sf_strided_params(int64_t frame) { return {{"local", frame}, {"stride", frame}}; }
 
-const std::vector<PatternEntry>& pattern_table() {
-  static const std::vector<PatternEntry> table = {
+}  // namespace
+
+std::vector<PatternEntry> static_pattern_entries() {
+  return {
       {{"dense", "causal attention over every key", "dense"}, build_dense, no_params},
       {{"a-shape", "sink keys plus a local window (StreamingLLM); exact",
         "a-shape:sink=128,local=4096"},
@@ -209,85 +188,6 @@ const std::vector<PatternEntry>& pattern_table() {
         "sf-strided"},
        build_sf_strided, sf_strided_params},
   };
-  return table;
 }
 
-const PatternEntry* find_pattern(std::string_view name) {
-  for (const PatternEntry& entry : pattern_table()) {
-    if (entry.info.name == name) return &entry;
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-bool is_known_pattern(std::string_view name) { return find_pattern(name) != nullptr; }
-
-std::string known_pattern_names() {
-  std::string names;
-  for (const PatternEntry& entry : pattern_table()) {
-    names += (names.empty() ? "" : ", ") + entry.info.name;
-  }
-  return names;
-}
-
-const std::vector<PatternInfo>& static_patterns() {
-  static const std::vector<PatternInfo> infos = [] {
-    std::vector<PatternInfo> list;
-    for (const PatternEntry& entry : pattern_table()) list.push_back(entry.info);
-    return list;
-  }();
-  return infos;
-}
-
-const PatternEntry& known_pattern(std::string_view name) {
-  const PatternEntry* entry = find_pattern(name);
-  if (entry == nullptr) {
-    throw_invalid_argument("pattern", "one of " + known_pattern_names(),
-                           "\"" + std::string(name) + "\"");
-  }
-  return *entry;
-}
-
-PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout) {
-  const PatternEntry& entry = known_pattern(spec.name);
-  const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
-  PatternSpec resolved{spec.name, entry.defaults(frame_tokens > 0 ? frame_tokens
-                                                                  : kDefaultTokensPerFrame)};
-  for (const auto& [key, value] : spec.params) {
-    if (resolved.params.count(key) == 0) {
-      std::string names;
-      for (const auto& known : resolved.params) names += (names.empty() ? "" : ", ") + known.first;
-      throw_invalid_argument(spec.name, "parameters " + (names.empty() ? "none" : names),
-                             "\"" + key + "\"");
-    }
-    resolved.params[key] = value;
-  }
-  return resolved;
-}
-
-void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
-                         const ModalityLayout* layout) {
-  known_pattern(spec.name).build(builder, resolve_pattern(spec, layout), shape);
-}
-
-Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
-                const ModalityLayout* layout) {
-  const auto count = static_cast<int64_t>(specs.size());
-  if (count != 1 && count != shape.heads) {
-    throw_invalid_argument("specs",
-                           "1 or heads = " + std::to_string(shape.heads) + " pattern specs",
-                           std::to_string(count));
-  }
-  PlanBuilder builder(shape);
-  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    append_pattern_head(builder, specs[count == 1 ? 0 : slot % shape.heads], shape, layout);
-  }
-  return builder.finish();
-}
-
-Plan build_plan(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout* layout) {
-  return build_plan(std::vector<PatternSpec>{spec}, shape, layout);
-}
-
-}  // namespace mmsparse
+}  // namespace mmsparse::detail

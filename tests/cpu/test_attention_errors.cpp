@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
+#include "mmsparse/build_info.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
@@ -159,20 +162,41 @@ TEST(AttentionErrors, NullDataWithElements) {
   }
 }
 
-TEST(AttentionErrors, CudaTensorsAreUnsupportedAndMixedDevicesInvalid) {
-  const Device cuda{DeviceType::kCUDA, 0};
-  Problem all_cuda;
-  for (TensorView* view : {&all_cuda.qv, &all_cuda.kv, &all_cuda.vv, &all_cuda.outv, &all_cuda.lsev,
-                           &all_cuda.maskv}) {
-    view->device = cuda;
+bool cuda_engine_built() {
+  const std::vector<std::string> backends = build_info().backends;
+  return std::find(backends.begin(), backends.end(), "cuda-sm90a") != backends.end();
+}
+
+// Labels every view of `problem` as living on `device` (the memory stays on the host).
+void label_device(Problem& problem, Device device) {
+  for (TensorView* view : {&problem.qv, &problem.kv, &problem.vv, &problem.outv, &problem.lsev,
+                           &problem.maskv}) {
+    view->device = device;
   }
+}
+
+TEST(AttentionErrors, CudaTensorsAreUnsupportedWithoutTheEngine) {
+  if (cuda_engine_built()) {
+    GTEST_SKIP() << "this build has the CUDA engine; tests/gpu covers CUDA tensors";
+  }
+  Problem all_cuda;
+  label_device(all_cuda, Device{DeviceType::kCUDA, 0});
   expect_error([&] { all_cuda.dense(); }, ErrorCode::kUnsupported,
                {"attention_dense", "CUDA engine"});
-  expect_error([&] { all_cuda.masked(); }, ErrorCode::kUnsupported,
-               {"attention_masked", "CUDA engine"});
   expect_error([&] { all_cuda.planned(test::dense_plan(kHeads, kQLen, kKvLen, true)); },
                ErrorCode::kUnsupported, {"attention_planned", "CUDA engine"});
+}
 
+TEST(AttentionErrors, MaskedOracleIsCpuOnly) {
+  // Validation and the refusal come before any device memory is touched, so host memory labelled
+  // as a CUDA device is safe here in every build.
+  Problem all_cuda;
+  label_device(all_cuda, Device{DeviceType::kCUDA, 0});
+  expect_error([&] { all_cuda.masked(); }, ErrorCode::kUnsupported, {"attention_masked"});
+}
+
+TEST(AttentionErrors, MixedDevicesAreInvalid) {
+  const Device cuda{DeviceType::kCUDA, 0};
   Problem mixed;
   mixed.kv.device = cuda;
   expect_error([&] { mixed.dense(); }, ErrorCode::kInvalidArgument, {"k device", "cpu", "cuda:0"});
@@ -180,7 +204,8 @@ TEST(AttentionErrors, CudaTensorsAreUnsupportedAndMixedDevicesInvalid) {
   mixed_out.outv.device = cuda;
   expect_error([&] { mixed_out.dense(); }, ErrorCode::kInvalidArgument,
                {"out device", "cpu", "cuda:0"});
-  Problem other_gpu = all_cuda;
+  Problem other_gpu;
+  label_device(other_gpu, cuda);
   other_gpu.vv.device = Device{DeviceType::kCUDA, 1};
   expect_error([&] { other_gpu.dense(); }, ErrorCode::kInvalidArgument,
                {"v device", "cuda:0", "cuda:1"});

@@ -45,8 +45,12 @@ void expect_within_rule(const char* who, const AttentionResult& result, const Or
 }  // namespace
 
 std::string config_name(const KernelConfig& config) {
-  return std::string(config.dtype == DType::kBFloat16 ? "bf16" : "fp16") + "_d" +
-         std::to_string(config.head_dim);
+  std::string name = std::string(config.dtype == DType::kBFloat16 ? "bf16" : "fp16") + "_d" +
+                     std::to_string(config.head_dim);
+  if (config.kernel == cuda::AttentionKernel::kWgmma) {
+    name += "_wgmma" + std::to_string(config.tile_rows);
+  }
+  return name;
 }
 
 void PrintTo(const KernelConfig& config, std::ostream* out) { *out << config_name(config); }
@@ -66,6 +70,8 @@ ProblemSize random_problem(Random& random, const KernelConfig& config, int64_t b
   size.kv_heads = random.uniform_int(1, 2);
   size.head_dim = config.head_dim;
   size.dtype = config.dtype;
+  size.kernel = config.kernel;
+  size.tile_rows = config.tile_rows;
   size.q_len = random.uniform_int(kMinQueryLength, kMaxQueryLength);
   if (size.q_len % kTileMultiple == 0) ++size.q_len;
   size.kv_len = size.q_len + random.uniform_int(1, kMaxExtraKeys);
@@ -113,12 +119,23 @@ AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inp
   options.scale = size.scale;
   const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
   check_outputs(problem, out.view, lse_view);
-  cuda::attention_planned(plan, cuda::make_attention_args(problem, q.view, k.view, v.view, out.view,
-                                                          lse_view, nullptr));
+  cuda::AttentionArgs args =
+      cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+  args.kernel = runs_on_wgmma(plan, size) || size.kernel != cuda::AttentionKernel::kWgmma
+                    ? size.kernel
+                    : cuda::AttentionKernel::kAuto;
+  cuda::attention_planned(plan, args);
   synchronize_device();
   out.download(result.out);
   lse.download(result.lse.data());
   return result;
+}
+
+bool runs_on_wgmma(const cuda::DevicePlan& plan, const ProblemSize& size) {
+  cuda::AttentionArgs args;
+  args.dtype = size.dtype;
+  args.head_dim = size.head_dim;
+  return size.kernel == cuda::AttentionKernel::kWgmma && cuda::wgmma_serves(plan, args);
 }
 
 AttentionResult run_cpu(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size) {

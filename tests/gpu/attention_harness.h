@@ -18,8 +18,13 @@ namespace mmsparse::test {
 struct KernelConfig {
   DType dtype = DType::kBFloat16;
   int64_t head_dim = 128;
+  // The kernel the engine is asked for. kWgmma runs where wgmma_serves() says it can (the harness
+  // falls back to kAuto for plans with columns or token masks); kMmaSync keeps the mma.sync kernel
+  // under test on every plan.
+  cuda::AttentionKernel kernel = cuda::AttentionKernel::kMmaSync;
+  int64_t tile_rows = kDefaultTileRows;  // of the plans the tests build
 };
-std::string config_name(const KernelConfig& config);  // "bf16_d128"
+std::string config_name(const KernelConfig& config);  // "bf16_d128", "bf16_d128_wgmma128"
 // GoogleTest prints parameters into test names that ctest keeps; print the stable name.
 void PrintTo(const KernelConfig& config, std::ostream* out);
 
@@ -32,6 +37,8 @@ struct ProblemSize {
   int64_t head_dim = 128;
   DType dtype = DType::kBFloat16;
   float scale = 0.0f;  // resolved softmax scale
+  cuda::AttentionKernel kernel = cuda::AttentionKernel::kMmaSync;
+  int64_t tile_rows = kDefaultTileRows;
   int64_t q_heads() const { return kv_heads * group; }
 };
 std::string describe(const ProblemSize& size);
@@ -53,9 +60,13 @@ struct AttentionResult {
   Tensor lse;       // [batch, q_heads, q_len]
 };
 
-// The GPU engine on device copies of `inputs`, outputs poisoned first, `out` in `out_layout`.
+// The GPU engine on device copies of `inputs`, outputs poisoned first, `out` in `out_layout`, on
+// the kernel of size.kernel (kWgmma falls back to kAuto where the wgmma kernel does not serve).
 AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inputs,
                         const ProblemSize& size, OperandLayout out_layout);
+
+// Whether run_gpu takes the wgmma kernel for this plan and size.
+bool runs_on_wgmma(const cuda::DevicePlan& plan, const ProblemSize& size);
 // The CPU reference (mmsparse::attention_planned on host views).
 AttentionResult run_cpu(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size);
 

@@ -72,6 +72,16 @@ MaskPolicy random_policy(Random& random, MaskMix mix) {
   if (mix == MaskMix::kCausal) return policy;
   policy.causal = false;
   if (mix == MaskMix::kNonCausal) return policy;
+  if (mix == MaskMix::kPositional) {
+    constexpr int kPositionalPolicies = 3;
+    const int kind = static_cast<int>(random.uniform_int(0, kPositionalPolicies - 1));
+    policy.causal = kind != 1;
+    if (kind == 2) {
+      policy.window = random.uniform_int(1, kMaxWindow);
+      policy.window_sink = random.uniform_int(0, kMaxWindowSink);
+    }
+    return policy;
+  }
   constexpr int kPolicies = 6;
   switch (random.uniform_int(0, kPolicies - 1)) {
     case 0:

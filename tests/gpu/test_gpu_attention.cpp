@@ -32,6 +32,7 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
     shape.heads = size.q_heads();
     shape.q_len = size.q_len;
     shape.kv_len = size.kv_len;
+    shape.tile_rows = size.tile_rows;
     return shape;
   }
 
@@ -41,8 +42,29 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
     const OperandLayout out_layout = random_layout(random);
     SCOPED_TRACE(describe(size) + " out=" + layout_name(out_layout) + " plan: " + plan.summary());
     const cuda::DevicePlan device_plan(plan, nullptr);
+    if (runs_on_wgmma(device_plan, size)) ++wgmma_runs_;
     expect_matches_oracle(plan, inputs, size, run_gpu(device_plan, inputs, size, out_layout));
   }
+
+  // Plans with gathered columns or token masks run on the mma.sync kernel alone, which holds 64
+  // rows a tile: configurations of taller tiles skip them (the 64-row wgmma configurations check
+  // that such plans fall back to it).
+  static bool needs_mma_sync(const Plan& plan) {
+    return !plan.columns.empty() ||
+           std::any_of(plan.masks.begin(), plan.masks.end(),
+                       [](const MaskPolicy& policy) { return policy.needs_token_arrays(); });
+  }
+  static bool has_mma_sync_tiles() { return GetParam().tile_rows <= cuda::kMmaSyncTileRows; }
+
+  // For tests whose plans the wgmma kernel serves: under a wgmma configuration, it ran.
+  void expect_wgmma_ran() const {
+    if (GetParam().kernel == cuda::AttentionKernel::kWgmma) {
+      EXPECT_GT(wgmma_runs_, 0);
+    }
+  }
+
+ private:
+  int wgmma_runs_ = 0;
 };
 
 TEST_P(GpuAttention, DenseCausalMatchesOracle) {
@@ -53,6 +75,21 @@ TEST_P(GpuAttention, DenseCausalMatchesOracle) {
     const AttentionInputs inputs = random_inputs(random, size);
     check_plan(random, dense_plan(plan_shape(size, true), true), inputs, size);
   }
+  expect_wgmma_ran();
+}
+
+// Enough keys for many chunks per tile, so that every stage of the K/V ring is refilled.
+TEST_P(GpuAttention, DenseCausalLongSequence) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kMinLength = 900;
+  constexpr int64_t kMaxLength = 1100;
+  ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  size.q_len = random.uniform_int(kMinLength, kMaxLength);
+  size.kv_len = size.q_len + random.uniform_int(1, kMaxLength - kMinLength);
+  const AttentionInputs inputs = random_inputs(random, size);
+  check_plan(random, dense_plan(plan_shape(size, true), true), inputs, size);
+  expect_wgmma_ran();
 }
 
 TEST_P(GpuAttention, DenseNonCausalMatchesOracle) {
@@ -61,9 +98,11 @@ TEST_P(GpuAttention, DenseNonCausalMatchesOracle) {
   const ProblemSize size = random_problem(random, GetParam(), 1, 2);
   const AttentionInputs inputs = random_inputs(random, size);
   check_plan(random, dense_plan(plan_shape(size, true), false), inputs, size);
+  expect_wgmma_ran();
 }
 
 TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
+  if (!has_mma_sync_tiles()) GTEST_SKIP() << "columns need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : kGroups) {
@@ -76,7 +115,40 @@ TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
   }
 }
 
+// Spans only (what the wgmma kernel serves), with the same permuted orders, gaps and unaligned
+// spans.
+TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : kGroups) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.leave_gaps = true;
+    options.max_columns = 0;
+    check_plan(random, random_plan(random, plan_shape(size, false), options), inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
+// Causal, none and window-with-sink policies per tile, spans only.
+TEST_P(GpuAttention, PositionalMaskPolicies) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{4}}) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.masks = MaskMix::kPositional;
+    options.leave_gaps = true;
+    options.max_columns = 0;
+    check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
 TEST_P(GpuAttention, MixedMaskPolicies) {
+  if (!has_mma_sync_tiles()) GTEST_SKIP() << "token masks need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : {int64_t{1}, int64_t{4}}) {
@@ -91,6 +163,7 @@ TEST_P(GpuAttention, MixedMaskPolicies) {
 }
 
 TEST_P(GpuAttention, NonCausalSparsePlan) {
+  if (!has_mma_sync_tiles()) GTEST_SKIP() << "columns need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   const ProblemSize size = random_problem(random, GetParam(), 1, 7);
@@ -109,6 +182,7 @@ TEST_P(GpuAttention, TriShapeWithUnevenTiles) {
   constexpr int64_t kLocal = 70;
   constexpr int64_t kBottom = 45;
   check_plan(random, tri_shape_plan(plan_shape(size, true), kSink, kLocal, kBottom), inputs, size);
+  expect_wgmma_ran();
 }
 
 TEST_P(GpuAttention, StaticPatterns) {
@@ -121,20 +195,34 @@ TEST_P(GpuAttention, StaticPatterns) {
        {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
         "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24"}) {
     SCOPED_TRACE(spec);
-    check_plan(random, build_plan(PatternSpec::parse(spec), plan_shape(size, true), &layout),
-               inputs, size);
+    const Plan plan = build_plan(PatternSpec::parse(spec), plan_shape(size, true), &layout);
+    if (needs_mma_sync(plan) && !has_mma_sync_tiles()) continue;
+    check_plan(random, plan, inputs, size);
   }
+  expect_wgmma_ran();
 }
+
+constexpr auto kMmaSync = cuda::AttentionKernel::kMmaSync;
+constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
+constexpr int64_t kWgmmaTileRows = 128;  // two consumer warpgroups
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, GpuAttention,
-    ::testing::Values(KernelConfig{DType::kBFloat16, 64}, KernelConfig{DType::kBFloat16, 128},
-                      KernelConfig{DType::kFloat16, 64}, KernelConfig{DType::kFloat16, 128}),
+    ::testing::Values(KernelConfig{DType::kBFloat16, 64, kMmaSync},
+                      KernelConfig{DType::kBFloat16, 128, kMmaSync},
+                      KernelConfig{DType::kFloat16, 64, kMmaSync},
+                      KernelConfig{DType::kFloat16, 128, kMmaSync},
+                      KernelConfig{DType::kBFloat16, 128, kWgmma, kWgmmaTileRows},
+                      KernelConfig{DType::kFloat16, 128, kWgmma, kWgmmaTileRows},
+                      KernelConfig{DType::kBFloat16, 128, kWgmma, kDefaultTileRows},
+                      KernelConfig{DType::kFloat16, 128, kWgmma, kDefaultTileRows}),
     [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
 
 // --- Edge cases, reuse and errors, on one configuration each ------------------------------------
 
 const KernelConfig kSmallConfig{DType::kBFloat16, 64};
+const KernelConfig kWgmmaConfig{DType::kBFloat16, 128, cuda::AttentionKernel::kWgmma,
+                                cuda::kMaxTileRows};
 
 PlanShape shape_of(const ProblemSize& size) {
   PlanShape shape;
@@ -157,27 +245,38 @@ TEST(GpuAttentionEdges, PlanWithoutTilesGivesZeroAndMinusInfinity) {
                         run_gpu(device_plan, inputs, size, OperandLayout::kPaddedRows));
 }
 
-TEST(GpuAttentionEdges, TilesWithoutKeysAndQueriesBeforeEveryKey) {
+void check_tiles_without_keys(const KernelConfig& config) {
   Random random;
   SCOPED_TRACE(random.trace());
-  ProblemSize size = random_problem(random, kSmallConfig, 1, 1);
+  ProblemSize size = random_problem(random, config, 1, 1);
   // kv_len < q_len: under the causal mask the first q_len - kv_len queries see no key.
   size.kv_len = size.q_len / 2 + 1;
   const AttentionInputs inputs = random_inputs(random, size);
-  PlanBuilder builder(shape_of(size));
+  PlanShape shape = shape_of(size);
+  shape.tile_rows = config.tile_rows;
+  PlanBuilder builder(shape);
   for (int64_t head = 0; head < size.q_heads(); ++head) {
     builder.begin_head();
     constexpr int64_t kEmptyTileRows = 5;
     builder.begin_tile(0, kEmptyTileRows);  // no keys at all
-    for (int64_t begin = kEmptyTileRows; begin < size.q_len; begin += kDefaultTileRows) {
-      builder.begin_tile(begin, std::min(size.q_len, begin + kDefaultTileRows));
+    for (int64_t begin = kEmptyTileRows; begin < size.q_len; begin += config.tile_rows) {
+      builder.begin_tile(begin, std::min(size.q_len, begin + config.tile_rows));
       builder.add_span(0, size.kv_len);
     }
   }
   const Plan plan = builder.finish();
   const cuda::DevicePlan device_plan(plan, nullptr);
+  EXPECT_EQ(runs_on_wgmma(device_plan, size), config.kernel == cuda::AttentionKernel::kWgmma);
   expect_matches_oracle(plan, inputs, size,
                         run_gpu(device_plan, inputs, size, OperandLayout::kContiguous));
+}
+
+TEST(GpuAttentionEdges, TilesWithoutKeysAndQueriesBeforeEveryKey) {
+  check_tiles_without_keys(kSmallConfig);
+}
+
+TEST(GpuAttentionEdges, WgmmaTilesWithoutKeysAndQueriesBeforeEveryKey) {
+  check_tiles_without_keys(kWgmmaConfig);
 }
 
 TEST(GpuAttentionEdges, DevicePlanIsReusableAcrossCalls) {
@@ -234,7 +333,18 @@ TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(wide_plan, args); }),
             ErrorCode::kUnsupported);
 
+  // Tiles beyond the mma.sync kernel's rows need the wgmma kernel, which needs head_dim 128.
+  PlanShape tall = shape_of(size);
+  tall.tile_rows = cuda::kMaxTileRows;
+  const cuda::DevicePlan tall_plan(dense_plan(tall, true), nullptr);
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(tall_plan, args); }),
+            ErrorCode::kUnsupported);
+
   const cuda::DevicePlan plan(dense_plan(shape_of(size), true), nullptr);
+  cuda::AttentionArgs forced_wgmma = args;
+  forced_wgmma.kernel = cuda::AttentionKernel::kWgmma;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, forced_wgmma); }),
+            ErrorCode::kUnsupported);
   cuda::AttentionArgs float32 = args;
   float32.dtype = DType::kFloat32;
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, float32); }),

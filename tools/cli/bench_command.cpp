@@ -19,11 +19,6 @@
 namespace mmsparse::cli {
 namespace {
 
-// The paper's A-shape/Tri-shape windows (Table 2) are set for 128K tokens; shorter runs keep the
-// same fraction of the sequence so that the patterns stay sparse at CPU sizes.
-constexpr int64_t kPaperSeqLen = 131072;
-constexpr int64_t kMinScaledWindow = 64;
-
 struct BenchFlags {
   WorkloadFlags workload;
   ExecutionFlags exec;
@@ -50,16 +45,6 @@ struct PatternResult {
   int64_t computed_pairs = 0;
 };
 
-PatternSpec scaled_default(const PatternInfo& info, int64_t seq_len) {
-  PatternSpec spec = PatternSpec::parse(info.default_spec);
-  auto local = spec.params.find("local");
-  if (seq_len < kPaperSeqLen && local != spec.params.end() &&
-      (spec.name == "a-shape" || spec.name == "tri-shape")) {
-    local->second = std::max(kMinScaledWindow, local->second * seq_len / kPaperSeqLen);
-  }
-  return spec;
-}
-
 std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const ModalityLayout& layout,
                                      int64_t heads) {
   std::vector<PatternRun> runs;
@@ -77,9 +62,9 @@ std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const ModalityLayo
                     config.layer_specs(flags.layer, heads)});
   }
   if (runs.empty()) {
-    for (const PatternInfo& info : static_patterns()) {
+    for (const PatternInfo& info : known_patterns()) {
       if (info.name == "dense") continue;
-      const PatternSpec spec = resolve_pattern(scaled_default(info, layout.length()), &layout);
+      const PatternSpec spec = resolve_pattern(scaled_default_spec(info, layout.length()), &layout);
       runs.push_back({spec.name, spec.to_string(), {spec}});
     }
   }
@@ -145,12 +130,14 @@ int run_bench(const BenchFlags& flags) {
   progress.done(fmt::format("mean {:.2f}%", 100.0 * mean_of(oracle)));
 
   const std::vector<PatternRun> runs = pattern_runs(flags, workload.layout(), heads);
+  const PatternInputs inputs{tensors.q.view(), tensors.k.view()};  // for dynamic patterns
   progress.step(fmt::format("{} sparse patterns", runs.size()));
   std::vector<PatternResult> results;
   for (const PatternRun& run : runs) {
     PatternResult result{run, {}, {}, 0.0, 0.0, 0};
     const auto plan_start = std::chrono::steady_clock::now();
-    const PreparedPlan plan = executor.prepare(build_plan(run.specs, shape, &workload.layout()));
+    const PreparedPlan plan =
+        executor.prepare(build_plan(run.specs, shape, &workload.layout(), &inputs));
     result.plan_seconds = seconds_since(plan_start);
 
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});
@@ -177,13 +164,13 @@ int run_bench(const BenchFlags& flags) {
                "({} sampled rows per head)\n\n",
                device, dtype_name(dtype), flags.recall_target, 100.0 * mean_of(oracle),
                flags.oracle_rows);
-    fmt::print("{:<12} {:<42} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}\n", "pattern", "spec",
+    fmt::print("{:<14} {:<42} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}\n", "pattern", "spec",
                "density", "recall", "min rec", "out err", "plan ms", "attn ms", "speedup");
-    fmt::print("{:<12} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x\n",
+    fmt::print("{:<14} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x\n",
                "dense", "dense", 100.0, 1.0, 1.0, 0.0, "-", 1000.0 * dense_seconds, 1.0);
     for (const PatternResult& result : results) {
       const double total = result.plan_seconds + result.attention_seconds;
-      fmt::print("{:<12} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9.1f} {:>10.1f} {:>7.2f}x\n",
+      fmt::print("{:<14} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9.1f} {:>10.1f} {:>7.2f}x\n",
                  result.run.label, result.run.spec_text.substr(0, 42),
                  100.0 * mean_of(result.head_density),
                  mean_over(result.heads, [](const HeadAccuracy& h) { return h.recall_mean; }),
@@ -254,7 +241,7 @@ Command add_bench_command(CLI::App& app) {
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
   command->add_option("--pattern", flags->patterns,
-                      "pattern spec to run, repeatable (default: every static pattern)");
+                      "pattern spec to run, repeatable (default: every known pattern)");
   command->add_option("--config", flags->config_path, "per-model pattern config (JSON)");
   command->add_option("--layer", flags->layer, "layer of the config to use")->capture_default_str();
   command->add_option("--oracle-rows", flags->oracle_rows,

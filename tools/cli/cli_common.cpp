@@ -13,6 +13,9 @@ namespace mmsparse::cli {
 
 namespace {
 constexpr const char* kCudaBackend = "cuda-sm90a";
+constexpr int64_t kPaperSeqLen = 131072;
+constexpr int64_t kMinScaledWindow = 64;
+constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
 }  // namespace
 
 void WorkloadFlags::add_to(CLI::App& command) {
@@ -99,6 +102,34 @@ void write_json_output(const std::string& path, const std::string& json_text) {
   std::ofstream file(path);
   if (!file) throw Error(ErrorCode::kIoError, "--json: cannot open '" + path + "' for writing");
   file << json_text << '\n';
+}
+
+PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len) {
+  PatternSpec spec = PatternSpec::parse(info.default_spec);
+  if (seq_len >= kPaperSeqLen) return spec;
+  const auto scale = [&](const std::string& key, int64_t minimum) {
+    int64_t& value = spec.params.at(key);
+    value = std::max(minimum, value * seq_len / kPaperSeqLen);
+  };
+  if (spec.name == "a-shape" || spec.name == "tri-shape") scale("local", kMinScaledWindow);
+  if (spec.name == "vertical-slash") {
+    // The budgets count the lines vertical-slash always keeps; they stay at least that large.
+    const PatternSpec defaults = resolve_pattern(spec);
+    scale("vertical", defaults.params.at("sink"));
+    scale("slash", defaults.params.at("local"));
+  }
+  return spec;
+}
+
+const Tensor& attention_input(const TensorFile& file, const std::string& name,
+                              const std::string& path) {
+  const Tensor& tensor = file.at(name);
+  if (tensor.shape().size() != kAttentionInputDims) {
+    throw_invalid_argument("--input " + path + " tensor '" + name + "'",
+                           "4 dimensions [batch, seq, heads, head_dim]",
+                           tensor.view().shape_string());
+  }
+  return tensor;
 }
 
 }  // namespace mmsparse::cli

@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "mmsparse/io.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/tensor.h"
 #include "mmsparse/workload.h"
 
@@ -69,5 +71,15 @@ class Progress {
 double seconds_since(std::chrono::steady_clock::time_point start);
 
 void write_json_output(const std::string& path, const std::string& json_text);
+
+// A pattern's default spec with A-shape/Tri-shape windows and vertical-slash line budgets scaled to
+// `seq_len`: the paper's values (Table 2; MInference's 1000 verticals and 6096 slashes) are set for
+// 128K tokens, and shorter runs keep the same fraction of the sequence so that the patterns stay
+// sparse at CPU sizes.
+PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len);
+
+// Tensor `name` of an input file, checked to be [batch, seq, heads, head_dim] (errors name the file).
+const Tensor& attention_input(const TensorFile& file, const std::string& name,
+                              const std::string& path);
 
 }  // namespace mmsparse::cli

@@ -58,9 +58,9 @@ int run_presets() {
 }
 
 int run_patterns() {
-  fmt::print("{:<12} {:<46} {}\n", "pattern", "default spec", "description");
-  for (const PatternInfo& pattern : static_patterns()) {
-    fmt::print("{:<12} {:<46} {}\n", pattern.name, pattern.default_spec, pattern.description);
+  fmt::print("{:<14} {:<56} {}\n", "pattern", "default spec", "description");
+  for (const PatternInfo& pattern : known_patterns()) {
+    fmt::print("{:<14} {:<56} {}\n", pattern.name, pattern.default_spec, pattern.description);
   }
   return 0;
 }

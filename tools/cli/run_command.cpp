@@ -1,5 +1,6 @@
 #include "run_command.h"
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -17,8 +18,6 @@
 
 namespace mmsparse::cli {
 namespace {
-
-constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
 
 struct RunFlags {
   std::string input;
@@ -39,14 +38,13 @@ std::string read_text_file(const std::string& path, const std::string& flag) {
   return text.str();
 }
 
-const Tensor& input_tensor(const TensorFile& file, const std::string& name, const std::string& path) {
-  const Tensor& tensor = file.at(name);
-  if (tensor.shape().size() != kAttentionInputDims) {
-    throw_invalid_argument("--input " + path + " tensor '" + name + "'",
-                           "4 dimensions [batch, seq, heads, head_dim]",
-                           tensor.view().shape_string());
-  }
-  return tensor;
+bool any_dynamic(const std::vector<PatternSpec>& specs) {
+  const std::vector<PatternInfo>& known = known_patterns();
+  return std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
+    return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
+      return info.dynamic && info.name == spec.name;
+    });
+  });
 }
 
 int run_attention(const RunFlags& flags) {
@@ -58,9 +56,9 @@ int run_attention(const RunFlags& flags) {
 
   progress.step("reading " + flags.input);
   const TensorFile input = read_safetensors(flags.input);
-  const Tensor& q = input_tensor(input, "q", flags.input);
-  const Tensor& k = input_tensor(input, "k", flags.input);
-  const Tensor& v = input_tensor(input, "v", flags.input);
+  const Tensor& q = attention_input(input, "q", flags.input);
+  const Tensor& k = attention_input(input, "k", flags.input);
+  const Tensor& v = attention_input(input, "v", flags.input);
   const bool has_layout = input.has_layout();
   const ModalityLayout layout = has_layout ? input.layout() : ModalityLayout{};
   const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
@@ -83,9 +81,13 @@ int run_attention(const RunFlags& flags) {
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
   executor.set_inputs(q.view(), k.view(), v.view());
   progress.step("attention with " + pattern_text + " on " + executor.device_label());
+  // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
+  const int64_t plan_batch = any_dynamic(specs) ? batch : 1;
   const PlanShape shape{1, heads, q_len, kv_len, kDefaultTileRows};
-  const PreparedPlan plan =
-      executor.prepare(build_plan(specs, shape, has_layout ? &layout : nullptr));
+  const PatternInputs inputs{q.view(), k.view()};
+  const PreparedPlan plan = executor.prepare(
+      build_plan(specs, {plan_batch, heads, q_len, kv_len, kDefaultTileRows},
+                 has_layout ? &layout : nullptr, &inputs));
   Tensor out(q.dtype(), q.shape());
   Tensor lse(DType::kFloat32, {batch, heads, q_len});
   const double seconds = executor.run(plan, out.view(), lse.view());
@@ -109,7 +111,7 @@ int run_attention(const RunFlags& flags) {
       for (int64_t head = 0; head < heads; ++head) {
         const HeadAccuracy accuracy =
             compare_head(out.view(), lse.view(), dense_out.view(), dense_lse.view(), b, head);
-        const double density = plan_density(plan.plan(), head);
+        const double density = plan_density(plan.plan(), (plan_batch == 1 ? 0 : b) * heads + head);
         if (flags.exec.json_path != "-") {
           fmt::print("{:>6} {:>6} {:>8.2f}% {:>9.4f} {:>9.4f} {:>10.2e}\n", b, head,
                      100.0 * density, accuracy.recall_mean, accuracy.recall_min,

@@ -1,0 +1,302 @@
+// Times the CUDA attention engine's kernels side by side on the same plans and inputs: the
+// mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
+// and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
+// at 8K/32K/128K and A-shape (sink 128, local 4096) at 128K. TFLOP/s count computed pairs only
+// (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared with the
+// mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests prove on
+// small ones.
+//
+//   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_engine.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace {
+
+using mmsparse::DType;
+using mmsparse::Plan;
+using mmsparse::PlanShape;
+namespace cuda = mmsparse::cuda;
+
+constexpr int64_t kQueryHeads = 28;
+constexpr int64_t kKeyValueHeads = 4;
+constexpr int64_t kHeadDim = 128;
+constexpr int kWarmups = 2;
+constexpr int kRepeats = 10;
+constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // several times the 50 MB L2
+constexpr int kInitThreads = 256;
+constexpr double kFlopsPerPairPerDim = 4.0;  // QK^T and PV, a multiply and an add each
+constexpr double kTera = 1e12;
+constexpr double kMillisecondsPerSecond = 1e3;
+
+void check(cudaError_t result, const char* what) {
+  if (result == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(result));
+  std::exit(1);
+}
+
+// Uniform values in [-1, 1) from a hash of the index: random-looking, never zero-filled.
+__global__ void fill_random_kernel(__nv_bfloat16* data, int64_t count, uint32_t seed) {
+  constexpr uint32_t kMultiplier = 0x9E3779B1u;
+  constexpr uint32_t kMix = 0x85EBCA6Bu;
+  constexpr int kShift = 16;
+  constexpr float kToUnit = 1.0f / 8388608.0f;  // 2^-23
+  constexpr uint32_t kMantissa = (1u << 23) - 1;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * kMultiplier ^ seed;
+    h ^= h >> kShift;
+    h *= kMix;
+    h ^= h >> kShift;
+    data[i] = __float2bfloat16(static_cast<float>(h & kMantissa) * kToUnit * 2.0f - 1.0f);
+  }
+}
+
+// max |a - b| over `count` floats (bf16 when `bf16`), as the bits of a non-negative float.
+__global__ void max_difference_kernel(const void* a, const void* b, int64_t count, bool bf16,
+                                      unsigned* result) {
+  float local = 0.0f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a)[i])
+                         : static_cast<const float*>(a)[i];
+    const float y = bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i])
+                         : static_cast<const float*>(b)[i];
+    // Both -inf (rows without keys) is no difference; NaN poisons the maximum.
+    const float difference = x == y ? 0.0f : fabsf(x - y);
+    local = fmaxf(local, isnan(difference) ? INFINITY : difference);
+  }
+  atomicMax(result, __float_as_uint(local));
+}
+
+struct DeviceArray {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceArray(std::size_t size) : bytes(size) {
+    check(cudaMalloc(&data, bytes), "cudaMalloc");
+  }
+  ~DeviceArray() { cudaFree(data); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+constexpr int kGridBlocks = 1024;
+
+float max_difference(const DeviceArray& a, const DeviceArray& b, bool bf16) {
+  unsigned* result = nullptr;
+  check(cudaMalloc(&result, sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(result, 0, sizeof(unsigned)), "cudaMemset");
+  const auto count = static_cast<int64_t>(a.bytes / (bf16 ? sizeof(__nv_bfloat16) : sizeof(float)));
+  max_difference_kernel<<<kGridBlocks, kInitThreads>>>(a.data, b.data, count, bf16, result);
+  unsigned bits = 0;
+  check(cudaMemcpy(&bits, result, sizeof(bits), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  cudaFree(result);
+  float value = 0.0f;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// Pairs the plan computes, for identity-order plans with causal / window masks (what the cases
+// build): per row and span, the keys left by the causal cut and the window.
+double computed_pairs(const Plan& plan) {
+  const int64_t offset = plan.shape.causal_offset();
+  double pairs = 0.0;
+  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+    const mmsparse::MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+    for (int64_t row = plan.tiles[t].begin; row < plan.tiles[t].end; ++row) {
+      const int64_t aligned = row + offset;
+      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+        const int64_t begin = plan.spans[s].begin;
+        const int64_t end =
+            mask.causal ? std::min<int64_t>(plan.spans[s].end, aligned + 1) : plan.spans[s].end;
+        if (end <= begin) continue;
+        if (mask.window <= 0) {
+          pairs += static_cast<double>(end - begin);
+          continue;
+        }
+        const int64_t sink_end = std::min(end, mask.window_sink);
+        const int64_t window_begin = std::max({begin, mask.window_sink, aligned - mask.window + 1});
+        pairs += static_cast<double>(std::max<int64_t>(0, sink_end - begin) +
+                                     std::max<int64_t>(0, end - window_begin));
+      }
+    }
+  }
+  return pairs;
+}
+
+struct Case {
+  std::string name;
+  int64_t length;
+  std::string pattern;
+};
+
+struct KernelChoice {
+  const char* name;
+  cuda::AttentionKernel kernel;
+  int64_t tile_rows;
+};
+
+constexpr KernelChoice kKernels[] = {
+    {"mma.sync/64", cuda::AttentionKernel::kMmaSync, 64},
+    {"wgmma/64", cuda::AttentionKernel::kWgmma, 64},
+    {"wgmma/128", cuda::AttentionKernel::kWgmma, 128},
+};
+constexpr int kKernelCount = static_cast<int>(std::size(kKernels));
+
+struct Timing {
+  double milliseconds = 0.0;
+  double tflops = 0.0;
+  float out_difference = 0.0f;
+  float lse_difference = 0.0f;
+};
+
+void run_case(const Case& c) {
+  const int64_t length = c.length;
+  const std::size_t q_elements = static_cast<std::size_t>(length * kQueryHeads * kHeadDim);
+  const std::size_t kv_elements = static_cast<std::size_t>(length * kKeyValueHeads * kHeadDim);
+  const std::size_t lse_elements = static_cast<std::size_t>(kQueryHeads * length);
+  DeviceArray q(q_elements * sizeof(__nv_bfloat16));
+  DeviceArray k(kv_elements * sizeof(__nv_bfloat16));
+  DeviceArray v(kv_elements * sizeof(__nv_bfloat16));
+  DeviceArray reference_out(q_elements * sizeof(__nv_bfloat16));
+  DeviceArray reference_lse(lse_elements * sizeof(float));
+  DeviceArray out(q_elements * sizeof(__nv_bfloat16));
+  DeviceArray lse(lse_elements * sizeof(float));
+  DeviceArray flush(kFlushBytes);
+  constexpr uint32_t kSeeds[] = {1, 2, 3};
+  fill_random_kernel<<<kGridBlocks, kInitThreads>>>(static_cast<__nv_bfloat16*>(q.data),
+                                                    static_cast<int64_t>(q_elements), kSeeds[0]);
+  fill_random_kernel<<<kGridBlocks, kInitThreads>>>(static_cast<__nv_bfloat16*>(k.data),
+                                                    static_cast<int64_t>(kv_elements), kSeeds[1]);
+  fill_random_kernel<<<kGridBlocks, kInitThreads>>>(static_cast<__nv_bfloat16*>(v.data),
+                                                    static_cast<int64_t>(kv_elements), kSeeds[2]);
+  check(cudaGetLastError(), "fill_random_kernel");
+
+  cuda::AttentionArgs args;
+  args.dtype = DType::kBFloat16;
+  args.batch = 1;
+  args.q_len = length;
+  args.kv_len = length;
+  args.q_heads = kQueryHeads;
+  args.kv_heads = kKeyValueHeads;
+  args.head_dim = kHeadDim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  args.q = q.data;
+  args.q_strides = {length * kQueryHeads * kHeadDim, kQueryHeads * kHeadDim, kHeadDim, 1};
+  args.k = k.data;
+  args.k_strides = {length * kKeyValueHeads * kHeadDim, kKeyValueHeads * kHeadDim, kHeadDim, 1};
+  args.v = v.data;
+  args.v_strides = args.k_strides;
+  args.out_strides = args.q_strides;
+  args.lse_strides = {kQueryHeads * length, length, 1};
+
+  Timing timings[kKernelCount];
+  double pairs = 0.0;
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < kKernelCount; ++i) {
+    PlanShape shape;
+    shape.heads = kQueryHeads;
+    shape.q_len = length;
+    shape.kv_len = length;
+    shape.tile_rows = kKernels[i].tile_rows;
+    const Plan plan = mmsparse::build_plan(mmsparse::PatternSpec::parse(c.pattern), shape);
+    pairs = computed_pairs(plan);  // the same pairs whatever the tile height
+    const cuda::DevicePlan device_plan(plan, nullptr);
+    const bool reference = i == 0;
+    args.kernel = kKernels[i].kernel;
+    args.out = reference ? reference_out.data : out.data;
+    args.lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
+    std::vector<float> samples;
+    for (int r = 0; r < kWarmups + kRepeats; ++r) {
+      check(cudaMemsetAsync(flush.data, r, flush.bytes), "cudaMemsetAsync");
+      check(cudaEventRecord(start), "cudaEventRecord");
+      cuda::attention_planned(device_plan, args);
+      check(cudaEventRecord(stop), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float milliseconds = 0.0f;
+      check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
+      if (r >= kWarmups) samples.push_back(milliseconds);
+    }
+    std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
+    timings[i].milliseconds = samples[kRepeats / 2];
+    timings[i].tflops = kFlopsPerPairPerDim * pairs * static_cast<double>(kHeadDim) /
+                        (timings[i].milliseconds / kMillisecondsPerSecond) / kTera;
+    if (!reference) {
+      timings[i].out_difference = max_difference(reference_out, out, true);
+      timings[i].lse_difference = max_difference(reference_lse, lse, false);
+      // The next kernel's outputs must not inherit these.
+      check(cudaMemset(out.data, 0xff, out.bytes), "cudaMemset");
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+
+  std::printf("%-14s %10.3e", c.name.c_str(), pairs);
+  for (int i = 0; i < kKernelCount; ++i) {
+    std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
+  }
+  std::printf(" | %5.2fx", timings[0].milliseconds / timings[kKernelCount - 1].milliseconds);
+  for (int i = 1; i < kKernelCount; ++i) {
+    std::printf(" | %.1e %.1e", timings[i].out_difference, timings[i].lse_difference);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr int64_t k8K = 8192;
+  constexpr int64_t k32K = 32768;
+  constexpr int64_t k128K = 131072;
+  const std::vector<Case> cases = {
+      {"dense-8k", k8K, "dense"},
+      {"dense-32k", k32K, "dense"},
+      {"dense-128k", k128K, "dense"},
+      {"a-shape-128k", k128K, "a-shape:sink=128,local=4096"},
+  };
+  std::vector<std::string> selected(argv + 1, argv + argc);
+
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+  std::printf(
+      "mmsparse_engine_bench on %s (%d SMs): bf16, %lld q heads / %lld kv heads, d%lld; "
+      "median of %d after %d warm-ups, L2 flushed before each run\n",
+      properties.name, properties.multiProcessorCount, static_cast<long long>(kQueryHeads),
+      static_cast<long long>(kKeyValueHeads), static_cast<long long>(kHeadDim), kRepeats, kWarmups);
+  std::printf("%-14s %10s", "case", "pairs");
+  for (const KernelChoice& kernel : kKernels) std::printf(" | %-9s %7s", kernel.name, "TFLOP/s");
+  std::printf(" | %6s", "gain");
+  for (int i = 1; i < kKernelCount; ++i) std::printf(" | %s max|dO| |dLSE|", kKernels[i].name);
+  std::printf("\n");
+  for (const Case& c : cases) {
+    if (!selected.empty() && std::find(selected.begin(), selected.end(), c.name) == selected.end())
+      continue;
+    try {
+      run_case(c);
+    } catch (const std::exception& error) {
+      std::printf("%-14s failed: %s\n", c.name.c_str(), error.what());
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,20 @@
+#pragma once
+// Parameters of the wgmma attention kernel: the mma.sync kernel's, plus the tensor maps through
+// which the producer copies K/V chunks. Passed by value as a __grid_constant__, which is where
+// tensor copies may read a tensor map from.
+
+#include <cuda.h>
+
+#include "cuda/attention_params.cuh"
+
+namespace mmsparse::cuda {
+
+struct WgmmaAttentionParams {
+  AttentionParams attention;
+  // 4-D views [batch][kv_len][kv_heads][head_dim] (innermost last), box [1][kBlockN][1][64]
+  // with 128-byte swizzle; rows past kv_len read as zeros.
+  CUtensorMap keys;
+  CUtensorMap values;
+};
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,571 @@
+// Dynamic patterns (vertical-slash, grid, with the inter-modality boundary modes): plans validate
+// and compute what the masked-dense oracle computes on their materialised masks; vertical-slash
+// selects the brute-force top-k lines and converts them as documented; the grid search finds
+// planted strides; boundary modes keep to their modalities; bad specs and inputs name the
+// parameter.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/random.h"
+#include "cpu/attention_helpers.h"
+#include "cpu/dynamic_helpers.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/status.h"
+#include "patterns/estimation.h"
+#include "patterns/grid.h"
+#include "patterns/vertical_slash.h"
+
+namespace mmsparse {
+namespace {
+
+using testing::expect_error;
+
+constexpr int kRandomTrials = 60;
+constexpr double kTolerance = 1e-5;
+
+// --- Random problems ---------------------------------------------------------------------------
+
+struct Problem {
+  PlanShape shape;
+  int64_t kv_heads = 1;
+  int64_t head_dim = 8;
+  test::Operand q, k, v;  // views possibly strided, bf16 / fp16 / fp32
+  ModalityLayout layout;
+  PatternInputs inputs() const { return {q.view, k.view}; }
+};
+
+Problem random_problem(test::Random& random, bool boundary) {
+  Problem problem;
+  PlanShape& shape = problem.shape;
+  shape.batch = random.uniform_int(1, 2);
+  problem.kv_heads = random.uniform_int(1, 2);
+  shape.heads = problem.kv_heads * random.uniform_int(1, 3);
+  shape.q_len = test::random_length(random, 1, 150);
+  // kv_len < q_len only without boundary modes (those need a token for every query).
+  shape.kv_len = boundary || random.bernoulli(0.8)
+                     ? shape.q_len + random.uniform_int(0, 60)
+                     : random.uniform_int(std::max<int64_t>(1, shape.q_len / 2), shape.q_len);
+  shape.tile_rows = int64_t{4} << random.uniform_int(0, 3);
+  problem.head_dim = int64_t{4} << random.uniform_int(0, 2);
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  const DType dtype = dtypes[random.uniform_int(0, 2)];
+  const bool strided = random.bernoulli(0.5);
+  problem.q = test::random_operand(random, dtype, shape.batch, shape.q_len, shape.heads,
+                                   problem.head_dim, strided);
+  problem.k = test::random_operand(random, dtype, shape.batch, shape.kv_len, problem.kv_heads,
+                                   problem.head_dim, strided);
+  problem.v = test::random_operand(random, dtype, shape.batch, shape.kv_len, problem.kv_heads,
+                                   problem.head_dim, strided);
+  problem.layout = test::random_layout(random, shape.kv_len);
+  return problem;
+}
+
+PatternSpec random_spec(test::Random& random, const std::string& name, int64_t boundary) {
+  const int64_t sink = random.uniform_int(0, 6);
+  const int64_t local = random.uniform_int(0, 8);
+  PatternSpec spec{name,
+                   {{"sink", sink},
+                    {"local", local},
+                    {"last_q", random.uniform_int(1, 20)},
+                    {"boundary", boundary}}};
+  if (name == "vertical-slash") {
+    spec.params["vertical"] = sink + random.uniform_int(0, 15);
+    spec.params["slash"] = local + random.uniform_int(0, 12);
+    return spec;
+  }
+  spec.params["stride"] = random.bernoulli(0.5) ? 0 : random.uniform_int(2, 12);
+  spec.params["max_stride"] = random.uniform_int(2, 40);
+  int64_t lines = 0;
+  while (lines == 0) lines = random.uniform_int(1, 7);  // hline, vline, slash bits, not all 0
+  spec.params["hline"] = lines & 1;
+  spec.params["vline"] = (lines >> 1) & 1;
+  spec.params["slash"] = (lines >> 2) & 1;
+  return spec;
+}
+
+// --- Plans against the masked-dense oracle -----------------------------------------------------
+
+void expect_planned_equals_masked(const Plan& plan, const Problem& problem) {
+  const PlanShape& shape = problem.shape;
+  // Attention in fp32 on contiguous copies: the builders read the original views.
+  const Tensor q = to_contiguous(problem.q.view, DType::kFloat32);
+  const Tensor k = to_contiguous(problem.k.view, DType::kFloat32);
+  const Tensor v = to_contiguous(problem.v.view, DType::kFloat32);
+  Tensor mask(DType::kUInt8, {shape.batch, shape.heads, shape.q_len, shape.kv_len});
+  const int64_t slot_elements = shape.q_len * shape.kv_len;
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    const std::vector<uint8_t> slot_mask = materialize_mask(plan, slot);
+    std::copy(slot_mask.begin(), slot_mask.end(), mask.data_as<uint8_t>() + slot * slot_elements);
+  }
+  const std::vector<int64_t> out_shape = {shape.batch, shape.q_len, shape.heads, problem.head_dim};
+  Tensor out_plan(DType::kFloat32, out_shape), out_mask(DType::kFloat32, out_shape);
+  Tensor lse_plan(DType::kFloat32, {shape.batch, shape.heads, shape.q_len});
+  Tensor lse_mask(DType::kFloat32, {shape.batch, shape.heads, shape.q_len});
+  attention_planned(plan, q.view(), k.view(), v.view(), out_plan.view(), lse_plan.view());
+  attention_masked(q.view(), k.view(), v.view(), mask.view(), out_mask.view(), lse_mask.view());
+  const float* o_p = out_plan.data_as<float>();
+  const float* o_m = out_mask.data_as<float>();
+  for (int64_t i = 0; i < out_plan.numel(); ++i) {
+    ASSERT_LE(std::abs(o_p[i] - o_m[i]), kTolerance * std::max(1.0f, std::abs(o_m[i])))
+        << "out element " << i;
+  }
+  const float* l_p = lse_plan.data_as<float>();
+  const float* l_m = lse_mask.data_as<float>();
+  for (int64_t i = 0; i < lse_plan.numel(); ++i) {
+    if (std::isinf(l_m[i])) {
+      ASSERT_TRUE(std::isinf(l_p[i]) && l_p[i] < 0) << "lse element " << i;
+    } else {
+      ASSERT_NEAR(l_p[i], l_m[i], kTolerance * std::max(1.0f, std::abs(l_m[i])))
+          << "lse element " << i;
+    }
+  }
+}
+
+TEST(DynamicPatterns, PlansValidateAndEqualTheMaskedDenseOracle) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const std::string name = random.bernoulli(0.5) ? "vertical-slash" : "grid";
+    const int64_t boundary = random.uniform_int(0, 3);
+    const Problem problem = random_problem(random, boundary >= 2);
+    const PatternSpec spec = random_spec(random, name, boundary);
+    const PlanShape& shape = problem.shape;
+    SCOPED_TRACE(
+        spec.to_string() + " batch=" + std::to_string(shape.batch) +
+        " heads=" + std::to_string(shape.heads) + " kv_heads=" + std::to_string(problem.kv_heads) +
+        " q_len=" + std::to_string(shape.q_len) + " kv_len=" + std::to_string(shape.kv_len) +
+        " tile_rows=" + std::to_string(shape.tile_rows) +
+        " dtype=" + std::string(dtype_name(problem.q.view.dtype)));
+    const PatternInputs inputs = problem.inputs();
+    const Plan plan = build_plan(spec, shape, &problem.layout, &inputs);
+    ASSERT_NO_THROW(plan.validate());  // every pair at most once
+    expect_planned_equals_masked(plan, problem);
+  }
+}
+
+TEST(DynamicPatterns, KBoundaryAndSingleModalityBoundariesBuildThePlainPlan) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  for (const std::string name : {"vertical-slash", "grid"}) {
+    Problem problem = random_problem(random, true);
+    problem.layout = ModalityLayout::text_only(problem.shape.kv_len);
+    const PatternInputs inputs = problem.inputs();
+    PatternSpec spec = random_spec(random, name, 0);
+    const Plan plain = build_plan(spec, problem.shape, &problem.layout, &inputs);
+    for (int64_t boundary : {1, 2, 3}) {
+      spec.params["boundary"] = boundary;
+      const Plan other = build_plan(spec, problem.shape, &problem.layout, &inputs);
+      for (int64_t slot = 0; slot < plain.head_slots(); ++slot) {
+        EXPECT_EQ(materialize_mask(other, slot), materialize_mask(plain, slot)) << spec.to_string();
+      }
+    }
+  }
+}
+
+TEST(DynamicPatterns, EveryDefaultSpecBuildsWithInputs) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const Problem problem = random_problem(random, true);
+  const PatternInputs inputs = problem.inputs();
+  for (const PatternInfo& info : known_patterns()) {
+    if (!info.dynamic) continue;
+    SCOPED_TRACE(info.default_spec);
+    EXPECT_FALSE(info.description.empty());
+    const Plan plan =
+        build_plan(PatternSpec::parse(info.default_spec), problem.shape, nullptr, &inputs);
+    EXPECT_EQ(plan.head_slots(), problem.shape.head_slots());
+  }
+}
+
+// --- Vertical-slash: brute-force top-k and its conversion --------------------------------------
+
+// The estimate computed independently in double: column and diagonal sums of the softmax of the
+// last rows over the keys each sees causally.
+struct BruteForce {
+  std::vector<double> columns, diagonals;
+};
+
+BruteForce brute_force_scores(const Tensor& q, const Tensor& k, int64_t q_len, int64_t kv_len,
+                              int64_t last_q) {
+  const int64_t dim = q.shape()[3];
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  BruteForce scores{std::vector<double>(kv_len, 0.0), std::vector<double>(kv_len, 0.0)};
+  for (int64_t row = std::max<int64_t>(0, q_len - last_q); row < q_len; ++row) {
+    const int64_t aligned = row + kv_len - q_len;
+    std::vector<double> p(static_cast<std::size_t>(aligned + 1));
+    for (int64_t key = 0; key <= aligned; ++key) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < dim; ++d) {
+        dot += static_cast<double>(q.data_as<float>()[row * dim + d]) *
+               k.data_as<float>()[key * dim + d];
+      }
+      p[key] = scale * dot;
+    }
+    const double top = *std::max_element(p.begin(), p.end());
+    double sum = 0.0;
+    for (double& value : p) sum += value = std::exp(value - top);
+    for (int64_t key = 0; key <= aligned; ++key) {
+      scores.columns[key] += p[key] / sum;
+      scores.diagonals[aligned - key] += p[key] / sum;
+    }
+  }
+  return scores;
+}
+
+// Forced indices [0, forced), then the best by score (ties to the lower index); and whether the
+// cut is clear (the last chosen and the first left out differ by more than rounding).
+std::vector<int64_t> brute_force_top_k(const std::vector<double>& scores, int64_t count,
+                                       int64_t forced, bool& clear_cut) {
+  constexpr double kRoundingSlack = 1e-5;
+  const auto size = static_cast<int64_t>(scores.size());
+  std::vector<int64_t> rest;
+  for (int64_t i = std::min(forced, size); i < size; ++i) rest.push_back(i);
+  std::stable_sort(rest.begin(), rest.end(),
+                   [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+  const int64_t take = std::clamp<int64_t>(count - std::min(forced, size), 0, rest.size());
+  clear_cut = take == 0 || take == static_cast<int64_t>(rest.size()) ||
+              scores[rest[take - 1]] - scores[rest[take]] >
+                  kRoundingSlack * std::max(1.0, scores[rest[take - 1]]);
+  std::vector<int64_t> chosen(rest.begin(), rest.begin() + take);
+  for (int64_t i = 0; i < std::min(forced, size); ++i) chosen.push_back(i);
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+TEST(VerticalSlash, SelectsTheBruteForceTopKAndConvertsItToBands) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  int clear_trials = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    PlanShape full{.q_len = test::random_length(random, 20, 200),
+                   .tile_rows = int64_t{8} << random.uniform_int(0, 3)};
+    full.kv_len = full.q_len + random.uniform_int(0, 100);
+    const int64_t dim = int64_t{8} << random.uniform_int(0, 2);
+    const Tensor q = random.normal_tensor(DType::kFloat32, {1, full.q_len, 1, dim});
+    const Tensor k = random.normal_tensor(DType::kFloat32, {1, full.kv_len, 1, dim});
+    const int64_t sink = random.uniform_int(0, 10), local = random.uniform_int(0, 20);
+    const int64_t last_q = random.uniform_int(1, 70);
+    const int64_t vertical = sink + random.uniform_int(0, 30);
+    const int64_t slash = local + random.uniform_int(0, 30);
+    const PatternSpec spec{"vertical-slash",
+                           {{"sink", sink},
+                            {"local", local},
+                            {"last_q", last_q},
+                            {"vertical", vertical},
+                            {"slash", slash}}};
+    SCOPED_TRACE(spec.to_string() + " q_len=" + std::to_string(full.q_len) +
+                 " kv_len=" + std::to_string(full.kv_len));
+
+    const BruteForce scores = brute_force_scores(q, k, full.q_len, full.kv_len, last_q);
+    bool clear_vertical = false, clear_slash = false;
+    const std::vector<int64_t> verticals =
+        brute_force_top_k(scores.columns, vertical, sink, clear_vertical);
+    const std::vector<int64_t> slashes =
+        brute_force_top_k(scores.diagonals, slash, local, clear_slash);
+    if (!clear_vertical || !clear_slash) continue;  // a near-tie at the cut: either is right
+    ++clear_trials;
+
+    const PatternInputs inputs{q.view(), k.view()};
+    detail::KeyCache cache;
+    const detail::HeadOperands operands(inputs, full, 0, cache);
+    std::vector<int64_t> rows;
+    for (int64_t row = std::max<int64_t>(0, full.q_len - last_q); row < full.q_len; ++row) {
+      rows.push_back(row);
+    }
+    const detail::VerticalSlashLines lines = detail::select_vertical_slash(
+        detail::estimate_last_queries(operands, rows, detail::KeySpace::all_keys(full.kv_len),
+                                      full.causal_offset()),
+        vertical, slash, sink, local);
+    ASSERT_EQ(lines.verticals, verticals);
+    ASSERT_EQ(lines.slashes, slashes);
+
+    // MInference's conversion: per tile of rows with aligned positions [a0, a1], each diagonal d
+    // covers keys [a0 - d, a1 - d]; verticals are columns; the causal mask trims every row.
+    const Plan plan = build_plan(spec, full, nullptr, &inputs);
+    const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+    const int64_t offset = full.causal_offset();
+    for (int64_t i = 0; i < full.q_len; ++i) {
+      const int64_t tile = i / full.tile_rows * full.tile_rows;
+      const int64_t a0 = tile + offset;
+      const int64_t a1 = std::min(full.q_len, tile + full.tile_rows) - 1 + offset;
+      for (int64_t key = 0; key < full.kv_len; ++key) {
+        bool expected = std::binary_search(verticals.begin(), verticals.end(), key);
+        for (int64_t d : slashes) expected = expected || (key >= a0 - d && key <= a1 - d);
+        expected = expected && key <= i + offset;
+        ASSERT_EQ(mask[i * full.kv_len + key] != 0, expected) << "query " << i << ", key " << key;
+      }
+    }
+  }
+  EXPECT_GT(clear_trials, kRandomTrials / 2);
+}
+
+TEST(VerticalSlash, PlainPlansConvertToTheMInferenceIndex) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const int64_t q_len = test::random_length(random, 100, 300);
+  const int64_t kv_len = q_len + random.uniform_int(0, 50);
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, q_len, 2, 16});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, kv_len, 1, 16});
+  const PatternInputs inputs{q.view(), k.view()};
+  const Plan plan = build_plan(PatternSpec::parse("vertical-slash:vertical=40,slash=120"),
+                               {.heads = 2, .q_len = q_len, .kv_len = kv_len}, nullptr, &inputs);
+  const Plan round_trip = from_minference_index(to_minference_index(plan), q_len, kv_len);
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    EXPECT_EQ(materialize_mask(round_trip, slot), materialize_mask(plan, slot));
+  }
+}
+
+// --- Grid: stride and phase search --------------------------------------------------------------
+
+// q, k [1, n, 1, dim] whose attention has slash lines at every multiple of `stride` (each token
+// carries the unit vector of its phase position % stride, matched strongly by queries of the same
+// phase) and a vertical line on the keys of phase `vertical_phase`. Phases are orthogonal, so the
+// lines are the only structure.
+struct PlantedGrid {
+  Tensor q, k;
+};
+
+PlantedGrid planted_grid(test::Random& random, int64_t n, int64_t stride, int64_t vertical_phase) {
+  constexpr int64_t kDim = 64;
+  constexpr int64_t kLineDim = kDim - 1;  // phases use dims [0, stride), the vertical line 63
+  constexpr double kSlashLogit = 8.0;     // logit of a same-phase key
+  constexpr double kVerticalLogit = 4.0;  // extra logit of the vertical line's keys
+  constexpr float kKeyNoise = 0.05f;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  PlantedGrid grid{Tensor(DType::kFloat32, {1, n, 1, kDim}),
+                   Tensor(DType::kFloat32, {1, n, 1, kDim})};
+  for (int64_t i = 0; i < n; ++i) {
+    float* q = grid.q.data_as<float>() + i * kDim;
+    float* k = grid.k.data_as<float>() + i * kDim;
+    for (int64_t d = 0; d < kDim; ++d) {
+      q[d] = 0.0f;
+      k[d] = kKeyNoise * random.normal();
+    }
+    q[i % stride] = static_cast<float>(kSlashLogit / scale);
+    k[i % stride] += 1.0f;
+    q[kLineDim] = static_cast<float>(kVerticalLogit / scale);
+    k[kLineDim] += i % stride == vertical_phase ? 1.0f : 0.0f;
+  }
+  return grid;
+}
+
+// The grid search on the estimate of rows [end - last_q, end) over all keys.
+detail::GridLines search_head(const Tensor& q, const Tensor& k, const detail::GridOptions& options,
+                              int64_t last_q, int64_t end = 0) {
+  const int64_t n = q.shape()[1];
+  const PlanShape shape{.heads = 1, .q_len = n, .kv_len = n};
+  const PatternInputs inputs{q.view(), k.view()};
+  detail::KeyCache cache;
+  const detail::HeadOperands operands(inputs, shape, 0, cache);
+  const int64_t rows_end = end == 0 ? n : end;
+  std::vector<int64_t> rows(static_cast<std::size_t>(std::min(last_q, rows_end)));
+  std::iota(rows.begin(), rows.end(), rows_end - static_cast<int64_t>(rows.size()));
+  return detail::search_grid(
+      detail::estimate_last_queries(operands, rows, detail::KeySpace::all_keys(n), 0), options);
+}
+
+TEST(Grid, SearchFindsAPlantedStrideAndPhase) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int kPlantedTrials = 10;
+  for (int trial = 0; trial < kPlantedTrials; ++trial) {
+    const int64_t stride = random.uniform_int(5, 40);
+    const int64_t phase = random.uniform_int(0, stride - 1);
+    // Long enough that lines lie beyond the default sink (30) and local window (100).
+    constexpr int64_t kMinLength = 400;
+    const int64_t shortest = std::max(kMinLength, 12 * stride);
+    const int64_t n = test::random_length(random, shortest, shortest + 8 * stride);
+    SCOPED_TRACE("stride " + std::to_string(stride) + ", phase " + std::to_string(phase) + ", n " +
+                 std::to_string(n));
+    const PlantedGrid grid = planted_grid(random, n, stride, phase);
+    detail::GridOptions options{.stride = 0, .max_stride = 1024, .sink = 30, .local = 100};
+    const detail::GridLines found = search_head(grid.q, grid.k, options, 64);
+    EXPECT_EQ(found.stride, stride);
+    EXPECT_EQ(found.phase, phase);
+    options.hline = options.vline = false;  // slash lines alone give the stride
+    EXPECT_EQ(search_head(grid.q, grid.k, options, 64).stride, stride);
+
+    // The plan groups rows by phase: runs step by the stride.
+    const PatternInputs inputs{grid.q.view(), grid.k.view()};
+    const Plan plan =
+        build_plan(PatternSpec::parse("grid"), {.q_len = n, .kv_len = n}, nullptr, &inputs);
+    ASSERT_FALSE(plan.runs.empty());
+    EXPECT_EQ(plan.runs.front().step, stride);
+  }
+}
+
+TEST(Grid, SearchFindsTheFrameTokensOfSyntheticVideoGridHeads) {
+  constexpr int64_t kSeqLen = 8192;
+  WorkloadSpec spec;  // video-qwen2.5vl-128k, scaled: 16 x 28 = 448 tokens per frame
+  spec.seq_len = kSeqLen;
+  const Workload workload = Workload::create(spec);
+  const int64_t frame_tokens = workload.layout().video_frame_tokens();
+  int64_t video_end = 0;
+  for (const Segment& segment : workload.layout().segments()) {
+    if (segment.modality == Modality::kVideo) video_end = segment.end;
+  }
+  int grid_heads = 0;
+  for (int64_t head = 0; head < workload.spec().q_heads; ++head) {
+    if (workload.behaviour(head) != HeadBehaviour::kGrid) continue;
+    ++grid_heads;
+    const test::HeadProblem problem = test::workload_head(workload, head);
+    const detail::GridLines found =
+        search_head(problem.q, problem.k,
+                    {.stride = 0, .max_stride = 1024, .sink = 30, .local = 100}, 64, video_end);
+    EXPECT_EQ(found.stride, frame_tokens) << "SYNTHETIC grid head " << head;
+    const detail::GridLines text = search_head(
+        problem.q, problem.k, {.stride = 0, .max_stride = 1024, .sink = 30, .local = 100}, 64);
+    std::cout << "SYNTHETIC grid head " << head << ": last video rows -> stride " << found.stride
+              << " phase " << found.phase << "; last (text) rows -> stride " << text.stride << "\n";
+  }
+  EXPECT_GT(grid_heads, 0);
+}
+
+// --- Boundary modes ------------------------------------------------------------------------------
+
+// The modality of every query row of a head slot's tiles is the tile's first row's.
+void expect_single_modality_tiles(const Plan& plan, const ModalityLayout& layout) {
+  const std::vector<uint8_t> types = layout.token_types();
+  const int64_t offset = plan.shape.causal_offset();
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    const std::vector<int64_t> order = plan.query_order(slot);
+    for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+      const uint8_t first = types[order[plan.tiles[t].begin] + offset];
+      for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
+        ASSERT_EQ(types[order[i] + offset], first) << "tile " << t << " of slot " << slot;
+      }
+    }
+  }
+}
+
+// Rows and keys of one modality, gathered: the compact problem 2D-boundary lays that pair out in.
+Tensor gather_rows(const Tensor& tensor, const std::vector<int64_t>& positions) {
+  const int64_t dim = tensor.shape()[3];
+  Tensor gathered(DType::kFloat32, {1, static_cast<int64_t>(positions.size()), 1, dim});
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    std::copy_n(tensor.data_as<float>() + positions[i] * dim, dim,
+                gathered.data_as<float>() + static_cast<int64_t>(i) * dim);
+  }
+  return gathered;
+}
+
+TEST(Boundary, TilesNeverStraddleModalitiesAnd2DPairsEqualTheirCompactProblem) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int kBoundaryTrials = 12;
+  for (int trial = 0; trial < kBoundaryTrials; ++trial) {
+    const int64_t n = test::random_length(random, 60, 220);
+    const ModalityLayout layout = test::random_layout(random, n);
+    const int64_t dim = 16;
+    const Tensor q = random.normal_tensor(DType::kFloat32, {1, n, 1, dim});
+    const Tensor k = random.normal_tensor(DType::kFloat32, {1, n, 1, dim});
+    const PatternInputs inputs{q.view(), k.view()};
+    const std::string name = trial % 2 == 0 ? "vertical-slash" : "grid";
+    PatternSpec spec = random_spec(random, name, 2);
+    SCOPED_TRACE(spec.to_string() + " n=" + std::to_string(n) + " layout " + layout.to_json());
+    for (int64_t boundary : {2, 3}) {
+      spec.params["boundary"] = boundary;
+      expect_single_modality_tiles(
+          build_plan(spec, {.q_len = n, .kv_len = n, .tile_rows = 16}, &layout, &inputs), layout);
+    }
+    // With one-row tiles every row computes exactly its own lines, so the 2D plan restricted to
+    // one modality's rows and keys is the plain pattern on that modality's tokens alone.
+    const Plan plan = build_plan(spec, {.q_len = n, .kv_len = n, .tile_rows = 1}, &layout, &inputs);
+    const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+    const std::vector<uint8_t> types = layout.token_types();
+    for (int modality = 0; modality < kNumModalities; ++modality) {
+      std::vector<int64_t> tokens;
+      for (int64_t i = 0; i < n; ++i) {
+        if (types[i] == modality) tokens.push_back(i);
+      }
+      if (tokens.empty()) continue;
+      const auto m = static_cast<int64_t>(tokens.size());
+      const Tensor q_m = gather_rows(q, tokens), k_m = gather_rows(k, tokens);
+      const PatternInputs compact_inputs{q_m.view(), k_m.view()};
+      PatternSpec plain = spec;
+      plain.params["boundary"] = 0;
+      const std::vector<uint8_t> expected = materialize_mask(
+          build_plan(plain, {.q_len = m, .kv_len = m, .tile_rows = 1}, nullptr, &compact_inputs),
+          0);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < m; ++j) {
+          ASSERT_EQ(mask[tokens[i] * n + tokens[j]], expected[i * m + j])
+              << modality_name(static_cast<Modality>(modality)) << " row " << tokens[i] << ", key "
+              << tokens[j];
+        }
+      }
+    }
+  }
+}
+
+// --- Errors
+// ---------------------------------------------------------------------------------------
+
+TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
+  test::Random random;
+  const PlanShape shape{.heads = 2, .q_len = 30, .kv_len = 40};
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, 30, 2, 8});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, 40, 1, 8});
+  const PatternInputs inputs{q.view(), k.view()};
+  const ModalityLayout layout = LayoutBuilder().text(10).image({1, 4, 5}).text(8).build();
+  auto build = [&](const std::string& text, const PatternInputs* with = nullptr,
+                   const ModalityLayout* layout_given = nullptr, PlanShape plan_shape = {}) {
+    const PlanShape used = plan_shape.q_len == 0 ? shape : plan_shape;
+    return [=] { (void)build_plan(PatternSpec::parse(text), used, layout_given, with); };
+  };
+  const auto invalid = ErrorCode::kInvalidArgument;
+  expect_error(build("vertical-slash"), invalid, {"vertical-slash inputs", "PatternInputs"});
+  expect_error(build("grid"), invalid, {"grid inputs", "got none"});
+  expect_error(build("vertical-slash:vertical=10", &inputs), invalid,
+               {"vertical-slash parameter vertical", ">= sink = 30", "got 10"});
+  expect_error(build("vertical-slash:slash=50", &inputs), invalid,
+               {"vertical-slash parameter slash", ">= local = 100", "got 50"});
+  expect_error(build("vertical-slash:last_q=0", &inputs), invalid,
+               {"vertical-slash parameter last_q", ">= 1"});
+  expect_error(build("vertical-slash:boundary=4", &inputs), invalid,
+               {"vertical-slash parameter boundary", "3 (2D-boundary)", "got 4"});
+  expect_error(build("vertical-slash:width=3", &inputs), invalid, {"vertical-slash", "\"width\""});
+  expect_error(build("grid:stride=1", &inputs), invalid,
+               {"grid parameter stride", "0 (search) or >= 2", "got 1"});
+  expect_error(build("grid:max_stride=1", &inputs), invalid, {"grid parameter max_stride"});
+  expect_error(build("grid:hline=2", &inputs), invalid, {"grid parameter hline", "0 or 1"});
+  expect_error(build("grid:hline=0,vline=0,slash=0", &inputs), invalid,
+               {"grid parameters hline, vline, slash", "all 0"});
+  expect_error(build("grid:boundary=2", &inputs), invalid,
+               {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(build("grid:boundary=3", &inputs, &layout, {.heads = 2, .q_len = 30, .kv_len = 35}),
+               invalid, {"grid parameter boundary", "kv_len = 35", "got 40"});
+
+  const Tensor short_q = random.normal_tensor(DType::kFloat32, {1, 29, 2, 8});
+  const PatternInputs wrong_len{short_q.view(), k.view()};
+  expect_error(build("grid", &wrong_len), invalid, {"grid input q q_len", "expected 30"});
+  const Tensor ints(DType::kInt32, {1, 30, 2, 8});
+  const PatternInputs wrong_dtype{ints.view(), k.view()};
+  expect_error(build("vertical-slash", &wrong_dtype), invalid,
+               {"vertical-slash input q dtype", "int32"});
+  const Tensor three_heads = random.normal_tensor(DType::kFloat32, {1, 40, 3, 8});
+  const PatternInputs wrong_heads{q.view(), three_heads.view()};
+  expect_error(build("vertical-slash", &wrong_heads), invalid,
+               {"vertical-slash input k heads", "divisor", "got 3"});
+  const Tensor flat = random.normal_tensor(DType::kFloat32, {30, 2, 8});
+  const PatternInputs wrong_rank{flat.view(), k.view()};
+  expect_error(build("grid", &wrong_rank), invalid, {"grid input q", "4 dimensions"});
+  expect_error(build("grid", &inputs, nullptr, {.batch = 2, .heads = 2, .q_len = 30, .kv_len = 40}),
+               invalid, {"grid input q batch", "expected 2", "head slot per batch element"});
+  TensorView on_gpu = q.view();
+  on_gpu.device = {DeviceType::kCUDA, 0};
+  const PatternInputs wrong_device{on_gpu, k.view()};
+  expect_error(build("grid", &wrong_device), invalid, {"grid input q device", "cpu"});
+}
+
+}  // namespace
+}  // namespace mmsparse
