@@ -56,6 +56,12 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});
 
+// The query-tile height a backend runs fastest for plans made of key spans only (dense, A-shape,
+// Tri-shape, SF-strided): 128 on the CUDA engine for head_dim 128 (its wgmma kernel), otherwise
+// kDefaultTileRows. On the CUDA engine, plans with gathered columns or token masks need tiles of at
+// most kDefaultTileRows rows.
+int64_t span_plan_tile_rows(Device device, int64_t head_dim);
+
 // The plan/run split: a plan validated once and, for a CUDA device, uploaded once, so that repeated
 // calls (every layer, every benchmark repeat) pay only for attention.
 class PreparedPlan {

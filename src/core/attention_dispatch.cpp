@@ -126,14 +126,15 @@ void dispatch(const char* entry_point, Device device, const CpuCall& cpu, const 
 }
 
 #ifdef MMSPARSE_WITH_CUDA
-// Dense attention as a plan for the engine: one span per 64-row tile, to the diagonal when causal.
+// Dense attention as a plan for the engine: one span per tile, to the diagonal when causal.
 Plan dense_plan(const AttentionProblem& problem) {
-  PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, kDefaultTileRows});
+  const int64_t tile_rows = span_plan_tile_rows(problem.device, problem.head_dim);
+  PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, tile_rows});
   const MaskPolicy mask{.causal = problem.causal};
   for (int64_t head = 0; head < problem.q_heads; ++head) {
     builder.begin_head();
-    for (int64_t begin = 0; begin < problem.q_len; begin += kDefaultTileRows) {
-      const int64_t end = std::min(problem.q_len, begin + kDefaultTileRows);
+    for (int64_t begin = 0; begin < problem.q_len; begin += tile_rows) {
+      const int64_t end = std::min(problem.q_len, begin + tile_rows);
       const int64_t keys_end =
           problem.causal ? std::clamp<int64_t>(end - 1 + problem.causal_offset() + 1, 0,
                                                problem.kv_len)
@@ -252,6 +253,18 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                                 cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
 #endif
       });
+}
+
+int64_t span_plan_tile_rows(Device device, int64_t head_dim) {
+#ifdef MMSPARSE_WITH_CUDA
+  if (device.type == DeviceType::kCUDA && head_dim == cuda::kWgmmaHeadDim) {
+    return cuda::kMaxTileRows;
+  }
+#else
+  (void)device;
+  (void)head_dim;
+#endif
+  return kDefaultTileRows;
 }
 
 struct PreparedPlan::Impl {

@@ -30,7 +30,6 @@ constexpr int kFillThreads = 256;
 constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
 // The wgmma kernel's instantiations (attention_wgmma_*.cu) and the shape of its K/V copies, which
 // must match WgmmaTraits: chunks of 128 keys, boxes one 128-byte swizzle span wide.
-constexpr int64_t kWgmmaHeadDim = 128;
 constexpr int64_t kWarpgroupTileRows = 64;
 constexpr int kWgmmaChunkKeys = 128;
 constexpr int64_t kSwizzleSpanBytes = 128;
@@ -176,8 +175,10 @@ void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
     throw_invalid_argument("scale", "a finite, non-zero softmax scale", std::to_string(args.scale));
   }
   check_rows("q", args.q, args.q_strides, args.dtype);
-  check_rows("k", args.k, args.k_strides, args.dtype);
-  check_rows("v", args.v, args.v_strides, args.dtype);
+  if (args.kv_len > 0) {  // without keys nothing reads k or v, and empty tensors may own no memory
+    check_rows("k", args.k, args.k_strides, args.dtype);
+    check_rows("v", args.v, args.v_strides, args.dtype);
+  }
   check_rows("out", args.out, args.out_strides, args.dtype);
   if (args.lse == nullptr) throw_invalid_argument("lse", "a device pointer", "null");
 }

@@ -24,6 +24,7 @@ namespace mmsparse::cuda {
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
 inline constexpr int64_t kMaxTileRows = 128;     // wgmma kernel: 2 warpgroups × 64 query rows
+inline constexpr int64_t kWgmmaHeadDim = 128;    // the head_dim the wgmma kernel serves
 bool supports_attention(DType dtype, int64_t head_dim);  // float16 / bfloat16, head_dim 64 or 128
 
 // The kernel that runs a call. kAuto takes the wgmma kernel (sm_90a: tensor copies, warp

@@ -113,7 +113,8 @@ int run_bench(const BenchFlags& flags) {
   progress.step("dense attention (the reference every pattern is compared with)");
   Tensor dense_out(dtype, {1, seq_len, heads, resolved.head_dim});
   Tensor dense_lse(DType::kFloat32, {1, heads, seq_len});
-  const PreparedPlan dense_plan = executor.prepare(build_plan(PatternSpec{"dense", {}}, shape));
+  const PreparedPlan dense_plan = executor.prepare(
+      executor.build({PatternSpec{"dense", {}}}, shape, nullptr, nullptr, resolved.head_dim));
   const double dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
   const int64_t dense_pairs = causal_pair_count(seq_len, seq_len) * heads;
   progress.done(fmt::format("{:.2f} ms", 1000.0 * dense_seconds));
@@ -137,7 +138,8 @@ int run_bench(const BenchFlags& flags) {
     PatternResult result{run, {}, {}, 0.0, 0.0, 0};
     const auto plan_start = std::chrono::steady_clock::now();
     const PreparedPlan plan =
-        executor.prepare(build_plan(run.specs, shape, &workload.layout(), &inputs));
+        executor.prepare(executor.build(run.specs, shape, &workload.layout(), &inputs,
+                                        resolved.head_dim));
     result.plan_seconds = seconds_since(plan_start);
 
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});

@@ -74,6 +74,15 @@ bool use_gpu(DeviceChoice choice) {
   return choice != DeviceChoice::kCpu && available;
 }
 
+bool any_dynamic(const std::vector<PatternSpec>& specs) {
+  const std::vector<PatternInfo>& known = known_patterns();
+  return std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
+    return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
+      return info.dynamic && info.name == spec.name;
+    });
+  });
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

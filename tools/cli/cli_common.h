@@ -68,6 +68,9 @@ class Progress {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
+// Whether any spec names a pattern estimated from the inputs (vertical-slash, grid).
+bool any_dynamic(const std::vector<PatternSpec>& specs);
+
 double seconds_since(std::chrono::steady_clock::time_point start);
 
 void write_json_output(const std::string& path, const std::string& json_text);

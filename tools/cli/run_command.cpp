@@ -38,15 +38,6 @@ std::string read_text_file(const std::string& path, const std::string& flag) {
   return text.str();
 }
 
-bool any_dynamic(const std::vector<PatternSpec>& specs) {
-  const std::vector<PatternInfo>& known = known_patterns();
-  return std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
-    return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
-      return info.dynamic && info.name == spec.name;
-    });
-  });
-}
-
 int run_attention(const RunFlags& flags) {
   if (!flags.pattern.empty() && !flags.config_path.empty()) {
     throw_invalid_argument("--pattern/--config", "one of them", "both");
@@ -83,11 +74,12 @@ int run_attention(const RunFlags& flags) {
   progress.step("attention with " + pattern_text + " on " + executor.device_label());
   // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
   const int64_t plan_batch = any_dynamic(specs) ? batch : 1;
+  const int64_t head_dim = q.shape()[3];
   const PlanShape shape{1, heads, q_len, kv_len, kDefaultTileRows};
   const PatternInputs inputs{q.view(), k.view()};
-  const PreparedPlan plan = executor.prepare(
-      build_plan(specs, {plan_batch, heads, q_len, kv_len, kDefaultTileRows},
-                 has_layout ? &layout : nullptr, &inputs));
+  const PreparedPlan plan =
+      executor.prepare(executor.build(specs, {plan_batch, heads, q_len, kv_len, kDefaultTileRows},
+                                      has_layout ? &layout : nullptr, &inputs, head_dim));
   Tensor out(q.dtype(), q.shape());
   Tensor lse(DType::kFloat32, {batch, heads, q_len});
   const double seconds = executor.run(plan, out.view(), lse.view());
@@ -99,7 +91,8 @@ int run_attention(const RunFlags& flags) {
     Tensor dense_out(q.dtype(), q.shape());
     Tensor dense_lse(DType::kFloat32, {batch, heads, q_len});
     const double dense_seconds = executor.run(
-        executor.prepare(build_plan(PatternSpec{"dense", {}}, shape)), dense_out.view(),
+        executor.prepare(executor.build({PatternSpec{"dense", {}}}, shape, nullptr, nullptr, head_dim)),
+        dense_out.view(),
         dense_lse.view());
     report["dense_seconds"] = dense_seconds;
     progress.done(fmt::format("{:.3f} ms", 1000.0 * dense_seconds));
