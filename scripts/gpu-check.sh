@@ -18,12 +18,14 @@ jobs=${MMSPARSE_GPU_JOBS:-$(nproc)}
 test_binary=$build/tests/gpu/test_gpu
 # Small enough to run under every sanitizer tool in seconds, wide enough to reach every kernel path:
 # empty and keyless tiles (fill kernel), masked and unmasked chunks, token masks, column gathers,
-# both element types and head dims, merge.
+# both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge.
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
   'Kernels/GpuAttention.RandomSpansAndColumnsWithPermutedQueries/fp16_d128'
   'GpuMerge.MatchesCpuMerge'
+  'Kernels/GpuAttention.RandomSpansWithPermutedQueries/bf16_d128_wgmma128'
+  'Kernels/GpuAttention.DenseCausalMatchesOracle/fp16_d128_wgmma64'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)
