@@ -5,7 +5,7 @@
 #
 # The device image has CMake, Ninja, nvcc, GoogleTest and PyTorch but none of the Debian packages the
 # CLI needs; carry them as .deb files in .deps/ (apt-get download nlohmann-json3-dev libcli11-dev
-# libfmt-dev libfmt9 libgtest-dev googletest libstb-dev libstb0) and they are unpacked into a private
+# libfmt-dev libfmt9 libgtest-dev libgmock-dev googletest libstb-dev libstb0) and they are unpacked into a private
 # prefix here.
 #
 #   scripts/device-bench.sh [--skip-build] [--skip-tests] [--skip-bench] [--skip-peers]

@@ -9,6 +9,7 @@ packages=(
   libfmt-dev=9.1.0+ds1-2
   libstb-dev=0.0~git20220908.8b5f1f3+ds-1
   libgtest-dev=1.12.1-0.2
+  libgmock-dev=1.12.1-0.2
   cmake
   ninja-build
 )
