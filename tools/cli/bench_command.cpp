@@ -62,8 +62,10 @@ std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const ModalityLayo
                     config.layer_specs(flags.layer, heads)});
   }
   if (runs.empty()) {
+    // Dynamic patterns are built on the host for now (their GPU index builders are issue 4's), which
+    // takes seconds per head at 128K: they run when named with --pattern.
     for (const PatternInfo& info : known_patterns()) {
-      if (info.name == "dense") continue;
+      if (info.name == "dense" || info.dynamic) continue;
       const PatternSpec spec = resolve_pattern(scaled_default_spec(info, layout.length()), &layout);
       runs.push_back({spec.name, spec.to_string(), {spec}});
     }
@@ -243,7 +245,7 @@ Command add_bench_command(CLI::App& app) {
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
   command->add_option("--pattern", flags->patterns,
-                      "pattern spec to run, repeatable (default: every known pattern)");
+                      "pattern spec to run, repeatable (default: every static pattern)");
   command->add_option("--config", flags->config_path, "per-model pattern config (JSON)");
   command->add_option("--layer", flags->layer, "layer of the config to use")->capture_default_str();
   command->add_option("--oracle-rows", flags->oracle_rows,
