@@ -1,12 +1,16 @@
 // Times the CUDA attention engine's kernels side by side on the same plans and inputs: the
 // mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
 // and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
-// at 8K/32K/128K and A-shape (sink 128, local 4096) at 128K. TFLOP/s count computed pairs only
-// (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared with the
-// mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests prove on
-// small ones.
+// at 8K/32K/128K, A-shape (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row
+// query block its diagonal span plus 2048 random keys left of it, distinct per block) and the
+// grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64; two plans merged, see
+// tests/gpu/grid_plans.h; its bands as columns, and as spans in grid-spans-128k). TFLOP/s count
+// computed pairs only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs,
+// compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the
+// tests prove on small ones.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
+//                                               columns-128k grid-128k grid-spans-128k
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -18,10 +22,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iterator>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "../tests/gpu/grid_plans.h"
+#include "core/plan_coverage.h"
 #include "cuda/cuda_engine.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
@@ -112,38 +121,84 @@ float max_difference(const DeviceArray& a, const DeviceArray& b, bool bf16) {
   return value;
 }
 
-// Pairs the plan computes, for identity-order plans with causal / window masks (what the cases
-// build): per row and span, the keys left by the causal cut and the window.
+// Pairs the plan computes. Every case builds the same keys for every head, so head slot 0 counts
+// for all.
 double computed_pairs(const Plan& plan) {
-  const int64_t offset = plan.shape.causal_offset();
-  double pairs = 0.0;
-  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
-    const mmsparse::MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
-    for (int64_t row = plan.tiles[t].begin; row < plan.tiles[t].end; ++row) {
-      const int64_t aligned = row + offset;
-      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        const int64_t begin = plan.spans[s].begin;
-        const int64_t end =
-            mask.causal ? std::min<int64_t>(plan.spans[s].end, aligned + 1) : plan.spans[s].end;
-        if (end <= begin) continue;
-        if (mask.window <= 0) {
-          pairs += static_cast<double>(end - begin);
-          continue;
-        }
-        const int64_t sink_end = std::min(end, mask.window_sink);
-        const int64_t window_begin = std::max({begin, mask.window_sink, aligned - mask.window + 1});
-        pairs += static_cast<double>(std::max<int64_t>(0, sink_end - begin) +
-                                     std::max<int64_t>(0, end - window_begin));
+  int64_t pairs = 0;
+  mmsparse::detail::for_each_covered_range(
+      plan, 0, [&](int64_t, int64_t begin, int64_t end) { pairs += end - begin; });
+  return static_cast<double>(pairs) * static_cast<double>(plan.head_slots());
+}
+
+// Per 128-row query block: its diagonal span and kBlockColumns random keys left of it (all of them
+// for the first blocks), the same at every tile height and for every head.
+constexpr int64_t kColumnBlockRows = 128;
+constexpr int64_t kBlockColumns = 2048;
+constexpr uint32_t kColumnSeed = 7;
+
+std::vector<Plan> columns_plan(const PlanShape& shape) {
+  std::mt19937 random(kColumnSeed);
+  std::vector<std::vector<int32_t>> block_columns;
+  for (int64_t begin = 0; begin < shape.q_len; begin += kColumnBlockRows) {
+    std::vector<int32_t> keys;
+    if (begin <= kBlockColumns) {
+      keys.resize(static_cast<std::size_t>(begin));
+      std::iota(keys.begin(), keys.end(), 0);
+    } else {
+      std::uniform_int_distribution<int32_t> key(0, static_cast<int32_t>(begin - 1));
+      while (static_cast<int64_t>(keys.size()) < kBlockColumns) {
+        keys.push_back(key(random));
+        if (static_cast<int64_t>(keys.size()) < kBlockColumns) continue;
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      }
+    }
+    block_columns.push_back(std::move(keys));
+  }
+  mmsparse::PlanBuilder builder(shape);
+  for (int64_t head = 0; head < shape.head_slots(); ++head) {
+    builder.begin_head();
+    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+      const int64_t block = begin / kColumnBlockRows;
+      const int64_t block_begin = block * kColumnBlockRows;
+      const int64_t end = std::min(shape.q_len, begin + shape.tile_rows);
+      builder.begin_tile(begin, end);
+      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
+      for (const int32_t key : block_columns[static_cast<std::size_t>(block)]) {
+        builder.add_column(key);
       }
     }
   }
-  return pairs;
+  std::vector<Plan> plans;
+  plans.push_back(builder.finish());
+  return plans;
 }
 
+std::function<std::vector<Plan>(const PlanShape&)> grid_plan(bool bands_as_columns) {
+  return [bands_as_columns](const PlanShape& shape) {
+    mmsparse::test::GridPlans parts =
+        mmsparse::test::grid_plans(shape, mmsparse::test::GridMask{}, bands_as_columns);
+    std::vector<Plan> plans;
+    plans.push_back(std::move(parts.local));
+    plans.push_back(std::move(parts.bands));
+    return plans;
+  };
+}
+
+std::function<std::vector<Plan>(const PlanShape&)> pattern_plan(const std::string& pattern) {
+  return [pattern](const PlanShape& shape) {
+    std::vector<Plan> plans;
+    plans.push_back(mmsparse::build_plan(mmsparse::PatternSpec::parse(pattern), shape));
+    return plans;
+  };
+}
+
+// A case's plans cover disjoint pairs; more than one are run one after another into partial
+// results that merge_partials combines (inside the timing).
 struct Case {
   std::string name;
   int64_t length;
-  std::string pattern;
+  std::function<std::vector<Plan>(const PlanShape&)> build;
 };
 
 struct KernelChoice {
@@ -178,6 +233,10 @@ void run_case(const Case& c) {
   DeviceArray reference_lse(lse_elements * sizeof(float));
   DeviceArray out(q_elements * sizeof(__nv_bfloat16));
   DeviceArray lse(lse_elements * sizeof(float));
+  // Partial results of a case's later plans; the first writes the final outputs, which the merge
+  // then overwrites in place.
+  DeviceArray part_out(q_elements * sizeof(__nv_bfloat16));
+  DeviceArray part_lse(lse_elements * sizeof(float));
   DeviceArray flush(kFlushBytes);
   constexpr uint32_t kSeeds[] = {1, 2, 3};
   fill_random_kernel<<<kGridBlocks, kInitThreads>>>(static_cast<__nv_bfloat16*>(q.data),
@@ -218,18 +277,50 @@ void run_case(const Case& c) {
     shape.q_len = length;
     shape.kv_len = length;
     shape.tile_rows = kKernels[i].tile_rows;
-    const Plan plan = mmsparse::build_plan(mmsparse::PatternSpec::parse(c.pattern), shape);
-    pairs = computed_pairs(plan);  // the same pairs whatever the tile height
-    const cuda::DevicePlan device_plan(plan, nullptr);
+    const std::vector<Plan> plans = c.build(shape);
+    pairs = 0.0;  // the same pairs whatever the tile height
+    std::vector<cuda::DevicePlan> device_plans;
+    for (const Plan& plan : plans) {
+      pairs += computed_pairs(plan);
+      device_plans.emplace_back(plan, nullptr);
+    }
     const bool reference = i == 0;
     args.kernel = kKernels[i].kernel;
-    args.out = reference ? reference_out.data : out.data;
-    args.lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
+    void* final_out = reference ? reference_out.data : out.data;
+    auto* final_lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
+    std::vector<void*> outs;
+    std::vector<float*> lses;
+    std::vector<cuda::MergePart> parts;
+    for (std::size_t p = 0; p < plans.size(); ++p) {
+      outs.push_back(p == 0 ? final_out : part_out.data);
+      lses.push_back(p == 0 ? final_lse : static_cast<float*>(part_lse.data));
+      parts.push_back(
+          {DType::kBFloat16, outs.back(), args.out_strides, lses.back(), args.lse_strides});
+    }
+    cuda::MergeArgs merge;
+    merge.batch = args.batch;
+    merge.q_len = length;
+    merge.heads = kQueryHeads;
+    merge.head_dim = kHeadDim;
+    merge.parts = parts;
+    merge.out = final_out;
+    merge.out_strides = args.out_strides;
+    merge.lse = final_lse;
+    merge.lse_strides = args.lse_strides;
+    const auto run_plans = [&] {
+      for (std::size_t p = 0; p < plans.size(); ++p) {
+        args.kv_len = plans[p].shape.kv_len;
+        args.out = outs[p];
+        args.lse = lses[p];
+        cuda::attention_planned(device_plans[p], args);
+      }
+      if (plans.size() > 1) cuda::merge_partials(merge);
+    };
     std::vector<float> samples;
     for (int r = 0; r < kWarmups + kRepeats; ++r) {
       check(cudaMemsetAsync(flush.data, r, flush.bytes), "cudaMemsetAsync");
       check(cudaEventRecord(start), "cudaEventRecord");
-      cuda::attention_planned(device_plan, args);
+      run_plans();
       check(cudaEventRecord(stop), "cudaEventRecord");
       check(cudaEventSynchronize(stop), "cudaEventSynchronize");
       float milliseconds = 0.0f;
@@ -269,10 +360,13 @@ int main(int argc, char** argv) {
   constexpr int64_t k32K = 32768;
   constexpr int64_t k128K = 131072;
   const std::vector<Case> cases = {
-      {"dense-8k", k8K, "dense"},
-      {"dense-32k", k32K, "dense"},
-      {"dense-128k", k128K, "dense"},
-      {"a-shape-128k", k128K, "a-shape:sink=128,local=4096"},
+      {"dense-8k", k8K, pattern_plan("dense")},
+      {"dense-32k", k32K, pattern_plan("dense")},
+      {"dense-128k", k128K, pattern_plan("dense")},
+      {"a-shape-128k", k128K, pattern_plan("a-shape:sink=128,local=4096")},
+      {"columns-128k", k128K, columns_plan},
+      {"grid-128k", k128K, grid_plan(true)},
+      {"grid-spans-128k", k128K, grid_plan(false)},
   };
   std::vector<std::string> selected(argv + 1, argv + argc);
 

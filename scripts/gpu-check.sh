@@ -26,6 +26,8 @@ sanitizer_tests=(
   'GpuMerge.MatchesCpuMerge'
   'Kernels/GpuAttention.RandomSpansWithPermutedQueries/bf16_d128_wgmma128'
   'Kernels/GpuAttention.DenseCausalMatchesOracle/fp16_d128_wgmma64'
+  'Kernels/GpuAttention.ManyColumnsAcrossChunks/bf16_d128_wgmma128'
+  'GpuPlanBuild.AttentionThroughBothPlansAgree'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)

@@ -20,6 +20,8 @@
 
 namespace mmsparse {
 
+struct PatternSpec;  // patterns.h
+
 struct AttentionOptions {
   float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   bool causal = true;     // dense attention only; a plan carries its own mask policy
@@ -56,11 +58,10 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});
 
-// The query-tile height a backend runs fastest for plans made of key spans only (dense, A-shape,
-// Tri-shape, SF-strided): 128 on the CUDA engine for head_dim 128 (its wgmma kernel), otherwise
-// kDefaultTileRows. On the CUDA engine, plans with gathered columns or token masks need tiles of at
-// most kDefaultTileRows rows.
-int64_t span_plan_tile_rows(Device device, int64_t head_dim);
+// The query-tile height a backend runs fastest: 128 on the CUDA engine for head_dim 128 (its wgmma
+// kernel, spans and gathered columns), otherwise kDefaultTileRows. On the CUDA engine, plans with
+// token masks (same-media, modality pairs) need tiles of at most kDefaultTileRows rows.
+int64_t preferred_tile_rows(Device device, int64_t head_dim);
 
 // The plan/run split: a plan validated once and, for a CUDA device, uploaded once, so that repeated
 // calls (every layer, every benchmark repeat) pay only for attention.
@@ -71,7 +72,11 @@ class PreparedPlan {
   PreparedPlan(PreparedPlan&&) noexcept;
   PreparedPlan& operator=(PreparedPlan&&) noexcept;
 
+  // The host plan. A plan that prepare_pattern built on the device has no host copy until the
+  // first call, which builds it on the host (once, thread-safe) from the resolved spec; attention
+  // calls never need it.
   const Plan& plan() const;
+  const PlanShape& shape() const;
   Device device() const;
 
   struct Impl;  // backend state (the device copy of the plan)
@@ -79,6 +84,8 @@ class PreparedPlan {
  private:
   std::unique_ptr<Impl> impl_;
   friend PreparedPlan prepare_plan(Plan plan, Device device, void* stream);
+  friend PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
+                                      const ModalityLayout* layout, Device device, void* stream);
   friend void attention_planned(const PreparedPlan& prepared, const TensorView& q,
                                 const TensorView& k, const TensorView& v, const TensorView& out,
                                 const TensorView& lse, const AttentionOptions& options);
@@ -87,6 +94,14 @@ class PreparedPlan {
 // stream: cudaStream_t the upload is ordered on (CUDA devices); calls must run on that stream or
 // one that waits for it.
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
+// The plan of `spec` (one spec for every head slot; see patterns.h) prepared for `device`: what
+// prepare_plan(build_plan(spec, shape, layout), device, stream) prepares. On a CUDA device, static
+// patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight into
+// device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
+// other patterns and devices build the plan on the host. Dynamic patterns need inputs: use
+// build_plan and prepare_plan for them.
+PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
+                             const ModalityLayout* layout, Device device, void* stream = nullptr);
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});

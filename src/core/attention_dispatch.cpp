@@ -3,14 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/reference_attention.h"
 #ifdef MMSPARSE_WITH_CUDA
 #include "cuda/cuda_engine.h"
+#include "cuda/plan_builders.h"
 #endif
 #include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse {
@@ -128,7 +133,7 @@ void dispatch(const char* entry_point, Device device, const CpuCall& cpu, const 
 #ifdef MMSPARSE_WITH_CUDA
 // Dense attention as a plan for the engine: one span per tile, to the diagonal when causal.
 Plan dense_plan(const AttentionProblem& problem) {
-  const int64_t tile_rows = span_plan_tile_rows(problem.device, problem.head_dim);
+  const int64_t tile_rows = preferred_tile_rows(problem.device, problem.head_dim);
   PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, tile_rows});
   const MaskPolicy mask{.causal = problem.causal};
   for (int64_t head = 0; head < problem.q_heads; ++head) {
@@ -147,13 +152,13 @@ Plan dense_plan(const AttentionProblem& problem) {
 }
 #endif
 
-void check_plan(const Plan& plan, const AttentionProblem& problem) {
-  check_extent("plan heads", plan.shape.heads, problem.q_heads, " (q_heads of q)");
-  check_extent("plan q_len", plan.shape.q_len, problem.q_len, " (q_len of q)");
-  check_extent("plan kv_len", plan.shape.kv_len, problem.kv_len, " (kv_len of k)");
-  if (plan.shape.batch != 1 && plan.shape.batch != problem.batch) {
+void check_plan(const PlanShape& shape, const AttentionProblem& problem) {
+  check_extent("plan heads", shape.heads, problem.q_heads, " (q_heads of q)");
+  check_extent("plan q_len", shape.q_len, problem.q_len, " (q_len of q)");
+  check_extent("plan kv_len", shape.kv_len, problem.kv_len, " (kv_len of k)");
+  if (shape.batch != 1 && shape.batch != problem.batch) {
     throw_invalid_argument("plan batch", "1 or " + std::to_string(problem.batch) + " (batch of q)",
-                           std::to_string(plan.shape.batch));
+                           std::to_string(shape.batch));
   }
 }
 
@@ -237,7 +242,7 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                        const AttentionOptions& options) {
   const AttentionProblem problem = describe_attention(q, k, v, options);
   check_outputs(problem, out, lse);
-  check_plan(plan, problem);
+  check_plan(plan.shape, problem);
   if (is_empty(problem)) return;
   dispatch(
       "attention_planned", problem.device,
@@ -255,7 +260,7 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
       });
 }
 
-int64_t span_plan_tile_rows(Device device, int64_t head_dim) {
+int64_t preferred_tile_rows(Device device, int64_t head_dim) {
 #ifdef MMSPARSE_WITH_CUDA
   if (device.type == DeviceType::kCUDA && head_dim == cuda::kWgmmaHeadDim) {
     return cuda::kMaxTileRows;
@@ -268,8 +273,13 @@ int64_t span_plan_tile_rows(Device device, int64_t head_dim) {
 }
 
 struct PreparedPlan::Impl {
-  Plan plan;
+  PlanShape shape;
   Device device;
+  // The host plan; for a plan built on the device, built from `device_built_spec` by the first
+  // plan() call.
+  mutable std::optional<Plan> plan;
+  mutable std::once_flag plan_built;
+  std::optional<PatternSpec> device_built_spec;  // resolved
 #ifdef MMSPARSE_WITH_CUDA
   cuda::DevicePlan device_plan;
 #endif
@@ -281,8 +291,20 @@ PreparedPlan::PreparedPlan(PreparedPlan&&) noexcept = default;
 PreparedPlan& PreparedPlan::operator=(PreparedPlan&&) noexcept = default;
 
 const Plan& PreparedPlan::plan() const {
-  if (!impl_) throw_invalid_argument("PreparedPlan", "a plan made by prepare_plan", "an empty one");
-  return impl_->plan;
+  const PlanShape& prepared_shape = shape();
+  std::call_once(impl_->plan_built, [&] {
+    // Static patterns read the layout only for their defaults, which the resolved spec holds.
+    if (!impl_->plan) impl_->plan = build_plan(*impl_->device_built_spec, prepared_shape);
+  });
+  return *impl_->plan;
+}
+
+const PlanShape& PreparedPlan::shape() const {
+  if (!impl_) {
+    throw_invalid_argument("PreparedPlan", "a plan made by prepare_plan or prepare_pattern",
+                           "an empty one");
+  }
+  return impl_->shape;
 }
 
 Device PreparedPlan::device() const { return impl_ ? impl_->device : Device{}; }
@@ -290,6 +312,7 @@ Device PreparedPlan::device() const { return impl_ ? impl_->device : Device{}; }
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
   PreparedPlan prepared;
   prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
+  prepared.impl_->shape = plan.shape;
   prepared.impl_->device = device;
   dispatch(
       "prepare_plan", device, [&] { plan.validate(); },
@@ -304,13 +327,30 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
   return prepared;
 }
 
+PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
+                             const ModalityLayout* layout, Device device, void* stream) {
+  PatternSpec resolved = resolve_pattern(spec, layout);
+#ifdef MMSPARSE_WITH_CUDA
+  if (device.type == DeviceType::kCUDA && cuda::builds_on_device(resolved.name)) {
+    PreparedPlan prepared;
+    prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
+    prepared.impl_->shape = shape;
+    prepared.impl_->device = device;
+    prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
+    prepared.impl_->device_built_spec = std::move(resolved);
+    return prepared;
+  }
+#endif
+  return prepare_plan(build_plan(resolved, shape, layout), device, stream);
+}
+
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options) {
-  const Plan& plan = prepared.plan();
+  const PlanShape& shape = prepared.shape();
   const AttentionProblem problem = describe_attention(q, k, v, options);
   check_outputs(problem, out, lse);
-  check_plan(plan, problem);
+  check_plan(shape, problem);
   if (!(prepared.device() == problem.device)) {
     throw_invalid_argument("prepared plan device", device_name(problem.device) + " (the device of q)",
                            device_name(prepared.device()));
@@ -318,7 +358,9 @@ void attention_planned(const PreparedPlan& prepared, const TensorView& q, const 
   if (is_empty(problem)) return;
   dispatch(
       "attention_planned", problem.device,
-      [&] { cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads); },
+      [&] {
+        cpu::attention_planned(problem, prepared.plan(), q, k, v, out, lse, options.num_threads);
+      },
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
         cuda::attention_planned(prepared.impl_->device_plan,

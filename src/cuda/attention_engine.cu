@@ -247,8 +247,7 @@ void launch_for_head_dim(const AttentionParams& params, const AttentionArgs& arg
 
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args) {
   return supports_attention(args.dtype, args.head_dim) && args.head_dim == kWgmmaHeadDim &&
-         plan.shape().tile_rows <= kMaxTileRows && plan.num_columns() == 0 &&
-         !plan.layout().has_token_info;
+         plan.shape().tile_rows <= kMaxTileRows && !plan.layout().has_token_info;
 }
 
 bool supports_attention(DType dtype, int64_t head_dim) {
@@ -296,12 +295,11 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
       (args.kernel == AttentionKernel::kWgmma || plan.shape().tile_rows > kMmaSyncTileRows)) {
     throw Error(ErrorCode::kUnsupported,
                 "attention: the wgmma kernel serves head_dim " + to_text(kWgmmaHeadDim) +
-                    " plans of spans without token masks whose K/V views the tensor-map encoder "
-                    "accepts, and only it runs tiles of more than " +
+                    " plans without token masks whose K/V views the tensor-map encoder accepts, "
+                    "and only it runs tiles of more than " +
                     to_text(kMmaSyncTileRows) + " rows; got head_dim " + to_text(args.head_dim) +
-                    ", " + to_text(plan.num_columns()) + " columns, token masks " +
-                    (plan.layout().has_token_info ? "yes" : "no") + ", tile_rows " +
-                    to_text(plan.shape().tile_rows));
+                    ", token masks " + (plan.layout().has_token_info ? "yes" : "no") +
+                    ", tile_rows " + to_text(plan.shape().tile_rows));
   }
   const auto stream = static_cast<cudaStream_t>(args.stream);
   // Rows outside every tile keep the values of the CPU reference: O = 0, LSE = -inf.

@@ -1,9 +1,9 @@
 #pragma once
-// The plan-driven attention kernel on wgmma (sm_90a), for plans of spans and positional masks:
-// one CTA per (plan tile, batch element), warp-specialised. Warpgroup 0 is the producer (one
-// thread issues the tensor copies of every key chunk; the registers of the warpgroup go to the
-// consumers); warpgroups 1.. are consumers of 64 query rows each, which skip, compute unmasked or
-// compute masked each chunk and release its stage.
+// The plan-driven attention kernel on wgmma (sm_90a), for plans of spans, gathered columns and
+// positional masks: one CTA per (plan tile, batch element), warp-specialised. Warpgroup 0 is the
+// producer (one thread issues the tensor copies of span chunks, all of it gathers column chunks;
+// most of its registers go to the consumers); warpgroups 1.. are consumers of 64 query rows each,
+// which skip, compute unmasked or compute masked each chunk and release its stage.
 
 #include "cuda/attention_epilogue_wgmma.cuh"
 #include "cuda/attention_mask.cuh"
@@ -70,7 +70,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 
   Mainloop::load_query(storage, params, work, warpgroup, thread);
-  WarpgroupMask<Traits> mask(work, rows, storage, consumer_warp, lane);
+  WarpgroupMask<Traits> mask(work, rows, params.plan.columns, storage, consumer_warp, lane);
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
 
@@ -109,10 +109,12 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     if (pending && stage == pending_stage) flush_pending();
     barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
     state.advance();
+    // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
+    if (chunk.from_columns) fence_proxy_async();
     // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
     // branches below do not diverge.
     const auto coverage = static_cast<ChunkCoverage>(
-        __shfl_sync(kFullWarpMask, static_cast<int>(mask.classify(chunk)), 0));
+        __shfl_sync(kFullWarpMask, static_cast<int>(mask.classify(chunk, lane)), 0));
     turns.wait();
     if (coverage == ChunkCoverage::kNone) {
       turns.pass();
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int stage = 0; stage < Traits::kStages; ++stage) {
-      barrier_init(shared_address(&storage.chunk_loaded[stage]), 1);  // the producer's arrival
+      barrier_init(shared_address(&storage.chunk_loaded[stage]), Traits::kProducerThreads);
       barrier_init(shared_address(&storage.chunk_consumed[stage]), Traits::kConsumerWarps);
     }
     fence_barrier_init();
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       lower_register_limit<Traits::kProducerRegisters>();
     }
-    if (thread == 0) WgmmaMainloop<Traits>::produce_chunks(storage, params, work);
+    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread);
   } else {
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();

@@ -1,8 +1,9 @@
 #pragma once
 // A tile's positional MaskPolicy (causal on aligned positions, window with window_sink) as seen by
-// one consumer warpgroup of the wgmma kernel, over span chunks. Chunk decisions are uniform over
-// the warpgroup (its 64 rows' bounds), because wgmma is issued by all four warps together; element
-// masks use each thread's own rows. Policies that read tokens run on the mma.sync kernel instead.
+// one consumer warpgroup of the wgmma kernel, over span and column chunks (gathered keys are masked
+// by their original positions, wherever they lie). Chunk decisions are uniform over the warpgroup
+// (its 64 rows' bounds), because wgmma is issued by all four warps together; element masks use each
+// thread's own rows. Policies that read tokens run on the mma.sync kernel instead.
 // Pair semantics: those of the CPU reference, as in attention_mask.cuh.
 
 #include <cstdint>
@@ -22,13 +23,22 @@ class WarpgroupMask {
   static constexpr int kRowsPerThread = 2;
   static constexpr int kRowHalf = Traits::kRowsPerWarp / kRowsPerThread;
   static constexpr int kThreadsPerRow = 4;  // lanes sharing one accumulator row
+  // Column chunks: each lane loads the keys of kColumnKeysPerLane slots; a group of 32 slots holds
+  // kScoresPerLaneGroup of a thread's scores per row (two per score tile of 8 keys).
+  static constexpr int kColumnKeysPerLane = Traits::kBlockN / kWarpSize;
+  static constexpr int kScoresPerLaneGroup = kWarpSize / Traits::kAccumulatorTileN * 2;
+  static constexpr int kDecisionBits = 32;  // a row's decisions for a chunk, in one word
+  static_assert(kColumnKeysPerLane * kScoresPerLaneGroup == kDecisionBits &&
+                    Traits::kScoreTiles * 2 == kDecisionBits,
+                "bit tile·2 + e%2 of a word holds each of a row's scores");
 
-  // `rows`: the warpgroup's kWarpgroupRows original positions (kNoRow past the tile). Publishes
-  // the warp's bounds in `storage`; gather_bounds() reads them after a warpgroup barrier.
+  // `rows`: the warpgroup's kWarpgroupRows original positions (kNoRow past the tile); `columns`:
+  // the plan's. Publishes the warp's bounds in `storage`; gather_bounds() reads them after a
+  // warpgroup barrier.
   template <class Storage>
-  __device__ WarpgroupMask(const TileWork& work, const int32_t* rows, Storage& storage,
-                           int consumer_warp, int lane)
-      : policy_(work.mask) {
+  __device__ WarpgroupMask(const TileWork& work, const int32_t* rows, const int32_t* columns,
+                           Storage& storage, int consumer_warp, int lane)
+      : policy_(work.mask), columns_(columns) {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
     constexpr int32_t kMinInt = ::cuda::std::numeric_limits<int32_t>::min();
     const int warp_in_group = consumer_warp % kWarpgroupWarps;
@@ -64,11 +74,13 @@ class WarpgroupMask {
     }
   }
 
-  // Uniform over the warpgroup; conservative like TileMask::classify.
-  __device__ ChunkCoverage classify(const KeyChunk& chunk) const {
+  // Uniform over the warpgroup; conservative like TileMask::classify. Every lane of the warp must
+  // call it (column chunks reduce their key bounds over the warp).
+  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) const {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
-    const auto key_lowest = static_cast<int32_t>(chunk.first);
-    const int32_t key_highest = key_lowest + chunk.count - 1;
+    int32_t key_lowest = static_cast<int32_t>(chunk.first);
+    int32_t key_highest = key_lowest + chunk.count - 1;
+    if (chunk.from_columns) column_bounds(chunk, lane, key_lowest, key_highest);
     const bool windowed = policy_.window > 0;
     if (policy_.causal && key_lowest > row_highest_) return ChunkCoverage::kNone;
     if (windowed && key_lowest >= policy_.window_sink &&
@@ -87,25 +99,76 @@ class WarpgroupMask {
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
+    if (!chunk.from_columns) {
+      const auto first = static_cast<int32_t>(chunk.first);
+      remove_scores(scores, lane, [&](int, int e, int slot) {
+        return removes(slot, chunk.count, first + slot, aligned_[e / 2]);
+      });
+      return;
+    }
+    // Gathered keys: the decisions first, one bit per score of each of this thread's rows (bit
+    // tile·2 + e%2), from the keys each lane loads for slots lane + i·32, shared by shuffles. A
+    // rolled loop and two words keep this off the registers that S, P and O occupy.
+    uint32_t removed_bits[kRowsPerThread] = {};
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+      const int own_slot = lane + i * kWarpSize;
+      const int32_t own_key = own_slot < chunk.count ? chunk.key(columns_, own_slot) : 0;
+#pragma unroll 1
+      for (int j = 0; j < kScoresPerLaneGroup; ++j) {
+        const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
+        const int32_t key = __shfl_sync(kFullWarpMask, own_key, in_group);
+        const int slot = i * kWarpSize + in_group;
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+          const bool removed = removes(slot, chunk.count, key, aligned_[r]);
+          removed_bits[r] |= static_cast<uint32_t>(removed) << (i * kScoresPerLaneGroup + j);
+        }
+      }
+    }
+    remove_scores(scores, lane, [&](int tile, int e, int) {
+      return ((removed_bits[e / 2] >> (tile * 2 + e % 2)) & 1u) != 0;
+    });
+  }
+
+ private:
+  // Whether the pair of `key` in `slot` and a row at aligned position `aligned` is left out.
+  __device__ bool removes(int slot, int32_t count, int32_t key, int32_t aligned) const {
+    return slot >= count || (policy_.causal && key > aligned) ||
+           (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window);
+  }
+
+  // removed(tile, e, slot): whether score e of score tile `tile` (key slot `slot`) is left out.
+  template <class Removed>
+  __device__ static void remove_scores(float (&scores)[Traits::kScoreTiles][4], int lane,
+                                       Removed removed) {
     constexpr float kRemoved = -::cuda::std::numeric_limits<float>::infinity();
-    const auto first = static_cast<int32_t>(chunk.first);
 #pragma unroll
     for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int slot = tile * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + e % 2;
-        const int32_t aligned = aligned_[e / 2];
-        const int32_t key = first + slot;
-        const bool removed =
-            slot >= chunk.count || (policy_.causal && key > aligned) ||
-            (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window);
-        if (removed) scores[tile][e] = kRemoved;
+        if (removed(tile, e, slot)) scores[tile][e] = kRemoved;
       }
     }
   }
 
- private:
+  // Bounds of a column chunk's keys (unordered in the plan): each lane reduces its share.
+  __device__ void column_bounds(const KeyChunk& chunk, int lane, int32_t& lowest,
+                                int32_t& highest) const {
+    lowest = ::cuda::std::numeric_limits<int32_t>::max();
+    highest = ::cuda::std::numeric_limits<int32_t>::min();
+    for (int slot = lane; slot < chunk.count; slot += kWarpSize) {
+      const int32_t key = chunk.key(columns_, slot);
+      lowest = min(lowest, key);
+      highest = max(highest, key);
+    }
+    lowest = __reduce_min_sync(kFullWarpMask, lowest);
+    highest = __reduce_max_sync(kFullWarpMask, highest);
+  }
+
   MaskRecord policy_;
+  const int32_t* columns_;           // the plan's columns, for column chunks
   int32_t aligned_[kRowsPerThread];  // aligned positions of this thread's rows
   int32_t row_lowest_ = 0;           // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;

@@ -19,6 +19,10 @@
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"
 
+namespace mmsparse {
+struct PatternSpec;
+}
+
 namespace mmsparse::cuda {
 
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
@@ -111,6 +115,10 @@ class DevicePlan {
   const DevicePlanLayout& layout() const { return layout_; }
 
  private:
+  // Fills the buffer with kernels instead of uploading a host plan (plan_builders.cu).
+  friend DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec,
+                                                const PlanShape& shape, void* stream);
+
   PlanShape shape_{};
   int64_t num_tiles_ = 0;
   int64_t num_columns_ = 0;
@@ -128,8 +136,8 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
 // Uploads `plan` for this one call (freed in stream order afterwards) and runs it.
 void attention_planned(const Plan& plan, const AttentionArgs& args);
 
-// Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows, key
-// spans only (no gathered columns) and masks without token arrays (causal, window). Tiles of more
+// Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows (key
+// spans and gathered columns alike) and masks without token arrays (causal, window). Tiles of more
 // than kMmaSyncTileRows rows run on no other kernel.
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args);
 

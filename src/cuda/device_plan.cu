@@ -13,29 +13,22 @@
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
-namespace {
 
-// Every section starts on this boundary, enough for the widest record member and for vector loads.
-constexpr std::size_t kSectionAlignment = 16;
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-std::size_t align_up(std::size_t bytes) {
+std::size_t align_section(std::size_t bytes) {
   return (bytes + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment;
 }
 
-// The kernels index positions, order indices and head slots in int32, and form differences of an
-// aligned query position and a key, which lie in (-q_len, kv_len).
-void check_int32_ranges(const Plan& plan) {
-  if (plan.shape.q_len + plan.shape.kv_len > kInt32Max) {
+void check_int32_ranges(const PlanShape& shape) {
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  if (shape.q_len + shape.kv_len > kInt32Max) {
     throw Error(ErrorCode::kUnsupported,
                 "plan: the CUDA engine needs q_len + kv_len <= 2^31 - 1, got q_len = " +
-                    std::to_string(plan.shape.q_len) +
-                    ", kv_len = " + std::to_string(plan.shape.kv_len));
+                    std::to_string(shape.q_len) + ", kv_len = " + std::to_string(shape.kv_len));
   }
-  if (plan.head_slots() > kInt32Max) {
+  if (shape.head_slots() > kInt32Max) {
     throw Error(ErrorCode::kUnsupported,
                 "plan: the CUDA engine needs batch * heads <= 2^31 - 1, got " +
-                    std::to_string(plan.head_slots()));
+                    std::to_string(shape.head_slots()));
   }
 }
 
@@ -51,6 +44,8 @@ MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len) {
   record.needs_tokens = policy.needs_token_arrays() ? 1 : 0;
   return record;
 }
+
+namespace {
 
 // Tile indices by decreasing key count: CTAs start in block order, so the longest tiles start first
 // and the short ones fill the last wave instead of a long tile running alone at the end.
@@ -134,7 +129,7 @@ HostSections pack_sections(const Plan& plan) {
 // Appends `values` to the staging bytes at the next aligned offset and returns that offset.
 template <class T>
 std::size_t append_section(std::vector<std::byte>& staging, const std::vector<T>& values) {
-  const std::size_t offset = align_up(staging.size());
+  const std::size_t offset = align_section(staging.size());
   const std::size_t bytes = values.size() * sizeof(T);
   staging.resize(offset + bytes);
   if (bytes > 0) std::memcpy(staging.data() + offset, values.data(), bytes);
@@ -145,7 +140,7 @@ std::size_t append_section(std::vector<std::byte>& staging, const std::vector<T>
 
 DevicePlan::DevicePlan(const Plan& plan, void* stream) {
   plan.validate();
-  check_int32_ranges(plan);
+  check_int32_ranges(plan.shape);
   const HostSections sections = pack_sections(plan);
 
   std::vector<std::byte> staging;
@@ -158,7 +153,7 @@ DevicePlan::DevicePlan(const Plan& plan, void* stream) {
   layout_.columns = append_section(staging, sections.columns);
   layout_.token_info = append_section(staging, sections.token_info);
   layout_.has_token_info = !sections.token_info.empty();
-  layout_.bytes = align_up(staging.size());
+  layout_.bytes = align_section(staging.size());
   staging.resize(layout_.bytes);
 
   shape_ = plan.shape;

@@ -1,9 +1,10 @@
 #pragma once
-// The wgmma mainloop: a producer thread streams a tile's key chunks (the plan's spans cut into
-// chunks of kBlockN keys, any alignment) into a ring of shared-memory stages with tensor copies on
-// transaction barriers; consumer warpgroups gather their query rows once and, per chunk, issue
-// S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as asynchronous wgmma
-// groups, which the kernel overlaps with the softmax.
+// The wgmma mainloop: a producer warpgroup streams a tile's key chunks (the plan's spans cut into
+// chunks of kBlockN keys, any alignment, as tensor copies on transaction barriers; then its
+// gathered columns kBlockN at a time, as cp.async row gathers into the same swizzled layout) into
+// a ring of shared-memory stages; consumer warpgroups gather their query rows once and, per chunk,
+// issue S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as asynchronous
+// wgmma groups, which the kernel overlaps with the softmax.
 //
 // Chunks that start near kv_len copy a full box anyway: the rows past kv_len arrive as zeros, the
 // rows past the chunk's end as the next keys, and both are masked out of S like any partial chunk.
@@ -29,36 +30,101 @@ class WgmmaMainloop {
   // Probabilities as wgmma A fragments: per k-step of 16 keys, four packed pairs.
   using Probabilities = uint32_t[Traits::kKeySteps][4];
 
-  // --- Producer (one thread) --------------------------------------------------------------------
+  // --- Producer (one warpgroup) -----------------------------------------------------------------
 
   // Copies every chunk of the tile, waiting for each stage to be released before refilling it.
+  // Span chunks are tensor copies issued by thread 0; column chunks are gathered row by row by the
+  // whole warpgroup. Every thread arrives once per chunk, so the stage completes when both the
+  // arrivals and the tensor copies' bytes are in.
   __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
-                                        const TileWork& work) {
+                                        const TileWork& work, int thread) {
     KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.attention.plan.spans);
-    if (!cursor.done()) {  // a tile without keys copies nothing, and its maps may be unset
+    // A tile without keys copies nothing, and its maps may be unset.
+    if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);
       prefetch_tensor_map(&params.values);
     }
     PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
+      // Before the wait, so that the column list's latency overlaps it.
+      const int32_t lookup_key =
+          chunk.from_columns ? lookup_column(params.attention, chunk, thread) : 0;
       // A fresh barrier counts as released in the phase before its first: the first pass over
       // the ring does not wait.
       barrier_wait(shared_address(&storage.chunk_consumed[state.stage]), state.phase ^ 1u);
       const uint32_t loaded = shared_address(&storage.chunk_loaded[state.stage]);
-      barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
       const uint32_t keys = shared_address(storage.keys[state.stage]);
       const uint32_t values = shared_address(storage.values[state.stage]);
-      const auto row = static_cast<int32_t>(chunk.first);
-#pragma unroll
-      for (int block = 0; block < Traits::kColumnBlocks; ++block) {
-        const int32_t column = block * Traits::kAtomElements;
-        const uint32_t offset = block * Traits::kChunkBlockBytes;
-        copy_tensor_4d(keys + offset, &params.keys, column, work.kv_head, row, work.batch, loaded);
-        copy_tensor_4d(values + offset, &params.values, column, work.kv_head, row, work.batch,
-                       loaded);
+      if (chunk.from_columns) {
+        gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
+        barrier_arrive_after_async_copies(loaded);
+      } else if (thread == 0) {
+        copy_span_chunk(params, work, chunk, keys, values, loaded);
+      } else {
+        barrier_arrive(loaded);
       }
       state.advance();
+    }
+  }
+
+  // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies.
+  __device__ static void copy_span_chunk(const WgmmaAttentionParams& params, const TileWork& work,
+                                         const KeyChunk& chunk, uint32_t keys, uint32_t values,
+                                         uint32_t loaded) {
+    barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
+    const auto row = static_cast<int32_t>(chunk.first);
+#pragma unroll
+    for (int block = 0; block < Traits::kColumnBlocks; ++block) {
+      const int32_t column = block * Traits::kAtomElements;
+      const uint32_t offset = block * Traits::kChunkBlockBytes;
+      copy_tensor_4d(keys + offset, &params.keys, column, work.kv_head, row, work.batch, loaded);
+      copy_tensor_4d(values + offset, &params.values, column, work.kv_head, row, work.batch,
+                     loaded);
+    }
+  }
+
+  // Column gathers look up the column list once per thread, not once per pass: each lane reads
+  // the key of one of the 32 rows its warp copies, and every pass takes its row's key from the
+  // lane that holds it.
+  static constexpr int kWarpRowsPerPass = kWarpSize / Traits::kVectorsPerRow;
+
+  // This thread's lookup for a column chunk (0 past the chunk's keys).
+  __device__ static int32_t lookup_column(const AttentionParams& params, const KeyChunk& chunk,
+                                          int thread) {
+    const int lane = thread % kWarpSize;
+    const int warp = thread / kWarpSize;
+    const int slot = lane / kWarpRowsPerPass * Traits::kGatherRowsPerPass +
+                     warp * kWarpRowsPerPass + lane % kWarpRowsPerPass;
+    return slot < chunk.count ? __ldg(params.plan.columns + chunk.first + slot) : 0;
+  }
+
+  // This thread's share of a column chunk: one 16-byte vector of K and of V in each of
+  // kGatherPasses key rows, written where the tensor copies' 128-byte swizzle would put it. Slots
+  // past the chunk's keys are zero-filled (and masked out of S by the consumers).
+  __device__ static void gather_columns(const AttentionParams& params, const TileWork& work,
+                                        const KeyChunk& chunk, int32_t lookup_key, uint32_t keys,
+                                        uint32_t values, int thread) {
+    const int vector = thread % Traits::kVectorsPerRow;
+    const int lane = thread % kWarpSize;
+    const int64_t key_offset = work.batch * params.k.batch_stride +
+                               work.kv_head * params.k.head_stride +
+                               vector * Traits::kVectorElements;
+    const int64_t value_offset = work.batch * params.v.batch_stride +
+                                 work.kv_head * params.v.head_stride +
+                                 vector * Traits::kVectorElements;
+    const Element* key_base = static_cast<const Element*>(params.k.data) + key_offset;
+    const Element* value_base = static_cast<const Element*>(params.v.data) + value_offset;
+    // Rolled: the producer runs on kProducerRegisters when the consumers take the rest.
+#pragma unroll 1
+    for (int pass = 0; pass < Traits::kGatherPasses; ++pass) {
+      const int slot = pass * Traits::kGatherRowsPerPass + thread / Traits::kVectorsPerRow;
+      const bool valid = slot < chunk.count;
+      const int64_t key = __shfl_sync(kFullWarpMask, lookup_key,
+                                      pass * kWarpRowsPerPass + lane / Traits::kVectorsPerRow);
+      const uint32_t offset = Traits::swizzled_vector_offset(Traits::kBlockN, slot, vector);
+      copy_async_16(keys + offset, key_base + key * params.k.row_stride, valid);
+      copy_async_16(values + offset, value_base + key * params.v.row_stride, valid);
     }
   }
 

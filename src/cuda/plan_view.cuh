@@ -3,6 +3,7 @@
 // arithmetic the kernels do on them (query order lookup, token tests). Host packing
 // (device_plan.cu) and the kernels share these definitions.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/cuda_engine.h"
@@ -72,6 +73,17 @@ struct PlanView {
 
 // Typed pointers into the plan's device buffer.
 PlanView make_plan_view(const DevicePlan& plan);
+
+// --- Packing, shared by the upload (device_plan.cu) and the device builders (plan_builders.cu) ---
+
+// Every section of the buffer starts on this boundary, enough for the widest record member and for
+// vector loads; align_section rounds a byte count up to it.
+inline constexpr std::size_t kSectionAlignment = 16;
+std::size_t align_section(std::size_t bytes);
+// The kernels index positions, order indices and head slots in int32, and form differences of an
+// aligned query position and a key, which lie in (-q_len, kv_len): throws kUnsupported otherwise.
+void check_int32_ranges(const PlanShape& shape);
+MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len);
 
 // Original query position of order index `index` of a head slot: the identity without runs,
 // otherwise a binary search for the last run starting at or before `index`.

@@ -45,6 +45,12 @@ __device__ inline void barrier_arrive(uint32_t barrier) {
                : "memory");
 }
 
+// One arrival that the barrier receives once every cp.async this thread issued before it has
+// landed. "noinc": the arrival is one of those the barrier was initialised to expect.
+__device__ inline void barrier_arrive_after_async_copies(uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
 // Blocks until the barrier's phase of parity `parity` has completed.
 __device__ inline void barrier_wait(uint32_t barrier, uint32_t parity) {
   uint32_t done = 0;

@@ -42,6 +42,9 @@ struct WgmmaTraits {
   static constexpr int kStepBytes = kMmaK * static_cast<int>(sizeof(Element));
 
   static constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupWarps;
+  // Every producer thread arrives on a stage's chunk_loaded barrier once per chunk: column chunks
+  // are gathered by the whole producer warpgroup.
+  static constexpr int kProducerThreads = kWarpgroupThreads;
   static constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
 
   // Register split (setmaxnreg): at 3 warpgroups the launch cap is 168 registers a thread; the
@@ -56,6 +59,10 @@ struct WgmmaTraits {
   static constexpr int kVectorsPerAtomRow = kSwizzleBytes / kCopyBytes;
   static constexpr int kRowVectorsPerThread =
       kWarpgroupRows * kVectorsPerRow / kWarpgroupThreads;  // a warpgroup moves its 64 rows
+  // Column gathers: consecutive threads copy consecutive vectors of a key row, so that a warp
+  // reads whole rows (coalesced) and a pass of the producer warpgroup covers kGatherRowsPerPass.
+  static constexpr int kGatherRowsPerPass = kProducerThreads / kVectorsPerRow;
+  static constexpr int kGatherPasses = kBlockN / kGatherRowsPerPass;
 
   // Bytes of one K (or V) chunk as it lands in shared memory: kColumnBlocks boxes of
   // [kBlockN rows][kAtomElements].
@@ -73,6 +80,9 @@ struct WgmmaTraits {
                 "every thread moves whole vectors of its warpgroup's rows");
   static_assert(kWarpgroupRows <= kWarpgroupThreads, "one thread per row gathers row positions");
   static_assert(kWarpgroupThreads % kVectorsPerRow == 0, "a pass covers whole rows");
+  static_assert(kBlockN % kGatherRowsPerPass == 0, "column gathers cover a chunk in whole passes");
+  static_assert(kGatherPasses * kGatherRowsPerPass / kWarpgroupWarps == kWarpSize,
+                "each lane of a producer warp looks up one of the rows its warp gathers");
 
   // Byte offset of 16-byte vector `vector` of `row` in a swizzled tile of `rows` rows: column
   // block, then the row's 128-byte line, whose vectors are permuted by XOR with row % 8 (what
@@ -101,6 +111,7 @@ struct WgmmaSharedStorage {
   alignas(kSwizzleAtomBytes) Element keys[Traits::kStages][Traits::kBlockN * Traits::kHeadDim];
   alignas(kSwizzleAtomBytes) Element values[Traits::kStages][Traits::kBlockN * Traits::kHeadDim];
   uint64_t chunk_loaded[Traits::kStages];    // completes when a stage's K and V have landed
+                                             // and every producer thread has arrived
   uint64_t chunk_consumed[Traits::kStages];  // completes when every consumer warp is done with it
   int32_t row_positions[Traits::kBlockM];    // original query position or kNoRow
   int32_t warp_row_lowest[Traits::kConsumerWarps];  // bounds of each consumer warp's aligned rows

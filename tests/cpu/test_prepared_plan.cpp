@@ -175,6 +175,35 @@ TEST(PreparedPlan, StaticPatternsEqualTheHostPlan) {
   }
 }
 
+// prepare_pattern on the CPU is prepare_plan(build_plan): the same plan, the same results.
+TEST(PreparedPlan, PreparePatternEqualsPreparePlanOfTheBuiltPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  PlanShape shape;
+  shape.heads = kKvHeads * random_group(random);
+  shape.q_len = test::random_length(random, kMinQueryLength, kMaxQueryLength);
+  shape.kv_len = shape.q_len + random.uniform_int(1, kMaxExtraKeys);
+  const ModalityLayout layout = test::mixed_layout(random, shape.kv_len);  // SF defaults
+  const Inputs inputs =
+      random_inputs(random, DType::kFloat32, shape.q_len, shape.kv_len, shape.heads);
+  for (const char* text : kPatternSpecs) {
+    const PatternSpec spec = PatternSpec::parse(text);
+    const Plan plan = build_plan(spec, shape, &layout);
+    SCOPED_TRACE(std::string(text) + ": " + plan.summary());
+    const PreparedPlan prepared = prepare_pattern(spec, shape, &layout, kCpu);
+    expect_prepared_holds(prepared, plan);
+    EXPECT_EQ(prepared.shape(), shape);
+    EXPECT_EQ(prepared.plan().tiles, plan.tiles);
+    EXPECT_EQ(prepared.plan().spans, plan.spans);
+    EXPECT_EQ(prepared.plan().columns, plan.columns);
+    EXPECT_EQ(prepared.plan().masks, plan.masks);
+    expect_prepared_equals_host(plan, prepared, inputs, random_options(random));
+  }
+  // Dynamic patterns estimate from inputs, which prepare_pattern does not take.
+  EXPECT_THROW((void)prepare_pattern(PatternSpec::parse("vertical-slash"), shape, &layout, kCpu),
+               Error);
+}
+
 // Random plans (permuted query orders, uneven tiles, rows in no tile, gathered columns, every mask
 // policy with token arrays), broadcast over the batch or one per batch element, with more keys
 // than queries and fewer (rows without keys). One preparation serves several calls.
@@ -399,6 +428,11 @@ TEST(PreparedPlanWithoutCuda, PreparingForACudaDeviceIsUnsupported) {
   if (has_cuda_engine()) GTEST_SKIP() << kCudaBuildSkip;
   expect_error([&] { (void)prepare_plan(small_plan(), kCuda); }, ErrorCode::kUnsupported,
                {"prepare_plan", device_name(kCuda), "CUDA engine"});
+  expect_error(
+      [&] {
+        (void)prepare_pattern(PatternSpec::parse("dense"), small_plan().shape, nullptr, kCuda);
+      },
+      ErrorCode::kUnsupported, {"prepare_plan", device_name(kCuda), "CUDA engine"});
 }
 
 }  // namespace

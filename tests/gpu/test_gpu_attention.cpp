@@ -8,11 +8,13 @@
 #include <array>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "attention_harness.h"
 #include "common/random.h"
 #include "cuda/cuda_engine.h"
 #include "device_buffer.h"
+#include "grid_plans.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
@@ -46,12 +48,11 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
     expect_matches_oracle(plan, inputs, size, run_gpu(device_plan, inputs, size, out_layout));
   }
 
-  // Plans with gathered columns or token masks run on the mma.sync kernel alone, which holds 64
-  // rows a tile: configurations of taller tiles skip them (the 64-row wgmma configurations check
-  // that such plans fall back to it).
+  // Plans with token masks run on the mma.sync kernel alone, which holds 64 rows a tile:
+  // configurations of taller tiles skip them (the 64-row wgmma configurations check that such
+  // plans fall back to it).
   static bool needs_mma_sync(const Plan& plan) {
-    return !plan.columns.empty() ||
-           std::any_of(plan.masks.begin(), plan.masks.end(),
+    return std::any_of(plan.masks.begin(), plan.masks.end(),
                        [](const MaskPolicy& policy) { return policy.needs_token_arrays(); });
   }
   static bool has_mma_sync_tiles() { return GetParam().tile_rows <= cuda::kMmaSyncTileRows; }
@@ -102,7 +103,6 @@ TEST_P(GpuAttention, DenseNonCausalMatchesOracle) {
 }
 
 TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
-  if (!has_mma_sync_tiles()) GTEST_SKIP() << "columns need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : kGroups) {
@@ -113,10 +113,28 @@ TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
     // A per-batch plan: every (batch, head) slot has its own order, tiles and keys.
     check_plan(random, random_plan(random, plan_shape(size, false), options), inputs, size);
   }
+  expect_wgmma_ran();
 }
 
-// Spans only (what the wgmma kernel serves), with the same permuted orders, gaps and unaligned
-// spans.
+// Columns over several chunks of the wgmma kernel (128 keys each, the last one partial), on every
+// side of the diagonal, under causal, window-with-sink and no masks.
+TEST_P(GpuAttention, ManyColumnsAcrossChunks) {
+  constexpr int64_t kManyColumns = 400;  // draws; duplicates and span keys are dropped
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{4}}) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.masks = MaskMix::kPositional;
+    options.max_extra_spans = 1;
+    options.max_columns = kManyColumns;
+    check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
+// Spans only, with the same permuted orders, gaps and unaligned spans.
 TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -163,7 +181,6 @@ TEST_P(GpuAttention, MixedMaskPolicies) {
 }
 
 TEST_P(GpuAttention, NonCausalSparsePlan) {
-  if (!has_mma_sync_tiles()) GTEST_SKIP() << "columns need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   const ProblemSize size = random_problem(random, GetParam(), 1, 7);
@@ -171,6 +188,7 @@ TEST_P(GpuAttention, NonCausalSparsePlan) {
   RandomPlanOptions options;
   options.masks = MaskMix::kNonCausal;
   check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
+  expect_wgmma_ran();
 }
 
 TEST_P(GpuAttention, TriShapeWithUnevenTiles) {
@@ -230,6 +248,35 @@ PlanShape shape_of(const ProblemSize& size) {
   shape.q_len = size.q_len;
   shape.kv_len = size.kv_len;
   return shape;
+}
+
+// The engine benchmark's grid plans (on the CPU): their two parts compute disjoint pairs whose
+// union is exactly the grid mask, at both tile heights, with bands as spans or as columns.
+TEST(GridPlans, ComputeExactlyTheGridMask) {
+  constexpr GridMask kGrid{.period = 32, .band = 5, .sink = 7};
+  constexpr int64_t kPeriods = 6;
+  for (const auto& [tile_rows, bands_as_columns] :
+       {std::pair<int64_t, bool>{4, false}, std::pair<int64_t, bool>{kDefaultTileRows, false},
+        std::pair<int64_t, bool>{kDefaultTileRows, true}}) {
+    SCOPED_TRACE(std::to_string(tile_rows) + (bands_as_columns ? " columns" : " spans"));
+    PlanShape shape;
+    shape.q_len = kPeriods * kGrid.period;
+    shape.kv_len = shape.q_len;
+    shape.tile_rows = tile_rows;
+    const GridPlans plans = grid_plans(shape, kGrid, bands_as_columns);
+    const std::vector<uint8_t> local = materialize_mask(plans.local, 0);
+    const std::vector<uint8_t> bands = materialize_mask(plans.bands, 0);
+    const int64_t bands_keys = plans.bands.shape.kv_len;
+    for (int64_t query = 0; query < shape.q_len; ++query) {
+      for (int64_t key = 0; key < shape.kv_len; ++key) {
+        const bool in_local = local[query * shape.kv_len + key] != 0;
+        const bool in_bands = key < bands_keys && bands[query * bands_keys + key] != 0;
+        ASSERT_FALSE(in_local && in_bands) << "query " << query << " key " << key;
+        ASSERT_EQ(in_local || in_bands, kGrid.keeps(query, key))
+            << "query " << query << " key " << key;
+      }
+    }
+  }
 }
 
 TEST(GpuAttentionEdges, PlanWithoutTilesGivesZeroAndMinusInfinity) {

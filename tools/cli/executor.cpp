@@ -37,14 +37,11 @@ void Executor::set_inputs(const TensorView& q, const TensorView& k, const Tensor
 Plan Executor::build(const std::vector<PatternSpec>& specs, PlanShape shape,
                      const ModalityLayout* layout, const PatternInputs* inputs,
                      int64_t head_dim) const {
-  shape.tile_rows = span_plan_tile_rows(device_, head_dim);
-  // Dynamic patterns gather columns, and building them twice would cost seconds.
-  if (shape.tile_rows != kDefaultTileRows && !any_dynamic(specs)) {
-    Plan plan = build_plan(specs, shape, layout, inputs);
-    const bool token_masks = std::any_of(plan.masks.begin(), plan.masks.end(),
-                                         [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
-    if (plan.columns.empty() && !token_masks) return plan;
-  }
+  shape.tile_rows = preferred_tile_rows(device_, head_dim);
+  Plan plan = build_plan(specs, shape, layout, inputs);
+  const bool token_masks = std::any_of(plan.masks.begin(), plan.masks.end(),
+                                       [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
+  if (!token_masks || shape.tile_rows == kDefaultTileRows) return plan;
   shape.tile_rows = kDefaultTileRows;
   return build_plan(specs, shape, layout, inputs);
 }

@@ -27,9 +27,8 @@ class Executor {
   // when running there.
   void set_inputs(const TensorView& q, const TensorView& k, const TensorView& v);
 
-  // Builds the plan with the tile height this device runs fastest (span_plan_tile_rows), falling
-  // back to kDefaultTileRows for plans with gathered columns or token masks; shape.tile_rows is
-  // ignored.
+  // Builds the plan with the tile height this device runs fastest (preferred_tile_rows), falling
+  // back to kDefaultTileRows for plans with token masks; shape.tile_rows is ignored.
   Plan build(const std::vector<PatternSpec>& specs, PlanShape shape, const ModalityLayout* layout,
              const PatternInputs* inputs, int64_t head_dim) const;
   PreparedPlan prepare(Plan plan) const;

@@ -1,0 +1,25 @@
+#pragma once
+// Static patterns built straight into a DevicePlan by kernels, with no host plan and no host
+// synchronisation. The shape alone decides every size (tiles, spans and columns per head), so the
+// host computes the buffer layout, allocates it in stream order, and kernels fill it tile by tile.
+// The buffer is byte-identical to DevicePlan(build_plan(spec, shape, layout), stream).
+
+#include <string_view>
+
+#include "cuda/cuda_engine.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::cuda {
+
+// Whether build_static_plan_on_device builds `pattern_name` (dense, a-shape, tri-shape, sf-fixed,
+// sf-strided).
+bool builds_on_device(std::string_view pattern_name);
+
+// `resolved_spec` comes from resolve_pattern (every parameter present; the layout only supplies
+// defaults, so it is not needed here). Every head slot of `shape` gets the pattern. Throws like the
+// host builder and the upload on bad parameters or shapes; asynchronous on `stream` (cudaStream_t).
+DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                       void* stream);
+
+}  // namespace mmsparse::cuda
