@@ -59,8 +59,15 @@
 #include "mmsparse/status.h"
 #include "mmsparse/workload.h"
 #include "workloads/presets.h"
+#include "workloads/rope.h"
 
 namespace mmsparse {
+
+using detail::fill_rope_tables;
+using detail::kRopeFineSpan;
+using detail::kTemporalIdsPerStep;
+using detail::segment_rope_starts;
+
 namespace {
 
 // ---- Shape defaults: Qwen2.5-VL-7B --------------------------------------------------------------
@@ -71,14 +78,6 @@ constexpr int64_t kDefaultHeadDim = 128;
 constexpr int64_t kMinHeadDim = 8;
 // Feature buffers live on the stack; no attention model uses heads wider than this.
 constexpr int64_t kMaxHeadDim = 512;
-
-// ---- Positions ----------------------------------------------------------------------------------
-// Qwen2.5-VL's rope_theta.
-constexpr double kRopeTheta = 1.0e6;
-// Temporal id advance per token step: second_per_grid_t · tokens_per_second = (2 / 2 fps) · 2.
-constexpr int64_t kTemporalIdsPerStep = 2;
-// Rope ids split as coarse · kRopeFineSpan + fine for the cos/sin tables.
-constexpr int64_t kRopeFineSpan = 256;
 
 // ---- Key-side content ---------------------------------------------------------------------------
 // Per-image sinks (BlindSight: Qwen's sinks sit at the start of every image) stay weaker than the
@@ -584,46 +583,10 @@ void WorkloadGenerator::prepare(Workload& w) {
     w.behaviours_.push_back(kBehaviourTable[entry]);
   }
 
-  // M-RoPE starts, walking the segments as get_rope_index does.
   const auto& segments = w.layout_.segments();
-  w.segment_rope_start_.clear();
-  int64_t counter = 0;
-  for (const Segment& segment : segments) {
-    w.segment_rope_start_.push_back(counter);
-    if (segment.modality == Modality::kText) {
-      counter += segment.length();
-    } else {
-      const Grid& grid = w.layout_.media()[segment.media].grid;
-      const int64_t frames = segment.length() / grid.frame_tokens();
-      const int64_t t_extent =
-          segment.modality == Modality::kVideo ? (frames - 1) * kTemporalIdsPerStep : 0;
-      counter += std::max({t_extent, grid.h - 1, grid.w - 1}) + 1;
-    }
-  }
-  const int64_t max_id = std::max<int64_t>(counter, 1);
-
-  // cos/sin tables: fine ids [0, kRopeFineSpan), coarse multiples of kRopeFineSpan up to max_id.
-  const int64_t pairs = w.spec_.head_dim / 2;
-  const int64_t coarse_count = max_id / kRopeFineSpan + 1;
-  std::vector<double> inverse_frequency(static_cast<std::size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) {
-    const double exponent = -static_cast<double>(p) / static_cast<double>(pairs);
-    inverse_frequency[p] = std::pow(kRopeTheta, exponent);
-  }
-  const auto fill = [&](int64_t count, int64_t step, std::vector<float>& cos_table,
-                        std::vector<float>& sin_table) {
-    cos_table.resize(static_cast<std::size_t>(count * pairs));
-    sin_table.resize(cos_table.size());
-    for (int64_t i = 0; i < count; ++i) {
-      for (int64_t p = 0; p < pairs; ++p) {
-        const double angle = static_cast<double>(i * step) * inverse_frequency[p];
-        cos_table[i * pairs + p] = static_cast<float>(std::cos(angle));
-        sin_table[i * pairs + p] = static_cast<float>(std::sin(angle));
-      }
-    }
-  };
-  fill(kRopeFineSpan, 1, w.rope_fine_cos_, w.rope_fine_sin_);
-  fill(coarse_count, kRopeFineSpan, w.rope_coarse_cos_, w.rope_coarse_sin_);
+  const int64_t max_id = segment_rope_starts(w.layout_, w.segment_rope_start_);
+  fill_rope_tables(w.spec_.head_dim / 2, max_id, w.rope_fine_cos_, w.rope_fine_sin_,
+                   w.rope_coarse_cos_, w.rope_coarse_sin_);
 
   // Needles: spread evenly over the media tokens with a jitter, read from the final question on.
   w.needles_.clear();
