@@ -19,6 +19,26 @@ enum class ChunkCoverage {
   kFull,     // every pair is kept: no element mask
 };
 
+// How `policy` treats a chunk whose keys lie in [key_lowest, key_highest] for rows whose aligned
+// positions lie in [row_lowest, row_highest]; `element_mask_needed` when something besides the
+// bounds removes pairs (a short chunk's empty slots, token masks). Conservative: kPartial may be
+// returned for a chunk that needs no mask, never kFull or kNone wrongly. Both kernels use it.
+__device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t row_lowest,
+                                               int32_t row_highest, int32_t key_lowest,
+                                               int32_t key_highest, bool element_mask_needed) {
+  const bool windowed = policy.window > 0;
+  if (policy.causal && key_lowest > row_highest) return ChunkCoverage::kNone;
+  if (windowed && key_lowest >= policy.window_sink && row_lowest - key_highest >= policy.window) {
+    return ChunkCoverage::kNone;
+  }
+  if (element_mask_needed) return ChunkCoverage::kPartial;
+  if (policy.causal && key_highest > row_lowest) return ChunkCoverage::kPartial;
+  if (windowed && key_highest >= policy.window_sink && row_highest - key_lowest >= policy.window) {
+    return ChunkCoverage::kPartial;
+  }
+  return ChunkCoverage::kFull;
+}
+
 template <class Traits>
 class TileMask {
  public:
@@ -63,20 +83,8 @@ class TileMask {
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = key_lowest + chunk.count - 1;
     if (chunk.from_columns) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
-
-    const bool windowed = policy_.window > 0;
-    if (policy_.causal && key_lowest > row_highest_) return ChunkCoverage::kNone;
-    if (windowed && key_lowest >= policy_.window_sink &&
-        row_lowest_ - key_highest >= policy_.window) {
-      return ChunkCoverage::kNone;
-    }
-    if (chunk.count < Traits::kBlockN || policy_.needs_tokens) return ChunkCoverage::kPartial;
-    if (policy_.causal && key_highest > row_lowest_) return ChunkCoverage::kPartial;
-    if (windowed && key_highest >= policy_.window_sink &&
-        row_highest_ - key_lowest >= policy_.window) {
-      return ChunkCoverage::kPartial;
-    }
-    return ChunkCoverage::kFull;
+    return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
+                          chunk.count < Traits::kBlockN || policy_.needs_tokens);
   }
 
   // Sets the scores of removed pairs and of empty chunk slots to -inf.

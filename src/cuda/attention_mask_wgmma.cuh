@@ -81,19 +81,9 @@ class WarpgroupMask {
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = key_lowest + chunk.count - 1;
     if (chunk.from_columns) column_bounds(chunk, lane, key_lowest, key_highest);
-    const bool windowed = policy_.window > 0;
-    if (policy_.causal && key_lowest > row_highest_) return ChunkCoverage::kNone;
-    if (windowed && key_lowest >= policy_.window_sink &&
-        row_lowest_ - key_highest >= policy_.window) {
-      return ChunkCoverage::kNone;
-    }
-    if (chunk.count < Traits::kBlockN) return ChunkCoverage::kPartial;
-    if (policy_.causal && key_highest > row_lowest_) return ChunkCoverage::kPartial;
-    if (windowed && key_highest >= policy_.window_sink &&
-        row_highest_ - key_lowest >= policy_.window) {
-      return ChunkCoverage::kPartial;
-    }
-    return ChunkCoverage::kFull;
+    // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
+    return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
+                          chunk.count < Traits::kBlockN);
   }
 
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
