@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/masked_oracle.h"
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "cpu/dynamic_helpers.h"
@@ -95,39 +96,11 @@ PatternSpec random_spec(test::Random& random, const std::string& name, int64_t b
 // --- Plans against the masked-dense oracle -----------------------------------------------------
 
 void expect_planned_equals_masked(const Plan& plan, const Problem& problem) {
-  const PlanShape& shape = problem.shape;
   // Attention in fp32 on contiguous copies: the builders read the original views.
   const Tensor q = to_contiguous(problem.q.view, DType::kFloat32);
   const Tensor k = to_contiguous(problem.k.view, DType::kFloat32);
   const Tensor v = to_contiguous(problem.v.view, DType::kFloat32);
-  Tensor mask(DType::kUInt8, {shape.batch, shape.heads, shape.q_len, shape.kv_len});
-  const int64_t slot_elements = shape.q_len * shape.kv_len;
-  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-    const std::vector<uint8_t> slot_mask = materialize_mask(plan, slot);
-    std::copy(slot_mask.begin(), slot_mask.end(), mask.data_as<uint8_t>() + slot * slot_elements);
-  }
-  const std::vector<int64_t> out_shape = {shape.batch, shape.q_len, shape.heads, problem.head_dim};
-  Tensor out_plan(DType::kFloat32, out_shape), out_mask(DType::kFloat32, out_shape);
-  Tensor lse_plan(DType::kFloat32, {shape.batch, shape.heads, shape.q_len});
-  Tensor lse_mask(DType::kFloat32, {shape.batch, shape.heads, shape.q_len});
-  attention_planned(plan, q.view(), k.view(), v.view(), out_plan.view(), lse_plan.view());
-  attention_masked(q.view(), k.view(), v.view(), mask.view(), out_mask.view(), lse_mask.view());
-  const float* o_p = out_plan.data_as<float>();
-  const float* o_m = out_mask.data_as<float>();
-  for (int64_t i = 0; i < out_plan.numel(); ++i) {
-    ASSERT_LE(std::abs(o_p[i] - o_m[i]), kTolerance * std::max(1.0f, std::abs(o_m[i])))
-        << "out element " << i;
-  }
-  const float* l_p = lse_plan.data_as<float>();
-  const float* l_m = lse_mask.data_as<float>();
-  for (int64_t i = 0; i < lse_plan.numel(); ++i) {
-    if (std::isinf(l_m[i])) {
-      ASSERT_TRUE(std::isinf(l_p[i]) && l_p[i] < 0) << "lse element " << i;
-    } else {
-      ASSERT_NEAR(l_p[i], l_m[i], kTolerance * std::max(1.0f, std::abs(l_m[i])))
-          << "lse element " << i;
-    }
-  }
+  test::expect_plan_equals_masked_oracle(plan, q.view(), k.view(), v.view(), kTolerance);
 }
 
 TEST(DynamicPatterns, PlansValidateAndEqualTheMaskedDenseOracle) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/masked_oracle.h"
 #include "common/random.h"
 #include "common/errors.h"
 #include "mmsparse/attention.h"
@@ -265,37 +266,8 @@ TEST(PlannedAttention, EqualsMaskedDenseOracleForEveryStaticPattern) {
         Tensor k(DType::kFloat32, {batch, shape.kv_len, kv_heads, head_dim});
         Tensor v(DType::kFloat32, {batch, shape.kv_len, kv_heads, head_dim});
         for (Tensor* tensor : {&q, &k, &v}) fill_random(*tensor, rng);
-        Tensor mask(DType::kUInt8, {plan_batch, q_heads, shape.q_len, shape.kv_len});
-        const int64_t slot_elements = shape.q_len * shape.kv_len;
-        for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-          const std::vector<uint8_t> slot_mask = materialize_mask(plan, slot);
-          std::copy(slot_mask.begin(), slot_mask.end(),
-                    mask.data_as<uint8_t>() + slot * slot_elements);
-        }
-        Tensor out_plan(DType::kFloat32, {batch, shape.q_len, q_heads, head_dim});
-        Tensor out_mask(DType::kFloat32, {batch, shape.q_len, q_heads, head_dim});
-        Tensor lse_plan(DType::kFloat32, {batch, q_heads, shape.q_len});
-        Tensor lse_mask(DType::kFloat32, {batch, q_heads, shape.q_len});
-        attention_planned(plan, q.view(), k.view(), v.view(), out_plan.view(), lse_plan.view());
-        attention_masked(q.view(), k.view(), v.view(), mask.view(), out_mask.view(),
-                         lse_mask.view());
-
-        const float* o_p = out_plan.data_as<float>();
-        const float* o_m = out_mask.data_as<float>();
-        for (int64_t i = 0; i < out_plan.numel(); ++i) {
-          ASSERT_LE(std::abs(o_p[i] - o_m[i]), kTolerance * std::max(1.0f, std::abs(o_m[i])))
-              << "out element " << i;
-        }
-        const float* l_p = lse_plan.data_as<float>();
-        const float* l_m = lse_mask.data_as<float>();
-        for (int64_t i = 0; i < lse_plan.numel(); ++i) {
-          if (std::isinf(l_m[i])) {
-            ASSERT_TRUE(std::isinf(l_p[i]) && l_p[i] < 0) << "lse element " << i << " = " << l_p[i];
-          } else {
-            ASSERT_NEAR(l_p[i], l_m[i], kTolerance * std::max(1.0f, std::abs(l_m[i])))
-                << "lse element " << i;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(
+            test::expect_plan_equals_masked_oracle(plan, q.view(), k.view(), v.view(), kTolerance));
       }
     }
   }

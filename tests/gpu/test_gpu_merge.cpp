@@ -13,6 +13,7 @@
 #include "common/random.h"
 #include "cuda/cuda_engine.h"
 #include "device_buffer.h"
+#include "merge_tolerances.h"
 #include "mmsparse/attention.h"
 #include "plan_generators.h"
 
@@ -20,10 +21,6 @@ namespace mmsparse::test {
 namespace {
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
-constexpr double kEmptyPartProbability = 0.2;  // a part with no keys for a row: LSE -inf
-constexpr float kLseSpread = 3.0f;       // LSEs of parts differ by a few units, as real ones do
-constexpr double kMergeRelative = 1e-5;  // float32 exp/log differences between host and device
-constexpr double kMergeAbsolute = 1e-6;
 
 struct MergeCase {
   DType part_dtype;
@@ -41,19 +38,6 @@ struct DevicePart {
   DeviceBuffer lse;
 };
 
-// The precision of a stored merged element: one unit in its last place, relative.
-double relative_rounding(DType dtype) {
-  constexpr double kBFloat16Epsilon = 1.0 / 128;  // 2^-7: 8 significant bits
-  constexpr double kFloat16Epsilon = 1.0 / 1024;  // 2^-10: 11 significant bits
-  switch (dtype) {
-    case DType::kBFloat16:
-      return kBFloat16Epsilon;
-    case DType::kFloat16:
-      return kFloat16Epsilon;
-    default:
-      return kMergeRelative;
-  }
-}
 
 // A contiguous [batch, heads, q_len] float32 view of device memory.
 TensorView device_view(const DeviceBuffer& lse, int64_t batch, int64_t heads, int64_t q_len) {

@@ -23,6 +23,7 @@
 #include "common/errors.h"
 #include "common/random.h"
 #include "device_buffer.h"
+#include "merge_tolerances.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/layout.h"
@@ -339,25 +340,7 @@ TEST(GpuPublicApiEdges, NoQueriesIsANoOp) {
 
 // --- merge_partials ----------------------------------------------------------------------------
 
-constexpr double kEmptyPartProbability = 0.2;  // a part with no keys for a row: LSE -inf
-constexpr float kLseSpread = 3.0f;  // LSEs of parts differ by a few units, as real ones do
-// float32 exp/log differences between host and device (test_gpu_merge.cpp's bounds).
-constexpr double kMergeRelative = 1e-5;
-constexpr double kMergeAbsolute = 1e-6;
 
-// One unit in the last place of a stored merged element, relative.
-double relative_rounding(DType dtype) {
-  constexpr double kBFloat16Epsilon = 1.0 / 128;  // 2^-7: 8 significant bits
-  constexpr double kFloat16Epsilon = 1.0 / 1024;  // 2^-10: 11 significant bits
-  switch (dtype) {
-    case DType::kBFloat16:
-      return kBFloat16Epsilon;
-    case DType::kFloat16:
-      return kFloat16Epsilon;
-    default:
-      return kMergeRelative;
-  }
-}
 
 struct MergeCase {
   DType part_dtype;
