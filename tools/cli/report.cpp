@@ -10,6 +10,7 @@
 
 #include "cli_common.h"
 #include "mmsparse/attention.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -356,6 +357,44 @@ NeedleTask workload_needle_task(const Workload& workload) {
   if (task.keys.empty()) return task;
   task.rows.resize(static_cast<std::size_t>(workload.seq_len() - workload.question_begin()));
   std::iota(task.rows.begin(), task.rows.end(), workload.question_begin());
+  return task;
+}
+
+std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>& keys,
+                             const std::map<int64_t, std::vector<int64_t>>& layer_keys) {
+  nlohmann::json task = {{"question_begin", question_begin}, {"keys", keys}};
+  for (const auto& [layer, layer_needles] : layer_keys) {
+    task["layers"][std::to_string(layer)] = layer_needles;
+  }
+  return task.dump();
+}
+
+NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len) {
+  NeedleTask task;
+  const auto entry = file.metadata.find(kNeedlesMetadataKey);
+  if (entry == file.metadata.end()) return task;
+  const std::string what = std::string("input metadata ") + kNeedlesMetadataKey;
+  const std::string expected_form =
+      "JSON {\"question_begin\": n, \"keys\": [...], \"layers\": {\"L\": [...]}}";
+  try {
+    const nlohmann::json json = nlohmann::json::parse(entry->second);
+    const int64_t question_begin = json.at("question_begin").get<int64_t>();
+    if (question_begin < 0 || question_begin >= q_len) {
+      throw_invalid_argument(what + " question_begin", "in [0, q_len = " + std::to_string(q_len) + ")",
+                             std::to_string(question_begin));
+    }
+    const std::string layer_name = std::to_string(layer);
+    if (layer >= 0 && json.contains("layers") && json.at("layers").contains(layer_name)) {
+      task.keys = json.at("layers").at(layer_name).get<std::vector<int64_t>>();
+    } else {
+      task.keys = json.value("keys", std::vector<int64_t>{});
+    }
+    task.rows.resize(static_cast<std::size_t>(q_len - question_begin));
+    std::iota(task.rows.begin(), task.rows.end(), question_begin);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(ErrorCode::kParseError, what + ": expected " + expected_form + ", got " + error.what());
+  }
+  if (task.keys.empty()) task.rows.clear();
   return task;
 }
 

@@ -4,6 +4,7 @@
 // the JSON always say the same thing. docs/report.md defines every column.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor.h"
+#include "mmsparse/io.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/workload.h"
@@ -103,5 +105,16 @@ nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_
 
 // The needle task of a synthetic workload: its needles and the final question's rows.
 NeedleTask workload_needle_task(const Workload& workload);
+
+// Needle tasks travel with input files as JSON in the safetensors metadata under this key:
+//   {"question_begin": 917, "keys": [120, 480], "layers": {"3": [130, 470]}}
+// The querying rows are [question_begin, q_len). "keys" serve every layer (needles are token
+// positions, the same in every layer of a real model); "layers" overrides them for a layer
+// (`generate --layers`: synthetic layers differ by seed, and so do their needles).
+inline constexpr const char* kNeedlesMetadataKey = "mmsparse.needles";
+std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>& keys,
+                             const std::map<int64_t, std::vector<int64_t>>& layer_keys);
+// The task of `layer` (-1: the file's single-layer tensors), empty when the file has none.
+NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len);
 
 }  // namespace mmsparse::cli
