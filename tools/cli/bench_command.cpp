@@ -1,7 +1,5 @@
 #include "bench_command.h"
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -13,11 +11,11 @@
 #include "cli_common.h"
 #include "executor.h"
 #include "layers.h"
-#include "report.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {

@@ -12,13 +12,13 @@
 
 #include "executor.h"
 #include "layers.h"
-#include "report.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/io.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {
