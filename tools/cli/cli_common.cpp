@@ -26,10 +26,16 @@ void WorkloadFlags::add_to(CLI::App& command) {
   command.add_option("--kv-heads", kv_heads, "key/value heads (0: preset default)");
   command.add_option("--head-dim", head_dim, "head dimension (0: preset default)");
   command.add_option("--seed", seed, "workload seed")->capture_default_str();
+  std::string needle_presets;
+  for (const PresetInfo& info : workload_presets()) {
+    if (info.default_needles > 0) {
+      needle_presets += fmt::format("{} for {}, ", info.default_needles, info.name);
+    }
+  }
   needles_option = command.add_option(
       "--needles", needles,
-      "needle keys planted in the media, read by the final question (default: the preset's, "
-      "4 for mixed-interleaved, else 0)");
+      "needle keys planted in the media, read by the final question (default: the preset's, " +
+          needle_presets + "else 0)");
 }
 
 WorkloadSpec WorkloadFlags::spec() const {

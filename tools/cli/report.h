@@ -39,7 +39,7 @@ struct HeadReport {
   std::string spec;       // resolved
   std::string behaviour;  // the synthetic head's behaviour; empty for real inputs
   double density = 0.0;
-  double index_seconds = 0.0;  // host building of this head slot (metrics.h: build_plan_timed)
+  double index_seconds = 0.0;  // host building of this head slot (patterns.h: build_plan_timed)
   std::optional<HeadAccuracy> accuracy;   // with a dense reference
   std::optional<NeedleCoverage> needles;  // with a needle task
 };
