@@ -91,8 +91,9 @@ void check_extent(const std::string& name, int64_t got, int64_t expected, const 
 }
 
 void check_options(const AttentionOptions& options) {
-  if (!std::isfinite(options.scale)) {
-    throw_invalid_argument("options.scale", "a finite value (0 = 1/sqrt(head_dim))",
+  // Softmax scales are positive; the engine folds the scale into the exponent, which needs it so.
+  if (!std::isfinite(options.scale) || options.scale < 0.0f) {
+    throw_invalid_argument("options.scale", "a finite value >= 0 (0 = 1/sqrt(head_dim))",
                            std::to_string(options.scale));
   }
   if (options.num_threads < 0) {

@@ -171,8 +171,8 @@ void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
     throw Error(ErrorCode::kUnsupported, "plan: the CUDA engine runs at most 2^31 - 1 tiles, got " +
                                              to_text(plan.num_tiles()));
   }
-  if (!std::isfinite(args.scale) || args.scale == 0.0f) {
-    throw_invalid_argument("scale", "a finite, non-zero softmax scale", std::to_string(args.scale));
+  if (!std::isfinite(args.scale) || args.scale <= 0.0f) {
+    throw_invalid_argument("scale", "a finite, positive softmax scale", std::to_string(args.scale));
   }
   check_rows("q", args.q, args.q_strides, args.dtype);
   if (args.kv_len > 0) {  // without keys nothing reads k or v, and empty tensors may own no memory

@@ -67,7 +67,6 @@ __global__ void __launch_bounds__(Traits::kThreads)
         if (coverage != ChunkCoverage::kNone) {
           float scores[Traits::kScoreTiles][4];
           mainloop.compute_scores(stage, lane, scores);
-          softmax.scale(scores);
           if (coverage == ChunkCoverage::kPartial) {
             mask.apply(scores, current, storage.key_positions[stage], storage.key_tokens[stage],
                        lane);

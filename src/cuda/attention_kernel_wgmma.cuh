@@ -81,7 +81,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
   typename Mainloop::Probabilities probabilities;
-  float corrections[Softmax::kRowsPerThread] = {};  // take `output` to the pending chunk's maxima
+  // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in
+  // flight, so that `output` is always at the pending chunk's maxima when its P·V is issued.
+  float corrections[Softmax::kRowsPerThread] = {};
   bool pending = false;  // `probabilities` hold a chunk whose P·V is not yet issued
   int pending_stage = 0;
   const auto release = [&](int stage) {
@@ -89,7 +91,6 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   };
   // The pending chunk's P·V, issued and completed now.
   const auto flush_pending = [&] {
-    Softmax::rescale(output, corrections);
     Mainloop::issue_output(storage, pending_stage, probabilities, output);
     warpgroup_wait<0>();
     pin_accumulators(output);
@@ -122,10 +123,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       continue;
     }
     float scores[Traits::kScoreTiles][4];
-    // Logits, masked, folded into the softmax; once the scores' group has completed.
+    // Raw scores, masked, folded into the softmax; once the scores' group has completed.
     const auto fold_scores = [&] {
       pin_accumulators(scores);
-      softmax.scale(scores);
       if (coverage == ChunkCoverage::kPartial) mask.apply(scores, chunk, lane);
       softmax.fold(scores, corrections);
     };
@@ -133,7 +133,6 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     // Each wgmma group is waited for on the path that issued it: the compiler serialises every
     // wgmma when a group may still run where two paths merge.
     if (pending) {
-      Softmax::rescale(output, corrections);
       Mainloop::issue_output(storage, pending_stage, probabilities, output);
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
@@ -147,13 +146,14 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       warpgroup_wait<0>();
       fold_scores();
     }
+    // Out of turn, with no product in flight: the other warpgroup's products run meanwhile.
+    Softmax::rescale(output, corrections);
     Mainloop::pack_probabilities(scores, probabilities);
     pending = true;
     pending_stage = stage;
   }
   turns.wait();
   if (pending) {
-    Softmax::rescale(output, corrections);
     Mainloop::issue_output(storage, pending_stage, probabilities, output);
     turns.pass();
     warpgroup_wait<0>();

@@ -1,14 +1,25 @@
 #pragma once
-// Online softmax over key chunks in the exp2 domain (scores pre-multiplied by scale·log2(e), so
-// each exponential is one ex2). Per thread: the two accumulator rows it holds (lane / 4 and
-// lane / 4 + 8 of the warp's 16); the four lanes of a row share its maximum through shuffles and
-// keep partial sums that are combined once, in finish().
+// Online softmax over key chunks in the exp2 domain. Scores come in as raw dot products; the
+// positive scale·log2(e) is applied inside each exponent's multiply-add, FlashAttention-3's form
+// exp2(score·scale − max·scale), so a probability costs one FFMA and one ex2. Removed pairs carry a
+// raw score of -inf, which a positive scale keeps -inf. Per thread: the two accumulator rows it
+// holds (lane / 4 and lane / 4 + 8 of the warp's 16); the four lanes of a row share its maximum
+// through shuffles and keep partial sums that are combined once, in finish().
 
 #include <cuda/std/limits>
 
 #include "cuda/ptx_primitives.cuh"
 
 namespace mmsparse::cuda {
+
+// exp2 as the bare hardware instruction, flushing subnormal results to zero. exp2f without
+// fast-math adds a range test and two multiplies per call to keep subnormals, which probabilities
+// below 2^-126 of the row maximum do not need.
+__device__ inline float fast_exp2(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+}
 
 template <class Traits>
 class OnlineSoftmax {
@@ -26,18 +37,8 @@ class OnlineSoftmax {
     }
   }
 
-  // Raw dot products -> log2-domain logits. Runs before masking, so that a removed pair stays -inf
-  // whatever the sign of the scale.
-  __device__ void scale(float (&scores)[Traits::kScoreTiles][4]) const {
-#pragma unroll
-    for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) scores[tile][e] *= scale_log2_;
-    }
-  }
-
-  // Folds one chunk into the running maxima and sums: turns the logits into unnormalised
-  // probabilities exp2(logit - max) and rescales the output accumulators to the new maxima.
+  // Folds one chunk of raw scores into the running maxima and sums: turns them into unnormalised
+  // probabilities exp2(score·scale - max) and rescales the output accumulators to the new maxima.
   __device__ void update(float (&scores)[Traits::kScoreTiles][4],
                          float (&output)[Traits::kOutputTiles][4]) {
     float corrections[kRowsPerThread];
@@ -61,11 +62,11 @@ class OnlineSoftmax {
       for (int offset = 1; offset < kThreadsPerRow; offset *= 2) {
         chunk_max = fmaxf(chunk_max, __shfl_xor_sync(kFullWarpMask, chunk_max, offset));
       }
-      const float new_max = fmaxf(row_max_[r], chunk_max);
+      const float new_max = fmaxf(row_max_[r], chunk_max * scale_log2_);
       // While every key so far is removed the maximum is -inf; exponentiate against 0 instead,
       // which gives 0 for every removed logit rather than exp2(-inf + inf) = NaN.
       const float reference = new_max == kNegativeInfinity ? 0.0f : new_max;
-      corrections[r] = exp2f(row_max_[r] - reference);
+      corrections[r] = fast_exp2(row_max_[r] - reference);
       row_max_[r] = new_max;
       float chunk_sum = 0.0f;
 #pragma unroll
@@ -73,7 +74,7 @@ class OnlineSoftmax {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float& score = scores[tile][2 * r + c];
-          score = exp2f(score - reference);
+          score = fast_exp2(fmaf(score, scale_log2_, -reference));
           chunk_sum += score;
         }
       }
@@ -83,6 +84,12 @@ class OnlineSoftmax {
 
   __device__ static void rescale(float (&output)[Traits::kOutputTiles][4],
                                  const float (&corrections)[kRowsPerThread]) {
+    // Once the first chunks have set them, row maxima rarely move: skip the multiplies when no
+    // row of the warp changed (a factor of exactly 1 is the identity, so this is exact).
+    bool unchanged = true;
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) unchanged = unchanged && corrections[r] == 1.0f;
+    if (__all_sync(kFullWarpMask, unchanged)) return;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
@@ -117,7 +124,7 @@ class OnlineSoftmax {
   }
 
  private:
-  float scale_log2_;
+  float scale_log2_;                // > 0 (checked at launch)
   float row_max_[kRowsPerThread];  // log2 domain
   float row_sum_[kRowsPerThread];  // this lane's share of the row's sum of exp2(logit - max)
 };

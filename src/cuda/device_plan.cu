@@ -48,7 +48,10 @@ MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len) {
 namespace {
 
 // Tile indices by decreasing key count: CTAs start in block order, so the longest tiles start first
-// and the short ones fill the last wave instead of a long tile running alone at the end.
+// and the short ones fill the last wave instead of a long tile running alone at the end. Ties go
+// position-major: a head's t-th tile next to every other head's t-th tile, so that the query
+// heads of one KV head, which read the same keys where their plans agree, run side by side and
+// share those keys in L2 instead of each reading them from memory.
 std::vector<int32_t> heaviest_first(const Plan& plan) {
   std::vector<int64_t> keys(plan.tiles.size(), 0);
   for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
@@ -57,8 +60,17 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
     }
     keys[t] += plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t];
   }
+  // Each tile's position within its head slot (tiles are stored head slot by head slot).
+  std::vector<int64_t> position(plan.tiles.size(), 0);
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+      position[t] = t - plan.head_tile_offsets[slot];
+    }
+  }
   std::vector<int32_t> order(plan.tiles.size());
   std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return position[a] < position[b]; });
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return keys[a] > keys[b]; });
   return order;

@@ -181,26 +181,23 @@ class WgmmaMainloop {
   }
 
   // Issues output += P·V as one wgmma group. V is read MN-major (its rows are keys, its columns
-  // the output's): one wgmma per 64-column block and k-step of 16 keys. Until a wait covers the
-  // group, neither the output nor the probabilities may be touched; pin both after it (the
-  // probabilities are read from registers while the group runs).
+  // the output's): one wgmma per k-step of 16 keys spans both 64-column blocks of V, the
+  // descriptor's leading offset stepping from one block to the next, so that P's fragments go to
+  // the tensor cores once per k-step. Until a wait covers the group, neither the output nor the
+  // probabilities may be touched; pin both after it (the probabilities are read from registers
+  // while the group runs).
   __device__ static void issue_output(Storage& storage, int stage, Probabilities& probabilities,
                                       float (&output)[Traits::kOutputTiles][4]) {
+    static_assert(Traits::kOutputTiles == Mma::kOutputTiles, "one wgmma covers the output row");
     const uint32_t values = shared_address(storage.values[stage]);
     pin_accumulators(output);
     pin_fragments(probabilities);
     warpgroup_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kKeySteps; ++step) {
-#pragma unroll
-      for (int block = 0; block < Traits::kColumnBlocks; ++block) {
-        // One 64-column block per wgmma: only the 8-key-group stride matters, and both offset
-        // fields carry it.
-        const uint64_t b = matrix_descriptor(
-            values + block * Traits::kChunkBlockBytes + step * Traits::kMmaK * kSwizzleBytes,
-            kSwizzleAtomBytes, kSwizzleAtomBytes);
-        Mma::output(&output[block * Traits::kOutputMmaTiles], probabilities[step], b);
-      }
+      const uint64_t b = matrix_descriptor(values + step * Traits::kMmaK * kSwizzleBytes,
+                                           Traits::kChunkBlockBytes, kSwizzleAtomBytes);
+      Mma::output(output, probabilities[step], b);
     }
     warpgroup_commit();
   }

@@ -273,8 +273,8 @@ struct FillTargets {
   MaskRecord* masks;              // [mask_table.count]
   SpanRecord* spans;              // [head_slots * spans_per_head]
   int32_t* columns;               // [head_slots * columns_per_head]
-  uint32_t* tile_keys;            // [head_slots * tiles] key count of each tile (sort keys)
-  int32_t* tile_indices;          // [head_slots * tiles] 0, 1, ... (sort values)
+  uint32_t* tile_keys;            // [tiles * head_slots] key counts, position-major (sort keys)
+  int32_t* tile_indices;          // [tiles * head_slots] their tile indices (sort values)
   const int64_t* span_offsets;    // [tiles] exclusive sums of one head's span counts
   const int64_t* column_offsets;  // [tiles] exclusive sums of one head's column counts
   int64_t spans_per_head;
@@ -306,8 +306,10 @@ __global__ void fill_tiles_kernel(TileGeometry geometry, MaskTable mask_table, F
                       static_cast<int64_t>(written.spans - out.spans),
                       column_begin,
                       static_cast<int64_t>(written.columns - out.columns)};
-  out.tile_keys[index] = static_cast<uint32_t>(written.keys);
-  out.tile_indices[index] = static_cast<int32_t>(index);
+  // The schedule sort's input, position-major (the upload's tie order: see heaviest_first).
+  const int64_t sort_item = t * out.head_slots + slot;
+  out.tile_keys[sort_item] = static_cast<uint32_t>(written.keys);
+  out.tile_indices[sort_item] = static_cast<int32_t>(index);
 }
 
 StaticPattern static_pattern(const std::string& name) {
@@ -539,7 +541,8 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
                                                                        targets);
   check_launch("build_static_plan_on_device: fill_tiles_kernel");
 
-  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
+  // Radix sort is stable, so equal key counts keep the input's position-major order: the
+  // upload's heaviest_first.
   temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
                  temp, temp_bytes, tile_keys, static_cast<uint32_t*>(at(sorted_keys_at)),

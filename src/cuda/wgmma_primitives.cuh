@@ -171,9 +171,6 @@ __device__ inline void pin_accumulators(float (&accumulators)[kTiles][4]) {
       MMSPARSE_ACCUMULATOR_TILE(d, first + 4), MMSPARSE_ACCUMULATOR_TILE(d, first + 5), \
       MMSPARSE_ACCUMULATOR_TILE(d, first + 6), MMSPARSE_ACCUMULATOR_TILE(d, first + 7)
 
-#define MMSPARSE_REGISTERS_32                                                              \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define MMSPARSE_REGISTERS_64                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
@@ -182,7 +179,9 @@ __device__ inline void pin_accumulators(float (&accumulators)[kTiles][4]) {
 
 // The two wgmma shapes of the mainloop for one 16-bit input type:
 //   scores:  D[64×128] (+)= A[64×16] · B[16×128], A and B K-major in shared memory (Q·K^T);
-//   output:  D[64×64] += A[64×16] · B[16×64], A in registers (P), B MN-major in shared memory (V).
+//   output:  D[64×128] += A[64×16] · B[16×128], A in registers (P), B MN-major in shared memory
+//            (V, two 64-column swizzle atoms: one instruction per k-step covers the whole head_dim,
+//            so P's fragments go to the tensor cores once per k-step rather than once per atom).
 template <class Element>
 struct WarpgroupMma;
 
@@ -199,12 +198,14 @@ struct WarpgroupMma;
           : MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8)                \
           : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                                   \
     }                                                                                             \
-    __device__ static void output(float (*d)[4], const uint32_t (&a)[4], uint64_t b) {            \
+    static constexpr int kOutputTiles = 16; /* 128 columns in tiles of 8 */                       \
+    __device__ static void output(float (&d)[kOutputTiles][4], const uint32_t (&a)[4],          \
+                                  uint64_t b) {                                                   \
       asm volatile(                                                                               \
-          "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %37, 0;\n"                          \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE                     \
-          " " MMSPARSE_REGISTERS_32 ", {%32, %33, %34, %35}, %36, accumulate, 1, 1, 1;\n}\n"      \
-          : MMSPARSE_ACCUMULATOR_8_TILES(d, 0)                                                    \
+          "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"                          \
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE                    \
+          " " MMSPARSE_REGISTERS_64 ", {%64, %65, %66, %67}, %68, accumulate, 1, 1, 1;\n}\n"      \
+          : MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8)                \
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) /* always accumulates */); \
     }                                                                                             \
   };
@@ -214,7 +215,6 @@ MMSPARSE_DEFINE_WARPGROUP_MMA(__half, "f16")
 
 #undef MMSPARSE_DEFINE_WARPGROUP_MMA
 #undef MMSPARSE_REGISTERS_64
-#undef MMSPARSE_REGISTERS_32
 #undef MMSPARSE_ACCUMULATOR_8_TILES
 #undef MMSPARSE_ACCUMULATOR_TILE
 

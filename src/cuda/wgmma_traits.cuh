@@ -24,7 +24,6 @@ struct WgmmaTraits {
   // producer fills the third.
   static constexpr int kStages = 3;
   static constexpr int kMmaK = 16;
-  static constexpr int kOutputMmaN = 64;  // N of one output wgmma: one swizzle atom of V columns
 
   // The accumulators in the mma.sync m16n8 layout (each warp of a warpgroup owns 16 rows), which
   // OnlineSoftmax shares with the mma.sync kernel.
@@ -32,7 +31,6 @@ struct WgmmaTraits {
   static constexpr int kAccumulatorTileN = 8;
   static constexpr int kScoreTiles = kBlockN / kAccumulatorTileN;
   static constexpr int kOutputTiles = kHeadDim / kAccumulatorTileN;
-  static constexpr int kOutputMmaTiles = kOutputMmaN / kAccumulatorTileN;
 
   static constexpr int kAtomElements = kSwizzleBytes / static_cast<int>(sizeof(Element));
   static constexpr int kColumnBlocks = kHeadDim / kAtomElements;  // atoms across head_dim
@@ -72,7 +70,7 @@ struct WgmmaTraits {
 
   static_assert(sizeof(Element) == 2, "wgmma here takes 16-bit inputs");
   static_assert(kHeadDim % kAtomElements == 0, "head_dim must fill whole swizzle atoms");
-  static_assert(kHeadDim % kOutputMmaN == 0, "the output wgmma covers 64 columns at a time");
+  static_assert(kHeadDim == 128, "the output wgmma is m64n128k16: one covers the whole head_dim");
   static_assert(kBlockN == 128, "WarpgroupMma::scores is m64n128k16");
   static_assert(kBlockN % kSwizzleAtomRows == 0 && kWarpgroupRows % kSwizzleAtomRows == 0,
                 "tiles are whole swizzle atoms");

@@ -254,6 +254,10 @@ TEST(AttentionErrors, BadOptions) {
   nan_scale.scale = std::numeric_limits<float>::quiet_NaN();
   expect_error([&] { p.dense(nan_scale); }, ErrorCode::kInvalidArgument,
                {"options.scale", "finite"});
+  AttentionOptions negative_scale;
+  negative_scale.scale = -0.125f;
+  expect_error([&] { p.dense(negative_scale); }, ErrorCode::kInvalidArgument,
+               {"options.scale", ">= 0", "got -0.125"});
   AttentionOptions negative_threads;
   negative_threads.num_threads = -1;
   expect_error([&] { p.dense(negative_threads); }, ErrorCode::kInvalidArgument,
