@@ -3,7 +3,11 @@
 // auto-selected) on that plan. bf16, the SYNTHETIC workload "video-qwen2.5vl-128k" (28 query heads
 // over 4 KV heads, head_dim 128; docs/workloads.md). Index milliseconds are stream time from the
 // build call to its last kernel (allocation, estimate, top-k, conversion, schedule sort), median
-// of repeats after a warm-up; attention likewise, L2 flushed before each run. "read density" is
+// of repeats after a warm-up, twice: with the default memory pool, which returns freed memory to
+// the system at every synchronisation (so each build maps its buffers anew), and with a pool that
+// keeps it (release threshold unlimited, what a caching allocator does across layers). The
+// estimate and top-k stages are also timed alone; the rest is the conversion, the schedule sort and
+// the allocations. Attention is timed likewise, L2 flushed before each run. "read density" is
 // tile rows × keys each tile reads over the causal pairs: an upper bound of the computed density
 // (rows skip the keys beyond their diagonal).
 //
@@ -20,11 +24,14 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_engine.h"
 #include "cuda/index_builders.h"
+#include "cuda/index_kernels.h"
 #include "cuda/plan_view.cuh"
 #include "mmsparse/patterns.h"
 #include "mmsparse/workload.h"
@@ -82,6 +89,16 @@ double median_milliseconds(cudaStream_t stream, const std::function<void()>& bef
   std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
   return samples[kRepeats / 2];
 }
+
+// Device scratch of the estimate and selection stages, timed alone.
+struct StageScratch {
+  std::vector<std::unique_ptr<DeviceCopy>> arrays;
+  template <class T>
+  T* add(int64_t count) {
+    arrays.push_back(std::make_unique<DeviceCopy>(static_cast<std::size_t>(count) * sizeof(T)));
+    return static_cast<T*>(arrays.back()->data);
+  }
+};
 
 // Tile rows × keys read, over all tiles, from the plan's records.
 double read_pairs(const cuda::DevicePlan& plan) {
@@ -164,35 +181,81 @@ void run(int64_t length) {
       properties.name, workload.spec().preset.c_str(), static_cast<long long>(length),
       generate_seconds, static_cast<long long>(q_heads), static_cast<long long>(kv_heads),
       static_cast<long long>(head_dim), kRepeats, kWarmups);
-  std::printf("%-42s %5s | %9s %9s | %9s | %7s | %s\n", "spec", "rows", "index ms", "host ms",
-              "attn ms", "index%", "read density");
+  std::printf("%-40s %4s | %9s %9s %9s %9s %7s | %9s | %6s | %s\n", "spec", "rows", "index ms",
+              "kept pool", "estimate", "top-k", "host ms", "attn ms", "index%", "read density");
   const double causal_pairs =
       static_cast<double>(q_heads) * static_cast<double>(length) * (length + 1) / 2.0;
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
   for (const char* text : kSpecs) {
+    const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
     for (const int64_t tile_rows : kTileRowChoices) {
-      const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
       const mmsparse::PlanShape shape{1, q_heads, length, length, tile_rows};
       const cuda::EstimateOperands operands =
           cuda::make_estimate_operands(spec.name, {q_view, k_view, args.scale}, shape);
       cuda::DevicePlan plan;
       double host_milliseconds = 0.0;
-      const double index_milliseconds = median_milliseconds(
-          stream, [&] { plan.release(stream); },
-          [&] {
-            const auto host_start = std::chrono::steady_clock::now();
-            plan = cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
-            host_milliseconds = std::chrono::duration<double, std::milli>(
-                                    std::chrono::steady_clock::now() - host_start)
-                                    .count();
-          });
+      const auto time_build = [&] {
+        return median_milliseconds(
+            stream, [&] { plan.release(stream); },
+            [&] {
+              const auto host_start = std::chrono::steady_clock::now();
+              plan = cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
+              host_milliseconds = std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - host_start)
+                                      .count();
+            });
+      };
+      uint64_t release_threshold = 0;
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+            "cudaMemPoolSetAttribute");
+      const double fresh_milliseconds = time_build();
+      release_threshold = std::numeric_limits<uint64_t>::max();
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+            "cudaMemPoolSetAttribute");
+      const double kept_milliseconds = time_build();
+
+      // The estimate and the selection alone, on scratch of their own.
+      const cuda::index::VerticalSlashBuild build = cuda::index::plan_vertical_slash(spec, shape);
+      const cuda::index::EstimateExtents extents =
+          cuda::index::estimate_extents(operands, build.last_q);
+      StageScratch scratch;
+      cuda::index::EstimateScratch estimate;
+      estimate.partial_max = scratch.add<float>(extents.slots * extents.rows * extents.chunks);
+      estimate.partial_sum = scratch.add<double>(extents.slots * extents.rows * extents.chunks);
+      estimate.row_max = scratch.add<float>(extents.slots * extents.rows);
+      estimate.row_sum = scratch.add<double>(extents.slots * extents.rows);
+      estimate.diagonal_partials =
+          scratch.add<double>(extents.slots * extents.chunks * extents.diagonal_span());
+      estimate.column_sums = scratch.add<double>(extents.slots * extents.scores);
+      estimate.diagonal_sums = scratch.add<double>(extents.slots * extents.scores);
+      const int64_t verticals = std::min(build.vertical, extents.scores);
+      const int64_t slashes = std::min(build.slash, extents.scores);
+      const cuda::index::LineSelection vertical_selection{
+          estimate.column_sums, extents.scores, build.vertical, build.sink,
+          scratch.add<int32_t>(extents.slots * verticals), verticals,
+          scratch.add<int32_t>(extents.slots)};
+      const cuda::index::LineSelection slash_selection{
+          estimate.diagonal_sums, extents.scores, build.slash, build.local,
+          scratch.add<int32_t>(extents.slots * slashes), slashes,
+          scratch.add<int32_t>(extents.slots)};
+      const auto nothing = [] {};
+      const double estimate_milliseconds = median_milliseconds(
+          stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });
+      const double select_milliseconds = median_milliseconds(stream, nothing, [&] {
+        cuda::index::launch_select_lines(vertical_selection, slash_selection, extents.slots,
+                                         stream);
+      });
+
       const double attention_milliseconds = median_milliseconds(
           stream,
           [&] { check(cudaMemsetAsync(flush.data, 0, flush.bytes, stream), "cudaMemsetAsync"); },
           [&] { cuda::attention_planned(plan, args); });
-      std::printf("%-42s %5lld | %9.3f %9.3f | %9.3f | %6.1f%% | %.2f%%\n", text,
-                  static_cast<long long>(tile_rows), index_milliseconds, host_milliseconds,
+      std::printf("%-40s %4lld | %9.3f %9.3f %9.3f %9.3f %7.3f | %9.3f | %5.1f%% | %.2f%%\n", text,
+                  static_cast<long long>(tile_rows), fresh_milliseconds, kept_milliseconds,
+                  estimate_milliseconds, select_milliseconds, host_milliseconds,
                   attention_milliseconds,
-                  100.0 * index_milliseconds / (index_milliseconds + attention_milliseconds),
+                  100.0 * kept_milliseconds / (kept_milliseconds + attention_milliseconds),
                   100.0 * read_pairs(plan) / causal_pairs);
       std::fflush(stdout);
     }
