@@ -4,6 +4,7 @@
 #include "cuda/index_builders.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -37,6 +38,25 @@ void check_operand(const std::string& name, const TensorView& view, const char* 
   }
   if (view.data == nullptr && view.numel() > 0) {
     throw_invalid_argument(name + " data", "a non-null pointer", "null");
+  }
+}
+
+// The estimate loads rows as 16-byte vectors (as the attention engine does).
+void check_vector_rows(const std::string& name, const TensorView& view) {
+  if (view.numel() == 0) return;
+  const int64_t vector = index::kEstimateVectorElements;
+  if (view.strides[3] != 1 || view.strides[0] % vector != 0 || view.strides[1] % vector != 0 ||
+      view.strides[2] % vector != 0) {
+    throw_invalid_argument(name + " strides",
+                           "a contiguous last dimension and other strides multiples of " +
+                               std::to_string(vector) + " elements (16-byte rows)",
+                           "[" + std::to_string(view.strides[0]) + ", " +
+                               std::to_string(view.strides[1]) + ", " +
+                               std::to_string(view.strides[2]) + ", " +
+                               std::to_string(view.strides[3]) + "]");
+  }
+  if (reinterpret_cast<std::uintptr_t>(view.data) % index::kEstimateVectorBytes != 0) {
+    throw_invalid_argument(name + " data", "a 16-byte aligned pointer", "a misaligned one");
   }
 }
 
@@ -94,6 +114,8 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
                     std::to_string(index::kMaxEstimateHeadDim) + ", got " +
                     std::to_string(head_dim));
   }
+  check_vector_rows(q, inputs.q);
+  check_vector_rows(k, inputs.k);
   if (inputs.q.shape[0] * kv_heads > kMaxGridY || inputs.q.shape[0] * shape.heads > kMaxGridY) {
     throw Error(ErrorCode::kUnsupported,
                 q + " batch * heads: the GPU estimate takes at most " +

@@ -43,7 +43,8 @@ struct EstimateOperands {
 bool inputs_on_device(const PatternInputs& inputs);
 
 // Checks `inputs` (CUDA q and k of one dtype, shapes matching `shape` as build_plan requires,
-// head_dim a multiple of 16 up to 128) and describes them; errors name "<pattern> input q ...".
+// head_dim a multiple of 16 up to 128, a contiguous last dimension, 16-byte aligned rows as the
+// attention engine needs them) and describes them; errors name "<pattern> input q ...".
 EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
                                         const PlanShape& shape);
 

@@ -32,6 +32,7 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kMmaKeys = 8;  // the MMA's n extent
 constexpr int kKeyTiles = kChunk / kMmaKeys;
 constexpr int kMmaDepth = static_cast<int>(kEstimateHeadDimStep);
+constexpr int kVectorElements = static_cast<int>(kEstimateVectorElements);
 constexpr int kFragmentHalfRows = 8;   // a fragment's second row group is 8 rows below the first
 constexpr int kFragmentHalfDepth = 8;  // and its second k group 8 columns right
 // Shared rows are padded by 8 elements (16 bytes) so that the 8 row groups of a fragment load fall
@@ -46,11 +47,13 @@ static_assert(kChunk % kMmaKeys == 0 && kThreads >= kTileDiagonals && kThreads >
 
 enum class EstimatePass : int32_t { kStats, kSums };
 
+// Rows load as 16-byte vectors: the operands' last dimension is contiguous and their rows 16-byte
+// aligned (make_estimate_operands checks).
 struct EstimateParams {
   const uint16_t* q;  // [batch, q_len, q_heads, head_dim] raw 16-bit elements
-  int64_t q_stride_batch, q_stride_row, q_stride_head, q_stride_dim;
+  int64_t q_stride_batch, q_stride_row, q_stride_head;
   const uint16_t* k;  // [batch, kv_len, kv_heads, head_dim]
-  int64_t k_stride_batch, k_stride_row, k_stride_head, k_stride_dim;
+  int64_t k_stride_batch, k_stride_row, k_stride_head;
   int32_t q_heads, kv_heads, group, head_dim;
   int64_t kv_len;
   float scale;
@@ -91,15 +94,16 @@ __global__ void __launch_bounds__(kThreads)
   const int pair = (lane % 4) * 2;
   const int head_dim = params.head_dim;
 
-  for (int e = static_cast<int>(threadIdx.x); e < kChunk * head_dim; e += kThreads) {
-    const int key = e / head_dim;
-    const int dim = e % head_dim;
-    uint16_t bits = 0;
+  const int row_vectors = head_dim / kVectorElements;
+  const uint16_t* keys = params.k + batch * params.k_stride_batch + kv_head * params.k_stride_head;
+  for (int v = static_cast<int>(threadIdx.x); v < kChunk * row_vectors; v += kThreads) {
+    const int key = v / row_vectors;
+    const int dim = v % row_vectors * kVectorElements;
+    uint4 bits = {};
     if (key_begin + key < params.kv_len) {
-      bits = params.k[batch * params.k_stride_batch + (key_begin + key) * params.k_stride_row +
-                      kv_head * params.k_stride_head + dim * params.k_stride_dim];
+      bits = *reinterpret_cast<const uint4*>(keys + (key_begin + key) * params.k_stride_row + dim);
     }
-    shared.keys[key * kRowPitch + dim] = bits;
+    *reinterpret_cast<uint4*>(shared.keys + key * kRowPitch + dim) = bits;
   }
 
   for (int32_t member = 0; member < params.group; ++member) {
@@ -125,16 +129,17 @@ __global__ void __launch_bounds__(kThreads)
         continue;
       }
       __syncthreads();  // the previous tile's values are consumed
-      for (int e = static_cast<int>(threadIdx.x); e < kTileRows * head_dim; e += kThreads) {
-        const int row = e / head_dim;
-        const int dim = e % head_dim;
-        uint16_t bits = 0;
+      const uint16_t* queries = params.q + batch * params.q_stride_batch +
+                                (params.first_row + row_begin) * params.q_stride_row +
+                                q_head * params.q_stride_head;
+      for (int v = static_cast<int>(threadIdx.x); v < kTileRows * row_vectors; v += kThreads) {
+        const int row = v / row_vectors;
+        const int dim = v % row_vectors * kVectorElements;
+        uint4 bits = {};
         if (row < tile_rows) {
-          bits = params.q[batch * params.q_stride_batch +
-                          (params.first_row + row_begin + row) * params.q_stride_row +
-                          q_head * params.q_stride_head + dim * params.q_stride_dim];
+          bits = *reinterpret_cast<const uint4*>(queries + row * params.q_stride_row + dim);
         }
-        shared.tile.queries[row * kRowPitch + dim] = bits;
+        *reinterpret_cast<uint4*>(shared.tile.queries + row * kRowPitch + dim) = bits;
       }
       if (pass == EstimatePass::kSums && static_cast<int>(threadIdx.x) < tile_rows) {
         const int64_t row = slot * params.rows + row_begin + threadIdx.x;
@@ -296,12 +301,10 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   params.q_stride_batch = operands.q_strides[0];
   params.q_stride_row = operands.q_strides[1];
   params.q_stride_head = operands.q_strides[2];
-  params.q_stride_dim = operands.q_strides[3];
   params.k = static_cast<const uint16_t*>(operands.k);
   params.k_stride_batch = operands.k_strides[0];
   params.k_stride_row = operands.k_strides[1];
   params.k_stride_head = operands.k_strides[2];
-  params.k_stride_dim = operands.k_strides[3];
   params.q_heads = static_cast<int32_t>(operands.q_heads);
   params.kv_heads = static_cast<int32_t>(operands.kv_heads);
   params.group = static_cast<int32_t>(operands.q_heads / operands.kv_heads);

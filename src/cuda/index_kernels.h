@@ -24,6 +24,9 @@ inline constexpr int64_t kEstimateChunkKeys = 64;
 inline constexpr int64_t kMaxEstimateRows = 1024;
 inline constexpr int64_t kMaxEstimateHeadDim = 128;
 inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
+// Operand rows load as 16-byte vectors of 16-bit elements.
+inline constexpr int64_t kEstimateVectorElements = 8;
+inline constexpr std::size_t kEstimateVectorBytes = 16;
 
 // The estimate's extents, all from the shape and last_q.
 struct EstimateExtents {

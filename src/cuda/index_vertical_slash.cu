@@ -5,10 +5,9 @@
 //   lo >= 1; consecutive rows give consecutive or equal frontiers, so one run);
 //   every selected diagonal d < hi gives the band [max(0, lo - 1 - d), hi - d), bands merged where
 //   they overlap or touch; every selected vertical < hi outside the bands is a column.
-// Bands of descending diagonals have ascending starts, so one pass over the slashes, from the
-// largest below hi, emits the merged spans in order, and the verticals interleave with them.
-// Counting and writing share that pass (as the static builders do): count, scan, write, then the
-// upload's heaviest-first schedule by a stable radix sort.
+// A warp per tile ranks the merged spans and the kept verticals (see tile_keys). Counting and
+// writing share that code (as the static builders do): count, scan, write, then the upload's
+// heaviest-first schedule by a stable radix sort.
 
 #include <algorithm>
 #include <bit>
@@ -30,6 +29,8 @@ namespace mmsparse::cuda::index {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
+constexpr int kWarpLanes = 32;
+constexpr unsigned kAllLanes = 0xffffffffu;
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -62,73 +63,95 @@ struct Lines {
   int32_t slash_count;
 };
 
-// Feeds a tile's merged spans and its columns to `out` (span(begin, end), column(key)), both
-// ascending, exactly as TileKeys::write hands them to PlanBuilder.
-template <class Emit>
-__device__ void emit_tile_keys(const TileFrontiers& rows, const Lines& lines, Emit& out) {
-  if (rows.high < 1) return;
-  // Slashes are ascending: the first `below` of them are the diagonals some row sees.
-  int32_t low_index = 0;
-  int32_t high_index = lines.slash_count;
-  while (low_index < high_index) {
-    const int32_t middle = (low_index + high_index) / 2;
-    if (lines.slashes[middle] < rows.high) {
-      low_index = middle + 1;
+// The first index of the ascending `values` that is >= `bound` (count when none is).
+__device__ inline int32_t lower_bound(const int32_t* values, int32_t count, int64_t bound) {
+  int32_t low = 0;
+  int32_t high = count;
+  while (low < high) {
+    const int32_t middle = (low + high) / 2;
+    if (values[middle] < bound) {
+      low = middle + 1;
     } else {
-      high_index = middle;
+      high = middle;
     }
   }
-  const int32_t below = low_index;
-  int32_t vertical = 0;
-  const auto close_span = [&](int64_t begin, int64_t end) {
-    for (; vertical < lines.vertical_count && lines.verticals[vertical] < begin; ++vertical) {
-      out.column(lines.verticals[vertical]);
-    }
-    while (vertical < lines.vertical_count && lines.verticals[vertical] < end) ++vertical;
-    out.span(begin, end);
-  };
-  bool open = false;
-  int64_t open_begin = 0;
-  int64_t open_end = 0;
-  for (int32_t s = below - 1; s >= 0; --s) {
-    const int64_t diagonal = lines.slashes[s];
-    const int64_t band_begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
-    const int64_t band_end = rows.high - diagonal;
-    if (open && band_begin <= open_end) {
-      open_end = band_end > open_end ? band_end : open_end;
-      continue;
-    }
-    if (open) close_span(open_begin, open_end);
-    open = true;
-    open_begin = band_begin;
-    open_end = band_end;
-  }
-  if (open) close_span(open_begin, open_end);
-  for (; vertical < lines.vertical_count && lines.verticals[vertical] < rows.high; ++vertical) {
-    out.column(lines.verticals[vertical]);
-  }
+  return low;
 }
 
-struct CountEmit {
+__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
+
+struct TileCounts {
   int64_t spans = 0;
   int64_t columns = 0;
-  __device__ void span(int64_t, int64_t) { ++spans; }
-  __device__ void column(int64_t) { ++columns; }
+  int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
 };
 
-struct WriteEmit {
-  SpanRecord* spans;  // the tile's next span
-  int32_t* columns;   // the tile's next column
-  int64_t keys = 0;
-  __device__ void span(int64_t begin, int64_t end) {
-    *spans++ = {static_cast<int32_t>(begin), static_cast<int32_t>(end)};
-    keys += end - begin;
+// A tile's merged spans and columns, computed by one warp, exactly as TileKeys::write hands them to
+// PlanBuilder; written when `spans` and `columns` are not null. In ascending begin order, band j is
+// diagonal slashes[below - 1 - j]; begins and ends both ascend with j, so band j opens a new span
+// exactly when it starts after the previous band's end, and span k ends where the band before span
+// k + 1's first band ends. A vertical v is inside a span when some band holds it, i.e. some selected
+// diagonal d has lo - 1 - v <= d < hi - v: a binary search. The warp takes 32 bands or verticals at
+// a time and ranks them with ballots.
+__device__ TileCounts tile_keys(const TileFrontiers& rows, const Lines& lines, SpanRecord* spans,
+                                int32_t* columns) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  TileCounts counts;
+  if (rows.high < 1) return counts;
+  const int32_t below = lower_bound(lines.slashes, lines.slash_count, rows.high);
+  int64_t lane_keys = 0;
+  for (int32_t first = 0; first < below; first += kWarpLanes) {
+    const int32_t band = first + lane;
+    bool opens = false;
+    int64_t begin = 0;
+    int64_t previous_end = 0;
+    if (band < below) {
+      const int64_t diagonal = lines.slashes[below - 1 - band];
+      begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
+      previous_end = band > 0 ? rows.high - lines.slashes[below - band] : 0;
+      opens = band == 0 || begin > previous_end;
+    }
+    const unsigned openers = __ballot_sync(kAllLanes, opens);
+    if (opens) {
+      const int64_t span = counts.spans + __popc(openers & lanes_below(lane));
+      // Length = end - begin, summed over spans: this span's -begin, the previous span's +end.
+      lane_keys += (band > 0 ? previous_end : 0) - begin;
+      if (spans != nullptr) {
+        spans[span].begin = static_cast<int32_t>(begin);
+        if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
+      }
+    }
+    counts.spans += __popc(openers);
   }
-  __device__ void column(int64_t key) {
-    *columns++ = static_cast<int32_t>(key);
-    ++keys;
+  if (below > 0 && lane == 0) {
+    const int64_t last_end = rows.high - lines.slashes[0];
+    lane_keys += last_end;
+    if (spans != nullptr) spans[counts.spans - 1].end = static_cast<int32_t>(last_end);
   }
-};
+
+  const int32_t visible = lower_bound(lines.verticals, lines.vertical_count, rows.high);
+  for (int32_t first = 0; first < visible; first += kWarpLanes) {
+    const int32_t index = first + lane;
+    bool kept = false;
+    int32_t vertical = 0;
+    if (index < visible) {
+      vertical = lines.verticals[index];
+      const int32_t holder =
+          lower_bound(lines.slashes, below, rows.low - 1 - static_cast<int64_t>(vertical));
+      kept = holder == below || lines.slashes[holder] >= rows.high - vertical;
+    }
+    const unsigned keepers = __ballot_sync(kAllLanes, kept);
+    if (kept && columns != nullptr) {
+      columns[counts.columns + __popc(keepers & lanes_below(lane))] = vertical;
+    }
+    counts.columns += __popc(keepers);
+  }
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
+  }
+  counts.keys = lane_keys + counts.columns;
+  return counts;
+}
 
 // The selections of every head slot, [slots, capacity] with a count each.
 struct SelectedLines {
@@ -145,16 +168,22 @@ struct SelectedLines {
   }
 };
 
-// One thread per tile of every head slot, head slot major (the host builder's order).
+__device__ inline int64_t warp_index() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
+}
+
+// One warp per tile of every head slot, head slot major (the host builder's order).
 __global__ void count_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
                                    int64_t* span_counts, int64_t* column_counts) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t index = warp_index();
   if (index >= tiles) return;
-  CountEmit counts;
-  emit_tile_keys(geometry.tile(index % geometry.tiles_per_head),
-                 selected.of(index / geometry.tiles_per_head), counts);
-  span_counts[index] = counts.spans;
-  column_counts[index] = counts.columns;
+  const TileCounts counts = tile_keys(geometry.tile(index % geometry.tiles_per_head),
+                                      selected.of(index / geometry.tiles_per_head), nullptr,
+                                      nullptr);
+  if (threadIdx.x % kWarpLanes == 0) {
+    span_counts[index] = counts.spans;
+    column_counts[index] = counts.columns;
+  }
 }
 
 struct FillTargets {
@@ -168,24 +197,25 @@ struct FillTargets {
 
 __global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
                                   FillTargets out) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index == 0) out.sections.masks[0] = out.mask;
+  const int64_t index = warp_index();
   if (index >= tiles) return;
   const int64_t slot = index / geometry.tiles_per_head;
   const TileFrontiers rows = geometry.tile(index % geometry.tiles_per_head);
   const int64_t span_begin = out.span_offsets[index];
   const int64_t column_begin = out.column_offsets[index];
-  WriteEmit written{out.sections.spans + span_begin, out.sections.columns + column_begin};
-  emit_tile_keys(rows, selected.of(slot), written);
+  const TileCounts counts = tile_keys(rows, selected.of(slot), out.sections.spans + span_begin,
+                                      out.sections.columns + column_begin);
+  if (threadIdx.x % kWarpLanes != 0) return;
+  if (index == 0) out.sections.masks[0] = out.mask;
   out.sections.tiles[index] = {static_cast<int32_t>(rows.begin),
                                static_cast<int32_t>(rows.end),
                                static_cast<int32_t>(slot),
                                0,
                                span_begin,
-                               static_cast<int64_t>(written.spans - out.sections.spans),
+                               span_begin + counts.spans,
                                column_begin,
-                               static_cast<int64_t>(written.columns - out.sections.columns)};
-  out.tile_keys[index] = static_cast<uint32_t>(written.keys);
+                               column_begin + counts.columns};
+  out.tile_keys[index] = static_cast<uint32_t>(counts.keys);
   out.tile_indices[index] = static_cast<int32_t>(index);
 }
 
@@ -353,7 +383,8 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   auto* span_offsets = region<int64_t>(base, span_offsets_at);
   auto* column_offsets = region<int64_t>(base, column_offsets_at);
   void* temp = base + temp_at;
-  const auto blocks = static_cast<unsigned>(ceil_div(tiles, kThreadsPerBlock));
+  const auto blocks =
+      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
   count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
                                                               span_counts, column_counts);
   check_launch("vertical-slash index: count_tiles_kernel");

@@ -403,6 +403,10 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   more_heads.heads = 3;
   expect_error([&] { (void)operands(q.view, k.view, more_heads); }, ErrorCode::kInvalidArgument,
                {"vertical-slash input q heads"});
+  TensorView strided_q = q.view;
+  strided_q.strides[3] = 2;
+  expect_error([&] { (void)operands(strided_q, k.view, shape); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input q strides", "contiguous last dimension"});
   TensorView narrow_q = q.view;
   TensorView narrow_k = k.view;
   narrow_q.shape[3] = narrow_k.shape[3] = 40;
