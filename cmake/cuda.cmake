@@ -35,6 +35,10 @@ if(MMSPARSE_WITH_CUDA)
     src/cuda/tensor_map.cu
     src/cuda/merge.cu
     src/cuda/plan_builders.cu
+    src/cuda/index_builders.cu
+    src/cuda/index_estimate.cu
+    src/cuda/index_select.cu
+    src/cuda/index_vertical_slash.cu
   )
   message(STATUS "mmsparse: CUDA engine enabled (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()

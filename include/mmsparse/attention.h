@@ -20,7 +20,8 @@
 
 namespace mmsparse {
 
-struct PatternSpec;  // patterns.h
+struct PatternSpec;    // patterns.h
+struct PatternInputs;  // patterns.h
 
 struct AttentionOptions {
   float scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
@@ -72,9 +73,10 @@ class PreparedPlan {
   PreparedPlan(PreparedPlan&&) noexcept;
   PreparedPlan& operator=(PreparedPlan&&) noexcept;
 
-  // The host plan. A plan that prepare_pattern built on the device has no host copy until the
-  // first call, which builds it on the host (once, thread-safe) from the resolved spec; attention
-  // calls never need it.
+  // The host plan. A static plan that prepare_pattern built on the device has no host copy until
+  // the first call, which builds it on the host (once, thread-safe) from the resolved spec;
+  // attention calls never need it. A dynamic plan built on the device from device tensors has
+  // none: throws kUnsupported.
   const Plan& plan() const;
   const PlanShape& shape() const;
   Device device() const;
@@ -85,7 +87,8 @@ class PreparedPlan {
   std::unique_ptr<Impl> impl_;
   friend PreparedPlan prepare_plan(Plan plan, Device device, void* stream);
   friend PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
-                                      const ModalityLayout* layout, Device device, void* stream);
+                                      const ModalityLayout* layout, Device device, void* stream,
+                                      const PatternInputs* inputs);
   friend void attention_planned(const PreparedPlan& prepared, const TensorView& q,
                                 const TensorView& k, const TensorView& v, const TensorView& out,
                                 const TensorView& lse, const AttentionOptions& options);
@@ -95,13 +98,16 @@ class PreparedPlan {
 // one that waits for it.
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 // The plan of `spec` (one spec for every head slot; see patterns.h) prepared for `device`: what
-// prepare_plan(build_plan(spec, shape, layout), device, stream) prepares. On a CUDA device, static
-// patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight into
-// device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
-// other patterns and devices build the plan on the host. Dynamic patterns need inputs: use
-// build_plan and prepare_plan for them.
+// prepare_plan(build_plan(spec, shape, layout, inputs), device, stream) prepares. On a CUDA device,
+// static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight
+// into device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
+// so are dynamic patterns whose `inputs` are CUDA tensors (vertical-slash with boundary 0 or 1;
+// others throw kUnsupported for device inputs): the estimate, the line selection and the plan run
+// on the GPU for every head slot (docs/index_builders.md). Otherwise the plan is built on the host.
+// Dynamic patterns need `inputs`; a device-built dynamic plan has no host copy (plan() throws).
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
-                             const ModalityLayout* layout, Device device, void* stream = nullptr);
+                             const ModalityLayout* layout, Device device, void* stream = nullptr,
+                             const PatternInputs* inputs = nullptr);
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});

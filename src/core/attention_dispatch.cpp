@@ -12,6 +12,7 @@
 #include "cpu/reference_attention.h"
 #ifdef MMSPARSE_WITH_CUDA
 #include "cuda/cuda_engine.h"
+#include "cuda/index_builders.h"
 #include "cuda/plan_builders.h"
 #endif
 #include "mmsparse/attention.h"
@@ -276,11 +277,12 @@ int64_t preferred_tile_rows(Device device, int64_t head_dim) {
 struct PreparedPlan::Impl {
   PlanShape shape;
   Device device;
-  // The host plan; for a plan built on the device, built from `device_built_spec` by the first
-  // plan() call.
+  // The host plan; for a static plan built on the device, built from `device_built_spec` by the
+  // first plan() call.
   mutable std::optional<Plan> plan;
   mutable std::once_flag plan_built;
   std::optional<PatternSpec> device_built_spec;  // resolved
+  bool estimated_on_device = false;  // a dynamic plan from device tensors: no host copy
 #ifdef MMSPARSE_WITH_CUDA
   cuda::DevicePlan device_plan;
 #endif
@@ -293,6 +295,12 @@ PreparedPlan& PreparedPlan::operator=(PreparedPlan&&) noexcept = default;
 
 const Plan& PreparedPlan::plan() const {
   const PlanShape& prepared_shape = shape();
+  if (impl_->estimated_on_device) {
+    throw Error(ErrorCode::kUnsupported,
+                "PreparedPlan::plan: " + impl_->device_built_spec->to_string() +
+                    " was estimated on the GPU from device tensors and has no host copy; build "
+                    "it with build_plan from host inputs for one");
+  }
   std::call_once(impl_->plan_built, [&] {
     // Static patterns read the layout only for their defaults, which the resolved spec holds.
     if (!impl_->plan) impl_->plan = build_plan(*impl_->device_built_spec, prepared_shape);
@@ -329,20 +337,36 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
 }
 
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
-                             const ModalityLayout* layout, Device device, void* stream) {
+                             const ModalityLayout* layout, Device device, void* stream,
+                             const PatternInputs* inputs) {
   PatternSpec resolved = resolve_pattern(spec, layout);
 #ifdef MMSPARSE_WITH_CUDA
-  if (device.type == DeviceType::kCUDA && cuda::builds_on_device(resolved.name)) {
+  const bool estimate_on_device = inputs != nullptr && cuda::inputs_on_device(*inputs) &&
+                                  !cuda::builds_on_device(resolved.name);
+  if (device.type == DeviceType::kCUDA &&
+      (estimate_on_device || cuda::builds_on_device(resolved.name))) {
     PreparedPlan prepared;
     prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
     prepared.impl_->shape = shape;
     prepared.impl_->device = device;
-    prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
+    if (estimate_on_device) {
+      if (!cuda::builds_dynamic_on_device(resolved)) {
+        throw Error(ErrorCode::kUnsupported,
+                    "prepare_pattern: " + resolved.to_string() +
+                        " is not built on the GPU (vertical-slash with boundary 0 or 1 is); "
+                        "pass host inputs to build it on the host");
+      }
+      prepared.impl_->device_plan = cuda::build_dynamic_plan_on_device(
+          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream);
+      prepared.impl_->estimated_on_device = true;
+    } else {
+      prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
+    }
     prepared.impl_->device_built_spec = std::move(resolved);
     return prepared;
   }
 #endif
-  return prepare_plan(build_plan(resolved, shape, layout), device, stream);
+  return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
 }
 
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,

@@ -25,6 +25,8 @@ struct PatternSpec;
 
 namespace mmsparse::cuda {
 
+struct EstimateOperands;  // index_builders.h
+
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
 inline constexpr int64_t kMaxTileRows = 128;     // wgmma kernel: 2 warpgroups × 64 query rows
@@ -108,7 +110,9 @@ class DevicePlan {
 
   const PlanShape& shape() const { return shape_; }
   int64_t num_tiles() const { return num_tiles_; }
-  int64_t num_columns() const { return num_columns_; }  // gathered keys over all tiles
+  // Gathered keys over all tiles; for a plan estimated on the device (index_builders.h), the
+  // capacity of its columns section, an upper bound (the count lives on the device).
+  int64_t num_columns() const { return num_columns_; }
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
@@ -118,6 +122,10 @@ class DevicePlan {
   // Fills the buffer with kernels instead of uploading a host plan (plan_builders.cu).
   friend DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec,
                                                 const PlanShape& shape, void* stream);
+  // Fills it from estimates of device Q and K (index_builders.cu).
+  friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
+                                                 const PlanShape& shape,
+                                                 const EstimateOperands& operands, void* stream);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

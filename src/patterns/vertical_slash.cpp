@@ -62,13 +62,10 @@ int64_t checked_budget(const PatternSpec& spec, const std::string& key, const st
 
 void build_vertical_slash(PlanBuilder& builder, const PatternSpec& spec,
                           const HeadContext& context) {
-  const int64_t sink = checked_param(spec, kSinkParam, 0);
-  const int64_t local = checked_param(spec, kLocalParam, 0);
-  const int64_t vertical = checked_budget(spec, kVerticalParam, kSinkParam, sink);
-  const int64_t slash = checked_budget(spec, kSlashParam, kLocalParam, local);
+  const VerticalSlashBudgets budgets = vertical_slash_budgets(spec);
   build_dynamic_head(builder, spec, context, [&](const Estimate& estimate) {
-    return std::make_unique<VerticalSlashPattern>(
-        select_vertical_slash(estimate, vertical, slash, sink, local));
+    return std::make_unique<VerticalSlashPattern>(select_vertical_slash(
+        estimate, budgets.vertical, budgets.slash, budgets.sink, budgets.local));
   });
 }
 
@@ -80,6 +77,15 @@ Params vertical_slash_params(int64_t) {
 }
 
 }  // namespace
+
+VerticalSlashBudgets vertical_slash_budgets(const PatternSpec& resolved_spec) {
+  VerticalSlashBudgets budgets;
+  budgets.sink = checked_param(resolved_spec, kSinkParam, 0);
+  budgets.local = checked_param(resolved_spec, kLocalParam, 0);
+  budgets.vertical = checked_budget(resolved_spec, kVerticalParam, kSinkParam, budgets.sink);
+  budgets.slash = checked_budget(resolved_spec, kSlashParam, kLocalParam, budgets.local);
+  return budgets;
+}
 
 VerticalSlashLines select_vertical_slash(const Estimate& estimate, int64_t vertical, int64_t slash,
                                          int64_t sink, int64_t local) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mmsparse/patterns.h"
 #include "patterns/estimation.h"
 
 namespace mmsparse::detail {
@@ -23,6 +24,16 @@ struct VerticalSlashLines {
   std::vector<int64_t> verticals;  // compact keys, ascending
   std::vector<int64_t> slashes;    // diagonal offsets d = frontier - 1 - key, ascending
 };
+
+// The spec's line budgets and forced lines, checked as the host builder checks them: a budget
+// counts its always-kept lines, so it must hold them. Shared with the GPU index builder.
+struct VerticalSlashBudgets {
+  int64_t vertical = 0;
+  int64_t slash = 0;
+  int64_t sink = 0;
+  int64_t local = 0;
+};
+VerticalSlashBudgets vertical_slash_budgets(const PatternSpec& resolved_spec);
 
 VerticalSlashLines select_vertical_slash(const Estimate& estimate, int64_t vertical, int64_t slash,
                                          int64_t sink, int64_t local);

@@ -199,7 +199,7 @@ TEST(PreparedPlan, PreparePatternEqualsPreparePlanOfTheBuiltPlan) {
     EXPECT_EQ(prepared.plan().masks, plan.masks);
     expect_prepared_equals_host(plan, prepared, inputs, random_options(random));
   }
-  // Dynamic patterns estimate from inputs, which prepare_pattern does not take.
+  // Dynamic patterns estimate from inputs; without them prepare_pattern throws naming them.
   EXPECT_THROW((void)prepare_pattern(PatternSpec::parse("vertical-slash"), shape, &layout, kCpu),
                Error);
 }

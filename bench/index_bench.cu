@@ -1,0 +1,277 @@
+// Times the GPU index builder (cuda/index_builders.h) against attention over the plan it builds:
+// vertical-slash estimated from device Q and K for every head slot, then the engine (kernel
+// auto-selected) on that plan. bf16, the SYNTHETIC workload "video-qwen2.5vl-128k" (28 query heads
+// over 4 KV heads, head_dim 128; docs/workloads.md). Index milliseconds are stream time from the
+// build call to its last kernel (allocation, estimate, top-k, conversion, schedule sort), median
+// of repeats after a warm-up, twice: with the default memory pool, which returns freed memory to
+// the system at every synchronisation (so each build maps its buffers anew), and with a pool that
+// keeps it (release threshold unlimited, what a caching allocator does across layers). The
+// estimate and top-k stages are also timed alone; the rest is the conversion, the schedule sort and
+// the allocations. Attention is timed likewise, L2 flushed before each run. "read density" is
+// tile rows × keys each tile reads over the causal pairs: an upper bound of the computed density
+// (rows skip the keys beyond their diagonal).
+//
+//   mmsparse_index_bench [seq_len]     default 131072
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_engine.h"
+#include "cuda/index_builders.h"
+#include "cuda/index_kernels.h"
+#include "cuda/plan_view.cuh"
+#include "mmsparse/patterns.h"
+#include "mmsparse/workload.h"
+
+namespace {
+
+namespace cuda = mmsparse::cuda;
+using mmsparse::DType;
+
+constexpr int64_t kDefaultLength = 131072;
+constexpr int kWarmups = 1;
+constexpr int kRepeats = 5;
+constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // several times the 50 MB L2
+constexpr int64_t kTileRowChoices[] = {64, 128};
+constexpr const char* kSpecs[] = {"vertical-slash", "vertical-slash:vertical=200,slash=1200"};
+
+void check(cudaError_t result, const char* what) {
+  if (result == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(result));
+  std::exit(1);
+}
+
+struct DeviceCopy {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceCopy(std::size_t size) : bytes(size) { check(cudaMalloc(&data, bytes), "cudaMalloc"); }
+  explicit DeviceCopy(const mmsparse::Tensor& host) : DeviceCopy(host.nbytes()) {
+    check(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  ~DeviceCopy() { cudaFree(data); }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+};
+
+// Median stream milliseconds of `run` over the repeats, `before` (untimed) ahead of each.
+double median_milliseconds(cudaStream_t stream, const std::function<void()>& before,
+                           const std::function<void()>& run) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> samples;
+  for (int r = 0; r < kWarmups + kRepeats; ++r) {
+    before();
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    run();
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float milliseconds = 0.0f;
+    check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
+    if (r >= kWarmups) samples.push_back(milliseconds);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
+  return samples[kRepeats / 2];
+}
+
+// Device scratch of the estimate and selection stages, timed alone.
+struct StageScratch {
+  std::vector<std::unique_ptr<DeviceCopy>> arrays;
+  template <class T>
+  T* add(int64_t count) {
+    arrays.push_back(std::make_unique<DeviceCopy>(static_cast<std::size_t>(count) * sizeof(T)));
+    return static_cast<T*>(arrays.back()->data);
+  }
+};
+
+// Tile rows × keys read, over all tiles, from the plan's records.
+double read_pairs(const cuda::DevicePlan& plan) {
+  const cuda::DevicePlanLayout& layout = plan.layout();
+  std::vector<cuda::TileRecord> tiles(static_cast<std::size_t>(plan.num_tiles()));
+  const auto* base = static_cast<const std::byte*>(plan.data());
+  check(cudaMemcpy(tiles.data(), base + layout.tiles, tiles.size() * sizeof(cuda::TileRecord),
+                   cudaMemcpyDeviceToHost),
+        "cudaMemcpy tiles");
+  int64_t spans = 0;
+  for (const cuda::TileRecord& tile : tiles) spans = std::max(spans, tile.span_end);
+  std::vector<cuda::SpanRecord> span_records(static_cast<std::size_t>(spans));
+  check(cudaMemcpy(span_records.data(), base + layout.spans,
+                   span_records.size() * sizeof(cuda::SpanRecord), cudaMemcpyDeviceToHost),
+        "cudaMemcpy spans");
+  double pairs = 0.0;
+  for (const cuda::TileRecord& tile : tiles) {
+    int64_t keys = tile.column_end - tile.column_begin;
+    for (int64_t s = tile.span_begin; s < tile.span_end; ++s) {
+      keys += span_records[s].end - span_records[s].begin;
+    }
+    pairs += static_cast<double>(keys) * (tile.end - tile.begin);
+  }
+  return pairs;
+}
+
+void run(int64_t length) {
+  mmsparse::WorkloadSpec workload_spec;
+  workload_spec.seq_len = length;
+  const auto generate_start = std::chrono::steady_clock::now();
+  const mmsparse::Workload workload = mmsparse::Workload::create(workload_spec);
+  const mmsparse::Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const double generate_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - generate_start).count();
+  const int64_t q_heads = tensors.q.shape()[2];
+  const int64_t kv_heads = tensors.k.shape()[2];
+  const int64_t head_dim = tensors.q.shape()[3];
+  const DeviceCopy q(tensors.q);
+  const DeviceCopy k(tensors.k);
+  const DeviceCopy v(tensors.v);
+  const DeviceCopy out(tensors.q.nbytes());
+  const DeviceCopy lse(static_cast<std::size_t>(q_heads * length) * sizeof(float));
+  const DeviceCopy flush(kFlushBytes);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+
+  mmsparse::TensorView q_view = tensors.q.view();
+  q_view.data = q.data;
+  q_view.device = {mmsparse::DeviceType::kCUDA, 0};
+  mmsparse::TensorView k_view = tensors.k.view();
+  k_view.data = k.data;
+  k_view.device = q_view.device;
+
+  cuda::AttentionArgs args;
+  args.dtype = DType::kBFloat16;
+  args.batch = 1;
+  args.q_len = length;
+  args.kv_len = length;
+  args.q_heads = q_heads;
+  args.kv_heads = kv_heads;
+  args.head_dim = head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  args.q = q.data;
+  args.q_strides = {length * q_heads * head_dim, q_heads * head_dim, head_dim, 1};
+  args.k = k.data;
+  args.k_strides = {length * kv_heads * head_dim, kv_heads * head_dim, head_dim, 1};
+  args.v = v.data;
+  args.v_strides = args.k_strides;
+  args.out = out.data;
+  args.out_strides = args.q_strides;
+  args.lse = static_cast<float*>(lse.data);
+  args.lse_strides = {q_heads * length, length, 1};
+  args.stream = stream;
+
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+  std::printf(
+      "mmsparse_index_bench on %s: SYNTHETIC %s at %lld tokens (generated in %.1f s), bf16, %lld q "
+      "heads / %lld kv heads, d%lld; median of %d after %d warm-up(s)\n",
+      properties.name, workload.spec().preset.c_str(), static_cast<long long>(length),
+      generate_seconds, static_cast<long long>(q_heads), static_cast<long long>(kv_heads),
+      static_cast<long long>(head_dim), kRepeats, kWarmups);
+  std::printf("%-40s %4s | %9s %9s %9s %9s %7s | %9s | %6s | %s\n", "spec", "rows", "index ms",
+              "kept pool", "estimate", "top-k", "host ms", "attn ms", "index%", "read density");
+  const double causal_pairs =
+      static_cast<double>(q_heads) * static_cast<double>(length) * (length + 1) / 2.0;
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  for (const char* text : kSpecs) {
+    const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
+    for (const int64_t tile_rows : kTileRowChoices) {
+      const mmsparse::PlanShape shape{1, q_heads, length, length, tile_rows};
+      const cuda::EstimateOperands operands =
+          cuda::make_estimate_operands(spec.name, {q_view, k_view, args.scale}, shape);
+      cuda::DevicePlan plan;
+      double host_milliseconds = 0.0;
+      const auto time_build = [&] {
+        return median_milliseconds(
+            stream, [&] { plan.release(stream); },
+            [&] {
+              const auto host_start = std::chrono::steady_clock::now();
+              plan = cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
+              host_milliseconds = std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - host_start)
+                                      .count();
+            });
+      };
+      uint64_t release_threshold = 0;
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+            "cudaMemPoolSetAttribute");
+      const double fresh_milliseconds = time_build();
+      release_threshold = std::numeric_limits<uint64_t>::max();
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+            "cudaMemPoolSetAttribute");
+      const double kept_milliseconds = time_build();
+
+      // The estimate and the selection alone, on scratch of their own.
+      const cuda::index::VerticalSlashBuild build = cuda::index::plan_vertical_slash(spec, shape);
+      const cuda::index::EstimateExtents extents =
+          cuda::index::estimate_extents(operands, build.last_q);
+      StageScratch scratch;
+      cuda::index::EstimateScratch estimate;
+      estimate.partial_max = scratch.add<float>(extents.slots * extents.rows * extents.chunks);
+      estimate.partial_sum = scratch.add<double>(extents.slots * extents.rows * extents.chunks);
+      estimate.row_max = scratch.add<float>(extents.slots * extents.rows);
+      estimate.row_sum = scratch.add<double>(extents.slots * extents.rows);
+      estimate.diagonal_partials =
+          scratch.add<double>(extents.slots * extents.chunks * extents.diagonal_span());
+      estimate.column_sums = scratch.add<double>(extents.slots * extents.scores);
+      estimate.diagonal_sums = scratch.add<double>(extents.slots * extents.scores);
+      const int64_t verticals = std::min(build.vertical, extents.scores);
+      const int64_t slashes = std::min(build.slash, extents.scores);
+      const cuda::index::LineSelection vertical_selection{
+          estimate.column_sums, extents.scores, build.vertical, build.sink,
+          scratch.add<int32_t>(extents.slots * verticals), verticals,
+          scratch.add<int32_t>(extents.slots)};
+      const cuda::index::LineSelection slash_selection{
+          estimate.diagonal_sums, extents.scores, build.slash, build.local,
+          scratch.add<int32_t>(extents.slots * slashes), slashes,
+          scratch.add<int32_t>(extents.slots)};
+      const auto nothing = [] {};
+      const double estimate_milliseconds = median_milliseconds(
+          stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });
+      const double select_milliseconds = median_milliseconds(stream, nothing, [&] {
+        cuda::index::launch_select_lines(vertical_selection, slash_selection, extents.slots,
+                                         stream);
+      });
+
+      const double attention_milliseconds = median_milliseconds(
+          stream,
+          [&] { check(cudaMemsetAsync(flush.data, 0, flush.bytes, stream), "cudaMemsetAsync"); },
+          [&] { cuda::attention_planned(plan, args); });
+      std::printf("%-40s %4lld | %9.3f %9.3f %9.3f %9.3f %7.3f | %9.3f | %5.1f%% | %.2f%%\n", text,
+                  static_cast<long long>(tile_rows), fresh_milliseconds, kept_milliseconds,
+                  estimate_milliseconds, select_milliseconds, host_milliseconds,
+                  attention_milliseconds,
+                  100.0 * kept_milliseconds / (kept_milliseconds + attention_milliseconds),
+                  100.0 * read_pairs(plan) / causal_pairs);
+      std::fflush(stdout);
+    }
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    run(argc > 1 ? std::atoll(argv[1]) : kDefaultLength);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "mmsparse_index_bench failed: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

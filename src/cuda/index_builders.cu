@@ -1,0 +1,212 @@
+// The GPU index builders' entry points (index_builders.h): operand checks, the plan buffer's layout
+// and allocation, and the pattern's kernels (index_vertical_slash.cu).
+
+#include "cuda/index_builders.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/index_kernels.h"
+#include "cuda/plan_view.cuh"
+#include "mmsparse/status.h"
+#include "patterns/modality_boundary.h"
+
+namespace mmsparse::cuda {
+namespace {
+
+constexpr int kOperandDims = 4;
+constexpr char kVerticalSlash[] = "vertical-slash";
+// Grid dimension y of the estimate kernels: KV heads of the batch, and head slots.
+constexpr int64_t kMaxGridY = 65535;
+
+void check_operand(const std::string& name, const TensorView& view, const char* dims) {
+  if (view.device.type != DeviceType::kCUDA) {
+    throw_invalid_argument(name + " device", "cuda (the plan is built on the GPU)",
+                           device_name(view.device));
+  }
+  if (view.ndim != kOperandDims) {
+    throw_invalid_argument(name, std::string("4 dimensions ") + dims,
+                           std::to_string(view.ndim) + " (" + view.shape_string() + ")");
+  }
+  if (view.dtype != DType::kBFloat16 && view.dtype != DType::kFloat16) {
+    throw_invalid_argument(name + " dtype", "bfloat16 or float16 (the GPU estimate's MMA)",
+                           std::string(dtype_name(view.dtype)));
+  }
+  if (view.data == nullptr && view.numel() > 0) {
+    throw_invalid_argument(name + " data", "a non-null pointer", "null");
+  }
+}
+
+// The estimate loads rows as 16-byte vectors (as the attention engine does).
+void check_vector_rows(const std::string& name, const TensorView& view) {
+  if (view.numel() == 0) return;
+  const int64_t vector = index::kEstimateVectorElements;
+  if (view.strides[3] != 1 || view.strides[0] % vector != 0 || view.strides[1] % vector != 0 ||
+      view.strides[2] % vector != 0) {
+    throw_invalid_argument(name + " strides",
+                           "a contiguous last dimension and other strides multiples of " +
+                               std::to_string(vector) + " elements (16-byte rows)",
+                           "[" + std::to_string(view.strides[0]) + ", " +
+                               std::to_string(view.strides[1]) + ", " +
+                               std::to_string(view.strides[2]) + ", " +
+                               std::to_string(view.strides[3]) + "]");
+  }
+  if (reinterpret_cast<std::uintptr_t>(view.data) % index::kEstimateVectorBytes != 0) {
+    throw_invalid_argument(name + " data", "a 16-byte aligned pointer", "a misaligned one");
+  }
+}
+
+void check_extent(const std::string& name, int64_t value, int64_t expected,
+                  const std::string& what) {
+  if (value != expected) {
+    throw_invalid_argument(name, std::to_string(expected) + " (" + what + ")",
+                           std::to_string(value));
+  }
+}
+
+Strides4 strides_of(const TensorView& view) {
+  return {view.strides[0], view.strides[1], view.strides[2], view.strides[3]};
+}
+
+}  // namespace
+
+bool inputs_on_device(const PatternInputs& inputs) {
+  return inputs.q.device.type == DeviceType::kCUDA || inputs.k.device.type == DeviceType::kCUDA;
+}
+
+EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
+                                        const PlanShape& shape) {
+  const std::string q = pattern + " input q";
+  const std::string k = pattern + " input k";
+  check_operand(q, inputs.q, "[batch, q_len, q_heads, head_dim]");
+  check_operand(k, inputs.k, "[batch, kv_len, kv_heads, head_dim]");
+  if (inputs.k.dtype != inputs.q.dtype) {
+    throw_invalid_argument(k + " dtype", std::string(dtype_name(inputs.q.dtype)) + " (q's dtype)",
+                           std::string(dtype_name(inputs.k.dtype)));
+  }
+  if (!(inputs.k.device == inputs.q.device)) {
+    throw_invalid_argument(k + " device", device_name(inputs.q.device) + " (q's device)",
+                           device_name(inputs.k.device));
+  }
+  check_extent(q + " batch", inputs.q.shape[0], shape.batch,
+               "shape.batch: a dynamic plan has a head slot per batch element");
+  check_extent(q + " q_len", inputs.q.shape[1], shape.q_len, "shape.q_len");
+  check_extent(q + " heads", inputs.q.shape[2], shape.heads, "shape.heads");
+  check_extent(k + " batch", inputs.k.shape[0], inputs.q.shape[0], "q's batch");
+  check_extent(k + " kv_len", inputs.k.shape[1], shape.kv_len, "shape.kv_len");
+  check_extent(k + " head_dim", inputs.k.shape[3], inputs.q.shape[3], "q's head_dim");
+  const int64_t kv_heads = inputs.k.shape[2];
+  if (kv_heads < 1 || shape.heads % kv_heads != 0) {
+    throw_invalid_argument(k + " heads",
+                           "a divisor of q's " + std::to_string(shape.heads) + " heads (GQA)",
+                           std::to_string(kv_heads));
+  }
+  const int64_t head_dim = inputs.q.shape[3];
+  if (head_dim < index::kEstimateHeadDimStep || head_dim > index::kMaxEstimateHeadDim ||
+      head_dim % index::kEstimateHeadDimStep != 0) {
+    throw Error(ErrorCode::kUnsupported,
+                q + " head_dim: the GPU estimate takes a multiple of " +
+                    std::to_string(index::kEstimateHeadDimStep) + " up to " +
+                    std::to_string(index::kMaxEstimateHeadDim) + ", got " +
+                    std::to_string(head_dim));
+  }
+  check_vector_rows(q, inputs.q);
+  check_vector_rows(k, inputs.k);
+  if (inputs.q.shape[0] * kv_heads > kMaxGridY || inputs.q.shape[0] * shape.heads > kMaxGridY) {
+    throw Error(ErrorCode::kUnsupported,
+                q + " batch * heads: the GPU estimate takes at most " +
+                    std::to_string(kMaxGridY) + " head slots, got " +
+                    std::to_string(inputs.q.shape[0] * shape.heads));
+  }
+  EstimateOperands operands;
+  operands.dtype = inputs.q.dtype;
+  operands.batch = inputs.q.shape[0];
+  operands.q_len = shape.q_len;
+  operands.kv_len = shape.kv_len;
+  operands.q_heads = shape.heads;
+  operands.kv_heads = kv_heads;
+  operands.head_dim = head_dim;
+  operands.scale = inputs.scale != 0.0f
+                       ? inputs.scale
+                       : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  operands.q = inputs.q.data;
+  operands.q_strides = strides_of(inputs.q);
+  operands.k = inputs.k.data;
+  operands.k_strides = strides_of(inputs.k);
+  return operands;
+}
+
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
+  if (resolved_spec.name != kVerticalSlash) return false;
+  const auto boundary = resolved_spec.params.find(detail::kBoundaryParam);
+  return boundary != resolved_spec.params.end() &&
+         (boundary->second == static_cast<int64_t>(detail::BoundaryMode::kNone) ||
+          boundary->second == static_cast<int64_t>(detail::BoundaryMode::kKey));
+}
+
+DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const EstimateOperands& operands, void* stream) {
+  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
+  check_int32_ranges(shape);
+  if (resolved_spec.name != kVerticalSlash) {
+    throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device pattern: expected " +
+                                             std::string(kVerticalSlash) + ", got \"" +
+                                             resolved_spec.name + "\"");
+  }
+  const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
+  const int64_t tiles = build.tiles();
+  if (tiles > std::numeric_limits<int32_t>::max()) {
+    throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device: " + std::to_string(tiles) +
+                                             " tiles; the schedule indexes tiles in int32");
+  }
+  const int64_t slots = shape.head_slots();
+  const std::size_t masks = tiles > 0 ? 1 : 0;  // causal, as PlanBuilder's default policy
+
+  // The upload's section order (device_plan.cu); spans and columns at their capacities.
+  DevicePlan plan;
+  DevicePlanLayout& layout = plan.layout_;
+  std::size_t end = 0;
+  auto section = [&](int64_t count, std::size_t element_bytes) {
+    const std::size_t offset = align_section(end);
+    end = offset + static_cast<std::size_t>(count) * element_bytes;
+    return offset;
+  };
+  layout.head_run_offsets = section(slots + 1, sizeof(int64_t));
+  layout.runs = section(0, sizeof(RunRecord));  // boundary none/K keeps the identity order
+  layout.tiles = section(tiles, sizeof(TileRecord));
+  layout.schedule = section(tiles, sizeof(int32_t));
+  layout.masks = section(static_cast<int64_t>(masks), sizeof(MaskRecord));
+  layout.spans = section(build.span_capacity, sizeof(SpanRecord));
+  layout.columns = section(build.column_capacity, sizeof(int32_t));
+  layout.token_info = section(0, sizeof(int32_t));
+  layout.has_token_info = false;
+  layout.bytes = align_section(end);
+  plan.shape_ = shape;
+  plan.num_tiles_ = tiles;
+  plan.num_columns_ = build.column_capacity;  // an upper bound: the count lives on the device
+  plan.covers_every_row_ = true;              // one group tiles every row
+  plan.stream_ = stream;
+
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMallocAsync(&plan.buffer_, layout.bytes, cuda_stream),
+             "build_dynamic_plan_on_device: cudaMallocAsync");
+  // Zero up to the spans: the identity order's run offsets and the padding, as the upload has
+  // them. The kernels write the records; the spans and columns beyond the real counts stay unread.
+  check_cuda(cudaMemsetAsync(plan.buffer_, 0, layout.spans, cuda_stream),
+             "build_dynamic_plan_on_device: cudaMemsetAsync");
+  auto* base = static_cast<std::byte*>(plan.buffer_);
+  index::PlanSections sections;
+  sections.tiles = reinterpret_cast<TileRecord*>(base + layout.tiles);
+  sections.schedule = reinterpret_cast<int32_t*>(base + layout.schedule);
+  sections.masks = reinterpret_cast<MaskRecord*>(base + layout.masks);
+  sections.spans = reinterpret_cast<SpanRecord*>(base + layout.spans);
+  sections.columns = reinterpret_cast<int32_t*>(base + layout.columns);
+  index::build_vertical_slash(build, operands, sections, cuda_stream);
+  return plan;
+}
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,60 @@
+#pragma once
+// Dynamic patterns built on the GPU from device Q and K (MInference's last-q estimate, the line
+// selection and the conversion to tiles), for every head slot in one pass of kernels, asynchronous
+// on one stream with no host synchronisation. The host builders in src/patterns/ are the oracle
+// (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
+// every record of the plan equals the host plan's upload.
+//
+// Built here: vertical-slash with boundary 0 (none) or 1 (K-boundary, the same plan).
+//
+// Sizes. How many key spans and columns a tile gets depends on the data, but the plan buffer must
+// be allocated before the data is read, and reading a count back would stall the host. So the
+// spans and columns sections are sized for the most that the shape and budgets allow per tile
+// (docs/index_builders.md), and the kernels pack the real records at their front, with the real
+// offsets in the tile records. The layout therefore differs from an upload's only in where the
+// sections after the spans start and in the total size; every record a kernel reads is the
+// upload's.
+
+#include <string>
+
+#include "cuda/cuda_engine.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::cuda {
+
+// The device Q and K a dynamic pattern estimates from, validated against the plan shape.
+struct EstimateOperands {
+  DType dtype = DType::kBFloat16;  // of q and k: bfloat16 or float16
+  int64_t batch = 0;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;  // query head h reads KV head h / (q_heads / kv_heads)
+  int64_t head_dim = 0;
+  float scale = 0.0f;       // resolved softmax scale of the estimate (never 0 here)
+  const void* q = nullptr;  // [batch, q_len, q_heads, head_dim]
+  Strides4 q_strides{};
+  const void* k = nullptr;  // [batch, kv_len, kv_heads, head_dim]
+  Strides4 k_strides{};
+};
+
+// Whether `inputs` hold device tensors (so a dynamic plan is built on the device).
+bool inputs_on_device(const PatternInputs& inputs);
+
+// Checks `inputs` (CUDA q and k of one dtype, shapes matching `shape` as build_plan requires,
+// head_dim a multiple of 16 up to 128, a contiguous last dimension, 16-byte aligned rows as the
+// attention engine needs them) and describes them; errors name "<pattern> input q ...".
+EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
+                                        const PlanShape& shape);
+
+// Whether build_dynamic_plan_on_device builds the resolved spec.
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
+
+// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device. Throws
+// like the host builder on bad parameters and shapes, kUnsupported for specs it does not build;
+// asynchronous on `stream` (cudaStream_t).
+DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const EstimateOperands& operands, void* stream);
+
+}  // namespace mmsparse::cuda

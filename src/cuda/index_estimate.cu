@@ -1,0 +1,367 @@
+// The last-q estimate of every head slot on the GPU (index_kernels.h), GQA native: one block per
+// (key chunk, batch element, KV head) loads its keys once and scores the estimate rows of every
+// query head of the group against them with tensor-core MMAs (fp32 accumulation). Two passes over
+// the same scores, because the softmax of a row needs its maximum and sum over all keys first:
+//   stats pass    per row and chunk: max and sum of exp(score - max);  combine -> per row
+//   sums pass     p = exp(score - max) / sum, as the host computes it; per chunk the column sums
+//                 (the block owns its keys) and per-chunk diagonal partials; a gather adds the
+//                 partials of each diagonal in chunk order.
+// Every sum runs over rows in ascending order, in double like the host's; the scores themselves
+// differ from the host's by summation order in the dot product only (the contract allows that).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "cuda/cuda_check.h"
+#include "cuda/index_kernels.h"
+#include "cuda/ptx_primitives.cuh"
+#include "mmsparse/status.h"
+
+namespace mmsparse::cuda::index {
+namespace {
+
+constexpr int kChunk = static_cast<int>(kEstimateChunkKeys);
+constexpr int kTileRows = 64;  // estimate rows per MMA tile
+constexpr int kWarpRows = 16;  // the MMA's m extent: each warp scores 16 rows
+constexpr int kWarps = kTileRows / kWarpRows;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kMmaKeys = 8;  // the MMA's n extent
+constexpr int kKeyTiles = kChunk / kMmaKeys;
+constexpr int kMmaDepth = static_cast<int>(kEstimateHeadDimStep);
+constexpr int kVectorElements = static_cast<int>(kEstimateVectorElements);
+constexpr int kFragmentHalfRows = 8;   // a fragment's second row group is 8 rows below the first
+constexpr int kFragmentHalfDepth = 8;  // and its second k group 8 columns right
+// Shared rows are padded by 8 elements (16 bytes) so that the 8 row groups of a fragment load fall
+// on distinct banks.
+constexpr int kRowPitch = static_cast<int>(kMaxEstimateHeadDim) + 8;
+constexpr int kScorePitch = kChunk + 1;
+constexpr int kTileDiagonals = kTileRows + kChunk - 1;
+constexpr int kMaxDiagonals = static_cast<int>(kMaxEstimateRows) + kChunk - 1;
+constexpr int kGatherThreads = 256;
+constexpr int kCombineWarpsPerBlock = 8;
+static_assert(kChunk % kMmaKeys == 0 && kThreads >= kTileDiagonals && kThreads >= kTileRows);
+
+enum class EstimatePass : int32_t { kStats, kSums };
+
+// Rows load as 16-byte vectors: the operands' last dimension is contiguous and their rows 16-byte
+// aligned (make_estimate_operands checks).
+struct EstimateParams {
+  const uint16_t* q;  // [batch, q_len, q_heads, head_dim] raw 16-bit elements
+  int64_t q_stride_batch, q_stride_row, q_stride_head;
+  const uint16_t* k;  // [batch, kv_len, kv_heads, head_dim]
+  int64_t k_stride_batch, k_stride_row, k_stride_head;
+  int32_t q_heads, kv_heads, group, head_dim;
+  int64_t kv_len;
+  float scale;
+  int64_t rows, first_row, chunks, scores;
+  int64_t first_aligned;  // aligned key position of estimate row 0: first_row + kv_len - q_len
+  EstimateScratch scratch;
+};
+
+struct EstimateShared {
+  alignas(16) uint16_t keys[kChunk * kRowPitch];
+  union {
+    alignas(16) uint16_t queries[kTileRows * kRowPitch];  // before the MMAs
+    float values[kTileRows * kScorePitch];                // after: scores or probabilities
+  } tile;
+  double columns[kChunk];
+  double diagonals[kMaxDiagonals];  // by u = estimate row - key in chunk + kChunk - 1
+  float row_max[kTileRows];
+  double row_sum[kTileRows];
+};
+
+__device__ inline uint32_t load_pair(const uint16_t* shared, int index) {
+  return *reinterpret_cast<const uint32_t*>(shared + index);
+}
+
+// One block: key chunk blockIdx.x of KV head blockIdx.y (batch element * kv_heads + KV head),
+// every estimate row of every query head of its GQA group.
+template <class Element>
+__global__ void __launch_bounds__(kThreads)
+    estimate_kernel(const EstimateParams params, const EstimatePass pass) {
+  __shared__ EstimateShared shared;
+  const int64_t chunk = blockIdx.x;
+  const int32_t batch = static_cast<int32_t>(blockIdx.y) / params.kv_heads;
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y) % params.kv_heads;
+  const int64_t key_begin = chunk * kChunk;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int group_row = lane / 4;  // fragment ownership, see TensorCore in ptx_primitives.cuh
+  const int pair = (lane % 4) * 2;
+  const int head_dim = params.head_dim;
+
+  const int row_vectors = head_dim / kVectorElements;
+  const uint16_t* keys = params.k + batch * params.k_stride_batch + kv_head * params.k_stride_head;
+  for (int v = static_cast<int>(threadIdx.x); v < kChunk * row_vectors; v += kThreads) {
+    const int key = v / row_vectors;
+    const int dim = v % row_vectors * kVectorElements;
+    uint4 bits = {};
+    if (key_begin + key < params.kv_len) {
+      bits = *reinterpret_cast<const uint4*>(keys + (key_begin + key) * params.k_stride_row + dim);
+    }
+    *reinterpret_cast<uint4*>(shared.keys + key * kRowPitch + dim) = bits;
+  }
+
+  for (int32_t member = 0; member < params.group; ++member) {
+    const int32_t q_head = kv_head * params.group + member;
+    const int64_t slot = static_cast<int64_t>(batch) * params.q_heads + q_head;
+    if (pass == EstimatePass::kSums) {
+      __syncthreads();  // the previous head's sums are stored
+      for (int i = static_cast<int>(threadIdx.x); i < kMaxDiagonals; i += kThreads) {
+        shared.diagonals[i] = 0.0;
+        if (i < kChunk) shared.columns[i] = 0.0;
+      }
+    }
+    for (int64_t row_begin = 0; row_begin < params.rows; row_begin += kTileRows) {
+      const int tile_rows =
+          static_cast<int>(params.rows - row_begin < kTileRows ? params.rows - row_begin : kTileRows);
+      if (params.first_aligned + row_begin + tile_rows - 1 < key_begin) {
+        // Causality: no row of the tile sees a key of the chunk.
+        if (pass == EstimatePass::kStats && static_cast<int>(threadIdx.x) < tile_rows) {
+          const int64_t at = (slot * params.rows + row_begin + threadIdx.x) * params.chunks + chunk;
+          params.scratch.partial_max[at] = -INFINITY;
+          params.scratch.partial_sum[at] = 0.0;
+        }
+        continue;
+      }
+      __syncthreads();  // the previous tile's values are consumed
+      const uint16_t* queries = params.q + batch * params.q_stride_batch +
+                                (params.first_row + row_begin) * params.q_stride_row +
+                                q_head * params.q_stride_head;
+      for (int v = static_cast<int>(threadIdx.x); v < kTileRows * row_vectors; v += kThreads) {
+        const int row = v / row_vectors;
+        const int dim = v % row_vectors * kVectorElements;
+        uint4 bits = {};
+        if (row < tile_rows) {
+          bits = *reinterpret_cast<const uint4*>(queries + row * params.q_stride_row + dim);
+        }
+        *reinterpret_cast<uint4*>(shared.tile.queries + row * kRowPitch + dim) = bits;
+      }
+      if (pass == EstimatePass::kSums && static_cast<int>(threadIdx.x) < tile_rows) {
+        const int64_t row = slot * params.rows + row_begin + threadIdx.x;
+        shared.row_max[threadIdx.x] = params.scratch.row_max[row];
+        shared.row_sum[threadIdx.x] = params.scratch.row_sum[row];
+      }
+      __syncthreads();
+
+      float scores[kKeyTiles][4] = {};
+      const int warp_row = warp * kWarpRows + group_row;
+      for (int depth = 0; depth < head_dim; depth += kMmaDepth) {
+        const int column = depth + pair;
+        const uint32_t a[4] = {
+            load_pair(shared.tile.queries, warp_row * kRowPitch + column),
+            load_pair(shared.tile.queries, (warp_row + kFragmentHalfRows) * kRowPitch + column),
+            load_pair(shared.tile.queries, warp_row * kRowPitch + column + kFragmentHalfDepth),
+            load_pair(shared.tile.queries,
+                      (warp_row + kFragmentHalfRows) * kRowPitch + column + kFragmentHalfDepth)};
+#pragma unroll
+        for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+          const int key_row = (key_tile * kMmaKeys + group_row) * kRowPitch + column;
+          TensorCore<Element>::mma(scores[key_tile], a, load_pair(shared.keys, key_row),
+                                   load_pair(shared.keys, key_row + kFragmentHalfDepth));
+        }
+      }
+      __syncthreads();  // every warp has read its queries; the values overwrite them
+
+#pragma unroll
+      for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+#pragma unroll
+        for (int element = 0; element < 4; ++element) {
+          const int row = warp_row + (element / 2) * kFragmentHalfRows;
+          const int key = key_tile * kMmaKeys + pair + element % 2;
+          const int64_t aligned = params.first_aligned + row_begin + row;
+          const int64_t position = key_begin + key;
+          const bool valid = row < tile_rows && position < params.kv_len && position <= aligned;
+          const float score = scores[key_tile][element] * params.scale;
+          float value;
+          if (pass == EstimatePass::kStats) {
+            value = valid ? score : -INFINITY;
+          } else {
+            // The host: exp in float, the division by the double sum, rounded to float.
+            value = valid ? static_cast<float>(static_cast<double>(expf(score - shared.row_max[row])) /
+                                               shared.row_sum[row])
+                          : 0.0f;
+          }
+          shared.tile.values[row * kScorePitch + key] = value;
+        }
+      }
+      __syncthreads();
+
+      const int x = static_cast<int>(threadIdx.x);
+      if (pass == EstimatePass::kStats) {
+        if (x < tile_rows) {
+          const float* row = shared.tile.values + x * kScorePitch;
+          float maximum = -INFINITY;
+          for (int key = 0; key < kChunk; ++key) maximum = fmaxf(maximum, row[key]);
+          double sum = 0.0;
+          if (maximum != -INFINITY) {
+            for (int key = 0; key < kChunk; ++key) {
+              if (row[key] != -INFINITY) sum += expf(row[key] - maximum);
+            }
+          }
+          const int64_t at = (slot * params.rows + row_begin + x) * params.chunks + chunk;
+          params.scratch.partial_max[at] = maximum;
+          params.scratch.partial_sum[at] = sum;
+        }
+      } else {
+        if (x < kChunk) {
+          double sum = 0.0;
+          for (int row = 0; row < tile_rows; ++row) sum += shared.tile.values[row * kScorePitch + x];
+          shared.columns[x] += sum;
+        }
+        if (x < kTileDiagonals) {
+          // Diagonal u = row - key + kChunk - 1 of the tile, rows ascending.
+          double sum = 0.0;
+          const int first = max(0, x - (kChunk - 1));
+          const int last = min(tile_rows - 1, x);
+          for (int row = first; row <= last; ++row) {
+            sum += shared.tile.values[row * kScorePitch + row + kChunk - 1 - x];
+          }
+          shared.diagonals[row_begin + x] += sum;
+        }
+      }
+    }
+    if (pass == EstimatePass::kSums) {
+      __syncthreads();
+      const int x = static_cast<int>(threadIdx.x);
+      if (x < kChunk && key_begin + x < params.kv_len) {
+        params.scratch.column_sums[slot * params.scores + key_begin + x] = shared.columns[x];
+      }
+      const int64_t span = params.rows + kChunk - 1;
+      double* partials = params.scratch.diagonal_partials + (slot * params.chunks + chunk) * span;
+      for (int64_t u = x; u < span; u += kThreads) partials[u] = shared.diagonals[u];
+    }
+  }
+}
+
+// One warp per (head slot, estimate row): the row's maximum and sum over its chunks.
+__global__ void combine_rows_kernel(const EstimateParams params, int64_t total_rows) {
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * kCombineWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  if (row >= total_rows) return;
+  const float* maxima = params.scratch.partial_max + row * params.chunks;
+  const double* sums = params.scratch.partial_sum + row * params.chunks;
+  float maximum = -INFINITY;
+  for (int64_t c = lane; c < params.chunks; c += kWarpSize) maximum = fmaxf(maximum, maxima[c]);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    maximum = fmaxf(maximum, __shfl_xor_sync(kFullWarpMask, maximum, offset));
+  }
+  double sum = 0.0;
+  if (maximum != -INFINITY) {
+    for (int64_t c = lane; c < params.chunks; c += kWarpSize) {
+      if (maxima[c] != -INFINITY) sum += sums[c] * exp(static_cast<double>(maxima[c] - maximum));
+    }
+  }
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+  }
+  if (lane == 0) {
+    params.scratch.row_max[row] = maximum;
+    params.scratch.row_sum[row] = sum;
+  }
+}
+
+__device__ inline int64_t floor_div(int64_t a, int64_t b) {
+  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
+
+// One thread per (head slot, diagonal offset d): the chunks' partials of d in chunk order, which is
+// the host's row order (a later row meets diagonal d at a later key).
+__global__ void gather_diagonals_kernel(const EstimateParams params) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t slot = blockIdx.y;
+  if (index >= params.scores) return;
+  const int64_t d = index;
+  const int64_t span = params.rows + kChunk - 1;
+  // d = first_aligned - key_begin - (kChunk - 1) + u, so u = d - base + chunk * kChunk.
+  const int64_t base = params.first_aligned - (kChunk - 1);
+  const int64_t lowest = -floor_div(d - base, kChunk);
+  const int64_t highest = floor_div(span - 1 - d + base, kChunk);
+  const int64_t first_chunk = lowest > 0 ? lowest : 0;
+  const int64_t last_chunk = highest < params.chunks - 1 ? highest : params.chunks - 1;
+  double sum = 0.0;
+  const double* partials = params.scratch.diagonal_partials + slot * params.chunks * span;
+  for (int64_t chunk = first_chunk; chunk <= last_chunk; ++chunk) {
+    sum += partials[chunk * span + d - base + chunk * kChunk];
+  }
+  params.scratch.diagonal_sums[slot * params.scores + d] = sum;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+EstimateParams make_params(const EstimateOperands& operands, const EstimateExtents& extents,
+                           const EstimateScratch& scratch) {
+  EstimateParams params{};
+  params.q = static_cast<const uint16_t*>(operands.q);
+  params.q_stride_batch = operands.q_strides[0];
+  params.q_stride_row = operands.q_strides[1];
+  params.q_stride_head = operands.q_strides[2];
+  params.k = static_cast<const uint16_t*>(operands.k);
+  params.k_stride_batch = operands.k_strides[0];
+  params.k_stride_row = operands.k_strides[1];
+  params.k_stride_head = operands.k_strides[2];
+  params.q_heads = static_cast<int32_t>(operands.q_heads);
+  params.kv_heads = static_cast<int32_t>(operands.kv_heads);
+  params.group = static_cast<int32_t>(operands.q_heads / operands.kv_heads);
+  params.head_dim = static_cast<int32_t>(operands.head_dim);
+  params.kv_len = operands.kv_len;
+  params.scale = operands.scale;
+  params.rows = extents.rows;
+  params.first_row = extents.first_row;
+  params.chunks = extents.chunks;
+  params.scores = extents.scores;
+  params.first_aligned = extents.first_row + operands.kv_len - operands.q_len;
+  params.scratch = scratch;
+  return params;
+}
+
+template <class Element>
+void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
+                   cudaStream_t stream) {
+  estimate_kernel<Element><<<grid, kThreads, 0, stream>>>(params, EstimatePass::kStats);
+  check_launch("index estimate: stats pass");
+  const auto combine_blocks = static_cast<unsigned>(ceil_div(total_rows, kCombineWarpsPerBlock));
+  combine_rows_kernel<<<combine_blocks, kCombineWarpsPerBlock * kWarpSize, 0, stream>>>(params,
+                                                                                      total_rows);
+  check_launch("index estimate: combine rows");
+  estimate_kernel<Element><<<grid, kThreads, 0, stream>>>(params, EstimatePass::kSums);
+  check_launch("index estimate: sums pass");
+}
+
+}  // namespace
+
+EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q) {
+  EstimateExtents extents;
+  extents.slots = operands.batch * operands.q_heads;
+  extents.rows = std::min(last_q, operands.q_len);
+  extents.first_row = operands.q_len - extents.rows;
+  extents.chunks = ceil_div(operands.kv_len, kEstimateChunkKeys);
+  // The last query aligns with key kv_len - 1, so it sees every key whenever there is one.
+  extents.scores = extents.rows > 0 ? operands.kv_len : 0;
+  return extents;
+}
+
+void launch_estimate(const EstimateOperands& operands, const EstimateExtents& extents,
+                     const EstimateScratch& scratch, cudaStream_t stream) {
+  if (extents.scores == 0 || extents.slots == 0) return;
+  const EstimateParams params = make_params(operands, extents, scratch);
+  const dim3 grid(static_cast<unsigned>(extents.chunks),
+                  static_cast<unsigned>(operands.batch * operands.kv_heads));
+  const int64_t total_rows = extents.slots * extents.rows;
+  if (operands.dtype == DType::kBFloat16) {
+    launch_passes<__nv_bfloat16>(params, grid, total_rows, stream);
+  } else {
+    launch_passes<__half>(params, grid, total_rows, stream);
+  }
+  const dim3 gather_grid(static_cast<unsigned>(ceil_div(extents.scores, kGatherThreads)),
+                         static_cast<unsigned>(extents.slots));
+  gather_diagonals_kernel<<<gather_grid, kGatherThreads, 0, stream>>>(params);
+  check_launch("index estimate: gather diagonals");
+}
+
+}  // namespace mmsparse::cuda::index

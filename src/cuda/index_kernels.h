@@ -1,0 +1,103 @@
+#pragma once
+// The kernel steps of the GPU index builders (index_builders.h), one file each, launched in stream
+// order by the builder:
+//   index_estimate.cu   last-q estimate -> column sums and diagonal sums of every head slot
+//   index_select.cu     top-k of each score array with forced lines and the host's tie order
+//   index_vertical_slash.cu   selected lines -> tiles, spans, columns, schedule (and the driver)
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/index_builders.h"
+#include "cuda/plan_view.cuh"
+
+namespace mmsparse::cuda::index {
+
+// --- Estimate --------------------------------------------------------------------------------
+
+// Keys per estimate block: the block scores the group's estimate rows against them.
+inline constexpr int64_t kEstimateChunkKeys = 64;
+// Bounds of the estimate kernels' shared memory (one K chunk, one Q tile, one row of diagonal sums
+// per estimate row plus a chunk).
+inline constexpr int64_t kMaxEstimateRows = 1024;
+inline constexpr int64_t kMaxEstimateHeadDim = 128;
+inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
+// Operand rows load as 16-byte vectors of 16-bit elements.
+inline constexpr int64_t kEstimateVectorElements = 8;
+inline constexpr std::size_t kEstimateVectorBytes = 16;
+
+// The estimate's extents, all from the shape and last_q.
+struct EstimateExtents {
+  int64_t slots = 0;       // batch * q_heads
+  int64_t rows = 0;        // estimate rows: the last min(last_q, q_len) queries
+  int64_t first_row = 0;   // q_len - rows
+  int64_t chunks = 0;      // ceil(kv_len / kEstimateChunkKeys)
+  int64_t scores = 0;      // score array length: keys some estimate row sees (kv_len or 0)
+  int64_t diagonal_span() const { return rows + kEstimateChunkKeys - 1; }
+};
+EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q);
+
+// Device scratch of the estimate, laid out by the driver.
+struct EstimateScratch {
+  float* partial_max = nullptr;         // [slots, rows, chunks] row maximum per chunk
+  double* partial_sum = nullptr;        // [slots, rows, chunks] sum of exp(score - max) per chunk
+  float* row_max = nullptr;             // [slots, rows]
+  double* row_sum = nullptr;            // [slots, rows]
+  double* diagonal_partials = nullptr;  // [slots, chunks, diagonal_span] per chunk
+  double* column_sums = nullptr;        // [slots, scores] vertical scores by key
+  double* diagonal_sums = nullptr;      // [slots, scores] slash scores by offset frontier-1-key
+};
+
+// Column and diagonal sums of the softmax of every head slot's estimate rows over all keys (the
+// host's Estimate::column_sums / diagonal_sums with all keys as the key space).
+void launch_estimate(const EstimateOperands& operands, const EstimateExtents& extents,
+                     const EstimateScratch& scratch, cudaStream_t stream);
+
+// --- Selection -------------------------------------------------------------------------------
+
+// One score array per head slot and the lines kept of it: top_k(scores, budget, forced) of
+// estimation.h, ascending.
+struct LineSelection {
+  const double* scores = nullptr;  // [slots, size]
+  int64_t size = 0;
+  int64_t budget = 0;  // >= forced (checked by the caller, as the host does)
+  int64_t forced = 0;
+  int32_t* lines = nullptr;  // [slots, capacity] selected indices, ascending
+  int64_t capacity = 0;      // >= min(budget, size)
+  int32_t* counts = nullptr;  // [slots] lines selected
+};
+// Both selections of every head slot, one block each.
+void launch_select_lines(const LineSelection& first, const LineSelection& second, int64_t slots,
+                         cudaStream_t stream);
+
+// --- Plans ------------------------------------------------------------------------------------
+
+// The sections of a plan buffer the builders write (the header sections before them are zero).
+struct PlanSections {
+  TileRecord* tiles = nullptr;   // [tiles]
+  int32_t* schedule = nullptr;   // [tiles]
+  MaskRecord* masks = nullptr;   // [masks]
+  SpanRecord* spans = nullptr;   // [span capacity]
+  int32_t* columns = nullptr;    // [column capacity]
+};
+
+// What a vertical-slash plan needs, all from the spec and the shape: the host sizes the buffer
+// from it before any kernel runs.
+struct VerticalSlashBuild {
+  PlanShape shape;
+  int64_t vertical = 0, slash = 0, sink = 0, local = 0;  // budgets and forced lines
+  int64_t last_q = 0;
+  int64_t tiles_per_head = 0;
+  int64_t span_capacity = 0;    // over all head slots: the most spans the tiles can get
+  int64_t column_capacity = 0;  // likewise for columns
+  int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
+};
+// Checks the spec as the host builder does (budgets, last_q, boundary none or K).
+VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape);
+// Estimates, selects and converts into `sections` (tile records, schedule, mask, spans, columns).
+void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
+                          const PlanSections& sections, cudaStream_t stream);
+
+}  // namespace mmsparse::cuda::index

@@ -1,0 +1,418 @@
+// Vertical-slash on the GPU: estimate -> top-k lines -> tiles, the host builder's conversion
+// (vertical_slash.cpp, tile_keys.cpp) for boundary none/K, where one group holds every query row in
+// the identity order, cut into tiles of tile_rows, and reads all keys:
+//   tile rows [begin, end) have the frontiers [lo, hi] (f(r) = clamp(r + offset + 1, 0, kv_len),
+//   lo >= 1; consecutive rows give consecutive or equal frontiers, so one run);
+//   every selected diagonal d < hi gives the band [max(0, lo - 1 - d), hi - d), bands merged where
+//   they overlap or touch; every selected vertical < hi outside the bands is a column.
+// A warp per tile ranks the merged spans and the kept verticals (see tile_keys). Counting and
+// writing share that code (as the static builders do): count, scan, write, then the upload's
+// heaviest-first schedule by a stable radix sort.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <limits>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/index_kernels.h"
+#include "mmsparse/status.h"
+#include "patterns/dynamic_head.h"
+#include "patterns/modality_boundary.h"
+#include "patterns/vertical_slash.h"
+
+namespace mmsparse::cuda::index {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+constexpr int kWarpLanes = 32;
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The frontier run of one tile: rows [begin, end), keys read below hi; no keys when hi < 1.
+struct TileFrontiers {
+  int64_t begin, end;
+  int64_t low, high;
+};
+
+struct TileGeometry {
+  int64_t q_len, kv_len, tile_rows, offset, tiles_per_head;
+
+  __host__ __device__ int64_t frontier(int64_t row) const {
+    const int64_t aligned_end = row + offset + 1;
+    return aligned_end < 0 ? 0 : (aligned_end > kv_len ? kv_len : aligned_end);
+  }
+  __host__ __device__ TileFrontiers tile(int64_t t) const {
+    const int64_t begin = t * tile_rows;
+    const int64_t end = begin + tile_rows < q_len ? begin + tile_rows : q_len;
+    const int64_t first = frontier(begin);
+    return {begin, end, first > 1 ? first : 1, frontier(end - 1)};
+  }
+};
+
+// One head slot's selected lines, ascending.
+struct Lines {
+  const int32_t* verticals;
+  int32_t vertical_count;
+  const int32_t* slashes;
+  int32_t slash_count;
+};
+
+// The first index of the ascending `values` that is >= `bound` (count when none is).
+__device__ inline int32_t lower_bound(const int32_t* values, int32_t count, int64_t bound) {
+  int32_t low = 0;
+  int32_t high = count;
+  while (low < high) {
+    const int32_t middle = (low + high) / 2;
+    if (values[middle] < bound) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
+
+struct TileCounts {
+  int64_t spans = 0;
+  int64_t columns = 0;
+  int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
+};
+
+// A tile's merged spans and columns, computed by one warp, exactly as TileKeys::write hands them to
+// PlanBuilder; written when `spans` and `columns` are not null. In ascending begin order, band j is
+// diagonal slashes[below - 1 - j]; begins and ends both ascend with j, so band j opens a new span
+// exactly when it starts after the previous band's end, and span k ends where the band before span
+// k + 1's first band ends. A vertical v is inside a span when some band holds it, i.e. some selected
+// diagonal d has lo - 1 - v <= d < hi - v: a binary search. The warp takes 32 bands or verticals at
+// a time and ranks them with ballots.
+__device__ TileCounts tile_keys(const TileFrontiers& rows, const Lines& lines, SpanRecord* spans,
+                                int32_t* columns) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  TileCounts counts;
+  if (rows.high < 1) return counts;
+  const int32_t below = lower_bound(lines.slashes, lines.slash_count, rows.high);
+  int64_t lane_keys = 0;
+  for (int32_t first = 0; first < below; first += kWarpLanes) {
+    const int32_t band = first + lane;
+    bool opens = false;
+    int64_t begin = 0;
+    int64_t previous_end = 0;
+    if (band < below) {
+      const int64_t diagonal = lines.slashes[below - 1 - band];
+      begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
+      previous_end = band > 0 ? rows.high - lines.slashes[below - band] : 0;
+      opens = band == 0 || begin > previous_end;
+    }
+    const unsigned openers = __ballot_sync(kAllLanes, opens);
+    if (opens) {
+      const int64_t span = counts.spans + __popc(openers & lanes_below(lane));
+      // Length = end - begin, summed over spans: this span's -begin, the previous span's +end.
+      lane_keys += (band > 0 ? previous_end : 0) - begin;
+      if (spans != nullptr) {
+        spans[span].begin = static_cast<int32_t>(begin);
+        if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
+      }
+    }
+    counts.spans += __popc(openers);
+  }
+  if (below > 0 && lane == 0) {
+    const int64_t last_end = rows.high - lines.slashes[0];
+    lane_keys += last_end;
+    if (spans != nullptr) spans[counts.spans - 1].end = static_cast<int32_t>(last_end);
+  }
+
+  const int32_t visible = lower_bound(lines.verticals, lines.vertical_count, rows.high);
+  for (int32_t first = 0; first < visible; first += kWarpLanes) {
+    const int32_t index = first + lane;
+    bool kept = false;
+    int32_t vertical = 0;
+    if (index < visible) {
+      vertical = lines.verticals[index];
+      const int32_t holder =
+          lower_bound(lines.slashes, below, rows.low - 1 - static_cast<int64_t>(vertical));
+      kept = holder == below || lines.slashes[holder] >= rows.high - vertical;
+    }
+    const unsigned keepers = __ballot_sync(kAllLanes, kept);
+    if (kept && columns != nullptr) {
+      columns[counts.columns + __popc(keepers & lanes_below(lane))] = vertical;
+    }
+    counts.columns += __popc(keepers);
+  }
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
+  }
+  counts.keys = lane_keys + counts.columns;
+  return counts;
+}
+
+// The selections of every head slot, [slots, capacity] with a count each.
+struct SelectedLines {
+  const int32_t* verticals;
+  int64_t vertical_capacity;
+  const int32_t* vertical_counts;
+  const int32_t* slashes;
+  int64_t slash_capacity;
+  const int32_t* slash_counts;
+
+  __device__ Lines of(int64_t slot) const {
+    return {verticals + slot * vertical_capacity, vertical_counts[slot],
+            slashes + slot * slash_capacity, slash_counts[slot]};
+  }
+};
+
+__device__ inline int64_t warp_index() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
+}
+
+// One warp per tile of every head slot, head slot major (the host builder's order).
+__global__ void count_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
+                                   int64_t* span_counts, int64_t* column_counts) {
+  const int64_t index = warp_index();
+  if (index >= tiles) return;
+  const TileCounts counts = tile_keys(geometry.tile(index % geometry.tiles_per_head),
+                                      selected.of(index / geometry.tiles_per_head), nullptr,
+                                      nullptr);
+  if (threadIdx.x % kWarpLanes == 0) {
+    span_counts[index] = counts.spans;
+    column_counts[index] = counts.columns;
+  }
+}
+
+struct FillTargets {
+  PlanSections sections;
+  MaskRecord mask;                // the one policy: causal
+  const int64_t* span_offsets;    // [tiles] exclusive sums of the span counts
+  const int64_t* column_offsets;  // [tiles] exclusive sums of the column counts
+  uint32_t* tile_keys;            // [tiles] keys of each tile (the schedule's sort keys)
+  int32_t* tile_indices;          // [tiles] 0, 1, ... (sort values)
+};
+
+__global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
+                                  FillTargets out) {
+  const int64_t index = warp_index();
+  if (index >= tiles) return;
+  const int64_t slot = index / geometry.tiles_per_head;
+  const TileFrontiers rows = geometry.tile(index % geometry.tiles_per_head);
+  const int64_t span_begin = out.span_offsets[index];
+  const int64_t column_begin = out.column_offsets[index];
+  const TileCounts counts = tile_keys(rows, selected.of(slot), out.sections.spans + span_begin,
+                                      out.sections.columns + column_begin);
+  if (threadIdx.x % kWarpLanes != 0) return;
+  if (index == 0) out.sections.masks[0] = out.mask;
+  out.sections.tiles[index] = {static_cast<int32_t>(rows.begin),
+                               static_cast<int32_t>(rows.end),
+                               static_cast<int32_t>(slot),
+                               0,
+                               span_begin,
+                               span_begin + counts.spans,
+                               column_begin,
+                               column_begin + counts.columns};
+  out.tile_keys[index] = static_cast<uint32_t>(counts.keys);
+  out.tile_indices[index] = static_cast<int32_t>(index);
+}
+
+TileGeometry tile_geometry(const PlanShape& shape) {
+  return {shape.q_len, shape.kv_len, shape.tile_rows, shape.causal_offset(),
+          ceil_div(shape.q_len, shape.tile_rows)};
+}
+
+template <class T>
+T* region(std::byte* base, std::size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+// Scratch regions carved out of one stream-ordered allocation, each aligned for any element.
+class Scratch {
+ public:
+  template <class T>
+  std::size_t add(int64_t count) {
+    const std::size_t offset = align_section(bytes_);
+    bytes_ = offset + static_cast<std::size_t>(count) * sizeof(T);
+    return offset;
+  }
+  std::size_t bytes() const { return align_section(bytes_); }
+
+ private:
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace
+
+VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape) {
+  VerticalSlashBuild build;
+  build.shape = shape;
+  const detail::VerticalSlashBudgets budgets = detail::vertical_slash_budgets(resolved_spec);
+  build.vertical = budgets.vertical;
+  build.slash = budgets.slash;
+  build.sink = budgets.sink;
+  build.local = budgets.local;
+  build.last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
+  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
+  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kBoundaryParam +
+                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
+                    std::to_string(static_cast<int64_t>(mode)));
+  }
+  if (build.last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kLastQueriesParam +
+                    ": the GPU estimate takes at most " + std::to_string(kMaxEstimateRows) +
+                    " rows, got " + std::to_string(build.last_q));
+  }
+
+  // Capacities: a tile with frontiers [lo, hi] reads keys below hi only, so at most
+  // min(vertical lines, hi) columns; its merged spans are disjoint, do not touch, and all but the
+  // first (clipped at key 0) are at least one band (hi - lo + 1 keys) long, so at most
+  // 1 + (hi - 1) / (hi - lo + 2) of them, and never more than the slash lines.
+  const TileGeometry geometry = tile_geometry(shape);
+  build.tiles_per_head = geometry.tiles_per_head;
+  const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
+  const int64_t vertical_lines = std::min(build.vertical, keys);
+  const int64_t slash_lines = std::min(build.slash, keys);
+  int64_t spans_per_head = 0;
+  int64_t columns_per_head = 0;
+  for (int64_t t = 0; t < geometry.tiles_per_head; ++t) {
+    const TileFrontiers rows = geometry.tile(t);
+    if (rows.high < 1) continue;
+    const int64_t band = rows.high - rows.low + 1;
+    spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1));
+    columns_per_head += std::min(vertical_lines, rows.high);
+  }
+  build.span_capacity = spans_per_head * shape.head_slots();
+  build.column_capacity = columns_per_head * shape.head_slots();
+  return build;
+}
+
+void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
+                          const PlanSections& sections, cudaStream_t stream) {
+  const int64_t tiles = build.tiles();
+  if (tiles == 0) return;
+  const EstimateExtents extents = estimate_extents(operands, build.last_q);
+  const int64_t slots = extents.slots;
+  const int64_t vertical_capacity = std::min(build.vertical, extents.scores);
+  const int64_t slash_capacity = std::min(build.slash, extents.scores);
+  const auto item_count = static_cast<int>(tiles);
+  const int sort_bits =
+      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(build.shape.kv_len))));
+
+  // CUB's temporary storage sizes come from the sizes alone (null storage: no work, no sync).
+  std::size_t scan_bytes = 0;
+  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
+                                           static_cast<int64_t*>(nullptr), item_count, stream),
+             "vertical-slash index: scan storage");
+  std::size_t sort_bytes = 0;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 nullptr, sort_bytes, static_cast<uint32_t*>(nullptr),
+                 static_cast<uint32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                 static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
+             "vertical-slash index: sort storage");
+
+  Scratch layout;
+  const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
+  const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
+  const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
+  const std::size_t row_sum_at = layout.add<double>(slots * extents.rows);
+  const std::size_t diagonal_partials_at =
+      layout.add<double>(slots * extents.chunks * extents.diagonal_span());
+  const std::size_t column_sums_at = layout.add<double>(slots * extents.scores);
+  const std::size_t diagonal_sums_at = layout.add<double>(slots * extents.scores);
+  const std::size_t verticals_at = layout.add<int32_t>(slots * vertical_capacity);
+  const std::size_t slashes_at = layout.add<int32_t>(slots * slash_capacity);
+  const std::size_t line_counts_at = layout.add<int32_t>(2 * slots);  // verticals, slashes
+  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t keys_at = layout.add<uint32_t>(tiles);
+  const std::size_t sorted_keys_at = layout.add<uint32_t>(tiles);
+  const std::size_t indices_at = layout.add<int32_t>(tiles);
+  const std::size_t temp_at = layout.add<std::byte>(
+      static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
+
+  void* scratch = nullptr;
+  check_cuda(cudaMallocAsync(&scratch, layout.bytes(), stream),
+             "vertical-slash index: cudaMallocAsync scratch");
+  // Freed in stream order whatever happens below.
+  struct ScratchGuard {
+    void* scratch;
+    cudaStream_t stream;
+    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
+  } guard{scratch, stream};
+  auto* base = static_cast<std::byte*>(scratch);
+  // A slot selects no line when no estimate row sees a key (the selection then does not run).
+  auto* line_counts = region<int32_t>(base, line_counts_at);
+  check_cuda(cudaMemsetAsync(line_counts, 0, 2 * slots * sizeof(int32_t), stream),
+             "vertical-slash index: cudaMemsetAsync line counts");
+
+  EstimateScratch estimate;
+  estimate.partial_max = region<float>(base, partial_max_at);
+  estimate.partial_sum = region<double>(base, partial_sum_at);
+  estimate.row_max = region<float>(base, row_max_at);
+  estimate.row_sum = region<double>(base, row_sum_at);
+  estimate.diagonal_partials = region<double>(base, diagonal_partials_at);
+  estimate.column_sums = region<double>(base, column_sums_at);
+  estimate.diagonal_sums = region<double>(base, diagonal_sums_at);
+  launch_estimate(operands, extents, estimate, stream);
+
+  auto* verticals = region<int32_t>(base, verticals_at);
+  auto* slashes = region<int32_t>(base, slashes_at);
+  int32_t* vertical_counts = line_counts;
+  int32_t* slash_counts = line_counts + slots;
+  if (extents.scores > 0) {
+    launch_select_lines({estimate.column_sums, extents.scores, build.vertical, build.sink,
+                         verticals, vertical_capacity, vertical_counts},
+                        {estimate.diagonal_sums, extents.scores, build.slash, build.local, slashes,
+                         slash_capacity, slash_counts},
+                        slots, stream);
+  }
+
+  const TileGeometry geometry = tile_geometry(build.shape);
+  const SelectedLines selected{verticals, vertical_capacity, vertical_counts,
+                               slashes,   slash_capacity,    slash_counts};
+  auto* span_counts = region<int64_t>(base, span_counts_at);
+  auto* column_counts = region<int64_t>(base, column_counts_at);
+  auto* span_offsets = region<int64_t>(base, span_offsets_at);
+  auto* column_offsets = region<int64_t>(base, column_offsets_at);
+  void* temp = base + temp_at;
+  const auto blocks =
+      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
+  count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
+                                                              span_counts, column_counts);
+  check_launch("vertical-slash index: count_tiles_kernel");
+  std::size_t temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
+                                           item_count, stream),
+             "vertical-slash index: span scan");
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
+                                           item_count, stream),
+             "vertical-slash index: column scan");
+
+  FillTargets targets{sections,
+                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
+                      span_offsets,
+                      column_offsets,
+                      region<uint32_t>(base, keys_at),
+                      region<int32_t>(base, indices_at)};
+  fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
+  check_launch("vertical-slash index: fill_tiles_kernel");
+
+  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
+  temp_bytes = sort_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 temp, temp_bytes, targets.tile_keys,
+                 region<uint32_t>(base, sorted_keys_at), targets.tile_indices,
+                 sections.schedule, item_count, 0, sort_bits, stream),
+             "vertical-slash index: schedule sort");
+}
+
+}  // namespace mmsparse::cuda::index

@@ -1,0 +1,450 @@
+// Dynamic patterns estimated on the GPU (cuda/index_builders.h) against the host builders, their
+// oracle: on random inputs whose top-k cuts are clear (rounding cannot reorder the lines at the
+// cut), every record of the device-built plan equals the uploaded host plan's; attention through
+// the device-built plan matches the fp64 oracle; prepare_pattern with device inputs serves the
+// same plan; bad inputs name the argument.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention_harness.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "cuda/cuda_engine.h"
+#include "cuda/index_builders.h"
+#include "device_buffer.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "patterns/estimation.h"
+
+namespace mmsparse::test {
+namespace {
+
+using testing::expect_error;
+
+constexpr Device kCuda{DeviceType::kCUDA, 0};
+// A cut is clear when the last line kept outscores the first line left out by this relative
+// margin: far above the rounding the GPU's other summation order adds (about 1e-6).
+constexpr double kClearGap = 1e-3;
+constexpr int kBudgetAttempts = 40;
+constexpr int kRandomTrials = 24;
+constexpr int64_t kMaxQueryLength = 600;
+constexpr int64_t kMaxExtraKeys = 300;
+constexpr int64_t kMaxSink = 40;
+constexpr int64_t kMaxLocal = 130;
+constexpr int64_t kMaxLastQueries = 150;
+constexpr std::array<int64_t, 2> kTileRows = {64, 128};
+constexpr std::array<int64_t, 2> kHeadDims = {64, 128};
+constexpr std::array<DType, 2> kDtypes = {DType::kBFloat16, DType::kFloat16};
+
+struct Gqa {
+  int64_t kv_heads;
+  int64_t group;
+};
+constexpr std::array<Gqa, 4> kGqaShapes = {{{1, 1}, {2, 2}, {1, 7}, {2, 7}}};
+
+template <class T, std::size_t N>
+const T& pick(Random& random, const std::array<T, N>& choices) {
+  return choices[static_cast<std::size_t>(random.uniform_int(0, static_cast<int64_t>(N) - 1))];
+}
+
+// The host estimate's scores of every head slot (estimation.h), all keys as the key space.
+struct HostScores {
+  std::vector<std::vector<double>> columns;
+  std::vector<std::vector<double>> diagonals;
+};
+
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q) {
+  std::vector<int64_t> rows;
+  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
+    rows.push_back(row);
+  }
+  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
+  detail::KeyCache cache;
+  HostScores scores;
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const detail::HeadOperands operands(inputs, shape, slot, cache);
+    const detail::Estimate estimate =
+        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
+    scores.columns.push_back(estimate.column_sums());
+    scores.diagonals.push_back(estimate.diagonal_sums());
+  }
+  return scores;
+}
+
+// Whether top_k(scores, budget, forced) of every slot has a clear cut.
+bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {
+  for (const std::vector<double>& slot : scores) {
+    const auto size = static_cast<int64_t>(slot.size());
+    const int64_t kept = std::min(forced, size);
+    const int64_t needed = std::clamp(budget, kept, size) - kept;
+    if (needed == 0 || needed == size - kept) continue;
+    std::vector<double> rest(slot.begin() + kept, slot.end());
+    std::sort(rest.begin(), rest.end(), std::greater<>());
+    if (rest[needed - 1] - rest[needed] <= kClearGap * rest[needed - 1]) return false;
+  }
+  return true;
+}
+
+// A budget (forced lines included) whose cut is clear in every slot: a random one where possible,
+// else the forced lines alone.
+int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& scores,
+                     int64_t forced) {
+  const int64_t size = scores.empty() ? 0 : static_cast<int64_t>(scores.front().size());
+  constexpr int64_t kBeyondEveryLine = 8;
+  for (int attempt = 0; attempt < kBudgetAttempts; ++attempt) {
+    const int64_t budget = random.uniform_int(forced, std::max(forced, size + kBeyondEveryLine));
+    if (clear_cut(scores, budget, forced)) return budget;
+  }
+  return forced;
+}
+
+PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
+                           int64_t last_q, int64_t boundary) {
+  return {"vertical-slash",
+          {{"vertical", vertical},
+           {"slash", slash},
+           {"sink", sink},
+           {"local", local},
+           {"last_q", last_q},
+           {"boundary", boundary}}};
+}
+
+std::vector<std::byte> download(const cuda::DevicePlan& plan, std::size_t offset,
+                                std::size_t bytes) {
+  std::vector<std::byte> host(bytes);
+  if (bytes > 0) {
+    expect_cuda(cudaMemcpy(host.data(), static_cast<const std::byte*>(plan.data()) + offset, bytes,
+                           cudaMemcpyDeviceToHost),
+                "cudaMemcpy plan to host");
+  }
+  return host;
+}
+
+// Index of the first differing byte, or -1.
+int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return mismatch.first == a.end() && mismatch.second == b.end()
+             ? -1
+             : static_cast<int64_t>(mismatch.first - a.begin());
+}
+
+// Every record of `built` equals the upload of `host`: the sections up to the masks byte for byte
+// (same offsets, zero padding), then the spans and columns the host plan has, at the front of the
+// device plan's larger sections.
+void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream) {
+  const cuda::DevicePlan uploaded(host, stream);
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  EXPECT_EQ(built.shape(), uploaded.shape());
+  EXPECT_EQ(built.num_tiles(), uploaded.num_tiles());
+  EXPECT_EQ(built.covers_every_row(), uploaded.covers_every_row());
+  EXPECT_GE(built.num_columns(), uploaded.num_columns());
+  const cuda::DevicePlanLayout& a = built.layout();
+  const cuda::DevicePlanLayout& b = uploaded.layout();
+  EXPECT_EQ(a.head_run_offsets, b.head_run_offsets);
+  EXPECT_EQ(a.runs, b.runs);
+  EXPECT_EQ(a.tiles, b.tiles);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.masks, b.masks);
+  ASSERT_EQ(a.spans, b.spans);
+  EXPECT_FALSE(a.has_token_info);
+  // A device span record is two int32 keys, as a KeySpan.
+  const std::size_t span_bytes = host.spans.size() * sizeof(KeySpan);
+  const std::size_t column_bytes = host.columns.size() * sizeof(int32_t);
+  ASSERT_GE(a.columns - a.spans, span_bytes) << "span capacity";
+  ASSERT_GE(a.token_info - a.columns, column_bytes) << "column capacity";
+  EXPECT_EQ(first_difference(download(built, 0, a.spans), download(uploaded, 0, b.spans)), -1)
+      << "header sections (runs, tiles, schedule, masks) differ";
+  EXPECT_EQ(first_difference(download(built, a.spans, span_bytes),
+                             download(uploaded, b.spans, span_bytes)),
+            -1)
+      << "spans differ";
+  EXPECT_EQ(first_difference(download(built, a.columns, column_bytes),
+                             download(uploaded, b.columns, column_bytes)),
+            -1)
+      << "columns differ";
+}
+
+// The two builds of one spec on one set of inputs.
+struct BothPlans {
+  Plan host;
+  cuda::DevicePlan built;
+};
+
+BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const AttentionInputs& inputs,
+                     float scale, cudaStream_t stream) {
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, scale};
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PatternInputs device_inputs{q.view, k.view, scale};
+  BothPlans plans{build_plan(spec, shape, nullptr, &host_inputs), {}};
+  plans.built = cuda::build_dynamic_plan_on_device(
+      resolve_pattern(spec), shape, cuda::make_estimate_operands(spec.name, device_inputs, shape),
+      stream);
+  // q and k are freed on return: the build must have read them.
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return plans;
+}
+
+// A random problem: odd lengths (mostly more keys than queries, sometimes fewer), batch 1 or 2,
+// every GQA ratio, both head dims and dtypes, random memory layouts.
+ProblemSize random_size(Random& random) {
+  ProblemSize size;
+  size.batch = random.uniform_int(1, 2);
+  const Gqa gqa = pick(random, kGqaShapes);
+  size.kv_heads = gqa.kv_heads;
+  size.group = gqa.group;
+  size.head_dim = pick(random, kHeadDims);
+  size.dtype = pick(random, kDtypes);
+  size.q_len = random.uniform_int(0, kMaxQueryLength / 2) * 2 + 1;
+  size.kv_len = random.bernoulli(0.8) ? size.q_len + random.uniform_int(0, kMaxExtraKeys)
+                                      : random.uniform_int(0, size.q_len);
+  size.tile_rows = pick(random, kTileRows);
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  size.kernel = cuda::AttentionKernel::kAuto;
+  return size;
+}
+
+PlanShape plan_shape(const ProblemSize& size) {
+  return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
+}
+
+// Random sink, local and last_q, budgets with clear cuts for these inputs.
+PatternSpec random_clear_spec(Random& random, const ProblemSize& size,
+                              const AttentionInputs& inputs) {
+  const int64_t sink = random.uniform_int(0, kMaxSink);
+  const int64_t local = random.uniform_int(0, kMaxLocal);
+  const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
+  const HostScores scores =
+      host_scores({inputs.q.view, inputs.k.view, size.scale}, plan_shape(size), last_q);
+  return vertical_slash(clear_budget(random, scores.columns, sink),
+                        clear_budget(random, scores.diagonals, local), sink, local, last_q,
+                        random.uniform_int(0, 1));
+}
+
+class GpuIndexBuild : public ::testing::Test {
+ protected:
+  void SetUp() override { expect_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
+  void TearDown() override {
+    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    expect_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(GpuIndexBuild, VerticalSlashMatchesTheHostPlanOnRandomInputs) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const ProblemSize size = random_size(random);
+    const AttentionInputs inputs = random_inputs(random, size);
+    const PatternSpec spec = random_clear_spec(random, size, inputs);
+    SCOPED_TRACE(spec.to_string() + " " + describe(size));
+    const BothPlans plans = build_both(spec, plan_shape(size), inputs, size.scale, stream_);
+    SCOPED_TRACE(plans.host.summary());
+    expect_same_records(plans.built, plans.host, stream_);
+  }
+}
+
+// Empty and degenerate shapes; budgets of the forced lines only, of nothing, of every line.
+TEST_F(GpuIndexBuild, VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  struct Edge {
+    int64_t batch, q_len, kv_len, tile_rows;
+  };
+  const std::vector<Edge> edges = {{1, 0, 0, 64},   {1, 0, 17, 64},   {1, 1, 1, 64},
+                                   {1, 5, 0, 64},   {2, 64, 64, 64},  {1, 300, 45, 128},
+                                   {2, 129, 200, 64}, {1, 257, 513, 128}};
+  const std::vector<PatternSpec> specs = {
+      vertical_slash(30, 100, 30, 100, 64, 0),     // the forced lines only
+      vertical_slash(0, 0, 0, 0, 64, 1),           // nothing
+      vertical_slash(5, 3, 5, 3, 1, 0),            // forced lines of one estimate row
+      vertical_slash(100000, 100000, 7, 9, 64, 0)  // every line
+  };
+  for (const Edge& edge : edges) {
+    ProblemSize size;
+    size.batch = edge.batch;
+    const Gqa gqa = pick(random, kGqaShapes);
+    size.kv_heads = gqa.kv_heads;
+    size.group = gqa.group;
+    size.head_dim = pick(random, kHeadDims);
+    size.dtype = pick(random, kDtypes);
+    size.q_len = edge.q_len;
+    size.kv_len = edge.kv_len;
+    size.tile_rows = edge.tile_rows;
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const AttentionInputs inputs = random_inputs(random, size);
+    for (const PatternSpec& spec : specs) {
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      const BothPlans plans = build_both(spec, plan_shape(size), inputs, size.scale, stream_);
+      expect_same_records(plans.built, plans.host, stream_);
+    }
+  }
+}
+
+// Attention through the device-built plan against the fp64 oracle of the host plan (the kernel
+// check rule), on both kernels' tile heights.
+TEST_F(GpuIndexBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const DType dtype : kDtypes) {
+    for (const int64_t tile_rows : kTileRows) {
+      ProblemSize size = random_size(random);
+      size.dtype = dtype;
+      size.tile_rows = tile_rows;
+      size.head_dim = kHeadDims.back();
+      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
+      size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+      const AttentionInputs inputs = random_inputs(random, size);
+      const PatternSpec spec = random_clear_spec(random, size, inputs);
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      const BothPlans plans = build_both(spec, plan_shape(size), inputs, size.scale, stream_);
+      expect_same_records(plans.built, plans.host, stream_);
+      const AttentionResult gpu =
+          run_gpu(plans.built, inputs, size, random_layout(random));
+      expect_matches_oracle(plans.host, inputs, size, gpu);
+    }
+  }
+}
+
+// The public route: prepare_pattern with device inputs estimates on the GPU and computes what
+// prepare_plan(build_plan(host inputs)) computes, bit for bit.
+TEST_F(GpuIndexBuild, PreparePatternEstimatesFromDeviceInputs) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_size(random);
+  size.head_dim = kHeadDims.back();
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  size.q_len = 333;
+  size.kv_len = 401;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const PatternSpec spec = random_clear_spec(random, size, inputs);
+  SCOPED_TRACE(spec.to_string() + " " + describe(size));
+  const PlanShape shape = plan_shape(size);
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const DeviceOperand v(inputs.v);
+  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  const PreparedPlan expected =
+      prepare_plan(build_plan(spec, shape, nullptr, &host_inputs), kCuda, stream_);
+  const PreparedPlan built = prepare_pattern(spec, shape, nullptr, kCuda, stream_, &device_inputs);
+  EXPECT_EQ(built.shape(), shape);
+  expect_error([&] { (void)built.plan(); }, ErrorCode::kUnsupported, {"no host copy"});
+
+  AttentionOptions options;
+  options.scale = size.scale;
+  options.stream = stream_;
+  std::vector<std::vector<std::byte>> outs;
+  std::vector<std::vector<std::byte>> lses;
+  for (const PreparedPlan* prepared : {&built, &expected}) {
+    HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
+                         OperandLayout::kContiguous);
+    DeviceOperand out(out_host);
+    DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
+                     sizeof(float));
+    out.buffer.poison();
+    lse.poison();
+    const TensorView lse_view = TensorView::contiguous(
+        lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
+    attention_planned(*prepared, q.view, k.view, v.view, out.view, lse_view, options);
+    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    outs.emplace_back(out.buffer.bytes());
+    out.buffer.download(outs.back().data());
+    lses.emplace_back(lse.bytes());
+    lse.download(lses.back().data());
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
+  EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
+}
+
+TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
+  Random random;
+  ProblemSize size;
+  size.q_len = 100;
+  size.kv_len = 120;
+  size.kv_heads = 2;
+  size.group = 2;
+  size.head_dim = 64;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PlanShape shape = plan_shape(size);
+  const PatternSpec spec = PatternSpec::parse("vertical-slash:vertical=40,slash=200");
+  const auto operands = [&](const TensorView& q_view, const TensorView& k_view,
+                            const PlanShape& plan) {
+    return cuda::make_estimate_operands("vertical-slash", {q_view, k_view}, plan);
+  };
+
+  expect_error([&] { (void)operands(q.view, inputs.k.view, shape); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input k device", "cuda"});
+  TensorView float_q = q.view;
+  float_q.dtype = DType::kFloat32;
+  expect_error([&] { (void)operands(float_q, k.view, shape); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input q dtype", "float32"});
+  PlanShape longer = shape;
+  longer.q_len = 101;
+  expect_error([&] { (void)operands(q.view, k.view, longer); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input q q_len", "101", "100"});
+  PlanShape more_heads = shape;
+  more_heads.heads = 3;
+  expect_error([&] { (void)operands(q.view, k.view, more_heads); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input q heads"});
+  TensorView strided_q = q.view;
+  strided_q.strides[3] = 2;
+  expect_error([&] { (void)operands(strided_q, k.view, shape); }, ErrorCode::kInvalidArgument,
+               {"vertical-slash input q strides", "contiguous last dimension"});
+  TensorView narrow_q = q.view;
+  TensorView narrow_k = k.view;
+  narrow_q.shape[3] = narrow_k.shape[3] = 40;
+  expect_error([&] { (void)operands(narrow_q, narrow_k, shape); }, ErrorCode::kUnsupported,
+               {"vertical-slash input q head_dim", "40"});
+
+  const cuda::EstimateOperands good = operands(q.view, k.view, shape);
+  expect_error(
+      [&] {
+        (void)cuda::build_dynamic_plan_on_device(
+            resolve_pattern(PatternSpec::parse("vertical-slash:vertical=10")), shape, good,
+            stream_);
+      },
+      ErrorCode::kInvalidArgument, {"vertical-slash parameter vertical", ">= sink = 30"});
+  expect_error(
+      [&] {
+        (void)cuda::build_dynamic_plan_on_device(
+            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=2")), shape, good,
+            stream_);
+      },
+      ErrorCode::kUnsupported, {"vertical-slash parameter boundary", "2"});
+  expect_error(
+      [&] {
+        (void)cuda::build_dynamic_plan_on_device(resolve_pattern(spec), {1, 4, 100, 120, 0}, good,
+                                                 stream_);
+      },
+      ErrorCode::kInvalidArgument, {"tile_rows"});
+  const PatternInputs device_inputs{q.view, k.view};
+  expect_error(
+      [&] {
+        (void)prepare_pattern(PatternSpec::parse("grid"), shape, nullptr, kCuda, stream_,
+                              &device_inputs);
+      },
+      ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
+  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec)));
+  EXPECT_FALSE(
+      cuda::builds_dynamic_on_device(resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3"))));
+}
+
+}  // namespace
+}  // namespace mmsparse::test
