@@ -26,16 +26,18 @@
 
 namespace mmsparse {
 
-// What a candidate costs to run. Plans handed to cost() have one head slot and the layer's full
-// shape (q_len = kv_len = seq_len), built with tile_rows() rows per query tile.
+// What a candidate costs to run. cost() gets a plan with one head slot and the head it is for:
+// q [1, q_len, 1, head_dim], k/v [1, kv_len, 1, head_dim] host views (a measured cost runs on them).
+// Plans are built with tile_rows(head_dim) rows per query tile.
 class CostModel {
  public:
   virtual ~CostModel() = default;
-  virtual double cost(const Plan& plan, int64_t q_head) = 0;
+  virtual double cost(const Plan& plan, const TensorView& q, const TensorView& k,
+                      const TensorView& v) = 0;
   virtual bool measured() const = 0;        // false: modelled
   virtual std::string unit() const = 0;     // "ms", "key chunks"
   virtual std::string gpu() const = 0;      // the GPU measured on; empty when modelled
-  virtual int64_t tile_rows() const = 0;    // query tile height the costed plans use
+  virtual int64_t tile_rows(int64_t head_dim) const = 0;  // query tile height of costed plans
 };
 
 // Modelled cost, for machines without a GPU: the number of 128×128 key chunks the engine's Hopper
@@ -45,12 +47,10 @@ class CostModel {
 std::unique_ptr<CostModel> make_modelled_cost();
 
 // Measured cost: the median device time (ms) of attention_planned over the plan, prepared on
-// `device` with prepare_plan, after `warmup` runs, for the query head's slice of q and its KV head's
-// slices of k, v (copied to the device once). Needs a build with the CUDA engine and a visible GPU;
-// otherwise throws Error(kUnsupported).
-std::unique_ptr<CostModel> make_measured_cost(const TensorView& q, const TensorView& k,
-                                              const TensorView& v, Device device, int warmup,
-                                              int repeats);
+// `device` with prepare_plan, after `warmup` runs, on the head's q, k, v copied to the device (fp32
+// timed as bf16: the engine runs 16-bit inputs). Needs a build with the CUDA engine and a visible
+// GPU; otherwise throws Error(kUnsupported).
+std::unique_ptr<CostModel> make_measured_cost(Device device, int warmup, int repeats);
 
 // Where a spec's numbers were set (Table 2/3 values are for 128K tokens): scaled to `seq_len` the
 // way `mmsparse bench` scales its defaults — A-shape / Tri-shape local windows and vertical-slash
@@ -80,14 +80,15 @@ struct CandidateScore {
   PatternSpec spec;
   double recall = 0.0;        // mean over scored rows of exp(LSE_plan - LSE_dense)
   double output_error = 0.0;  // ||O_plan - O_dense|| / ||O_dense|| over scored rows
-  double cost = 0.0;          // on the whole sequence, in CostModel units
+  double cost = 0.0;          // of its plan on the scored scope, in CostModel units
 };
 
 // One stage's search on one scope of one head.
 struct ScopeSearch {
   std::string stage;  // "intra", "cross", "inter"
   std::string scope;  // "video", "text->video", "full"
-  std::vector<CandidateScore> scored;  // in-budget candidates, in search-space order
+  double budget_cost = 0.0;  // the budget spec's cost on this scope
+  std::vector<CandidateScore> scored;  // in-budget candidates, in search-space order; cost on the scope
   std::optional<CandidateScore> winner;
   int64_t over_budget = 0;     // candidates dropped for their cost
   int64_t not_applicable = 0;  // candidates that cannot be built on this scope (too short, ...)
@@ -95,7 +96,8 @@ struct ScopeSearch {
 
 struct HeadSearchResult {
   int64_t q_head = 0;
-  CandidateScore chosen;  // scored on the whole sequence
+  CandidateScore chosen;  // scored and costed on the whole sequence
+  double budget_cost = 0.0;  // the budget spec's cost on the whole sequence for this head
   bool dense_fallback = false;
   std::string fallback_reason;      // why dense was chosen; empty otherwise
   std::vector<ScopeSearch> scopes;  // intra per modality, cross per pair, then inter
@@ -123,7 +125,7 @@ struct SearchOptions {
 
 struct LayerSearchResult {
   PatternSpec budget_spec;
-  double budget_cost = 0.0;
+  double budget_cost = 0.0;  // on the whole sequence, for the first searched head
   std::vector<PatternSpec> space;
   std::vector<HeadSearchResult> heads;  // in the order of `q_heads`
 };

@@ -78,19 +78,21 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
 class HeadSearch {
  public:
   HeadSearch(int64_t q_head, const TensorView& q, const TensorView& k, const TensorView& v,
-             const ModalityLayout& layout, CostModel& cost_model, double budget,
+             const ModalityLayout& layout, CostModel& cost_model, const PatternSpec& budget_spec,
              const SearchOptions& options)
       : q_head_(q_head),
         layout_(layout),
         cost_model_(cost_model),
-        budget_(budget),
+        budget_spec_(budget_spec),
         options_(options),
+        tile_rows_(cost_model.tile_rows(q.shape[3])),
         tensors_(detail::head_tensors(q, k, v, q_head)),
         full_("full", tensors_, layout, detail::kAllModalities, detail::kAllModalities,
-              detail::kAllModalities, cost_model.tile_rows(), options) {}
+              detail::kAllModalities, tile_rows_, options) {}
 
   HeadSearchResult run(const std::vector<PatternSpec>& space) {
     result_.q_head = q_head_;
+    result_.budget_cost = budget_on(full_).value_or(0.0);
     std::vector<Modality> present;
     ModalitySet present_set = 0;
     for (uint8_t type : layout_.token_types()) present_set |= modality_bit(static_cast<Modality>(type));
@@ -104,7 +106,7 @@ class HeadSearch {
     for (Modality modality : present) {
       const ModalitySet only = modality_bit(modality);
       Scope scope(std::string(modality_name(modality)), tensors_, layout_, only, only, only,
-                  cost_model_.tile_rows(), options_);
+                  tile_rows_, options_);
       search_scope(scope, space, "intra");
     }
     // (2) Cross-modality: queries of one modality against keys of another, on the two
@@ -114,7 +116,7 @@ class HeadSearch {
         if (query == key) continue;
         Scope scope(std::string(modality_name(query)) + "->" + std::string(modality_name(key)),
                     tensors_, layout_, modality_bit(query) | modality_bit(key),
-                    modality_bit(query), modality_bit(key), cost_model_.tile_rows(), options_);
+                    modality_bit(query), modality_bit(key), tile_rows_, options_);
         search_scope(scope, space, "cross");
       }
     }
@@ -137,24 +139,20 @@ class HeadSearch {
   int64_t q_head_;
   const ModalityLayout& layout_;
   CostModel& cost_model_;
-  double budget_;
+  const PatternSpec& budget_spec_;
   const SearchOptions& options_;
+  int64_t tile_rows_;
   detail::HeadTensors tensors_;
   Scope full_;
-  std::map<std::string, std::optional<Plan>> full_plans_;  // spec -> plan on the whole sequence
-  std::map<std::string, double> full_costs_;
   std::set<std::string> over_budget_;
   HeadSearchResult result_;
 
-  // The candidate's plan on the whole sequence (what the config will run) and its cost there.
-  const std::optional<Plan>& full_plan(const PatternSpec& spec) {
-    const std::string key = spec.to_string();
-    auto found = full_plans_.find(key);
-    if (found == full_plans_.end()) {
-      found = full_plans_.emplace(key, full_.build(spec)).first;
-      if (found->second) full_costs_[key] = cost_model_.cost(*found->second, q_head_);
-    }
-    return found->second;
+  // The budget spec's cost on the scope's tokens: candidates compete at comparable cost on the
+  // tokens they are scored on (App. C.5), whole sequence or one modality's part of it.
+  std::optional<double> budget_on(const Scope& scope) {
+    const std::optional<Plan> plan = scope.build(budget_spec_);
+    if (!plan) return std::nullopt;
+    return scope.cost(*plan, cost_model_);
   }
 
   const ScopeSearch& search_scope(Scope& scope, const std::vector<PatternSpec>& candidates,
@@ -162,25 +160,24 @@ class HeadSearch {
     ScopeSearch& search = result_.scopes.emplace_back();
     search.stage = stage;
     search.scope = scope.name();
-    if (!scope.has_rows()) return search;  // e.g. no query of the pair sees a key of the pair
+    // Nothing to score: e.g. no query of the pair sees a key of the pair.
+    if (!scope.has_rows()) return search;
+    const std::optional<double> budget = scope.is_full() ? result_.budget_cost : budget_on(scope);
+    if (!budget) return search;
+    search.budget_cost = *budget;
     for (const PatternSpec& spec : candidates) {
-      const std::optional<Plan>& whole = full_plan(spec);
-      if (!whole) {
+      const std::optional<Plan> plan = scope.build(spec);
+      if (!plan) {
         ++search.not_applicable;
         continue;
       }
-      const double cost = full_costs_.at(spec.to_string());
-      if (cost > budget_) {
+      const double cost = scope.cost(*plan, cost_model_);
+      if (cost > search.budget_cost) {
         ++search.over_budget;
         over_budget_.insert(spec.to_string());
         continue;
       }
-      const std::optional<Plan> local = scope.is_full() ? whole : scope.build(spec);
-      if (!local) {
-        ++search.not_applicable;
-        continue;
-      }
-      const detail::Accuracy accuracy = scope.score(*local);
+      const detail::Accuracy accuracy = scope.score(*plan);
       search.scored.push_back({spec, accuracy.recall, accuracy.output_error, cost});
       if (!search.winner || better(search.scored.back(), *search.winner)) {
         search.winner = search.scored.back();
@@ -226,8 +223,7 @@ class HeadSearch {
 
   void choose_dense(const std::string& reason) {
     const PatternSpec dense{"dense", {}};
-    full_plan(dense);
-    result_.chosen = {dense, 1.0, 0.0, full_costs_.at(dense.to_string())};
+    result_.chosen = {dense, 1.0, 0.0, full_.cost(*full_.build(dense), cost_model_)};
     result_.dense_fallback = true;
     result_.fallback_reason = reason;
   }
@@ -246,29 +242,27 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
   const int64_t seq_len = layout.length();
 
   LayerSearchResult result;
-  // The budget is a static pattern: its plan needs no inputs.
+  // The budget is a static pattern: its plan needs no inputs. Checked here, once, so that a bad
+  // budget is reported as such before any head is searched.
   PatternSpec budget_spec;
-  Plan budget_plan;
   try {
     budget_spec = PatternSpec::parse(options.budget_spec);
     // The budget's windows are 128K values like the candidates', and scale with them.
     if (options.scale_to_length) budget_spec = scale_spec_to_length(budget_spec, seq_len);
     budget_spec = resolve_pattern(budget_spec, &layout);
-    budget_plan = build_plan(budget_spec,
-                             PlanShape{1, 1, seq_len, seq_len, cost_model.tile_rows()}, &layout);
+    (void)build_plan(budget_spec, PlanShape{1, 1, seq_len, seq_len, kDefaultTileRows}, &layout);
   } catch (const Error& error) {
     throw_invalid_argument("budget_spec",
                            "a static pattern spec such as " + std::string(kDefaultBudgetSpec),
                            "\"" + options.budget_spec + "\" (" + error.what() + ")");
   }
   result.budget_spec = budget_spec;
-  result.budget_cost = cost_model.cost(budget_plan, heads.front());
   result.space = search_space(layout, seq_len, options.scale_to_length);
-
   for (int64_t head : heads) {
-    HeadSearch search(head, q, k, v, layout, cost_model, result.budget_cost, options);
+    HeadSearch search(head, q, k, v, layout, cost_model, budget_spec, options);
     result.heads.push_back(search.run(result.space));
   }
+  result.budget_cost = result.heads.front().budget_cost;
   return result;
 }
 

@@ -155,6 +155,10 @@ std::optional<Plan> Scope::build(const PatternSpec& spec) const {
   }
 }
 
+double Scope::cost(const Plan& plan, CostModel& model) const {
+  return model.cost(plan, q_.view(), k_.view(), v_.view());
+}
+
 Plan Scope::sampled_rows_plan(const Plan& plan) const {
   const std::vector<int64_t> tile_of = tile_of_rows(plan, 0);
   PlanBuilder builder(plan.shape);

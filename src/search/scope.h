@@ -59,6 +59,8 @@ class Scope {
   std::optional<Plan> build(const PatternSpec& spec) const;
   // Recall and output error of the plan on the sampled rows, against dense.
   Accuracy score(const Plan& plan);
+  // The cost of running the plan (built by build()) on the scope's tokens.
+  double cost(const Plan& plan, CostModel& model) const;
 
  private:
   std::string name_;

@@ -105,16 +105,20 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
   fmt::print("\nlayer {}: budget {} = {:.1f} {} ({}); {} candidates in the search space\n", layer,
              result.budget_spec.to_string(), result.budget_cost, cost_model.unit(),
              cost_model.measured() ? "measured" : "modelled", result.space.size());
-  fmt::print("{:>5} {:<10} {:<72} {:>8} {:>9} {:>10} {:>7} {:>8}\n", "head", "behaviour",
-             "chosen spec", "recall", "out err", "cost", "budget", "dropped");
+  std::size_t spec_width = 0;
+  for (const HeadSearchResult& head : result.heads) {
+    spec_width = std::max(spec_width, head.chosen.spec.to_string().size());
+  }
+  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>9} {:>10} {:>7} {:>8}\n", "head", "behaviour",
+             "chosen spec", spec_width, "recall", "out err", "cost", "budget", "dropped");
   for (const HeadSearchResult& head : result.heads) {
     const std::string behaviour =
         input.workload ? std::string(head_behaviour_name(input.workload->behaviour(head.q_head)))
                        : "-";
-    fmt::print("{:>5} {:<10} {:<72} {:>8.4f} {:>9.2e} {:>10.1f} {:>6.1f}% {:>8}{}\n", head.q_head,
-               behaviour, head.chosen.spec.to_string(), head.chosen.recall,
+    fmt::print("{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10.1f} {:>6.1f}% {:>8}{}\n", head.q_head,
+               behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
                head.chosen.output_error, head.chosen.cost,
-               kPercent * head.chosen.cost / result.budget_cost, head.over_budget,
+               kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
                head.dense_fallback ? "  dense fallback: " + head.fallback_reason : "");
   }
 }
@@ -155,11 +159,11 @@ int run_search(const SearchFlags& flags) {
   report["calibration"] = input.description;
   report["synthetic"] = input.workload.has_value();
   progress.step(fmt::format("searching {} layer(s), stages intra / cross / inter", input.layers.size()));
-  std::unique_ptr<CostModel> cost_model;
+  const std::unique_ptr<CostModel> cost_model =
+      gpu ? make_measured_cost(Device{DeviceType::kCUDA, 0}, flags.timing.warmup,
+                               flags.timing.repeats)
+          : make_modelled_cost();
   for (const CalibrationLayer& layer : input.layers) {
-    cost_model = gpu ? make_measured_cost(layer.q, layer.k, layer.v, Device{DeviceType::kCUDA, 0},
-                                          flags.timing.warmup, flags.timing.repeats)
-                     : make_modelled_cost();
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
     nlohmann::json layer_json = {{"layer", layer.layer},
@@ -172,6 +176,7 @@ int run_search(const SearchFlags& flags) {
                                                       head.chosen.cost};
       nlohmann::json head_json = {{"head", head.q_head},
                                   {"chosen", score_json(head.chosen)},
+                                  {"budget_cost", head.budget_cost},
                                   {"dense_fallback", head.dense_fallback},
                                   {"fallback_reason", head.fallback_reason},
                                   {"over_budget", head.over_budget}};
@@ -179,6 +184,7 @@ int run_search(const SearchFlags& flags) {
       for (const ScopeSearch& search : head.scopes) {
         nlohmann::json scope_json = {{"stage", search.stage},
                                      {"scope", search.scope},
+                                     {"budget_cost", search.budget_cost},
                                      {"over_budget", search.over_budget},
                                      {"not_applicable", search.not_applicable}};
         if (search.winner) scope_json["winner"] = score_json(*search.winner);
