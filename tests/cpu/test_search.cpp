@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/random.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/io.h"
 #include "mmsparse/patterns.h"
@@ -184,6 +185,65 @@ TEST(Search, RespectsTheBudgetAndFallsBackToDense) {
                                                head);
   EXPECT_TRUE(floor.heads[0].dense_fallback);
   EXPECT_NE(floor.heads[0].fallback_reason.find("dense_below_recall"), std::string::npos);
+}
+
+// A cost model for tests of the stages alone: every plan is free.
+class FreeCost final : public CostModel {
+ public:
+  double cost(const Plan&, const TensorView&, const TensorView&, const TensorView&) override {
+    return 0.0;
+  }
+  bool measured() const override { return false; }
+  std::string unit() const override { return "nothing"; }
+  std::string gpu() const override { return {}; }
+  int64_t tile_rows(int64_t) const override { return kDefaultTileRows; }
+};
+
+TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
+  // Text only: one intra scope, no pairs, no boundary modes.
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const int64_t seq_len = 700;
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, seq_len, 2, 32});
+  const Tensor kv = random.normal_tensor(DType::kFloat32, {1, seq_len, 1, 32});
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 8;
+  const LayerSearchResult text =
+      search_layer(q.view(), kv.view(), kv.view(), ModalityLayout::text_only(seq_len), *cost,
+                   options, std::vector<int64_t>{1});
+  ASSERT_EQ(text.heads.size(), 1u);
+  std::vector<std::string> scopes;
+  for (const ScopeSearch& search : text.heads[0].scopes) scopes.push_back(search.scope);
+  EXPECT_EQ(scopes, (std::vector<std::string>{"text", "full"}));
+  for (const CandidateScore& score : text.heads[0].scopes.back().scored) {
+    EXPECT_EQ(score.spec.param("boundary", 0), 0) << "one modality: no boundary modes";
+  }
+
+  // Text, an image and a video: 3 intra scopes, 6 ordered pairs, then the whole sequence.
+  const ModalityLayout mixed =
+      LayoutBuilder().text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30).build();
+  const Tensor mixed_q = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 2, 32});
+  const Tensor mixed_kv = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 1, 32});
+  // At a few hundred tokens the boundary modes' extra tiles exceed any budget in key chunks; a
+  // cost model that charges nothing lets every candidate through.
+  FreeCost free;
+  const LayerSearchResult result =
+      search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                   std::vector<int64_t>{0});
+  std::set<std::string> names;
+  for (const ScopeSearch& search : result.heads[0].scopes) names.insert(search.stage + " " + search.scope);
+  EXPECT_EQ(names, (std::set<std::string>{"intra text", "intra image", "intra video",
+                                          "cross text->image", "cross text->video",
+                                          "cross image->text", "cross image->video",
+                                          "cross video->text", "cross video->image",
+                                          "inter full"}));
+  // Mixed modalities: stage 3 tries the boundary modes of the vertical-slash and grid winners.
+  std::set<int64_t> modes;
+  for (const CandidateScore& score : result.heads[0].scopes.back().scored) {
+    if (score.spec.name != "a-shape") modes.insert(score.spec.param("boundary", -1));
+  }
+  EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3}));
 }
 
 PatternConfig searched_config() {

@@ -255,7 +255,7 @@ Command add_search_command(CLI::App& app) {
                       "last rows of each segment also scored")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  command->add_option("--budget", flags->options.budget_spec,
+  command->add_option("--budget-spec", flags->options.budget_spec,
                       "static pattern whose cost is the budget")
       ->capture_default_str();
   command->add_flag("--unscaled", flags->unscaled,
