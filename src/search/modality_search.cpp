@@ -120,7 +120,8 @@ class HeadSearch {
         search_scope(scope, space, "cross");
       }
     }
-    // (3) Inter-modality: the winners with each boundary mode, on the whole sequence.
+    // (3) Inter-modality: the scopes' winners per family, with each boundary mode, on the whole
+    // sequence.
     const std::optional<CandidateScore> best =
         search_scope(full_, inter_candidates(), "inter").winner;
     if (!best) {

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
