@@ -161,10 +161,14 @@ class HeadSearch {
     ScopeSearch& search = result_.scopes.emplace_back();
     search.stage = stage;
     search.scope = scope.name();
+    const auto done = [&]() -> const ScopeSearch& {
+      if (options_.on_scope_done) options_.on_scope_done(q_head_, search);
+      return search;
+    };
     // Nothing to score: e.g. no query of the pair sees a key of the pair.
-    if (!scope.has_rows()) return search;
+    if (!scope.has_rows()) return done();
     const std::optional<double> budget = scope.is_full() ? result_.budget_cost : budget_on(scope);
-    if (!budget) return search;
+    if (!budget) return done();
     search.budget_cost = *budget;
     for (const PatternSpec& spec : candidates) {
       const std::optional<Plan> plan = scope.build(spec);
@@ -184,8 +188,7 @@ class HeadSearch {
         search.winner = search.scored.back();
       }
     }
-    if (options_.on_scope_done) options_.on_scope_done(q_head_, search);
-    return search;
+    return done();
   }
 
   // Each stage 1 and 2 scope's best candidate of each pattern family (grid, a-shape,
