@@ -80,6 +80,13 @@ Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
                 const ModalityLayout* layout = nullptr, const PatternInputs* inputs = nullptr);
 Plan build_plan(const PatternSpec& spec, const PlanShape& shape,
                 const ModalityLayout* layout = nullptr, const PatternInputs* inputs = nullptr);
+// build_plan that also measures, on the host clock, how long each head slot took to build:
+// head_seconds[slot] (resized to shape.head_slots()); for dynamic patterns, that is the index
+// estimation. Head slots share a key cache, so the first query head of a GQA group also pays for
+// converting the group's keys. Validation of the whole plan is in no head's time.
+Plan build_plan_timed(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                      const ModalityLayout* layout, const PatternInputs* inputs,
+                      std::vector<double>& head_seconds);
 
 // Per-model pattern config (JSON), keyed by layer and global query head index:
 //   {"schema_version": 2, "default": "a-shape",

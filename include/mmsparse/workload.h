@@ -41,6 +41,9 @@ struct PresetInfo {
   std::string name;
   std::string description;
   int64_t seq_len;
+  // Needles the CLI plants when --needles is not given: presets modelled on needle benchmarks
+  // (mixed-interleaved, MM-NIAH-style) are retrieval tasks; WorkloadSpec::needles stays explicit.
+  int64_t default_needles = 0;
 };
 const std::vector<PresetInfo>& workload_presets();
 
@@ -58,6 +61,9 @@ class Workload {
   int64_t seq_len() const { return layout_.length(); }
   HeadBehaviour behaviour(int64_t q_head) const { return behaviours_.at(q_head); }
   const std::vector<Needle>& needles() const { return needles_; }
+  // The final question is rows [question_begin(), seq_len()): the queries that read the needles
+  // (seq_len() when the layout ends in media).
+  int64_t question_begin() const { return question_begin_; }
 
   // One KV head's keys and values at all positions: k, v [seq_len, head_dim] fp32.
   void generate_kv(int64_t kv_head, float* k, float* v) const;
@@ -75,6 +81,7 @@ class Workload {
   ModalityLayout layout_;
   std::vector<HeadBehaviour> behaviours_;
   std::vector<Needle> needles_;
+  int64_t question_begin_ = 0;
   // M-RoPE id of each layout segment's first token (text) or frame-0 origin (vision).
   std::vector<int64_t> segment_rope_start_;
   // cos/sin of rope ids split as id = coarse · kRopeFineSpan + fine, per rotary pair, so a token's

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/metric_checks.h"
 #include "core/parallel.h"
 #include "cpu/dot.h"
 #include "mmsparse/status.h"
@@ -16,47 +17,17 @@
 namespace mmsparse {
 namespace {
 
+using detail::check_host;
+using detail::check_index;
+using detail::check_lse;
+using detail::check_rank;
+using detail::lse_at;
+
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Cumulative sums of sorted probabilities land a few ulps off exact fractions (1/3 + 1/3 + 1/3);
 // a key whose inclusion reaches the target within this relative slack counts as reaching it.
 constexpr double kRecallSlack = 1e-9;
-
-void check_host(const std::string& name, const TensorView& view) {
-  if (view.device.type != DeviceType::kCPU) {
-    throw_invalid_argument(name + " device", "cpu (metrics read host memory)",
-                           device_name(view.device));
-  }
-  if (view.data == nullptr && view.numel() > 0) {
-    throw_invalid_argument(name + " data", "a non-null pointer", "null");
-  }
-}
-
-void check_rank(const std::string& name, const TensorView& view, int ndim,
-                const std::string& dims_description) {
-  if (view.ndim != ndim) {
-    throw_invalid_argument(name, std::to_string(ndim) + " dimensions " + dims_description,
-                           std::to_string(view.ndim) + " (" + view.shape_string() + ")");
-  }
-}
-
-void check_lse(const std::string& name, const TensorView& lse) {
-  check_rank(name, lse, 3, "[batch, q_heads, q_len]");
-  if (lse.dtype != DType::kFloat32) {
-    throw_invalid_argument(name + " dtype", "float32", std::string(dtype_name(lse.dtype)));
-  }
-  check_host(name, lse);
-}
-
-void check_index(const std::string& name, int64_t index, int64_t extent) {
-  if (index < 0 || index >= extent) {
-    throw_invalid_argument(name, "in [0, " + std::to_string(extent) + ")", std::to_string(index));
-  }
-}
-
-float lse_at(const TensorView& lse, int64_t b, int64_t h, int64_t i) {
-  return lse.data_as<const float>()[b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]];
-}
 
 // Keys row i sees under bottom-right aligned causal masking.
 int64_t causal_keys(int64_t row, int64_t q_len, int64_t kv_len) {

@@ -2,6 +2,7 @@
 
 #include "patterns/pattern_registry.h"
 
+#include <chrono>
 #include <string_view>
 
 #include "mmsparse/status.h"
@@ -108,8 +109,12 @@ void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const Pl
                                  {shape, layout, inputs, head_slot, &keys});
 }
 
-Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
-                const ModalityLayout* layout, const PatternInputs* inputs) {
+namespace {
+
+// build_plan and build_plan_timed in one: head_seconds (nullable) receives each slot's build time.
+Plan build_plan_with_timing(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                            const ModalityLayout* layout, const PatternInputs* inputs,
+                            std::vector<double>* head_seconds) {
   const auto count = static_cast<int64_t>(specs.size());
   if (count != 1 && count != shape.heads) {
     throw_invalid_argument("specs",
@@ -119,13 +124,34 @@ Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
   // Resolved once, not per batch element.
   std::vector<PatternSpec> resolved;
   for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec, layout));
+  if (head_seconds != nullptr) {
+    head_seconds->assign(static_cast<std::size_t>(shape.head_slots()), 0.0);
+  }
   PlanBuilder builder(shape);
   detail::KeyCache keys;  // head slots run in order, so a GQA group's query heads reuse one K
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     const PatternSpec& spec = resolved[count == 1 ? 0 : slot % shape.heads];
+    const auto start = std::chrono::steady_clock::now();
     known_pattern(spec.name).build(builder, spec, {shape, layout, inputs, slot, &keys});
+    if (head_seconds != nullptr) {
+      (*head_seconds)[slot] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
   }
   return builder.finish();
+}
+
+}  // namespace
+
+Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                const ModalityLayout* layout, const PatternInputs* inputs) {
+  return build_plan_with_timing(specs, shape, layout, inputs, nullptr);
+}
+
+Plan build_plan_timed(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                      const ModalityLayout* layout, const PatternInputs* inputs,
+                      std::vector<double>& head_seconds) {
+  return build_plan_with_timing(specs, shape, layout, inputs, &head_seconds);
 }
 
 Plan build_plan(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout* layout,

@@ -25,6 +25,8 @@ namespace {
 constexpr int64_t kSystemPromptTokens = 20;
 // The shortest final question, with the template's "<|im_end|>\n<|im_start|>assistant\n" tail.
 constexpr int64_t kMinQuestionTokens = 32;
+// MM-NIAH's counting tasks plant several needles; four keeps each in its own stretch of media.
+constexpr int64_t kMixedPresetNeedles = 4;
 // One vision_start and one vision_end token around every media item.
 constexpr int64_t kMarkerPair = 2;
 constexpr int64_t kMarkerTokens = 1;
@@ -249,8 +251,8 @@ const std::vector<Preset>& presets() {
        multi_image_layout},
       {{"mixed-interleaved",
         "MM-NIAH-style: one video (16x28 tokens per step) interrupted every 8 steps by text "
-        "documents and every third time by an image; about 25% text",
-        kLength128k},
+        "documents and every third time by an image; about 25% text; a needle task",
+        kLength128k, kMixedPresetNeedles},
        mixed_layout},
   };
   return kPresets;

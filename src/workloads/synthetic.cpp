@@ -303,7 +303,7 @@ class WorkloadGenerator {
         scene_width_(2 * (blocks_.scene_end - blocks_.relative_end)),
         identity_width_(2 * (blocks_.identity_end - blocks_.scene_end)) {
     const auto& segments = w_.layout_.segments();
-    question_begin_ = question_begin(w_.layout_);
+    question_begin_ = w_.question_begin_;
     for (const Media& media : w_.layout_.media()) {
       if (media.start_marker >= 0) media_sinks_.push_back(media.start_marker);
     }
@@ -589,6 +589,7 @@ void WorkloadGenerator::prepare(Workload& w) {
                    w.rope_coarse_cos_, w.rope_coarse_sin_);
 
   // Needles: spread evenly over the media tokens with a jitter, read from the final question on.
+  w.question_begin_ = question_begin(w.layout_);
   w.needles_.clear();
   const int64_t count = w.spec_.needles;
   if (count == 0) return;
@@ -601,7 +602,6 @@ void WorkloadGenerator::prepare(Workload& w) {
                            "<= " + std::to_string(media_tokens) + " (media tokens of the layout)",
                            std::to_string(count));
   }
-  const int64_t question = question_begin(w.layout_);
   // Jitter within the middle half of each needle's slot keeps needles apart.
   constexpr double kJitter = 0.5;
   for (int64_t n = 0; n < count; ++n) {
@@ -612,7 +612,7 @@ void WorkloadGenerator::prepare(Workload& w) {
     for (const Segment& segment : segments) {
       if (segment.modality == Modality::kText) continue;
       if (index < segment.length()) {
-        w.needles_.push_back(Needle{segment.begin + index, question});
+        w.needles_.push_back(Needle{segment.begin + index, w.question_begin_});
         break;
       }
       index -= segment.length();

@@ -1,6 +1,7 @@
 #pragma once
 // `mmsparse bench`: a synthetic workload through dense attention and sparse patterns, reported
-// side by side (density, recall, output error, time, speedup vs dense).
+// side by side (density, recall, output error, needles, index and attention time, speedup vs
+// dense), per head with --per-head and per layer with --layers (docs/report.md).
 
 #include "cli_common.h"
 

@@ -25,7 +25,16 @@ void WorkloadFlags::add_to(CLI::App& command) {
   command.add_option("--kv-heads", kv_heads, "key/value heads (0: preset default)");
   command.add_option("--head-dim", head_dim, "head dimension (0: preset default)");
   command.add_option("--seed", seed, "workload seed")->capture_default_str();
-  command.add_option("--needles", needles, "needle keys planted in the media")->capture_default_str();
+  std::string needle_presets;
+  for (const PresetInfo& info : workload_presets()) {
+    if (info.default_needles > 0) {
+      needle_presets += fmt::format("{} for {}, ", info.default_needles, info.name);
+    }
+  }
+  needles_option = command.add_option(
+      "--needles", needles,
+      "needle keys planted in the media, read by the final question (default: the preset's, " +
+          needle_presets + "else 0)");
 }
 
 WorkloadSpec WorkloadFlags::spec() const {
@@ -37,6 +46,13 @@ WorkloadSpec WorkloadFlags::spec() const {
   spec.head_dim = head_dim;
   spec.seed = seed;
   spec.needles = needles;
+  if (needles_option == nullptr || needles_option->count() == 0) {
+    const std::vector<PresetInfo>& presets = workload_presets();
+    const auto preset_info = std::find_if(presets.begin(), presets.end(),
+                                          [&](const PresetInfo& info) { return info.name == preset; });
+    // An unknown preset keeps 0: Workload::create names it in its error.
+    spec.needles = preset_info != presets.end() ? preset_info->default_needles : 0;
+  }
   return spec;
 }
 

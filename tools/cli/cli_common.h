@@ -35,6 +35,7 @@ struct WorkloadFlags {
   int64_t head_dim = 0;
   uint64_t seed = 0;
   int64_t needles = 0;
+  CLI::Option* needles_option = nullptr;  // not given: the preset's default_needles
   void add_to(CLI::App& command);
   WorkloadSpec spec() const;
 };

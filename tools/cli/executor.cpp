@@ -36,14 +36,16 @@ void Executor::set_inputs(const TensorView& q, const TensorView& k, const Tensor
 
 Plan Executor::build(const std::vector<PatternSpec>& specs, PlanShape shape,
                      const ModalityLayout* layout, const PatternInputs* inputs,
-                     int64_t head_dim) const {
+                     int64_t head_dim, std::vector<double>* head_seconds) const {
+  std::vector<double> discarded;
+  std::vector<double>& timings = head_seconds != nullptr ? *head_seconds : discarded;
   shape.tile_rows = preferred_tile_rows(device_, head_dim);
-  Plan plan = build_plan(specs, shape, layout, inputs);
+  Plan plan = build_plan_timed(specs, shape, layout, inputs, timings);
   const bool token_masks = std::any_of(plan.masks.begin(), plan.masks.end(),
                                        [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
   if (!token_masks || shape.tile_rows == kDefaultTileRows) return plan;
   shape.tile_rows = kDefaultTileRows;
-  return build_plan(specs, shape, layout, inputs);
+  return build_plan_timed(specs, shape, layout, inputs, timings);
 }
 
 PreparedPlan Executor::prepare(Plan plan) const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
@@ -28,9 +29,11 @@ class Executor {
   void set_inputs(const TensorView& q, const TensorView& k, const TensorView& v);
 
   // Builds the plan with the tile height this device runs fastest (preferred_tile_rows), falling
-  // back to kDefaultTileRows for plans with token masks; shape.tile_rows is ignored.
+  // back to kDefaultTileRows for plans with token masks; shape.tile_rows is ignored. With
+  // head_seconds, each head slot's host build time (of the plan returned) goes there.
   Plan build(const std::vector<PatternSpec>& specs, PlanShape shape, const ModalityLayout* layout,
-             const PatternInputs* inputs, int64_t head_dim) const;
+             const PatternInputs* inputs, int64_t head_dim,
+             std::vector<double>* head_seconds = nullptr) const;
   PreparedPlan prepare(Plan plan) const;
   // Attention over the prepared plan; out/lse are host tensors of the right shape. Returns
   // seconds (the median over repeats on the GPU).

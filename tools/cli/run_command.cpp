@@ -2,19 +2,23 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "executor.h"
+#include "layers.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/io.h"
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -25,7 +29,9 @@ struct RunFlags {
   std::string pattern;
   std::string config_path;
   int64_t layer = 0;
+  std::string layers;  // --layers: "all" or a list; empty: --layer alone
   bool compare = false;
+  bool per_head = false;
   ExecutionFlags exec;
   TimingFlags timing;
 };
@@ -38,98 +44,151 @@ std::string read_text_file(const std::string& path, const std::string& flag) {
   return text.str();
 }
 
+// A layer to run and the prefix of its tensors in the input ("" for the single-layer q, k, v).
+struct InputLayer {
+  int64_t layer = 0;
+  std::string prefix;
+};
+
+// --layers picks layers.<L>.q/k/v tensors; --layer alone takes layers.<L>.* when the file has them,
+// else the single-layer q, k, v (which a config's layer L then applies to).
+std::vector<InputLayer> input_layers(const RunFlags& flags, const TensorFile& input) {
+  const std::vector<int64_t> in_file = file_layers(input);
+  if (flags.layers.empty()) {
+    const bool layered = std::find(in_file.begin(), in_file.end(), flags.layer) != in_file.end();
+    return {{flags.layer, layered ? layer_tensor_prefix(flags.layer) : ""}};
+  }
+  const LayerSelection selection = parse_layer_selection(flags.layers);
+  if (selection.all && in_file.empty()) {
+    throw_invalid_argument("--layers all",
+                           "tensors named layers.<L>.q, .k, .v in --input " + flags.input,
+                           "none (single-layer files hold q, k, v: use --layer)");
+  }
+  std::vector<InputLayer> layers;
+  for (int64_t layer : selection.all ? in_file : selection.layers) {
+    if (std::find(in_file.begin(), in_file.end(), layer) == in_file.end()) {
+      throw_invalid_argument("--layers", "layers present in --input " + flags.input + " (" +
+                                             std::to_string(in_file.size()) + " with layers.<L>.q)",
+                             "layer " + std::to_string(layer));
+    }
+    layers.push_back({layer, layer_tensor_prefix(layer)});
+  }
+  return layers;
+}
+
+// Attention output of one layer, kept until it is written.
+struct LayerOutput {
+  std::string prefix;
+  Tensor out, lse;
+};
+
 int run_attention(const RunFlags& flags) {
   if (!flags.pattern.empty() && !flags.config_path.empty()) {
     throw_invalid_argument("--pattern/--config", "one of them", "both");
   }
   const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
-  Progress progress(flags.compare ? 4 : 3, progress_enabled);
 
-  progress.step("reading " + flags.input);
   const TensorFile input = read_safetensors(flags.input);
-  const Tensor& q = attention_input(input, "q", flags.input);
-  const Tensor& k = attention_input(input, "k", flags.input);
-  const Tensor& v = attention_input(input, "v", flags.input);
   const bool has_layout = input.has_layout();
   const ModalityLayout layout = has_layout ? input.layout() : ModalityLayout{};
-  const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
-  const int64_t kv_len = k.shape()[1];
-  progress.done(fmt::format("q {}, k {}, {}", q.view().shape_string(), k.view().shape_string(),
-                            has_layout ? "with a modality layout" : "no layout"));
-
-  std::vector<PatternSpec> specs;
-  std::string pattern_text;
-  if (!flags.config_path.empty()) {
-    const PatternConfig config =
-        PatternConfig::from_json(read_text_file(flags.config_path, "--config"));
-    specs = config.layer_specs(flags.layer, heads);
-    pattern_text = flags.config_path + " layer " + std::to_string(flags.layer);
-  } else {
-    specs = {PatternSpec::parse(flags.pattern.empty() ? "dense" : flags.pattern)};
-    pattern_text = specs.front().to_string();
-  }
+  const std::optional<PatternConfig> config =
+      flags.config_path.empty()
+          ? std::nullopt
+          : std::optional(PatternConfig::from_json(read_text_file(flags.config_path, "--config")));
+  const std::vector<InputLayer> layers = input_layers(flags, input);
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
-  executor.set_inputs(q.view(), k.view(), v.view());
-  progress.step("attention with " + pattern_text + " on " + executor.device_label());
-  // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
-  const int64_t plan_batch = any_dynamic(specs) ? batch : 1;
-  const int64_t head_dim = q.shape()[3];
-  const PlanShape shape{1, heads, q_len, kv_len, kDefaultTileRows};
-  const PatternInputs inputs{q.view(), k.view()};
-  const PreparedPlan plan =
-      executor.prepare(executor.build(specs, {plan_batch, heads, q_len, kv_len, kDefaultTileRows},
-                                      has_layout ? &layout : nullptr, &inputs, head_dim));
-  Tensor out(q.dtype(), q.shape());
-  Tensor lse(DType::kFloat32, {batch, heads, q_len});
-  const double seconds = executor.run(plan, out.view(), lse.view());
-  progress.done(fmt::format("{:.3f} ms", 1000.0 * seconds));
+  Progress progress(static_cast<int>(layers.size()), progress_enabled);
+  std::vector<LayerReport> reports;
+  std::vector<LayerOutput> outputs;
+  int64_t needles = 0;
+  int64_t head_dim = 0;
+  for (const InputLayer& selected : layers) {
+    const Tensor& q = attention_input(input, selected.prefix + "q", flags.input);
+    const Tensor& k = attention_input(input, selected.prefix + "k", flags.input);
+    const Tensor& v = attention_input(input, selected.prefix + "v", flags.input);
+    const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
+    head_dim = q.shape()[3];
+    PatternRun run;
+    if (config) {
+      run = {"config", flags.config_path + " layer " + std::to_string(selected.layer),
+             config->layer_specs(selected.layer, heads)};
+    } else {
+      const PatternSpec spec = PatternSpec::parse(flags.pattern.empty() ? "dense" : flags.pattern);
+      run = {spec.name, spec.to_string(), {spec}};
+    }
+    progress.step(fmt::format("layer {} ({}q/k/v, q {}): {} on {}", selected.layer,
+                              selected.prefix, q.view().shape_string(), run.spec_text,
+                              executor.device_label()));
+    executor.set_inputs(q.view(), k.view(), v.view());
 
-  nlohmann::json report = {{"input", flags.input}, {"pattern", pattern_text}, {"seconds", seconds}};
-  if (flags.compare) {
-    progress.step("dense attention for comparison");
-    Tensor dense_out(q.dtype(), q.shape());
-    Tensor dense_lse(DType::kFloat32, {batch, heads, q_len});
-    const double dense_seconds = executor.run(
-        executor.prepare(executor.build({PatternSpec{"dense", {}}}, shape, nullptr, nullptr, head_dim)),
-        dense_out.view(),
-        dense_lse.view());
-    report["dense_seconds"] = dense_seconds;
-    progress.done(fmt::format("{:.3f} ms", 1000.0 * dense_seconds));
-    if (flags.exec.json_path != "-") {
-      fmt::print("{:>6} {:>6} {:>9} {:>9} {:>9} {:>10}\n", "batch", "head", "density", "recall",
-                 "min rec", "out err");
+    LayerReport report;
+    report.layer = selected.layer;
+    report.source = selected.prefix + "q/k/v";
+    Tensor dense_out, dense_lse;
+    TensorView dense_out_view, dense_lse_view;
+    if (flags.compare) {
+      dense_out = Tensor(q.dtype(), q.shape());
+      dense_lse = Tensor(DType::kFloat32, {batch, heads, q_len});
+      dense_out_view = dense_out.view();
+      dense_lse_view = dense_lse.view();
+      report.dense_seconds = executor.run(
+          executor.prepare(executor.build({PatternSpec{"dense", {}}},
+                                          {1, heads, q_len, k.shape()[1], kDefaultTileRows},
+                                          nullptr, nullptr, head_dim)),
+          dense_out_view, dense_lse_view);
+      report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
     }
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t head = 0; head < heads; ++head) {
-        const HeadAccuracy accuracy =
-            compare_head(out.view(), lse.view(), dense_out.view(), dense_lse.view(), b, head);
-        const double density = plan_density(plan.plan(), (plan_batch == 1 ? 0 : b) * heads + head);
-        if (flags.exec.json_path != "-") {
-          fmt::print("{:>6} {:>6} {:>8.2f}% {:>9.4f} {:>9.4f} {:>10.2e}\n", b, head,
-                     100.0 * density, accuracy.recall_mean, accuracy.recall_min,
-                     accuracy.output_error);
-        }
-        report["heads"].push_back({{"batch", b},
-                                   {"head", head},
-                                   {"density", density},
-                                   {"recall_mean", accuracy.recall_mean},
-                                   {"recall_min", accuracy.recall_min},
-                                   {"output_error", accuracy.output_error},
-                                   {"nmse", accuracy.nmse}});
-      }
+    const NeedleTask task = needle_task_from_metadata(
+        input, selected.prefix.empty() ? -1 : selected.layer, q_len);
+    needles = std::max<int64_t>(needles, static_cast<int64_t>(task.keys.size()));
+    // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
+    const LayerInputs inputs{q.view(),
+                             k.view(),
+                             has_layout ? &layout : nullptr,
+                             any_dynamic(run.specs) ? batch : 1,
+                             flags.compare ? &dense_out_view : nullptr,
+                             flags.compare ? &dense_lse_view : nullptr,
+                             &task,
+                             {}};
+    LayerOutput output{selected.prefix, Tensor(q.dtype(), q.shape()),
+                       Tensor(DType::kFloat32, {batch, heads, q_len})};
+    report.runs.push_back(measure_run(executor, run, inputs, output.out.view(), output.lse.view()));
+    progress.done(fmt::format("{:.3f} ms{}", 1000.0 * report.runs.back().attention_seconds,
+                              report.dense_seconds
+                                  ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
+                                  : ""));
+    reports.push_back(std::move(report));
+    outputs.push_back(std::move(output));
+  }
+
+  if (flags.exec.json_path != "-") {
+    fmt::print("mmsparse run  {}: {} layer{}, device {}\n", flags.input, layers.size(),
+               layers.size() == 1 ? "" : "s", executor.device_label());
+    for (const LayerReport& report : reports) {
+      fmt::print("\nlayer {} ({})\n", report.layer, report.source);
+      print_summary_table(report, needles);
+      if (flags.per_head) print_per_head_tables(report);
     }
+    if (layers.size() > 1 || !flags.layers.empty()) print_layer_table(reports);
+    if (!flags.compare) fmt::print("\n(recall, output error and speedup need --compare)\n");
   }
 
   if (!flags.output.empty()) {
-    progress.step("writing " + flags.output);
-    std::map<std::string, std::string> metadata = {{"mmsparse.pattern", pattern_text},
-                                                   {"mmsparse.version", build_info().version},
+    std::map<std::string, std::string> metadata = {{"mmsparse.version", build_info().version},
                                                    {"mmsparse.input", flags.input}};
+    std::map<std::string, TensorView> tensors;
+    for (std::size_t l = 0; l < outputs.size(); ++l) {
+      tensors[outputs[l].prefix + "out"] = outputs[l].out.view();
+      tensors[outputs[l].prefix + "lse"] = outputs[l].lse.view();
+      metadata[outputs[l].prefix + "mmsparse.pattern"] = reports[l].runs.front().run.spec_text;
+    }
     if (has_layout) metadata[kLayoutMetadataKey] = layout.to_json();
-    write_safetensors(flags.output, {{"out", out.view()}, {"lse", lse.view()}}, metadata);
-    progress.done("done");
+    write_safetensors(flags.output, tensors, metadata);
   }
+  nlohmann::json report = layers_json(reports, head_dim);
+  report["input"] = flags.input;
+  report["device"] = executor.device_label();
   write_json_output(flags.exec.json_path, report.dump(2));
   return 0;
 }
@@ -138,23 +197,60 @@ struct GenerateFlags {
   WorkloadFlags workload;
   std::string dtype = "bf16";
   std::string output;
+  std::string layers;  // --layers 0,1,..: layers.<L>.q/k/v with seed + layer; empty: q, k, v
 };
 
 int run_generate(const GenerateFlags& flags) {
-  const Workload workload = Workload::create(flags.workload.spec());
-  const Workload::Tensors tensors = workload.materialize(dtype_from_name(flags.dtype));
-  const WorkloadSpec& spec = workload.spec();
+  const WorkloadSpec base = flags.workload.spec();
+  std::vector<int64_t> layers;
+  if (!flags.layers.empty()) {
+    const LayerSelection selection = parse_layer_selection(flags.layers);
+    if (selection.all) throw_invalid_argument("--layers", "a list of layers (0,1,2)", "all");
+    layers = selection.layers;
+  }
+  const bool layered = !layers.empty();
+  if (!layered) layers = {0};
+
+  std::vector<Workload::Tensors> generated;
+  std::map<std::string, TensorView> views;
+  std::map<int64_t, std::vector<int64_t>> layer_needles;
+  std::vector<int64_t> needle_keys;
+  std::optional<Workload> first;
+  for (int64_t layer : layers) {
+    WorkloadSpec spec = base;
+    if (layered) spec.seed = synthetic_layer_seed(base.seed, layer);
+    Workload workload = Workload::create(spec);
+    generated.push_back(workload.materialize(dtype_from_name(flags.dtype)));
+    const std::string prefix = layered ? layer_tensor_prefix(layer) : "";
+    views[prefix + "q"] = generated.back().q.view();
+    views[prefix + "k"] = generated.back().k.view();
+    views[prefix + "v"] = generated.back().v.view();
+    const NeedleTask task = workload_needle_task(workload);
+    if (layered) {
+      layer_needles[layer] = task.keys;
+    } else {
+      needle_keys = task.keys;
+    }
+    if (!first) first.emplace(std::move(workload));
+  }
+  const WorkloadSpec& spec = first->spec();
   const nlohmann::json description = {{"synthetic", true},       {"preset", spec.preset},
-                                      {"seq_len", workload.seq_len()}, {"q_heads", spec.q_heads},
+                                      {"seq_len", first->seq_len()}, {"q_heads", spec.q_heads},
                                       {"kv_heads", spec.kv_heads}, {"head_dim", spec.head_dim},
-                                      {"seed", spec.seed},         {"needles", spec.needles}};
-  write_safetensors(flags.output,
-                    {{"q", tensors.q.view()}, {"k", tensors.k.view()}, {"v", tensors.v.view()}},
-                    {{kLayoutMetadataKey, workload.layout().to_json()},
-                     {"mmsparse.workload", description.dump()},
-                     {"mmsparse.version", build_info().version}});
-  fmt::print("wrote SYNTHETIC workload '{}' ({} tokens, q {}) to {}\n", spec.preset,
-             workload.seq_len(), tensors.q.view().shape_string(), flags.output);
+                                      {"seed", base.seed},         {"needles", spec.needles},
+                                      {"layers", layered ? nlohmann::json(layers) : nlohmann::json()},
+                                      {"layer_seed", "seed + layer"}};
+  std::map<std::string, std::string> metadata = {{kLayoutMetadataKey, first->layout().to_json()},
+                                                 {"mmsparse.workload", description.dump()},
+                                                 {"mmsparse.version", build_info().version}};
+  if (spec.needles > 0) {
+    metadata[kNeedlesMetadataKey] =
+        needles_metadata(first->question_begin(), needle_keys, layer_needles);
+  }
+  write_safetensors(flags.output, views, metadata);
+  fmt::print("wrote SYNTHETIC workload '{}' ({} tokens, q {}{}) to {}\n", spec.preset,
+             first->seq_len(), generated.front().q.view().shape_string(),
+             layered ? fmt::format(", {} layers", layers.size()) : "", flags.output);
   return 0;
 }
 
@@ -170,9 +266,19 @@ Command add_run_command(CLI::App& app) {
   command->add_option("--output,-o", flags->output, "safetensors file to write out and lse to");
   command->add_option("--pattern", flags->pattern, "pattern spec for every head (default dense)");
   command->add_option("--config", flags->config_path, "per-model pattern config (JSON)");
-  command->add_option("--layer", flags->layer, "layer of the config")->capture_default_str();
+  CLI::Option* layer =
+      command
+          ->add_option("--layer", flags->layer,
+                       "layer of the config; reads layers.<L>.q/k/v when the file has them, "
+                       "else q, k, v")
+          ->capture_default_str();
+  command->add_option("--layers", flags->layers,
+                      "layers to run: all (every layers.<L>.q in the file) or a list 0,3,5")
+      ->excludes(layer);
   command->add_flag("--compare", flags->compare,
-                    "also run dense attention and report recall and output error per head");
+                    "also run dense attention: recall, output error and speedup");
+  command->add_flag("--per-head", flags->per_head,
+                    "print a table with one row per head (and batch element)");
   flags->exec.add_to(*command);
   command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs")->capture_default_str();
   command->add_option("--repeats", flags->timing.repeats, "GPU timed runs (median)")
@@ -188,6 +294,8 @@ Command add_generate_command(CLI::App& app) {
   flags->workload.add_to(*command);
   command->add_option("--dtype", flags->dtype, "bf16, fp16 or fp32")->capture_default_str();
   command->add_option("--output,-o", flags->output, "safetensors file to write")->required();
+  command->add_option("--layers", flags->layers,
+                      "write layers.<L>.q/k/v for these layers (0,1,2), each with seed + layer");
   return {command, [flags] { return run_generate(*flags); }};
 }
 

@@ -1,0 +1,34 @@
+#pragma once
+// Several layers in one invocation: `--layers all|0,3,5`, the layers a config names, and the
+// per-layer tensor names of input files (layers.<L>.q, .k, .v; docs/report.md).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mmsparse/io.h"
+#include "mmsparse/patterns.h"
+
+namespace mmsparse::cli {
+
+// --layers: "all" or comma-separated layer indices (>= 0, no repeats).
+struct LayerSelection {
+  bool all = false;
+  std::vector<int64_t> layers;  // when not `all`, in the order given
+};
+LayerSelection parse_layer_selection(const std::string& text);
+
+// Layers a config names (layer defaults and per-head specs), ascending.
+std::vector<int64_t> config_layers(const PatternConfig& config);
+
+// Layers whose q tensor an input file holds as layers.<L>.q, ascending.
+std::vector<int64_t> file_layers(const TensorFile& file);
+
+// "layers.<L>." — the prefix of layer L's tensors (q, k, v in; out, lse out).
+std::string layer_tensor_prefix(int64_t layer);
+
+// The synthetic workload of layer L: the base seed + L, so that layers differ (SYNTHETIC: real
+// layers differ in their weights, not in a seed).
+uint64_t synthetic_layer_seed(uint64_t base_seed, int64_t layer);
+
+}  // namespace mmsparse::cli

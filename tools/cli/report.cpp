@@ -1,0 +1,401 @@
+#include "report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/core.h>
+
+#include "cli_common.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse::cli {
+namespace {
+
+constexpr double kMillisecondsPerSecond = 1000.0;
+constexpr double kPercent = 100.0;
+constexpr int kSpecColumnWidth = 42;
+constexpr int kHeadSpecColumnWidth = 30;
+constexpr double kTeraFlops = 1e12;
+
+double milliseconds(double seconds) { return kMillisecondsPerSecond * seconds; }
+
+std::string clipped(const std::string& text, int width) {
+  return text.substr(0, static_cast<std::size_t>(width));
+}
+
+// "k/N", or "-" without a needle task.
+std::string needles_text(int64_t covered, int64_t needles) {
+  return needles > 0 ? fmt::format("{}/{}", covered, needles) : "-";
+}
+
+std::string optional_number(bool present, double value, const char* format) {
+  return present ? fmt::format(fmt::runtime(format), value) : "-";
+}
+
+// Speedup against dense counts index building: a plan is built once per input, as in prefill.
+double speedup(double dense_seconds, double index_seconds, double attention_seconds) {
+  return dense_seconds / (index_seconds + attention_seconds);
+}
+
+nlohmann::json needle_json(const NeedleCoverage& coverage) {
+  nlohmann::json covered_each = nlohmann::json::array();
+  for (uint8_t covered : coverage.needle_covered) covered_each.push_back(covered != 0);
+  return {{"count", coverage.needles},
+          {"covered", coverage.covered},
+          {"covered_each", covered_each},
+          {"mass_kept", coverage.mass_kept},
+          {"mass_kept_each", coverage.needle_mass_kept},
+          {"dense_mass_each", coverage.needle_dense_mass}};
+}
+
+nlohmann::json head_json(const HeadReport& head) {
+  nlohmann::json entry = {{"batch", head.batch},
+                          {"head", head.head},
+                          {"spec", head.spec},
+                          {"density", head.density},
+                          {"index_ms", milliseconds(head.index_seconds)}};
+  if (!head.behaviour.empty()) entry["behaviour"] = head.behaviour;
+  if (head.accuracy) {
+    entry["recall_mean"] = head.accuracy->recall_mean;
+    entry["recall_min"] = head.accuracy->recall_min;
+    entry["output_error"] = head.accuracy->output_error;
+    entry["nmse"] = head.accuracy->nmse;
+  }
+  if (head.needles) entry["needles"] = needle_json(*head.needles);
+  return entry;
+}
+
+nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
+  const RunSummary summary = summarize(run);
+  nlohmann::json entry = {{"pattern", run.run.label},
+                          {"spec", run.run.spec_text},
+                          {"density", summary.density},
+                          {"computed_pairs", run.computed_pairs},
+                          {"index_ms", milliseconds(run.index_seconds)},
+                          {"attention_ms", milliseconds(run.attention_seconds)}};
+  if (summary.compared) {
+    entry["recall_mean"] = summary.recall_mean;
+    entry["recall_min"] = summary.recall_min;
+    entry["output_error"] = summary.output_error;
+  }
+  if (layer.dense_seconds) {
+    entry["speedup"] = speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds);
+  }
+  if (summary.needles > 0) {
+    entry["needles"] = {{"count", summary.needles},
+                        {"covered_min", summary.needles_covered},
+                        {"mass_kept", summary.needle_mass_kept}};
+  }
+  entry["heads"] = nlohmann::json::array();
+  for (const HeadReport& head : run.heads) entry["heads"].push_back(head_json(head));
+  return entry;
+}
+
+// Per run index (the same runs in every layer): index, attention and dense time summed.
+struct ModelTotal {
+  std::string label;
+  double index_seconds = 0.0;
+  double attention_seconds = 0.0;
+};
+
+std::vector<ModelTotal> model_totals(const std::vector<LayerReport>& layers) {
+  std::vector<ModelTotal> totals;
+  for (const LayerReport& layer : layers) {
+    for (std::size_t r = 0; r < layer.runs.size(); ++r) {
+      if (totals.size() <= r) totals.push_back({layer.runs[r].run.label});
+      totals[r].index_seconds += layer.runs[r].index_seconds;
+      totals[r].attention_seconds += layer.runs[r].attention_seconds;
+    }
+  }
+  return totals;
+}
+
+std::optional<double> total_dense_seconds(const std::vector<LayerReport>& layers) {
+  double total = 0.0;
+  for (const LayerReport& layer : layers) {
+    if (!layer.dense_seconds) return std::nullopt;
+    total += *layer.dense_seconds;
+  }
+  return total;
+}
+
+}  // namespace
+
+RunSummary summarize(const RunReport& run) {
+  RunSummary summary;
+  if (run.heads.empty()) return summary;
+  const auto count = static_cast<double>(run.heads.size());
+  summary.compared = run.heads.front().accuracy.has_value();
+  summary.recall_min = 1.0;
+  double kept = 0.0, dense = 0.0;
+  summary.needles_covered = std::numeric_limits<int64_t>::max();
+  for (const HeadReport& head : run.heads) {
+    summary.density += head.density / count;
+    if (head.accuracy) {
+      summary.recall_mean += head.accuracy->recall_mean / count;
+      summary.recall_min = std::min(summary.recall_min, head.accuracy->recall_min);
+      summary.output_error += head.accuracy->output_error / count;
+    }
+    if (head.needles) {
+      summary.needles = head.needles->needles;
+      summary.needles_covered = std::min(summary.needles_covered, head.needles->covered);
+      kept += head.needles->kept_probability;
+      dense += head.needles->dense_probability;
+    }
+  }
+  if (summary.needles == 0) summary.needles_covered = 0;
+  summary.needle_mass_kept = dense > 0.0 ? kept / dense : std::numeric_limits<double>::quiet_NaN();
+  return summary;
+}
+
+RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
+                      const TensorView& out, const TensorView& lse) {
+  const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
+  const int64_t heads = inputs.q.shape[2], head_dim = inputs.q.shape[3];
+  const int64_t kv_len = inputs.k.shape[1];
+  const PatternInputs pattern_inputs{inputs.q, inputs.k};
+  RunReport report{run, {}, 0.0, 0.0, 0};
+
+  std::vector<double> head_seconds;
+  const auto index_start = std::chrono::steady_clock::now();
+  const PreparedPlan prepared = executor.prepare(
+      executor.build(run.specs, {inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows},
+                     inputs.layout, &pattern_inputs, head_dim, &head_seconds));
+  report.index_seconds = seconds_since(index_start);
+  report.attention_seconds = executor.run(prepared, out, lse);
+
+  const Plan& plan = prepared.plan();
+  std::vector<std::string> head_specs;
+  for (const PatternSpec& spec : run.specs) {
+    head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());
+  }
+  const int64_t causal_pairs = causal_pair_count(q_len, kv_len);
+  const bool has_needles = inputs.needles != nullptr && !inputs.needles->empty();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t head = 0; head < heads; ++head) {
+      const int64_t slot = (inputs.plan_batch == 1 ? 0 : b) * heads + head;
+      HeadReport entry;
+      entry.batch = b;
+      entry.head = head;
+      entry.spec = head_specs[head_specs.size() == 1 ? 0 : head];
+      if (!inputs.behaviours.empty()) entry.behaviour = inputs.behaviours[head];
+      const int64_t pairs = count_plan_pairs(plan, slot);
+      report.computed_pairs += pairs;
+      entry.density = causal_pairs > 0 ? static_cast<double>(pairs) / causal_pairs : 0.0;
+      entry.index_seconds = head_seconds[slot];
+      if (inputs.dense_lse != nullptr) {
+        entry.accuracy = compare_head(out, lse, *inputs.dense_out, *inputs.dense_lse, b, head);
+      }
+      if (has_needles) {
+        const NeedleDenseInputs dense{inputs.q, inputs.k,
+                                      inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{},
+                                      b};
+        entry.needles = needle_coverage(plan, slot, inputs.needles->keys, inputs.needles->rows,
+                                        inputs.dense_lse != nullptr ? &dense : nullptr);
+      }
+      report.heads.push_back(std::move(entry));
+    }
+  }
+  return report;
+}
+
+void print_summary_table(const LayerReport& layer, int64_t needles) {
+  const bool with_needles = needles > 0;
+  fmt::print("{:<14} {:<42} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}\n", "pattern", "spec",
+             "density", "recall", "min rec", "out err", "index ms", "attn ms", "speedup",
+             with_needles ? fmt::format(" {:>8}", "needles") : "");
+  if (layer.dense_seconds) {
+    fmt::print("{:<14} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
+               "dense", "dense", kPercent, 1.0, 1.0, 0.0, "-", milliseconds(*layer.dense_seconds),
+               1.0, with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
+  }
+  for (const RunReport& run : layer.runs) {
+    const RunSummary summary = summarize(run);
+    const std::string speedup_text =
+        layer.dense_seconds
+            ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds, run.index_seconds,
+                                             run.attention_seconds))
+            : "-";
+    fmt::print("{:<14} {:<42} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
+               run.run.label, clipped(run.run.spec_text, kSpecColumnWidth),
+               kPercent * summary.density,
+               optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
+               optional_number(summary.compared, summary.recall_min, "{:.4f}"),
+               optional_number(summary.compared, summary.output_error, "{:.2e}"),
+               milliseconds(run.index_seconds), milliseconds(run.attention_seconds), speedup_text,
+               with_needles
+                   ? fmt::format(" {:>8}", needles_text(summary.needles_covered, summary.needles))
+                   : "");
+  }
+}
+
+void print_per_head_tables(const LayerReport& layer) {
+  for (const RunReport& run : layer.runs) {
+    if (run.heads.empty()) continue;
+    const RunSummary summary = summarize(run);
+    const bool batched = std::any_of(run.heads.begin(), run.heads.end(),
+                                     [](const HeadReport& head) { return head.batch > 0; });
+    const bool behaviours = !run.heads.front().behaviour.empty();
+    fmt::print("\nlayer {} ({}), {}: {}\n", layer.layer, layer.source, run.run.label,
+               run.run.spec_text);
+    fmt::print("{}{:>5} {}{:<30} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}\n",
+               batched ? fmt::format("{:>5} ", "batch") : "", "head",
+               behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", "density", "recall",
+               "min rec", "out err", "needles", "ndl mass", "index ms");
+    for (const HeadReport& head : run.heads) {
+      const bool compared = head.accuracy.has_value();
+      const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
+      const bool mass = head.needles && !std::isnan(head.needles->mass_kept);
+      fmt::print("{}{:>5} {}{:<30} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f}\n",
+                 batched ? fmt::format("{:>5} ", head.batch) : "", head.head,
+                 behaviours ? fmt::format("{:<9} ", head.behaviour) : "",
+                 clipped(head.spec, kHeadSpecColumnWidth), kPercent * head.density,
+                 optional_number(compared, accuracy.recall_mean, "{:.4f}"),
+                 optional_number(compared, accuracy.recall_min, "{:.4f}"),
+                 optional_number(compared, accuracy.output_error, "{:.2e}"),
+                 head.needles ? needles_text(head.needles->covered, head.needles->needles) : "-",
+                 optional_number(mass, mass ? head.needles->mass_kept : 0.0, "{:.4f}"),
+                 milliseconds(head.index_seconds));
+    }
+    std::string line = fmt::format("layer {}, all heads: density {:.2f}%", layer.layer,
+                                   kPercent * summary.density);
+    if (summary.compared) {
+      line += fmt::format(", recall {:.4f} (min {:.4f}), out err {:.2e}", summary.recall_mean,
+                          summary.recall_min, summary.output_error);
+    }
+    if (summary.needles > 0) {
+      line += fmt::format(", needles covered {}/{} (fewest over heads)", summary.needles_covered,
+                          summary.needles);
+      if (!std::isnan(summary.needle_mass_kept)) {
+        line += fmt::format(", needle mass kept {:.4f}", summary.needle_mass_kept);
+      }
+    }
+    line += fmt::format("; index {:.2f} ms (whole plan; per head: host building of that head), "
+                        "attention {:.2f} ms (all heads)",
+                        milliseconds(run.index_seconds), milliseconds(run.attention_seconds));
+    if (layer.dense_seconds) {
+      line += fmt::format(", dense {:.2f} ms, speedup {:.2f}x", milliseconds(*layer.dense_seconds),
+                          speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds));
+    }
+    fmt::print("{}\n", line);
+  }
+}
+
+void print_layer_table(const std::vector<LayerReport>& layers) {
+  fmt::print("\n{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10} {:>10} {:>8}\n",
+             "layer", "source", "pattern", "density", "recall", "min rec", "out err", "needles",
+             "index ms", "attn ms", "dense ms", "speedup");
+  for (const LayerReport& layer : layers) {
+    for (const RunReport& run : layer.runs) {
+      const RunSummary summary = summarize(run);
+      fmt::print("{:>5}  {:<22} {:<14} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+                 "{:>8}\n",
+                 layer.layer, clipped(layer.source, 22), run.run.label, kPercent * summary.density,
+                 optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
+                 optional_number(summary.compared, summary.recall_min, "{:.4f}"),
+                 optional_number(summary.compared, summary.output_error, "{:.2e}"),
+                 needles_text(summary.needles_covered, summary.needles),
+                 milliseconds(run.index_seconds), milliseconds(run.attention_seconds),
+                 optional_number(layer.dense_seconds.has_value(),
+                                 milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
+                 layer.dense_seconds ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds,
+                                                                      run.index_seconds,
+                                                                      run.attention_seconds))
+                                     : "-");
+    }
+  }
+  const std::optional<double> dense = total_dense_seconds(layers);
+  for (const ModelTotal& total : model_totals(layers)) {
+    fmt::print("{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+               "{:>8}\n",
+               "total", fmt::format("{} layers", layers.size()), total.label, "", "", "", "", "",
+               milliseconds(total.index_seconds), milliseconds(total.attention_seconds),
+               optional_number(dense.has_value(), milliseconds(dense.value_or(0.0)), "{:.1f}"),
+               dense ? fmt::format("{:.2f}x", speedup(*dense, total.index_seconds,
+                                                      total.attention_seconds))
+                     : "-");
+  }
+}
+
+nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_dim) {
+  nlohmann::json report;
+  report["layers"] = nlohmann::json::array();
+  for (const LayerReport& layer : layers) {
+    nlohmann::json entry = {{"layer", layer.layer}, {"source", layer.source}};
+    if (layer.dense_seconds) {
+      entry["dense"] = {{"attention_ms", milliseconds(*layer.dense_seconds)},
+                        {"pairs", layer.dense_pairs},
+                        {"tflops", attention_flops(layer.dense_pairs, head_dim) /
+                                       *layer.dense_seconds / kTeraFlops}};
+    }
+    entry["patterns"] = nlohmann::json::array();
+    for (const RunReport& run : layer.runs) entry["patterns"].push_back(run_json(run, layer));
+    report["layers"].push_back(entry);
+  }
+  const std::optional<double> dense = total_dense_seconds(layers);
+  nlohmann::json model = {{"layers", layers.size()}};
+  if (dense) model["dense_ms"] = milliseconds(*dense);
+  model["patterns"] = nlohmann::json::array();
+  for (const ModelTotal& total : model_totals(layers)) {
+    nlohmann::json entry = {{"pattern", total.label},
+                            {"index_ms", milliseconds(total.index_seconds)},
+                            {"attention_ms", milliseconds(total.attention_seconds)}};
+    if (dense) entry["speedup"] = speedup(*dense, total.index_seconds, total.attention_seconds);
+    model["patterns"].push_back(entry);
+  }
+  report["model"] = model;
+  return report;
+}
+
+NeedleTask workload_needle_task(const Workload& workload) {
+  NeedleTask task;
+  for (const Needle& needle : workload.needles()) task.keys.push_back(needle.key);
+  if (task.keys.empty()) return task;
+  task.rows.resize(static_cast<std::size_t>(workload.seq_len() - workload.question_begin()));
+  std::iota(task.rows.begin(), task.rows.end(), workload.question_begin());
+  return task;
+}
+
+std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>& keys,
+                             const std::map<int64_t, std::vector<int64_t>>& layer_keys) {
+  nlohmann::json task = {{"question_begin", question_begin}, {"keys", keys}};
+  for (const auto& [layer, layer_needles] : layer_keys) {
+    task["layers"][std::to_string(layer)] = layer_needles;
+  }
+  return task.dump();
+}
+
+NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len) {
+  NeedleTask task;
+  const auto entry = file.metadata.find(kNeedlesMetadataKey);
+  if (entry == file.metadata.end()) return task;
+  const std::string what = std::string("input metadata ") + kNeedlesMetadataKey;
+  const std::string expected_form =
+      "JSON {\"question_begin\": n, \"keys\": [...], \"layers\": {\"L\": [...]}}";
+  try {
+    const nlohmann::json json = nlohmann::json::parse(entry->second);
+    const int64_t question_begin = json.at("question_begin").get<int64_t>();
+    if (question_begin < 0 || question_begin >= q_len) {
+      throw_invalid_argument(what + " question_begin", "in [0, q_len = " + std::to_string(q_len) + ")",
+                             std::to_string(question_begin));
+    }
+    const std::string layer_name = std::to_string(layer);
+    if (layer >= 0 && json.contains("layers") && json.at("layers").contains(layer_name)) {
+      task.keys = json.at("layers").at(layer_name).get<std::vector<int64_t>>();
+    } else {
+      task.keys = json.value("keys", std::vector<int64_t>{});
+    }
+    task.rows.resize(static_cast<std::size_t>(q_len - question_begin));
+    std::iota(task.rows.begin(), task.rows.end(), question_begin);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(ErrorCode::kParseError, what + ": expected " + expected_form + ", got " + error.what());
+  }
+  if (task.keys.empty()) task.rows.clear();
+  return task;
+}
+
+}  // namespace mmsparse::cli

@@ -1,0 +1,120 @@
+#pragma once
+// The runtime report of `bench` and `run` (issue 4.5): per head, per pattern run, per layer and for
+// the whole model. Measuring fills these records; printing and JSON read them, so the tables and
+// the JSON always say the same thing. docs/report.md defines every column.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "executor.h"
+#include "mmsparse/io.h"
+#include "mmsparse/metrics.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/workload.h"
+
+namespace mmsparse::cli {
+
+// A pattern run: one spec for every head, or one per head (a config layer).
+struct PatternRun {
+  std::string label;      // pattern name, or "config"
+  std::string spec_text;  // what the tables print
+  std::vector<PatternSpec> specs;
+};
+
+// A retrieval question (V-NIAH / MM-NIAH style): needle keys and the query rows that must read them.
+struct NeedleTask {
+  std::vector<int64_t> keys;
+  std::vector<int64_t> rows;
+  bool empty() const { return keys.empty(); }
+};
+
+struct HeadReport {
+  int64_t batch = 0;
+  int64_t head = 0;
+  std::string spec;       // resolved
+  std::string behaviour;  // the synthetic head's behaviour; empty for real inputs
+  double density = 0.0;
+  double index_seconds = 0.0;  // host building of this head slot (patterns.h: build_plan_timed)
+  std::optional<HeadAccuracy> accuracy;   // with a dense reference
+  std::optional<NeedleCoverage> needles;  // with a needle task
+};
+
+struct RunReport {
+  PatternRun run;
+  std::vector<HeadReport> heads;
+  double index_seconds = 0.0;      // the whole plan: host build, validation and (GPU) upload
+  double attention_seconds = 0.0;  // every head in one call
+  int64_t computed_pairs = 0;
+};
+
+// One layer: its dense reference (when measured) and its pattern runs.
+struct LayerReport {
+  int64_t layer = 0;
+  std::string source;  // "SYNTHETIC seed 3" or the input tensors' names
+  std::optional<double> dense_seconds;
+  int64_t dense_pairs = 0;
+  std::vector<RunReport> runs;
+};
+
+// A run's figures pooled over heads (and batch elements).
+struct RunSummary {
+  double density = 0.0;       // mean over heads
+  double recall_mean = 0.0;   // mean over heads of the per-head mean over rows
+  double recall_min = 0.0;    // lowest row over all heads
+  double output_error = 0.0;  // mean over heads
+  bool compared = false;      // recall and output error exist (a dense reference ran)
+  int64_t needles = 0;        // needles of the task; 0 without one
+  int64_t needles_covered = 0;  // fewest covered by any head
+  double needle_mass_kept = 0.0;  // Σ kept / Σ dense needle probability over heads (NaN without)
+};
+RunSummary summarize(const RunReport& run);
+
+// What a layer's pattern runs read. Host views; the dense reference is optional (run without
+// --compare), the needle task may be empty.
+struct LayerInputs {
+  TensorView q, k;  // [batch, q_len, heads, head_dim], [batch, kv_len, kv_heads, head_dim]
+  const ModalityLayout* layout = nullptr;
+  int64_t plan_batch = 1;  // dynamic patterns need a head slot per batch element
+  const TensorView* dense_out = nullptr;
+  const TensorView* dense_lse = nullptr;
+  const NeedleTask* needles = nullptr;
+  std::vector<std::string> behaviours;  // per query head (synthetic); empty for real inputs
+};
+
+// Builds the run's plan (timed per head and whole), runs attention into out/lse (host tensors of
+// q's shape and [batch, heads, q_len]) and measures every head.
+RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
+                      const TensorView& out, const TensorView& lse);
+
+// Text tables (stdout).
+// The summary table: dense, then a line per run; a needles column when `needles` > 0.
+void print_summary_table(const LayerReport& layer, int64_t needles);
+// One row per head of every run, then the layer's summary line for that run.
+void print_per_head_tables(const LayerReport& layer);
+// One line per layer and run, then the whole-model total per run (index + attention vs dense).
+void print_layer_table(const std::vector<LayerReport>& layers);
+
+// JSON: "layers" (each with "dense" and "patterns", each pattern with "heads") and "model" (the
+// totals per pattern over layers).
+nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_dim);
+
+// The needle task of a synthetic workload: its needles and the final question's rows.
+NeedleTask workload_needle_task(const Workload& workload);
+
+// Needle tasks travel with input files as JSON in the safetensors metadata under this key:
+//   {"question_begin": 917, "keys": [120, 480], "layers": {"3": [130, 470]}}
+// The querying rows are [question_begin, q_len). "keys" serve every layer (needles are token
+// positions, the same in every layer of a real model); "layers" overrides them for a layer
+// (`generate --layers`: synthetic layers differ by seed, and so do their needles).
+inline constexpr const char* kNeedlesMetadataKey = "mmsparse.needles";
+std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>& keys,
+                             const std::map<int64_t, std::vector<int64_t>>& layer_keys);
+// The task of `layer` (-1: the file's single-layer tensors), empty when the file has none.
+NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len);
+
+}  // namespace mmsparse::cli
