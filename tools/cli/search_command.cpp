@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor.h"
+#include "layers.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/search.h"
 #include "mmsparse/status.h"
@@ -25,62 +26,87 @@ struct SearchFlags {
   ExecutionFlags exec;
   TimingFlags timing;
   std::string input;
-  std::vector<int64_t> layers;      // empty: every layer of the input
+  std::string layers;                 // --layers: "all" or a list; empty: all (file) or 0
   std::vector<int64_t> search_heads;  // empty: every head
   std::string out_path;
   SearchOptions options;
   bool unscaled = false;
 };
 
-// One layer's inputs: views into the file, or the synthetic workload's tensors.
+// What the search calibrates on: a file's layers, or one synthetic workload per layer (layer L
+// seeded seed + L, as `bench --layers` generates them).
 struct CalibrationInput {
-  std::string description;  // provenance: what the search calibrated on
+  std::string description;  // provenance
   ModalityLayout layout;
-  std::vector<CalibrationLayer> layers;
+  std::vector<int64_t> layers;  // to search, in order
   std::optional<TensorFile> file;
-  std::optional<Workload> workload;
-  std::optional<Workload::Tensors> tensors;
+  std::vector<CalibrationLayer> file_layers;
+  std::optional<WorkloadSpec> synthetic;
+  std::optional<Workload> workload;  // layer 0's: head behaviours do not depend on the seed
 };
+
+std::vector<int64_t> chosen_layers(const SearchFlags& flags, const std::vector<int64_t>& available) {
+  if (flags.layers.empty()) return available;
+  const LayerSelection selection = parse_layer_selection(flags.layers);
+  if (selection.all) return available;
+  for (int64_t layer : selection.layers) {
+    if (std::find(available.begin(), available.end(), layer) == available.end()) {
+      std::string known;
+      for (int64_t entry : available) known += (known.empty() ? "" : ", ") + std::to_string(entry);
+      throw_invalid_argument("--layers", "layers of --input " + flags.input + " (" + known + ")",
+                             std::to_string(layer));
+    }
+  }
+  return selection.layers;
+}
 
 CalibrationInput load_input(const SearchFlags& flags) {
   CalibrationInput input;
   if (!flags.input.empty()) {
     input.file = read_safetensors(flags.input);
     input.layout = input.file->layout();
-    input.layers = calibration_layers(*input.file, "--input " + flags.input);
+    input.file_layers = calibration_layers(*input.file, "--input " + flags.input);
+    std::vector<int64_t> available;
+    for (const CalibrationLayer& layer : input.file_layers) available.push_back(layer.layer);
+    input.layers = chosen_layers(flags, available);
     input.description = "file " + flags.input;
-  } else {
-    WorkloadSpec spec = flags.workload.spec();
-    if (spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
-    input.workload = Workload::create(spec);
-    const WorkloadSpec& resolved = input.workload->spec();
-    input.tensors = input.workload->materialize(flags.exec.data_type());
-    input.layout = input.workload->layout();
-    // A synthetic workload is one layer.
-    input.layers.push_back({0, input.tensors->q.view(), input.tensors->k.view(),
-                            input.tensors->v.view()});
-    input.description = fmt::format(
-        "SYNTHETIC preset {}, seq_len {}, seed {}, {} query heads, {} KV heads, head_dim {}",
-        resolved.preset, input.workload->seq_len(), resolved.seed, resolved.q_heads,
-        resolved.kv_heads, resolved.head_dim);
+    return input;
   }
-  if (flags.layers.empty()) return input;
-  std::vector<CalibrationLayer> chosen;
-  for (int64_t layer : flags.layers) {
-    const auto found = std::find_if(input.layers.begin(), input.layers.end(),
-                                    [&](const CalibrationLayer& entry) { return entry.layer == layer; });
-    if (found == input.layers.end()) {
-      std::string known;
-      for (const CalibrationLayer& entry : input.layers) {
-        known += (known.empty() ? "" : ", ") + std::to_string(entry.layer);
-      }
-      throw_invalid_argument("--layers", "layers of the input (" + known + ")",
-                             std::to_string(layer));
+  WorkloadSpec spec = flags.workload.spec();
+  if (spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
+  input.workload = Workload::create(spec);
+  input.synthetic = input.workload->spec();
+  input.layout = input.workload->layout();
+  input.layers = {0};
+  if (!flags.layers.empty()) {
+    const LayerSelection selection = parse_layer_selection(flags.layers);
+    if (selection.all) {
+      throw_invalid_argument("--layers all", "an --input file with layers.<L>.q, .k, .v",
+                             "a synthetic workload (list its layers: --layers 0,1)");
     }
-    chosen.push_back(*found);
+    input.layers = selection.layers;
   }
-  input.layers = chosen;
+  const WorkloadSpec& resolved = *input.synthetic;
+  const bool layer_seeds = input.layers != std::vector<int64_t>{0};
+  input.description = fmt::format(
+      "SYNTHETIC preset {}, seq_len {}, seed {}{}, {} query heads, {} KV heads, head_dim {}",
+      resolved.preset, input.workload->seq_len(), resolved.seed,
+      layer_seeds ? " (layer L: seed + L)" : "", resolved.q_heads, resolved.kv_heads,
+      resolved.head_dim);
   return input;
+}
+
+// Layer `layer`'s q, k, v; `storage` keeps a synthetic layer's tensors alive.
+CalibrationLayer layer_views(const CalibrationInput& input, int64_t layer, DType dtype,
+                             std::optional<Workload::Tensors>& storage) {
+  if (input.file) {
+    return *std::find_if(input.file_layers.begin(), input.file_layers.end(),
+                         [&](const CalibrationLayer& entry) { return entry.layer == layer; });
+  }
+  WorkloadSpec spec = *input.synthetic;
+  spec.seed = synthetic_layer_seed(spec.seed, layer);
+  storage = Workload::create(spec).materialize(dtype);
+  return {layer, storage->q.view(), storage->k.view(), storage->v.view()};
 }
 
 std::string utc_now() {
@@ -128,8 +154,8 @@ int run_search(const SearchFlags& flags) {
   const auto started = std::chrono::steady_clock::now();
   Progress progress(2, progress_enabled);
 
-  progress.step(flags.input.empty() ? "generating the SYNTHETIC calibration workload '" +
-                                          flags.workload.preset + "'"
+  progress.step(flags.input.empty() ? "SYNTHETIC calibration workload '" + flags.workload.preset +
+                                          "' (generated layer by layer)"
                                     : "reading " + flags.input);
   const CalibrationInput input = load_input(flags);
   progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
@@ -162,7 +188,10 @@ int run_search(const SearchFlags& flags) {
       gpu ? make_measured_cost(Device{DeviceType::kCUDA, 0}, flags.timing.warmup,
                                flags.timing.repeats)
           : make_modelled_cost();
-  for (const CalibrationLayer& layer : input.layers) {
+  for (int64_t layer_index : input.layers) {
+    std::optional<Workload::Tensors> synthetic_tensors;
+    const CalibrationLayer layer =
+        layer_views(input, layer_index, flags.exec.data_type(), synthetic_tensors);
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
     nlohmann::json layer_json = {{"layer", layer.layer},
@@ -240,8 +269,9 @@ Command add_search_command(CLI::App& app) {
   command->add_option("--input", flags->input,
                       "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
                       "(default: a SYNTHETIC preset)");
-  command->add_option("--layers", flags->layers, "layers to search, comma-separated (default: all)")
-      ->delimiter(',');
+  command->add_option("--layers", flags->layers,
+                      "layers to search: all or a list such as 0,3 (default: all of --input; "
+                      "synthetic: 0, layer L seeded seed + L)");
   command->add_option("--head", flags->search_heads,
                       "query heads to search, comma-separated (default: all)")
       ->delimiter(',');
