@@ -9,6 +9,7 @@
 #include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/search.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tensor.h"
 #include "mmsparse/viz.h"

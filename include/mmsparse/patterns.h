@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,13 +89,42 @@ Plan build_plan_timed(const std::vector<PatternSpec>& specs, const PlanShape& sh
                       std::vector<double>& head_seconds);
 
 // Per-model pattern config (JSON), keyed by layer and global query head index:
-//   {"schema_version": 1, "default": "a-shape",
+//   {"schema_version": 2, "default": "a-shape",
 //    "layers": {"0": {"default": "dense", "heads": {"3": "sf-strided:local=512,stride=512"}}}}
+// Version 2 adds what `mmsparse search` records (docs/search.md): a top-level "search" object
+// (SearchProvenance) and per layer "scores": {"<head>": {"recall", "output_error", "cost"}}.
+// from_json reads versions 1 and 2; to_json writes version 2.
+
+// How a searched config was made.
+struct SearchProvenance {
+  std::string calibration;   // "SYNTHETIC preset video-qwen2.5vl-128k, seq_len 16384, seed 0"
+                             // or "file calib.safetensors"
+  std::string date_utc;      // ISO 8601, e.g. "2026-11-23T10:04:05Z"
+  std::string tool_version;  // BuildInfo::version
+  std::string cost_source;   // "measured" or "modelled"
+  std::string cost_unit;     // "ms" (measured) or "key chunks" (modelled)
+  std::string gpu;           // the GPU a measured cost ran on; empty when modelled
+  std::string budget_spec;   // the pattern whose cost is the budget
+  double budget_cost = 0.0;  // its cost, in cost_unit
+  bool operator==(const SearchProvenance&) const = default;
+};
+
+// The chosen spec's score on the calibration input (sampled rows; see docs/search.md).
+struct HeadScore {
+  double recall = 0.0;
+  double output_error = 0.0;
+  double cost = 0.0;  // in the provenance's cost_unit
+  bool operator==(const HeadScore&) const = default;
+};
+
 struct PatternConfig {
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
+  static constexpr int kOldestSchemaVersion = 1;
   PatternSpec default_spec{"dense", {}};
   std::map<int64_t, PatternSpec> layer_defaults;
   std::map<int64_t, std::map<int64_t, PatternSpec>> head_specs;  // layer -> head -> spec
+  std::optional<SearchProvenance> search;                        // searched configs only
+  std::map<int64_t, std::map<int64_t, HeadScore>> head_scores;   // layer -> head -> score
 
   static PatternConfig from_json(const std::string& json_text);
   std::string to_json() const;

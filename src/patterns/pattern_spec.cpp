@@ -40,6 +40,9 @@ bool parse_integer(std::string_view text, int64_t& value) {
 
 // --- Pattern config --------------------------------------------------------------------------
 
+// The first version with the search record (provenance and per-head scores).
+constexpr int kSearchSchemaVersion = 2;
+
 [[noreturn]] void config_error(const std::string& path, const std::string& message) {
   parse_error("pattern config: " + path + ": " + message);
 }
@@ -89,6 +92,55 @@ int64_t config_index(const std::string& key, const std::string& path, const char
                                        " index as the key, got \"" + key + "\"");
   }
   return index;
+}
+
+const nlohmann::json& require_field(const nlohmann::json& object, const std::string& path,
+                                   const std::string& key) {
+  const auto found = object.find(key);
+  if (found == object.end()) config_error(path + "." + key, "missing");
+  return *found;
+}
+
+std::string string_field(const nlohmann::json& object, const std::string& path,
+                         const std::string& key) {
+  const nlohmann::json& value = require_field(object, path, key);
+  if (!value.is_string()) config_error(path + "." + key, "expected a string, got " + value.dump());
+  return value.get<std::string>();
+}
+
+double number_field(const nlohmann::json& object, const std::string& path, const std::string& key) {
+  const nlohmann::json& value = require_field(object, path, key);
+  if (!value.is_number()) config_error(path + "." + key, "expected a number, got " + value.dump());
+  return value.get<double>();
+}
+
+SearchProvenance read_provenance(const nlohmann::json& value) {
+  const std::string path = "search";
+  require_object(value, path);
+  reject_unknown_keys(value, path,
+                      {"calibration", "date_utc", "tool_version", "cost_source", "cost_unit", "gpu",
+                       "budget_spec", "budget_cost"});
+  SearchProvenance provenance;
+  provenance.calibration = string_field(value, path, "calibration");
+  provenance.date_utc = string_field(value, path, "date_utc");
+  provenance.tool_version = string_field(value, path, "tool_version");
+  provenance.cost_source = string_field(value, path, "cost_source");
+  if (provenance.cost_source != "measured" && provenance.cost_source != "modelled") {
+    config_error(path + ".cost_source", "expected \"measured\" or \"modelled\", got \"" +
+                                            provenance.cost_source + "\"");
+  }
+  provenance.cost_unit = string_field(value, path, "cost_unit");
+  provenance.gpu = string_field(value, path, "gpu");
+  provenance.budget_spec = string_field(value, path, "budget_spec");
+  provenance.budget_cost = number_field(value, path, "budget_cost");
+  return provenance;
+}
+
+HeadScore read_score(const nlohmann::json& value, const std::string& path) {
+  require_object(value, path);
+  reject_unknown_keys(value, path, {"recall", "output_error", "cost"});
+  return {number_field(value, path, "recall"), number_field(value, path, "output_error"),
+          number_field(value, path, "cost")};
 }
 
 }  // namespace
@@ -163,25 +215,39 @@ PatternConfig PatternConfig::from_json(const std::string& json_text) {
     parse_error(std::string("pattern config: invalid JSON: ") + error.what());
   }
   if (!root.is_object()) parse_error("pattern config: expected a JSON object, got " + root.dump());
-  reject_unknown_keys(root, "", {"schema_version", "default", "layers"});
-
   const auto version = root.find("schema_version");
   if (version == root.end()) {
     config_error("schema_version", "missing; expected " + std::to_string(kSchemaVersion));
   }
-  if (!version->is_number_integer() || version->get<int64_t>() != kSchemaVersion) {
-    config_error("schema_version",
-                 "expected " + std::to_string(kSchemaVersion) + ", got " + version->dump());
+  const bool known_version = version->is_number_integer() &&
+                             version->get<int64_t>() >= kOldestSchemaVersion &&
+                             version->get<int64_t>() <= kSchemaVersion;
+  if (!known_version) {
+    config_error("schema_version", "expected " + std::to_string(kOldestSchemaVersion) + " to " +
+                                       std::to_string(kSchemaVersion) + ", got " + version->dump());
+  }
+  // Version 1 has no search record; its files keep being read with version 1's keys only.
+  const bool searched = version->get<int64_t>() >= kSearchSchemaVersion;
+
+  if (searched) {
+    reject_unknown_keys(root, "", {"schema_version", "default", "layers", "search"});
+  } else {
+    reject_unknown_keys(root, "", {"schema_version", "default", "layers"});
   }
 
   PatternConfig config;
+  if (searched && root.contains("search")) config.search = read_provenance(root["search"]);
   if (root.contains("default")) config.default_spec = config_spec(root["default"], "default");
   if (!root.contains("layers")) return config;
   for (const auto& [layer_key, layer_value] : require_object(root["layers"], "layers").items()) {
     const int64_t layer = config_index(layer_key, "layers", "layer");
     const std::string layer_path = "layers." + layer_key;
     require_object(layer_value, layer_path);
-    reject_unknown_keys(layer_value, layer_path, {"default", "heads"});
+    if (searched) {
+      reject_unknown_keys(layer_value, layer_path, {"default", "heads", "scores"});
+    } else {
+      reject_unknown_keys(layer_value, layer_path, {"default", "heads"});
+    }
     if (layer_value.contains("default")) {
       config.layer_defaults[layer] = config_spec(layer_value["default"], layer_path + ".default");
     }
@@ -192,6 +258,13 @@ PatternConfig PatternConfig::from_json(const std::string& json_text) {
       const int64_t head = config_index(head_key, heads_path, "head");
       config.head_specs[layer][head] = config_spec(head_value, heads_path + "." + head_key);
     }
+    if (!layer_value.contains("scores")) continue;
+    const std::string scores_path = layer_path + ".scores";
+    for (const auto& [head_key, score_value] :
+         require_object(layer_value["scores"], scores_path).items()) {
+      const int64_t head = config_index(head_key, scores_path, "head");
+      config.head_scores[layer][head] = read_score(score_value, scores_path + "." + head_key);
+    }
   }
   return config;
 }
@@ -200,10 +273,21 @@ std::string PatternConfig::to_json() const {
   // ordered_json keeps layers and heads in numeric order, as a reader expects.
   nlohmann::ordered_json root;
   root["schema_version"] = kSchemaVersion;
+  if (search) {
+    root["search"] = {{"calibration", search->calibration},
+                      {"date_utc", search->date_utc},
+                      {"tool_version", search->tool_version},
+                      {"cost_source", search->cost_source},
+                      {"cost_unit", search->cost_unit},
+                      {"gpu", search->gpu},
+                      {"budget_spec", search->budget_spec},
+                      {"budget_cost", search->budget_cost}};
+  }
   root["default"] = default_spec.to_string();
   std::set<int64_t> layers;
   for (const auto& [layer, spec] : layer_defaults) layers.insert(layer);
   for (const auto& [layer, heads] : head_specs) layers.insert(layer);
+  for (const auto& [layer, scores] : head_scores) layers.insert(layer);
   nlohmann::ordered_json layers_json = nlohmann::ordered_json::object();
   for (int64_t layer : layers) {
     nlohmann::ordered_json layer_json = nlohmann::ordered_json::object();
@@ -215,6 +299,15 @@ std::string PatternConfig::to_json() const {
       for (const auto& [head, spec] : found->second)
         heads_json[std::to_string(head)] = spec.to_string();
       layer_json["heads"] = heads_json;
+    }
+    if (const auto found = head_scores.find(layer); found != head_scores.end()) {
+      nlohmann::ordered_json scores_json = nlohmann::ordered_json::object();
+      for (const auto& [head, score] : found->second) {
+        scores_json[std::to_string(head)] = {{"recall", score.recall},
+                                             {"output_error", score.output_error},
+                                             {"cost", score.cost}};
+      }
+      layer_json["scores"] = scores_json;
     }
     layers_json[std::to_string(layer)] = layer_json;
   }

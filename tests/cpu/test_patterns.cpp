@@ -371,8 +371,8 @@ TEST(PatternConfig, ErrorsNameTheBadKey) {
   expect_error(load("[]"), ErrorCode::kParseError, {"expected a JSON object"});
   expect_error(load(R"({"default": "dense"})"), ErrorCode::kParseError,
                {"schema_version", "missing"});
-  expect_error(load(R"({"schema_version": 2})"), ErrorCode::kParseError,
-               {"schema_version", "expected 1, got 2"});
+  expect_error(load(R"({"schema_version": 3})"), ErrorCode::kParseError,
+               {"schema_version", "expected 1 to 2, got 3"});
   expect_error(load(R"({"schema_version": "1"})"), ErrorCode::kParseError,
                {"schema_version", "got \"1\""});
   expect_error(load(R"({"schema_version": 1, "defaults": "dense"})"), ErrorCode::kParseError,

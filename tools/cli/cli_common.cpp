@@ -7,14 +7,13 @@
 #include <fmt/core.h>
 
 #include "mmsparse/build_info.h"
+#include "mmsparse/search.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cli {
 
 namespace {
 constexpr const char* kCudaBackend = "cuda-sm90a";
-constexpr int64_t kPaperSeqLen = 131072;
-constexpr int64_t kMinScaledWindow = 64;
 constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
 }  // namespace
 
@@ -130,20 +129,7 @@ void write_json_output(const std::string& path, const std::string& json_text) {
 }
 
 PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len) {
-  PatternSpec spec = PatternSpec::parse(info.default_spec);
-  if (seq_len >= kPaperSeqLen) return spec;
-  const auto scale = [&](const std::string& key, int64_t minimum) {
-    int64_t& value = spec.params.at(key);
-    value = std::max(minimum, value * seq_len / kPaperSeqLen);
-  };
-  if (spec.name == "a-shape" || spec.name == "tri-shape") scale("local", kMinScaledWindow);
-  if (spec.name == "vertical-slash") {
-    // The budgets count the lines vertical-slash always keeps; they stay at least that large.
-    const PatternSpec defaults = resolve_pattern(spec);
-    scale("vertical", defaults.params.at("sink"));
-    scale("slash", defaults.params.at("local"));
-  }
-  return spec;
+  return scale_spec_to_length(PatternSpec::parse(info.default_spec), seq_len);
 }
 
 const Tensor& attention_input(const TensorFile& file, const std::string& name,

@@ -77,9 +77,9 @@ double seconds_since(std::chrono::steady_clock::time_point start);
 void write_json_output(const std::string& path, const std::string& json_text);
 
 // A pattern's default spec with A-shape/Tri-shape windows and vertical-slash line budgets scaled to
-// `seq_len`: the paper's values (Table 2; MInference's 1000 verticals and 6096 slashes) are set for
-// 128K tokens, and shorter runs keep the same fraction of the sequence so that the patterns stay
-// sparse at CPU sizes.
+// `seq_len` (scale_spec_to_length, search.h): the paper's values (Table 2; MInference's 1000
+// verticals and 6096 slashes) are set for 128K tokens, and shorter runs keep the same fraction of
+// the sequence so that the patterns stay sparse at CPU sizes.
 PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len);
 
 // Tensor `name` of an input file, checked to be [batch, seq, heads, head_dim] (errors name the file).

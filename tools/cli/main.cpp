@@ -9,6 +9,7 @@
 #include "info_command.h"
 #include "mmsparse/status.h"
 #include "run_command.h"
+#include "search_command.h"
 #include "show_command.h"
 
 namespace {
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_bench_command(app),   add_run_command(app),     add_generate_command(app),
       add_info_command(app),    add_presets_command(app), add_patterns_command(app),
-      add_show_command(app),
+      add_show_command(app),    add_search_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,0 +1,388 @@
+// The offline pattern search: search space, cost model, the choices it makes on a synthetic
+// workload whose head behaviours are known, the budget, the searched config and bad inputs.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/random.h"
+#include "mmsparse/build_info.h"
+#include "mmsparse/io.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/search.h"
+#include "mmsparse/workload.h"
+
+namespace mmsparse {
+namespace {
+
+using testing::expect_error;
+
+constexpr int64_t kPaperSeqLen = 131072;
+
+// Small enough for the CPU reference on one core, long enough for grid plans to fit the budget:
+// the 1M preset's 12×20-token frames give 34 frames at 8192 tokens.
+WorkloadSpec small_video_workload() {
+  WorkloadSpec spec;
+  spec.preset = "video-qwen2.5vl-1m";
+  spec.seq_len = 8192;
+  spec.q_heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  return spec;
+}
+
+int64_t first_head_with(const Workload& workload, HeadBehaviour behaviour) {
+  for (int64_t head = 0; head < workload.spec().q_heads; ++head) {
+    if (workload.behaviour(head) == behaviour) return head;
+  }
+  ADD_FAILURE() << "no head of behaviour " << head_behaviour_name(behaviour);
+  return 0;
+}
+
+SearchOptions single_thread_options() {
+  SearchOptions options;
+  options.num_threads = 1;
+  return options;
+}
+
+TEST(SearchSpace, HoldsTable3AtTheLengthItWasSetFor) {
+  const ModalityLayout layout = LayoutBuilder().text(20).video({4, 16, 28}).text(32).build();
+  const std::vector<PatternSpec> space = search_space(layout, kPaperSeqLen, true);
+  std::map<std::string, int> per_family;
+  std::set<std::string> texts;
+  for (const PatternSpec& spec : space) {
+    ++per_family[spec.name];
+    texts.insert(spec.to_string());
+  }
+  // 5 grid rows with the frame stride, 6 searched online; 3 A-shapes; 9 vertical-slash sizes.
+  EXPECT_EQ(per_family["grid"], 11);
+  EXPECT_EQ(per_family["a-shape"], 3);
+  EXPECT_EQ(per_family["vertical-slash"], 9);
+  EXPECT_EQ(per_family.count("dense"), 0u);
+  EXPECT_EQ(texts.size(), space.size());
+  EXPECT_TRUE(texts.count("a-shape:local=4096,sink=128"));
+  EXPECT_TRUE(texts.count(
+      "vertical-slash:boundary=0,last_q=64,local=100,sink=30,slash=200,vertical=3500"));
+  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,last_q=64,local=1,max_stride=1024,sink=30,"
+                          "slash=0,stride=448,vline=0"));
+  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,last_q=64,local=0,max_stride=1024,sink=30,"
+                          "slash=1,stride=0,vline=1"));
+}
+
+TEST(SearchSpace, ScalesWindowsAndLineBudgetsWithTheLength) {
+  EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("a-shape:sink=128,local=4096"), 8192).to_string(),
+            "a-shape:local=256,sink=128");
+  EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("a-shape:sink=1024,local=4096"), 1024)
+                .to_string(),
+            "a-shape:local=64,sink=1024");  // never below 64 keys of window
+  // Line budgets keep their fraction, never below the lines vertical-slash always keeps.
+  EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("vertical-slash:vertical=2000,slash=200"), 8192)
+                .to_string(),
+            "vertical-slash:boundary=0,last_q=64,local=100,sink=30,slash=100,vertical=125");
+  EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("a-shape:sink=128,local=4096"), 2 * kPaperSeqLen)
+                .to_string(),
+            "a-shape:local=4096,sink=128");
+  const ModalityLayout text = ModalityLayout::text_only(4096);
+  int64_t grids = 0;
+  for (const PatternSpec& spec : search_space(text, 4096, true)) {
+    if (spec.name != "grid") continue;
+    ++grids;
+    EXPECT_EQ(spec.params.at("stride"), 0) << "no video, no frame stride: online strides only";
+  }
+  EXPECT_EQ(grids, 6);
+}
+
+TEST(ModelledCost, CountsTheEngineKeyChunksOfEachTile) {
+  const std::unique_ptr<CostModel> model = make_modelled_cost();
+  EXPECT_FALSE(model->measured());
+  EXPECT_EQ(model->tile_rows(64), 128);
+  const TensorView none;  // the modelled cost reads only the plan
+  // Dense causal over 1024 tokens in 128-row tiles: tile t reads (t + 1) · 128 keys.
+  const Plan dense = build_plan(PatternSpec{"dense", {}}, PlanShape{1, 1, 1024, 1024, 128});
+  EXPECT_EQ(model->cost(dense, none, none, none), 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8);
+  // A 3-key span is a chunk of its own; 200 gathered columns are two.
+  PlanBuilder builder(PlanShape{1, 1, 1024, 1024, 128});
+  builder.begin_head();
+  builder.begin_tile(896, 1024);
+  builder.add_span(10, 13);
+  for (int64_t key = 300; key < 700; key += 2) builder.add_column(key);
+  EXPECT_EQ(model->cost(builder.finish(), none, none, none), 3);
+}
+
+TEST(Search, PicksGridForAGridHeadAndALocalPatternForALocalHead) {
+  const Workload workload = Workload::create(small_video_workload());
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const int64_t grid_head = first_head_with(workload, HeadBehaviour::kGrid);
+  const int64_t local_head = first_head_with(workload, HeadBehaviour::kLocal);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  const std::vector<int64_t> heads = {grid_head, local_head};
+  const LayerSearchResult result =
+      search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost,
+                   single_thread_options(), heads);
+  ASSERT_EQ(result.heads.size(), 2u);
+  const HeadSearchResult& grid = result.heads[0];
+  const HeadSearchResult& local = result.heads[1];
+  EXPECT_EQ(grid.chosen.spec.name, "grid") << grid.chosen.spec.to_string();
+  EXPECT_GT(grid.chosen.recall, 0.95);
+  EXPECT_TRUE(local.chosen.spec.name == "a-shape" || local.chosen.spec.name == "vertical-slash")
+      << local.chosen.spec.to_string();
+  EXPECT_GT(local.chosen.recall, 0.95);
+  // Stages: intra per modality, cross per ordered pair, then inter on the whole sequence.
+  std::vector<std::string> scopes;
+  for (const ScopeSearch& search : grid.scopes) scopes.push_back(search.stage + " " + search.scope);
+  EXPECT_EQ(scopes, (std::vector<std::string>{"intra text", "intra video", "cross text->video",
+                                              "cross video->text", "inter full"}));
+  for (const HeadSearchResult& head : result.heads) {
+    EXPECT_FALSE(head.dense_fallback);
+    EXPECT_LE(head.chosen.cost, head.budget_cost);
+  }
+}
+
+TEST(Search, RespectsTheBudgetAndFallsBackToDense) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = 4096;
+  const Workload workload = Workload::create(spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  const std::vector<int64_t> head = {0};
+
+  const LayerSearchResult normal = search_layer(tensors.q.view(), tensors.k.view(),
+                                                tensors.v.view(), workload.layout(), *cost,
+                                                options, head);
+  for (const ScopeSearch& search : normal.heads[0].scopes) {
+    EXPECT_GT(search.budget_cost, 0.0) << search.scope;
+    for (const CandidateScore& score : search.scored) EXPECT_LE(score.cost, search.budget_cost);
+  }
+  EXPECT_GT(normal.heads[0].over_budget, 0) << "the scaled budget drops the widest candidates";
+
+  // A budget no candidate fits: every one is dropped and the head falls back to dense.
+  options.budget_spec = "a-shape:sink=1,local=1";
+  options.scale_to_length = false;
+  const LayerSearchResult tight = search_layer(tensors.q.view(), tensors.k.view(),
+                                               tensors.v.view(), workload.layout(), *cost, options,
+                                               head);
+  const HeadSearchResult& fallback = tight.heads[0];
+  EXPECT_TRUE(fallback.dense_fallback);
+  EXPECT_EQ(fallback.chosen.spec.name, "dense");
+  EXPECT_EQ(fallback.fallback_reason, "no candidate within the budget");
+  // Every candidate of the space, and in stage 3 their boundary modes.
+  EXPECT_GE(fallback.over_budget, static_cast<int64_t>(tight.space.size()));
+
+  // Recall below the floor: dense as well, saying why.
+  options = single_thread_options();
+  options.sample_rows = 16;
+  options.dense_below_recall = 1.0;
+  const LayerSearchResult floor = search_layer(tensors.q.view(), tensors.k.view(),
+                                               tensors.v.view(), workload.layout(), *cost, options,
+                                               head);
+  EXPECT_TRUE(floor.heads[0].dense_fallback);
+  EXPECT_NE(floor.heads[0].fallback_reason.find("dense_below_recall"), std::string::npos);
+}
+
+// A cost model for tests of the stages alone: every plan is free.
+class FreeCost final : public CostModel {
+ public:
+  double cost(const Plan&, const TensorView&, const TensorView&, const TensorView&) override {
+    return 0.0;
+  }
+  bool measured() const override { return false; }
+  std::string unit() const override { return "nothing"; }
+  std::string gpu() const override { return {}; }
+  int64_t tile_rows(int64_t) const override { return kDefaultTileRows; }
+};
+
+TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
+  // Text only: one intra scope, no pairs, no boundary modes.
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const int64_t seq_len = 700;
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, seq_len, 2, 32});
+  const Tensor kv = random.normal_tensor(DType::kFloat32, {1, seq_len, 1, 32});
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 8;
+  const LayerSearchResult text =
+      search_layer(q.view(), kv.view(), kv.view(), ModalityLayout::text_only(seq_len), *cost,
+                   options, std::vector<int64_t>{1});
+  ASSERT_EQ(text.heads.size(), 1u);
+  std::vector<std::string> scopes;
+  for (const ScopeSearch& search : text.heads[0].scopes) scopes.push_back(search.scope);
+  EXPECT_EQ(scopes, (std::vector<std::string>{"text", "full"}));
+  for (const CandidateScore& score : text.heads[0].scopes.back().scored) {
+    EXPECT_EQ(score.spec.param("boundary", 0), 0) << "one modality: no boundary modes";
+  }
+
+  // Text, an image and a video: 3 intra scopes, 6 ordered pairs, then the whole sequence.
+  const ModalityLayout mixed =
+      LayoutBuilder().text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30).build();
+  const Tensor mixed_q = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 2, 32});
+  const Tensor mixed_kv = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 1, 32});
+  // At a few hundred tokens the boundary modes' extra tiles exceed any budget in key chunks; a
+  // cost model that charges nothing lets every candidate through.
+  FreeCost free;
+  const LayerSearchResult result =
+      search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                   std::vector<int64_t>{0});
+  std::set<std::string> names;
+  for (const ScopeSearch& search : result.heads[0].scopes) names.insert(search.stage + " " + search.scope);
+  EXPECT_EQ(names, (std::set<std::string>{"intra text", "intra image", "intra video",
+                                          "cross text->image", "cross text->video",
+                                          "cross image->text", "cross image->video",
+                                          "cross video->text", "cross video->image",
+                                          "inter full"}));
+  // Mixed modalities: stage 3 tries the boundary modes of the vertical-slash and grid winners.
+  std::set<int64_t> modes;
+  for (const CandidateScore& score : result.heads[0].scopes.back().scored) {
+    if (score.spec.name != "a-shape") modes.insert(score.spec.param("boundary", -1));
+  }
+  EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3}));
+}
+
+PatternConfig searched_config() {
+  PatternConfig config;
+  config.search = SearchProvenance{"SYNTHETIC preset video-qwen2.5vl-1m, seq_len 8192, seed 0",
+                                   "2026-11-23T10:04:05Z",
+                                   "0.1.0",
+                                   "modelled",
+                                   "key chunks",
+                                   "",
+                                   "a-shape:local=256,sink=1024",
+                                   649.0};
+  config.head_specs[0][1] = PatternSpec::parse(
+      "grid:boundary=0,hline=0,last_q=64,local=0,max_stride=1024,sink=30,slash=1,stride=240,vline=0");
+  config.head_specs[0][0] = PatternSpec::parse("a-shape:local=256,sink=128");
+  config.head_scores[0][1] = {0.9851, 0.0237, 480.0};
+  config.head_scores[0][0] = {0.9976, 0.0031, 250.0};
+  return config;
+}
+
+TEST(SearchConfig, RoundTripsAndBuildsPlansLikeBenchConfig) {
+  const PatternConfig config = searched_config();
+  const std::string json = config.to_json();
+  EXPECT_NE(json.find("\"schema_version\": 2"), std::string::npos);
+  const PatternConfig parsed = PatternConfig::from_json(json);
+  EXPECT_EQ(parsed.search, config.search);
+  EXPECT_EQ(parsed.head_scores, config.head_scores);
+  EXPECT_EQ(parsed.to_json(), json);
+
+  // What `mmsparse bench --config` does with it.
+  const Workload workload = Workload::create(small_video_workload());
+  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
+  const std::vector<PatternSpec> specs = parsed.layer_specs(0, 4);
+  EXPECT_EQ(specs[2].name, "dense");  // heads not searched keep the default
+  const Plan plan = build_plan(specs, PlanShape{1, 4, 8192, 8192, kDefaultTileRows},
+                               &workload.layout(), &inputs);
+  EXPECT_EQ(plan.head_slots(), 4);
+}
+
+TEST(SearchConfig, ReadsVersion1AndNamesBadSearchFields) {
+  const PatternConfig old = PatternConfig::from_json(
+      R"({"schema_version": 1, "layers": {"0": {"heads": {"1": "a-shape"}}}})");
+  EXPECT_FALSE(old.search.has_value());
+  EXPECT_EQ(old.layer_specs(0, 2)[1].name, "a-shape");
+  auto load = [](std::string text) { return [text] { (void)PatternConfig::from_json(text); }; };
+  expect_error(load(R"({"schema_version": 1, "search": {}})"), ErrorCode::kParseError,
+               {"search", "unknown key"});
+  std::string json = searched_config().to_json();
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    std::string text = json;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  expect_error(load(replace("\"modelled\"", "\"guessed\"")), ErrorCode::kParseError,
+               {"search.cost_source", "\"guessed\""});
+  expect_error(load(replace("\"budget_cost\"", "\"budget\"")), ErrorCode::kParseError,
+               {"search.budget", "unknown key"});
+  expect_error(load(replace("\"recall\": 0.9976", "\"recall\": \"high\"")),
+               ErrorCode::kParseError, {"layers.0.scores.0.recall", "expected a number"});
+  expect_error(load(replace("\"date_utc\"", "\"date_utc_\"")), ErrorCode::kParseError,
+               {"search.date_utc_", "unknown key"});
+}
+
+TEST(Search, BadInputsNameTheArgument) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = 2048;
+  const Workload workload = Workload::create(spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  const TensorView q = tensors.q.view(), k = tensors.k.view(), v = tensors.v.view();
+  const SearchOptions options = single_thread_options();
+  auto search = [&](const ModalityLayout& layout, const SearchOptions& with,
+                    std::vector<int64_t> heads) {
+    return [&, layout, with, heads] { (void)search_layer(q, k, v, layout, *cost, with, heads); };
+  };
+  expect_error(search(ModalityLayout::text_only(1000), options, {0}),
+               ErrorCode::kInvalidArgument, {"layout length", "2048", "got 1000"});
+  expect_error(search(workload.layout(), options, {4}), ErrorCode::kInvalidArgument,
+               {"q_heads", "[0, 4)", "got 4"});
+  SearchOptions bad = options;
+  bad.budget_spec = "vertical-slash";
+  expect_error(search(workload.layout(), bad, {0}), ErrorCode::kInvalidArgument,
+               {"budget_spec", "static pattern", "vertical-slash"});
+  bad = options;
+  bad.sample_rows = 0;
+  expect_error(search(workload.layout(), bad, {0}), ErrorCode::kInvalidArgument,
+               {"sample_rows", ">= 1", "got 0"});
+  TensorView short_k = k;
+  short_k.shape[1] = 1024;
+  expect_error([&] { (void)search_layer(q, short_k, v, workload.layout(), *cost, options); },
+               ErrorCode::kInvalidArgument, {"k"});
+  if (!build_info().cuda_enabled) {
+    expect_error([&] { (void)make_measured_cost(Device{DeviceType::kCUDA, 0}, 1, 3); },
+                 ErrorCode::kUnsupported, {"measured cost", "CPU-only build"});
+  }
+}
+
+TEST(CalibrationFile, ReadsLayersAndNamesMissingOrMisshapenTensors) {
+  const ModalityLayout layout = LayoutBuilder().text(8).image({1, 2, 2}).text(4).build();
+  const int64_t seq_len = layout.length();
+  const Tensor qkv(DType::kFloat32, {1, seq_len, 2, 8});
+  const Tensor wrong(DType::kFloat32, {1, seq_len + 1, 2, 8});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "mmsparse_test_calibration.safetensors").string();
+  const std::map<std::string, std::string> metadata = {{kLayoutMetadataKey, layout.to_json()}};
+  const auto read_layers = [&](const std::map<std::string, TensorView>& tensors,
+                               const std::map<std::string, std::string>& meta) {
+    write_safetensors(path, tensors, meta);
+    return calibration_layers(read_safetensors(path), path);
+  };
+
+  const std::vector<CalibrationLayer> layers =
+      read_layers({{"layers.0.q", qkv.view()}, {"layers.0.k", qkv.view()},
+                   {"layers.0.v", qkv.view()}, {"layers.12.q", qkv.view()},
+                   {"layers.12.k", qkv.view()}, {"layers.12.v", qkv.view()}},
+                  metadata);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].layer, 0);
+  EXPECT_EQ(layers[1].layer, 12);
+  const std::vector<CalibrationLayer> plain =
+      read_layers({{"q", qkv.view()}, {"k", qkv.view()}, {"v", qkv.view()}}, metadata);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].layer, 0);
+
+  expect_error([&] { (void)read_layers({{"layers.3.q", qkv.view()}, {"layers.3.v", qkv.view()}},
+                                       metadata); },
+               ErrorCode::kInvalidArgument, {path, "'layers.3.k'", "missing"});
+  expect_error([&] { (void)read_layers({{"layers.0.q", qkv.view()}, {"layers.0.k", wrong.view()},
+                                        {"layers.0.v", qkv.view()}},
+                                       metadata); },
+               ErrorCode::kInvalidArgument,
+               {"'layers.0.k'", "[1, " + std::to_string(seq_len), "got [1, " + std::to_string(seq_len + 1)});
+  expect_error([&] { (void)read_layers({{"q", qkv.view()}}, {}); }, ErrorCode::kInvalidArgument,
+               {"mmsparse.layout", "none"});
+  expect_error([&] { (void)read_layers({{"weights", qkv.view()}}, metadata); },
+               ErrorCode::kInvalidArgument, {"layers.<L>.q", "none"});
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace mmsparse

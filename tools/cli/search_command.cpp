@@ -1,0 +1,305 @@
+#include "search_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "executor.h"
+#include "layers.h"
+#include "mmsparse/build_info.h"
+#include "mmsparse/search.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse::cli {
+namespace {
+
+constexpr double kPercent = 100.0;
+
+struct SearchFlags {
+  WorkloadFlags workload;
+  ExecutionFlags exec;
+  TimingFlags timing;
+  std::string input;
+  std::string layers;                 // --layers: "all" or a list; empty: all (file) or 0
+  std::vector<int64_t> search_heads;  // empty: every head
+  std::string out_path;
+  SearchOptions options;
+  bool unscaled = false;
+};
+
+// What the search calibrates on: a file's layers, or one synthetic workload per layer (layer L
+// seeded seed + L, as `bench --layers` generates them).
+struct CalibrationInput {
+  std::string description;  // provenance
+  ModalityLayout layout;
+  std::vector<int64_t> layers;  // to search, in order
+  std::optional<TensorFile> file;
+  std::vector<CalibrationLayer> file_layers;
+  std::optional<WorkloadSpec> synthetic;
+  std::optional<Workload> workload;  // layer 0's: head behaviours do not depend on the seed
+};
+
+std::vector<int64_t> chosen_layers(const SearchFlags& flags, const std::vector<int64_t>& available) {
+  if (flags.layers.empty()) return available;
+  const LayerSelection selection = parse_layer_selection(flags.layers);
+  if (selection.all) return available;
+  for (int64_t layer : selection.layers) {
+    if (std::find(available.begin(), available.end(), layer) == available.end()) {
+      std::string known;
+      for (int64_t entry : available) known += (known.empty() ? "" : ", ") + std::to_string(entry);
+      throw_invalid_argument("--layers", "layers of --input " + flags.input + " (" + known + ")",
+                             std::to_string(layer));
+    }
+  }
+  return selection.layers;
+}
+
+CalibrationInput load_input(const SearchFlags& flags) {
+  CalibrationInput input;
+  if (!flags.input.empty()) {
+    input.file = read_safetensors(flags.input);
+    input.layout = input.file->layout();
+    input.file_layers = calibration_layers(*input.file, "--input " + flags.input);
+    std::vector<int64_t> available;
+    for (const CalibrationLayer& layer : input.file_layers) available.push_back(layer.layer);
+    input.layers = chosen_layers(flags, available);
+    input.description = "file " + flags.input;
+    return input;
+  }
+  WorkloadSpec spec = flags.workload.spec();
+  if (spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
+  input.workload = Workload::create(spec);
+  input.synthetic = input.workload->spec();
+  input.layout = input.workload->layout();
+  input.layers = {0};
+  if (!flags.layers.empty()) {
+    const LayerSelection selection = parse_layer_selection(flags.layers);
+    if (selection.all) {
+      throw_invalid_argument("--layers all", "an --input file with layers.<L>.q, .k, .v",
+                             "a synthetic workload (list its layers: --layers 0,1)");
+    }
+    input.layers = selection.layers;
+  }
+  const WorkloadSpec& resolved = *input.synthetic;
+  const bool layer_seeds = input.layers != std::vector<int64_t>{0};
+  input.description = fmt::format(
+      "SYNTHETIC preset {}, seq_len {}, seed {}{}, {} query heads, {} KV heads, head_dim {}",
+      resolved.preset, input.workload->seq_len(), resolved.seed,
+      layer_seeds ? " (layer L: seed + L)" : "", resolved.q_heads, resolved.kv_heads,
+      resolved.head_dim);
+  return input;
+}
+
+// Layer `layer`'s q, k, v; `storage` keeps a synthetic layer's tensors alive.
+CalibrationLayer layer_views(const CalibrationInput& input, int64_t layer, DType dtype,
+                             std::optional<Workload::Tensors>& storage) {
+  if (input.file) {
+    return *std::find_if(input.file_layers.begin(), input.file_layers.end(),
+                         [&](const CalibrationLayer& entry) { return entry.layer == layer; });
+  }
+  WorkloadSpec spec = *input.synthetic;
+  spec.seed = synthetic_layer_seed(spec.seed, layer);
+  storage = Workload::create(spec).materialize(dtype);
+  return {layer, storage->q.view(), storage->k.view(), storage->v.view()};
+}
+
+std::string utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[sizeof "2026-01-01T00:00:00Z"];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+nlohmann::json score_json(const CandidateScore& score) {
+  return {{"spec", score.spec.to_string()},
+          {"recall", score.recall},
+          {"output_error", score.output_error},
+          {"cost", score.cost}};
+}
+
+void print_summary(const LayerSearchResult& result, int64_t layer, const CostModel& cost_model,
+                   const CalibrationInput& input) {
+  fmt::print("\nlayer {}: budget {} = {:.1f} {} ({}); {} candidates in the search space\n", layer,
+             result.budget_spec.to_string(), result.budget_cost, cost_model.unit(),
+             cost_model.measured() ? "measured" : "modelled", result.space.size());
+  std::size_t spec_width = 0;
+  for (const HeadSearchResult& head : result.heads) {
+    spec_width = std::max(spec_width, head.chosen.spec.to_string().size());
+  }
+  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>9} {:>10} {:>7} {:>8}\n", "head", "behaviour",
+             "chosen spec", spec_width, "recall", "out err", "cost", "budget", "dropped");
+  for (const HeadSearchResult& head : result.heads) {
+    const std::string behaviour =
+        input.workload ? std::string(head_behaviour_name(input.workload->behaviour(head.q_head)))
+                       : "-";
+    fmt::print("{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10.1f} {:>6.1f}% {:>8}{}\n", head.q_head,
+               behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
+               head.chosen.output_error, head.chosen.cost,
+               kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
+               head.dense_fallback ? "  dense fallback: " + head.fallback_reason : "");
+  }
+}
+
+int run_search(const SearchFlags& flags) {
+  const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
+  const bool gpu = use_gpu(flags.exec.device_choice());
+  const auto started = std::chrono::steady_clock::now();
+  Progress progress(2, progress_enabled);
+
+  progress.step(flags.input.empty() ? "SYNTHETIC calibration workload '" + flags.workload.preset +
+                                          "' (generated layer by layer)"
+                                    : "reading " + flags.input);
+  const CalibrationInput input = load_input(flags);
+  progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
+                            input.layout.length(), input.layers.size()));
+
+  SearchOptions options = flags.options;
+  options.scale_to_length = !flags.unscaled;
+  options.num_threads = flags.exec.threads;
+  if (progress_enabled) {
+    options.on_scope_done = [started](int64_t q_head, const ScopeSearch& search) {
+      fmt::print(stderr, "      head {:>3} {:<5} {:<13} {:>3} scored, {:>3} over budget, {:>3} n/a"
+                 "  -> {}  ({:.1f} s elapsed)\n",
+                 q_head, search.stage, search.scope, search.scored.size(), search.over_budget,
+                 search.not_applicable, search.winner ? search.winner->spec.to_string() : "-",
+                 seconds_since(started));
+      std::fflush(stderr);
+    };
+  }
+
+  if (flags.exec.json_path != "-") {
+    fmt::print("mmsparse search  {}; {} tokens, {} layer(s)\n", input.description,
+               input.layout.length(), input.layers.size());
+  }
+  PatternConfig config;
+  nlohmann::json report;
+  report["calibration"] = input.description;
+  report["synthetic"] = input.workload.has_value();
+  progress.step(fmt::format("searching {} layer(s), stages intra / cross / inter", input.layers.size()));
+  const std::unique_ptr<CostModel> cost_model =
+      gpu ? make_measured_cost(Device{DeviceType::kCUDA, 0}, flags.timing.warmup,
+                               flags.timing.repeats)
+          : make_modelled_cost();
+  for (int64_t layer_index : input.layers) {
+    std::optional<Workload::Tensors> synthetic_tensors;
+    const CalibrationLayer layer =
+        layer_views(input, layer_index, flags.exec.data_type(), synthetic_tensors);
+    const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
+                                                  *cost_model, options, flags.search_heads);
+    nlohmann::json layer_json = {{"layer", layer.layer},
+                                 {"budget_spec", result.budget_spec.to_string()},
+                                 {"budget_cost", result.budget_cost}};
+    for (const PatternSpec& spec : result.space) layer_json["search_space"].push_back(spec.to_string());
+    for (const HeadSearchResult& head : result.heads) {
+      config.head_specs[layer.layer][head.q_head] = head.chosen.spec;
+      config.head_scores[layer.layer][head.q_head] = {head.chosen.recall, head.chosen.output_error,
+                                                      head.chosen.cost};
+      nlohmann::json head_json = {{"head", head.q_head},
+                                  {"chosen", score_json(head.chosen)},
+                                  {"budget_cost", head.budget_cost},
+                                  {"dense_fallback", head.dense_fallback},
+                                  {"fallback_reason", head.fallback_reason},
+                                  {"over_budget", head.over_budget}};
+      if (input.workload) head_json["behaviour"] = head_behaviour_name(input.workload->behaviour(head.q_head));
+      for (const ScopeSearch& search : head.scopes) {
+        nlohmann::json scope_json = {{"stage", search.stage},
+                                     {"scope", search.scope},
+                                     {"budget_cost", search.budget_cost},
+                                     {"over_budget", search.over_budget},
+                                     {"not_applicable", search.not_applicable}};
+        if (search.winner) scope_json["winner"] = score_json(*search.winner);
+        for (const CandidateScore& score : search.scored) {
+          scope_json["scored"].push_back(score_json(score));
+        }
+        head_json["scopes"].push_back(scope_json);
+      }
+      layer_json["heads"].push_back(head_json);
+    }
+    report["layers"].push_back(layer_json);
+    if (!config.search) {
+      config.search = SearchProvenance{input.description, utc_now(), build_info().version,
+                                       cost_model->measured() ? "measured" : "modelled",
+                                       cost_model->unit(), cost_model->gpu(),
+                                       result.budget_spec.to_string(), result.budget_cost};
+    }
+    if (flags.exec.json_path != "-") print_summary(result, layer.layer, *cost_model, input);
+  }
+  progress.done("done");
+
+  const SearchProvenance& provenance = *config.search;
+  report["cost_source"] = provenance.cost_source;
+  report["cost_unit"] = provenance.cost_unit;
+  report["gpu"] = provenance.gpu;
+  report["seconds"] = seconds_since(started);
+  if (flags.exec.json_path != "-") {
+    fmt::print("\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over sampled rows; "
+               "out err: ||O - O_dense|| / ||O_dense|| over the same rows; dropped: candidates "
+               "over the budget; {}; {:.1f} s\n",
+               provenance.cost_source, provenance.cost_unit,
+               provenance.gpu.empty() ? "" : " on " + provenance.gpu,
+               input.workload ? "SYNTHETIC workload" : input.description,
+               seconds_since(started));
+  }
+  if (!flags.out_path.empty()) {
+    std::ofstream file(flags.out_path);
+    if (!file) throw Error(ErrorCode::kIoError, "--out: cannot open '" + flags.out_path + "' for writing");
+    file << config.to_json() << '\n';
+    if (flags.exec.json_path != "-") fmt::print("wrote {}\n", flags.out_path);
+  }
+  write_json_output(flags.exec.json_path, report.dump(2));
+  return 0;
+}
+
+}  // namespace
+
+Command add_search_command(CLI::App& app) {
+  auto flags = std::make_shared<SearchFlags>();
+  CLI::App* command = app.add_subcommand(
+      "search", "offline modality-aware pattern search (MMInference Alg. 4) -> pattern config");
+  flags->workload.add_to(*command);
+  flags->exec.add_to(*command);
+  command->add_option("--input", flags->input,
+                      "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
+                      "(default: a SYNTHETIC preset)");
+  command->add_option("--layers", flags->layers,
+                      "layers to search: all or a list such as 0,3 (default: all of --input; "
+                      "synthetic: 0, layer L seeded seed + L)");
+  command->add_option("--head", flags->search_heads,
+                      "query heads to search, comma-separated (default: all)")
+      ->delimiter(',');
+  command->add_option("--out", flags->out_path, "pattern config (JSON) to write");
+  command->add_option("--sample-rows", flags->options.sample_rows,
+                      "query rows scored per stage scope, spread evenly")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--segment-tail-rows", flags->options.segment_tail_rows,
+                      "last rows of each segment also scored")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--budget-spec", flags->options.budget_spec,
+                      "static pattern whose cost is the budget")
+      ->capture_default_str();
+  command->add_flag("--unscaled", flags->unscaled,
+                    "Table 3's 128K values as they are (default: scaled to the sequence length)");
+  command->add_option("--dense-below-recall", flags->options.dense_below_recall,
+                      "choose dense when the best candidate recalls less (0: never)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measured cost")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs per measured cost (median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  return {command, [flags] { return run_search(*flags); }};
+}
+
+}  // namespace mmsparse::cli
