@@ -140,7 +140,6 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
 // "layers.<L>.k", "layers.<L>.v" ([1, seq_len, heads, head_dim]), and the modality layout is the
 // metadata under kLayoutMetadataKey. A file with plain "q", "k", "v" (what `mmsparse generate`
 // writes) holds layer 0.
-inline constexpr const char* kCalibrationLayerPrefix = "layers.";
 
 struct CalibrationLayer {
   int64_t layer = 0;

@@ -191,8 +191,8 @@ struct FillTargets {
   MaskRecord mask;                // the one policy: causal
   const int64_t* span_offsets;    // [tiles] exclusive sums of the span counts
   const int64_t* column_offsets;  // [tiles] exclusive sums of the column counts
-  uint32_t* tile_keys;            // [tiles] keys of each tile (the schedule's sort keys)
-  int32_t* tile_indices;          // [tiles] 0, 1, ... (sort values)
+  uint32_t* tile_keys;            // [tiles] key counts, position-major (the schedule's sort keys)
+  int32_t* tile_indices;          // [tiles] their tile indices (sort values)
 };
 
 __global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
@@ -215,8 +215,12 @@ __global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected,
                                span_begin + counts.spans,
                                column_begin,
                                column_begin + counts.columns};
-  out.tile_keys[index] = static_cast<uint32_t>(counts.keys);
-  out.tile_indices[index] = static_cast<int32_t>(index);
+  // The schedule sort's input, position-major: the upload's tie order (device_plan.cu,
+  // heaviest_first), which puts a head's t-th tile next to every other head's t-th tile.
+  const int64_t head_slots = tiles / geometry.tiles_per_head;
+  const int64_t sort_item = (index % geometry.tiles_per_head) * head_slots + slot;
+  out.tile_keys[sort_item] = static_cast<uint32_t>(counts.keys);
+  out.tile_indices[sort_item] = static_cast<int32_t>(index);
 }
 
 TileGeometry tile_geometry(const PlanShape& shape) {

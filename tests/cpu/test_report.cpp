@@ -45,7 +45,7 @@ TEST(LayerSelection, ConfigAndFileLayers) {
                            "layers.3.qq", "layers.4.k"}) {
     file.tensors.emplace(name, Tensor(DType::kFloat32, {1}));
   }
-  EXPECT_THAT(file_layers(file), ElementsAre(7, 10));
+  EXPECT_THAT(tensor_file_layers(file), ElementsAre(7, 10));
   EXPECT_EQ(layer_tensor_prefix(7), "layers.7.");
   EXPECT_EQ(synthetic_layer_seed(10, 3), 13u);
 }

@@ -11,7 +11,6 @@ namespace mmsparse::cli {
 
 namespace {
 constexpr const char* kLayersFlag = "--layers";
-constexpr const char* kLayersPrefix = "layers.";
 }  // namespace
 
 LayerSelection parse_layer_selection(const std::string& text) {
@@ -45,25 +44,6 @@ std::vector<int64_t> config_layers(const PatternConfig& config) {
   for (const auto& entry : config.layer_defaults) layers.insert(entry.first);
   for (const auto& entry : config.head_specs) layers.insert(entry.first);
   return {layers.begin(), layers.end()};
-}
-
-std::vector<int64_t> file_layers(const TensorFile& file) {
-  std::set<int64_t> layers;
-  const std::string prefix = kLayersPrefix;
-  for (const auto& entry : file.tensors) {
-    const std::string& name = entry.first;
-    if (name.rfind(prefix, 0) != 0 || name.size() < prefix.size() + 2) continue;
-    const std::string rest = name.substr(prefix.size());
-    int64_t layer = -1;
-    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
-    const std::string_view suffix(end, static_cast<std::size_t>(rest.data() + rest.size() - end));
-    if (error == std::errc{} && layer >= 0 && suffix == ".q") layers.insert(layer);
-  }
-  return {layers.begin(), layers.end()};
-}
-
-std::string layer_tensor_prefix(int64_t layer) {
-  return kLayersPrefix + std::to_string(layer) + ".";
 }
 
 uint64_t synthetic_layer_seed(uint64_t base_seed, int64_t layer) {

@@ -1,6 +1,6 @@
 #pragma once
 // Several layers in one invocation: `--layers all|0,3,5`, the layers a config names, and the
-// per-layer tensor names of input files (layers.<L>.q, .k, .v; docs/report.md).
+// per-layer tensors of input files (named as io.h says: layers.<L>.q, .k, .v; docs/report.md).
 
 #include <cstdint>
 #include <string>
@@ -20,12 +20,6 @@ LayerSelection parse_layer_selection(const std::string& text);
 
 // Layers a config names (layer defaults and per-head specs), ascending.
 std::vector<int64_t> config_layers(const PatternConfig& config);
-
-// Layers whose q tensor an input file holds as layers.<L>.q, ascending.
-std::vector<int64_t> file_layers(const TensorFile& file);
-
-// "layers.<L>." — the prefix of layer L's tensors (q, k, v in; out, lse out).
-std::string layer_tensor_prefix(int64_t layer);
 
 // The synthetic workload of layer L: the base seed + L, so that layers differ (SYNTHETIC: real
 // layers differ in their weights, not in a seed).

@@ -53,7 +53,7 @@ struct InputLayer {
 // --layers picks layers.<L>.q/k/v tensors; --layer alone takes layers.<L>.* when the file has them,
 // else the single-layer q, k, v (which a config's layer L then applies to).
 std::vector<InputLayer> input_layers(const RunFlags& flags, const TensorFile& input) {
-  const std::vector<int64_t> in_file = file_layers(input);
+  const std::vector<int64_t> in_file = tensor_file_layers(input);
   if (flags.layers.empty()) {
     const bool layered = std::find(in_file.begin(), in_file.end(), flags.layer) != in_file.end();
     return {{flags.layer, layered ? layer_tensor_prefix(flags.layer) : ""}};
