@@ -5,11 +5,19 @@
 
 #include "cli_common.h"
 #include "mmsparse/build_info.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cli {
 
 namespace {
 constexpr double kMillisecondsPerSecond = 1000.0;
+
+bool is_dynamic(const std::string& pattern_name) {
+  for (const PatternInfo& info : known_patterns()) {
+    if (info.name == pattern_name) return info.dynamic;
+  }
+  return false;
+}
 }  // namespace
 
 Executor::Executor(bool gpu, int threads, TimingFlags timing)
@@ -52,6 +60,25 @@ PreparedPlan Executor::prepare(Plan plan) const {
   PreparedPlan prepared = prepare_plan(std::move(plan), device_);
   if (gpu_) synchronize(device_);  // so that a caller's host clock covers the upload
   return prepared;
+}
+
+Executor::PatternPlan Executor::prepare_pattern_plan(const PatternSpec& spec, PlanShape shape,
+                                                     const ModalityLayout* layout,
+                                                     const PatternInputs& host_inputs,
+                                                     int64_t head_dim) const {
+  shape.tile_rows = preferred_tile_rows(device_, head_dim);
+  PatternPlan result;
+  const PatternInputs device_inputs{q_, k_, host_inputs.scale};
+  try {
+    result.prepared = prepare_pattern(spec, shape, layout, device_, nullptr, &device_inputs);
+    result.estimated_on_device = is_dynamic(spec.name);
+  } catch (const Error& error) {
+    // A dynamic pattern the GPU does not estimate yet (prepare_pattern says so): host build.
+    if (error.code() != ErrorCode::kUnsupported) throw;
+    result.prepared = prepare_pattern(spec, shape, layout, device_, nullptr, &host_inputs);
+  }
+  synchronize(device_);
+  return result;
 }
 
 double Executor::run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse) {

@@ -35,6 +35,18 @@ class Executor {
              const PatternInputs* inputs, int64_t head_dim,
              std::vector<double>* head_seconds = nullptr) const;
   PreparedPlan prepare(Plan plan) const;
+  // One spec for every head, prepared the way the device builds it fastest: on a GPU through
+  // prepare_pattern, where kernels build static patterns and estimate vertical-slash (boundary
+  // none/K) from the device tensors with no host plan; other patterns are built on the host from
+  // the host tensors and uploaded. Synchronised, so that a caller's host clock covers the build.
+  // Returns the plan and whether it was estimated on the GPU (then it has no host copy).
+  struct PatternPlan {
+    PreparedPlan prepared;
+    bool estimated_on_device = false;
+  };
+  PatternPlan prepare_pattern_plan(const PatternSpec& spec, PlanShape shape,
+                                   const ModalityLayout* layout, const PatternInputs& host_inputs,
+                                   int64_t head_dim) const;
   // Attention over the prepared plan; out/lse are host tensors of the right shape. Returns
   // seconds (the median over repeats on the GPU).
   double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);

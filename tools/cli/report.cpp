@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -160,15 +161,34 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const PatternInputs pattern_inputs{inputs.q, inputs.k};
   RunReport report{run, {}, 0.0, 0.0, 0};
 
+  const PlanShape shape{inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows};
   std::vector<double> head_seconds;
+  PreparedPlan prepared;
+  // The plan the metrics read: the prepared one's host copy, or for a plan estimated on the GPU
+  // (no host copy) the host builder's, untimed (docs/dynamic_patterns.md: the same selection
+  // wherever the top-k cut is clear).
+  std::optional<Plan> host_plan;
   const auto index_start = std::chrono::steady_clock::now();
-  const PreparedPlan prepared = executor.prepare(
-      executor.build(run.specs, {inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows},
-                     inputs.layout, &pattern_inputs, head_dim, &head_seconds));
-  report.index_seconds = seconds_since(index_start);
+  if (executor.gpu() && run.specs.size() == 1) {
+    Executor::PatternPlan built = executor.prepare_pattern_plan(run.specs.front(), shape,
+                                                                inputs.layout, pattern_inputs,
+                                                                head_dim);
+    report.index_seconds = seconds_since(index_start);
+    prepared = std::move(built.prepared);
+    // One build for every head slot: each is given an equal share.
+    const int64_t slots = shape.head_slots();
+    head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
+    if (built.estimated_on_device) {
+      host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
+    }
+  } else {
+    prepared = executor.prepare(
+        executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &head_seconds));
+    report.index_seconds = seconds_since(index_start);
+  }
   report.attention_seconds = executor.run(prepared, out, lse);
 
-  const Plan& plan = prepared.plan();
+  const Plan& plan = host_plan ? *host_plan : prepared.plan();
   std::vector<std::string> head_specs;
   for (const PatternSpec& spec : run.specs) {
     head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());

@@ -39,7 +39,9 @@ struct HeadReport {
   std::string spec;       // resolved
   std::string behaviour;  // the synthetic head's behaviour; empty for real inputs
   double density = 0.0;
-  double index_seconds = 0.0;  // host building of this head slot (patterns.h: build_plan_timed)
+  // Host building of this head slot (patterns.h: build_plan_timed); a plan built for every head at
+  // once (on the GPU, one spec for all heads) gives each head slot an equal share.
+  double index_seconds = 0.0;
   std::optional<HeadAccuracy> accuracy;   // with a dense reference
   std::optional<NeedleCoverage> needles;  // with a needle task
 };
@@ -47,7 +49,10 @@ struct HeadReport {
 struct RunReport {
   PatternRun run;
   std::vector<HeadReport> heads;
-  double index_seconds = 0.0;      // the whole plan: host build, validation and (GPU) upload
+  // The whole plan: on a GPU with one spec for every head, prepare_pattern's device build (static
+  // patterns, vertical-slash with boundary none/K) or host build + upload; otherwise host build,
+  // validation and (GPU) upload.
+  double index_seconds = 0.0;
   double attention_seconds = 0.0;  // every head in one call
   int64_t computed_pairs = 0;
 };
