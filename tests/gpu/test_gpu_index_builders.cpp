@@ -27,6 +27,7 @@
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 #include "patterns/estimation.h"
+#include "stream_test.h"
 
 namespace mmsparse::test {
 namespace {
@@ -233,15 +234,7 @@ PatternSpec random_clear_spec(Random& random, const ProblemSize& size,
                         random.uniform_int(0, 1));
 }
 
-class GpuIndexBuild : public ::testing::Test {
- protected:
-  void SetUp() override { expect_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  void TearDown() override {
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    expect_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class GpuIndexBuild : public StreamTest {};
 
 TEST_F(GpuIndexBuild, VerticalSlashMatchesTheHostPlanOnRandomInputs) {
   Random random;

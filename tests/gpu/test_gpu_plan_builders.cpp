@@ -29,6 +29,7 @@
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 #include "plan_generators.h"
+#include "stream_test.h"
 
 namespace mmsparse::test {
 namespace {
@@ -142,16 +143,7 @@ void expect_device_build_matches_upload(const PatternSpec& spec, const PlanShape
       << "first difference at " << first_difference(built_bytes, uploaded_bytes, uploaded.layout());
 }
 
-// A stream other than the legacy default one, destroyed after the plans on it.
-class GpuPlanBuild : public ::testing::Test {
- protected:
-  void SetUp() override { expect_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  void TearDown() override {
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    expect_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class GpuPlanBuild : public StreamTest {};
 
 TEST_F(GpuPlanBuild, RandomShapesMatchUploadByteForByte) {
   Random random;
