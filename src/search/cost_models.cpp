@@ -16,7 +16,6 @@ namespace {
 constexpr int64_t kEngineTileRows = 128;
 constexpr int64_t kEngineKeyChunk = 128;
 
-
 int64_t chunks_of(int64_t keys) { return (keys + kEngineKeyChunk - 1) / kEngineKeyChunk; }
 
 class ModelledCost final : public CostModel {
