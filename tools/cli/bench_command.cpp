@@ -192,7 +192,9 @@ int run_bench(const BenchFlags& flags) {
                "attention time){}; {}.\n",
                needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
                gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; index time is "
-                                 "host building plus upload",
+                                 "the GPU build for one pattern on every head (static patterns, "
+                                 "vertical-slash without Q/2D boundary), else host building "
+                                 "plus upload",
                                  flags.timing.repeats, flags.timing.warmup)
                    : "CPU times: one run of the reference backend");
   }

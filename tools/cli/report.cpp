@@ -294,7 +294,8 @@ void print_per_head_tables(const LayerReport& layer) {
         line += fmt::format(", needle mass kept {:.4f}", summary.needle_mass_kept);
       }
     }
-    line += fmt::format("; index {:.2f} ms (whole plan; per head: host building of that head), "
+    line += fmt::format("; index {:.2f} ms (whole plan; per head: its host build, or an equal "
+                        "share of one build for every head), "
                         "attention {:.2f} ms (all heads)",
                         milliseconds(run.index_seconds), milliseconds(run.attention_seconds));
     if (layer.dense_seconds) {
