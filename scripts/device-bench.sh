@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the lent GPU machine is for, in one call: build (Release, CUDA on, CLI included), the
 # GPU tests and compute-sanitizer (scripts/gpu-check.sh), the engine benchmark (both kernels side by
-# side), `mmsparse bench` on the default workload, and the peer benchmark (bench/peers.py). Logs and results go to $OUT (else build-gpu/device-logs).
+# side), the index-building benchmark, `mmsparse bench` on the default workload, and the peer benchmark (bench/peers.py). Logs and results go to $OUT (else build-gpu/device-logs).
 #
 # The device image has CMake, Ninja, nvcc, GoogleTest and PyTorch but none of the Debian packages the
 # CLI needs; carry them as .deb files in .deps/ (apt-get download nlohmann-json3-dev libcli11-dev
@@ -51,6 +51,7 @@ fi
 "$build/tools/cli/mmsparse" info | tee "$logs/info.txt"
 if [[ $skip_bench -eq 0 ]]; then
   "$build/bench/mmsparse_engine_bench" 2>&1 | tee "$logs/engine_bench.txt" || status=1
+  "$build/bench/mmsparse_index_bench" 2>&1 | tee "$logs/index_bench.txt" || status=1
   "$build/tools/cli/mmsparse" bench --device cuda --json "$logs/bench.json" 2>&1 | tee "$logs/bench.txt" || status=1
 fi
 if [[ $skip_peers -eq 0 ]]; then

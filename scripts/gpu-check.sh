@@ -28,6 +28,8 @@ sanitizer_tests=(
   'Kernels/GpuAttention.DenseCausalMatchesOracle/fp16_d128_wgmma64'
   'Kernels/GpuAttention.ManyColumnsAcrossChunks/bf16_d128_wgmma128'
   'GpuPlanBuild.AttentionThroughBothPlansAgree'
+  'GpuIndexBuild.VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan'
+  'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)
