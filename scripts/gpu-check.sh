@@ -18,7 +18,8 @@ jobs=${MMSPARSE_GPU_JOBS:-$(nproc)}
 test_binary=$build/tests/gpu/test_gpu
 # Small enough to run under every sanitizer tool in seconds, wide enough to reach every kernel path:
 # empty and keyless tiles (fill kernel), masked and unmasked chunks, token masks, column gathers,
-# both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge.
+# both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge,
+# the vertical-slash index builder (estimate, top-k, conversion).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
