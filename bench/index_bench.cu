@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +32,7 @@
 #include "cuda/index_builders.h"
 #include "cuda/index_kernels.h"
 #include "cuda/plan_view.cuh"
+#include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/workload.h"
 
@@ -145,33 +145,22 @@ void run(int64_t length) {
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
 
-  mmsparse::TensorView q_view = tensors.q.view();
-  q_view.data = q.data;
-  q_view.device = {mmsparse::DeviceType::kCUDA, 0};
-  mmsparse::TensorView k_view = tensors.k.view();
-  k_view.data = k.data;
-  k_view.device = q_view.device;
-
-  cuda::AttentionArgs args;
-  args.dtype = DType::kBFloat16;
-  args.batch = 1;
-  args.q_len = length;
-  args.kv_len = length;
-  args.q_heads = q_heads;
-  args.kv_heads = kv_heads;
-  args.head_dim = head_dim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  args.q = q.data;
-  args.q_strides = {length * q_heads * head_dim, q_heads * head_dim, head_dim, 1};
-  args.k = k.data;
-  args.k_strides = {length * kv_heads * head_dim, kv_heads * head_dim, head_dim, 1};
-  args.v = v.data;
-  args.v_strides = args.k_strides;
-  args.out = out.data;
-  args.out_strides = args.q_strides;
-  args.lse = static_cast<float*>(lse.data);
-  args.lse_strides = {q_heads * length, length, 1};
-  args.stream = stream;
+  // Device views of the workload's tensors; the engine's own argument builder reads them.
+  const mmsparse::Device gpu{mmsparse::DeviceType::kCUDA, 0};
+  const auto on_device = [&](mmsparse::TensorView view, void* data) {
+    view.data = data;
+    view.device = gpu;
+    return view;
+  };
+  const mmsparse::TensorView q_view = on_device(tensors.q.view(), q.data);
+  const mmsparse::TensorView k_view = on_device(tensors.k.view(), k.data);
+  const mmsparse::TensorView v_view = on_device(tensors.v.view(), v.data);
+  const mmsparse::TensorView out_view = on_device(tensors.q.view(), out.data);
+  const mmsparse::TensorView lse_view =
+      mmsparse::TensorView::contiguous(lse.data, DType::kFloat32, {1, q_heads, length}, gpu);
+  cuda::AttentionArgs args = cuda::make_attention_args(
+      mmsparse::describe_attention(q_view, k_view, v_view, {}), q_view, k_view, v_view, out_view,
+      lse_view, stream);
 
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");

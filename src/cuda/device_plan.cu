@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,12 +68,12 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
       position[t] = t - plan.head_tile_offsets[slot];
     }
   }
+  // Tile index last: tiles are stored head slot by head slot, so equal positions go in slot order.
   std::vector<int32_t> order(plan.tiles.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return position[a] < position[b]; });
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return keys[a] > keys[b]; });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return std::tuple(-keys[a], position[a], a) < std::tuple(-keys[b], position[b], b);
+  });
   return order;
 }
 

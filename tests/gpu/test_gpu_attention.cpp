@@ -392,6 +392,11 @@ TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   forced_wgmma.kernel = cuda::AttentionKernel::kWgmma;
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, forced_wgmma); }),
             ErrorCode::kUnsupported);
+  // The engine folds the scale into its exponentials, which needs it positive.
+  cuda::AttentionArgs negative_scale = args;
+  negative_scale.scale = -args.scale;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, negative_scale); }),
+            ErrorCode::kInvalidArgument);
   cuda::AttentionArgs float32 = args;
   float32.dtype = DType::kFloat32;
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, float32); }),

@@ -11,13 +11,6 @@ namespace mmsparse::cli {
 
 namespace {
 constexpr double kMillisecondsPerSecond = 1000.0;
-
-bool is_dynamic(const std::string& pattern_name) {
-  for (const PatternInfo& info : known_patterns()) {
-    if (info.name == pattern_name) return info.dynamic;
-  }
-  return false;
-}
 }  // namespace
 
 Executor::Executor(bool gpu, int threads, TimingFlags timing)
@@ -71,7 +64,7 @@ Executor::PatternPlan Executor::prepare_pattern_plan(const PatternSpec& spec, Pl
   const PatternInputs device_inputs{q_, k_, host_inputs.scale};
   try {
     result.prepared = prepare_pattern(spec, shape, layout, device_, nullptr, &device_inputs);
-    result.estimated_on_device = is_dynamic(spec.name);
+    result.estimated_on_device = any_dynamic({spec});
   } catch (const Error& error) {
     // A dynamic pattern the GPU does not estimate yet (prepare_pattern says so): host build.
     if (error.code() != ErrorCode::kUnsupported) throw;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
-#include <string_view>
 
 #include "mmsparse/status.h"
 
