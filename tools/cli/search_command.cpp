@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -125,10 +126,17 @@ nlohmann::json score_json(const CandidateScore& score) {
           {"cost", score.cost}};
 }
 
+// Measured costs are milliseconds of a single layer, often well below one at calibration lengths;
+// modelled costs are whole chunk counts.
+std::string format_cost(double cost, const CostModel& cost_model) {
+  return cost_model.measured() ? fmt::format("{:.4f}", cost) : fmt::format("{:.0f}", cost);
+}
+
 void print_summary(const LayerSearchResult& result, int64_t layer, const CostModel& cost_model,
                    const CalibrationInput& input) {
-  fmt::print("\nlayer {}: budget {} = {:.1f} {} ({}); {} candidates in the search space\n", layer,
-             result.budget_spec.to_string(), result.budget_cost, cost_model.unit(),
+  fmt::print("\nlayer {}: budget {} = {} {} ({}); {} candidates in the search space\n", layer,
+             result.budget_spec.to_string(), format_cost(result.budget_cost, cost_model),
+             cost_model.unit(),
              cost_model.measured() ? "measured" : "modelled", result.space.size());
   std::size_t spec_width = 0;
   for (const HeadSearchResult& head : result.heads) {
@@ -140,9 +148,9 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
     const std::string behaviour =
         input.workload ? std::string(head_behaviour_name(input.workload->behaviour(head.q_head)))
                        : "-";
-    fmt::print("{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10.1f} {:>6.1f}% {:>8}{}\n", head.q_head,
+    fmt::print("{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10} {:>6.1f}% {:>8}{}\n", head.q_head,
                behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
-               head.chosen.output_error, head.chosen.cost,
+               head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
                kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
                head.dense_fallback ? "  dense fallback: " + head.fallback_reason : "");
   }
