@@ -118,7 +118,9 @@ struct SearchOptions {
   // the paper has no such fallback, so by default dense is chosen only when no candidate fits).
   double dense_below_recall = 0.0;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
-  int num_threads = 0;  // CPU reference threads; 0 = hardware concurrency
+  // CPU threads (0 = hardware concurrency): heads are searched in parallel, one per thread, and
+  // threads left over serve each head's reference attention. Results do not depend on it.
+  int num_threads = 0;
   // Optional progress: called when a scope of a head is done.
   std::function<void(int64_t q_head, const ScopeSearch&)> on_scope_done;
 };

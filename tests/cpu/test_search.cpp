@@ -199,6 +199,37 @@ class FreeCost final : public CostModel {
   int64_t tile_rows(int64_t) const override { return kDefaultTileRows; }
 };
 
+TEST(Search, SearchesHeadsInParallelWithTheSameResults) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = 2048;
+  const Workload workload = Workload::create(spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  std::vector<int64_t> progress;
+  options.on_scope_done = [&](int64_t q_head, const ScopeSearch&) { progress.push_back(q_head); };
+  const std::vector<int64_t> heads = {3, 0, 2};
+  const LayerSearchResult serial = search_layer(tensors.q.view(), tensors.k.view(),
+                                                tensors.v.view(), workload.layout(), *cost, options,
+                                                heads);
+  const std::size_t serial_progress = progress.size();
+  options.num_threads = 3;
+  const LayerSearchResult parallel = search_layer(tensors.q.view(), tensors.k.view(),
+                                                  tensors.v.view(), workload.layout(), *cost,
+                                                  options, heads);
+  EXPECT_EQ(progress.size(), 2 * serial_progress) << "every scope of every head reported once";
+  ASSERT_EQ(parallel.heads.size(), heads.size());
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    SCOPED_TRACE("head " + std::to_string(heads[i]));
+    EXPECT_EQ(parallel.heads[i].q_head, heads[i]) << "results stay in the order asked for";
+    EXPECT_EQ(parallel.heads[i].chosen.spec.to_string(), serial.heads[i].chosen.spec.to_string());
+    EXPECT_EQ(parallel.heads[i].chosen.recall, serial.heads[i].chosen.recall);
+    EXPECT_EQ(parallel.heads[i].chosen.cost, serial.heads[i].chosen.cost);
+    EXPECT_EQ(parallel.heads[i].scopes.size(), serial.heads[i].scopes.size());
+  }
+}
+
 TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
   // Text only: one intra scope, no pairs, no boundary modes.
   test::Random random;
