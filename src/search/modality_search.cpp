@@ -79,14 +79,19 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
 
 // Heads are searched in parallel, but a measured cost times kernels on one GPU: concurrent timings
 // would measure each other. Costing is a small share of a candidate's work (building its plan and
-// scoring it on the CPU reference dominate), so one lock around it costs little.
+// scoring it on the CPU reference dominate; a scope's inputs are prepared once), so one lock around
+// it costs little.
 class SerializedCost final : public CostModel {
  public:
   explicit SerializedCost(CostModel& model) : model_(model) {}
-  double cost(const Plan& plan, const TensorView& q, const TensorView& k,
-              const TensorView& v) override {
+  std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
+                                      const TensorView& v) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return model_.cost(plan, q, k, v);
+    return model_.prepare(q, k, v);
+  }
+  double cost(const Plan& plan, const CostInputs& inputs) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return model_.cost(plan, inputs);
   }
   bool measured() const override { return model_.measured(); }
   std::string unit() const override { return model_.unit(); }
@@ -173,7 +178,7 @@ class HeadSearch {
 
   // The budget spec's cost on the scope's tokens: candidates compete at comparable cost on the
   // tokens they are scored on (App. C.5), whole sequence or one modality's part of it.
-  std::optional<double> budget_on(const Scope& scope) {
+  std::optional<double> budget_on(Scope& scope) {
     const std::optional<Plan> plan = scope.build(budget_spec_);
     if (!plan) return std::nullopt;
     return scope.cost(*plan, cost_model_);

@@ -103,16 +103,17 @@ TEST(ModelledCost, CountsTheEngineKeyChunksOfEachTile) {
   EXPECT_FALSE(model->measured());
   EXPECT_EQ(model->tile_rows(64), 128);
   const TensorView none;  // the modelled cost reads only the plan
+  const std::unique_ptr<CostInputs> inputs = model->prepare(none, none, none);
   // Dense causal over 1024 tokens in 128-row tiles: tile t reads (t + 1) · 128 keys.
   const Plan dense = build_plan(PatternSpec{"dense", {}}, PlanShape{1, 1, 1024, 1024, 128});
-  EXPECT_EQ(model->cost(dense, none, none, none), 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8);
+  EXPECT_EQ(model->cost(dense, *inputs), 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8);
   // A 3-key span is a chunk of its own; 200 gathered columns are two.
   PlanBuilder builder(PlanShape{1, 1, 1024, 1024, 128});
   builder.begin_head();
   builder.begin_tile(896, 1024);
   builder.add_span(10, 13);
   for (int64_t key = 300; key < 700; key += 2) builder.add_column(key);
-  EXPECT_EQ(model->cost(builder.finish(), none, none, none), 3);
+  EXPECT_EQ(model->cost(builder.finish(), *inputs), 3);
 }
 
 TEST(Search, PicksGridForAGridHeadAndALocalPatternForALocalHead) {
@@ -190,9 +191,11 @@ TEST(Search, RespectsTheBudgetAndFallsBackToDense) {
 // A cost model for tests of the stages alone: every plan is free.
 class FreeCost final : public CostModel {
  public:
-  double cost(const Plan&, const TensorView&, const TensorView&, const TensorView&) override {
-    return 0.0;
+  std::unique_ptr<CostInputs> prepare(const TensorView&, const TensorView&,
+                                      const TensorView&) override {
+    return std::make_unique<CostInputs>();
   }
+  double cost(const Plan&, const CostInputs&) override { return 0.0; }
   bool measured() const override { return false; }
   std::string unit() const override { return "nothing"; }
   std::string gpu() const override { return {}; }
