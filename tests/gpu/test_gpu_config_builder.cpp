@@ -154,9 +154,11 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
 // layout allows boundary modes.
 PatternSpec random_host_spec(Random& random, bool boundary_modes) {
   if (boundary_modes && random.bernoulli(0.5)) {
-    return vertical_slash(random.uniform_int(0, 60), random.uniform_int(0, 200),
-                          random.uniform_int(0, 10), random.uniform_int(0, 20), 64,
-                          random.uniform_int(2, 3));
+    // Budgets count the always-kept lines: vertical >= sink, slash >= local.
+    const int64_t sink = random.uniform_int(0, 10);
+    const int64_t local = random.uniform_int(0, 20);
+    return vertical_slash(sink + random.uniform_int(0, 60), local + random.uniform_int(0, 200),
+                          sink, local, 64, random.uniform_int(2, 3));
   }
   return {"grid", {{"max_stride", random.uniform_int(2, 64)}}};
 }
