@@ -26,6 +26,8 @@ struct PatternSpec;
 namespace mmsparse::cuda {
 
 struct EstimateOperands;  // index_builders.h
+struct ConfigInputs;      // config_builder.h
+struct ConfigBuild;       // config_builder.h
 
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
@@ -126,6 +128,10 @@ class DevicePlan {
   friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
                                                  const PlanShape& shape,
                                                  const EstimateOperands& operands, void* stream);
+  // Concatenates the sections of a per-head config (config_builder.cu).
+  friend ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
+                                                 const PlanShape& shape,
+                                                 const ConfigInputs& inputs, void* stream);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
@@ -140,6 +141,26 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
   return operands;
 }
 
+EstimateOperands select_heads(const std::string& pattern, EstimateOperands operands,
+                              const std::vector<int32_t>& heads) {
+  const std::string name = pattern + " heads";
+  if (heads.empty() || static_cast<int64_t>(heads.size()) > kMaxSelectedHeads) {
+    throw Error(ErrorCode::kUnsupported,
+                name + ": the GPU estimate selects 1 to " + std::to_string(kMaxSelectedHeads) +
+                    " query heads, got " + std::to_string(heads.size()));
+  }
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    if (heads[i] < 0 || heads[i] >= operands.q_heads || (i > 0 && heads[i] <= heads[i - 1])) {
+      throw_invalid_argument(name, "ascending query heads in [0, " +
+                                       std::to_string(operands.q_heads) + ")",
+                             "head " + std::to_string(heads[i]) + " at position " +
+                                 std::to_string(i));
+    }
+  }
+  operands.heads = heads;
+  return operands;
+}
+
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
   if (resolved_spec.name != kVerticalSlash) return false;
   const auto boundary = resolved_spec.params.find(detail::kBoundaryParam);
@@ -156,6 +177,12 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
     throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device pattern: expected " +
                                              std::string(kVerticalSlash) + ", got \"" +
                                              resolved_spec.name + "\"");
+  }
+  if (operands.estimated_heads() != shape.heads) {
+    throw_invalid_argument("build_dynamic_plan_on_device shape.heads",
+                           std::to_string(operands.estimated_heads()) +
+                               " (the query heads the operands estimate)",
+                           std::to_string(shape.heads));
   }
   const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
   const int64_t tiles = build.tiles();
