@@ -284,7 +284,7 @@ struct PreparedPlan::Impl {
   std::optional<PatternSpec> device_built_spec;  // resolved
   bool estimated_on_device = false;  // a dynamic plan from device tensors: no host copy
 #ifdef MMSPARSE_WITH_CUDA
-  cuda::DevicePlan device_plan;
+  std::vector<cuda::DevicePlan> device_passes;  // the device copy, one entry per pass
 #endif
 };
 
@@ -328,7 +328,7 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
         // The upload validates the plan.
-        prepared.impl_->device_plan = cuda::DevicePlan(plan, stream);
+        prepared.impl_->device_passes = cuda::upload_passes(plan, stream);
 #endif
       });
   (void)stream;
@@ -356,11 +356,12 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                         " is not built on the GPU (vertical-slash with boundary 0 or 1 is); "
                         "pass host inputs to build it on the host");
       }
-      prepared.impl_->device_plan = cuda::build_dynamic_plan_on_device(
-          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream);
+      prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
+          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream));
       prepared.impl_->estimated_on_device = true;
     } else {
-      prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
+      prepared.impl_->device_passes.push_back(
+          cuda::build_static_plan_on_device(resolved, shape, stream));
     }
     prepared.impl_->device_built_spec = std::move(resolved);
     return prepared;
@@ -388,8 +389,8 @@ void attention_planned(const PreparedPlan& prepared, const TensorView& q, const 
       },
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
-        cuda::attention_planned(prepared.impl_->device_plan,
-                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+        cuda::attention_passes(prepared.impl_->device_passes,
+                               cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
 #endif
       });
 }

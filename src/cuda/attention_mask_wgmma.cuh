@@ -1,9 +1,10 @@
 #pragma once
-// A tile's positional MaskPolicy (causal on aligned positions, window with window_sink) as seen by
-// one consumer warpgroup of the wgmma kernel, over span and column chunks (gathered keys are masked
-// by their original positions, wherever they lie). Chunk decisions are uniform over the warpgroup
-// (its 64 rows' bounds), because wgmma is issued by all four warps together; element masks use each
-// thread's own rows. Policies that read tokens run on the mma.sync kernel instead.
+// A tile's positional MaskPolicy (causal on aligned positions, window with window_sink, minimum
+// distance, periodic band) as seen by one consumer warpgroup of the wgmma kernel, over span and
+// column chunks (gathered keys are masked by their original positions, wherever they lie). Chunk
+// decisions are uniform over the warpgroup (its 64 rows' bounds), because wgmma is issued by all
+// four warps together; element masks use each thread's own rows. Policies that read tokens run on
+// the mma.sync kernel instead.
 // Pair semantics: those of the CPU reference, as in attention_mask.cuh.
 
 #include <cstdint>
@@ -49,6 +50,7 @@ class WarpgroupMask {
       const int32_t position =
           rows[warp_in_group * Traits::kRowsPerWarp + lane / kThreadsPerRow + r * kRowHalf];
       aligned_[r] = position + work.causal_offset;
+      row_phases_[r] = policy_.period > 0 ? phase_of(aligned_[r]) : 0;
       if (position != kNoRow) {
         lowest = min(lowest, aligned_[r]);
         highest = max(highest, aligned_[r]);
@@ -91,8 +93,15 @@ class WarpgroupMask {
                         int lane) const {
     if (!chunk.from_columns) {
       const auto first = static_cast<int32_t>(chunk.first);
-      remove_scores(scores, lane, [&](int, int e, int slot) {
-        return removes(slot, chunk.count, first + slot, aligned_[e / 2]);
+      // The phase of this thread's first key in each score tile, stepped along the tiles.
+      const int32_t first_phase =
+          policy_.period > 0 ? phase_of(first + lane % kThreadsPerRow * 2) : 0;
+      remove_scores(scores, lane, [&](int tile, int e, int slot) {
+        const int32_t key_phase =
+            policy_.period > 0
+                ? reduce_phase(first_phase + tile * Traits::kAccumulatorTileN + e % 2)
+                : 0;
+        return removes(slot, chunk.count, first + slot, key_phase, e / 2);
       });
       return;
     }
@@ -104,14 +113,17 @@ class WarpgroupMask {
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
       const int own_slot = lane + i * kWarpSize;
       const int32_t own_key = own_slot < chunk.count ? chunk.key(columns_, own_slot) : 0;
+      const int32_t own_phase = policy_.period > 0 ? phase_of(own_key) : 0;
 #pragma unroll 1
       for (int j = 0; j < kScoresPerLaneGroup; ++j) {
         const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
         const int32_t key = __shfl_sync(kFullWarpMask, own_key, in_group);
+        const int32_t key_phase =
+            policy_.period > 0 ? __shfl_sync(kFullWarpMask, own_phase, in_group) : 0;
         const int slot = i * kWarpSize + in_group;
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
-          const bool removed = removes(slot, chunk.count, key, aligned_[r]);
+          const bool removed = removes(slot, chunk.count, key, key_phase, r);
           removed_bits[r] |= static_cast<uint32_t>(removed) << (i * kScoresPerLaneGroup + j);
         }
       }
@@ -122,10 +134,30 @@ class WarpgroupMask {
   }
 
  private:
-  // Whether the pair of `key` in `slot` and a row at aligned position `aligned` is left out.
-  __device__ bool removes(int slot, int32_t count, int32_t key, int32_t aligned) const {
-    return slot >= count || (policy_.causal && key > aligned) ||
-           (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window);
+  // Whether the pair of `key` (of phase key_phase = key mod period, when the policy has a period)
+  // in `slot` and this thread's row `row` is left out: positions_allow, with the band's modulo
+  // taken from the phases, which are cheap to step, instead of a division per score.
+  __device__ bool removes(int slot, int32_t count, int32_t key, int32_t key_phase, int row) const {
+    const int32_t distance = aligned_[row] - key;
+    if (slot >= count || (policy_.causal && distance < 0)) return true;
+    if (policy_.window > 0 && key >= policy_.window_sink && distance >= policy_.window) return true;
+    if (policy_.min_distance > 0 && distance < policy_.min_distance) return true;
+    if (policy_.period == 0) return false;
+    // Periodic masks are causal, so distance >= 0 here and its phase is the phases' difference.
+    int32_t phase = row_phases_[row] - key_phase;
+    if (phase < 0) phase += policy_.period;
+    return phase >= policy_.band;
+  }
+
+  // `position` mod the policy's period, in [0, period) also for negative positions.
+  __device__ int32_t phase_of(int32_t position) const {
+    const int32_t phase = position % policy_.period;
+    return phase < 0 ? phase + policy_.period : phase;
+  }
+  // A phase plus less than kBlockN, back into [0, period): one step when period >= kBlockN.
+  __device__ int32_t reduce_phase(int32_t phase) const {
+    while (phase >= policy_.period) phase -= policy_.period;
+    return phase;
   }
 
   // removed(tile, e, slot): whether score e of score tile `tile` (key slot `slot`) is left out.
@@ -158,9 +190,10 @@ class WarpgroupMask {
   }
 
   MaskRecord policy_;
-  const int32_t* columns_;           // the plan's columns, for column chunks
-  int32_t aligned_[kRowsPerThread];  // aligned positions of this thread's rows
-  int32_t row_lowest_ = 0;           // bounds of the warpgroup's valid aligned positions
+  const int32_t* columns_;              // the plan's columns, for column chunks
+  int32_t aligned_[kRowsPerThread];     // aligned positions of this thread's rows
+  int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
+  int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;
 };
 

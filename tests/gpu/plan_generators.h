@@ -13,8 +13,10 @@ namespace mmsparse::test {
 enum class MaskMix {
   kCausal,      // every tile causal
   kNonCausal,   // no mask at all
-  kMixed,       // per tile: causal, none, window with sinks, same-media, modality pairs, mixtures
-  kPositional,  // per tile: causal, none, causal window with sinks (no token arrays)
+  kMixed,       // per tile: causal, none, window with sinks, same-media, modality pairs, minimum
+                // distances and periodic bands, mixtures
+  kPositional,  // per tile: causal, none, causal window with sinks, minimum distances and
+                // periodic bands (no token arrays)
 };
 
 struct RandomPlanOptions {
@@ -24,6 +26,8 @@ struct RandomPlanOptions {
   MaskMix masks = MaskMix::kCausal;
   int64_t max_extra_spans = 3;  // random spans beside the one around the tile's diagonal
   int64_t max_columns = 96;
+  int64_t column_run = 1;  // columns come in runs of this many consecutive keys (8: the wgmma
+                           // kernel's tensor copies of column runs)
 };
 
 // Text, one image, one video with frame separators, text: exactly `length` tokens (>= 66: the
