@@ -3,7 +3,10 @@
 
 Peers: PyTorch SDPA with the cuDNN backend and with the FlashAttention-2 backend, and FlexAttention
 (torch.compile'd) with the equivalent block mask. mmsparse runs through its CLI on the very same
-tensors (written once to a safetensors file) and its outputs are compared with the peers'.
+tensors (written once to a safetensors file) and its outputs are compared with the peers' (relative
+Frobenius error and max abs error of O): dense with cuDNN, A-shape and the grid-like mask with
+FlexAttention, whose mask_mod states each mask element by element (mmsparse runs the grid mask as
+its `grid-mask` pattern, two passes merged by LSE).
 
 Inputs are random bf16 tensors (N(0, 1)): timings do not depend on values, and accuracy is checked
 against the peers, not against a model. Times are CUDA-event medians after warm-up; TFLOP/s count
@@ -57,6 +60,17 @@ def a_shape_pairs(seq_len, sink, local):
     return int((window + sinks).sum())
 
 
+def grid_pairs(seq_len, sink, local, period, band):
+    # Row q keeps its first min(sink, q + 1) keys and, among the others, every distance d <= q - that
+    # many with d < local or d mod period < band: a prefix count over distances.
+    distances = torch.arange(seq_len, dtype=torch.int64)
+    kept = ((distances < local) | (distances % period < band)).to(torch.int64)
+    prefix = torch.cat([torch.zeros(1, dtype=torch.int64), kept.cumsum(0)])  # prefix[i] = sum d < i
+    rows = torch.arange(seq_len, dtype=torch.int64)
+    sinks = torch.clamp(rows + 1, max=sink)
+    return int((sinks + prefix[rows + 1 - sinks]).sum())
+
+
 def a_shape_mask(b, h, q, k):
     return (k <= q) & ((k < A_SHAPE_SINK) | (q - k < A_SHAPE_LOCAL))
 
@@ -87,6 +101,10 @@ def run_mmsparse(binary, tensor_file, pattern, args):
 def relative_error(actual, expected):
     actual, expected = actual.float(), expected.float()
     return float((actual - expected).norm() / expected.norm())
+
+
+def max_abs_error(actual, expected):
+    return float((actual.float() - expected.float()).abs().max())
 
 
 def main():
@@ -122,11 +140,15 @@ def main():
 
             def record(impl, pattern, ms, pairs, out=None, reference=None, note=""):
                 tflops = 4.0 * pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12
-                error = relative_error(out, reference) if out is not None and reference is not None else None
+                compared = out is not None and reference is not None
+                error = relative_error(out, reference) if compared else None
+                max_error = max_abs_error(out, reference) if compared else None
                 rows.append({"seq_len": seq_len, "impl": impl, "pattern": pattern, "ms": ms,
-                             "tflops": tflops, "rel_err_vs_peer": error, "note": note})
+                             "tflops": tflops, "rel_err_vs_peer": error,
+                             "max_abs_err_vs_peer": max_error, "note": note})
                 print(f"{seq_len:>8} {impl:<22} {pattern:<10} {ms:>10.2f} ms {tflops:>8.1f} TFLOP/s"
-                      + (f"  rel err {error:.2e}" if error is not None else "") + (f"  {note}" if note else ""),
+                      + (f"  rel err {error:.2e}  max abs err {max_error:.2e}" if compared else "")
+                      + (f"  {note}" if note else ""),
                       flush=True)
 
             dense_pairs = causal_pairs(seq_len)
@@ -143,7 +165,9 @@ def main():
             record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
 
             masks = [("a-shape", a_shape_mask, a_shape_pairs(seq_len, A_SHAPE_SINK, A_SHAPE_LOCAL),
-                      f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}")]
+                      f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}"),
+                     ("grid", grid_mask, grid_pairs(seq_len, GRID_SINK, GRID_LOCAL, GRID_STRIDE, GRID_WIDTH),
+                      f"grid-mask:sink={GRID_SINK},local={GRID_LOCAL},period={GRID_STRIDE},band={GRID_WIDTH}")]
             flex_outputs = {}
             if not args.skip_flex:
                 for name, mask_mod, pairs, _ in [("dense", causal_mask, dense_pairs, None)] + masks:
