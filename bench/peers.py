@@ -117,6 +117,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--skip-flex", action="store_true", help="no FlexAttention (compile time)")
+    parser.add_argument("--masks", nargs="+", default=["a-shape", "grid"], choices=["a-shape", "grid"],
+                        help="the sparse masks to compare")
+    parser.add_argument("--skip-dense", action="store_true",
+                        help="no dense rows (the ratios then use the first row of each length)")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
 
@@ -152,25 +156,29 @@ def main():
                       flush=True)
 
             dense_pairs = causal_pairs(seq_len)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                cudnn_out = torch.nn.functional.scaled_dot_product_attention(qt, kt_full, vt_full, is_causal=True)
-                ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                    qt, kt_full, vt_full, is_causal=True), args.warmup, args.repeats)
-            record("sdpa-cudnn", "dense", ms, dense_pairs, note="K/V expanded to 28 heads")
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                    qt, kt, vt, is_causal=True, enable_gqa=True), args.warmup, args.repeats)
-            record("sdpa-flash2", "dense", ms, dense_pairs)
-            ms, out = run_mmsparse(args.mmsparse, tensor_file, "dense", args)
-            record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
+            cudnn_out = None
+            if not args.skip_dense:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    cudnn_out = torch.nn.functional.scaled_dot_product_attention(qt, kt_full, vt_full, is_causal=True)
+                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt_full, vt_full, is_causal=True), args.warmup, args.repeats)
+                record("sdpa-cudnn", "dense", ms, dense_pairs, note="K/V expanded to 28 heads")
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=True, enable_gqa=True), args.warmup, args.repeats)
+                record("sdpa-flash2", "dense", ms, dense_pairs)
+                ms, out = run_mmsparse(args.mmsparse, tensor_file, "dense", args)
+                record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
 
             masks = [("a-shape", a_shape_mask, a_shape_pairs(seq_len, A_SHAPE_SINK, A_SHAPE_LOCAL),
                       f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}"),
                      ("grid", grid_mask, grid_pairs(seq_len, GRID_SINK, GRID_LOCAL, GRID_STRIDE, GRID_WIDTH),
                       f"grid-mask:sink={GRID_SINK},local={GRID_LOCAL},period={GRID_STRIDE},band={GRID_WIDTH}")]
+            masks = [mask for mask in masks if mask[0] in args.masks]
             flex_outputs = {}
             if not args.skip_flex:
-                for name, mask_mod, pairs, _ in [("dense", causal_mask, dense_pairs, None)] + masks:
+                dense = [] if args.skip_dense else [("dense", causal_mask, dense_pairs, None)]
+                for name, mask_mod, pairs, _ in dense + masks:
                     # _compile evaluates the mask block by block instead of materialising N x N.
                     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device="cuda",
                                                    BLOCK_SIZE=FLEX_BLOCK, _compile=True)
@@ -189,10 +197,20 @@ def main():
               "head_dim": args.head_dim, "dtype": "bfloat16", "rows": rows}
     print("\nratios vs sdpa-cudnn dense (time of cuDNN / time of impl):")
     for seq_len in args.seq_lens:
-        base = next(r["ms"] for r in rows if r["seq_len"] == seq_len and r["impl"] == "sdpa-cudnn")
+        base = next((r["ms"] for r in rows if r["seq_len"] == seq_len and r["impl"] == "sdpa-cudnn"),
+                    next(r["ms"] for r in rows if r["seq_len"] == seq_len))
         for r in rows:
             if r["seq_len"] == seq_len:
                 print(f"{seq_len:>8} {r['impl']:<22} {r['pattern']:<10} {base / r['ms']:>7.2f}x")
+    print("\nmmsparse against FlexAttention on the same mask (time of Flex / time of mmsparse):")
+    for seq_len in args.seq_lens:
+        for r in rows:
+            if r["seq_len"] != seq_len or r["impl"] != "flexattention":
+                continue
+            ours = next((o for o in rows if o["seq_len"] == seq_len and o["impl"] == "mmsparse"
+                         and o["pattern"] == r["pattern"]), None)
+            if ours is not None:
+                print(f"{seq_len:>8} {r['pattern']:<10} {r['ms'] / ours['ms']:>7.2f}x")
     if args.out:
         with open(args.out, "w") as file:
             json.dump(report, file, indent=2)
