@@ -2,16 +2,17 @@
 // mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
 // and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
 // at 8K/32K/128K, A-shape (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row
-// query block its diagonal span plus 2048 random keys left of it, distinct per block; as single
-// keys, and as runs of 8 consecutive keys in runs-128k) and the grid mask at 128K (k < 128,
-// q - k < 1024 or (q - k) mod 1024 < 64: the grid-mask pattern, two passes merged by LSE, see
-// src/patterns/grid_mask.cpp; its bands as columns with 8 or 16 phases per tile, and as spans in
-// grid-spans-128k). TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also
-// runs once more on fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a
-// large-size cross-check of what the tests prove on small ones.
+// query block its diagonal span plus 2048 random keys left of it, distinct per block), A-shape
+// with the grid mask's window (sink 128, local 1024: the grid mask's first pass alone) and the
+// grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64: the grid-mask pattern, two
+// passes merged by LSE, see src/patterns/grid_mask.cpp; its bands as columns with 8 or 16 phases
+// per tile, and as spans in grid-spans-128k). TFLOP/s count computed pairs only
+// (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared with the
+// mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests prove on
+// small ones.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
-//                                               columns-128k runs-128k grid-128k
+//                                               columns-128k a-shape-1k-128k grid-128k
 //                                               grid-p16-128k grid-spans-128k
 
 #include <cuda_bf16.h>
@@ -133,16 +134,12 @@ double computed_pairs(const Plan& plan) {
 }
 
 // Per 128-row query block: its diagonal span and kBlockColumns random keys left of it (all of them
-// for the first blocks), the same at every tile height and for every head; drawn as random runs of
-// `run` consecutive keys (run starts multiples of `run`): 1 for single keys (row gathers), 8 for
-// runs the wgmma kernel loads by tensor copies (runs-128k).
+// for the first blocks), the same at every tile height and for every head.
 constexpr int64_t kColumnBlockRows = 128;
 constexpr int64_t kBlockColumns = 2048;
 constexpr uint32_t kColumnSeed = 7;
-constexpr int64_t kSingleKeys = 1;
-constexpr int64_t kKeyRuns = 8;
 
-Plan columns_plan(const PlanShape& shape, int64_t run) {
+Plan columns_plan(const PlanShape& shape) {
   std::mt19937 random(kColumnSeed);
   std::vector<std::vector<int32_t>> block_columns;
   for (int64_t begin = 0; begin < shape.q_len; begin += kColumnBlockRows) {
@@ -151,16 +148,12 @@ Plan columns_plan(const PlanShape& shape, int64_t run) {
       keys.resize(static_cast<std::size_t>(begin));
       std::iota(keys.begin(), keys.end(), 0);
     } else {
-      std::uniform_int_distribution<int32_t> start(0, static_cast<int32_t>(begin / run - 1));
-      std::vector<int32_t> starts;
-      while (static_cast<int64_t>(starts.size()) * run < kBlockColumns) {
-        starts.push_back(start(random));
-        if (static_cast<int64_t>(starts.size()) * run < kBlockColumns) continue;
-        std::sort(starts.begin(), starts.end());
-        starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-      }
-      for (const int32_t first : starts) {
-        for (int64_t r = 0; r < run; ++r) keys.push_back(static_cast<int32_t>(first * run + r));
+      std::uniform_int_distribution<int32_t> key(0, static_cast<int32_t>(begin - 1));
+      while (static_cast<int64_t>(keys.size()) < kBlockColumns) {
+        keys.push_back(key(random));
+        if (static_cast<int64_t>(keys.size()) < kBlockColumns) continue;
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
       }
     }
     block_columns.push_back(std::move(keys));
@@ -325,9 +318,8 @@ int main(int argc, char** argv) {
       {"dense-32k", k32K, pattern_plan("dense")},
       {"dense-128k", k128K, pattern_plan("dense")},
       {"a-shape-128k", k128K, pattern_plan("a-shape:sink=128,local=4096")},
-      {"columns-128k", k128K,
-       [](const PlanShape& shape) { return columns_plan(shape, kSingleKeys); }},
-      {"runs-128k", k128K, [](const PlanShape& shape) { return columns_plan(shape, kKeyRuns); }},
+      {"columns-128k", k128K, columns_plan},
+      {"a-shape-1k-128k", k128K, pattern_plan("a-shape:sink=128,local=1024")},
       {"grid-128k", k128K, pattern_plan("grid-mask")},
       {"grid-p16-128k", k128K, pattern_plan("grid-mask:phases=16")},
       {"grid-spans-128k", k128K, pattern_plan("grid-mask:columns=0")},

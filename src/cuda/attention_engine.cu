@@ -201,8 +201,7 @@ AttentionParams make_params(const DevicePlan& plan, const AttentionArgs& args) {
   return params;
 }
 
-// The tensor maps of K and V for the wgmma kernel (whole chunks and column runs); false when the
-// driver refuses any of them.
+// The tensor maps of K and V for the wgmma kernel; false when the driver refuses either view.
 // Without keys no plan has spans, the kernel copies nothing, and the maps stay unset.
 bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& params) {
   if (args.kv_len == 0) return true;
@@ -215,17 +214,12 @@ bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& para
   request.box_rows = kWgmmaChunkKeys;
   request.box_columns =
       static_cast<int>(kSwizzleSpanBytes / static_cast<int64_t>(dtype_size(args.dtype)));
-  const auto encode_pair = [&](int box_rows, CUtensorMap& keys, CUtensorMap& values) {
-    request.box_rows = box_rows;
-    request.data = args.k;
-    request.strides = args.k_strides;
-    if (!encode_row_tensor_map(request, keys)) return false;
-    request.data = args.v;
-    request.strides = args.v_strides;
-    return encode_row_tensor_map(request, values);
-  };
-  return encode_pair(kWgmmaChunkKeys, params.keys, params.values) &&
-         encode_pair(kColumnRunKeys, params.key_runs, params.value_runs);
+  request.data = args.k;
+  request.strides = args.k_strides;
+  if (!encode_row_tensor_map(request, params.keys)) return false;
+  request.data = args.v;
+  request.strides = args.v_strides;
+  return encode_row_tensor_map(request, params.values);
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles.

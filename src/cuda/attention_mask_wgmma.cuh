@@ -29,6 +29,9 @@ class WarpgroupMask {
   static constexpr int kColumnKeysPerLane = Traits::kBlockN / kWarpSize;
   static constexpr int kScoresPerLaneGroup = kWarpSize / Traits::kAccumulatorTileN * 2;
   static constexpr int kDecisionBits = 32;  // a row's decisions for a chunk, in one word
+  // Span chunks: a row's kept slots in kSlotWords words; a word holds kTilesPerWord score tiles.
+  static constexpr int kSlotWords = Traits::kBlockN / kDecisionBits;
+  static constexpr int kTilesPerWord = kDecisionBits / Traits::kAccumulatorTileN;
   static_assert(kColumnKeysPerLane * kScoresPerLaneGroup == kDecisionBits &&
                     Traits::kScoreTiles * 2 == kDecisionBits,
                 "bit tile·2 + e%2 of a word holds each of a row's scores");
@@ -77,12 +80,14 @@ class WarpgroupMask {
   }
 
   // Uniform over the warpgroup; conservative like TileMask::classify. Every lane of the warp must
-  // call it (column chunks reduce their key bounds over the warp).
-  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) const {
+  // call it (column chunks reduce their key bounds over the warp). For a column chunk it also
+  // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
+  // turn to issue, apply inside it, so the column list's latency stays off the turn.
+  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = key_lowest + chunk.count - 1;
-    if (chunk.from_columns) column_bounds(chunk, lane, key_lowest, key_highest);
+    if (chunk.from_columns) load_column_keys(chunk, lane, key_lowest, key_highest);
     // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN);
@@ -92,28 +97,31 @@ class WarpgroupMask {
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
     if (!chunk.from_columns) {
-      const auto first = static_cast<int32_t>(chunk.first);
-      // The phase of this thread's first key in each score tile, stepped along the tiles.
-      const int32_t first_phase =
-          policy_.period > 0 ? phase_of(first + lane % kThreadsPerRow * 2) : 0;
-      remove_scores(scores, lane, [&](int tile, int e, int slot) {
-        const int32_t key_phase =
-            policy_.period > 0
-                ? reduce_phase(first_phase + tile * Traits::kAccumulatorTileN + e % 2)
-                : 0;
-        return removes(slot, chunk.count, first + slot, key_phase, e / 2);
+      // Consecutive keys: each row's kept slots as a bit set built from intervals, shifted so that
+      // this thread's scores sit at bits known at compile time (tile·8 mod 32 + e%2 of word
+      // tile / 4): a score costs a bit test and a select.
+      uint32_t keep[kRowsPerThread][kSlotWords];
+      const int shift = lane % kThreadsPerRow * 2;
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        span_keep_bits(chunk, r, keep[r]);
+#pragma unroll
+        for (int word = 0; word < kSlotWords; ++word) keep[r][word] >>= shift;
+      }
+      remove_scores(scores, lane, [&](int tile, int e, int) {
+        const uint32_t word = keep[e / 2][tile / kTilesPerWord];
+        return ((word >> (tile % kTilesPerWord * Traits::kAccumulatorTileN + e % 2)) & 1u) == 0;
       });
       return;
     }
     // Gathered keys: the decisions first, one bit per score of each of this thread's rows (bit
-    // tile·2 + e%2), from the keys each lane loads for slots lane + i·32, shared by shuffles. A
+    // tile·2 + e%2), from the keys classify() loaded for slots lane + i·32, shared by shuffles. A
     // rolled loop and two words keep this off the registers that S, P and O occupy.
     uint32_t removed_bits[kRowsPerThread] = {};
 #pragma unroll
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
-      const int own_slot = lane + i * kWarpSize;
-      const int32_t own_key = own_slot < chunk.count ? chunk.key(columns_, own_slot) : 0;
-      const int32_t own_phase = policy_.period > 0 ? phase_of(own_key) : 0;
+      const int32_t own_key = column_keys_[i];
+      const int32_t own_phase = column_phases_[i];
 #pragma unroll 1
       for (int j = 0; j < kScoresPerLaneGroup; ++j) {
         const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
@@ -154,10 +162,55 @@ class WarpgroupMask {
     const int32_t phase = position % policy_.period;
     return phase < 0 ? phase + policy_.period : phase;
   }
-  // A phase plus less than kBlockN, back into [0, period): one step when period >= kBlockN.
-  __device__ int32_t reduce_phase(int32_t phase) const {
-    while (phase >= policy_.period) phase -= policy_.period;
-    return phase;
+
+  // Bits [0, n) of a word, n clamped to [0, 32].
+  __device__ static uint32_t ones_below(int32_t n) {
+    if (n <= 0) return 0u;
+    return n >= kDecisionBits ? ~0u : (1u << n) - 1u;
+  }
+  // The slots of [begin, end) that word `word` of a chunk's bit set holds.
+  __device__ static uint32_t slot_bits(int32_t begin, int32_t end, int word) {
+    const int32_t base = word * kDecisionBits;
+    return ones_below(end - base) & ~ones_below(begin - base);
+  }
+
+  // The slots of a span chunk (key = first + slot) that this thread's row `row` keeps, as bits:
+  // every positional term of the policy is an interval of slots (the band one per period it
+  // meets), since the distance falls by one per slot.
+  __device__ void span_keep_bits(const KeyChunk& chunk, int row,
+                                 uint32_t (&keep)[kSlotWords]) const {
+    const auto first = static_cast<int32_t>(chunk.first);
+    const int32_t reach = aligned_[row] - first;  // the slot at distance 0 (maybe outside)
+    int32_t end = chunk.count;
+    if (policy_.causal) end = min(end, reach + 1);
+    if (policy_.min_distance > 0) end = min(end, reach - policy_.min_distance + 1);
+#pragma unroll
+    for (int word = 0; word < kSlotWords; ++word) keep[word] = slot_bits(0, end, word);
+    if (policy_.window > 0) {
+      // Distances below the window, or keys below the sink.
+      const int32_t window_begin = reach - policy_.window + 1;
+      const int32_t sink_end = policy_.window_sink - first;
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) {
+        keep[word] &= slot_bits(window_begin, Traits::kBlockN, word) | slot_bits(0, sink_end, word);
+      }
+    }
+    if (policy_.period > 0) {
+      // Band j holds distances [j·period, j·period + band): slots (reach - j·period - band,
+      // reach - j·period]. Periodic masks are causal, so j >= 0; from the first band that reaches
+      // below slot kBlockN to the last that reaches slot 0.
+      uint32_t band[kSlotWords] = {};
+      const int32_t past_chunk = reach - policy_.band + 1 - Traits::kBlockN;
+      const int32_t j = past_chunk > 0 ? (past_chunk + policy_.period - 1) / policy_.period : 0;
+      for (int32_t nearest = reach - j * policy_.period; nearest >= 0; nearest -= policy_.period) {
+#pragma unroll
+        for (int word = 0; word < kSlotWords; ++word) {
+          band[word] |= slot_bits(nearest - policy_.band + 1, nearest + 1, word);
+        }
+      }
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) keep[word] &= band[word];
+    }
   }
 
   // removed(tile, e, slot): whether score e of score tile `tile` (key slot `slot`) is left out.
@@ -175,15 +228,22 @@ class WarpgroupMask {
     }
   }
 
-  // Bounds of a column chunk's keys (unordered in the plan): each lane reduces its share.
-  __device__ void column_bounds(const KeyChunk& chunk, int lane, int32_t& lowest,
-                                int32_t& highest) const {
+  // The lane's keys of a column chunk (slots lane + i·32; 0 past the chunk) with their phases, and
+  // the bounds of the chunk's keys (unordered in the plan), reduced over the warp.
+  __device__ void load_column_keys(const KeyChunk& chunk, int lane, int32_t& lowest,
+                                   int32_t& highest) {
     lowest = ::cuda::std::numeric_limits<int32_t>::max();
     highest = ::cuda::std::numeric_limits<int32_t>::min();
-    for (int slot = lane; slot < chunk.count; slot += kWarpSize) {
-      const int32_t key = chunk.key(columns_, slot);
-      lowest = min(lowest, key);
-      highest = max(highest, key);
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+      const int slot = lane + i * kWarpSize;
+      const bool valid = slot < chunk.count;
+      column_keys_[i] = valid ? chunk.key(columns_, slot) : 0;
+      column_phases_[i] = policy_.period > 0 ? phase_of(column_keys_[i]) : 0;
+      if (valid) {
+        lowest = min(lowest, column_keys_[i]);
+        highest = max(highest, column_keys_[i]);
+      }
     }
     lowest = __reduce_min_sync(kFullWarpMask, lowest);
     highest = __reduce_max_sync(kFullWarpMask, highest);
@@ -195,6 +255,9 @@ class WarpgroupMask {
   int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
   int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;
+  // The current column chunk's keys of slots lane + i·32 and their phases (see classify).
+  int32_t column_keys_[kColumnKeysPerLane] = {};
+  int32_t column_phases_[kColumnKeysPerLane] = {};
 };
 
 }  // namespace mmsparse::cuda

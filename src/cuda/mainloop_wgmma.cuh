@@ -1,8 +1,7 @@
 #pragma once
 // The wgmma mainloop: a producer warpgroup streams a tile's key chunks (the plan's spans cut into
 // chunks of kBlockN keys, any alignment, as tensor copies on transaction barriers; then its
-// gathered columns kBlockN at a time, as cp.async row gathers into the same swizzled layout, or as
-// tensor copies of kColumnRunKeys rows when the chunk's keys come in such runs) into
+// gathered columns kBlockN at a time, as cp.async row gathers into the same swizzled layout) into
 // a ring of shared-memory stages; consumer warpgroups gather their query rows once and, per chunk,
 // issue S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as asynchronous
 // wgmma groups, which the kernel overlaps with the softmax.
@@ -45,27 +44,19 @@ class WgmmaMainloop {
       prefetch_tensor_map(&params.keys);
       prefetch_tensor_map(&params.values);
     }
-    if (thread == 0 && work.tile.column_begin < work.tile.column_end) {
-      prefetch_tensor_map(&params.key_runs);
-      prefetch_tensor_map(&params.value_runs);
-    }
     PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
       const int32_t lookup_key =
           chunk.from_columns ? lookup_column(params.attention, chunk, thread) : 0;
-      const bool in_runs =
-          chunk.from_columns && columns_in_runs(params.attention, chunk, lookup_key, thread);
       // A fresh barrier counts as released in the phase before its first: the first pass over
       // the ring does not wait.
       barrier_wait(shared_address(&storage.chunk_consumed[state.stage]), state.phase ^ 1u);
       const uint32_t loaded = shared_address(&storage.chunk_loaded[state.stage]);
       const uint32_t keys = shared_address(storage.keys[state.stage]);
       const uint32_t values = shared_address(storage.values[state.stage]);
-      if (in_runs) {
-        copy_column_runs(params, work, lookup_key, keys, values, loaded, thread);
-      } else if (chunk.from_columns) {
+      if (chunk.from_columns) {
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
         barrier_arrive_after_async_copies(loaded);
       } else if (thread == 0) {
@@ -98,70 +89,14 @@ class WgmmaMainloop {
   // lane that holds it.
   static constexpr int kWarpRowsPerPass = kWarpSize / Traits::kVectorsPerRow;
 
-  // The chunk slot whose key this thread looks up.
-  __device__ static int lookup_slot(int thread) {
-    const int lane = thread % kWarpSize;
-    const int warp = thread / kWarpSize;
-    return lane / kWarpRowsPerPass * Traits::kGatherRowsPerPass + warp * kWarpRowsPerPass +
-           lane % kWarpRowsPerPass;
-  }
-
   // This thread's lookup for a column chunk (0 past the chunk's keys).
   __device__ static int32_t lookup_column(const AttentionParams& params, const KeyChunk& chunk,
                                           int thread) {
-    const int slot = lookup_slot(thread);
+    const int lane = thread % kWarpSize;
+    const int warp = thread / kWarpSize;
+    const int slot = lane / kWarpRowsPerPass * Traits::kGatherRowsPerPass +
+                     warp * kWarpRowsPerPass + lane % kWarpRowsPerPass;
     return slot < chunk.count ? __ldg(params.plan.columns + chunk.first + slot) : 0;
-  }
-
-  // Column runs: warp 0's lanes kWarpRowsPerPass·r look up slots r·kColumnRunKeys, the first key
-  // of each run, so one warp holds every run's start.
-  static constexpr int kRunsPerChunk = Traits::kBlockN / kColumnRunKeys;
-  static_assert(Traits::kGatherRowsPerPass == kColumnRunKeys,
-                "warp 0's lookups hold the first key of every run");
-  static_assert(kColumnRunKeys * kSwizzleBytes % kSwizzleAtomBytes == 0,
-                "a run fills whole swizzle atoms, so its copy lands as a chunk's would");
-
-  // Uniform over the producer warpgroup: whether the chunk is full and its keys come in runs of
-  // kColumnRunKeys consecutive keys, each starting at a slot that is a multiple of it.
-  __device__ static bool columns_in_runs(const AttentionParams& params, const KeyChunk& chunk,
-                                         int32_t lookup_key, int thread) {
-    if (chunk.count != Traits::kBlockN) return false;  // uniform: no thread votes
-    const int slot = lookup_slot(thread);
-    const int32_t run_start =
-        __ldg(params.plan.columns + chunk.first + slot / kColumnRunKeys * kColumnRunKeys);
-    return named_barrier_and(static_cast<int>(WgmmaBarrier::kProducer), kWarpgroupThreads,
-                             lookup_key == run_start + slot % kColumnRunKeys);
-  }
-
-  // A chunk of column runs: thread 0 announces the bytes and warp 0 issues one tensor copy per run
-  // and column block, each into the run's rows of the stage; every other thread just arrives.
-  __device__ static void copy_column_runs(const WgmmaAttentionParams& params, const TileWork& work,
-                                          int32_t lookup_key, uint32_t keys, uint32_t values,
-                                          uint32_t loaded, int thread) {
-    if (thread >= kWarpSize) {
-      barrier_arrive(loaded);
-      return;
-    }
-    if (thread == 0) {
-      barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
-    } else {
-      barrier_arrive(loaded);
-    }
-#pragma unroll 1
-    for (int run = 0; run < kRunsPerChunk; ++run) {
-      const int32_t row = __shfl_sync(kFullWarpMask, lookup_key, run * kWarpRowsPerPass);
-      if (thread != 0) continue;
-      const uint32_t run_offset = run * kColumnRunKeys * kSwizzleBytes;
-#pragma unroll
-      for (int block = 0; block < Traits::kColumnBlocks; ++block) {
-        const int32_t column = block * Traits::kAtomElements;
-        const uint32_t offset = block * Traits::kChunkBlockBytes + run_offset;
-        copy_tensor_4d(keys + offset, &params.key_runs, column, work.kv_head, row, work.batch,
-                       loaded);
-        copy_tensor_4d(values + offset, &params.value_runs, column, work.kv_head, row, work.batch,
-                       loaded);
-      }
-    }
   }
 
   // This thread's share of a column chunk: one 16-byte vector of K and of V in each of

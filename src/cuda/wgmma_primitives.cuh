@@ -106,22 +106,6 @@ __device__ inline void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// bar.red.and over `threads` threads on hardware barrier `id`: whether `value` holds in all of them.
-__device__ inline bool named_barrier_and(int id, int threads, bool value) {
-  uint32_t all = 0;
-  asm volatile(
-      "{\n"
-      ".reg .pred own, every;\n"
-      "setp.ne.u32 own, %1, 0;\n"
-      "bar.red.and.pred every, %2, %3, own;\n"
-      "selp.u32 %0, 1, 0, every;\n"
-      "}\n"
-      : "=r"(all)
-      : "r"(static_cast<uint32_t>(value)), "r"(id), "r"(threads)
-      : "memory");
-  return all != 0;
-}
-
 template <int kRegisters>
 __device__ inline void raise_register_limit() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

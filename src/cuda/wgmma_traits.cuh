@@ -98,7 +98,6 @@ enum class WgmmaBarrier : int {
   kSyncThreads = 0,
   kFirstConsumerWarpgroup = 1,  // + consumer warpgroup index: its 128 threads
   kFirstIssueTurn = 3,          // + consumer warpgroup index: its turn to issue wgmma (IssueTurns)
-  kProducer = 5,                // the producer warpgroup's 128 threads
 };
 
 template <class Traits>

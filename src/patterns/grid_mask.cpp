@@ -12,8 +12,7 @@
 //    period i gives the tile one key range [i·period + first phase - band + 1, i·period + last
 //    phase], which all its rows' bands fall in; the mask policy (min_distance = local, period,
 //    band) keeps exactly each row's pairs. Keys below the sink are pass 0's. The ranges are
-//    gathered columns (`columns=1`: they pack the 128-key chunks fully; padded to runs of
-//    kColumnRun keys, which the CUDA engine copies as boxes) or spans (`columns=0`).
+//    gathered columns (`columns=1`: they pack the 128-key chunks fully) or spans (`columns=0`).
 //
 // The passes are disjoint (pass 1 keeps keys >= sink at distance >= local, all of which pass 0's
 // window and sink leave out) and their union is the mask.
@@ -40,10 +39,6 @@ constexpr int64_t kDefaultBand = 64;
 constexpr int64_t kDefaultPhases = 8;
 constexpr int64_t kDefaultColumns = 1;
 constexpr int kPasses = 2;
-// Column ranges are padded to whole runs of this many keys (the padding is masked out): the CUDA
-// engine loads columns that come in such runs by tensor copies instead of row gathers
-// (kColumnRunKeys, src/cuda/wgmma_params.cuh).
-constexpr int64_t kColumnRun = 8;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
 
@@ -124,12 +119,8 @@ void build_bands_pass(PlanBuilder& builder, const GridMask& grid, const PlanShap
     for (int64_t i = 0; i * grid.period + tile.first_phase - grid.band + 1 < keys_end; ++i) {
       const int64_t begin =
           std::max(previous_end, i * grid.period + tile.first_phase - grid.band + 1);
-      int64_t end = std::min(keys_end, i * grid.period + tile.last_phase + 1);
+      const int64_t end = std::min(keys_end, i * grid.period + tile.last_phase + 1);
       if (begin >= end) continue;
-      if (grid.columns) {
-        end = std::min(shape.kv_len,
-                       begin + (end - begin + kColumnRun - 1) / kColumnRun * kColumnRun);
-      }
       previous_end = end;
       if (!grid.columns) {
         builder.add_span(begin, end);

@@ -161,17 +161,12 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
     while (key < kv_len && covered[key] != 0) ++key;
     builder.add_span(begin, key);
   }
-  // Runs of column_run consecutive keys at any alignment, each whole or not at all.
-  const int64_t run = options.column_run;
-  const int64_t runs = random.uniform_int(0, options.max_columns) / run;
-  for (int64_t c = 0; c < runs; ++c) {
-    const int64_t first = random.uniform_int(0, kv_len - 1);
-    if (first + run > kv_len || std::any_of(covered.begin() + first, covered.begin() + first + run,
-                                            [](uint8_t in) { return in != 0; })) {
-      continue;
-    }
-    std::fill(covered.begin() + first, covered.begin() + first + run, 1);
-    for (int64_t key = first; key < first + run; ++key) builder.add_column(key);
+  const int64_t columns = random.uniform_int(0, options.max_columns);
+  for (int64_t c = 0; c < columns; ++c) {
+    const int64_t key = random.uniform_int(0, kv_len - 1);
+    if (covered[key] != 0) continue;
+    covered[key] = 1;
+    builder.add_column(key);
   }
 }
 

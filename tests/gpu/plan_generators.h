@@ -26,8 +26,6 @@ struct RandomPlanOptions {
   MaskMix masks = MaskMix::kCausal;
   int64_t max_extra_spans = 3;  // random spans beside the one around the tile's diagonal
   int64_t max_columns = 96;
-  int64_t column_run = 1;  // columns come in runs of this many consecutive keys (8: the wgmma
-                           // kernel's tensor copies of column runs)
 };
 
 // Text, one image, one video with frame separators, text: exactly `length` tokens (>= 66: the

@@ -134,26 +134,6 @@ TEST_P(GpuAttention, ManyColumnsAcrossChunks) {
   expect_wgmma_ran();
 }
 
-// Columns in runs of eight consecutive keys: whole chunks of them take the wgmma kernel's tensor
-// copies of runs, the rest its row gathers.
-TEST_P(GpuAttention, ColumnRunsAcrossChunks) {
-  constexpr int64_t kManyColumns = 600;  // draws; runs meeting spans or other runs are dropped
-  constexpr int64_t kRun = 8;
-  Random random;
-  SCOPED_TRACE(random.trace());
-  for (int64_t group : {int64_t{1}, int64_t{4}}) {
-    const ProblemSize size = random_problem(random, GetParam(), 2, group);
-    const AttentionInputs inputs = random_inputs(random, size);
-    RandomPlanOptions options;
-    options.masks = MaskMix::kPositional;
-    options.max_extra_spans = 1;
-    options.max_columns = kManyColumns;
-    options.column_run = kRun;
-    check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
-  }
-  expect_wgmma_ran();
-}
-
 // Spans only, with the same permuted orders, gaps and unaligned spans.
 TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   Random random;
