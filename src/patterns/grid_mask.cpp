@@ -11,8 +11,11 @@
 //    kernel holds whole periods and skips the key periods its rows do not reach). Every earlier
 //    period i gives the tile one key range [i·period + first phase - band + 1, i·period + last
 //    phase], which all its rows' bands fall in; the mask policy (min_distance = local, period,
-//    band) keeps exactly each row's pairs. Keys below the sink are pass 0's. The ranges are
-//    gathered columns (`columns=1`: they pack the 128-key chunks fully) or spans (`columns=0`).
+//    band) keeps exactly each row's pairs. Keys below the sink are pass 0's. The ranges are spans
+//    (`columns=0`, the default: one per 128-key chunk, so about half the computed pairs are
+//    masked out, but span chunks load by tensor copies and mask cheaply) or gathered columns
+//    (`columns=1`: they pack the chunks fully, 1.2x the useful pairs, but their masks cost more;
+//    on an H100 the spans ran 51 ms and the columns 63 ms at 128K, docs/perf-notes.md, v5).
 //
 // The passes are disjoint (pass 1 keeps keys >= sink at distance >= local, all of which pass 0's
 // window and sink leave out) and their union is the mask.
@@ -37,7 +40,7 @@ constexpr int64_t kDefaultBand = 64;
 // 8 phases × 16 periods per 128-row tile: the key range per period is 8 + 64 - 1 = 71 keys, 90%
 // of them in each row's band (docs/perf-notes.md, v5).
 constexpr int64_t kDefaultPhases = 8;
-constexpr int64_t kDefaultColumns = 1;
+constexpr int64_t kDefaultColumns = 0;
 constexpr int kPasses = 2;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
@@ -149,8 +152,8 @@ PatternEntry grid_mask_entry() {
   PatternEntry entry{
       {"grid-mask",
        "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); two "
-       "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, "
-       "gathered as columns (columns=1) or spans; exact",
+       "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
+       "spans or gathered columns (columns=1); exact",
        "grid-mask:sink=128,local=1024,period=1024,band=64"},
       nullptr,
       grid_mask_params};

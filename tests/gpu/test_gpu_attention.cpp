@@ -234,7 +234,7 @@ TEST_P(GpuAttention, StaticPatterns) {
   for (const char* spec :
        {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
         "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24",
-        "grid-mask:sink=8,local=40,period=32,band=6,phases=4",
+        "grid-mask:sink=8,local=40,period=32,band=6,phases=4,columns=1",
         "grid-mask:sink=3,local=20,period=150,band=70,phases=8,columns=0"}) {
     SCOPED_TRACE(spec);
     const Plan plan = build_plan(PatternSpec::parse(spec), plan_shape(size, true), &layout);
