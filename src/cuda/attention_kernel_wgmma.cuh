@@ -1,9 +1,13 @@
 #pragma once
 // The plan-driven attention kernel on wgmma (sm_90a), for plans of spans, gathered columns and
-// positional masks: one CTA per (plan tile, batch element), warp-specialised. Warpgroup 0 is the
-// producer (one thread issues the tensor copies of span chunks, all of it gathers column chunks;
-// most of its registers go to the consumers); warpgroups 1.. are consumers of 64 query rows each,
-// which skip, compute unmasked or compute masked each chunk and release its stage.
+// positional masks: persistent CTAs (about one per SM) that each walk a share of the work items
+// (plan tile, batch element) in the plan's heaviest-first order, warp-specialised. Warpgroup 0 is
+// the producer (one thread issues the tensor copies of span chunks, all of it gathers column
+// chunks; most of its registers go to the consumers); warpgroups 1.. are consumers of 64 query rows
+// each, which skip, compute unmasked or compute masked each chunk and release its stage. Both sides
+// carry their ring position from tile to tile, so the producer loads the next tile's chunks while
+// the consumers finish the current one, and the consumers gather the next tile's query rows during
+// the current tile's last P·V and epilogue.
 
 #include "cuda/attention_epilogue_wgmma.cuh"
 #include "cuda/attention_mask.cuh"
@@ -22,8 +26,8 @@ namespace mmsparse::cuda {
 // Ping-pong between two consumer warpgroups (FlashAttention-3's schedule): a warpgroup issues its
 // wgmma groups only in its turn and passes the turn on right after issuing, so that the tensor
 // cores run one warpgroup's products while the other computes its softmax. Both warpgroups take
-// one turn per chunk of the tile plus one for the final P·V, so the turns pair up exactly. With one
-// consumer warpgroup every call is a no-op.
+// one turn per chunk of a tile plus one for its final P·V, tile after tile, so the turns pair up
+// exactly across the CTA's whole walk. With one consumer warpgroup every call is a no-op.
 template <class Traits>
 class IssueTurns {
  public:
@@ -52,24 +56,63 @@ class IssueTurns {
   int warpgroup_;
 };
 
-template <class Traits>
-__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                             const TileWork& work, int warpgroup, int thread) {
-  using Mainloop = WgmmaMainloop<Traits>;
-  const int lane = thread % kWarpSize;
-  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
-  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
-  int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
+// The work items of this CTA. Item i is schedule entry i % num_tiles of batch block
+// i / num_tiles; round r of the CTA's walk takes item r·G + c when r is even and r·G + G−1−c when
+// r is odd (G CTAs, this one c). The schedule is heaviest first, so the serpentine pairs a round's
+// heavy end with the next round's light end and the CTAs' sums stay even without any counter; the
+// producer and the consumers compute the same sequence without communicating.
+class PersistentSchedule {
+ public:
+  __device__ PersistentSchedule(int32_t num_tiles, int32_t batch_blocks)
+      : num_tiles_(num_tiles), items_(static_cast<int64_t>(num_tiles) * batch_blocks) {}
 
-  // Original positions of the warpgroup's rows, one thread per row.
+  __device__ bool has(int64_t round) const { return item(round) < items_; }
+
+  // Requires has(round).
+  __device__ TileWork work(const AttentionParams& params, int64_t round) const {
+    const int64_t index = item(round);
+    return resolve_tile_work(params, static_cast<int32_t>(index % num_tiles_),
+                             static_cast<int32_t>(index / num_tiles_));
+  }
+
+ private:
+  __device__ static int64_t item(int64_t round) {
+    const int64_t ctas = gridDim.x;
+    const int64_t cta = blockIdx.x;
+    return round * ctas + (round % 2 == 0 ? cta : ctas - 1 - cta);
+  }
+
+  int32_t num_tiles_;
+  int64_t items_;
+};
+
+// Original positions of a tile's rows held by one warpgroup, one thread per row (kNoRow past the
+// tile's end).
+template <class Traits>
+__device__ void write_row_positions(const AttentionParams& params, const TileWork& work,
+                                    int32_t* rows, int warpgroup, int thread) {
   if (thread < Traits::kWarpgroupRows) {
     const int32_t index = work.tile.begin + warpgroup * Traits::kWarpgroupRows + thread;
     rows[thread] =
         index < work.tile.end ? query_position(params.plan, work.tile.head_slot, index) : kNoRow;
   }
-  named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
+}
 
-  Mainloop::load_query(storage, params, work, warpgroup, thread);
+// One tile of one consumer warpgroup, from its query rows (gathered by the previous tile's call,
+// or before the first) to its epilogue. `next_rows` is called once every Q·K^T of the tile has
+// completed, before the last P·V: it starts the next tile's query gather, which the last P·V and
+// the epilogue then overlap.
+template <class Traits, class NextRows>
+__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
+                             const TileWork& work, const int32_t* rows, IssueTurns<Traits>& turns,
+                             PipelineState<Traits::kStages>& state, int warpgroup, int thread,
+                             NextRows next_rows) {
+  using Mainloop = WgmmaMainloop<Traits>;
+  const int lane = thread % kWarpSize;
+  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
+  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
+
+  Mainloop::wait_query();
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, storage, consumer_warp, lane);
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
@@ -98,9 +141,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     release(pending_stage);
     pending = false;
   };
-  IssueTurns<Traits> turns(warpgroup);
   KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.plan.spans);
-  PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;
@@ -152,6 +193,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending = true;
     pending_stage = stage;
   }
+  next_rows();  // out of turn: the other warpgroup's products run meanwhile
   turns.wait();
   if (pending) {
     Mainloop::issue_output(storage, pending_stage, probabilities, output);
@@ -163,22 +205,64 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   } else {
     turns.pass();
   }
-  turns.finish();
 
   float lse[OnlineSoftmax<Traits>::kRowsPerThread];
   softmax.finish(output, lse);
-  WarpgroupEpilogue<Traits>::store(storage, params, work, warpgroup, thread, output, lse);
+  WarpgroupEpilogue<Traits>::store(params, work, rows, thread, output, lse);
+}
+
+// Every tile of the CTA's share, for one consumer warpgroup. Row positions alternate between the
+// two buffers: the next tile's are written while the current tile's still steer its epilogue.
+template <class Traits>
+__device__ void consume_tiles(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
+                              const PersistentSchedule& schedule, int warpgroup, int thread) {
+  using Mainloop = WgmmaMainloop<Traits>;
+  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
+  const auto rows_of = [&](int buffer) {
+    return storage.row_positions[buffer] + warpgroup * Traits::kWarpgroupRows;
+  };
+  IssueTurns<Traits> turns(warpgroup);
+  PipelineState<Traits::kStages> state;
+  int buffer = 0;
+  if (schedule.has(0)) {
+    const TileWork first = schedule.work(params, 0);
+    write_row_positions<Traits>(params, first, rows_of(buffer), warpgroup, thread);
+    named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the gather
+    Mainloop::load_query(storage, params, first, rows_of(buffer), warpgroup, thread);
+  }
+  for (int64_t round = 0; schedule.has(round); ++round) {
+    const TileWork work = schedule.work(params, round);
+    const int next_buffer = (buffer + 1) % WgmmaSharedStorage<Traits>::kPositionBuffers;
+    const auto next_rows = [&] {
+      const bool more = schedule.has(round + 1);
+      TileWork next{};
+      if (more) {
+        next = schedule.work(params, round + 1);
+        write_row_positions<Traits>(params, next, rows_of(next_buffer), warpgroup, thread);
+      }
+      // Every warp's Q·K^T has read the query rows (and the positions are in) before any thread
+      // overwrites them.
+      named_barrier_sync(barrier, kWarpgroupThreads);
+      if (more) {
+        Mainloop::load_query(storage, params, next, rows_of(next_buffer), warpgroup, thread);
+      }
+    };
+    consume_tile<Traits>(storage, params, work, rows_of(buffer), turns, state, warpgroup, thread,
+                         next_rows);
+    buffer = next_buffer;
+  }
+  turns.finish();
 }
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    wgmma_attention_kernel(const __grid_constant__ WgmmaAttentionParams params) {
+    wgmma_attention_kernel(const __grid_constant__ WgmmaAttentionParams params, int32_t num_tiles,
+                           int32_t batch_blocks) {
   extern __shared__ unsigned char dynamic_shared[];
   WgmmaSharedStorage<Traits>& storage = aligned_wgmma_storage<Traits>(dynamic_shared);
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const TileWork work = resolve_tile_work(params.attention, static_cast<int32_t>(blockIdx.x),
-                                          static_cast<int32_t>(blockIdx.y));
+  const PersistentSchedule schedule(num_tiles, batch_blocks);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -194,12 +278,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       lower_register_limit<Traits::kProducerRegisters>();
     }
-    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread);
+    PipelineState<Traits::kStages> state;
+    for (int64_t round = 0; schedule.has(round); ++round) {
+      WgmmaMainloop<Traits>::produce_chunks(storage, params, schedule.work(params.attention, round),
+                                            thread, state);
+    }
   } else {
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();
     }
-    consume_tile<Traits>(storage, params.attention, work, warpgroup - 1, thread);
+    consume_tiles<Traits>(storage, params.attention, schedule, warpgroup - 1, thread);
   }
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 // Definition of launch_wgmma_attention (see attention_launch.h).
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda/attention_kernel_wgmma.cuh"
 #include "cuda/attention_launch.h"
 #include "cuda/cuda_check.h"
@@ -10,7 +13,7 @@ namespace mmsparse::cuda {
 
 template <class Element, int kHeadDim, int kConsumerWarpgroups>
 void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
-                            int32_t batch_blocks, cudaStream_t stream) {
+                            int32_t batch_blocks, int64_t max_ctas, cudaStream_t stream) {
   using Traits = WgmmaTraits<Element, kHeadDim, kConsumerWarpgroups>;
   static_assert(kWgmmaSharedBytes<Traits> <= kMaxSharedBytesPerBlock,
                 "the stages, the query tile and the barriers must fit one block's shared memory");
@@ -19,8 +22,24 @@ void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tile
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kWgmmaSharedBytes<Traits>),
              "wgmma_attention_kernel: cudaFuncSetAttribute");
-  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(batch_blocks));
-  kernel<<<grid, Traits::kThreads, kWgmmaSharedBytes<Traits>, stream>>>(params);
+  // Persistent CTAs: as many as the device holds at once, each walking its share of the work
+  // items; never more than the items, so that every CTA has a first tile. The occupancy is 0 only
+  // when the kernel cannot run at all, which the launch then reports.
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "wgmma_attention_kernel: cudaGetDevice");
+  int processors = 0;
+  check_cuda(cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device),
+             "wgmma_attention_kernel: cudaDeviceGetAttribute");
+  int resident = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, Traits::kThreads,
+                                                           kWgmmaSharedBytes<Traits>),
+             "wgmma_attention_kernel: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int64_t items = static_cast<int64_t>(num_tiles) * batch_blocks;
+  const int64_t resident_ctas = static_cast<int64_t>(processors) * std::max(resident, 1);
+  const int64_t ctas =
+      std::min(items, max_ctas > 0 ? std::min(max_ctas, resident_ctas) : resident_ctas);
+  kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, kWgmmaSharedBytes<Traits>, stream>>>(
+      params, num_tiles, batch_blocks);
   check_launch("wgmma_attention_kernel");
 }
 

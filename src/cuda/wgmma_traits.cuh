@@ -111,7 +111,10 @@ struct WgmmaSharedStorage {
   uint64_t chunk_loaded[Traits::kStages];    // completes when a stage's K and V have landed
                                              // and every producer thread has arrived
   uint64_t chunk_consumed[Traits::kStages];  // completes when every consumer warp is done with it
-  int32_t row_positions[Traits::kBlockM];    // original query position or kNoRow
+  // Original query position or kNoRow, per buffer: the next tile's positions are written while
+  // the current tile's epilogue still reads its own.
+  static constexpr int kPositionBuffers = 2;
+  int32_t row_positions[kPositionBuffers][Traits::kBlockM];
   int32_t warp_row_lowest[Traits::kConsumerWarps];  // bounds of each consumer warp's aligned rows
   int32_t warp_row_highest[Traits::kConsumerWarps];
 };
