@@ -1,7 +1,7 @@
 #pragma once
 // The plan-driven attention kernel on wgmma (sm_90a), for plans of spans, gathered columns and
-// positional masks: persistent CTAs (about one per SM) that each walk a share of the work items
-// (plan tile, batch element) in the plan's heaviest-first order, warp-specialised. Warpgroup 0 is
+// positional masks: persistent CTAs (about one per SM) that take the work items (plan tile, batch
+// element) one by one in the plan's heaviest-first order, warp-specialised. Warpgroup 0 is
 // the producer (one thread issues the tensor copies of span chunks, all of it gathers column
 // chunks; most of its registers go to the consumers); warpgroups 1.. are consumers of 64 query rows
 // each, which skip, compute unmasked or compute masked each chunk and release its stage. Both sides
@@ -56,32 +56,67 @@ class IssueTurns {
   int warpgroup_;
 };
 
-// The work items of this CTA. Item i is schedule entry i % num_tiles of batch block
-// i / num_tiles; round r of the CTA's walk takes item r·G + c when r is even and r·G + G−1−c when
-// r is odd (G CTAs, this one c). The schedule is heaviest first, so the serpentine pairs a round's
-// heavy end with the next round's light end and the CTAs' sums stay even without any counter; the
-// producer and the consumers compute the same sequence without communicating.
-class PersistentSchedule {
+// The CTA's work items. Item i is schedule entry i % num_tiles of batch block i / num_tiles. A
+// CTA's first item is its index; after that its producer takes the next untaken item from a counter
+// shared by every CTA (zeroed before the launch), like the hardware's block dispatch: the items
+// start in the schedule's heaviest-first order, and a CTA that runs slow takes fewer. The producer
+// fetches an item while loading the one before (the atomic's latency hides behind the copies) and
+// publishes each in a slot of shared memory, which every warp of the CTA reads once; an item past
+// the last ends the walk.
+template <class Traits>
+class WorkQueue {
  public:
-  __device__ PersistentSchedule(int32_t num_tiles, int32_t batch_blocks)
-      : num_tiles_(num_tiles), items_(static_cast<int64_t>(num_tiles) * batch_blocks) {}
+  using Storage = WgmmaSharedStorage<Traits>;
 
-  __device__ bool has(int64_t round) const { return item(round) < items_; }
+  __device__ WorkQueue(Storage& storage, unsigned long long* counter, int32_t num_tiles,
+                       int32_t batch_blocks)
+      : storage_(storage),
+        counter_(counter),
+        num_tiles_(num_tiles),
+        items_(static_cast<int64_t>(num_tiles) * batch_blocks) {}
 
-  // Requires has(round).
-  __device__ TileWork work(const AttentionParams& params, int64_t round) const {
-    const int64_t index = item(round);
-    return resolve_tile_work(params, static_cast<int32_t>(index % num_tiles_),
-                             static_cast<int32_t>(index / num_tiles_));
+  // Before any wait on the slots; by one thread, followed by fence_barrier_init and __syncthreads.
+  __device__ void init_barriers() {
+#pragma unroll
+    for (int slot = 0; slot < Storage::kItemSlots; ++slot) {
+      barrier_init(shared_address(&storage_.item_published[slot]), 1);  // the producer thread's
+      barrier_init(shared_address(&storage_.item_read[slot]), Traits::kThreads / kWarpSize);
+    }
+  }
+
+  using Position = PipelineState<Storage::kItemSlots>;  // slot and phase of a round
+
+  // Producer thread 0, once per round: publishes `item` as the round's and returns the next one
+  // it takes (or `item` itself past the last, which ends the walk).
+  __device__ int64_t publish(const Position& round, int64_t item) {
+    // Every warp has read the slot's previous item (a fresh barrier counts as read).
+    barrier_wait(shared_address(&storage_.item_read[round.stage]), round.phase ^ 1u);
+    storage_.items[round.stage] = item;
+    barrier_arrive(shared_address(&storage_.item_published[round.stage]));  // releases the write
+    if (!has(item)) return item;
+    return static_cast<int64_t>(gridDim.x) + static_cast<int64_t>(atomicAdd(counter_, 1ull));
+  }
+
+  // The round's item, for every lane of the calling warp; each warp of the CTA takes every round.
+  __device__ int64_t take(const Position& round, int lane) {
+    barrier_wait(shared_address(&storage_.item_published[round.stage]), round.phase);
+    const int64_t item = storage_.items[round.stage];
+    __syncwarp();  // every lane has read the slot before the warp releases it
+    if (lane == 0) barrier_arrive(shared_address(&storage_.item_read[round.stage]));
+    return item;
+  }
+
+  __device__ bool has(int64_t item) const { return item < items_; }
+
+  // Requires has(item).
+  __device__ TileWork work(const AttentionParams& params, int64_t item) const {
+    return resolve_tile_work(params, static_cast<int32_t>(item % num_tiles_),
+                             static_cast<int32_t>(item / num_tiles_));
   }
 
  private:
-  __device__ static int64_t item(int64_t round) {
-    const int64_t ctas = gridDim.x;
-    const int64_t cta = blockIdx.x;
-    return round * ctas + (round % 2 == 0 ? cta : ctas - 1 - cta);
-  }
-
+  Storage& storage_;
+  unsigned long long* counter_;
   int32_t num_tiles_;
   int64_t items_;
 };
@@ -215,29 +250,35 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
 // two buffers: the next tile's are written while the current tile's still steer its epilogue.
 template <class Traits>
 __device__ void consume_tiles(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                              const PersistentSchedule& schedule, int warpgroup, int thread) {
+                              WorkQueue<Traits>& queue, int warpgroup, int thread) {
   using Mainloop = WgmmaMainloop<Traits>;
+  const int lane = thread % kWarpSize;
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   const auto rows_of = [&](int buffer) {
     return storage.row_positions[buffer] + warpgroup * Traits::kWarpgroupRows;
   };
   IssueTurns<Traits> turns(warpgroup);
   PipelineState<Traits::kStages> state;
+  typename WorkQueue<Traits>::Position round;
   int buffer = 0;
-  if (schedule.has(0)) {
-    const TileWork first = schedule.work(params, 0);
+  int64_t item = queue.take(round, lane);
+  round.advance();
+  if (queue.has(item)) {
+    const TileWork first = queue.work(params, item);
     write_row_positions<Traits>(params, first, rows_of(buffer), warpgroup, thread);
     named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the gather
     Mainloop::load_query(storage, params, first, rows_of(buffer), warpgroup, thread);
   }
-  for (int64_t round = 0; schedule.has(round); ++round) {
-    const TileWork work = schedule.work(params, round);
+  while (queue.has(item)) {
+    const TileWork work = queue.work(params, item);
     const int next_buffer = (buffer + 1) % WgmmaSharedStorage<Traits>::kPositionBuffers;
     const auto next_rows = [&] {
-      const bool more = schedule.has(round + 1);
+      item = queue.take(round, lane);
+      round.advance();
+      const bool more = queue.has(item);
       TileWork next{};
       if (more) {
-        next = schedule.work(params, round + 1);
+        next = queue.work(params, item);
         write_row_positions<Traits>(params, next, rows_of(next_buffer), warpgroup, thread);
       }
       // Every warp's Q·K^T has read the query rows (and the positions are in) before any thread
@@ -257,12 +298,12 @@ __device__ void consume_tiles(WgmmaSharedStorage<Traits>& storage, const Attenti
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_attention_kernel(const __grid_constant__ WgmmaAttentionParams params, int32_t num_tiles,
-                           int32_t batch_blocks) {
+                           int32_t batch_blocks, unsigned long long* item_counter) {
   extern __shared__ unsigned char dynamic_shared[];
   WgmmaSharedStorage<Traits>& storage = aligned_wgmma_storage<Traits>(dynamic_shared);
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const PersistentSchedule schedule(num_tiles, batch_blocks);
+  WorkQueue<Traits> queue(storage, item_counter, num_tiles, batch_blocks);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -270,6 +311,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       barrier_init(shared_address(&storage.chunk_loaded[stage]), Traits::kProducerThreads);
       barrier_init(shared_address(&storage.chunk_consumed[stage]), Traits::kConsumerWarps);
     }
+    queue.init_barriers();
     fence_barrier_init();
   }
   __syncthreads();  // barriers are initialised before anyone waits on or copies into them
@@ -279,15 +321,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       lower_register_limit<Traits::kProducerRegisters>();
     }
     PipelineState<Traits::kStages> state;
-    for (int64_t round = 0; schedule.has(round); ++round) {
-      WgmmaMainloop<Traits>::produce_chunks(storage, params, schedule.work(params.attention, round),
+    typename WorkQueue<Traits>::Position round;
+    int64_t next_item = blockIdx.x;  // thread 0's: the item it publishes next
+    while (true) {
+      if (thread == 0) next_item = queue.publish(round, next_item);
+      const int64_t item = queue.take(round, thread % kWarpSize);
+      round.advance();
+      if (!queue.has(item)) break;
+      WgmmaMainloop<Traits>::produce_chunks(storage, params, queue.work(params.attention, item),
                                             thread, state);
     }
   } else {
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();
     }
-    consume_tiles<Traits>(storage, params.attention, schedule, warpgroup - 1, thread);
+    consume_tiles<Traits>(storage, params.attention, queue, warpgroup - 1, thread);
   }
 }
 

@@ -22,9 +22,9 @@ void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tile
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kWgmmaSharedBytes<Traits>),
              "wgmma_attention_kernel: cudaFuncSetAttribute");
-  // Persistent CTAs: as many as the device holds at once, each walking its share of the work
-  // items; never more than the items, so that every CTA has a first tile. The occupancy is 0 only
-  // when the kernel cannot run at all, which the launch then reports.
+  // Persistent CTAs: as many as the device holds at once (or max_ctas), which take the work items
+  // one by one; never more than the items, so that every CTA has a first tile. The occupancy is 0
+  // only when the kernel cannot run at all, which the launch then reports.
   int device = 0;
   check_cuda(cudaGetDevice(&device), "wgmma_attention_kernel: cudaGetDevice");
   int processors = 0;
@@ -38,9 +38,20 @@ void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tile
   const int64_t resident_ctas = static_cast<int64_t>(processors) * std::max(resident, 1);
   const int64_t ctas =
       std::min(items, max_ctas > 0 ? std::min(max_ctas, resident_ctas) : resident_ctas);
-  kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, kWgmmaSharedBytes<Traits>, stream>>>(
-      params, num_tiles, batch_blocks);
-  check_launch("wgmma_attention_kernel");
+  // The CTAs take their items after the first from one counter, zeroed in stream order for this
+  // launch (no host synchronisation) and freed after it.
+  void* counter = nullptr;
+  check_cuda(cudaMallocAsync(&counter, sizeof(unsigned long long), stream),
+             "wgmma_attention_kernel: cudaMallocAsync");
+  cudaError_t status = cudaMemsetAsync(counter, 0, sizeof(unsigned long long), stream);
+  if (status == cudaSuccess) {
+    kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, kWgmmaSharedBytes<Traits>, stream>>>(
+        params, num_tiles, batch_blocks, static_cast<unsigned long long*>(counter));
+    status = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(counter, stream);
+  check_cuda(status, "wgmma_attention_kernel");  // the first failure is the one to report
+  check_cuda(freed, "wgmma_attention_kernel: cudaFreeAsync");
 }
 
 }  // namespace mmsparse::cuda

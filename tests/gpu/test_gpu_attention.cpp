@@ -149,9 +149,9 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   expect_wgmma_ran();
 }
 
-// The wgmma kernel's persistent CTAs walking every work item: one CTA alone, then two and three
-// (serpentine rounds of even and odd lengths), over per-batch plans of uneven, permuted tiles with
-// spans, columns and gaps; the mma.sync kernel ignores the cap.
+// The wgmma kernel's persistent CTAs taking every work item: one CTA alone, then two and three
+// that share the item counter, over per-batch plans of uneven, permuted tiles with spans, columns
+// and gaps; the mma.sync kernel ignores the cap.
 TEST_P(GpuAttention, PersistentCtasWalkEveryTile) {
   Random random;
   SCOPED_TRACE(random.trace());
