@@ -60,9 +60,9 @@ class IssueTurns {
 // CTA's first item is its index; after that its producer takes the next untaken item from a counter
 // shared by every CTA (zeroed before the launch), like the hardware's block dispatch: the items
 // start in the schedule's heaviest-first order, and a CTA that runs slow takes fewer. The producer
-// fetches an item while loading the one before (the atomic's latency hides behind the copies) and
-// publishes each in a slot of shared memory, which every warp of the CTA reads once; an item past
-// the last ends the walk.
+// publishes each item in a slot of shared memory one round ahead (as it starts a tile, the next
+// one) and fetches the one after (the atomic's latency hides behind a whole tile); every warp of
+// the CTA reads each slot once. An item past the last ends the walk.
 template <class Traits>
 class WorkQueue {
  public:
@@ -134,14 +134,15 @@ __device__ void write_row_positions(const AttentionParams& params, const TileWor
 }
 
 // One tile of one consumer warpgroup, from its query rows (gathered by the previous tile's call,
-// or before the first) to its epilogue. `next_rows` is called once every Q·K^T of the tile has
-// completed, before the last P·V: it starts the next tile's query gather, which the last P·V and
-// the epilogue then overlap.
-template <class Traits, class NextRows>
+// or before the first) to its epilogue. `look_ahead` is called once every thread of the warpgroup
+// has finished the previous tile: it learns the next tile and writes its row positions while the
+// first chunks load. `next_rows` is called once every Q·K^T of the tile has completed, before the
+// last P·V: it starts the next tile's query gather, which the last P·V and the epilogue overlap.
+template <class Traits, class LookAhead, class NextRows>
 __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
                              const TileWork& work, const int32_t* rows, IssueTurns<Traits>& turns,
                              PipelineState<Traits::kStages>& state, int warpgroup, int thread,
-                             NextRows next_rows) {
+                             LookAhead look_ahead, NextRows next_rows) {
   using Mainloop = WgmmaMainloop<Traits>;
   const int lane = thread % kWarpSize;
   const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
@@ -151,6 +152,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, storage, consumer_warp, lane);
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
+  look_ahead();
 
   // Software pipeline over the chunks: chunk j's Q·K^T runs while chunk j-1's P·V is issued, and
   // chunk j's softmax runs while that P·V completes. A chunk's stage is released once its P·V has
@@ -272,25 +274,28 @@ __device__ void consume_tiles(WgmmaSharedStorage<Traits>& storage, const Attenti
   while (queue.has(item)) {
     const TileWork work = queue.work(params, item);
     const int next_buffer = (buffer + 1) % WgmmaSharedStorage<Traits>::kPositionBuffers;
-    const auto next_rows = [&] {
-      item = queue.take(round, lane);
+    int64_t next_item = 0;
+    const auto look_ahead = [&] {
+      next_item = queue.take(round, lane);
       round.advance();
-      const bool more = queue.has(item);
-      TileWork next{};
-      if (more) {
-        next = queue.work(params, item);
-        write_row_positions<Traits>(params, next, rows_of(next_buffer), warpgroup, thread);
+      if (queue.has(next_item)) {
+        write_row_positions<Traits>(params, queue.work(params, next_item), rows_of(next_buffer),
+                                    warpgroup, thread);
       }
+    };
+    const auto next_rows = [&] {
       // Every warp's Q·K^T has read the query rows (and the positions are in) before any thread
       // overwrites them.
       named_barrier_sync(barrier, kWarpgroupThreads);
-      if (more) {
-        Mainloop::load_query(storage, params, next, rows_of(next_buffer), warpgroup, thread);
+      if (queue.has(next_item)) {
+        Mainloop::load_query(storage, params, queue.work(params, next_item), rows_of(next_buffer),
+                             warpgroup, thread);
       }
     };
     consume_tile<Traits>(storage, params, work, rows_of(buffer), turns, state, warpgroup, thread,
-                         next_rows);
+                         look_ahead, next_rows);
     buffer = next_buffer;
+    item = next_item;
   }
   turns.finish();
 }
@@ -323,11 +328,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     PipelineState<Traits::kStages> state;
     typename WorkQueue<Traits>::Position round;
     int64_t next_item = blockIdx.x;  // thread 0's: the item it publishes next
+    if (thread == 0) next_item = queue.publish(round, next_item);
     while (true) {
-      if (thread == 0) next_item = queue.publish(round, next_item);
       const int64_t item = queue.take(round, thread % kWarpSize);
       round.advance();
       if (!queue.has(item)) break;
+      // One round ahead: the consumers learn the next tile as this one starts.
+      if (thread == 0) next_item = queue.publish(round, next_item);
       WgmmaMainloop<Traits>::produce_chunks(storage, params, queue.work(params.attention, item),
                                             thread, state);
     }
