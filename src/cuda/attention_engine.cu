@@ -171,10 +171,6 @@ void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
     throw Error(ErrorCode::kUnsupported, "plan: the CUDA engine runs at most 2^31 - 1 tiles, got " +
                                              to_text(plan.num_tiles()));
   }
-  if (args.max_ctas < 0) {
-    throw_invalid_argument("max_ctas", "0 (as many CTAs as the device holds) or a positive cap",
-                           to_text(args.max_ctas));
-  }
   if (!std::isfinite(args.scale) || args.scale <= 0.0f) {
     throw_invalid_argument("scale", "a finite, positive softmax scale", std::to_string(args.scale));
   }
@@ -229,13 +225,11 @@ bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& para
 // One consumer warpgroup per 64 rows of the plan's tiles.
 template <class Element>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
-                  int32_t batch_blocks, int64_t max_ctas, cudaStream_t stream) {
+                  int32_t batch_blocks, cudaStream_t stream) {
   if (plan.shape().tile_rows <= kWarpgroupTileRows) {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 1>(params, num_tiles, batch_blocks, max_ctas,
-                                                      stream);
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 1>(params, num_tiles, batch_blocks, stream);
   } else {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 2>(params, num_tiles, batch_blocks, max_ctas,
-                                                      stream);
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 2>(params, num_tiles, batch_blocks, stream);
   }
 }
 
@@ -318,10 +312,9 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   if (use_wgmma) {
     wgmma_params.attention = params;
     if (args.dtype == DType::kBFloat16) {
-      launch_wgmma<__nv_bfloat16>(wgmma_params, plan, num_tiles, batch_blocks, args.max_ctas,
-                                  stream);
+      launch_wgmma<__nv_bfloat16>(wgmma_params, plan, num_tiles, batch_blocks, stream);
     } else {
-      launch_wgmma<__half>(wgmma_params, plan, num_tiles, batch_blocks, args.max_ctas, stream);
+      launch_wgmma<__half>(wgmma_params, plan, num_tiles, batch_blocks, stream);
     }
     return;
   }

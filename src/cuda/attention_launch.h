@@ -20,10 +20,9 @@ void launch_planned_attention(const AttentionParams& params, int32_t num_tiles,
                               int32_t batch_blocks, cudaStream_t stream);
 
 // The wgmma kernel: 64 query rows per consumer warpgroup, so plan tiles of up to
-// 64 * kConsumerWarpgroups rows; persistent CTAs (at most max_ctas of them unless it is 0) share
-// the num_tiles * batch_blocks work items.
+// 64 * kConsumerWarpgroups rows.
 template <class Element, int kHeadDim, int kConsumerWarpgroups>
 void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
-                            int32_t batch_blocks, int64_t max_ctas, cudaStream_t stream);
+                            int32_t batch_blocks, cudaStream_t stream);
 
 }  // namespace mmsparse::cuda

@@ -6,8 +6,8 @@
 namespace mmsparse::cuda {
 
 template void launch_wgmma_attention<__half, 128, 1>(const WgmmaAttentionParams&, int32_t, int32_t,
-                                                     int64_t, cudaStream_t);
+                                                     cudaStream_t);
 template void launch_wgmma_attention<__half, 128, 2>(const WgmmaAttentionParams&, int32_t, int32_t,
-                                                     int64_t, cudaStream_t);
+                                                     cudaStream_t);
 
 }  // namespace mmsparse::cuda

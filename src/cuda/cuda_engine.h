@@ -68,9 +68,6 @@ struct AttentionArgs {
 
   void* stream = nullptr;  // cudaStream_t
   AttentionKernel kernel = AttentionKernel::kAuto;
-  // The wgmma kernel's persistent CTAs: at most this many (0: as many as the device holds at
-  // once). A cap leaves SMs to other streams' work; the tests use it to walk many tiles per CTA.
-  int64_t max_ctas = 0;
 };
 
 // The arguments of validated views (see describe_attention / check_outputs in attention.h).

@@ -2,9 +2,9 @@
 // The wgmma mainloop: a producer warpgroup streams a tile's key chunks (the plan's spans cut into
 // chunks of kBlockN keys, any alignment, as tensor copies on transaction barriers; then its
 // gathered columns kBlockN at a time, as cp.async row gathers into the same swizzled layout) into
-// a ring of shared-memory stages; consumer warpgroups gather their query rows once a tile and, per
-// chunk, issue S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as
-// asynchronous wgmma groups, which the kernel overlaps with the softmax.
+// a ring of shared-memory stages; consumer warpgroups gather their query rows once and, per chunk,
+// issue S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as asynchronous
+// wgmma groups, which the kernel overlaps with the softmax.
 //
 // Chunks that start near kv_len copy a full box anyway: the rows past kv_len arrive as zeros, the
 // rows past the chunk's end as the next keys, and both are masked out of S like any partial chunk.
@@ -35,17 +35,16 @@ class WgmmaMainloop {
   // Copies every chunk of the tile, waiting for each stage to be released before refilling it.
   // Span chunks are tensor copies issued by thread 0; column chunks are gathered row by row by the
   // whole warpgroup. Every thread arrives once per chunk, so the stage completes when both the
-  // arrivals and the tensor copies' bytes are in. `state` is the ring position, carried from tile
-  // to tile.
+  // arrivals and the tensor copies' bytes are in.
   __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
-                                        const TileWork& work, int thread,
-                                        PipelineState<Traits::kStages>& state) {
+                                        const TileWork& work, int thread) {
     KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
     if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);
       prefetch_tensor_map(&params.values);
     }
+    PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
@@ -131,35 +130,27 @@ class WgmmaMainloop {
 
   // --- Consumers (one warpgroup each) -----------------------------------------------------------
 
-  // Starts gathering the warpgroup's 64 query rows (`rows`: their original positions, kNoRow past
-  // the tile) into its rows of the query tile, zero-filling rows beyond the tile. wait_query makes
-  // them visible to wgmma; the caller then synchronises the warpgroup.
+  // Gathers the warpgroup's 64 query rows (storage.row_positions) into its rows of the query tile,
+  // zero-filling rows beyond the tile, and makes them visible to wgmma. The caller then
+  // synchronises the warpgroup.
   __device__ static void load_query(Storage& storage, const AttentionParams& params,
-                                    const TileWork& work, const int32_t* rows, int warpgroup,
-                                    int thread) {
+                                    const TileWork& work, int warpgroup, int thread) {
     const Element* query = static_cast<const Element*>(params.q.data) +
                            work.batch * params.q.batch_stride + work.head * params.q.head_stride;
     const uint32_t tile = shared_address(storage.query);
-    // The rows were last read by wgmma (the async proxy); the copies write them as generic ones.
-    fence_proxy_async();
 #pragma unroll
     for (int i = 0; i < Traits::kRowVectorsPerThread; ++i) {
       const int index = thread + i * kWarpgroupThreads;
-      const int row = index / Traits::kVectorsPerRow;
+      const int row = warpgroup * Traits::kWarpgroupRows + index / Traits::kVectorsPerRow;
       const int vector = index % Traits::kVectorsPerRow;
-      const int32_t position = rows[row];
+      const int32_t position = storage.row_positions[row];
       const bool valid = position != kNoRow;
       const Element* source =
           query + (valid ? position * params.q.row_stride : 0) + vector * Traits::kVectorElements;
-      copy_async_16(tile + Traits::swizzled_vector_offset(
-                               Traits::kBlockM, warpgroup * Traits::kWarpgroupRows + row, vector),
-                    source, valid);
+      copy_async_16(tile + Traits::swizzled_vector_offset(Traits::kBlockM, row, vector), source,
+                    valid);
     }
     commit_async_copies();
-  }
-
-  // Completes this thread's share of load_query (the consumers issue no other cp.async).
-  __device__ static void wait_query() {
     wait_all_async_copies();
     fence_proxy_async();  // the rows were written by the generic proxy; wgmma reads them
   }

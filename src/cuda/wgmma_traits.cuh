@@ -111,18 +111,9 @@ struct WgmmaSharedStorage {
   uint64_t chunk_loaded[Traits::kStages];    // completes when a stage's K and V have landed
                                              // and every producer thread has arrived
   uint64_t chunk_consumed[Traits::kStages];  // completes when every consumer warp is done with it
-  // Original query position or kNoRow, per buffer: the next tile's positions are written while
-  // the current tile's epilogue still reads its own.
-  static constexpr int kPositionBuffers = 2;
-  int32_t row_positions[kPositionBuffers][Traits::kBlockM];
+  int32_t row_positions[Traits::kBlockM];    // original query position or kNoRow
   int32_t warp_row_lowest[Traits::kConsumerWarps];  // bounds of each consumer warp's aligned rows
   int32_t warp_row_highest[Traits::kConsumerWarps];
-  // The CTA's work items as the producer takes them (WorkQueue), a ring of slots: one for the tile
-  // being loaded, one for the tile the consumers are finishing.
-  static constexpr int kItemSlots = 2;
-  int64_t items[kItemSlots];
-  uint64_t item_published[kItemSlots];  // completes when the producer has written the slot
-  uint64_t item_read[kItemSlots];       // completes when every warp of the CTA has read it
 };
 
 // Dynamic shared memory is only guaranteed 16-byte alignment; the launch adds an atom of slack and

@@ -19,10 +19,6 @@ constexpr int64_t kTileMultiple = 64;
 constexpr double kRandomScaleProbability = 0.3;
 constexpr double kMinRandomScale = 0.05;
 constexpr double kMaxRandomScale = 0.4;
-// Small problems have fewer tiles than the device has SMs: a cap of a few CTAs makes the wgmma
-// kernel's persistent CTAs carry their pipelines, issue turns and query prefetch across tiles.
-constexpr double kCappedCtasProbability = 0.5;
-constexpr int64_t kMaxCappedCtas = 5;
 // Slack of the check rule: the rounding noise of one output element in 16-bit precision, and
 // the float32 noise of an LSE.
 constexpr double kOutputSlack = 1e-3;
@@ -63,8 +59,7 @@ std::string describe(const ProblemSize& size) {
   return "batch=" + std::to_string(size.batch) + " q_len=" + std::to_string(size.q_len) +
          " kv_len=" + std::to_string(size.kv_len) + " kv_heads=" + std::to_string(size.kv_heads) +
          " group=" + std::to_string(size.group) + " head_dim=" + std::to_string(size.head_dim) +
-         " dtype=" + std::string(dtype_name(size.dtype)) + " scale=" + std::to_string(size.scale) +
-         " max_ctas=" + std::to_string(size.max_ctas);
+         " dtype=" + std::string(dtype_name(size.dtype)) + " scale=" + std::to_string(size.scale);
 }
 
 ProblemSize random_problem(Random& random, const KernelConfig& config, int64_t batch,
@@ -84,8 +79,6 @@ ProblemSize random_problem(Random& random, const KernelConfig& config, int64_t b
   size.scale = random.bernoulli(kRandomScaleProbability)
                    ? static_cast<float>(random.uniform(kMinRandomScale, kMaxRandomScale))
                    : 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-  size.max_ctas =
-      random.bernoulli(kCappedCtasProbability) ? random.uniform_int(1, kMaxCappedCtas) : 0;
   return size;
 }
 
@@ -131,7 +124,6 @@ AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inp
   args.kernel = runs_on_wgmma(plan, size) || size.kernel != cuda::AttentionKernel::kWgmma
                     ? size.kernel
                     : cuda::AttentionKernel::kAuto;
-  args.max_ctas = size.max_ctas;
   cuda::attention_planned(plan, args);
   synchronize_device();
   out.download(result.out);

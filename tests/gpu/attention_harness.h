@@ -39,13 +39,11 @@ struct ProblemSize {
   float scale = 0.0f;  // resolved softmax scale
   cuda::AttentionKernel kernel = cuda::AttentionKernel::kMmaSync;
   int64_t tile_rows = kDefaultTileRows;
-  int64_t max_ctas = 0;  // cuda::AttentionArgs::max_ctas (the wgmma kernel's persistent CTAs)
   int64_t q_heads() const { return kv_heads * group; }
 };
 std::string describe(const ProblemSize& size);
 
-// Lengths that are not multiples of 64, kv_len > q_len, scale 1/sqrt(head_dim) or a random one;
-// half of the problems cap the wgmma kernel at a few CTAs, so that each walks many tiles.
+// Lengths that are not multiples of 64, kv_len > q_len, scale 1/sqrt(head_dim) or a random one.
 ProblemSize random_problem(Random& random, const KernelConfig& config, int64_t batch,
                            int64_t group);
 

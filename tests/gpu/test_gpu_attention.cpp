@@ -149,23 +149,6 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   expect_wgmma_ran();
 }
 
-// The wgmma kernel's persistent CTAs taking every work item: one CTA alone, then two and three
-// that share the item counter, over per-batch plans of uneven, permuted tiles with spans, columns
-// and gaps; the mma.sync kernel ignores the cap.
-TEST_P(GpuAttention, PersistentCtasWalkEveryTile) {
-  Random random;
-  SCOPED_TRACE(random.trace());
-  for (int64_t max_ctas : {1, 2, 3}) {
-    ProblemSize size = random_problem(random, GetParam(), 2, 2);
-    size.max_ctas = max_ctas;
-    const AttentionInputs inputs = random_inputs(random, size);
-    RandomPlanOptions options;
-    options.leave_gaps = true;
-    check_plan(random, random_plan(random, plan_shape(size, false), options), inputs, size);
-  }
-  expect_wgmma_ran();
-}
-
 // Causal, none and window-with-sink policies per tile, spans only.
 TEST_P(GpuAttention, PositionalMaskPolicies) {
   Random random;
@@ -413,10 +396,6 @@ TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   cuda::AttentionArgs negative_scale = args;
   negative_scale.scale = -args.scale;
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, negative_scale); }),
-            ErrorCode::kInvalidArgument);
-  cuda::AttentionArgs negative_ctas = args;
-  negative_ctas.max_ctas = -1;
-  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, negative_ctas); }),
             ErrorCode::kInvalidArgument);
   cuda::AttentionArgs float32 = args;
   float32.dtype = DType::kFloat32;
