@@ -33,6 +33,7 @@ sanitizer_tests=(
   'GpuIndexBuild.VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan'
   'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
   'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
+  'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d128_wgmma128'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)
