@@ -353,7 +353,8 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
       if (!cuda::builds_dynamic_on_device(resolved)) {
         throw Error(ErrorCode::kUnsupported,
                     "prepare_pattern: " + resolved.to_string() +
-                        " is not built on the GPU (vertical-slash with boundary 0 or 1 is); "
+                        " is not built on the GPU (vertical-slash and grid with boundary 0 or 1 "
+                        "are); "
                         "pass host inputs to build it on the host");
       }
       prepared.impl_->device_plan = cuda::build_dynamic_plan_on_device(

@@ -22,6 +22,9 @@
 namespace mmsparse {
 struct PatternSpec;
 }
+namespace mmsparse::detail {
+struct GridLines;  // patterns/grid.h
+}
 
 namespace mmsparse::cuda {
 
@@ -126,6 +129,10 @@ class DevicePlan {
   friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
                                                  const PlanShape& shape,
                                                  const EstimateOperands& operands, void* stream);
+  friend DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec,
+                                              const PlanShape& shape,
+                                              const EstimateOperands& operands, void* stream,
+                                              detail::GridLines* chosen);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

@@ -5,21 +5,25 @@
 // (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
 // every record of the plan equals the host plan's upload.
 //
-// Built here: vertical-slash with boundary 0 (none) or 1 (K-boundary, the same plan).
+// Built here: vertical-slash and grid, each with boundary 0 (none) or 1 (K-boundary, the same
+// plan).
 //
-// Sizes. How many key spans and columns a tile gets depends on the data, but the plan buffer must
-// be allocated before the data is read, and reading a count back would stall the host. So the
-// spans and columns sections are sized for the most that the shape and budgets allow per tile
-// (docs/index_builders.md), and the kernels pack the real records at their front, with the real
-// offsets in the tile records. The layout therefore differs from an upload's only in where the
-// sections after the spans start and in the total size; every record a kernel reads is the
-// upload's.
+// Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
+// many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
+// allocated before the data is read, and reading a count back would stall the host. So those
+// sections are sized for the most that the shape and parameters allow (docs/index_builders.md),
+// and the kernels pack the real records at their front, with the real offsets in the records.
+// The layout therefore differs from an upload's in where the sections after the first
+// data-dependent one start and in the total size; a grid plan also has empty tiles (no rows, no
+// keys) after its real ones, scheduled last, so num_tiles() is the capacity. Every record of the
+// real ones is the upload's.
 
 #include <string>
 
 #include "cuda/cuda_engine.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "patterns/grid.h"
 
 namespace mmsparse::cuda {
 
@@ -56,5 +60,12 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
 // asynchronous on `stream` (cudaStream_t).
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                         const EstimateOperands& operands, void* stream);
+
+// The grid head's plan (MMInference Alg. 1) as build_dynamic_plan_on_device builds it, and, when
+// `chosen` is not null, each head slot's stride and phase written to it (device memory,
+// [head slots]) in stream order.
+DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                     const EstimateOperands& operands, void* stream,
+                                     detail::GridLines* chosen = nullptr);
 
 }  // namespace mmsparse::cuda
