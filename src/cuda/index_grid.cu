@@ -4,7 +4,8 @@
 //
 // Search, on the softmax rows of the last-q estimate (index_estimate.cu):
 //   evidence    a thread per (head slot, key): the key's eligible mass over the estimate rows in
-//               row order (sink and local entries left out, as GridEvidence does), and its entries
+//               row order (sink and local entries left out, as GridEvidence does); entry counts
+//               follow from the shape
 //   background  a block per head slot: the entry cost, kEntryCost × the mean eligible mass
 //   strides     a block per (head slot, candidate stride): every row's slash mass (a warp per
 //               row), every phase's vertical mass (threads per phase), the best phase
@@ -280,29 +281,35 @@ struct SearchParams {
   int64_t rows, kv_len, first_aligned;
   detail::GridOptions options;
   int64_t first_stride, strides;
-  double* column_mass;      // [slots, kv_len] eligible mass per key
-  int32_t* column_entries;  // [slots, kv_len]
-  double* entry_cost;       // [slots]
-  double* stride_scores;    // [slots, strides] the best phase's score
-  int64_t* stride_phases;   // [slots, strides]
+  double* column_mass;     // [slots, kv_len] eligible mass per key
+  double* entry_cost;      // [slots]
+  double* stride_scores;   // [slots, strides] the best phase's score
+  int64_t* stride_phases;  // [slots, strides]
+
+  // Row r's eligible keys are [sink, aligned_r + 1 - local), so a key's eligible rows are those
+  // from key + local - aligned_0 on: the first of them, and how many there are (the same for
+  // every head slot, so computed where needed rather than stored).
+  __device__ int64_t first_eligible_row(int64_t key) const {
+    return max64(0, key + options.local - first_aligned);
+  }
+  __device__ int64_t eligible_entries(int64_t key) const {
+    return key >= options.sink ? max64(0, rows - first_eligible_row(key)) : 0;
+  }
 };
 
-// A thread per (key, head slot): GridEvidence's column, rows ascending. Row r's eligible keys are
-// [sink, aligned_r + 1 - local), so a key's eligible rows are those from key + local - aligned_0.
+// A thread per (key, head slot): GridEvidence's column mass, rows ascending.
 __global__ void grid_evidence_kernel(const SearchParams params) {
   const int64_t key = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t slot = blockIdx.y;
   if (key >= params.kv_len) return;
   double mass = 0.0;
-  int32_t entries = 0;
   if (key >= params.options.sink) {
-    const int64_t first_row = max64(0, key + params.options.local - params.first_aligned);
     const float* column = params.probabilities + slot * params.rows * params.kv_len + key;
-    for (int64_t r = first_row; r < params.rows; ++r) mass += column[r * params.kv_len];
-    entries = static_cast<int32_t>(max64(0, params.rows - first_row));
+    for (int64_t r = params.first_eligible_row(key); r < params.rows; ++r) {
+      mass += column[r * params.kv_len];
+    }
   }
   params.column_mass[slot * params.kv_len + key] = mass;
-  params.column_entries[slot * params.kv_len + key] = entries;
 }
 
 // A block per head slot: kEntryCost × the mean eligible mass per entry (0 without entries).
@@ -315,7 +322,7 @@ __global__ void __launch_bounds__(kThreads) grid_background_kernel(const SearchP
   int64_t count = 0;
   for (int64_t key = x; key < params.kv_len; key += kThreads) {
     mass += params.column_mass[slot * params.kv_len + key];
-    count += params.column_entries[slot * params.kv_len + key];
+    count += params.eligible_entries(key);
   }
   masses[x] = mass;
   entries[x] = count;
@@ -426,7 +433,6 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
   const int64_t parts = stride < kThreads ? kThreads / stride : 1;  // threads per phase
   const int64_t per_round = kThreads / parts;
   const double* mass_by_key = params.column_mass + slot * params.kv_len;
-  const int32_t* entries_by_key = params.column_entries + slot * params.kv_len;
   Candidate mine{-INFINITY, 0};
   for (int64_t round = 0; round < phases; round += per_round) {
     const int64_t phase = round + x / parts;
@@ -437,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
     if (active) {
       for (int64_t key = phase + part * stride; key < params.kv_len; key += parts * stride) {
         mass += mass_by_key[key];
-        entries += entries_by_key[key];
+        entries += params.eligible_entries(key);
       }
     }
     part_mass[x] = mass;
@@ -793,7 +799,6 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   const std::size_t diagonal_sums_at = layout.add<double>(slots * extents.scores);
   const std::size_t probabilities_at = layout.add<float>(slots * extents.rows * extents.scores);
   const std::size_t column_mass_at = layout.add<double>(slots * kv_len);
-  const std::size_t column_entries_at = layout.add<int32_t>(slots * kv_len);
   const std::size_t entry_cost_at = layout.add<double>(slots);
   const std::size_t stride_scores_at = layout.add<double>(slots * build.strides());
   const std::size_t stride_phases_at = layout.add<int64_t>(slots * build.strides());
@@ -845,7 +850,6 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   search.first_stride = build.first_stride;
   search.strides = build.strides();
   search.column_mass = region<double>(base, column_mass_at);
-  search.column_entries = region<int32_t>(base, column_entries_at);
   search.entry_cost = region<double>(base, entry_cost_at);
   search.stride_scores = region<double>(base, stride_scores_at);
   search.stride_phases = region<int64_t>(base, stride_phases_at);
