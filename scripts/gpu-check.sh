@@ -19,7 +19,8 @@ test_binary=$build/tests/gpu/test_gpu
 # Small enough to run under every sanitizer tool in seconds, wide enough to reach every kernel path:
 # empty and keyless tiles (fill kernel), masked and unmasked chunks, token masks, column gathers,
 # both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge,
-# the vertical-slash index builder (estimate, top-k, conversion).
+# the vertical-slash index builder (estimate, top-k, conversion), the grid index builder (search,
+# conversion, empty capacity tiles).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -31,6 +32,7 @@ sanitizer_tests=(
   'GpuPlanBuild.AttentionThroughBothPlansAgree'
   'GpuIndexBuild.VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan'
   'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
+  'GpuIndexBuild.GridEdgeShapesMatchTheHost'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)
