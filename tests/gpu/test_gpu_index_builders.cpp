@@ -386,6 +386,10 @@ constexpr double kSlashLogit = 8.0;
 constexpr double kVerticalLogit = 4.0;
 constexpr float kKeyNoise = 0.05f;
 constexpr int64_t kMinPlantedStride = 3;
+// A planted grid the default search must find, as tests/cpu/test_dynamic_patterns.cpp plants it.
+constexpr int64_t kMinSearchedPlantedStride = 5;
+constexpr int64_t kMaxPlantedStride = 40;
+constexpr int64_t kPlantedPeriods = 12;  // query rows of a planted grid, in strides at least
 constexpr int64_t kSyntheticLength = 8192;
 // Record sizes of the device plan (cuda/plan_view.cuh, a CUDA header): a run is three int32, a tile
 // four int32 and four int64.
@@ -702,10 +706,11 @@ TEST_F(GpuIndexBuild, GridFindsAPlantedGridAndServesPreparePattern) {
     // The engine runs 128-row tiles on the wgmma kernel only, which takes head_dim 128.
     size.tile_rows = size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
     size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-    const int64_t stride = random.uniform_int(5, 40);
+    const int64_t stride = random.uniform_int(kMinSearchedPlantedStride, kMaxPlantedStride);
     const int64_t phase = random.uniform_int(0, stride - 1);
-    // Long enough that lines lie beyond the default sink (30) and local window (1).
-    size.q_len = random.uniform_int(12 * stride, 12 * stride + 300) | 1;
+    // Long enough that lines lie beyond the default sink (30) and local window (1); odd.
+    const int64_t shortest = kPlantedPeriods * stride;
+    size.q_len = random.uniform_int(shortest, shortest + kMaxExtraKeys) | 1;
     size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
     AttentionInputs inputs = random_inputs(random, size);
     plant_grid(random, inputs, size, stride, phase);
