@@ -20,7 +20,8 @@ test_binary=$build/tests/gpu/test_gpu
 # empty and keyless tiles (fill kernel), masked and unmasked chunks, token masks, column gathers,
 # both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge,
 # the vertical-slash index builder (estimate, top-k, conversion), the grid index builder (search,
-# conversion, empty capacity tiles).
+# conversion, empty capacity tiles), the per-head config builder (sections, concatenation,
+# schedule).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -33,6 +34,7 @@ sanitizer_tests=(
   'GpuIndexBuild.VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan'
   'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
   'GpuIndexBuild.GridEdgeShapesMatchTheHost'
+  'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"
@@ -64,6 +65,17 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
 // token masks (same-media, modality pairs) need tiles of at most kDefaultTileRows rows.
 int64_t preferred_tile_rows(Device device, int64_t head_dim);
 
+// How prepare_pattern with per-head specs built each head slot's part of the plan, and how long
+// that took.
+struct HeadBuildTime {
+  bool on_device = false;  // built by kernels (seconds from GPU events); else on the host (host clock)
+  double seconds = 0.0;    // the head slot's share of its builder's time
+};
+struct PlanBuildTimes {
+  std::vector<HeadBuildTime> heads;  // [head_slots]
+  double assembly_seconds = 0.0;     // concatenating the builders' parts into one plan (GPU events)
+};
+
 // The plan/run split: a plan validated once and, for a CUDA device, uploaded once, so that repeated
 // calls (every layer, every benchmark repeat) pay only for attention.
 class PreparedPlan {
@@ -80,6 +92,9 @@ class PreparedPlan {
   const Plan& plan() const;
   const PlanShape& shape() const;
   Device device() const;
+  // The build times of a plan prepare_pattern built from per-head specs on a CUDA device; waits
+  // for the build to finish. Throws kUnsupported for other plans.
+  PlanBuildTimes build_times() const;
 
   struct Impl;  // backend state (the device copy of the plan)
 
@@ -89,6 +104,10 @@ class PreparedPlan {
   friend PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                                       const ModalityLayout* layout, Device device, void* stream,
                                       const PatternInputs* inputs);
+  friend PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                                      const ModalityLayout* layout, Device device, void* stream,
+                                      const PatternInputs* inputs,
+                                      const PatternInputs* host_inputs);
   friend void attention_planned(const PreparedPlan& prepared, const TensorView& q,
                                 const TensorView& k, const TensorView& v, const TensorView& out,
                                 const TensorView& lse, const AttentionOptions& options);
@@ -108,6 +127,20 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream = nullptr,
                              const PatternInputs* inputs = nullptr);
+// A per-head config of one layer (specs.size() == shape.heads, e.g. PatternConfig::layer_specs):
+// what prepare_plan(build_plan(specs, shape, layout, inputs), device, stream) prepares. On a CUDA
+// device the plan is built there, one part per builder, concatenated into one plan with one
+// schedule (docs/index_builders.md, "Mixed heads"): static heads by kernels; vertical-slash heads
+// with boundary 0 or 1 estimated on the GPU from `inputs` when they are CUDA tensors, over just
+// those heads; every other head (grid, vertical-slash with boundary 2 or 3) built on the host from
+// host tensors (`inputs` when they are host tensors, else `host_inputs`) and uploaded as a part of
+// the same plan. Dynamic heads without the inputs they need throw kUnsupported naming the head.
+// build_times() then says which heads the GPU built and how long each builder took. Elsewhere the
+// plan is built on the host.
+PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                             const ModalityLayout* layout, Device device, void* stream = nullptr,
+                             const PatternInputs* inputs = nullptr,
+                             const PatternInputs* host_inputs = nullptr);
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});

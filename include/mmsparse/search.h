@@ -26,14 +26,23 @@
 
 namespace mmsparse {
 
-// What a candidate costs to run. cost() gets a plan with one head slot and the head it is for:
-// q [1, q_len, 1, head_dim], k/v [1, kv_len, 1, head_dim] host views (a measured cost runs on them).
-// Plans are built with tile_rows(head_dim) rows per query tile.
+// One head's q, k, v on one scope, prepared once for every candidate costed on them: a measured
+// cost keeps device copies there, so that a candidate pays only for its own plan.
+class CostInputs {
+ public:
+  virtual ~CostInputs() = default;
+};
+
+// What a candidate costs to run. prepare() gets the head's tokens of a scope, q [1, q_len, 1,
+// head_dim], k/v [1, kv_len, 1, head_dim] host views (a measured cost runs on them; the views must
+// outlive the result); cost() gets a plan with one head slot and those prepared inputs. Plans are
+// built with tile_rows(head_dim) rows per query tile.
 class CostModel {
  public:
   virtual ~CostModel() = default;
-  virtual double cost(const Plan& plan, const TensorView& q, const TensorView& k,
-                      const TensorView& v) = 0;
+  virtual std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
+                                              const TensorView& v) = 0;
+  virtual double cost(const Plan& plan, const CostInputs& inputs) = 0;
   virtual bool measured() const = 0;        // false: modelled
   virtual std::string unit() const = 0;     // "ms", "key chunks"
   virtual std::string gpu() const = 0;      // the GPU measured on; empty when modelled
@@ -118,7 +127,9 @@ struct SearchOptions {
   // the paper has no such fallback, so by default dense is chosen only when no candidate fits).
   double dense_below_recall = 0.0;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
-  int num_threads = 0;  // CPU reference threads; 0 = hardware concurrency
+  // CPU threads (0 = hardware concurrency): heads are searched in parallel, one per thread, and
+  // threads left over serve each head's reference attention. Results do not depend on it.
+  int num_threads = 0;
   // Optional progress: called when a scope of a head is done.
   std::function<void(int64_t q_head, const ScopeSearch&)> on_scope_done;
 };

@@ -11,6 +11,7 @@
 
 #include "cpu/reference_attention.h"
 #ifdef MMSPARSE_WITH_CUDA
+#include "cuda/config_builder.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/index_builders.h"
 #include "cuda/plan_builders.h"
@@ -277,14 +278,16 @@ int64_t preferred_tile_rows(Device device, int64_t head_dim) {
 struct PreparedPlan::Impl {
   PlanShape shape;
   Device device;
-  // The host plan; for a static plan built on the device, built from `device_built_spec` by the
+  // The host plan; for a static plan built on the device, built from `device_built_specs` by the
   // first plan() call.
   mutable std::optional<Plan> plan;
   mutable std::once_flag plan_built;
-  std::optional<PatternSpec> device_built_spec;  // resolved
-  bool estimated_on_device = false;  // a dynamic plan from device tensors: no host copy
+  std::vector<PatternSpec> device_built_specs;  // resolved: one for every head, or one per head
+  // A dynamic plan from device tensors, or a per-head config with dynamic heads: no host copy.
+  bool estimated_on_device = false;
 #ifdef MMSPARSE_WITH_CUDA
   cuda::DevicePlan device_plan;
+  std::shared_ptr<const cuda::ConfigBuildTimer> build_timer;  // per-head configs on the device
 #endif
 };
 
@@ -297,15 +300,28 @@ const Plan& PreparedPlan::plan() const {
   const PlanShape& prepared_shape = shape();
   if (impl_->estimated_on_device) {
     throw Error(ErrorCode::kUnsupported,
-                "PreparedPlan::plan: " + impl_->device_built_spec->to_string() +
-                    " was estimated on the GPU from device tensors and has no host copy; build "
-                    "it with build_plan from host inputs for one");
+                "PreparedPlan::plan: " +
+                    (impl_->device_built_specs.size() == 1
+                         ? impl_->device_built_specs.front().to_string() +
+                               " was estimated on the GPU from device tensors"
+                         : std::string("the per-head config has dynamic heads")) +
+                    " and has no host copy; build it with build_plan from host inputs for one");
   }
   std::call_once(impl_->plan_built, [&] {
-    // Static patterns read the layout only for their defaults, which the resolved spec holds.
-    if (!impl_->plan) impl_->plan = build_plan(*impl_->device_built_spec, prepared_shape);
+    // Static patterns read the layout only for their defaults, which the resolved specs hold.
+    if (!impl_->plan) impl_->plan = build_plan(impl_->device_built_specs, prepared_shape);
   });
   return *impl_->plan;
+}
+
+PlanBuildTimes PreparedPlan::build_times() const {
+  (void)shape();  // throws for an empty plan
+#ifdef MMSPARSE_WITH_CUDA
+  if (impl_->build_timer) return cuda::config_build_times(*impl_->build_timer);
+#endif
+  throw Error(ErrorCode::kUnsupported,
+              "PreparedPlan::build_times: recorded only for plans prepare_pattern builds from "
+              "per-head specs on a CUDA device");
 }
 
 const PlanShape& PreparedPlan::shape() const {
@@ -350,12 +366,11 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
     prepared.impl_->shape = shape;
     prepared.impl_->device = device;
     if (estimate_on_device) {
-      if (!cuda::builds_dynamic_on_device(resolved)) {
+      if (!cuda::builds_dynamic_on_device(resolved) && !cuda::builds_grid_on_device(resolved)) {
         throw Error(ErrorCode::kUnsupported,
                     "prepare_pattern: " + resolved.to_string() +
                         " is not built on the GPU (vertical-slash and grid with boundary 0 or 1 "
-                        "are); "
-                        "pass host inputs to build it on the host");
+                        "are); pass host inputs to build it on the host");
       }
       prepared.impl_->device_plan = cuda::build_dynamic_plan_on_device(
           resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream);
@@ -363,10 +378,54 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
     } else {
       prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
     }
-    prepared.impl_->device_built_spec = std::move(resolved);
+    prepared.impl_->device_built_specs = {std::move(resolved)};
     return prepared;
   }
 #endif
+  return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
+}
+
+PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                             const ModalityLayout* layout, Device device, void* stream,
+                             const PatternInputs* inputs, const PatternInputs* host_inputs) {
+  if (static_cast<int64_t>(specs.size()) != shape.heads) {
+    throw_invalid_argument("prepare_pattern specs",
+                           "one pattern spec per query head (heads = " +
+                               std::to_string(shape.heads) + ")",
+                           std::to_string(specs.size()) + " specs");
+  }
+  std::vector<PatternSpec> resolved;
+  for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec, layout));
+#ifdef MMSPARSE_WITH_CUDA
+  if (device.type == DeviceType::kCUDA) {
+    const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
+    std::optional<cuda::EstimateOperands> operands;
+    const bool estimates = std::any_of(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
+      return !cuda::builds_on_device(spec.name) && cuda::builds_head_on_device(spec, device_inputs);
+    });
+    if (estimates) operands = cuda::make_estimate_operands("vertical-slash", *inputs, shape);
+    cuda::ConfigInputs config_inputs;
+    config_inputs.layout = layout;
+    config_inputs.device = operands ? &*operands : nullptr;
+    config_inputs.host = device_inputs ? host_inputs : inputs;
+    cuda::ConfigBuild build =
+        cuda::build_config_plan_on_device(resolved, shape, config_inputs, stream);
+    PreparedPlan prepared;
+    prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
+    prepared.impl_->shape = shape;
+    prepared.impl_->device = device;
+    prepared.impl_->device_plan = std::move(build.plan);
+    prepared.impl_->build_timer = std::move(build.timer);
+    // The inputs of dynamic heads are not kept, so there is no host copy to build later.
+    prepared.impl_->estimated_on_device =
+        std::any_of(resolved.begin(), resolved.end(), [](const PatternSpec& spec) {
+          return !cuda::builds_on_device(spec.name);
+        });
+    prepared.impl_->device_built_specs = std::move(resolved);
+    return prepared;
+  }
+#endif
+  (void)host_inputs;
   return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
 }
 

@@ -29,6 +29,8 @@ struct GridLines;  // patterns/grid.h
 namespace mmsparse::cuda {
 
 struct EstimateOperands;  // index_builders.h
+struct ConfigInputs;      // config_builder.h
+struct ConfigBuild;       // config_builder.h
 
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
@@ -133,6 +135,10 @@ class DevicePlan {
                                               const PlanShape& shape,
                                               const EstimateOperands& operands, void* stream,
                                               detail::GridLines* chosen);
+  // Concatenates the sections of a per-head config (config_builder.cu).
+  friend ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
+                                                 const PlanShape& shape,
+                                                 const ConfigInputs& inputs, void* stream);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
@@ -141,12 +142,44 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
   return operands;
 }
 
-bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
-  if (resolved_spec.name != kVerticalSlash && resolved_spec.name != kGrid) return false;
+EstimateOperands select_heads(const std::string& pattern, EstimateOperands operands,
+                              const std::vector<int32_t>& heads) {
+  const std::string name = pattern + " heads";
+  if (heads.empty() || static_cast<int64_t>(heads.size()) > kMaxSelectedHeads) {
+    throw Error(ErrorCode::kUnsupported,
+                name + ": the GPU estimate selects 1 to " + std::to_string(kMaxSelectedHeads) +
+                    " query heads, got " + std::to_string(heads.size()));
+  }
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    if (heads[i] < 0 || heads[i] >= operands.q_heads || (i > 0 && heads[i] <= heads[i - 1])) {
+      throw_invalid_argument(name, "ascending query heads in [0, " +
+                                       std::to_string(operands.q_heads) + ")",
+                             "head " + std::to_string(heads[i]) + " at position " +
+                                 std::to_string(i));
+    }
+  }
+  operands.heads = heads;
+  return operands;
+}
+
+namespace {
+
+// Boundary none or K: the modes the GPU builders serve.
+bool whole_key_space(const PatternSpec& resolved_spec) {
   const auto boundary = resolved_spec.params.find(detail::kBoundaryParam);
   return boundary != resolved_spec.params.end() &&
          (boundary->second == static_cast<int64_t>(detail::BoundaryMode::kNone) ||
           boundary->second == static_cast<int64_t>(detail::BoundaryMode::kKey));
+}
+
+}  // namespace
+
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
+  return resolved_spec.name == kVerticalSlash && whole_key_space(resolved_spec);
+}
+
+bool builds_grid_on_device(const PatternSpec& resolved_spec) {
+  return resolved_spec.name == kGrid && whole_key_space(resolved_spec);
 }
 
 namespace {
@@ -159,6 +192,15 @@ struct SectionSizes {
   int64_t spans = 0;
   int64_t columns = 0;
 };
+
+void check_estimated_heads(const EstimateOperands& operands, const PlanShape& shape) {
+  if (operands.estimated_heads() != shape.heads) {
+    throw_invalid_argument("build_dynamic_plan_on_device shape.heads",
+                           std::to_string(operands.estimated_heads()) +
+                               " (the query heads the operands estimate)",
+                           std::to_string(shape.heads));
+  }
+}
 
 void check_tile_count(int64_t tiles) {
   if (tiles > std::numeric_limits<int32_t>::max()) {
@@ -231,6 +273,7 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
                                              std::string(kVerticalSlash) + " or " + kGrid +
                                              ", got \"" + resolved_spec.name + "\"");
   }
+  check_estimated_heads(operands, shape);
   const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
@@ -261,6 +304,7 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
                                              std::string(kGrid) + ", got \"" +
                                              resolved_spec.name + "\"");
   }
+  check_estimated_heads(operands, shape);
   const index::GridBuild build = index::plan_grid(resolved_spec, shape);
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);

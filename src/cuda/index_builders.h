@@ -18,7 +18,9 @@
 // keys) after its real ones, scheduled last, so num_tiles() is the capacity. Every record of the
 // real ones is the upload's.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_engine.h"
 #include "mmsparse/patterns.h"
@@ -41,7 +43,23 @@ struct EstimateOperands {
   Strides4 q_strides{};
   const void* k = nullptr;  // [batch, kv_len, kv_heads, head_dim]
   Strides4 k_strides{};
+  // The query heads estimated, ascending, when a plan serves only some heads (a per-head config:
+  // config_builder.h); empty means all q_heads. The plan's head slots are then batch element ×
+  // heads.size() + the head's index in this list.
+  std::vector<int32_t> heads;
+  int64_t estimated_heads() const {
+    return heads.empty() ? q_heads : static_cast<int64_t>(heads.size());
+  }
 };
+
+// The most query heads one estimate serves by selection (EstimateOperands::heads): the selection
+// travels to the kernels by value.
+inline constexpr int64_t kMaxSelectedHeads = 256;
+
+// `operands` restricted to the ascending query heads `heads` (each in [0, q_heads), at most
+// kMaxSelectedHeads); throws naming "<pattern> heads" otherwise.
+EstimateOperands select_heads(const std::string& pattern, EstimateOperands operands,
+                              const std::vector<int32_t>& heads);
 
 // Whether `inputs` hold device tensors (so a dynamic plan is built on the device).
 bool inputs_on_device(const PatternInputs& inputs);
@@ -52,12 +70,18 @@ bool inputs_on_device(const PatternInputs& inputs);
 EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
                                         const PlanShape& shape);
 
-// Whether build_dynamic_plan_on_device builds the resolved spec.
+// Whether the resolved spec is a vertical-slash head the GPU estimate builds, whole plans and head
+// subsets alike (per-head configs route their device sections by it).
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
+// Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1).
+// Whole plans only for now: a per-head config builds its grid heads on the host.
+bool builds_grid_on_device(const PatternSpec& resolved_spec);
 
-// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device. Throws
-// like the host builder on bad parameters and shapes, kUnsupported for specs it does not build;
-// asynchronous on `stream` (cudaStream_t).
+// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device, for the
+// specs builds_dynamic_on_device or builds_grid_on_device accepts. Throws like the host builder on
+// bad parameters and shapes, kUnsupported for specs it does not build;
+// asynchronous on `stream` (cudaStream_t). With a head selection, shape.heads must equal the
+// number of selected heads.
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                         const EstimateOperands& operands, void* stream);
 

@@ -48,6 +48,17 @@ static_assert(kChunk % kMmaKeys == 0 && kThreads >= kTileDiagonals && kThreads >
 
 enum class EstimatePass : int32_t { kStats, kSums };
 
+// The query heads estimated when a plan serves only some (EstimateOperands::heads), by value.
+// count == 0 means every head: slot = batch element × q_heads + query head. Otherwise the heads'
+// local indices [kv_first[i], kv_first[i + 1]) are the selected members of the i-th KV head that
+// has any, so blocks go only to KV heads some selected query head reads.
+struct HeadSelection {
+  int32_t count;
+  int32_t kv_count;
+  int32_t heads[kMaxSelectedHeads];         // query head of each local index, ascending
+  int32_t kv_first[kMaxSelectedHeads + 1];  // first local index of each used KV head
+};
+
 // Rows load as 16-byte vectors: the operands' last dimension is contiguous and their rows 16-byte
 // aligned (make_estimate_operands checks).
 struct EstimateParams {
@@ -60,6 +71,8 @@ struct EstimateParams {
   float scale;
   int64_t rows, first_row, chunks, scores;
   int64_t first_aligned;  // aligned key position of estimate row 0: first_row + kv_len - q_len
+  int32_t slots_per_batch;  // estimated heads per batch element
+  HeadSelection selection;
   EstimateScratch scratch;
 };
 
@@ -79,15 +92,23 @@ __device__ inline uint32_t load_pair(const uint16_t* shared, int index) {
   return *reinterpret_cast<const uint32_t*>(shared + index);
 }
 
-// One block: key chunk blockIdx.x of KV head blockIdx.y (batch element * kv_heads + KV head),
-// every estimate row of every query head of its GQA group.
+// One block: key chunk blockIdx.x of the blockIdx.y-th (batch element, used KV head), every
+// estimate row of every estimated query head of its GQA group.
 template <class Element>
 __global__ void __launch_bounds__(kThreads)
     estimate_kernel(const EstimateParams params, const EstimatePass pass) {
   __shared__ EstimateShared shared;
   const int64_t chunk = blockIdx.x;
-  const int32_t batch = static_cast<int32_t>(blockIdx.y) / params.kv_heads;
-  const int32_t kv_head = static_cast<int32_t>(blockIdx.y) % params.kv_heads;
+  const HeadSelection& selection = params.selection;
+  const bool selected = selection.count > 0;
+  const int32_t kv_blocks = selected ? selection.kv_count : params.kv_heads;
+  const int32_t batch = static_cast<int32_t>(blockIdx.y) / kv_blocks;
+  const int32_t kv_block = static_cast<int32_t>(blockIdx.y) % kv_blocks;
+  const int32_t member_begin = selected ? selection.kv_first[kv_block] : kv_block * params.group;
+  const int32_t member_end =
+      selected ? selection.kv_first[kv_block + 1] : member_begin + params.group;
+  const int32_t kv_head =
+      selected ? selection.heads[member_begin] / params.group : kv_block;
   const int64_t key_begin = chunk * kChunk;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -107,9 +128,9 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<uint4*>(shared.keys + key * kRowPitch + dim) = bits;
   }
 
-  for (int32_t member = 0; member < params.group; ++member) {
-    const int32_t q_head = kv_head * params.group + member;
-    const int64_t slot = static_cast<int64_t>(batch) * params.q_heads + q_head;
+  for (int32_t member = member_begin; member < member_end; ++member) {
+    const int32_t q_head = selected ? selection.heads[member] : member;
+    const int64_t slot = static_cast<int64_t>(batch) * params.slots_per_batch + member;
     if (pass == EstimatePass::kSums) {
       __syncthreads();  // the previous head's sums are stored
       for (int i = static_cast<int>(threadIdx.x); i < kMaxDiagonals; i += kThreads) {
@@ -328,6 +349,17 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   params.chunks = extents.chunks;
   params.scores = extents.scores;
   params.first_aligned = extents.first_row + operands.kv_len - operands.q_len;
+  params.slots_per_batch = static_cast<int32_t>(operands.estimated_heads());
+  HeadSelection& selection = params.selection;
+  selection.count = static_cast<int32_t>(operands.heads.size());
+  for (int32_t local = 0; local < selection.count; ++local) {
+    const int32_t head = operands.heads[static_cast<std::size_t>(local)];
+    if (local == 0 || head / params.group != operands.heads[local - 1] / params.group) {
+      selection.kv_first[selection.kv_count++] = local;
+    }
+    selection.heads[local] = head;
+  }
+  selection.kv_first[selection.kv_count] = selection.count;
   params.scratch = scratch;
   return params;
 }
@@ -349,7 +381,7 @@ void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
 
 EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q) {
   EstimateExtents extents;
-  extents.slots = operands.batch * operands.q_heads;
+  extents.slots = operands.batch * operands.estimated_heads();
   extents.rows = std::min(last_q, operands.q_len);
   extents.first_row = operands.q_len - extents.rows;
   extents.chunks = ceil_div(operands.kv_len, kEstimateChunkKeys);
@@ -362,8 +394,10 @@ void launch_estimate(const EstimateOperands& operands, const EstimateExtents& ex
                      const EstimateScratch& scratch, cudaStream_t stream) {
   if (extents.scores == 0 || extents.slots == 0) return;
   const EstimateParams params = make_params(operands, extents, scratch);
+  const int64_t kv_blocks =
+      params.selection.count > 0 ? params.selection.kv_count : operands.kv_heads;
   const dim3 grid(static_cast<unsigned>(extents.chunks),
-                  static_cast<unsigned>(operands.batch * operands.kv_heads));
+                  static_cast<unsigned>(operands.batch * kv_blocks));
   const int64_t total_rows = extents.slots * extents.rows;
   if (operands.dtype == DType::kBFloat16) {
     launch_passes<__nv_bfloat16>(params, grid, total_rows, stream);

@@ -33,8 +33,6 @@ namespace mmsparse::cuda {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
-// Tri-shape uses two mask policies (A-shape rows, then dense bottom rows); the others use one.
-constexpr int kMaxStaticMasks = 2;
 
 enum class StaticPattern : int32_t { kDense, kAShape, kTriShape, kSfFixed, kSfStrided };
 
@@ -401,6 +399,13 @@ class ScratchLayout {
 bool builds_on_device(std::string_view pattern_name) {
   return std::any_of(kPatternNames.begin(), kPatternNames.end(),
                      [&](const PatternName& entry) { return pattern_name == entry.name; });
+}
+
+std::vector<MaskPolicy> static_plan_masks(const PatternSpec& resolved_spec,
+                                          const PlanShape& shape) {
+  std::vector<MaskPolicy> policies;
+  (void)make_geometry(resolved_spec, shape, policies);
+  return policies;
 }
 
 DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,

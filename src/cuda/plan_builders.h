@@ -5,12 +5,16 @@
 // The buffer is byte-identical to DevicePlan(build_plan(spec, shape, layout), stream).
 
 #include <string_view>
+#include <vector>
 
 #include "cuda/cuda_engine.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 
 namespace mmsparse::cuda {
+
+// Tri-shape uses two mask policies (A-shape rows, then dense bottom rows); the others use one.
+inline constexpr int kMaxStaticMasks = 2;
 
 // Whether build_static_plan_on_device builds `pattern_name` (dense, a-shape, tri-shape, sf-fixed,
 // sf-strided).
@@ -21,5 +25,9 @@ bool builds_on_device(std::string_view pattern_name);
 // host builder and the upload on bad parameters or shapes; asynchronous on `stream` (cudaStream_t).
 DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                        void* stream);
+
+// The mask policies of that plan, in the order its tiles first use them (PlanBuilder's numbering;
+// every head slot uses them in this order).
+std::vector<MaskPolicy> static_plan_masks(const PatternSpec& resolved_spec, const PlanShape& shape);
 
 }  // namespace mmsparse::cuda

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
@@ -20,7 +21,11 @@ int64_t chunks_of(int64_t keys) { return (keys + kEngineKeyChunk - 1) / kEngineK
 
 class ModelledCost final : public CostModel {
  public:
-  double cost(const Plan& plan, const TensorView&, const TensorView&, const TensorView&) override {
+  std::unique_ptr<CostInputs> prepare(const TensorView&, const TensorView&,
+                                      const TensorView&) override {
+    return std::make_unique<CostInputs>();  // the model reads only the plan
+  }
+  double cost(const Plan& plan, const CostInputs&) override {
     int64_t chunks = 0;
     for (int64_t t = 0; t < plan.num_tiles(); ++t) {
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
@@ -36,6 +41,17 @@ class ModelledCost final : public CostModel {
   int64_t tile_rows(int64_t) const override { return kEngineTileRows; }
 };
 
+// A scope's q, k, v on the device, with the output buffers every candidate's run writes.
+struct DeviceInputs final : CostInputs {
+  DeviceInputs(DeviceTensor device_q, DeviceTensor device_k, DeviceTensor device_v, Device device)
+      : q(std::move(device_q)),
+        k(std::move(device_k)),
+        v(std::move(device_v)),
+        out(q.view().dtype, q.view().shape_vector(), device),
+        lse(DType::kFloat32, {1, 1, q.view().shape[1]}, device) {}
+  DeviceTensor q, k, v, out, lse;
+};
+
 class MeasuredCost final : public CostModel {
  public:
   MeasuredCost(Device device, int warmup, int repeats)
@@ -46,16 +62,23 @@ class MeasuredCost final : public CostModel {
     if (gpu_.empty()) gpu_ = device_name(device);
   }
 
-  double cost(const Plan& plan, const TensorView& q, const TensorView& k,
-              const TensorView& v) override {
-    const DeviceTensor device_q = to_device(q), device_k = to_device(k), device_v = to_device(v);
-    const DeviceTensor out(device_q.view().dtype, q.shape_vector(), device_);
-    const DeviceTensor lse(DType::kFloat32, {1, 1, q.shape[1]}, device_);
+  std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
+                                      const TensorView& v) override {
+    return std::make_unique<DeviceInputs>(to_device(q), to_device(k), to_device(v), device_);
+  }
+
+  double cost(const Plan& plan, const CostInputs& inputs) override {
+    const auto* device_inputs = dynamic_cast<const DeviceInputs*>(&inputs);
+    if (device_inputs == nullptr) {
+      throw_invalid_argument("inputs", "CostInputs prepared by this measured cost model",
+                             "inputs of another model");
+    }
     const PreparedPlan prepared = prepare_plan(plan, device_);
     return median_device_milliseconds(
         [&] {
-          attention_planned(prepared, device_q.view(), device_k.view(), device_v.view(),
-                            out.view(), lse.view());
+          attention_planned(prepared, device_inputs->q.view(), device_inputs->k.view(),
+                            device_inputs->v.view(), device_inputs->out.view(),
+                            device_inputs->lse.view());
         },
         warmup_, repeats_, device_);
   }

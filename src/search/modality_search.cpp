@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 #include "mmsparse/attention.h"
 #include "mmsparse/search.h"
 #include "mmsparse/status.h"
+#include "core/parallel.h"
 #include "search/scope.h"
 
 namespace mmsparse {
@@ -74,6 +76,32 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
     }
   }
 }
+
+// Heads are searched in parallel, but a measured cost times kernels on one GPU: concurrent timings
+// would measure each other. Costing is a small share of a candidate's work (building its plan and
+// scoring it on the CPU reference dominate; a scope's inputs are prepared once), so one lock around
+// it costs little.
+class SerializedCost final : public CostModel {
+ public:
+  explicit SerializedCost(CostModel& model) : model_(model) {}
+  std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
+                                      const TensorView& v) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return model_.prepare(q, k, v);
+  }
+  double cost(const Plan& plan, const CostInputs& inputs) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return model_.cost(plan, inputs);
+  }
+  bool measured() const override { return model_.measured(); }
+  std::string unit() const override { return model_.unit(); }
+  std::string gpu() const override { return model_.gpu(); }
+  int64_t tile_rows(int64_t head_dim) const override { return model_.tile_rows(head_dim); }
+
+ private:
+  CostModel& model_;
+  std::mutex mutex_;
+};
 
 class HeadSearch {
  public:
@@ -150,7 +178,7 @@ class HeadSearch {
 
   // The budget spec's cost on the scope's tokens: candidates compete at comparable cost on the
   // tokens they are scored on (App. C.5), whole sequence or one modality's part of it.
-  std::optional<double> budget_on(const Scope& scope) {
+  std::optional<double> budget_on(Scope& scope) {
     const std::optional<Plan> plan = scope.build(budget_spec_);
     if (!plan) return std::nullopt;
     return scope.cost(*plan, cost_model_);
@@ -262,10 +290,26 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
   }
   result.budget_spec = budget_spec;
   result.space = search_space(layout, seq_len, options.scale_to_length);
-  for (int64_t head : heads) {
-    HeadSearch search(head, q, k, v, layout, cost_model, budget_spec, options);
-    result.heads.push_back(search.run(result.space));
+
+  // Heads are independent: one per worker, the CPU threads left over shared by each head's
+  // reference attention. Results do not depend on the number of threads.
+  const int threads = detail::resolve_threads(options.num_threads);
+  const int head_workers = static_cast<int>(std::min<int64_t>(threads, std::ssize(heads)));
+  SearchOptions head_options = options;
+  head_options.num_threads = std::max(1, threads / head_workers);
+  std::mutex progress_mutex;
+  if (options.on_scope_done) {
+    head_options.on_scope_done = [&](int64_t q_head, const ScopeSearch& search) {
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      options.on_scope_done(q_head, search);
+    };
   }
+  SerializedCost serialized_cost(cost_model);
+  result.heads.resize(heads.size());
+  detail::parallel_for(std::ssize(heads), head_workers, [&](int64_t i) {
+    HeadSearch search(heads[i], q, k, v, layout, serialized_cost, budget_spec, head_options);
+    result.heads[i] = search.run(result.space);
+  });
   result.budget_cost = result.heads.front().budget_cost;
   return result;
 }

@@ -155,8 +155,9 @@ std::optional<Plan> Scope::build(const PatternSpec& spec) const {
   }
 }
 
-double Scope::cost(const Plan& plan, CostModel& model) const {
-  return model.cost(plan, q_.view(), k_.view(), v_.view());
+double Scope::cost(const Plan& plan, CostModel& model) {
+  if (!cost_inputs_) cost_inputs_ = model.prepare(q_.view(), k_.view(), v_.view());
+  return model.cost(plan, *cost_inputs_);
 }
 
 Plan Scope::sampled_rows_plan(const Plan& plan) const {

@@ -6,6 +6,7 @@
 // dynamic patterns estimate from the scope's own last queries.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,8 +60,9 @@ class Scope {
   std::optional<Plan> build(const PatternSpec& spec) const;
   // Recall and output error of the plan on the sampled rows, against dense.
   Accuracy score(const Plan& plan);
-  // The cost of running the plan (built by build()) on the scope's tokens.
-  double cost(const Plan& plan, CostModel& model) const;
+  // The cost of running the plan (built by build()) on the scope's tokens. The scope's inputs are
+  // prepared for `model` on the first call; every call must pass the same model.
+  double cost(const Plan& plan, CostModel& model);
 
  private:
   std::string name_;
@@ -75,6 +77,9 @@ class Scope {
   std::vector<float> dense_lse_;  // [rows]
   std::vector<float> dense_out_;  // [rows, head_dim]
   Tensor out_, lse_;             // scratch for attention: [1, tokens, 1, head_dim], [1, 1, tokens]
+  // q_, k_, v_ prepared for the cost model (device copies for a measured cost); declared last, so
+  // destroyed before the tensors it was prepared from.
+  std::unique_ptr<CostInputs> cost_inputs_;
 
   // The plan's coverage of the sampled rows only: one single-row tile per row, holding the keys
   // of the row's tile in `plan`, restricted to the scored modality pairs.

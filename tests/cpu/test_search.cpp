@@ -103,16 +103,17 @@ TEST(ModelledCost, CountsTheEngineKeyChunksOfEachTile) {
   EXPECT_FALSE(model->measured());
   EXPECT_EQ(model->tile_rows(64), 128);
   const TensorView none;  // the modelled cost reads only the plan
+  const std::unique_ptr<CostInputs> inputs = model->prepare(none, none, none);
   // Dense causal over 1024 tokens in 128-row tiles: tile t reads (t + 1) · 128 keys.
   const Plan dense = build_plan(PatternSpec{"dense", {}}, PlanShape{1, 1, 1024, 1024, 128});
-  EXPECT_EQ(model->cost(dense, none, none, none), 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8);
+  EXPECT_EQ(model->cost(dense, *inputs), 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8);
   // A 3-key span is a chunk of its own; 200 gathered columns are two.
   PlanBuilder builder(PlanShape{1, 1, 1024, 1024, 128});
   builder.begin_head();
   builder.begin_tile(896, 1024);
   builder.add_span(10, 13);
   for (int64_t key = 300; key < 700; key += 2) builder.add_column(key);
-  EXPECT_EQ(model->cost(builder.finish(), none, none, none), 3);
+  EXPECT_EQ(model->cost(builder.finish(), *inputs), 3);
 }
 
 TEST(Search, PicksGridForAGridHeadAndALocalPatternForALocalHead) {
@@ -190,14 +191,47 @@ TEST(Search, RespectsTheBudgetAndFallsBackToDense) {
 // A cost model for tests of the stages alone: every plan is free.
 class FreeCost final : public CostModel {
  public:
-  double cost(const Plan&, const TensorView&, const TensorView&, const TensorView&) override {
-    return 0.0;
+  std::unique_ptr<CostInputs> prepare(const TensorView&, const TensorView&,
+                                      const TensorView&) override {
+    return std::make_unique<CostInputs>();
   }
+  double cost(const Plan&, const CostInputs&) override { return 0.0; }
   bool measured() const override { return false; }
   std::string unit() const override { return "nothing"; }
   std::string gpu() const override { return {}; }
   int64_t tile_rows(int64_t) const override { return kDefaultTileRows; }
 };
+
+TEST(Search, SearchesHeadsInParallelWithTheSameResults) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = 2048;
+  const Workload workload = Workload::create(spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  std::vector<int64_t> progress;
+  options.on_scope_done = [&](int64_t q_head, const ScopeSearch&) { progress.push_back(q_head); };
+  const std::vector<int64_t> heads = {3, 0, 2};
+  const LayerSearchResult serial = search_layer(tensors.q.view(), tensors.k.view(),
+                                                tensors.v.view(), workload.layout(), *cost, options,
+                                                heads);
+  const std::size_t serial_progress = progress.size();
+  options.num_threads = 3;
+  const LayerSearchResult parallel = search_layer(tensors.q.view(), tensors.k.view(),
+                                                  tensors.v.view(), workload.layout(), *cost,
+                                                  options, heads);
+  EXPECT_EQ(progress.size(), 2 * serial_progress) << "every scope of every head reported once";
+  ASSERT_EQ(parallel.heads.size(), heads.size());
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    SCOPED_TRACE("head " + std::to_string(heads[i]));
+    EXPECT_EQ(parallel.heads[i].q_head, heads[i]) << "results stay in the order asked for";
+    EXPECT_EQ(parallel.heads[i].chosen.spec.to_string(), serial.heads[i].chosen.spec.to_string());
+    EXPECT_EQ(parallel.heads[i].chosen.recall, serial.heads[i].chosen.recall);
+    EXPECT_EQ(parallel.heads[i].chosen.cost, serial.heads[i].chosen.cost);
+    EXPECT_EQ(parallel.heads[i].scopes.size(), serial.heads[i].scopes.size());
+  }
+}
 
 TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
   // Text only: one intra scope, no pairs, no boundary modes.

@@ -29,6 +29,7 @@
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/search.h"
 #include "mmsparse/status.h"
 #include "plan_generators.h"
 
@@ -623,6 +624,35 @@ TEST(GpuPreparedPlan, PlanPreparedForTheDeviceRejectsHostTensors) {
       },
       ErrorCode::kInvalidArgument, {"PreparedPlan"});
   synchronize(kCuda);
+}
+
+// The search's measured cost: a scope's q, k, v go to the device once (prepare) and each candidate
+// pays only for its plan's upload and timed runs. Times are positive and finite; a sparse plan
+// over a small share of the pairs runs faster than dense; inputs prepared by another model are
+// rejected by name.
+TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kTokens = 8192;
+  constexpr int64_t kHeadDim = 128;
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, kTokens, 1, kHeadDim});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, kTokens, 1, kHeadDim});
+  const Tensor v = random.normal_tensor(DType::kFloat32, {1, kTokens, 1, kHeadDim});
+  const std::unique_ptr<CostModel> model = make_measured_cost(kCuda, 1, 3);
+  ASSERT_TRUE(model->measured());
+  const std::unique_ptr<CostInputs> inputs = model->prepare(q.view(), k.view(), v.view());
+  const PlanShape shape{1, 1, kTokens, kTokens, model->tile_rows(kHeadDim)};
+  const double dense = model->cost(build_plan(PatternSpec{"dense", {}}, shape), *inputs);
+  const double sparse =
+      model->cost(build_plan(PatternSpec::parse("a-shape:sink=128,local=256"), shape), *inputs);
+  EXPECT_TRUE(std::isfinite(dense) && dense > 0.0) << dense;
+  EXPECT_TRUE(std::isfinite(sparse) && sparse > 0.0) << sparse;
+  EXPECT_LT(sparse, dense) << "a-shape reads about 5% of the causal pairs";
+
+  const std::unique_ptr<CostInputs> modelled_inputs =
+      make_modelled_cost()->prepare(q.view(), k.view(), v.view());
+  expect_error([&] { (void)model->cost(build_plan(PatternSpec{"dense", {}}, shape), *modelled_inputs); },
+               ErrorCode::kInvalidArgument, {"inputs", "measured cost"});
 }
 
 }  // namespace

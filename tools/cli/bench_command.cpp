@@ -192,9 +192,10 @@ int run_bench(const BenchFlags& flags) {
                "attention time){}; {}.\n",
                needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
                gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; index time is "
-                                 "the GPU build for one pattern on every head (static patterns, "
-                                 "vertical-slash without Q/2D boundary), else host building "
-                                 "plus upload",
+                                 "the build on the GPU of static patterns and vertical-slash "
+                                 "without Q/2D boundary (a config: those heads built by kernels, "
+                                 "the others on the host and uploaded, all concatenated on the "
+                                 "GPU), else host building plus upload",
                                  flags.timing.repeats, flags.timing.warmup)
                    : "CPU times: one run of the reference backend");
   }

@@ -64,12 +64,27 @@ Executor::PatternPlan Executor::prepare_pattern_plan(const PatternSpec& spec, Pl
   const PatternInputs device_inputs{q_, k_, host_inputs.scale};
   try {
     result.prepared = prepare_pattern(spec, shape, layout, device_, nullptr, &device_inputs);
+    result.built_on_device = true;
     result.estimated_on_device = any_dynamic({spec});
   } catch (const Error& error) {
     // A dynamic pattern the GPU does not estimate yet (prepare_pattern says so): host build.
     if (error.code() != ErrorCode::kUnsupported) throw;
     result.prepared = prepare_pattern(spec, shape, layout, device_, nullptr, &host_inputs);
   }
+  synchronize(device_);
+  return result;
+}
+
+Executor::ConfigPlan Executor::prepare_config_plan(const std::vector<PatternSpec>& specs,
+                                                   PlanShape shape, const ModalityLayout* layout,
+                                                   const PatternInputs& host_inputs,
+                                                   int64_t head_dim) const {
+  shape.tile_rows = preferred_tile_rows(device_, head_dim);
+  const PatternInputs device_inputs{q_, k_, host_inputs.scale};
+  ConfigPlan result;
+  result.prepared =
+      prepare_pattern(specs, shape, layout, device_, nullptr, &device_inputs, &host_inputs);
+  result.times = result.prepared.build_times();  // waits for the build
   synchronize(device_);
   return result;
 }

@@ -39,14 +39,27 @@ class Executor {
   // prepare_pattern, where kernels build static patterns and estimate vertical-slash (boundary
   // none/K) from the device tensors with no host plan; other patterns are built on the host from
   // the host tensors and uploaded. Synchronised, so that a caller's host clock covers the build.
-  // Returns the plan and whether it was estimated on the GPU (then it has no host copy).
+  // Returns the plan, whether kernels built it, and whether it was estimated on the GPU (then it
+  // has no host copy).
   struct PatternPlan {
     PreparedPlan prepared;
+    bool built_on_device = false;
     bool estimated_on_device = false;
   };
   PatternPlan prepare_pattern_plan(const PatternSpec& spec, PlanShape shape,
                                    const ModalityLayout* layout, const PatternInputs& host_inputs,
                                    int64_t head_dim) const;
+  // A spec per head (a config layer) on a GPU, through prepare_pattern's per-head form: heads the
+  // GPU builds from the device tensors, the others (grid, vertical-slash with boundary Q/2D) on
+  // the host from `host_inputs`, concatenated into one plan on the device. Synchronised; `times`
+  // says which heads were built where and how long each builder took (GPU events, host clock).
+  struct ConfigPlan {
+    PreparedPlan prepared;
+    PlanBuildTimes times;
+  };
+  ConfigPlan prepare_config_plan(const std::vector<PatternSpec>& specs, PlanShape shape,
+                                 const ModalityLayout* layout, const PatternInputs& host_inputs,
+                                 int64_t head_dim) const;
   // Attention over the prepared plan; out/lse are host tensors of the right shape. Returns
   // seconds (the median over repeats on the GPU).
   double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);

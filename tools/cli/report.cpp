@@ -58,7 +58,8 @@ nlohmann::json head_json(const HeadReport& head) {
                           {"head", head.head},
                           {"spec", head.spec},
                           {"density", head.density},
-                          {"index_ms", milliseconds(head.index_seconds)}};
+                          {"index_ms", milliseconds(head.index_seconds)},
+                          {"index_built", head.index_built}};
   if (!head.behaviour.empty()) entry["behaviour"] = head.behaviour;
   if (head.accuracy) {
     entry["recall_mean"] = head.accuracy->recall_mean;
@@ -78,6 +79,7 @@ nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
                           {"computed_pairs", run.computed_pairs},
                           {"index_ms", milliseconds(run.index_seconds)},
                           {"attention_ms", milliseconds(run.attention_seconds)}};
+  if (run.assembly_seconds) entry["assembly_ms"] = milliseconds(*run.assembly_seconds);
   if (summary.compared) {
     entry["recall_mean"] = summary.recall_mean;
     entry["recall_min"] = summary.recall_min;
@@ -159,10 +161,11 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const int64_t heads = inputs.q.shape[2], head_dim = inputs.q.shape[3];
   const int64_t kv_len = inputs.k.shape[1];
   const PatternInputs pattern_inputs{inputs.q, inputs.k};
-  RunReport report{run, {}, 0.0, 0.0, 0};
+  RunReport report{run, {}, 0.0, std::nullopt, 0.0, 0};
 
   const PlanShape shape{inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows};
   std::vector<double> head_seconds;
+  std::vector<std::string> head_built;
   PreparedPlan prepared;
   // The plan the metrics read: the prepared one's host copy, or for a plan estimated on the GPU
   // (no host copy) the host builder's, untimed (docs/dynamic_patterns.md: the same selection
@@ -178,13 +181,28 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
     // One build for every head slot: each is given an equal share.
     const int64_t slots = shape.head_slots();
     head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
+    head_built.assign(static_cast<std::size_t>(slots), built.built_on_device ? "gpu" : "host");
     if (built.estimated_on_device) {
+      host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
+    }
+  } else if (executor.gpu()) {
+    Executor::ConfigPlan built = executor.prepare_config_plan(run.specs, shape, inputs.layout,
+                                                              pattern_inputs, head_dim);
+    report.index_seconds = seconds_since(index_start);
+    report.assembly_seconds = built.times.assembly_seconds;
+    prepared = std::move(built.prepared);
+    for (const HeadBuildTime& head : built.times.heads) {
+      head_seconds.push_back(head.seconds);
+      head_built.push_back(head.on_device ? "gpu" : "host");
+    }
+    if (any_dynamic(run.specs)) {
       host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
     }
   } else {
     prepared = executor.prepare(
         executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &head_seconds));
     report.index_seconds = seconds_since(index_start);
+    head_built.assign(head_seconds.size(), "host");
   }
   report.attention_seconds = executor.run(prepared, out, lse);
 
@@ -207,6 +225,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       report.computed_pairs += pairs;
       entry.density = causal_pairs > 0 ? static_cast<double>(pairs) / causal_pairs : 0.0;
       entry.index_seconds = head_seconds[slot];
+      entry.index_built = head_built[slot];
       if (inputs.dense_lse != nullptr) {
         entry.accuracy = compare_head(out, lse, *inputs.dense_out, *inputs.dense_lse, b, head);
       }
@@ -262,15 +281,15 @@ void print_per_head_tables(const LayerReport& layer) {
     const bool behaviours = !run.heads.front().behaviour.empty();
     fmt::print("\nlayer {} ({}), {}: {}\n", layer.layer, layer.source, run.run.label,
                run.run.spec_text);
-    fmt::print("{}{:>5} {}{:<30} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}\n",
+    fmt::print("{}{:>5} {}{:<30} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
                batched ? fmt::format("{:>5} ", "batch") : "", "head",
                behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", "density", "recall",
-               "min rec", "out err", "needles", "ndl mass", "index ms");
+               "min rec", "out err", "needles", "ndl mass", "index ms", "built");
     for (const HeadReport& head : run.heads) {
       const bool compared = head.accuracy.has_value();
       const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
       const bool mass = head.needles && !std::isnan(head.needles->mass_kept);
-      fmt::print("{}{:>5} {}{:<30} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f}\n",
+      fmt::print("{}{:>5} {}{:<30} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f} {:>5}\n",
                  batched ? fmt::format("{:>5} ", head.batch) : "", head.head,
                  behaviours ? fmt::format("{:<9} ", head.behaviour) : "",
                  clipped(head.spec, kHeadSpecColumnWidth), kPercent * head.density,
@@ -279,7 +298,7 @@ void print_per_head_tables(const LayerReport& layer) {
                  optional_number(compared, accuracy.output_error, "{:.2e}"),
                  head.needles ? needles_text(head.needles->covered, head.needles->needles) : "-",
                  optional_number(mass, mass ? head.needles->mass_kept : 0.0, "{:.4f}"),
-                 milliseconds(head.index_seconds));
+                 milliseconds(head.index_seconds), head.index_built);
     }
     std::string line = fmt::format("layer {}, all heads: density {:.2f}%", layer.layer,
                                    kPercent * summary.density);
@@ -294,10 +313,15 @@ void print_per_head_tables(const LayerReport& layer) {
         line += fmt::format(", needle mass kept {:.4f}", summary.needle_mass_kept);
       }
     }
-    line += fmt::format("; index {:.2f} ms (whole plan; per head: its host build, or an equal "
-                        "share of one build for every head), "
-                        "attention {:.2f} ms (all heads)",
-                        milliseconds(run.index_seconds), milliseconds(run.attention_seconds));
+    line += fmt::format("; index {:.2f} ms (whole plan, host clock; per head: built by gpu "
+                        "kernels, GPU-event time shared by the heads of its builder, or on the "
+                        "host, host clock; one spec for every head: an equal share of one build)",
+                        milliseconds(run.index_seconds));
+    if (run.assembly_seconds) {
+      line += fmt::format(", concatenation {:.2f} ms (GPU events)",
+                          milliseconds(*run.assembly_seconds));
+    }
+    line += fmt::format(", attention {:.2f} ms (all heads)", milliseconds(run.attention_seconds));
     if (layer.dense_seconds) {
       line += fmt::format(", dense {:.2f} ms, speedup {:.2f}x", milliseconds(*layer.dense_seconds),
                           speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds));

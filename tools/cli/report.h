@@ -39,9 +39,13 @@ struct HeadReport {
   std::string spec;       // resolved
   std::string behaviour;  // the synthetic head's behaviour; empty for real inputs
   double density = 0.0;
-  // Host building of this head slot (patterns.h: build_plan_timed); a plan built for every head at
-  // once (on the GPU, one spec for all heads) gives each head slot an equal share.
+  // Building this head slot's part of the plan. Host builds: the host clock
+  // (patterns.h: build_plan_timed). A per-head config on the GPU: GPU events around the kernels of
+  // the head's builder, shared equally by the head slots it built (docs/report.md). A plan built
+  // for every head at once (on the GPU, one spec for all heads) gives each head slot an equal
+  // share of the whole build.
   double index_seconds = 0.0;
+  std::string index_built;  // "gpu" (built by kernels) or "host" (built on the host)
   std::optional<HeadAccuracy> accuracy;   // with a dense reference
   std::optional<NeedleCoverage> needles;  // with a needle task
 };
@@ -49,10 +53,13 @@ struct HeadReport {
 struct RunReport {
   PatternRun run;
   std::vector<HeadReport> heads;
-  // The whole plan: on a GPU with one spec for every head, prepare_pattern's device build (static
-  // patterns, vertical-slash with boundary none/K) or host build + upload; otherwise host build,
-  // validation and (GPU) upload.
+  // The whole plan, host clock around the synchronised build: on a GPU, prepare_pattern's device
+  // build (one spec for every head: static patterns, vertical-slash with boundary none/K, else
+  // host build + upload; a per-head config: every builder on its heads, host-built heads
+  // uploaded, concatenated on the device); otherwise host build and validation.
   double index_seconds = 0.0;
+  // A per-head config on the GPU: concatenating the builders' parts into one plan (GPU events).
+  std::optional<double> assembly_seconds;
   double attention_seconds = 0.0;  // every head in one call
   int64_t computed_pairs = 0;
 };

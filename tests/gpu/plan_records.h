@@ -1,0 +1,23 @@
+#pragma once
+// Record-by-record comparison of a device-built plan with the upload of the host plan it stands
+// for, where the device plan's spans and columns sections are sized for the most the shape and
+// budgets allow (index builders, per-head configs): the sections up to the masks must match byte
+// for byte (same offsets, zero padding), then the host plan's spans and columns must lie at the
+// front of the device plan's larger sections.
+
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_engine.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::test {
+
+void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
+
+// The same for a grid plan built on the device (index_builders.h), whose runs and tiles sections
+// are capacities too: every section is compared at its own offset, the host plan's records at the
+// front of each, and the tiles after the real ones must be empty and scheduled last, in order.
+void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
+                              cudaStream_t stream);
+
+}  // namespace mmsparse::test
