@@ -30,6 +30,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/grid_geometry.h"
 #include "cuda/index_kernels.h"
 #include "mmsparse/status.h"
 #include "patterns/dynamic_head.h"
@@ -47,232 +48,12 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 constexpr int kPositionBits = 32;
 constexpr uint64_t kPositionMask = (uint64_t{1} << kPositionBits) - 1;
 
-__host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__host__ __device__ inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-__host__ __device__ inline int64_t floor_div(int64_t a, int64_t b) {  // b > 0
-  return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
-__host__ __device__ inline int64_t floor_mod(int64_t a, int64_t b) {
-  return a - floor_div(a, b) * b;
-}
-
-// One query run of a head slot's order, with where its rows and tiles start.
-struct GridRun {
-  int64_t start, count, step;
-  int64_t order_begin;  // order index of its first row
-  int64_t tile_begin;   // the slot's index of its first tile
-  bool sees_keys;       // false for the run of rows that precede every key
-};
-
-// A head slot's rows in GridPattern::arrange's order for one stride. The `blind` rows that see no
-// key (kv_len < q_len) keep their order as the first run. The other `rows`, with coordinates
-// c0, c0 + 1, ..., go phase by phase (coordinate mod stride, ascending), one run each: row
-// blind + m (m < min(stride, rows)) starts the run of phase (c0 + m) mod stride, so in phase order
-// the runs are m in [wrap, min(stride, rows)) then m in [0, wrap), wrap = stride - c0 mod stride.
-// Run m holds quotient + 1 rows when m < remainder, else quotient (rows = quotient·stride +
-// remainder). Each run is cut into tiles of tile_rows.
-struct GridRows {
-  int64_t stride = 0, tile_rows = 0, offset = 0;
-  int64_t blind = 0, rows = 0, c0 = 0, wrap = 0, quotient = 0, remainder = 0;
-
-  __host__ __device__ GridRows(int64_t q_len, int64_t kv_len, int64_t tile_rows_, int64_t stride_)
-      : stride(stride_), tile_rows(tile_rows_), offset(kv_len - q_len) {
-    blind = min64(max64(-offset, 0), q_len);
-    rows = q_len - blind;
-    c0 = blind + offset;  // >= 0
-    wrap = stride - c0 % stride;
-    quotient = rows / stride;
-    remainder = rows % stride;
-  }
-  __host__ __device__ int64_t phase_runs() const { return min64(stride, rows); }
-  __host__ __device__ int64_t wrapped() const { return max64(0, phase_runs() - wrap); }
-  __host__ __device__ int64_t blind_tiles() const { return ceil_div(blind, tile_rows); }
-  __host__ __device__ int64_t runs() const { return (blind > 0 ? 1 : 0) + phase_runs(); }
-  __host__ __device__ int64_t tiles() const { return blind_tiles() + tiles_below(phase_runs()); }
-  // The runs are in the identity order exactly when every run has one row and phase order is
-  // offset order (no wrapped run); the host then stores no runs.
-  __host__ __device__ bool identity() const { return rows <= wrap; }
-
-  // Rows and tiles of the runs with offsets m in [0, x), x <= stride.
-  __host__ __device__ int64_t rows_below(int64_t x) const {
-    return quotient * x + min64(x, remainder);
-  }
-  __host__ __device__ int64_t tiles_below(int64_t x) const {
-    return min64(x, remainder) * ceil_div(quotient + 1, tile_rows) +
-           max64(0, x - remainder) * ceil_div(quotient, tile_rows);
-  }
-  // Offset m of the phase run with ordinal o (phase order).
-  __host__ __device__ int64_t offset_of(int64_t o) const {
-    return o < wrapped() ? wrap + o : o - wrapped();
-  }
-  // Rows (or tiles) of the phase runs before ordinal o, by `below`.
-  template <class Below>
-  __host__ __device__ int64_t before(int64_t o, Below below) const {
-    const int64_t first_unwrapped = min64(wrap, phase_runs());
-    if (o < wrapped()) return below(wrap + o) - below(first_unwrapped);
-    return below(phase_runs()) - below(first_unwrapped) + below(o - wrapped());
-  }
-  __host__ __device__ GridRun phase_run(int64_t o) const {
-    const int64_t m = offset_of(o);
-    GridRun run;
-    run.start = blind + m;
-    run.count = (rows - 1 - m) / stride + 1;
-    run.step = stride;
-    run.order_begin = blind + before(o, [this](int64_t x) { return rows_below(x); });
-    run.tile_begin = blind_tiles() + before(o, [this](int64_t x) { return tiles_below(x); });
-    run.sees_keys = true;
-    return run;
-  }
-  // Run r of the slot's list (the blind run first when there is one).
-  __host__ __device__ GridRun run(int64_t r) const {
-    if (blind > 0) {
-      if (r == 0) return {0, blind, 1, 0, 0, false};
-      --r;
-    }
-    return phase_run(r);
-  }
-  // The run holding the slot's tile t (< tiles()).
-  __host__ __device__ GridRun run_of_tile(int64_t t) const {
-    if (t < blind_tiles()) return run(0);
-    const int64_t local = t - blind_tiles();
-    int64_t low = 0;
-    int64_t high = phase_runs();  // the answer is in [low, high)
-    while (high - low > 1) {
-      const int64_t middle = (low + high) / 2;
-      if (before(middle, [this](int64_t x) { return tiles_below(x); }) <= local) {
-        low = middle;
-      } else {
-        high = middle;
-      }
-    }
-    return phase_run(low);
-  }
-
-  // Sum over tiles of rows r_0 < ... < r_k of a run of `count` rows of the index of their last
-  // row: tiles j < full end at (j + 1)·tile_rows - 1, a partial one at count - 1.
-  __host__ __device__ int64_t last_rows_sum(int64_t count) const {
-    const int64_t full = count / tile_rows;
-    return tile_rows * full * (full + 1) / 2 - full + (count % tile_rows != 0 ? count - 1 : 0);
-  }
-  // An upper bound of the columns of all tiles for `residues` line residues: a tile whose last
-  // row has coordinate c reads at most floor(c / stride) + 1 keys of each residue. Run m's rows
-  // have coordinates c0 + m + i·stride, and floor((c0 + m) / stride) = c0 / stride + (m >= wrap).
-  __host__ __device__ int64_t column_bound(int64_t residues) const {
-    const int64_t runs = phase_runs();
-    const int64_t tiles = tiles_below(runs);
-    const int64_t wrapped_tiles = tiles - tiles_below(min64(wrap, runs));
-    const int64_t last_rows = min64(runs, remainder) * last_rows_sum(quotient + 1) +
-                              max64(0, runs - remainder) * last_rows_sum(quotient);
-    return residues * (tiles * (c0 / stride + 1) + wrapped_tiles + last_rows);
-  }
-};
-
-struct KeyRange {
-  int64_t begin, end;
-};
-
-// The keys of one phase tile whose rows have the frontiers first + i·stride (i < rows), as
-// GridPattern::add_tile_keys adds them and TileKeys::write merges them:
-//   spans    [0, head) when head > 0: the sink merged with the local windows it reaches (every
-//            key of an hline tile); then either one span [window_begin, last) (local >= stride:
-//            consecutive windows touch) or each window i >= window_first on its own
-//            ([frontier_i - local, frontier_i), local < stride: windows neither overlap nor touch);
-//   columns  the keys of the line residues (the tile's phase for slash lines, the vertical phase
-//            for vertical lines) in [head, column_end) outside those windows, ascending.
-struct GridTile {
-  int64_t first = 0, last = 0, rows = 0, stride = 0, local = 0;
-  int64_t head = 0;
-  bool one_window = false;
-  int64_t window_begin = 0;
-  bool separate_windows = false;
-  int64_t window_first = 0;
-  int64_t column_end = 0;
-  int64_t residues[2] = {0, 0};
-  int64_t residue_count = 0;
-
-  __host__ __device__ int64_t frontier(int64_t i) const { return first + i * stride; }
-  __host__ __device__ int64_t span_count() const {
-    return (head > 0 ? 1 : 0) + (one_window ? 1 : 0) + (separate_windows ? rows - window_first : 0);
-  }
-  __host__ __device__ KeyRange span(int64_t j) const {
-    if (head > 0) {
-      if (j == 0) return {0, head};
-      --j;
-    }
-    if (one_window) return {window_begin, last};
-    const int64_t f = frontier(window_first + j);
-    return {max64(0, f - local), f};
-  }
-  // Whether `key` lies in a window span of its own: the first window ending after it holds it.
-  __host__ __device__ bool in_window(int64_t key) const {
-    if (!separate_windows) return false;
-    const int64_t i = key < first ? 0 : (key - first) / stride + 1;
-    return i >= window_first && i < rows && frontier(i) - local <= key;
-  }
-  // Keys of the residues in [0, x).
-  __host__ __device__ int64_t below(int64_t x) const {
-    int64_t count = 0;
-    for (int64_t r = 0; r < residue_count; ++r) {
-      if (x > residues[r]) count += (x - 1 - residues[r]) / stride + 1;
-    }
-    return count;
-  }
-  // The t-th key of the residues (ascending).
-  __host__ __device__ int64_t candidate(int64_t t) const {
-    return t / residue_count * stride + residues[t % residue_count];
-  }
-};
-
-__host__ __device__ GridTile make_grid_tile(int64_t first, int64_t rows, int64_t stride,
-                                            int64_t phase, int64_t vertical_phase,
-                                            const detail::GridOptions& options) {
-  GridTile tile;
-  tile.first = first;
-  tile.rows = rows;
-  tile.stride = stride;
-  tile.local = options.local;
-  tile.last = tile.frontier(rows - 1);
-  if (options.slash) tile.residues[tile.residue_count++] = phase;
-  if (options.vline && !(options.slash && vertical_phase == phase)) {
-    tile.residues[tile.residue_count++] = vertical_phase;
-  }
-  if (tile.residue_count == 2 && tile.residues[1] < tile.residues[0]) {
-    const int64_t swapped = tile.residues[0];
-    tile.residues[0] = tile.residues[1];
-    tile.residues[1] = swapped;
-  }
-  tile.column_end = tile.last;
-  if (options.hline && phase == vertical_phase) {
-    tile.head = tile.last;
-    return tile;
-  }
-  const int64_t sink_end = min64(options.sink, tile.last);
-  if (tile.local == 0) {
-    tile.head = sink_end;
-  } else if (tile.local >= stride) {
-    const int64_t begin = max64(0, first - tile.local);
-    if (sink_end > 0 && begin <= sink_end) {
-      tile.head = tile.last;
-    } else {
-      tile.head = sink_end;
-      tile.one_window = true;
-      tile.window_begin = begin;
-      tile.column_end = begin;
-    }
-  } else {
-    // Window i joins the sink span when it begins at or before the sink's end; its end then
-    // stays below the next window's begin.
-    tile.separate_windows = true;
-    const int64_t absorbed =
-        sink_end > 0
-            ? min64(max64(floor_div(sink_end + tile.local - first, stride) + 1, 0), rows)
-            : 0;
-    tile.window_first = absorbed;
-    tile.head = absorbed > 0 ? max64(sink_end, tile.frontier(absorbed - 1)) : sink_end;
-  }
-  return tile;
-}
+using grid::ceil_div;
+using grid::floor_mod;
+using grid::GridRows;
+using grid::GridRun;
+using grid::max64;
+using grid::min64;
 
 // --- Search ------------------------------------------------------------------------------------
 
@@ -535,17 +316,15 @@ __global__ void grid_runs_kernel(const ConvertParams params, RunRecord* runs) {
 }
 
 // Tile g of the plan: its slot, its place in the slot, its rows and keys.
-struct TileSite {
+struct PlanTile {
   bool real = false;
   int64_t slot = 0, position = 0;
-  int64_t begin = 0, end = 0;  // order indices
-  bool sees_keys = false;
-  GridTile keys;
+  grid::TileSite site;
 };
 
-__host__ __device__ TileSite tile_site(const ConvertParams& params, int64_t g) {
-  TileSite site;
-  if (g >= params.tile_offsets[params.slots]) return site;
+__device__ PlanTile plan_tile(const ConvertParams& params, int64_t g) {
+  PlanTile tile;
+  if (g >= params.tile_offsets[params.slots]) return tile;
   int64_t low = 0;
   int64_t high = params.slots;
   while (high - low > 1) {
@@ -556,24 +335,14 @@ __host__ __device__ TileSite tile_site(const ConvertParams& params, int64_t g) {
       high = middle;
     }
   }
-  site.real = true;
-  site.slot = low;
-  site.position = g - params.tile_offsets[low];
+  tile.real = true;
+  tile.slot = low;
+  tile.position = g - params.tile_offsets[low];
   const detail::GridLines lines = params.lines[low];
-  const GridRows rows(params.q_len, params.kv_len, params.tile_rows, lines.stride);
-  const GridRun run = rows.run_of_tile(site.position);
-  const int64_t first_row = (site.position - run.tile_begin) * params.tile_rows;
-  const int64_t tile_rows = min64(params.tile_rows, run.count - first_row);
-  site.begin = run.order_begin + first_row;
-  site.end = site.begin + tile_rows;
-  site.sees_keys = run.sees_keys;
-  if (run.sees_keys) {
-    // Row start + i·stride has frontier start + i·stride + offset + 1, coordinate one less.
-    const int64_t first = run.start + first_row * run.step + rows.offset + 1;
-    site.keys = make_grid_tile(first, tile_rows, lines.stride, (first - 1) % lines.stride,
-                               lines.phase, params.options);
-  }
-  return site;
+  tile.site = grid::locate_tile(
+      grid::GridRows(params.q_len, params.kv_len, params.tile_rows, lines.stride), tile.position,
+      lines, params.options);
+  return tile;
 }
 
 __device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -586,13 +355,13 @@ struct TileCounts {
 
 // One warp: the tile's spans and columns, written when `spans` and `columns` are not null. The
 // warp takes 32 candidate keys of the residues at a time and ranks the kept ones with a ballot.
-__device__ TileCounts tile_keys(const GridTile& tile, SpanRecord* spans, int32_t* columns) {
+__device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, int32_t* columns) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
   TileCounts counts;
   counts.spans = tile.span_count();
   int64_t lane_keys = 0;
   for (int64_t j = lane; j < counts.spans; j += kWarpLanes) {
-    const KeyRange span = tile.span(j);
+    const grid::KeyRange span = tile.span(j);
     lane_keys += span.end - span.begin;
     if (spans != nullptr) spans[j] = {static_cast<int32_t>(span.begin), static_cast<int32_t>(span.end)};
   }
@@ -628,9 +397,9 @@ __global__ void grid_count_kernel(const ConvertParams params, int64_t* span_coun
                                   int64_t* column_counts) {
   const int64_t g = warp_index();
   if (g >= params.tiles) return;
-  const TileSite site = tile_site(params, g);
+  const PlanTile tile = plan_tile(params, g);
   TileCounts counts;
-  if (site.sees_keys) counts = tile_keys(site.keys, nullptr, nullptr);
+  if (tile.site.sees_keys) counts = tile_keys(tile.site.keys, nullptr, nullptr);
   if (threadIdx.x % kWarpLanes == 0) {
     span_counts[g] = counts.spans;
     column_counts[g] = counts.columns;
@@ -651,25 +420,25 @@ struct FillTargets {
 __global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
   const int64_t g = warp_index();
   if (g >= params.tiles) return;
-  const TileSite site = tile_site(params, g);
+  const PlanTile tile = plan_tile(params, g);
   const int64_t span_begin = out.span_offsets[g];
   const int64_t column_begin = out.column_offsets[g];
   TileCounts counts;
-  if (site.sees_keys) {
-    counts = tile_keys(site.keys, out.sections.spans + span_begin,
+  if (tile.site.sees_keys) {
+    counts = tile_keys(tile.site.keys, out.sections.spans + span_begin,
                        out.sections.columns + column_begin);
   }
   if (threadIdx.x % kWarpLanes != 0) return;
   if (g == 0) out.sections.masks[0] = out.mask;
   out.tile_indices[g] = static_cast<int32_t>(g);
-  if (!site.real) {
+  if (!tile.real) {
     out.sections.tiles[g] = {0, 0, 0, 0, 0, 0, 0, 0};
     out.sort_keys[g] = 0;
     return;
   }
-  out.sections.tiles[g] = {static_cast<int32_t>(site.begin),
-                           static_cast<int32_t>(site.end),
-                           static_cast<int32_t>(site.slot),
+  out.sections.tiles[g] = {static_cast<int32_t>(tile.site.begin),
+                           static_cast<int32_t>(tile.site.end),
+                           static_cast<int32_t>(tile.slot),
                            0,
                            span_begin,
                            span_begin + counts.spans,
@@ -678,7 +447,7 @@ __global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
   // The upload's order (device_plan.cu, heaviest_first): more keys first, then lower positions,
   // then lower tile indices (the stable sort keeps those).
   out.sort_keys[g] = (static_cast<uint64_t>(counts.keys + 1) << kPositionBits) |
-                     (kPositionMask - static_cast<uint64_t>(site.position));
+                     (kPositionMask - static_cast<uint64_t>(tile.position));
 }
 
 template <class T>

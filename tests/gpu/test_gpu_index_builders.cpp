@@ -749,8 +749,11 @@ TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
                                               shape, good, stream_);
       },
       ErrorCode::kUnsupported, {"build_grid_plan_on_device pattern", "vertical-slash"});
-  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(PatternSpec::parse("grid:boundary=1"))));
-  EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(PatternSpec::parse("grid:boundary=2"))));
+  const auto spec_of = [](const char* text) { return resolve_pattern(PatternSpec::parse(text)); };
+  EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=1")));
+  EXPECT_FALSE(cuda::builds_grid_on_device(spec_of("grid:boundary=2")));
+  // Per-head configs route by builds_dynamic_on_device: their grid heads stay host-built.
+  EXPECT_FALSE(cuda::builds_dynamic_on_device(spec_of("grid")));
 }
 
 TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
