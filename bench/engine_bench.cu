@@ -2,15 +2,18 @@
 // mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
 // and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
 // at 8K/32K/128K, A-shape (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row
-// query block its diagonal span plus 2048 random keys left of it, distinct per block) and the
-// grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64; two plans merged, see
-// tests/gpu/grid_plans.h; its bands as columns, and as spans in grid-spans-128k). TFLOP/s count
-// computed pairs only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs,
-// compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the
-// tests prove on small ones.
+// query block its diagonal span plus 2048 random keys left of it, distinct per block), A-shape
+// with the grid mask's window (sink 128, local 1024: the grid mask's first pass alone) and the
+// grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64: the grid-mask pattern, two
+// passes merged by LSE, see src/patterns/grid_mask.cpp; its bands as spans, and as columns with
+// 8 or 16 phases per tile in grid-columns-128k and grid-p16-128k). TFLOP/s count computed pairs
+// only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared with the
+// mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests prove on
+// small ones.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
-//                                               columns-128k grid-128k grid-spans-128k
+//                                               columns-128k a-shape-1k-128k grid-128k
+//                                               grid-columns-128k grid-p16-128k
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -24,12 +27,12 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "../tests/gpu/grid_plans.h"
 #include "core/plan_coverage.h"
 #include "cuda/cuda_engine.h"
 #include "mmsparse/attention.h"
@@ -136,7 +139,7 @@ constexpr int64_t kColumnBlockRows = 128;
 constexpr int64_t kBlockColumns = 2048;
 constexpr uint32_t kColumnSeed = 7;
 
-std::vector<Plan> columns_plan(const PlanShape& shape) {
+Plan columns_plan(const PlanShape& shape) {
   std::mt19937 random(kColumnSeed);
   std::vector<std::vector<int32_t>> block_columns;
   for (int64_t begin = 0; begin < shape.q_len; begin += kColumnBlockRows) {
@@ -169,36 +172,21 @@ std::vector<Plan> columns_plan(const PlanShape& shape) {
       }
     }
   }
-  std::vector<Plan> plans;
-  plans.push_back(builder.finish());
-  return plans;
+  return builder.finish();
 }
 
-std::function<std::vector<Plan>(const PlanShape&)> grid_plan(bool bands_as_columns) {
-  return [bands_as_columns](const PlanShape& shape) {
-    mmsparse::test::GridPlans parts =
-        mmsparse::test::grid_plans(shape, mmsparse::test::GridMask{}, bands_as_columns);
-    std::vector<Plan> plans;
-    plans.push_back(std::move(parts.local));
-    plans.push_back(std::move(parts.bands));
-    return plans;
-  };
-}
-
-std::function<std::vector<Plan>(const PlanShape&)> pattern_plan(const std::string& pattern) {
+std::function<Plan(const PlanShape&)> pattern_plan(const std::string& pattern) {
   return [pattern](const PlanShape& shape) {
-    std::vector<Plan> plans;
-    plans.push_back(mmsparse::build_plan(mmsparse::PatternSpec::parse(pattern), shape));
-    return plans;
+    return mmsparse::build_plan(mmsparse::PatternSpec::parse(pattern), shape);
   };
 }
 
-// A case's plans cover disjoint pairs; more than one are run one after another into partial
-// results that merge_partials combines (inside the timing).
+// A case's plan; one of several passes runs through cuda::attention_passes, its scratch
+// allocation and merge inside the timing.
 struct Case {
   std::string name;
   int64_t length;
-  std::function<std::vector<Plan>(const PlanShape&)> build;
+  std::function<Plan(const PlanShape&)> build;
 };
 
 struct KernelChoice {
@@ -233,10 +221,6 @@ void run_case(const Case& c) {
   DeviceArray reference_lse(lse_elements * sizeof(float));
   DeviceArray out(q_elements * sizeof(__nv_bfloat16));
   DeviceArray lse(lse_elements * sizeof(float));
-  // Partial results of a case's later plans; the first writes the final outputs, which the merge
-  // then overwrites in place.
-  DeviceArray part_out(q_elements * sizeof(__nv_bfloat16));
-  DeviceArray part_lse(lse_elements * sizeof(float));
   DeviceArray flush(kFlushBytes);
   constexpr uint32_t kSeeds[] = {1, 2, 3};
   fill_random_kernel<<<kGridBlocks, kInitThreads>>>(static_cast<__nv_bfloat16*>(q.data),
@@ -271,51 +255,21 @@ void run_case(const Case& c) {
   cudaEvent_t stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
+  Plan plan;  // rebuilt only when the tile height changes (host builds of 128K plans take seconds)
   for (int i = 0; i < kKernelCount; ++i) {
     PlanShape shape;
     shape.heads = kQueryHeads;
     shape.q_len = length;
     shape.kv_len = length;
     shape.tile_rows = kKernels[i].tile_rows;
-    const std::vector<Plan> plans = c.build(shape);
-    pairs = 0.0;  // the same pairs whatever the tile height
-    std::vector<cuda::DevicePlan> device_plans;
-    for (const Plan& plan : plans) {
-      pairs += computed_pairs(plan);
-      device_plans.emplace_back(plan, nullptr);
-    }
+    if (i == 0 || !(plan.shape == shape)) plan = c.build(shape);
+    if (i == 0) pairs = computed_pairs(plan);  // the same pairs whatever the tile height
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
     const bool reference = i == 0;
     args.kernel = kKernels[i].kernel;
-    void* final_out = reference ? reference_out.data : out.data;
-    auto* final_lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
-    std::vector<void*> outs;
-    std::vector<float*> lses;
-    std::vector<cuda::MergePart> parts;
-    for (std::size_t p = 0; p < plans.size(); ++p) {
-      outs.push_back(p == 0 ? final_out : part_out.data);
-      lses.push_back(p == 0 ? final_lse : static_cast<float*>(part_lse.data));
-      parts.push_back(
-          {DType::kBFloat16, outs.back(), args.out_strides, lses.back(), args.lse_strides});
-    }
-    cuda::MergeArgs merge;
-    merge.batch = args.batch;
-    merge.q_len = length;
-    merge.heads = kQueryHeads;
-    merge.head_dim = kHeadDim;
-    merge.parts = parts;
-    merge.out = final_out;
-    merge.out_strides = args.out_strides;
-    merge.lse = final_lse;
-    merge.lse_strides = args.lse_strides;
-    const auto run_plans = [&] {
-      for (std::size_t p = 0; p < plans.size(); ++p) {
-        args.kv_len = plans[p].shape.kv_len;
-        args.out = outs[p];
-        args.lse = lses[p];
-        cuda::attention_planned(device_plans[p], args);
-      }
-      if (plans.size() > 1) cuda::merge_partials(merge);
-    };
+    args.out = reference ? reference_out.data : out.data;
+    args.lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
+    const auto run_plans = [&] { cuda::attention_passes(passes, args); };
     std::vector<float> samples;
     for (int r = 0; r < kWarmups + kRepeats; ++r) {
       check(cudaMemsetAsync(flush.data, r, flush.bytes), "cudaMemsetAsync");
@@ -365,13 +319,23 @@ int main(int argc, char** argv) {
       {"dense-128k", k128K, pattern_plan("dense")},
       {"a-shape-128k", k128K, pattern_plan("a-shape:sink=128,local=4096")},
       {"columns-128k", k128K, columns_plan},
-      {"grid-128k", k128K, grid_plan(true)},
-      {"grid-spans-128k", k128K, grid_plan(false)},
+      {"a-shape-1k-128k", k128K, pattern_plan("a-shape:sink=128,local=1024")},
+      {"grid-128k", k128K, pattern_plan("grid-mask")},
+      {"grid-columns-128k", k128K, pattern_plan("grid-mask:columns=1")},
+      {"grid-p16-128k", k128K, pattern_plan("grid-mask:columns=1,phases=16")},
   };
   std::vector<std::string> selected(argv + 1, argv + argc);
 
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+  // Plans of several passes allocate their scratch in stream order on every call: the pool keeps
+  // its memory between calls, as a framework's caching allocator would, so that the timings hold
+  // the kernels and not the driver's mapping of fresh memory.
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep_everything = std::numeric_limits<uint64_t>::max();
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+        "cudaMemPoolSetAttribute");
   std::printf(
       "mmsparse_engine_bench on %s (%d SMs): bf16, %lld q heads / %lld kv heads, d%lld; "
       "median of %d after %d warm-ups, L2 flushed before each run\n",

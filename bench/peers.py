@@ -3,7 +3,10 @@
 
 Peers: PyTorch SDPA with the cuDNN backend and with the FlashAttention-2 backend, and FlexAttention
 (torch.compile'd) with the equivalent block mask. mmsparse runs through its CLI on the very same
-tensors (written once to a safetensors file) and its outputs are compared with the peers'.
+tensors (written once to a safetensors file) and its outputs are compared with the peers' (relative
+Frobenius error and max abs error of O): dense with cuDNN, A-shape and the grid-like mask with
+FlexAttention, whose mask_mod states each mask element by element (mmsparse runs the grid mask as
+its `grid-mask` pattern, two passes merged by LSE).
 
 Inputs are random bf16 tensors (N(0, 1)): timings do not depend on values, and accuracy is checked
 against the peers, not against a model. Times are CUDA-event medians after warm-up; TFLOP/s count
@@ -57,6 +60,17 @@ def a_shape_pairs(seq_len, sink, local):
     return int((window + sinks).sum())
 
 
+def grid_pairs(seq_len, sink, local, period, band):
+    # Row q keeps its first min(sink, q + 1) keys and, among the others, every distance d <= q - that
+    # many with d < local or d mod period < band: a prefix count over distances.
+    distances = torch.arange(seq_len, dtype=torch.int64)
+    kept = ((distances < local) | (distances % period < band)).to(torch.int64)
+    prefix = torch.cat([torch.zeros(1, dtype=torch.int64), kept.cumsum(0)])  # prefix[i] = sum d < i
+    rows = torch.arange(seq_len, dtype=torch.int64)
+    sinks = torch.clamp(rows + 1, max=sink)
+    return int((sinks + prefix[rows + 1 - sinks]).sum())
+
+
 def a_shape_mask(b, h, q, k):
     return (k <= q) & ((k < A_SHAPE_SINK) | (q - k < A_SHAPE_LOCAL))
 
@@ -89,6 +103,10 @@ def relative_error(actual, expected):
     return float((actual - expected).norm() / expected.norm())
 
 
+def max_abs_error(actual, expected):
+    return float((actual.float() - expected.float()).abs().max())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mmsparse", required=True, help="path to the mmsparse binary")
@@ -99,6 +117,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--skip-flex", action="store_true", help="no FlexAttention (compile time)")
+    parser.add_argument("--masks", nargs="+", default=["a-shape", "grid"], choices=["a-shape", "grid"],
+                        help="the sparse masks to compare")
+    parser.add_argument("--skip-dense", action="store_true",
+                        help="no dense rows (the ratios then use the first row of each length)")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
 
@@ -122,31 +144,41 @@ def main():
 
             def record(impl, pattern, ms, pairs, out=None, reference=None, note=""):
                 tflops = 4.0 * pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12
-                error = relative_error(out, reference) if out is not None and reference is not None else None
+                compared = out is not None and reference is not None
+                error = relative_error(out, reference) if compared else None
+                max_error = max_abs_error(out, reference) if compared else None
                 rows.append({"seq_len": seq_len, "impl": impl, "pattern": pattern, "ms": ms,
-                             "tflops": tflops, "rel_err_vs_peer": error, "note": note})
+                             "tflops": tflops, "rel_err_vs_peer": error,
+                             "max_abs_err_vs_peer": max_error, "note": note})
                 print(f"{seq_len:>8} {impl:<22} {pattern:<10} {ms:>10.2f} ms {tflops:>8.1f} TFLOP/s"
-                      + (f"  rel err {error:.2e}" if error is not None else "") + (f"  {note}" if note else ""),
+                      + (f"  rel err {error:.2e}  max abs err {max_error:.2e}" if compared else "")
+                      + (f"  {note}" if note else ""),
                       flush=True)
 
             dense_pairs = causal_pairs(seq_len)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                cudnn_out = torch.nn.functional.scaled_dot_product_attention(qt, kt_full, vt_full, is_causal=True)
-                ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                    qt, kt_full, vt_full, is_causal=True), args.warmup, args.repeats)
-            record("sdpa-cudnn", "dense", ms, dense_pairs, note="K/V expanded to 28 heads")
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                    qt, kt, vt, is_causal=True, enable_gqa=True), args.warmup, args.repeats)
-            record("sdpa-flash2", "dense", ms, dense_pairs)
-            ms, out = run_mmsparse(args.mmsparse, tensor_file, "dense", args)
-            record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
+            cudnn_out = None
+            if not args.skip_dense:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    cudnn_out = torch.nn.functional.scaled_dot_product_attention(qt, kt_full, vt_full, is_causal=True)
+                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt_full, vt_full, is_causal=True), args.warmup, args.repeats)
+                record("sdpa-cudnn", "dense", ms, dense_pairs, note="K/V expanded to 28 heads")
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=True, enable_gqa=True), args.warmup, args.repeats)
+                record("sdpa-flash2", "dense", ms, dense_pairs)
+                ms, out = run_mmsparse(args.mmsparse, tensor_file, "dense", args)
+                record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
 
             masks = [("a-shape", a_shape_mask, a_shape_pairs(seq_len, A_SHAPE_SINK, A_SHAPE_LOCAL),
-                      f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}")]
+                      f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}"),
+                     ("grid", grid_mask, grid_pairs(seq_len, GRID_SINK, GRID_LOCAL, GRID_STRIDE, GRID_WIDTH),
+                      f"grid-mask:sink={GRID_SINK},local={GRID_LOCAL},period={GRID_STRIDE},band={GRID_WIDTH}")]
+            masks = [mask for mask in masks if mask[0] in args.masks]
             flex_outputs = {}
             if not args.skip_flex:
-                for name, mask_mod, pairs, _ in [("dense", causal_mask, dense_pairs, None)] + masks:
+                dense = [] if args.skip_dense else [("dense", causal_mask, dense_pairs, None)]
+                for name, mask_mod, pairs, _ in dense + masks:
                     # _compile evaluates the mask block by block instead of materialising N x N.
                     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device="cuda",
                                                    BLOCK_SIZE=FLEX_BLOCK, _compile=True)
@@ -165,10 +197,20 @@ def main():
               "head_dim": args.head_dim, "dtype": "bfloat16", "rows": rows}
     print("\nratios vs sdpa-cudnn dense (time of cuDNN / time of impl):")
     for seq_len in args.seq_lens:
-        base = next(r["ms"] for r in rows if r["seq_len"] == seq_len and r["impl"] == "sdpa-cudnn")
+        base = next((r["ms"] for r in rows if r["seq_len"] == seq_len and r["impl"] == "sdpa-cudnn"),
+                    next(r["ms"] for r in rows if r["seq_len"] == seq_len))
         for r in rows:
             if r["seq_len"] == seq_len:
                 print(f"{seq_len:>8} {r['impl']:<22} {r['pattern']:<10} {base / r['ms']:>7.2f}x")
+    print("\nmmsparse against FlexAttention on the same mask (time of Flex / time of mmsparse):")
+    for seq_len in args.seq_lens:
+        for r in rows:
+            if r["seq_len"] != seq_len or r["impl"] != "flexattention":
+                continue
+            ours = next((o for o in rows if o["seq_len"] == seq_len and o["impl"] == "mmsparse"
+                         and o["pattern"] == r["pattern"]), None)
+            if ours is not None:
+                print(f"{seq_len:>8} {r['pattern']:<10} {r['ms'] / ours['ms']:>7.2f}x")
     if args.out:
         with open(args.out, "w") as file:
             json.dump(report, file, indent=2)

@@ -34,6 +34,7 @@ if(MMSPARSE_WITH_CUDA)
     src/cuda/attention_wgmma_fp16.cu
     src/cuda/tensor_map.cu
     src/cuda/merge.cu
+    src/cuda/attention_passes.cu
     src/cuda/plan_builders.cu
     src/cuda/index_builders.cu
     src/cuda/index_estimate.cu

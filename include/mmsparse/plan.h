@@ -12,11 +12,19 @@
 //  * per tile, in CSR form: key spans [begin, end) at any alignment, and gathered key columns.
 //  * per tile, a mask policy applied to every (query, key) pair the tile covers: causal on original
 //    positions (bottom-right aligned when kv_len > q_len), and optionally a window (with sink keys
-//    exempt from it), same-media, and modality-pair restrictions (these need the token arrays).
-//    Policies live in a small table; tiles refer to them by index.
+//    exempt from it), a minimum distance, a periodic band, same-media, and modality-pair
+//    restrictions (these need the token arrays). Policies live in a small table; tiles refer to
+//    them by index.
+//  * optionally, further passes: plans over the same shape, each with its own query order and
+//    tiles, that cover pairs disjoint from this plan's and from each other's. A row's attention is
+//    over the union of what every pass covers; backends run the passes apart and merge their
+//    partial (O, LSE) by LSE. Passes let one pattern give a row two tile geometries (a grid
+//    head's local window in natural order, its grid lines in phase-major order).
 //
 // Invariant: within a tile, spans are disjoint, columns are unique and lie outside every span, so
-// every (query, key) pair is computed at most once. validate() checks it.
+// every (query, key) pair is computed at most once by a pass. validate() checks it; that passes
+// are disjoint from each other, check_passes_disjoint() does (it costs a walk over every pass's
+// key ranges).
 //
 // The CPU reference defines the semantics: attention over a plan computes exactly the pairs that
 // the tiles cover and the mask allows.
@@ -56,10 +64,19 @@ constexpr uint16_t modality_pair_bit(Modality query, Modality key) {
 }
 inline constexpr uint16_t kAllModalityPairs = (1u << (kNumModalities * kNumModalities)) - 1;
 
+// The distance of a pair is aligned_query - key (aligned_query = query + kv_len - q_len).
 struct MaskPolicy {
   bool causal = true;
   int64_t window = 0;       // > 0: keep keys with aligned_query - key < window; 0: unlimited
   int64_t window_sink = 0;  // keys < window_sink are exempt from the window (StreamingLLM sinks)
+  // Keep pairs at distance >= min_distance: a causal cut moved min_distance keys back, which lets a
+  // pass reach "keys at least one period back" on the common shape.
+  int64_t min_distance = 0;
+  // period > 0: keep pairs whose distance mod period < band (0 < band <= period; needs causal, so
+  // distances are never negative): a periodic band, grid lines that a tile of several phases
+  // shares. period 0 (and band 0): no band.
+  int64_t period = 0;
+  int64_t band = 0;
   bool same_media = false;  // keep pairs where both tokens belong to the same media item
   uint16_t modality_pairs = kAllModalityPairs;  // allowed (query, key) modality pairs
   bool needs_token_arrays() const { return same_media || modality_pairs != kAllModalityPairs; }
@@ -96,20 +113,29 @@ struct Plan {
   std::vector<uint8_t> token_modality;
   std::vector<int32_t> token_media;
 
+  // Passes 1, 2, ... (this plan is pass 0): the same shape, no passes of their own, pairs disjoint
+  // from every other pass's. Empty for a plan of one pass.
+  std::vector<Plan> extra_passes;
+
   int64_t head_slots() const { return shape.head_slots(); }
   int64_t num_tiles() const { return static_cast<int64_t>(tiles.size()); }
+  int64_t num_passes() const { return 1 + static_cast<int64_t>(extra_passes.size()); }
+  // Pass p: this plan for 0, extra_passes[p - 1] otherwise.
+  const Plan& pass(int64_t p) const;
 
   // Original query position of order index `i` of a head slot (identity without runs).
   int64_t query_position(int64_t head_slot, int64_t order_index) const;
   // All positions of a head's order, materialised (length q_len).
   std::vector<int64_t> query_order(int64_t head_slot) const;
 
-  void attach_layout(const ModalityLayout& layout);  // layout.length() must equal kv_len
+  // layout.length() must equal kv_len; attaches to every pass.
+  void attach_layout(const ModalityLayout& layout);
 
   // Throws Error(kInvalidArgument) naming the offending field, head and tile: offsets not
   // monotone or of the wrong size, runs that are not a permutation of [0, q_len), tiles out of
-  // range or longer than tile_rows, spans/columns out of [0, kv_len), overlapping coverage,
-  // masks that need token arrays without them.
+  // range or longer than tile_rows, spans/columns out of [0, kv_len), overlapping coverage within
+  // a tile, masks with bad fields or that need token arrays without them; for extra passes, the
+  // same for each (named "pass p"), a shape other than this plan's, or passes of their own.
   void validate() const;
 
   std::string summary() const;  // "heads=28 tiles=57344 spans=... columns=..."
@@ -134,11 +160,19 @@ class PlanBuilder {
 };
 
 // The boolean mask a plan computes for one head slot, [q_len × kv_len] row-major, 1 = computed.
-// Includes the mask policy. Meant for small sizes (tests, pictures).
+// Includes the mask policy; the union over passes. Meant for small sizes (tests, pictures).
 std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot);
 
-// Number of (query, key) pairs a head slot computes after masking.
+// Number of (query, key) pairs a head slot computes after masking, summed over passes.
 int64_t count_plan_pairs(const Plan& plan, int64_t head_slot);
+
+// Throws Error(kInvalidArgument) naming the passes, head slot, query and key when two passes
+// compute a common pair. Costs a sort of every row's key ranges over all passes: meant for tests
+// and small sizes (validate() does not call it).
+void check_passes_disjoint(const Plan& plan);
+
+// Attaches `pass` (same shape, one pass) as the plan's next pass and validates the result.
+void add_pass(Plan& plan, Plan pass);
 
 // --- Interchange formats (converters; the plan stays the internal format) ---
 
@@ -153,7 +187,7 @@ struct MInferenceIndex {
   std::vector<int32_t> column_count;  // [batch, heads, num_blocks]
   std::vector<int32_t> column_index;  // [batch, heads, num_blocks, max_columns]
 };
-// Requires identity query order, uniform tiles of block_size and causal-only masks. Span pieces
+// Requires one pass, identity query order, uniform tiles of block_size and causal-only masks. Span pieces
 // shorter than block_size become columns so the conversion is exact.
 MInferenceIndex to_minference_index(const Plan& plan);
 Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t kv_len);

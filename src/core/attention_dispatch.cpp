@@ -286,7 +286,7 @@ struct PreparedPlan::Impl {
   // A dynamic plan from device tensors, or a per-head config with dynamic heads: no host copy.
   bool estimated_on_device = false;
 #ifdef MMSPARSE_WITH_CUDA
-  cuda::DevicePlan device_plan;
+  std::vector<cuda::DevicePlan> device_passes;  // the device copy, one entry per pass
   std::shared_ptr<const cuda::ConfigBuildTimer> build_timer;  // per-head configs on the device
 #endif
 };
@@ -344,7 +344,7 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
         // The upload validates the plan.
-        prepared.impl_->device_plan = cuda::DevicePlan(plan, stream);
+        prepared.impl_->device_passes = cuda::upload_passes(plan, stream);
 #endif
       });
   (void)stream;
@@ -372,11 +372,12 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                         " is not built on the GPU (vertical-slash and grid with boundary 0 or 1 "
                         "are); pass host inputs to build it on the host");
       }
-      prepared.impl_->device_plan = cuda::build_dynamic_plan_on_device(
-          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream);
+      prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
+          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream));
       prepared.impl_->estimated_on_device = true;
     } else {
-      prepared.impl_->device_plan = cuda::build_static_plan_on_device(resolved, shape, stream);
+      prepared.impl_->device_passes.push_back(
+          cuda::build_static_plan_on_device(resolved, shape, stream));
     }
     prepared.impl_->device_built_specs = {std::move(resolved)};
     return prepared;
@@ -414,7 +415,7 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
     prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
     prepared.impl_->shape = shape;
     prepared.impl_->device = device;
-    prepared.impl_->device_plan = std::move(build.plan);
+    prepared.impl_->device_passes.push_back(std::move(build.plan));
     prepared.impl_->build_timer = std::move(build.timer);
     // The inputs of dynamic heads are not kept, so there is no host copy to build later.
     prepared.impl_->estimated_on_device =
@@ -448,8 +449,8 @@ void attention_planned(const PreparedPlan& prepared, const TensorView& q, const 
       },
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
-        cuda::attention_planned(prepared.impl_->device_plan,
-                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+        cuda::attention_passes(prepared.impl_->device_passes,
+                               cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
 #endif
       });
 }

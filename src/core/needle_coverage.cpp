@@ -27,11 +27,9 @@ std::vector<uint8_t> kept_pairs(const Plan& plan, int64_t head_slot,
                                 std::span<const int64_t> query_rows) {
   const std::size_t rows = query_rows.size();
   std::vector<uint8_t> kept(needle_keys.size() * rows, 0);
-  const std::vector<int64_t> tile_of = detail::tile_of_rows(plan, head_slot);
+  const detail::RowCoverage coverage(plan, head_slot);
   for (std::size_t r = 0; r < rows; ++r) {
-    const int64_t tile = tile_of[query_rows[r]];
-    if (tile < 0) continue;  // a row in no tile computes nothing
-    detail::for_each_tile_range(plan, tile, query_rows[r], [&](int64_t begin, int64_t end) {
+    coverage.for_each_range(query_rows[r], [&](int64_t begin, int64_t end) {
       for (std::size_t n = 0; n < needle_keys.size(); ++n) {
         if (needle_keys[n] >= begin && needle_keys[n] < end) kept[n * rows + r] = 1;
       }

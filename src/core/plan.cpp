@@ -71,10 +71,25 @@ void check_offsets(const std::string& field, const std::vector<int64_t>& offsets
 void check_masks(const Plan& plan) {
   for (size_t m = 0; m < plan.masks.size(); ++m) {
     const MaskPolicy& mask = plan.masks[m];
+    const std::string name = "mask " + std::to_string(m);
     if (mask.window < 0 || mask.window_sink < 0) {
-      fail("masks", "mask " + std::to_string(m) + " has window " + std::to_string(mask.window) +
-                        " and window_sink " + std::to_string(mask.window_sink) +
-                        ", expected both >= 0");
+      fail("masks", name + " has window " + std::to_string(mask.window) + " and window_sink " +
+                        std::to_string(mask.window_sink) + ", expected both >= 0");
+    }
+    if (mask.min_distance < 0) {
+      fail("masks",
+           name + " has min_distance " + std::to_string(mask.min_distance) + ", expected >= 0");
+    }
+    if (mask.period < 0 || (mask.period == 0 && mask.band != 0) ||
+        (mask.period > 0 && (mask.band <= 0 || mask.band > mask.period))) {
+      fail("masks", name + " has period " + std::to_string(mask.period) + " and band " +
+                        std::to_string(mask.band) +
+                        ", expected period > 0 with 0 < band <= period, or both 0");
+    }
+    if (mask.period > 0 && !mask.causal) {
+      fail("masks", name + " has a periodic band (period " + std::to_string(mask.period) +
+                        ") without causal, expected causal = true (the band is defined on "
+                        "non-negative distances)");
     }
   }
 }
@@ -246,6 +261,14 @@ void check_head_slot(const Plan& plan, int64_t head_slot) {
 
 }  // namespace
 
+const Plan& Plan::pass(int64_t p) const {
+  if (p < 0 || p >= num_passes()) {
+    throw_invalid_argument("pass", "a value in [0, " + std::to_string(num_passes()) + ")",
+                           std::to_string(p));
+  }
+  return p == 0 ? *this : extra_passes[static_cast<size_t>(p - 1)];
+}
+
 int64_t Plan::query_position(int64_t head_slot, int64_t order_index) const {
   check_head_slot(*this, head_slot);
   if (order_index < 0 || order_index >= shape.q_len) {
@@ -294,6 +317,7 @@ void Plan::attach_layout(const ModalityLayout& layout) {
   }
   token_modality = layout.token_types();
   token_media = layout.token_media();
+  for (Plan& pass : extra_passes) pass.attach_layout(layout);
 }
 
 void Plan::validate() const {
@@ -323,6 +347,23 @@ void Plan::validate() const {
       check_tile_keys(*this, slot, t, span_buffer, column_buffer);
     }
   }
+  for (size_t p = 0; p < extra_passes.size(); ++p) {
+    const Plan& pass = extra_passes[p];
+    const std::string name = "pass " + std::to_string(p + 1);
+    if (!(pass.shape == shape)) {
+      fail("extra_passes", name + " has shape " + pass.summary() +
+                               ", expected the shape of pass 0 (" + summary() + ")");
+    }
+    if (!pass.extra_passes.empty()) {
+      fail("extra_passes", name + " has " + std::to_string(pass.extra_passes.size()) +
+                               " passes of its own, expected none (passes are one level)");
+    }
+    try {
+      pass.validate();
+    } catch (const Error& error) {
+      throw Error(error.code(), "plan.extra_passes: " + name + ": " + error.what());
+    }
+  }
 }
 
 std::string Plan::summary() const {
@@ -331,6 +372,7 @@ std::string Plan::summary() const {
       << " kv_len=" << shape.kv_len << " tile_rows=" << shape.tile_rows << " tiles=" << tiles.size()
       << " spans=" << spans.size() << " columns=" << columns.size() << " runs=" << runs.size()
       << " masks=" << masks.size();
+  if (!extra_passes.empty()) out << " passes=" << num_passes();
   return out.str();
 }
 
@@ -443,6 +485,47 @@ int64_t count_plan_pairs(const Plan& plan, int64_t head_slot) {
   detail::for_each_covered_range(
       plan, head_slot, [&](int64_t, int64_t begin, int64_t end) { pairs += end - begin; });
   return pairs;
+}
+
+void check_passes_disjoint(const Plan& plan) {
+  plan.validate();
+  struct Range {
+    int64_t begin, end, pass;
+  };
+  std::vector<std::vector<Range>> rows(static_cast<size_t>(plan.shape.q_len));
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    for (auto& row : rows) row.clear();
+    for (int64_t p = 0; p < plan.num_passes(); ++p) {
+      detail::for_each_pass_range(plan.pass(p), slot,
+                                  [&](int64_t query, int64_t begin, int64_t end) {
+                                    rows[query].push_back({begin, end, p});
+                                  });
+    }
+    for (int64_t query = 0; query < plan.shape.q_len; ++query) {
+      std::vector<Range>& row = rows[query];
+      std::sort(row.begin(), row.end(),
+                [](const Range& a, const Range& b) { return a.begin < b.begin; });
+      for (size_t i = 1; i < row.size(); ++i) {
+        if (row[i].begin < row[i - 1].end) {
+          fail("extra_passes", "passes " + std::to_string(row[i - 1].pass) + " and " +
+                                   std::to_string(row[i].pass) + " both compute query " +
+                                   std::to_string(query) + " and key " +
+                                   std::to_string(row[i].begin) + " of head slot " +
+                                   std::to_string(slot) + ", expected disjoint passes");
+        }
+      }
+    }
+  }
+}
+
+void add_pass(Plan& plan, Plan pass) {
+  plan.extra_passes.push_back(std::move(pass));
+  try {
+    plan.validate();
+  } catch (const Error&) {
+    plan.extra_passes.pop_back();  // the plan stays as it was
+    throw;
+  }
 }
 
 }  // namespace mmsparse

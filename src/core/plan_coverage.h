@@ -32,7 +32,29 @@ inline bool mask_keeps(const Plan& plan, const MaskPolicy& mask, int64_t query, 
   const int64_t aligned = query + plan.shape.causal_offset();
   if (mask.causal && key > aligned) return false;
   if (mask.window > 0 && key >= mask.window_sink && aligned - key >= mask.window) return false;
+  if (mask.min_distance > 0 && aligned - key < mask.min_distance) return false;
+  if (mask.period > 0 && (aligned - key) % mask.period >= mask.band) return false;
   return !mask.needs_token_arrays() || tokens_allow(plan, mask, aligned, key);
+}
+
+// Calls emit(lo, hi) for each maximal range of keys in [lo, hi) whose distance to `aligned` lies
+// in the periodic band of `mask` (every key when it has none), in ascending order. The keys must
+// not lie past `aligned` (distances >= 0; validate() makes periodic masks causal).
+template <class Emit>
+void for_each_band_range(const MaskPolicy& mask, int64_t aligned, int64_t lo, int64_t hi,
+                         Emit&& emit) {
+  if (lo >= hi) return;
+  if (mask.period == 0) {
+    emit(lo, hi);
+    return;
+  }
+  // Period j's band holds distances [j·period, j·period + band), keys ascending as j falls.
+  for (int64_t j = (aligned - lo) / mask.period; j >= (aligned - (hi - 1)) / mask.period; --j) {
+    const int64_t nearest = aligned - j * mask.period;  // the band's key at distance j·period
+    const int64_t begin = std::max(lo, nearest - mask.band + 1);
+    const int64_t end = std::min(hi, nearest + 1);
+    if (begin < end) emit(begin, end);
+  }
 }
 
 // Calls emit(begin, end) for each maximal range of keys in [begin, end) that `mask` keeps for the
@@ -41,11 +63,11 @@ template <class Emit>
 void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query, int64_t begin,
                          int64_t end, Emit&& emit) {
   const int64_t aligned = query + plan.shape.causal_offset();
-  const int64_t upper = mask.causal ? std::min(end, aligned + 1) : end;
+  int64_t upper = mask.causal ? std::min(end, aligned + 1) : end;
+  if (mask.min_distance > 0) upper = std::min(upper, aligned - mask.min_distance + 1);
   if (begin >= upper) return;
 
-  auto emit_piece = [&](int64_t lo, int64_t hi) {
-    if (lo >= hi) return;
+  auto emit_tokens = [&](int64_t lo, int64_t hi) {
     if (!mask.needs_token_arrays()) {
       emit(lo, hi);
       return;
@@ -60,6 +82,9 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
       }
     }
     if (run_begin >= 0) emit(run_begin, hi);
+  };
+  auto emit_piece = [&](int64_t lo, int64_t hi) {
+    for_each_band_range(mask, aligned, lo, hi, emit_tokens);
   };
 
   // The window removes keys in [window_sink, window_begin); that gap splits the range in two.
@@ -81,38 +106,73 @@ void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
   }
-  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-    for_each_kept_range(plan, mask, query, plan.columns[c], plan.columns[c] + 1, emit);
+  // Columns listed as consecutive keys (runs, as the grid mask's bands are) go as one range each.
+  const int64_t last = plan.tile_column_offsets[t + 1];
+  for (int64_t c = plan.tile_column_offsets[t]; c < last;) {
+    const int64_t begin = plan.columns[c];
+    int64_t end = begin + 1;
+    for (++c; c < last && plan.columns[c] == end; ++c) ++end;
+    for_each_kept_range(plan, mask, query, begin, end, emit);
   }
 }
 
-// Calls visit(query, begin, end) for every key range a head slot computes: each span and column of
-// each tile, restricted by the tile's mask. `query` is an original position. Ranges of one row are
-// disjoint but not ordered. The plan must be valid.
+// Calls visit(query, begin, end) for every key range one pass of a head slot computes: each span
+// and column of each tile, restricted by the tile's mask. `query` is an original position. Ranges
+// of one row are disjoint but not ordered. The plan must be valid.
 template <class Visit>
-void for_each_covered_range(const Plan& plan, int64_t head_slot, Visit&& visit) {
-  const std::vector<int64_t> order = plan.query_order(head_slot);
-  for (int64_t t = plan.head_tile_offsets[head_slot]; t < plan.head_tile_offsets[head_slot + 1];
+void for_each_pass_range(const Plan& pass, int64_t head_slot, Visit&& visit) {
+  const std::vector<int64_t> order = pass.query_order(head_slot);
+  for (int64_t t = pass.head_tile_offsets[head_slot]; t < pass.head_tile_offsets[head_slot + 1];
        ++t) {
-    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
+    for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
       const int64_t query = order[i];
-      for_each_tile_range(plan, t, query,
+      for_each_tile_range(pass, t, query,
                           [&](int64_t begin, int64_t end) { visit(query, begin, end); });
     }
   }
 }
 
-// For one head slot: the tile holding each original query position, -1 for rows in no tile
-// (validate() guarantees tiles do not overlap, so a row has at most one). Row-at-a-time consumers
-// (the CPU reference, the attention pictures) look their tile up here.
-inline std::vector<int64_t> tile_of_rows(const Plan& plan, int64_t head_slot) {  // -> [q_len]
-  std::vector<int64_t> tile_of(static_cast<std::size_t>(plan.shape.q_len), -1);
-  const std::vector<int64_t> order = plan.query_order(head_slot);
-  for (int64_t t = plan.head_tile_offsets[head_slot]; t < plan.head_tile_offsets[head_slot + 1];
+// for_each_pass_range over every pass of the plan: the head slot's whole coverage. Ranges of one
+// row are disjoint when the passes are (check_passes_disjoint).
+template <class Visit>
+void for_each_covered_range(const Plan& plan, int64_t head_slot, Visit&& visit) {
+  for (int64_t p = 0; p < plan.num_passes(); ++p)
+    for_each_pass_range(plan.pass(p), head_slot, visit);
+}
+
+// For one head slot of one pass: the tile holding each original query position, -1 for rows in no
+// tile (validate() guarantees tiles do not overlap, so a row has at most one).
+inline std::vector<int64_t> tile_of_rows(const Plan& pass, int64_t head_slot) {  // -> [q_len]
+  std::vector<int64_t> tile_of(static_cast<std::size_t>(pass.shape.q_len), -1);
+  const std::vector<int64_t> order = pass.query_order(head_slot);
+  for (int64_t t = pass.head_tile_offsets[head_slot]; t < pass.head_tile_offsets[head_slot + 1];
        ++t) {
-    for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) tile_of[order[i]] = t;
+    for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) tile_of[order[i]] = t;
   }
   return tile_of;
 }
+
+// Row-at-a-time coverage over every pass (the CPU reference, needle coverage): each pass's tile
+// lookup for one head slot, built once.
+class RowCoverage {
+ public:
+  RowCoverage(const Plan& plan, int64_t head_slot) : plan_(plan) {
+    for (int64_t p = 0; p < plan.num_passes(); ++p) {
+      tile_of_.push_back(tile_of_rows(plan.pass(p), head_slot));
+    }
+  }
+  // Calls emit(begin, end) for every key range the passes compute for the query at `query`.
+  template <class Emit>
+  void for_each_range(int64_t query, Emit&& emit) const {
+    for (std::size_t p = 0; p < tile_of_.size(); ++p) {
+      const int64_t t = tile_of_[p][query];
+      if (t >= 0) for_each_tile_range(plan_.pass(static_cast<int64_t>(p)), t, query, emit);
+    }
+  }
+
+ private:
+  const Plan& plan_;
+  std::vector<std::vector<int64_t>> tile_of_;  // [passes][q_len]
+};
 
 }  // namespace mmsparse::detail

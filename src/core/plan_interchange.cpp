@@ -69,6 +69,10 @@ MInferenceIndex to_minference_index(const Plan& plan) {
   index.num_blocks = ceil_div(shape.q_len, index.block_size);
   const int64_t bs = index.block_size;
   const MaskPolicy causal_only{};
+  if (plan.num_passes() != 1) {
+    unsupported(converter, "the plan has " + std::to_string(plan.num_passes()) +
+                               " passes; the index holds one");
+  }
 
   std::vector<BlockKeys> blocks(plan.head_slots() * index.num_blocks);
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {

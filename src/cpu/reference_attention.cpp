@@ -132,15 +132,6 @@ void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const
   }
 }
 
-// Offers the row every key that tile `t` covers for the query at original `position`. The mask
-// semantics have one definition (core/plan_coverage.h), shared with materialize_mask and
-// count_plan_pairs.
-void offer_tile_keys(const Plan& plan, int64_t t, int64_t position, RowAttention& row) {
-  detail::for_each_tile_range(plan, t, position, [&](int64_t begin, int64_t end) {
-    for (int64_t key = begin; key < end; ++key) row.add_key(key);
-  });
-}
-
 }  // namespace
 
 void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
@@ -160,16 +151,18 @@ void attention_dense(const AttentionProblem& problem, const TensorView& q, const
 void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
                        const TensorView& k, const TensorView& v, const TensorView& out,
                        const TensorView& lse, int num_threads) {
-  std::vector<std::vector<int64_t>> tile_of;  // [head_slots][q_len]
-  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-    tile_of.push_back(detail::tile_of_rows(plan, slot));
-  }
+  // Every pass's keys go into one softmax: the oracle computes the union exactly, without the
+  // merge the engine uses. The mask semantics have one definition (core/plan_coverage.h), shared
+  // with materialize_mask and count_plan_pairs.
+  std::vector<detail::RowCoverage> coverage;  // [head_slots]
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) coverage.emplace_back(plan, slot);
   const bool broadcast = plan.shape.batch == 1;
   attend_all_rows(problem, q, k, v, out, lse, num_threads,
                   [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
                     const int64_t slot = (broadcast ? 0 : b) * plan.shape.heads + head;
-                    const int64_t t = tile_of[slot][position];
-                    if (t >= 0) offer_tile_keys(plan, t, position, row);
+                    coverage[slot].for_each_range(position, [&](int64_t begin, int64_t end) {
+                      for (int64_t key = begin; key < end; ++key) row.add_key(key);
+                    });
                   });
 }
 

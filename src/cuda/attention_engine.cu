@@ -326,8 +326,8 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
 }
 
 void attention_planned(const Plan& plan, const AttentionArgs& args) {
-  const DevicePlan device_plan(plan, args.stream);
-  attention_planned(device_plan, args);
+  const std::vector<DevicePlan> passes = upload_passes(plan, args.stream);
+  attention_passes(passes, args);
 }
 
 }  // namespace mmsparse::cuda

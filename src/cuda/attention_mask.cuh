@@ -27,16 +27,42 @@ __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t
                                                int32_t row_highest, int32_t key_lowest,
                                                int32_t key_highest, bool element_mask_needed) {
   const bool windowed = policy.window > 0;
-  if (policy.causal && key_lowest > row_highest) return ChunkCoverage::kNone;
-  if (windowed && key_lowest >= policy.window_sink && row_lowest - key_highest >= policy.window) {
+  // The chunk's pairs have distances (aligned - key) in [nearest, farthest].
+  const int32_t nearest = row_lowest - key_highest;
+  const int32_t farthest = row_highest - key_lowest;
+  if (policy.causal && farthest < 0) return ChunkCoverage::kNone;
+  if (windowed && key_lowest >= policy.window_sink && nearest >= policy.window) {
     return ChunkCoverage::kNone;
   }
+  if (policy.min_distance > 0 && farthest < policy.min_distance) return ChunkCoverage::kNone;
+  // Periodic masks are causal, so negative distances are the causal test's; the band sees the
+  // distances from max(nearest, 0) on, which start at `phase` within their period.
+  const int32_t band_nearest = max(nearest, 0);
+  const int32_t phase = policy.period > 0 ? band_nearest % policy.period : 0;
+  if (policy.period > 0 && phase >= policy.band &&
+      phase + (farthest - band_nearest) < policy.period) {
+    return ChunkCoverage::kNone;  // every distance falls in the gap between two bands
+  }
   if (element_mask_needed) return ChunkCoverage::kPartial;
-  if (policy.causal && key_highest > row_lowest) return ChunkCoverage::kPartial;
-  if (windowed && key_highest >= policy.window_sink && row_highest - key_lowest >= policy.window) {
+  if (policy.causal && nearest < 0) return ChunkCoverage::kPartial;
+  if (windowed && key_highest >= policy.window_sink && farthest >= policy.window) {
+    return ChunkCoverage::kPartial;
+  }
+  if (policy.min_distance > 0 && nearest < policy.min_distance) return ChunkCoverage::kPartial;
+  if (policy.period > 0 && (nearest < 0 || phase + (farthest - nearest) >= policy.band)) {
     return ChunkCoverage::kPartial;
   }
   return ChunkCoverage::kFull;
+}
+
+// Whether `policy`'s positional terms keep the pair of a query at aligned position `aligned` and
+// `key` (the token terms are the caller's). Both kernels' element masks use it.
+__device__ inline bool positions_allow(const MaskRecord& policy, int32_t aligned, int32_t key) {
+  const int32_t distance = aligned - key;
+  if (policy.causal && distance < 0) return false;
+  if (policy.window > 0 && key >= policy.window_sink && distance >= policy.window) return false;
+  if (policy.min_distance > 0 && distance < policy.min_distance) return false;
+  return policy.period == 0 || distance % policy.period < policy.band;
 }
 
 template <class Traits>
@@ -129,10 +155,7 @@ class TileMask {
   }
 
   __device__ bool allows(int row, int32_t key, int32_t key_token) const {
-    const int32_t aligned = aligned_[row];
-    if (policy_.causal && key > aligned) return false;
-    if (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window)
-      return false;
+    if (!positions_allow(policy_, aligned_[row], key)) return false;
     if (!policy_.needs_tokens) return true;
     const int32_t query_token = query_tokens_[row];
     if (query_token == kNoToken) return false;

@@ -1,9 +1,10 @@
 #pragma once
-// A tile's positional MaskPolicy (causal on aligned positions, window with window_sink) as seen by
-// one consumer warpgroup of the wgmma kernel, over span and column chunks (gathered keys are masked
-// by their original positions, wherever they lie). Chunk decisions are uniform over the warpgroup
-// (its 64 rows' bounds), because wgmma is issued by all four warps together; element masks use each
-// thread's own rows. Policies that read tokens run on the mma.sync kernel instead.
+// A tile's positional MaskPolicy (causal on aligned positions, window with window_sink, minimum
+// distance, periodic band) as seen by one consumer warpgroup of the wgmma kernel, over span and
+// column chunks (gathered keys are masked by their original positions, wherever they lie). Chunk
+// decisions are uniform over the warpgroup (its 64 rows' bounds), because wgmma is issued by all
+// four warps together; element masks use each thread's own rows. Policies that read tokens run on
+// the mma.sync kernel instead.
 // Pair semantics: those of the CPU reference, as in attention_mask.cuh.
 
 #include <cstdint>
@@ -28,6 +29,9 @@ class WarpgroupMask {
   static constexpr int kColumnKeysPerLane = Traits::kBlockN / kWarpSize;
   static constexpr int kScoresPerLaneGroup = kWarpSize / Traits::kAccumulatorTileN * 2;
   static constexpr int kDecisionBits = 32;  // a row's decisions for a chunk, in one word
+  // Span chunks: a row's kept slots in kSlotWords words; a word holds kTilesPerWord score tiles.
+  static constexpr int kSlotWords = Traits::kBlockN / kDecisionBits;
+  static constexpr int kTilesPerWord = kDecisionBits / Traits::kAccumulatorTileN;
   static_assert(kColumnKeysPerLane * kScoresPerLaneGroup == kDecisionBits &&
                     Traits::kScoreTiles * 2 == kDecisionBits,
                 "bit tile·2 + e%2 of a word holds each of a row's scores");
@@ -49,6 +53,7 @@ class WarpgroupMask {
       const int32_t position =
           rows[warp_in_group * Traits::kRowsPerWarp + lane / kThreadsPerRow + r * kRowHalf];
       aligned_[r] = position + work.causal_offset;
+      row_phases_[r] = policy_.period > 0 ? phase_of(aligned_[r]) : 0;
       if (position != kNoRow) {
         lowest = min(lowest, aligned_[r]);
         highest = max(highest, aligned_[r]);
@@ -75,12 +80,14 @@ class WarpgroupMask {
   }
 
   // Uniform over the warpgroup; conservative like TileMask::classify. Every lane of the warp must
-  // call it (column chunks reduce their key bounds over the warp).
-  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) const {
+  // call it (column chunks reduce their key bounds over the warp). For a column chunk it also
+  // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
+  // turn to issue, apply inside it, so the column list's latency stays off the turn.
+  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = key_lowest + chunk.count - 1;
-    if (chunk.from_columns) column_bounds(chunk, lane, key_lowest, key_highest);
+    if (chunk.from_columns) load_column_keys(chunk, lane, key_lowest, key_highest);
     // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN);
@@ -90,28 +97,41 @@ class WarpgroupMask {
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
     if (!chunk.from_columns) {
-      const auto first = static_cast<int32_t>(chunk.first);
-      remove_scores(scores, lane, [&](int, int e, int slot) {
-        return removes(slot, chunk.count, first + slot, aligned_[e / 2]);
+      // Consecutive keys: each row's kept slots as a bit set built from intervals, shifted so that
+      // this thread's scores sit at bits known at compile time (tile·8 mod 32 + e%2 of word
+      // tile / 4): a score costs a bit test and a select.
+      uint32_t keep[kRowsPerThread][kSlotWords];
+      const int shift = lane % kThreadsPerRow * 2;
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        span_keep_bits(chunk, r, keep[r]);
+#pragma unroll
+        for (int word = 0; word < kSlotWords; ++word) keep[r][word] >>= shift;
+      }
+      remove_scores(scores, lane, [&](int tile, int e, int) {
+        const uint32_t word = keep[e / 2][tile / kTilesPerWord];
+        return ((word >> (tile % kTilesPerWord * Traits::kAccumulatorTileN + e % 2)) & 1u) == 0;
       });
       return;
     }
     // Gathered keys: the decisions first, one bit per score of each of this thread's rows (bit
-    // tile·2 + e%2), from the keys each lane loads for slots lane + i·32, shared by shuffles. A
+    // tile·2 + e%2), from the keys classify() loaded for slots lane + i·32, shared by shuffles. A
     // rolled loop and two words keep this off the registers that S, P and O occupy.
     uint32_t removed_bits[kRowsPerThread] = {};
 #pragma unroll
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
-      const int own_slot = lane + i * kWarpSize;
-      const int32_t own_key = own_slot < chunk.count ? chunk.key(columns_, own_slot) : 0;
+      const int32_t own_key = column_keys_[i];
+      const int32_t own_phase = column_phases_[i];
 #pragma unroll 1
       for (int j = 0; j < kScoresPerLaneGroup; ++j) {
         const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
         const int32_t key = __shfl_sync(kFullWarpMask, own_key, in_group);
+        const int32_t key_phase =
+            policy_.period > 0 ? __shfl_sync(kFullWarpMask, own_phase, in_group) : 0;
         const int slot = i * kWarpSize + in_group;
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
-          const bool removed = removes(slot, chunk.count, key, aligned_[r]);
+          const bool removed = removes(slot, chunk.count, key, key_phase, r);
           removed_bits[r] |= static_cast<uint32_t>(removed) << (i * kScoresPerLaneGroup + j);
         }
       }
@@ -122,10 +142,75 @@ class WarpgroupMask {
   }
 
  private:
-  // Whether the pair of `key` in `slot` and a row at aligned position `aligned` is left out.
-  __device__ bool removes(int slot, int32_t count, int32_t key, int32_t aligned) const {
-    return slot >= count || (policy_.causal && key > aligned) ||
-           (policy_.window > 0 && key >= policy_.window_sink && aligned - key >= policy_.window);
+  // Whether the pair of `key` (of phase key_phase = key mod period, when the policy has a period)
+  // in `slot` and this thread's row `row` is left out: positions_allow, with the band's modulo
+  // taken from the phases, which are cheap to step, instead of a division per score.
+  __device__ bool removes(int slot, int32_t count, int32_t key, int32_t key_phase, int row) const {
+    const int32_t distance = aligned_[row] - key;
+    if (slot >= count || (policy_.causal && distance < 0)) return true;
+    if (policy_.window > 0 && key >= policy_.window_sink && distance >= policy_.window) return true;
+    if (policy_.min_distance > 0 && distance < policy_.min_distance) return true;
+    if (policy_.period == 0) return false;
+    // Periodic masks are causal, so distance >= 0 here and its phase is the phases' difference.
+    int32_t phase = row_phases_[row] - key_phase;
+    if (phase < 0) phase += policy_.period;
+    return phase >= policy_.band;
+  }
+
+  // `position` mod the policy's period, in [0, period) also for negative positions.
+  __device__ int32_t phase_of(int32_t position) const {
+    const int32_t phase = position % policy_.period;
+    return phase < 0 ? phase + policy_.period : phase;
+  }
+
+  // Bits [0, n) of a word, n clamped to [0, 32].
+  __device__ static uint32_t ones_below(int32_t n) {
+    if (n <= 0) return 0u;
+    return n >= kDecisionBits ? ~0u : (1u << n) - 1u;
+  }
+  // The slots of [begin, end) that word `word` of a chunk's bit set holds.
+  __device__ static uint32_t slot_bits(int32_t begin, int32_t end, int word) {
+    const int32_t base = word * kDecisionBits;
+    return ones_below(end - base) & ~ones_below(begin - base);
+  }
+
+  // The slots of a span chunk (key = first + slot) that this thread's row `row` keeps, as bits:
+  // every positional term of the policy is an interval of slots (the band one per period it
+  // meets), since the distance falls by one per slot.
+  __device__ void span_keep_bits(const KeyChunk& chunk, int row,
+                                 uint32_t (&keep)[kSlotWords]) const {
+    const auto first = static_cast<int32_t>(chunk.first);
+    const int32_t reach = aligned_[row] - first;  // the slot at distance 0 (maybe outside)
+    int32_t end = chunk.count;
+    if (policy_.causal) end = min(end, reach + 1);
+    if (policy_.min_distance > 0) end = min(end, reach - policy_.min_distance + 1);
+#pragma unroll
+    for (int word = 0; word < kSlotWords; ++word) keep[word] = slot_bits(0, end, word);
+    if (policy_.window > 0) {
+      // Distances below the window, or keys below the sink.
+      const int32_t window_begin = reach - policy_.window + 1;
+      const int32_t sink_end = policy_.window_sink - first;
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) {
+        keep[word] &= slot_bits(window_begin, Traits::kBlockN, word) | slot_bits(0, sink_end, word);
+      }
+    }
+    if (policy_.period > 0) {
+      // Band j holds distances [j·period, j·period + band): slots (reach - j·period - band,
+      // reach - j·period]. Periodic masks are causal, so j >= 0; from the first band that reaches
+      // below slot kBlockN to the last that reaches slot 0.
+      uint32_t band[kSlotWords] = {};
+      const int32_t past_chunk = reach - policy_.band + 1 - Traits::kBlockN;
+      const int32_t j = past_chunk > 0 ? (past_chunk + policy_.period - 1) / policy_.period : 0;
+      for (int32_t nearest = reach - j * policy_.period; nearest >= 0; nearest -= policy_.period) {
+#pragma unroll
+        for (int word = 0; word < kSlotWords; ++word) {
+          band[word] |= slot_bits(nearest - policy_.band + 1, nearest + 1, word);
+        }
+      }
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) keep[word] &= band[word];
+    }
   }
 
   // removed(tile, e, slot): whether score e of score tile `tile` (key slot `slot`) is left out.
@@ -143,25 +228,36 @@ class WarpgroupMask {
     }
   }
 
-  // Bounds of a column chunk's keys (unordered in the plan): each lane reduces its share.
-  __device__ void column_bounds(const KeyChunk& chunk, int lane, int32_t& lowest,
-                                int32_t& highest) const {
+  // The lane's keys of a column chunk (slots lane + i·32; 0 past the chunk) with their phases, and
+  // the bounds of the chunk's keys (unordered in the plan), reduced over the warp.
+  __device__ void load_column_keys(const KeyChunk& chunk, int lane, int32_t& lowest,
+                                   int32_t& highest) {
     lowest = ::cuda::std::numeric_limits<int32_t>::max();
     highest = ::cuda::std::numeric_limits<int32_t>::min();
-    for (int slot = lane; slot < chunk.count; slot += kWarpSize) {
-      const int32_t key = chunk.key(columns_, slot);
-      lowest = min(lowest, key);
-      highest = max(highest, key);
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+      const int slot = lane + i * kWarpSize;
+      const bool valid = slot < chunk.count;
+      column_keys_[i] = valid ? chunk.key(columns_, slot) : 0;
+      column_phases_[i] = policy_.period > 0 ? phase_of(column_keys_[i]) : 0;
+      if (valid) {
+        lowest = min(lowest, column_keys_[i]);
+        highest = max(highest, column_keys_[i]);
+      }
     }
     lowest = __reduce_min_sync(kFullWarpMask, lowest);
     highest = __reduce_max_sync(kFullWarpMask, highest);
   }
 
   MaskRecord policy_;
-  const int32_t* columns_;           // the plan's columns, for column chunks
-  int32_t aligned_[kRowsPerThread];  // aligned positions of this thread's rows
-  int32_t row_lowest_ = 0;           // bounds of the warpgroup's valid aligned positions
+  const int32_t* columns_;              // the plan's columns, for column chunks
+  int32_t aligned_[kRowsPerThread];     // aligned positions of this thread's rows
+  int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
+  int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;
+  // The current column chunk's keys of slots lane + i·32 and their phases (see classify).
+  int32_t column_keys_[kColumnKeysPerLane] = {};
+  int32_t column_phases_[kColumnKeysPerLane] = {};
 };
 
 }  // namespace mmsparse::cuda

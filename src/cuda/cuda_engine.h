@@ -103,7 +103,9 @@ struct DevicePlanLayout {
 class DevicePlan {
  public:
   DevicePlan() = default;
-  DevicePlan(const Plan& plan, void* stream);  // stream: cudaStream_t
+  DevicePlan(const Plan& plan, void* stream);  // a plan of one pass; stream: cudaStream_t
+  // Pass `pass` of `plan` (the whole plan is validated).
+  DevicePlan(const Plan& plan, int64_t pass, void* stream);
   ~DevicePlan();
   DevicePlan(DevicePlan&& other) noexcept;
   DevicePlan& operator=(DevicePlan&& other) noexcept;
@@ -154,8 +156,17 @@ class DevicePlan {
 // q_len, kv_len, batch 1 or equal). Asynchronous on args.stream.
 void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
 
-// Uploads `plan` for this one call (freed in stream order afterwards) and runs it.
+// Uploads `plan` for this one call (freed in stream order afterwards) and runs it, every pass.
 void attention_planned(const Plan& plan, const AttentionArgs& args);
+
+// Every pass of `plan`, uploaded in order on `stream`.
+std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream);
+
+// Attention over the passes of one plan (each DevicePlan one pass, all of one shape): with one
+// pass, attention_planned; otherwise pass 0 writes args.out and args.lse, every further pass a
+// scratch (O in args.dtype, LSE fp32) allocated in stream order, and merge_partials combines them
+// into out and lse. Asynchronous on args.stream.
+void attention_passes(std::span<const DevicePlan> passes, const AttentionArgs& args);
 
 // Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows (key
 // spans and gathered columns alike) and masks without token arrays (causal, window). Tiles of more

@@ -40,6 +40,12 @@ MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len) {
   record.window =
       policy.window > 0 && policy.window < kv_len ? static_cast<int32_t>(policy.window) : 0;
   record.window_sink = static_cast<int32_t>(std::min(policy.window_sink, kv_len));
+  // Distances lie below kv_len: a min_distance of kv_len already removes every pair, and a period
+  // of kv_len or more never wraps, so (period, band) -> (kv_len, min(band, kv_len)) keeps the same
+  // pairs.
+  record.min_distance = static_cast<int32_t>(std::min(policy.min_distance, kv_len));
+  record.period = static_cast<int32_t>(std::min(policy.period, kv_len));
+  record.band = static_cast<int32_t>(std::min(policy.band, kv_len));
   record.same_media = policy.same_media ? 1 : 0;
   record.modality_pairs = policy.modality_pairs;
   record.needs_tokens = policy.needs_token_arrays() ? 1 : 0;
@@ -151,8 +157,25 @@ std::size_t append_section(std::vector<std::byte>& staging, const std::vector<T>
 
 }  // namespace
 
-DevicePlan::DevicePlan(const Plan& plan, void* stream) {
-  plan.validate();
+namespace {
+
+// Pass 0 of a plan that has only that one; a plan of several passes needs each uploaded.
+int64_t only_pass(const Plan& plan) {
+  if (plan.num_passes() != 1) {
+    throw_invalid_argument("plan", "a plan of one pass (upload_passes uploads each pass)",
+                           std::to_string(plan.num_passes()) + " passes");
+  }
+  return 0;
+}
+
+}  // namespace
+
+DevicePlan::DevicePlan(const Plan& plan, void* stream)
+    : DevicePlan(plan, only_pass(plan), stream) {}
+
+DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream) {
+  whole.validate();
+  const Plan& plan = whole.pass(pass);
   check_int32_ranges(plan.shape);
   const HostSections sections = pack_sections(plan);
 

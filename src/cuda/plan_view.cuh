@@ -35,8 +35,11 @@ struct TileRecord {
 // every quantity fits int32 (positions are checked to fit at launch).
 struct MaskRecord {
   int32_t causal;
-  int32_t window;       // > 0: keep keys with aligned_query - key < window (keys >= window_sink)
-  int32_t window_sink;  // keys below it are exempt from the window
+  int32_t window;        // > 0: keep keys with aligned_query - key < window (keys >= window_sink)
+  int32_t window_sink;   // keys below it are exempt from the window
+  int32_t min_distance;  // > 0: keep pairs with aligned_query - key >= min_distance
+  int32_t period;        // > 0: keep pairs with (aligned_query - key) mod period < band (causal)
+  int32_t band;
   int32_t same_media;
   uint32_t modality_pairs;  // bit query_modality * kNumModalities + key_modality
   int32_t needs_tokens;     // same_media or a modality restriction: read token_info

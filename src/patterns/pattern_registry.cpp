@@ -2,8 +2,10 @@
 
 #include "patterns/pattern_registry.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
+#include <vector>
 
 #include "mmsparse/status.h"
 #include "patterns/estimation.h"
@@ -42,6 +44,7 @@ const std::vector<detail::PatternEntry>& pattern_table() {
     std::vector<detail::PatternEntry> entries = detail::static_pattern_entries();
     entries.push_back(detail::vertical_slash_entry());
     entries.push_back(detail::grid_entry());
+    entries.push_back(detail::grid_mask_entry());
     return entries;
   }();
   return table;
@@ -104,9 +107,14 @@ PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layou
 void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
                          const ModalityLayout* layout, const PatternInputs* inputs,
                          int64_t head_slot) {
+  const detail::PatternEntry& entry = known_pattern(spec.name);
+  if (entry.passes != 1) {
+    throw Error(ErrorCode::kUnsupported,
+                "append_pattern_head: " + spec.name + " builds " + std::to_string(entry.passes) +
+                    " passes, which one builder cannot hold; use build_plan");
+  }
   detail::KeyCache keys;
-  known_pattern(spec.name).build(builder, resolve_pattern(spec, layout),
-                                 {shape, layout, inputs, head_slot, &keys});
+  entry.build(builder, resolve_pattern(spec, layout), {shape, layout, inputs, head_slot, &keys});
 }
 
 namespace {
@@ -127,18 +135,37 @@ Plan build_plan_with_timing(const std::vector<PatternSpec>& specs, const PlanSha
   if (head_seconds != nullptr) {
     head_seconds->assign(static_cast<std::size_t>(shape.head_slots()), 0.0);
   }
-  PlanBuilder builder(shape);
+  // One builder per pass of the specs' pattern with the most; heads of patterns with fewer passes
+  // get no tiles in the others.
+  int64_t passes = 1;
+  for (const PatternSpec& spec : resolved)
+    passes = std::max(passes, known_pattern(spec.name).passes);
+  std::vector<PlanBuilder> builders(static_cast<std::size_t>(passes), PlanBuilder(shape));
   detail::KeyCache keys;  // head slots run in order, so a GQA group's query heads reuse one K
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     const PatternSpec& spec = resolved[count == 1 ? 0 : slot % shape.heads];
+    const detail::PatternEntry& entry = known_pattern(spec.name);
     const auto start = std::chrono::steady_clock::now();
-    known_pattern(spec.name).build(builder, spec, {shape, layout, inputs, slot, &keys});
+    const detail::HeadContext context{shape, layout, inputs, slot, &keys};
+    if (entry.passes == 1) {
+      entry.build(builders.front(), spec, context);
+    } else {
+      entry.build_passes(std::span(builders).first(static_cast<std::size_t>(entry.passes)), spec,
+                         context);
+    }
+    for (auto p = static_cast<std::size_t>(entry.passes); p < builders.size(); ++p) {
+      builders[p].begin_head();
+    }
     if (head_seconds != nullptr) {
       (*head_seconds)[slot] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   }
-  return builder.finish();
+  Plan plan = builders.front().finish();
+  // finish() validated each pass, and they share the shape: no need to validate them again.
+  for (std::size_t p = 1; p < builders.size(); ++p)
+    plan.extra_passes.push_back(builders[p].finish());
+  return plan;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,20 +25,25 @@ struct HeadContext {
 };
 
 using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const HeadContext&);
+// A pattern of several passes writes each head slot into every pass's builder (one per pass).
+using PassesHeadBuilder = void (*)(std::span<PlanBuilder>, const PatternSpec&, const HeadContext&);
 using Params = std::map<std::string, int64_t>;
 // A pattern's default parameters; the SF patterns default to the layout's tokens per frame.
 using DefaultParams = Params (*)(int64_t tokens_per_frame);
 
 struct PatternEntry {
   PatternInfo info;
-  HeadBuilder build;
+  HeadBuilder build;  // patterns of one pass
   DefaultParams defaults;
+  int64_t passes = 1;
+  PassesHeadBuilder build_passes = nullptr;  // patterns of more than one pass
 };
 
 // The families' entries, in the order known_patterns() lists them.
 std::vector<PatternEntry> static_pattern_entries();
 PatternEntry vertical_slash_entry();
 PatternEntry grid_entry();
+PatternEntry grid_mask_entry();
 
 // Reads a parameter of a resolved spec (resolve_pattern filled every default in); throws naming
 // "<pattern> parameter <key>" when it is below `minimum`.

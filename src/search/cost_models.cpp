@@ -27,11 +27,14 @@ class ModelledCost final : public CostModel {
   }
   double cost(const Plan& plan, const CostInputs&) override {
     int64_t chunks = 0;
-    for (int64_t t = 0; t < plan.num_tiles(); ++t) {
-      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        chunks += chunks_of(plan.spans[s].end - plan.spans[s].begin);
+    for (int64_t p = 0; p < plan.num_passes(); ++p) {
+      const Plan& pass = plan.pass(p);
+      for (int64_t t = 0; t < pass.num_tiles(); ++t) {
+        for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
+          chunks += chunks_of(pass.spans[s].end - pass.spans[s].begin);
+        }
+        chunks += chunks_of(pass.tile_column_offsets[t + 1] - pass.tile_column_offsets[t]);
       }
-      chunks += chunks_of(plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t]);
     }
     return static_cast<double>(chunks);
   }

@@ -161,24 +161,32 @@ double Scope::cost(const Plan& plan, CostModel& model) {
 }
 
 Plan Scope::sampled_rows_plan(const Plan& plan) const {
-  const std::vector<int64_t> tile_of = tile_of_rows(plan, 0);
-  PlanBuilder builder(plan.shape);
-  builder.begin_head();
-  for (int64_t row : rows_) {
-    const int64_t t = tile_of[row];
-    if (t < 0) continue;  // the plan computes nothing for this row: LSE -inf, recall 0
-    MaskPolicy mask = plan.masks[plan.tile_masks[t]];
-    mask.modality_pairs &= modality_pairs_;
-    builder.begin_tile(row, row + 1, mask);
-    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-      builder.add_span(plan.spans[s].begin, plan.spans[s].end);
+  // Pass by pass: a row's keys in every pass stay in its one-row tile of that pass.
+  std::vector<Plan> passes;
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    const Plan& pass = plan.pass(p);
+    const std::vector<int64_t> tile_of = tile_of_rows(pass, 0);
+    PlanBuilder builder(pass.shape);
+    builder.begin_head();
+    for (int64_t row : rows_) {
+      const int64_t t = tile_of[row];
+      if (t < 0) continue;  // the pass computes nothing for this row
+      MaskPolicy mask = pass.masks[pass.tile_masks[t]];
+      mask.modality_pairs &= modality_pairs_;
+      builder.begin_tile(row, row + 1, mask);
+      for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
+        builder.add_span(pass.spans[s].begin, pass.spans[s].end);
+      }
+      for (int64_t c = pass.tile_column_offsets[t]; c < pass.tile_column_offsets[t + 1]; ++c) {
+        builder.add_column(pass.columns[c]);
+      }
     }
-    for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-      builder.add_column(plan.columns[c]);
-    }
+    builder.attach_layout(layout_);
+    passes.push_back(builder.finish());
   }
-  builder.attach_layout(layout_);
-  return builder.finish();
+  Plan sampled = std::move(passes.front());
+  for (std::size_t p = 1; p < passes.size(); ++p) add_pass(sampled, std::move(passes[p]));
+  return sampled;
 }
 
 void Scope::attend(const Plan& plan) {

@@ -196,7 +196,7 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
   const int64_t kv_len = problem.kv_len;
   const std::vector<float> queries = head_rows(q, batch_index, head);
   const std::vector<float> keys = head_rows(k, batch_index, head / problem.group_size());
-  const std::vector<int64_t> tile_of = detail::tile_of_rows(plan, head_slot);
+  const detail::RowCoverage coverage(plan, head_slot);
   const viz::CellSplit rows = viz::row_split(maps.attention);
   const viz::CellSplit cols = viz::col_split(maps.attention);
   std::vector<int64_t> key_cell(static_cast<std::size_t>(kv_len));
@@ -243,14 +243,12 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
 
       std::fill(pooled_kept.begin(), pooled_kept.end(), 0.0);
       double recall = 0.0;
-      if (tile_of[query] >= 0) {
-        detail::for_each_tile_range(plan, tile_of[query], query, [&](int64_t begin, int64_t end) {
-          for (int64_t key = begin; key < std::min(end, visible); ++key) {
-            combine(mode, pooled_kept[key_cell[key]], weights[key]);
-            recall += weights[key];
-          }
-        });
-      }
+      coverage.for_each_range(query, [&](int64_t begin, int64_t end) {
+        for (int64_t key = begin; key < std::min(end, visible); ++key) {
+          combine(mode, pooled_kept[key_cell[key]], weights[key]);
+          recall += weights[key];
+        }
+      });
       row_recall[query] = recall;
       combine_row(mode, pooled, attention_cells);
       combine_row(mode, pooled_kept, kept_cells);

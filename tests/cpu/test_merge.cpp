@@ -76,7 +76,7 @@ Result planned(const Plan& plan, const Operand& q, const Operand& k, const Opera
   return result;
 }
 
-TEST(MergePartials, DisjointPlansMergeIntoTheirUnionAndDense) {
+TEST(MergePartials, DisjointPlansMergeIntoTheirUnionTheirPassesAndDense) {
   Random random;
   SCOPED_TRACE(random.trace());
   for (const int64_t group : {1, 7}) {
@@ -103,13 +103,19 @@ TEST(MergePartials, DisjointPlansMergeIntoTheirUnionAndDense) {
 
     const Result whole =
         planned(test::dense_plan(heads, q_len, kv_len, true), q, k, v, DType::kFloat32, false);
+    // The same parts as one plan of two passes: the reference computes their union directly.
+    Plan two_passes = first;
+    add_pass(two_passes, second);
+    const Result passes = planned(two_passes, q, k, v, DType::kFloat32, false);
     const Operand dense =
         test::poisoned_output(DType::kFloat32, kBatch, q_len, heads, kHeadDim, false);
     const Tensor dense_lse = test::poisoned_lse(kBatch, heads, q_len);
     attention_dense(q.view, k.view, v.view, dense.view, dense_lse.view());
 
-    for (const auto& [name, out, lse] : {std::tuple{"union plan", whole.out.view, whole.lse.view()},
-                                         std::tuple{"dense", dense.view, dense_lse.view()}}) {
+    for (const auto& [name, out, lse] :
+         {std::tuple{"union plan", whole.out.view, whole.lse.view()},
+          std::tuple{"two passes", passes.out.view, passes.lse.view()},
+          std::tuple{"dense", dense.view, dense_lse.view()}}) {
       SCOPED_TRACE(name);
       const test::Difference out_difference = compare(merged.view, out);
       EXPECT_LE(out_difference.max_abs, kFp32Tolerance) << out_difference;

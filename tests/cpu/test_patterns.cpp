@@ -68,6 +68,25 @@ Case random_case(std::mt19937_64& rng, const std::string& name, const PlanShape&
               return k <= a && (k / segment == a / segment || k % vline == 0);
             }};
   }
+  if (name == "grid-mask") {
+    const int64_t sink = uniform(rng, 0, 40);
+    const int64_t local = uniform(rng, 1, 100);
+    const int64_t period = uniform(rng, 1, 80);
+    const int64_t band = uniform(rng, 1, period);
+    const int64_t phases = uniform(rng, 1, std::min(period, shape.tile_rows));
+    const int64_t columns = uniform(rng, 0, 1);
+    return {{name,
+             {{"sink", sink},
+              {"local", local},
+              {"period", period},
+              {"band", band},
+              {"phases", phases},
+              {"columns", columns}}},
+            [=](int64_t i, int64_t k) {
+              const int64_t a = i + offset;
+              return k <= a && (k < sink || a - k < local || (a - k) % period < band);
+            }};
+  }
   // sf-strided: per tile of rows [r0, r1) with aligned ends a0, a1, the local band
   // [a0 - local + 1, a1] and, for each diagonal distance d = m * stride, the band [a0 - d, a1 - d].
   const int64_t local = uniform(rng, 1, 60);
@@ -87,8 +106,8 @@ Case random_case(std::mt19937_64& rng, const std::string& name, const PlanShape&
           }};
 }
 
-const std::vector<std::string> kPatternNames = {"dense", "a-shape", "tri-shape", "sf-fixed",
-                                                "sf-strided"};
+const std::vector<std::string> kPatternNames = {"dense",    "a-shape",    "tri-shape",
+                                                "sf-fixed", "sf-strided", "grid-mask"};
 
 PlanShape random_shape(std::mt19937_64& rng, int64_t batch, int64_t heads) {
   PlanShape shape;
@@ -124,6 +143,50 @@ TEST(StaticPatterns, MasksMatchElementwiseDefinitions) {
       EXPECT_EQ(count_plan_pairs(plan, 0), expected_pairs);
     }
   }
+}
+
+TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchIssue3sMask) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  std::mt19937_64& rng = random.engine();
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const PlanShape shape = random_shape(rng, 1, 2);
+    const Case test_case = random_case(rng, "grid-mask", shape);
+    SCOPED_TRACE(test_case.spec.to_string() + " q_len=" + std::to_string(shape.q_len) +
+                 " kv_len=" + std::to_string(shape.kv_len) +
+                 " tile_rows=" + std::to_string(shape.tile_rows));
+    const Plan plan = build_plan(test_case.spec, shape);
+    ASSERT_EQ(plan.num_passes(), 2);
+    EXPECT_NO_THROW(check_passes_disjoint(plan));
+    for (const Plan& pass : {std::cref(plan), std::cref(plan.extra_passes[0])}) {
+      for (const QueryTile& tile : pass.tiles) EXPECT_LE(tile.end - tile.begin, shape.tile_rows);
+    }
+    EXPECT_EQ(materialize_mask(plan, 1), materialize_mask(plan, 0));
+  }
+  // Issue 3's mask with its defaults, four periods long.
+  constexpr int64_t kPeriods = 4;
+  const PlanShape shape{.q_len = kPeriods * 1024, .kv_len = kPeriods * 1024, .tile_rows = 128};
+  const Plan plan = build_plan(PatternSpec::parse("grid-mask"), shape);
+  EXPECT_NO_THROW(check_passes_disjoint(plan));
+  const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+  for (int64_t q = 0; q < shape.q_len; q += 7) {
+    for (int64_t k = 0; k < shape.kv_len; ++k) {
+      const bool expected = k <= q && (k < 128 || q - k < 1024 || (q - k) % 1024 < 64);
+      ASSERT_EQ(mask[q * shape.kv_len + k] != 0, expected) << "query " << q << ", key " << k;
+    }
+  }
+}
+
+TEST(StaticPatterns, GridMaskRejectsBadParameters) {
+  const PlanShape shape{.q_len = 100, .kv_len = 100, .tile_rows = 16};
+  expect_error([&] { build_plan(PatternSpec::parse("grid-mask:period=32,band=40"), shape); },
+               ErrorCode::kInvalidArgument, {"grid-mask parameter band", "<= period = 32"});
+  expect_error([&] { build_plan(PatternSpec::parse("grid-mask:phases=32"), shape); },
+               ErrorCode::kInvalidArgument, {"grid-mask parameter phases", "tile_rows = 16"});
+  expect_error([&] { build_plan(PatternSpec::parse("grid-mask:local=0"), shape); },
+               ErrorCode::kInvalidArgument, {"grid-mask parameter local", ">= 1"});
+  expect_error([&] { build_plan(PatternSpec::parse("grid-mask:columns=2"), shape); },
+               ErrorCode::kInvalidArgument, {"grid-mask parameter columns", "0 or 1"});
 }
 
 TEST(StaticPatterns, StridedBandsCoverTheExactLines) {

@@ -50,6 +50,8 @@ bool policy_keeps(const Plan& plan, const MaskPolicy& mask, int64_t query, int64
   const int64_t aligned = query + plan.shape.kv_len - plan.shape.q_len;
   if (mask.causal && key > aligned) return false;
   if (mask.window > 0 && key >= mask.window_sink && aligned - key >= mask.window) return false;
+  if (mask.min_distance > 0 && aligned - key < mask.min_distance) return false;
+  if (mask.period > 0 && (aligned - key) % mask.period >= mask.band) return false;
   if (mask.same_media) {
     if (aligned < 0 || plan.token_media[aligned] < 0) return false;
     if (plan.token_media[aligned] != plan.token_media[key]) return false;
@@ -144,10 +146,18 @@ Plan random_plan(std::mt19937_64& rng, bool with_token_masks) {
   shape.q_len = uniform(1, 70);
   shape.kv_len = shape.q_len + uniform(0, 30);
   shape.tile_rows = uniform(1, 20);
+  const int64_t period = uniform(1, 12);
   const std::vector<MaskPolicy> policies = {
       {},
       {.causal = false},
-      {.causal = true, .window = uniform(1, 20), .window_sink = uniform(0, 6)}};
+      {.causal = true, .window = uniform(1, 20), .window_sink = uniform(0, 6)},
+      {.causal = false, .min_distance = uniform(1, 15)},
+      {.causal = true,
+       .window = uniform(0, 20),
+       .window_sink = uniform(0, 6),
+       .min_distance = uniform(0, 15),
+       .period = period,
+       .band = uniform(1, period)}};
   PlanBuilder builder(shape);
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     builder.begin_head(random_order(rng, shape.q_len));
@@ -419,6 +429,101 @@ TEST(PlanLayout, AttachLayoutFillsTokenArrays) {
   Plan mismatched = plan;
   expect_error([&] { mismatched.attach_layout(ModalityLayout::text_only(5)); },
                ErrorCode::kInvalidArgument, {"layout", "length 9"});
+}
+
+TEST(PlanValidate, RejectsBadDistanceAndBandFields) {
+  const auto plan_with = [](const MaskPolicy& mask) {
+    Plan plan = small_plan();
+    plan.masks[0] = mask;
+    return plan;
+  };
+  expect_invalid(plan_with({.min_distance = -1}), {"plan.masks", "min_distance -1", ">= 0"});
+  expect_invalid(plan_with({.period = -3, .band = 1}), {"plan.masks", "period -3"});
+  expect_invalid(plan_with({.period = 4, .band = 0}), {"plan.masks", "0 < band <= period"});
+  expect_invalid(plan_with({.period = 4, .band = 5}), {"plan.masks", "band 5"});
+  expect_invalid(plan_with({.period = 0, .band = 2}), {"plan.masks", "or both 0"});
+  expect_invalid(plan_with({.causal = false, .period = 4, .band = 2}),
+                 {"plan.masks", "without causal", "causal = true"});
+  EXPECT_NO_THROW(plan_with({.min_distance = 3, .period = 4, .band = 4}).validate());
+}
+
+TEST(PlanCoverage, MinDistanceAndPeriodicBand) {
+  PlanBuilder builder({.q_len = 12, .kv_len = 12, .tile_rows = 12});
+  builder.begin_head();
+  builder.begin_tile(0, 12, {.min_distance = 2, .period = 5, .band = 2});
+  builder.add_span(0, 12);
+  const Plan plan = builder.finish();
+  const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+  for (int64_t q = 0; q < 12; ++q) {
+    for (int64_t k = 0; k < 12; ++k) {
+      const int64_t distance = q - k;
+      const bool expected = distance >= 2 && distance % 5 < 2;
+      EXPECT_EQ(mask[q * 12 + k] != 0, expected) << "query " << q << ", key " << k;
+    }
+  }
+}
+
+// Pass 0 keeps the even keys of each row as columns, pass 1 the odd ones in a strided order.
+Plan two_pass_plan() {
+  const PlanShape shape{.heads = 2, .q_len = 9, .kv_len = 11, .tile_rows = 4};
+  PlanBuilder even(shape);
+  PlanBuilder odd(shape);
+  for (int64_t head = 0; head < shape.heads; ++head) {
+    even.begin_head();
+    odd.begin_head({{0, 3, 3}, {1, 3, 3}, {2, 3, 3}});
+    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+      even.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+      odd.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+      for (int64_t key = 0; key < shape.kv_len; ++key) (key % 2 == 0 ? even : odd).add_column(key);
+    }
+  }
+  Plan plan = even.finish();
+  add_pass(plan, odd.finish());
+  return plan;
+}
+
+TEST(PlanPasses, CoverageIsTheUnionAndCountsAdd) {
+  const Plan plan = two_pass_plan();
+  EXPECT_EQ(plan.num_passes(), 2);
+  EXPECT_NO_THROW(check_passes_disjoint(plan));
+  // Causal, bottom-right aligned: query q keeps keys k <= q + 2.
+  const std::vector<uint8_t> mask = materialize_mask(plan, 1);
+  int64_t causal_pairs = 0;
+  for (int64_t q = 0; q < 9; ++q) {
+    for (int64_t k = 0; k < 11; ++k) {
+      EXPECT_EQ(mask[q * 11 + k] != 0, k <= q + 2) << "query " << q << ", key " << k;
+      causal_pairs += k <= q + 2;
+    }
+  }
+  EXPECT_EQ(count_plan_pairs(plan, 1), causal_pairs);
+  EXPECT_NE(plan.summary().find("passes=2"), std::string::npos);
+}
+
+TEST(PlanPasses, RejectsOverlapsShapesAndNesting) {
+  Plan overlapping = two_pass_plan();
+  overlapping.extra_passes[0].columns[0] = 0;  // pass 0's key 0 of tile 0's rows
+  EXPECT_NO_THROW(overlapping.validate());
+  expect_error([&] { check_passes_disjoint(overlapping); }, ErrorCode::kInvalidArgument,
+               {"plan.extra_passes", "both compute query", "and key 0"});
+
+  Plan reshaped = two_pass_plan();
+  Plan other = two_pass_plan();
+  other.extra_passes.clear();
+  other.shape.kv_len = 12;
+  expect_error([&] { add_pass(reshaped, other); }, ErrorCode::kInvalidArgument,
+               {"plan.extra_passes", "pass 2 has shape", "kv_len=12"});
+  EXPECT_EQ(reshaped.num_passes(), 2);  // left as it was
+
+  Plan nested = two_pass_plan();
+  expect_error([&] { add_pass(nested, two_pass_plan()); }, ErrorCode::kInvalidArgument,
+               {"plan.extra_passes", "pass 2 has 1 passes of its own"});
+
+  Plan broken = two_pass_plan();
+  broken.extra_passes[0].tile_masks[0] = 7;
+  expect_invalid(broken, {"plan.extra_passes: pass 1: plan.tile_masks", "mask 7"});
+  expect_error([&] { (void)broken.pass(2); }, ErrorCode::kInvalidArgument, {"pass", "[0, 2)"});
+  expect_error([&] { (void)to_minference_index(two_pass_plan()); }, ErrorCode::kUnsupported,
+               {"to_minference_index", "2 passes"});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -101,6 +102,11 @@ AttentionInputs random_inputs(Random& random, const ProblemSize& size) {
 
 AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inputs,
                         const ProblemSize& size, OperandLayout out_layout) {
+  return run_gpu(std::span(&plan, 1), inputs, size, out_layout);
+}
+
+AttentionResult run_gpu(std::span<const cuda::DevicePlan> passes, const AttentionInputs& inputs,
+                        const ProblemSize& size, OperandLayout out_layout) {
   AttentionResult result{
       HostOperand(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim, out_layout),
       lse_tensor(size)};
@@ -121,10 +127,10 @@ AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inp
   check_outputs(problem, out.view, lse_view);
   cuda::AttentionArgs args =
       cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
-  args.kernel = runs_on_wgmma(plan, size) || size.kernel != cuda::AttentionKernel::kWgmma
+  args.kernel = runs_on_wgmma(passes, size) || size.kernel != cuda::AttentionKernel::kWgmma
                     ? size.kernel
                     : cuda::AttentionKernel::kAuto;
-  cuda::attention_planned(plan, args);
+  cuda::attention_passes(passes, args);
   synchronize_device();
   out.download(result.out);
   lse.download(result.lse.data());
@@ -132,10 +138,16 @@ AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inp
 }
 
 bool runs_on_wgmma(const cuda::DevicePlan& plan, const ProblemSize& size) {
+  return runs_on_wgmma(std::span(&plan, 1), size);
+}
+
+bool runs_on_wgmma(std::span<const cuda::DevicePlan> passes, const ProblemSize& size) {
   cuda::AttentionArgs args;
   args.dtype = size.dtype;
   args.head_dim = size.head_dim;
-  return size.kernel == cuda::AttentionKernel::kWgmma && cuda::wgmma_serves(plan, args);
+  return size.kernel == cuda::AttentionKernel::kWgmma &&
+         std::all_of(passes.begin(), passes.end(),
+                     [&](const cuda::DevicePlan& pass) { return cuda::wgmma_serves(pass, args); });
 }
 
 AttentionResult run_cpu(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <span>
 #include <string>
 
 #include "common/random.h"
@@ -64,9 +65,13 @@ struct AttentionResult {
 // the kernel of size.kernel (kWgmma falls back to kAuto where the wgmma kernel does not serve).
 AttentionResult run_gpu(const cuda::DevicePlan& plan, const AttentionInputs& inputs,
                         const ProblemSize& size, OperandLayout out_layout);
+// The same for a plan of several passes (cuda::attention_passes).
+AttentionResult run_gpu(std::span<const cuda::DevicePlan> passes, const AttentionInputs& inputs,
+                        const ProblemSize& size, OperandLayout out_layout);
 
-// Whether run_gpu takes the wgmma kernel for this plan and size.
+// Whether run_gpu takes the wgmma kernel for this plan (every pass) and size.
 bool runs_on_wgmma(const cuda::DevicePlan& plan, const ProblemSize& size);
+bool runs_on_wgmma(std::span<const cuda::DevicePlan> passes, const ProblemSize& size);
 // The CPU reference (mmsparse::attention_planned on host views).
 AttentionResult run_cpu(const Plan& plan, const AttentionInputs& inputs, const ProblemSize& size);
 

@@ -21,6 +21,10 @@ constexpr int64_t kMaxWindow = 120;
 constexpr int64_t kMaxWindowSink = 20;
 constexpr int64_t kMaxStride = 6;
 constexpr int64_t kMaxBlock = 48;
+// Periods below and above the wgmma kernel's 128-key chunk, bands up to a whole period.
+constexpr int64_t kMaxPeriod = 200;
+constexpr int64_t kMaxMinDistance = 150;
+constexpr double kDistanceTermProbability = 0.5;
 
 std::vector<QueryRun> random_order(Random& random, int64_t q_len) {
   std::vector<QueryRun> runs;
@@ -67,22 +71,35 @@ std::vector<int64_t> order_positions(const std::vector<QueryRun>& runs, int64_t 
   return order;
 }
 
+// A causal minimum distance, a periodic band, or both (the grid mask's bands pass).
+void add_distance_terms(Random& random, MaskPolicy& policy) {
+  policy.causal = true;
+  if (random.bernoulli(kDistanceTermProbability)) {
+    policy.min_distance = random.uniform_int(1, kMaxMinDistance);
+  }
+  if (policy.min_distance == 0 || random.bernoulli(kDistanceTermProbability)) {
+    policy.period = random.uniform_int(1, kMaxPeriod);
+    policy.band = random.uniform_int(1, policy.period);
+  }
+}
+
 MaskPolicy random_policy(Random& random, MaskMix mix) {
   MaskPolicy policy;
   if (mix == MaskMix::kCausal) return policy;
   policy.causal = false;
   if (mix == MaskMix::kNonCausal) return policy;
   if (mix == MaskMix::kPositional) {
-    constexpr int kPositionalPolicies = 3;
+    constexpr int kPositionalPolicies = 5;
     const int kind = static_cast<int>(random.uniform_int(0, kPositionalPolicies - 1));
     policy.causal = kind != 1;
-    if (kind == 2) {
+    if (kind == 2 || kind == 4) {
       policy.window = random.uniform_int(1, kMaxWindow);
       policy.window_sink = random.uniform_int(0, kMaxWindowSink);
     }
+    if (kind >= 3) add_distance_terms(random, policy);
     return policy;
   }
-  constexpr int kPolicies = 6;
+  constexpr int kPolicies = 7;
   switch (random.uniform_int(0, kPolicies - 1)) {
     case 0:
       policy.causal = true;
@@ -100,6 +117,10 @@ MaskPolicy random_policy(Random& random, MaskMix mix) {
       break;
     case 4:
       policy.modality_pairs = static_cast<uint16_t>(random.uniform_int(1, kAllModalityPairs));
+      break;
+    case 5:
+      add_distance_terms(random, policy);
+      policy.same_media = random.bernoulli(kDistanceTermProbability);
       break;
     default:
       policy.causal = true;

@@ -13,8 +13,10 @@ namespace mmsparse::test {
 enum class MaskMix {
   kCausal,      // every tile causal
   kNonCausal,   // no mask at all
-  kMixed,       // per tile: causal, none, window with sinks, same-media, modality pairs, mixtures
-  kPositional,  // per tile: causal, none, causal window with sinks (no token arrays)
+  kMixed,       // per tile: causal, none, window with sinks, same-media, modality pairs, minimum
+                // distances and periodic bands, mixtures
+  kPositional,  // per tile: causal, none, causal window with sinks, minimum distances and
+                // periodic bands (no token arrays)
 };
 
 struct RandomPlanOptions {

@@ -9,12 +9,12 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attention_harness.h"
 #include "common/random.h"
 #include "cuda/cuda_engine.h"
 #include "device_buffer.h"
-#include "grid_plans.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
@@ -43,9 +43,9 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
                   const ProblemSize& size) {
     const OperandLayout out_layout = random_layout(random);
     SCOPED_TRACE(describe(size) + " out=" + layout_name(out_layout) + " plan: " + plan.summary());
-    const cuda::DevicePlan device_plan(plan, nullptr);
-    if (runs_on_wgmma(device_plan, size)) ++wgmma_runs_;
-    expect_matches_oracle(plan, inputs, size, run_gpu(device_plan, inputs, size, out_layout));
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+    if (runs_on_wgmma(passes, size)) ++wgmma_runs_;
+    expect_matches_oracle(plan, inputs, size, run_gpu(passes, inputs, size, out_layout));
   }
 
   // Plans with token masks run on the mma.sync kernel alone, which holds 64 rows a tile:
@@ -180,6 +180,28 @@ TEST_P(GpuAttention, MixedMaskPolicies) {
   }
 }
 
+// Passes: a random plan's spans and its columns as two passes, and a third pass of nothing; run
+// apart and merged on the device, they must give the one plan's attention. (The grid-mask pattern
+// in StaticPatterns has passes of different query orders.)
+TEST_P(GpuAttention, PassesMergeToTheUnion) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 2, 2);
+  const AttentionInputs inputs = random_inputs(random, size);
+  RandomPlanOptions options;
+  options.masks = MaskMix::kPositional;
+  options.leave_gaps = true;
+  const Plan whole = random_plan(random, plan_shape(size, false), options);
+  Plan plan = split_plan(whole, true);
+  add_pass(plan, split_plan(whole, false));
+  PlanBuilder empty(whole.shape);
+  for (int64_t slot = 0; slot < whole.head_slots(); ++slot) empty.begin_head();
+  add_pass(plan, empty.finish());
+  check_passes_disjoint(plan);
+  check_plan(random, plan, inputs, size);
+  expect_wgmma_ran();
+}
+
 TEST_P(GpuAttention, NonCausalSparsePlan) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -211,7 +233,9 @@ TEST_P(GpuAttention, StaticPatterns) {
   const ModalityLayout layout = mixed_layout(random, size.kv_len);
   for (const char* spec :
        {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
-        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24"}) {
+        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24",
+        "grid-mask:sink=8,local=40,period=32,band=6,phases=4,columns=1",
+        "grid-mask:sink=3,local=20,period=150,band=70,phases=8,columns=0"}) {
     SCOPED_TRACE(spec);
     const Plan plan = build_plan(PatternSpec::parse(spec), plan_shape(size, true), &layout);
     if (needs_mma_sync(plan) && !has_mma_sync_tiles()) continue;
@@ -248,35 +272,6 @@ PlanShape shape_of(const ProblemSize& size) {
   shape.q_len = size.q_len;
   shape.kv_len = size.kv_len;
   return shape;
-}
-
-// The engine benchmark's grid plans (on the CPU): their two parts compute disjoint pairs whose
-// union is exactly the grid mask, at both tile heights, with bands as spans or as columns.
-TEST(GridPlans, ComputeExactlyTheGridMask) {
-  constexpr GridMask kGrid{.period = 32, .band = 5, .sink = 7};
-  constexpr int64_t kPeriods = 6;
-  for (const auto& [tile_rows, bands_as_columns] :
-       {std::pair<int64_t, bool>{4, false}, std::pair<int64_t, bool>{kDefaultTileRows, false},
-        std::pair<int64_t, bool>{kDefaultTileRows, true}}) {
-    SCOPED_TRACE(std::to_string(tile_rows) + (bands_as_columns ? " columns" : " spans"));
-    PlanShape shape;
-    shape.q_len = kPeriods * kGrid.period;
-    shape.kv_len = shape.q_len;
-    shape.tile_rows = tile_rows;
-    const GridPlans plans = grid_plans(shape, kGrid, bands_as_columns);
-    const std::vector<uint8_t> local = materialize_mask(plans.local, 0);
-    const std::vector<uint8_t> bands = materialize_mask(plans.bands, 0);
-    const int64_t bands_keys = plans.bands.shape.kv_len;
-    for (int64_t query = 0; query < shape.q_len; ++query) {
-      for (int64_t key = 0; key < shape.kv_len; ++key) {
-        const bool in_local = local[query * shape.kv_len + key] != 0;
-        const bool in_bands = key < bands_keys && bands[query * bands_keys + key] != 0;
-        ASSERT_FALSE(in_local && in_bands) << "query " << query << " key " << key;
-        ASSERT_EQ(in_local || in_bands, kGrid.keeps(query, key))
-            << "query " << query << " key " << key;
-      }
-    }
-  }
 }
 
 TEST(GpuAttentionEdges, PlanWithoutTilesGivesZeroAndMinusInfinity) {

@@ -239,7 +239,9 @@ TEST_P(GpuPublicApi, PlannedStaticPatternsHostAndPreparedAgree) {
   const ModalityLayout layout = mixed_layout(random, size.kv_len);  // SF frame strides
   for (const char* spec :
        {"dense", "a-shape:sink=8,local=40", "tri-shape:sink=8,local=40,bottom=30",
-        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24"}) {
+        "sf-fixed:segment=48,vline_stride=32", "sf-strided:local=40,stride=24",
+        "grid-mask:sink=8,local=40,period=32,band=6,phases=4,columns=1",
+        "grid-mask:sink=8,local=40,period=32,band=6,phases=4,columns=0"}) {
     SCOPED_TRACE(spec);
     check_planned(random, build_plan(PatternSpec::parse(spec), shape_of(size), &layout), size);
   }
