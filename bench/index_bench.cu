@@ -1,6 +1,6 @@
-// Times the GPU index builder (cuda/index_builders.h) against attention over the plan it builds:
-// vertical-slash estimated from device Q and K for every head slot, then the engine (kernel
-// auto-selected) on that plan. bf16, the SYNTHETIC workload "video-qwen2.5vl-128k" (28 query heads
+// Times the GPU index builders (cuda/index_builders.h) against attention over the plan they build:
+// vertical-slash, and the grid head (every head as a grid head), estimated from device Q and K for
+// every head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC workload "video-qwen2.5vl-128k" (28 query heads
 // over 4 KV heads, head_dim 128; docs/workloads.md). Index milliseconds are stream time from the
 // build call to its last kernel (allocation, estimate, top-k, conversion, schedule sort), median
 // of repeats after a warm-up, twice: with the default memory pool, which returns freed memory to
@@ -9,9 +9,13 @@
 // estimate and top-k stages are also timed alone; the rest is the conversion, the schedule sort and
 // the allocations. Attention is timed likewise, L2 flushed before each run. "read density" is
 // tile rows × keys each tile reads over the causal pairs: an upper bound of the computed density
-// (rows skip the keys beyond their diagonal).
+// (rows skip the keys beyond their diagonal). For the grid, "estimate" includes storing the softmax
+// rows and top-k reads "-" (the search and conversion are the rest of the index time); a line after
+// each grid row gives the strides found (grid heads of the workload marked *), the plan buffer
+// (sized for every candidate stride) and the columns the real tiles hold.
 //
-//   mmsparse_index_bench [seq_len]     default 131072
+//   mmsparse_index_bench [seq_len] [pattern]   default 131072, every pattern ("vertical-slash" or
+//                                               "grid" to run one)
 
 #include <cuda_runtime.h>
 
@@ -46,7 +50,16 @@ constexpr int kWarmups = 1;
 constexpr int kRepeats = 5;
 constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // several times the 50 MB L2
 constexpr int64_t kTileRowChoices[] = {64, 128};
-constexpr const char* kSpecs[] = {"vertical-slash", "vertical-slash:vertical=200,slash=1200"};
+constexpr const char* kSpecs[] = {"vertical-slash", "vertical-slash:vertical=200,slash=1200",
+                                  "grid"};
+constexpr char kGrid[] = "grid";
+constexpr double kMegabyte = 1e6;
+
+std::string format_milliseconds(double milliseconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%9.3f", milliseconds);
+  return text;
+}
 
 void check(cudaError_t result, const char* what) {
   if (result == cudaSuccess) return;
@@ -100,8 +113,13 @@ struct StageScratch {
   }
 };
 
-// Tile rows × keys read, over all tiles, from the plan's records.
-double read_pairs(const cuda::DevicePlan& plan) {
+struct PlanReads {
+  double pairs = 0.0;    // tile rows × keys read, over all tiles
+  int64_t columns = 0;   // gathered keys the tiles hold
+};
+
+// What the plan's tiles read, from its records.
+PlanReads read_pairs(const cuda::DevicePlan& plan) {
   const cuda::DevicePlanLayout& layout = plan.layout();
   std::vector<cuda::TileRecord> tiles(static_cast<std::size_t>(plan.num_tiles()));
   const auto* base = static_cast<const std::byte*>(plan.data());
@@ -114,18 +132,63 @@ double read_pairs(const cuda::DevicePlan& plan) {
   check(cudaMemcpy(span_records.data(), base + layout.spans,
                    span_records.size() * sizeof(cuda::SpanRecord), cudaMemcpyDeviceToHost),
         "cudaMemcpy spans");
-  double pairs = 0.0;
+  PlanReads reads;
   for (const cuda::TileRecord& tile : tiles) {
     int64_t keys = tile.column_end - tile.column_begin;
+    reads.columns += tile.column_end - tile.column_begin;
     for (int64_t s = tile.span_begin; s < tile.span_end; ++s) {
       keys += span_records[s].end - span_records[s].begin;
     }
-    pairs += static_cast<double>(keys) * (tile.end - tile.begin);
+    reads.pairs += static_cast<double>(keys) * (tile.end - tile.begin);
   }
-  return pairs;
+  return reads;
 }
 
-void run(int64_t length) {
+// The estimate and the vertical-slash selection alone, on scratch of their own; the grid's
+// estimate also stores the softmax rows, and its search is not timed alone (select stays 0).
+void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& shape,
+                 const cuda::EstimateOperands& operands, cudaStream_t stream,
+                 double& estimate_milliseconds, double& select_milliseconds) {
+  const bool grid = spec.name == kGrid;
+  const mmsparse::PatternSpec& selection_spec =
+      grid ? mmsparse::resolve_pattern(mmsparse::PatternSpec::parse("vertical-slash")) : spec;
+  const cuda::index::VerticalSlashBuild build =
+      cuda::index::plan_vertical_slash(selection_spec, shape);
+  const int64_t last_q = grid ? cuda::index::plan_grid(spec, shape).last_q : build.last_q;
+  const cuda::index::EstimateExtents extents = cuda::index::estimate_extents(operands, last_q);
+  StageScratch scratch;
+  cuda::index::EstimateScratch estimate;
+  estimate.partial_max = scratch.add<float>(extents.slots * extents.rows * extents.chunks);
+  estimate.partial_sum = scratch.add<double>(extents.slots * extents.rows * extents.chunks);
+  estimate.row_max = scratch.add<float>(extents.slots * extents.rows);
+  estimate.row_sum = scratch.add<double>(extents.slots * extents.rows);
+  estimate.diagonal_partials =
+      scratch.add<double>(extents.slots * extents.chunks * extents.diagonal_span());
+  estimate.column_sums = scratch.add<double>(extents.slots * extents.scores);
+  estimate.diagonal_sums = scratch.add<double>(extents.slots * extents.scores);
+  if (grid) {
+    estimate.probabilities = scratch.add<float>(extents.slots * extents.rows * extents.scores);
+  }
+  const int64_t verticals = std::min(build.vertical, extents.scores);
+  const int64_t slashes = std::min(build.slash, extents.scores);
+  const cuda::index::LineSelection vertical_selection{
+      estimate.column_sums, extents.scores, build.vertical, build.sink,
+      scratch.add<int32_t>(extents.slots * verticals), verticals,
+      scratch.add<int32_t>(extents.slots)};
+  const cuda::index::LineSelection slash_selection{
+      estimate.diagonal_sums, extents.scores, build.slash, build.local,
+      scratch.add<int32_t>(extents.slots * slashes), slashes,
+      scratch.add<int32_t>(extents.slots)};
+  const auto nothing = [] {};
+  estimate_milliseconds = median_milliseconds(
+      stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });
+  if (grid) return;
+  select_milliseconds = median_milliseconds(stream, nothing, [&] {
+    cuda::index::launch_select_lines(vertical_selection, slash_selection, extents.slots, stream);
+  });
+}
+
+void run(int64_t length, const std::string& only) {
   mmsparse::WorkloadSpec workload_spec;
   workload_spec.seq_len = length;
   const auto generate_start = std::chrono::steady_clock::now();
@@ -178,6 +241,9 @@ void run(int64_t length) {
   check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
   for (const char* text : kSpecs) {
     const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
+    if (!only.empty() && spec.name != only) continue;
+    const bool grid = spec.name == kGrid;
+    const DeviceCopy chosen(static_cast<std::size_t>(q_heads) * sizeof(mmsparse::detail::GridLines));
     for (const int64_t tile_rows : kTileRowChoices) {
       const mmsparse::PlanShape shape{1, q_heads, length, length, tile_rows};
       const cuda::EstimateOperands operands =
@@ -189,7 +255,10 @@ void run(int64_t length) {
             stream, [&] { plan.release(stream); },
             [&] {
               const auto host_start = std::chrono::steady_clock::now();
-              plan = cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
+              plan = grid ? cuda::build_grid_plan_on_device(
+                                spec, shape, operands, stream,
+                                static_cast<mmsparse::detail::GridLines*>(chosen.data))
+                          : cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
               host_milliseconds = std::chrono::duration<double, std::milli>(
                                       std::chrono::steady_clock::now() - host_start)
                                       .count();
@@ -204,48 +273,40 @@ void run(int64_t length) {
             "cudaMemPoolSetAttribute");
       const double kept_milliseconds = time_build();
 
-      // The estimate and the selection alone, on scratch of their own.
-      const cuda::index::VerticalSlashBuild build = cuda::index::plan_vertical_slash(spec, shape);
-      const cuda::index::EstimateExtents extents =
-          cuda::index::estimate_extents(operands, build.last_q);
-      StageScratch scratch;
-      cuda::index::EstimateScratch estimate;
-      estimate.partial_max = scratch.add<float>(extents.slots * extents.rows * extents.chunks);
-      estimate.partial_sum = scratch.add<double>(extents.slots * extents.rows * extents.chunks);
-      estimate.row_max = scratch.add<float>(extents.slots * extents.rows);
-      estimate.row_sum = scratch.add<double>(extents.slots * extents.rows);
-      estimate.diagonal_partials =
-          scratch.add<double>(extents.slots * extents.chunks * extents.diagonal_span());
-      estimate.column_sums = scratch.add<double>(extents.slots * extents.scores);
-      estimate.diagonal_sums = scratch.add<double>(extents.slots * extents.scores);
-      const int64_t verticals = std::min(build.vertical, extents.scores);
-      const int64_t slashes = std::min(build.slash, extents.scores);
-      const cuda::index::LineSelection vertical_selection{
-          estimate.column_sums, extents.scores, build.vertical, build.sink,
-          scratch.add<int32_t>(extents.slots * verticals), verticals,
-          scratch.add<int32_t>(extents.slots)};
-      const cuda::index::LineSelection slash_selection{
-          estimate.diagonal_sums, extents.scores, build.slash, build.local,
-          scratch.add<int32_t>(extents.slots * slashes), slashes,
-          scratch.add<int32_t>(extents.slots)};
-      const auto nothing = [] {};
-      const double estimate_milliseconds = median_milliseconds(
-          stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });
-      const double select_milliseconds = median_milliseconds(stream, nothing, [&] {
-        cuda::index::launch_select_lines(vertical_selection, slash_selection, extents.slots,
-                                         stream);
-      });
+      double estimate_milliseconds = 0.0;
+      double select_milliseconds = 0.0;
+      time_stages(spec, shape, operands, stream, estimate_milliseconds, select_milliseconds);
 
       const double attention_milliseconds = median_milliseconds(
           stream,
           [&] { check(cudaMemsetAsync(flush.data, 0, flush.bytes, stream), "cudaMemsetAsync"); },
           [&] { cuda::attention_planned(plan, args); });
-      std::printf("%-40s %4lld | %9.3f %9.3f %9.3f %9.3f %7.3f | %9.3f | %5.1f%% | %.2f%%\n", text,
+      const PlanReads reads = read_pairs(plan);
+      const std::string stage_columns =
+          format_milliseconds(estimate_milliseconds) + " " +
+          (grid ? std::string(8, ' ') + "-" : format_milliseconds(select_milliseconds));
+      std::printf("%-40s %4lld | %9.3f %9.3f %s %7.3f | %9.3f | %5.1f%% | %.2f%%\n", text,
                   static_cast<long long>(tile_rows), fresh_milliseconds, kept_milliseconds,
-                  estimate_milliseconds, select_milliseconds, host_milliseconds,
-                  attention_milliseconds,
+                  stage_columns.c_str(), host_milliseconds, attention_milliseconds,
                   100.0 * kept_milliseconds / (kept_milliseconds + attention_milliseconds),
-                  100.0 * read_pairs(plan) / causal_pairs);
+                  100.0 * reads.pairs / causal_pairs);
+      if (grid) {
+        std::vector<mmsparse::detail::GridLines> lines(static_cast<std::size_t>(q_heads));
+        check(cudaMemcpy(lines.data(), chosen.data, chosen.bytes, cudaMemcpyDeviceToHost),
+              "cudaMemcpy strides");
+        std::string strides;
+        for (int64_t head = 0; head < q_heads; ++head) {
+          const bool grid_head = workload.behaviour(head) == mmsparse::HeadBehaviour::kGrid;
+          strides += (head > 0 ? " " : "") + std::to_string(lines[head].stride) +
+                     (grid_head ? "*" : "");
+        }
+        std::printf("    strides: %s\n    plan buffer %.1f MB (columns sized for stride %lld: "
+                    "%.1f MB), real columns %.1f MB\n",
+                    strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
+                    static_cast<long long>(mmsparse::detail::kMinStride),
+                    static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
+                    static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
+      }
       std::fflush(stdout);
     }
   }
@@ -257,7 +318,7 @@ void run(int64_t length) {
 
 int main(int argc, char** argv) {
   try {
-    run(argc > 1 ? std::atoll(argv[1]) : kDefaultLength);
+    run(argc > 1 ? std::atoll(argv[1]) : kDefaultLength, argc > 2 ? argv[2] : "");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mmsparse_index_bench failed: %s\n", error.what());
     return 1;

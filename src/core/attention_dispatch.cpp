@@ -366,11 +366,11 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
     prepared.impl_->shape = shape;
     prepared.impl_->device = device;
     if (estimate_on_device) {
-      if (!cuda::builds_dynamic_on_device(resolved)) {
+      if (!cuda::builds_dynamic_on_device(resolved) && !cuda::builds_grid_on_device(resolved)) {
         throw Error(ErrorCode::kUnsupported,
                     "prepare_pattern: " + resolved.to_string() +
-                        " is not built on the GPU (vertical-slash with boundary 0 or 1 is); "
-                        "pass host inputs to build it on the host");
+                        " is not built on the GPU (vertical-slash and grid with boundary 0 or 1 "
+                        "are); pass host inputs to build it on the host");
       }
       prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
           resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream));

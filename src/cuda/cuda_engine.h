@@ -22,6 +22,9 @@
 namespace mmsparse {
 struct PatternSpec;
 }
+namespace mmsparse::detail {
+struct GridLines;  // patterns/grid.h
+}
 
 namespace mmsparse::cuda {
 
@@ -130,6 +133,10 @@ class DevicePlan {
   friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
                                                  const PlanShape& shape,
                                                  const EstimateOperands& operands, void* stream);
+  friend DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec,
+                                              const PlanShape& shape,
+                                              const EstimateOperands& operands, void* stream,
+                                              detail::GridLines* chosen);
   // Concatenates the sections of a per-head config (config_builder.cu).
   friend ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
                                                  const PlanShape& shape,

@@ -1,5 +1,5 @@
 // The GPU index builders' entry points (index_builders.h): operand checks, the plan buffer's layout
-// and allocation, and the pattern's kernels (index_vertical_slash.cu).
+// and allocation, and the patterns' kernels (index_vertical_slash.cu, index_grid.cu).
 
 #include "cuda/index_builders.h"
 
@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kOperandDims = 4;
 constexpr char kVerticalSlash[] = "vertical-slash";
+constexpr char kGrid[] = "grid";
 // Grid dimension y of the estimate kernels: KV heads of the batch, and head slots.
 constexpr int64_t kMaxGridY = 65535;
 
@@ -161,78 +162,165 @@ EstimateOperands select_heads(const std::string& pattern, EstimateOperands opera
   return operands;
 }
 
-bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
-  if (resolved_spec.name != kVerticalSlash) return false;
+namespace {
+
+// Boundary none or K: the modes the GPU builders serve.
+bool whole_key_space(const PatternSpec& resolved_spec) {
   const auto boundary = resolved_spec.params.find(detail::kBoundaryParam);
   return boundary != resolved_spec.params.end() &&
          (boundary->second == static_cast<int64_t>(detail::BoundaryMode::kNone) ||
           boundary->second == static_cast<int64_t>(detail::BoundaryMode::kKey));
 }
 
-DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                        const EstimateOperands& operands, void* stream) {
-  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
-  check_int32_ranges(shape);
-  if (resolved_spec.name != kVerticalSlash) {
-    throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device pattern: expected " +
-                                             std::string(kVerticalSlash) + ", got \"" +
-                                             resolved_spec.name + "\"");
-  }
+}  // namespace
+
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
+  return resolved_spec.name == kVerticalSlash && whole_key_space(resolved_spec);
+}
+
+bool builds_grid_on_device(const PatternSpec& resolved_spec) {
+  return resolved_spec.name == kGrid && whole_key_space(resolved_spec);
+}
+
+namespace {
+
+// The sizes of a dynamic plan's sections: the upload's order, data-dependent ones at capacity.
+struct SectionSizes {
+  int64_t slots = 0;
+  int64_t runs = 0;
+  int64_t tiles = 0;
+  int64_t spans = 0;
+  int64_t columns = 0;
+};
+
+void check_estimated_heads(const EstimateOperands& operands, const PlanShape& shape) {
   if (operands.estimated_heads() != shape.heads) {
     throw_invalid_argument("build_dynamic_plan_on_device shape.heads",
                            std::to_string(operands.estimated_heads()) +
                                " (the query heads the operands estimate)",
                            std::to_string(shape.heads));
   }
-  const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
-  const int64_t tiles = build.tiles();
+}
+
+void check_tile_count(int64_t tiles) {
   if (tiles > std::numeric_limits<int32_t>::max()) {
     throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device: " + std::to_string(tiles) +
                                              " tiles; the schedule indexes tiles in int32");
   }
-  const int64_t slots = shape.head_slots();
-  const std::size_t masks = tiles > 0 ? 1 : 0;  // causal, as PlanBuilder's default policy
+}
 
-  // The upload's section order (device_plan.cu); spans and columns at their capacities.
-  DevicePlan plan;
-  DevicePlanLayout& layout = plan.layout_;
+DevicePlanLayout dynamic_plan_layout(const SectionSizes& sizes) {
+  const std::size_t masks = sizes.tiles > 0 ? 1 : 0;  // causal, as PlanBuilder's default policy
+  DevicePlanLayout layout;
   std::size_t end = 0;
   auto section = [&](int64_t count, std::size_t element_bytes) {
     const std::size_t offset = align_section(end);
     end = offset + static_cast<std::size_t>(count) * element_bytes;
     return offset;
   };
-  layout.head_run_offsets = section(slots + 1, sizeof(int64_t));
-  layout.runs = section(0, sizeof(RunRecord));  // boundary none/K keeps the identity order
-  layout.tiles = section(tiles, sizeof(TileRecord));
-  layout.schedule = section(tiles, sizeof(int32_t));
+  layout.head_run_offsets = section(sizes.slots + 1, sizeof(int64_t));
+  layout.runs = section(sizes.runs, sizeof(RunRecord));
+  layout.tiles = section(sizes.tiles, sizeof(TileRecord));
+  layout.schedule = section(sizes.tiles, sizeof(int32_t));
   layout.masks = section(static_cast<int64_t>(masks), sizeof(MaskRecord));
-  layout.spans = section(build.span_capacity, sizeof(SpanRecord));
-  layout.columns = section(build.column_capacity, sizeof(int32_t));
+  layout.spans = section(sizes.spans, sizeof(SpanRecord));
+  layout.columns = section(sizes.columns, sizeof(int32_t));
   layout.token_info = section(0, sizeof(int32_t));
   layout.has_token_info = false;
   layout.bytes = align_section(end);
-  plan.shape_ = shape;
-  plan.num_tiles_ = tiles;
-  plan.num_columns_ = build.column_capacity;  // an upper bound: the count lives on the device
-  plan.covers_every_row_ = true;              // one group tiles every row
-  plan.stream_ = stream;
+  return layout;
+}
 
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  check_cuda(cudaMallocAsync(&plan.buffer_, layout.bytes, cuda_stream),
+// Allocates the buffer of `layout` on the stream and zeroes it up to the spans (the identity
+// order's run offsets, the padding, as the upload has them); the kernels write the records, and
+// the spans and columns beyond the real counts stay unread.
+void* allocate_plan(const DevicePlanLayout& layout, cudaStream_t stream) {
+  void* buffer = nullptr;
+  check_cuda(cudaMallocAsync(&buffer, layout.bytes, stream),
              "build_dynamic_plan_on_device: cudaMallocAsync");
-  // Zero up to the spans: the identity order's run offsets and the padding, as the upload has
-  // them. The kernels write the records; the spans and columns beyond the real counts stay unread.
-  check_cuda(cudaMemsetAsync(plan.buffer_, 0, layout.spans, cuda_stream),
-             "build_dynamic_plan_on_device: cudaMemsetAsync");
-  auto* base = static_cast<std::byte*>(plan.buffer_);
+  const cudaError_t zeroed = cudaMemsetAsync(buffer, 0, layout.spans, stream);
+  if (zeroed != cudaSuccess) {
+    cudaFreeAsync(buffer, stream);
+    check_cuda(zeroed, "build_dynamic_plan_on_device: cudaMemsetAsync");
+  }
+  return buffer;
+}
+
+index::PlanSections plan_sections(void* buffer, const DevicePlanLayout& layout) {
+  auto* base = static_cast<std::byte*>(buffer);
   index::PlanSections sections;
+  sections.head_run_offsets = reinterpret_cast<int64_t*>(base + layout.head_run_offsets);
+  sections.runs = reinterpret_cast<RunRecord*>(base + layout.runs);
   sections.tiles = reinterpret_cast<TileRecord*>(base + layout.tiles);
   sections.schedule = reinterpret_cast<int32_t*>(base + layout.schedule);
   sections.masks = reinterpret_cast<MaskRecord*>(base + layout.masks);
   sections.spans = reinterpret_cast<SpanRecord*>(base + layout.spans);
   sections.columns = reinterpret_cast<int32_t*>(base + layout.columns);
-  index::build_vertical_slash(build, operands, sections, cuda_stream);
+  return sections;
+}
+
+}  // namespace
+
+DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const EstimateOperands& operands, void* stream) {
+  if (resolved_spec.name == kGrid) {
+    return build_grid_plan_on_device(resolved_spec, shape, operands, stream);
+  }
+  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
+  check_int32_ranges(shape);
+  if (resolved_spec.name != kVerticalSlash) {
+    throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device pattern: expected " +
+                                             std::string(kVerticalSlash) + " or " + kGrid +
+                                             ", got \"" + resolved_spec.name + "\"");
+  }
+  check_estimated_heads(operands, shape);
+  const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
+  const int64_t tiles = build.tiles();
+  check_tile_count(tiles);
+
+  // Boundary none/K keeps the identity order: no runs.
+  DevicePlan plan;
+  plan.layout_ = dynamic_plan_layout(
+      {shape.head_slots(), 0, tiles, build.span_capacity, build.column_capacity});
+  plan.shape_ = shape;
+  plan.num_tiles_ = tiles;
+  plan.num_columns_ = build.column_capacity;  // an upper bound: the count lives on the device
+  plan.covers_every_row_ = true;              // one group tiles every row
+  plan.stream_ = stream;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  plan.buffer_ = allocate_plan(plan.layout_, cuda_stream);
+  index::build_vertical_slash(build, operands, plan_sections(plan.buffer_, plan.layout_),
+                              cuda_stream);
+  return plan;
+}
+
+DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                     const EstimateOperands& operands, void* stream,
+                                     detail::GridLines* chosen) {
+  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
+  check_int32_ranges(shape);
+  if (resolved_spec.name != kGrid) {
+    throw Error(ErrorCode::kUnsupported, "build_grid_plan_on_device pattern: expected " +
+                                             std::string(kGrid) + ", got \"" +
+                                             resolved_spec.name + "\"");
+  }
+  check_estimated_heads(operands, shape);
+  const index::GridBuild build = index::plan_grid(resolved_spec, shape);
+  const int64_t tiles = build.tiles();
+  check_tile_count(tiles);
+
+  DevicePlan plan;
+  plan.layout_ = dynamic_plan_layout(
+      {shape.head_slots(), build.runs(), tiles, build.span_capacity, build.column_capacity});
+  plan.shape_ = shape;
+  plan.num_tiles_ = tiles;  // the capacity: the tiles beyond the real ones are empty
+  plan.num_columns_ = build.column_capacity;
+  plan.covers_every_row_ = true;  // one group tiles every row
+  plan.stream_ = stream;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  plan.buffer_ = allocate_plan(plan.layout_, cuda_stream);
+  index::build_grid(build, operands, plan_sections(plan.buffer_, plan.layout_), chosen,
+                    cuda_stream);
   return plan;
 }
 

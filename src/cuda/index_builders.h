@@ -5,15 +5,18 @@
 // (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
 // every record of the plan equals the host plan's upload.
 //
-// Built here: vertical-slash with boundary 0 (none) or 1 (K-boundary, the same plan).
+// Built here: vertical-slash and grid, each with boundary 0 (none) or 1 (K-boundary, the same
+// plan).
 //
-// Sizes. How many key spans and columns a tile gets depends on the data, but the plan buffer must
-// be allocated before the data is read, and reading a count back would stall the host. So the
-// spans and columns sections are sized for the most that the shape and budgets allow per tile
-// (docs/index_builders.md), and the kernels pack the real records at their front, with the real
-// offsets in the tile records. The layout therefore differs from an upload's only in where the
-// sections after the spans start and in the total size; every record a kernel reads is the
-// upload's.
+// Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
+// many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
+// allocated before the data is read, and reading a count back would stall the host. So those
+// sections are sized for the most that the shape and parameters allow (docs/index_builders.md),
+// and the kernels pack the real records at their front, with the real offsets in the records.
+// The layout therefore differs from an upload's in where the sections after the first
+// data-dependent one start and in the total size; a grid plan also has empty tiles (no rows, no
+// keys) after its real ones, scheduled last, so num_tiles() is the capacity. Every record of the
+// real ones is the upload's.
 
 #include <cstdint>
 #include <string>
@@ -22,6 +25,7 @@
 #include "cuda/cuda_engine.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "patterns/grid.h"
 
 namespace mmsparse::cuda {
 
@@ -66,14 +70,26 @@ bool inputs_on_device(const PatternInputs& inputs);
 EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
                                         const PlanShape& shape);
 
-// Whether build_dynamic_plan_on_device builds the resolved spec.
+// Whether the resolved spec is a vertical-slash head the GPU estimate builds, whole plans and head
+// subsets alike (per-head configs route their device sections by it).
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
+// Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1).
+// Whole plans only for now: a per-head config builds its grid heads on the host.
+bool builds_grid_on_device(const PatternSpec& resolved_spec);
 
-// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device. Throws
-// like the host builder on bad parameters and shapes, kUnsupported for specs it does not build;
+// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device, for the
+// specs builds_dynamic_on_device or builds_grid_on_device accepts. Throws like the host builder on
+// bad parameters and shapes, kUnsupported for specs it does not build;
 // asynchronous on `stream` (cudaStream_t). With a head selection, shape.heads must equal the
 // number of selected heads.
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                         const EstimateOperands& operands, void* stream);
+
+// The grid head's plan (MMInference Alg. 1) as build_dynamic_plan_on_device builds it, and, when
+// `chosen` is not null, each head slot's stride and phase written to it (device memory,
+// [head slots]) in stream order.
+DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                     const EstimateOperands& operands, void* stream,
+                                     detail::GridLines* chosen = nullptr);
 
 }  // namespace mmsparse::cuda

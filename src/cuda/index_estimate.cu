@@ -5,7 +5,8 @@
 //   stats pass    per row and chunk: max and sum of exp(score - max);  combine -> per row
 //   sums pass     p = exp(score - max) / sum, as the host computes it; per chunk the column sums
 //                 (the block owns its keys) and per-chunk diagonal partials; a gather adds the
-//                 partials of each diagonal in chunk order.
+//                 partials of each diagonal in chunk order; and, for the grid search, the
+//                 probabilities themselves when asked for.
 // Every sum runs over rows in ascending order, in double like the host's; the scores themselves
 // differ from the host's by summation order in the dot product only (the contract allows that).
 
@@ -229,6 +230,17 @@ __global__ void __launch_bounds__(kThreads)
           params.scratch.partial_sum[at] = sum;
         }
       } else {
+        if (params.scratch.probabilities != nullptr) {
+          for (int i = x; i < tile_rows * kChunk; i += kThreads) {
+            const int row = i / kChunk;
+            const int key = i % kChunk;
+            if (key_begin + key < params.kv_len) {
+              params.scratch.probabilities[(slot * params.rows + row_begin + row) * params.scores +
+                                           key_begin + key] =
+                  shared.tile.values[row * kScorePitch + key];
+            }
+          }
+        }
         if (x < kChunk) {
           double sum = 0.0;
           for (int row = 0; row < tile_rows; ++row) sum += shared.tile.values[row * kScorePitch + x];

@@ -4,6 +4,8 @@
 //   index_estimate.cu   last-q estimate -> column sums and diagonal sums of every head slot
 //   index_select.cu     top-k of each score array with forced lines and the host's tie order
 //   index_vertical_slash.cu   selected lines -> tiles, spans, columns, schedule (and the driver)
+//   index_grid.cu       softmax rows -> stride and phase search -> runs, tiles, spans, columns,
+//                       schedule (and the driver)
 
 #include <cuda_runtime.h>
 
@@ -12,6 +14,7 @@
 
 #include "cuda/index_builders.h"
 #include "cuda/plan_view.cuh"
+#include "patterns/grid.h"
 
 namespace mmsparse::cuda::index {
 
@@ -48,6 +51,9 @@ struct EstimateScratch {
   double* diagonal_partials = nullptr;  // [slots, chunks, diagonal_span] per chunk
   double* column_sums = nullptr;        // [slots, scores] vertical scores by key
   double* diagonal_sums = nullptr;      // [slots, scores] slash scores by offset frontier-1-key
+  // [slots, rows, scores] the softmax itself, when not null (the grid search reads every row);
+  // written where a row sees the key, other entries are left as they are.
+  float* probabilities = nullptr;
 };
 
 // Column and diagonal sums of the softmax of every head slot's estimate rows over all keys (the
@@ -76,6 +82,8 @@ void launch_select_lines(const LineSelection& first, const LineSelection& second
 
 // The sections of a plan buffer the builders write (the header sections before them are zero).
 struct PlanSections {
+  int64_t* head_run_offsets = nullptr;  // [head slots + 1]
+  RunRecord* runs = nullptr;            // [run capacity]
   TileRecord* tiles = nullptr;   // [tiles]
   int32_t* schedule = nullptr;   // [tiles]
   MaskRecord* masks = nullptr;   // [masks]
@@ -99,5 +107,31 @@ VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const P
 // Estimates, selects and converts into `sections` (tile records, schedule, mask, spans, columns).
 void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
                           const PlanSections& sections, cudaStream_t stream);
+
+// What a grid plan needs, all from the spec and the shape. The number of runs and tiles of a head
+// slot depends on the stride found, so the runs, tiles, spans and columns sections are sized for
+// every candidate stride (docs/index_builders.md, "Grid"): the real records at the front, the
+// tiles after them empty (no rows, no keys) and scheduled last.
+struct GridBuild {
+  PlanShape shape;
+  detail::GridOptions options;
+  int64_t last_q = 0;
+  int64_t first_stride = 0;  // the candidate strides [first_stride, last_stride]: one when fixed
+  int64_t last_stride = 0;
+  int64_t runs_per_head = 0;   // capacities per head slot
+  int64_t tiles_per_head = 0;
+  int64_t span_capacity = 0;    // over all head slots
+  int64_t column_capacity = 0;
+  int64_t strides() const { return last_stride - first_stride + 1; }
+  int64_t runs() const { return shape.head_slots() * runs_per_head; }
+  int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
+};
+// Checks the spec as the host builder does (parameters, last_q, boundary none or K).
+GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape);
+// Estimates, searches each head slot's stride and phase (written to `chosen`, device memory
+// [head slots], when not null) and converts them into `sections` (head run offsets, runs, tiles,
+// schedule, mask, spans, columns).
+void build_grid(const GridBuild& build, const EstimateOperands& operands,
+                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream);
 
 }  // namespace mmsparse::cuda::index

@@ -23,10 +23,6 @@ constexpr char kVlineParam[] = "vline";
 constexpr char kSlashParam[] = "slash";
 // MMInference Table 3: the grid search space's max stride.
 constexpr int64_t kDefaultMaxStride = 1024;
-// Each line entry is charged this many times the mean eligible attention: a line pays off when it
-// holds at least twice the average. The charge makes divisors of the true stride (their extra
-// lines hold about the average) lose, while multiples lose the true lines they leave out.
-constexpr double kEntryCost = 2.0;
 
 int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
@@ -101,9 +97,25 @@ struct Scored {
   double score = -std::numeric_limits<double>::infinity();
 };
 
-// The best phase of one stride: the mass of the enabled lines less entry_cost per entry.
-Scored score_stride(const GridEvidence& evidence, const GridOptions& options, int64_t stride,
-                    double entry_cost) {
+// The best candidate seen so far (strict comparison in candidate order: ties go to the first) and
+// the best score among the others.
+struct Best {
+  Scored best;
+  double runner_up = -std::numeric_limits<double>::infinity();
+  void offer(const Scored& candidate) {
+    if (candidate.score > best.score) {
+      runner_up = std::max(runner_up, best.score);
+      best = candidate;
+    } else {
+      runner_up = std::max(runner_up, candidate.score);
+    }
+  }
+};
+
+// The phases of one stride offered in ascending order: the mass of the enabled lines less
+// entry_cost per entry.
+void score_stride(const GridEvidence& evidence, const GridOptions& options, int64_t stride,
+                  double entry_cost, Best& best) {
   Mass slash_total;
   std::vector<Mass> slash_by_phase(static_cast<std::size_t>(stride));  // rows grouped by phase
   if (options.slash) {
@@ -114,17 +126,18 @@ Scored score_stride(const GridEvidence& evidence, const GridOptions& options, in
     }
   }
   const auto value = [&](const Mass& lines) { return lines.mass - entry_cost * lines.entries; };
-  if (!options.vline && !options.hline) return {{stride, 0}, value(slash_total)};
+  if (!options.vline && !options.hline) {
+    best.offer({{stride, 0}, value(slash_total)});
+    return;
+  }
   const std::vector<Mass> vertical = evidence.vertical(stride);
-  Scored best;
   for (int64_t phase = 0; phase < stride; ++phase) {
     // A row's slash keys all have the row's phase: for rows of phase p they lie on vline p.
     Mass lines = vertical[phase];
     lines.mass += slash_total.mass - slash_by_phase[phase].mass;
     lines.entries += slash_total.entries - slash_by_phase[phase].entries;
-    if (value(lines) > best.score) best = {{stride, phase}, value(lines)};
+    best.offer({{stride, phase}, value(lines)});
   }
-  return best;
 }
 
 class GridPattern final : public KeyPattern {
@@ -204,6 +217,8 @@ class GridPattern final : public KeyPattern {
   GridOptions options_;
 };
 
+}  // namespace
+
 GridOptions grid_options(const PatternSpec& spec) {
   GridOptions options;
   options.stride = checked_param(spec, kStrideParam, 0);
@@ -225,6 +240,12 @@ GridOptions grid_options(const PatternSpec& spec) {
   return options;
 }
 
+std::unique_ptr<KeyPattern> make_grid_pattern(GridLines lines, const GridOptions& options) {
+  return std::make_unique<GridPattern>(lines, options);
+}
+
+namespace {
+
 void build_grid(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
   const GridOptions options = grid_options(spec);
   build_dynamic_head(builder, spec, context, [&](const Estimate& estimate) {
@@ -245,18 +266,20 @@ Params grid_params(int64_t) {
 
 }  // namespace
 
-GridLines search_grid(const Estimate& estimate, const GridOptions& options) {
+GridLines search_grid(const Estimate& estimate, const GridOptions& options, double* margin) {
   const GridEvidence evidence(estimate, options);
   const double entry_cost = kEntryCost * evidence.background();
-  if (options.stride != 0) return score_stride(evidence, options, options.stride, entry_cost).lines;
+  const int64_t first = options.stride != 0 ? options.stride : kMinStride;
   const int64_t last =
-      std::max(kMinStride, std::min(options.max_stride, evidence.keys() / kMinGridLines));
-  Scored best = score_stride(evidence, options, kMinStride, entry_cost);
-  for (int64_t stride = kMinStride + 1; stride <= last; ++stride) {
-    const Scored scored = score_stride(evidence, options, stride, entry_cost);
-    if (scored.score > best.score) best = scored;
+      options.stride != 0
+          ? options.stride
+          : std::max(kMinStride, std::min(options.max_stride, evidence.keys() / kMinGridLines));
+  Best best;
+  for (int64_t stride = first; stride <= last; ++stride) {
+    score_stride(evidence, options, stride, entry_cost, best);
   }
-  return best.lines;
+  if (margin != nullptr) *margin = best.best.score - best.runner_up;
+  return best.best.lines;
 }
 
 PatternEntry grid_entry() {

@@ -38,7 +38,10 @@
 // not express.
 
 #include <cstdint>
+#include <memory>
 
+#include "mmsparse/patterns.h"
+#include "patterns/dynamic_head.h"
 #include "patterns/estimation.h"
 
 namespace mmsparse::detail {
@@ -50,6 +53,10 @@ inline constexpr int64_t kDefaultGridLocal = 1;
 // A searched stride leaves at least this many lines in the estimate, so that a single heavy
 // column (a vertical line) does not pass for a grid of one line per phase.
 inline constexpr int64_t kMinGridLines = 4;
+// Each line entry is charged this many times the mean eligible attention: a line pays off when it
+// holds at least twice the average. The charge makes divisors of the true stride (their extra
+// lines hold about the average) lose, while multiples lose the true lines they leave out.
+inline constexpr double kEntryCost = 2.0;
 
 struct GridOptions {
   int64_t stride = 0;  // 0: search
@@ -66,6 +73,16 @@ struct GridLines {
   int64_t phase = 0;
 };
 
-GridLines search_grid(const Estimate& estimate, const GridOptions& options);
+// The best (stride, phase). `margin` (nullable) receives the best score less the runner-up's over
+// every other candidate (stride, phase), 0 on a tie and infinity without a runner-up: how clearly
+// the choice stands, which is what a builder summing in another order can reproduce (the GPU
+// builder's contract, docs/dynamic_patterns.md).
+GridLines search_grid(const Estimate& estimate, const GridOptions& options,
+                      double* margin = nullptr);
+
+// The spec's grid parameters, checked as build_plan checks them (errors name the parameter).
+GridOptions grid_options(const PatternSpec& resolved_spec);
+// The grid of the given lines, e.g. to build the host plan of lines found elsewhere.
+std::unique_ptr<KeyPattern> make_grid_pattern(GridLines lines, const GridOptions& options);
 
 }  // namespace mmsparse::detail

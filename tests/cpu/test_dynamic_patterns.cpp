@@ -376,6 +376,51 @@ TEST(Grid, SearchFindsAPlantedStrideAndPhase) {
   }
 }
 
+// search_grid's margin: positive and clear on a planted grid, 0 on a tie (no evidence: every
+// candidate scores 0). make_grid_pattern with the lines found rebuilds build_plan's plan exactly
+// (the oracle the GPU builder's conversion is compared with).
+TEST(Grid, MarginAndGivenLinesReproduceTheSearch) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kStride = 17;
+  constexpr int64_t kPhase = 5;
+  constexpr int64_t kLength = 500;
+  constexpr int64_t kLastQueries = 64;
+  const PlantedGrid grid = planted_grid(random, kLength, kStride, kPhase);
+  const PatternInputs inputs{grid.q.view(), grid.k.view()};
+  const PlanShape shape{.q_len = kLength, .kv_len = kLength};
+  const PatternSpec spec = resolve_pattern(PatternSpec::parse("grid"));
+  detail::KeyCache cache;
+  const detail::HeadOperands operands(inputs, shape, 0, cache);
+  std::vector<int64_t> rows(kLastQueries);
+  std::iota(rows.begin(), rows.end(), kLength - kLastQueries);
+  const detail::Estimate estimate = detail::estimate_last_queries(
+      operands, rows, detail::KeySpace::all_keys(kLength), shape.causal_offset());
+  double margin = 0.0;
+  const detail::GridLines lines = detail::search_grid(estimate, detail::grid_options(spec), &margin);
+  EXPECT_EQ(lines.stride, kStride);
+  EXPECT_EQ(lines.phase, kPhase);
+  EXPECT_GT(margin, 0.0);
+  EXPECT_EQ(detail::search_grid(detail::Estimate{}, detail::grid_options(spec), &margin).stride,
+            detail::kMinStride);
+  EXPECT_EQ(margin, 0.0);
+
+  PlanBuilder builder(shape);
+  detail::build_dynamic_head(builder, spec, {shape, nullptr, &inputs, 0, &cache},
+                             [&](const detail::Estimate&) {
+                               return detail::make_grid_pattern(lines, detail::grid_options(spec));
+                             });
+  const Plan given = builder.finish();
+  const Plan searched = build_plan(spec, shape, nullptr, &inputs);
+  EXPECT_EQ(given.runs, searched.runs);
+  EXPECT_EQ(given.head_tile_offsets, searched.head_tile_offsets);
+  EXPECT_EQ(given.tiles, searched.tiles);
+  EXPECT_EQ(given.tile_span_offsets, searched.tile_span_offsets);
+  EXPECT_EQ(given.spans, searched.spans);
+  EXPECT_EQ(given.tile_column_offsets, searched.tile_column_offsets);
+  EXPECT_EQ(given.columns, searched.columns);
+}
+
 TEST(Grid, SearchFindsTheFrameTokensOfSyntheticVideoGridHeads) {
   constexpr int64_t kSeqLen = 8192;
   WorkloadSpec spec;  // video-qwen2.5vl-128k, scaled: 16 x 28 = 448 tokens per frame

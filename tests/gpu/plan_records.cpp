@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "device_buffer.h"
@@ -30,6 +31,11 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
              ? -1
              : static_cast<int64_t>(mismatch.first - a.begin());
 }
+
+// Record sizes of the device plan (cuda/plan_view.cuh, a CUDA header): a run is three int32, a tile
+// four int32 and four int64.
+constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
+constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
 
 }  // namespace
 
@@ -64,6 +70,67 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
                              download(uploaded, b.columns, column_bytes)),
             -1)
       << "columns differ";
+}
+
+// The run offsets whole; the runs, tiles, schedule, spans and columns the host plan has at the
+// front of the device plan's larger sections.
+void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
+                              cudaStream_t stream) {
+  const cuda::DevicePlan uploaded(host, stream);
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  EXPECT_EQ(built.shape(), uploaded.shape());
+  EXPECT_TRUE(built.covers_every_row());
+  EXPECT_TRUE(uploaded.covers_every_row());
+  ASSERT_GE(built.num_tiles(), uploaded.num_tiles()) << "tile capacity";
+  EXPECT_GE(built.num_columns(), uploaded.num_columns());
+  EXPECT_FALSE(built.layout().has_token_info);
+  const cuda::DevicePlanLayout& a = built.layout();
+  const cuda::DevicePlanLayout& b = uploaded.layout();
+  const auto section = [](const cuda::DevicePlan& plan, std::size_t offset, std::size_t bytes) {
+    return download(plan, offset, bytes);
+  };
+  const auto same = [&](const char* name, std::size_t a_offset, std::size_t b_offset,
+                        std::size_t bytes, std::size_t a_capacity) {
+    ASSERT_GE(a_capacity, bytes) << name << " capacity";
+    EXPECT_EQ(first_difference(section(built, a_offset, bytes), section(uploaded, b_offset, bytes)),
+              -1)
+        << name << " differ";
+  };
+  const int64_t slots = host.head_slots();
+  const auto tiles = static_cast<std::size_t>(uploaded.num_tiles());
+  const auto capacity = static_cast<std::size_t>(built.num_tiles());
+  const std::vector<std::byte> offsets = section(uploaded, b.head_run_offsets,
+                                                 static_cast<std::size_t>(slots + 1) *
+                                                     sizeof(int64_t));
+  int64_t runs = 0;
+  std::memcpy(&runs, offsets.data() + static_cast<std::size_t>(slots) * sizeof(int64_t),
+              sizeof(int64_t));
+  same("head run offsets", a.head_run_offsets, b.head_run_offsets,
+       static_cast<std::size_t>(slots + 1) * sizeof(int64_t), a.runs - a.head_run_offsets);
+  same("runs", a.runs, b.runs, static_cast<std::size_t>(runs) * kRunRecordBytes,
+       a.tiles - a.runs);
+  same("tiles", a.tiles, b.tiles, tiles * kTileRecordBytes, a.schedule - a.tiles);
+  same("schedule", a.schedule, b.schedule, tiles * sizeof(int32_t), a.masks - a.schedule);
+  same("masks", a.masks, b.masks, b.spans - b.masks, a.spans - a.masks);
+  same("spans", a.spans, b.spans, host.spans.size() * sizeof(KeySpan), a.columns - a.spans);
+  same("columns", a.columns, b.columns, host.columns.size() * sizeof(int32_t),
+       a.token_info - a.columns);
+
+  // The empty tiles: zero records, scheduled last in tile order.
+  const std::vector<std::byte> tail =
+      section(built, a.tiles + tiles * kTileRecordBytes,
+              (capacity - tiles) * kTileRecordBytes);
+  EXPECT_TRUE(std::all_of(tail.begin(), tail.end(), [](std::byte x) { return x == std::byte{0}; }))
+      << "the tiles beyond the real ones are not empty";
+  std::vector<int32_t> schedule_tail(capacity - tiles);
+  const std::vector<std::byte> schedule_bytes =
+      section(built, a.schedule + tiles * sizeof(int32_t), schedule_tail.size() * sizeof(int32_t));
+  if (!schedule_tail.empty()) {
+    std::memcpy(schedule_tail.data(), schedule_bytes.data(), schedule_bytes.size());
+  }
+  for (std::size_t i = 0; i < schedule_tail.size(); ++i) {
+    ASSERT_EQ(schedule_tail[i], static_cast<int32_t>(tiles + i)) << "schedule of the empty tiles";
+  }
 }
 
 }  // namespace mmsparse::test

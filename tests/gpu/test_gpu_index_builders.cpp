@@ -2,7 +2,9 @@
 // oracle: on random inputs whose top-k cuts are clear (rounding cannot reorder the lines at the
 // cut), every record of the device-built plan equals the uploaded host plan's; attention through
 // the device-built plan matches the fp64 oracle; prepare_pattern with device inputs serves the
-// same plan; bad inputs name the argument.
+// same plan; bad inputs name the argument. The grid: the stride and phase the GPU finds equal the
+// host search's wherever the host's best candidate is clear, and the plan equals the host plan of
+// the lines the GPU found, record for record.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,7 +29,10 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
+#include "mmsparse/workload.h"
 #include "patterns/estimation.h"
+#include "patterns/grid.h"
+#include "patterns/pattern_registry.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -55,6 +61,8 @@ struct Gqa {
   int64_t group;
 };
 constexpr std::array<Gqa, 4> kGqaShapes = {{{1, 1}, {2, 2}, {1, 7}, {2, 7}}};
+
+int64_t floor_mod_int(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
 template <class T, std::size_t N>
 const T& pick(Random& random, const std::array<T, N>& choices) {
@@ -310,6 +318,444 @@ TEST_F(GpuIndexBuild, PreparePatternEstimatesFromDeviceInputs) {
   EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
 }
 
+// --- Grid ----------------------------------------------------------------------------------------
+
+// A grid choice is clear when the host's best (stride, phase) outscores every other candidate by
+// this much per estimate row (each row's softmax sums to 1): far above the rounding the GPU's other
+// summation order adds (about 1e-6 of a row's mass).
+constexpr double kGridClearMargin = 1e-4;
+constexpr int64_t kMaxFixedStride = 700;
+constexpr int64_t kMaxSearchedStride = 300;
+// The planted grid (as tests/cpu/test_dynamic_patterns.cpp plants it): queries match keys of their
+// own phase with this logit, and the keys of the vertical phase with another.
+constexpr double kSlashLogit = 8.0;
+constexpr double kVerticalLogit = 4.0;
+constexpr float kKeyNoise = 0.05f;
+constexpr int64_t kMinPlantedStride = 3;
+// A planted grid the default search must find, as tests/cpu/test_dynamic_patterns.cpp plants it.
+constexpr int64_t kMinSearchedPlantedStride = 5;
+constexpr int64_t kMaxPlantedStride = 40;
+constexpr int64_t kPlantedPeriods = 12;  // query rows of a planted grid, in strides at least
+constexpr int64_t kSyntheticLength = 8192;
+
+PatternSpec grid(int64_t stride, int64_t max_stride, int64_t hline, int64_t vline, int64_t slash,
+                 int64_t sink, int64_t local, int64_t last_q, int64_t boundary) {
+  return {"grid",
+          {{"stride", stride},
+           {"max_stride", max_stride},
+           {"hline", hline},
+           {"vline", vline},
+           {"slash", slash},
+           {"sink", sink},
+           {"local", local},
+           {"last_q", last_q},
+           {"boundary", boundary}}};
+}
+
+// Overwrites q and k with a grid of stride `stride`: every query row matches the keys of its own
+// coordinate's phase (slash lines) and the keys of `vertical_phase` (a vertical line); the phases
+// are orthogonal dimensions, so the lines are the only structure. stride < head_dim - 1.
+void plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size, int64_t stride,
+                int64_t vertical_phase) {
+  const int64_t line_dim = size.head_dim - 1;
+  const float slash = static_cast<float>(kSlashLogit / size.scale);
+  const float vertical = static_cast<float>(kVerticalLogit / size.scale);
+  const int64_t offset = size.kv_len - size.q_len;
+  const auto element = [](const TensorView& view, int64_t b, int64_t i, int64_t h, int64_t d) {
+    return b * view.strides[0] + i * view.strides[1] + h * view.strides[2] + d * view.strides[3];
+  };
+  for (int64_t b = 0; b < size.batch; ++b) {
+    for (int64_t h = 0; h < size.q_heads(); ++h) {
+      for (int64_t i = 0; i < size.q_len; ++i) {
+        const int64_t phase = floor_mod_int(i + offset, stride);
+        for (int64_t d = 0; d < size.head_dim; ++d) {
+          const float value = d == phase ? slash : (d == line_dim ? vertical : 0.0f);
+          store_float(inputs.q.view, element(inputs.q.view, b, i, h, d), value);
+        }
+      }
+    }
+    for (int64_t h = 0; h < size.kv_heads; ++h) {
+      for (int64_t j = 0; j < size.kv_len; ++j) {
+        for (int64_t d = 0; d < size.head_dim; ++d) {
+          float value = kKeyNoise * random.normal();
+          if (d == j % stride) value += 1.0f;
+          if (d == line_dim && j % stride == vertical_phase) value += 1.0f;
+          store_float(inputs.k.view, element(inputs.k.view, b, j, h, d), value);
+        }
+      }
+    }
+  }
+}
+
+// The host search of every head slot (grid.cpp) and how clearly it chose.
+struct HostGridSearch {
+  std::vector<detail::GridLines> lines;
+  std::vector<double> margins;
+  int64_t rows = 0;  // estimate rows
+  bool clear(std::size_t slot) const {
+    return margins[slot] > kGridClearMargin * static_cast<double>(rows);
+  }
+};
+
+HostGridSearch host_grid_search(const PatternSpec& resolved, const PlanShape& shape,
+                                const PatternInputs& inputs) {
+  const int64_t last_q = resolved.params.at("last_q");
+  std::vector<int64_t> rows;
+  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
+    rows.push_back(row);
+  }
+  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
+  const detail::GridOptions options = detail::grid_options(resolved);
+  detail::KeyCache cache;
+  HostGridSearch search;
+  search.rows = static_cast<int64_t>(rows.size());
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const detail::HeadOperands operands(inputs, shape, slot, cache);
+    double margin = 0.0;
+    search.lines.push_back(detail::search_grid(
+        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset()), options,
+        &margin));
+    search.margins.push_back(margin);
+  }
+  return search;
+}
+
+// The host builder's plan of the given lines per head slot: the conversion's oracle.
+Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
+                    const PatternInputs& inputs, const std::vector<detail::GridLines>& lines) {
+  const detail::GridOptions options = detail::grid_options(resolved);
+  PlanBuilder builder(shape);
+  detail::KeyCache cache;
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    detail::build_dynamic_head(builder, resolved, {shape, nullptr, &inputs, slot, &cache},
+                               [&](const detail::Estimate&) {
+                                 return detail::make_grid_pattern(lines[slot], options);
+                               });
+  }
+  return builder.finish();
+}
+
+// The device build and the lines it chose per head slot (none without query rows).
+struct GridBuilt {
+  cuda::DevicePlan plan;
+  std::vector<detail::GridLines> lines;
+};
+
+GridBuilt build_grid_on_device(const PatternSpec& resolved, const PlanShape& shape,
+                               const TensorView& q_host, const TensorView& k_host, float scale,
+                               cudaStream_t stream) {
+  HostOperand q(q_host.dtype, q_host.shape[0], q_host.shape[1], q_host.shape[2], q_host.shape[3],
+                OperandLayout::kContiguous);
+  HostOperand k(k_host.dtype, k_host.shape[0], k_host.shape[1], k_host.shape[2], k_host.shape[3],
+                OperandLayout::kContiguous);
+  copy_tensor(q_host, q.view);
+  copy_tensor(k_host, k.view);
+  const DeviceOperand q_device(q);
+  const DeviceOperand k_device(k);
+  DeviceBuffer chosen(static_cast<std::size_t>(shape.head_slots()) * sizeof(detail::GridLines));
+  GridBuilt built;
+  built.plan = cuda::build_grid_plan_on_device(
+      resolved, shape,
+      cuda::make_estimate_operands(resolved.name, {q_device.view, k_device.view, scale}, shape),
+      stream, static_cast<detail::GridLines*>(chosen.data()));
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  if (shape.q_len > 0) {
+    built.lines.resize(static_cast<std::size_t>(shape.head_slots()));
+    chosen.download(built.lines.data());
+  }
+  return built;
+}
+
+// Random grid parameters: searched (small max_stride, so odd sizes reach the keys / 4 cap) or a
+// fixed stride, which may exceed every key; any line set; sink and local windows of every regime
+// (none, narrower and wider than the stride).
+PatternSpec random_grid_spec(Random& random) {
+  const int64_t stride = random.bernoulli(0.3) ? random.uniform_int(2, kMaxFixedStride) : 0;
+  int64_t hline = random.uniform_int(0, 1);
+  int64_t vline = random.uniform_int(0, 1);
+  const int64_t slash = hline == 0 && vline == 0 ? 1 : random.uniform_int(0, 1);
+  const int64_t local = random.bernoulli(0.5) ? random.uniform_int(0, 2)
+                                              : random.uniform_int(0, kMaxLocal);
+  const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
+  return grid(stride, random.uniform_int(2, kMaxSearchedStride), hline, vline, slash,
+              random.uniform_int(0, kMaxSink), local, last_q, random.uniform_int(0, 1));
+}
+
+// One trial: the device build, the host search and the host plan of the device's lines.
+// Returns how many head slots had a clear host choice (compared with the device's).
+int64_t check_grid(const PatternSpec& spec, const ProblemSize& size, const AttentionInputs& inputs,
+                   cudaStream_t stream, GridBuilt* keep = nullptr, Plan* keep_host = nullptr) {
+  const PatternSpec resolved = resolve_pattern(spec);
+  const PlanShape shape = plan_shape(size);
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+  GridBuilt built =
+      build_grid_on_device(resolved, shape, inputs.q.view, inputs.k.view, size.scale, stream);
+  int64_t clear = 0;
+  std::vector<detail::GridLines> lines = built.lines;
+  if (shape.q_len > 0) {
+    const HostGridSearch search = host_grid_search(resolved, shape, host_inputs);
+    for (std::size_t slot = 0; slot < lines.size(); ++slot) {
+      if (!search.clear(slot)) continue;
+      ++clear;
+      EXPECT_EQ(lines[slot].stride, search.lines[slot].stride) << "head slot " << slot;
+      EXPECT_EQ(lines[slot].phase, search.lines[slot].phase) << "head slot " << slot;
+    }
+  } else {
+    lines.assign(static_cast<std::size_t>(shape.head_slots()), {});
+  }
+  Plan host = host_grid_plan(resolved, shape, host_inputs, lines);
+  SCOPED_TRACE(host.summary());
+  expect_same_grid_records(built.plan, host, stream);
+  if (keep != nullptr) *keep = std::move(built);
+  if (keep_host != nullptr) *keep_host = std::move(host);
+  return clear;
+}
+
+TEST_F(GpuIndexBuild, GridMatchesTheHostOnRandomInputs) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int64_t clear = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const ProblemSize size = random_size(random);
+    AttentionInputs inputs = random_inputs(random, size);
+    // Half the trials carry a planted grid, so that the search has a clear answer to find.
+    if (random.bernoulli(0.5)) {
+      const int64_t stride = random.uniform_int(kMinPlantedStride, size.head_dim - 2);
+      plant_grid(random, inputs, size, stride, random.uniform_int(0, stride - 1));
+    }
+    const PatternSpec spec = random_grid_spec(random);
+    SCOPED_TRACE(spec.to_string() + " " + describe(size));
+    clear += check_grid(spec, size, inputs, stream_);
+  }
+  EXPECT_GT(clear, 0) << "no trial had a clear host choice to compare";
+}
+
+// Empty and degenerate shapes; fixed strides beyond every key; every line set.
+TEST_F(GpuIndexBuild, GridEdgeShapesMatchTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  struct Edge {
+    int64_t batch, q_len, kv_len, tile_rows;
+  };
+  const std::vector<Edge> edges = {{1, 0, 0, 64},   {1, 0, 17, 64},    {1, 1, 1, 64},
+                                   {1, 5, 0, 64},   {2, 64, 64, 64},   {1, 300, 45, 128},
+                                   {2, 129, 200, 64}, {1, 257, 513, 128}, {1, 7, 9, 64}};
+  const std::vector<PatternSpec> specs = {
+      grid(0, 1024, 1, 1, 1, 30, 1, 64, 0),    // the default
+      grid(0, 2, 0, 0, 1, 0, 0, 1, 1),         // slash lines only, one candidate
+      grid(3, 1024, 1, 0, 0, 0, 5, 64, 0),     // hline only, local wider than the stride
+      grid(5000, 1024, 0, 1, 1, 100, 200, 64, 0),  // a stride beyond every key
+      grid(0, 1024, 1, 1, 1, 1000, 0, 64, 0),  // the sink covers everything
+  };
+  for (const Edge& edge : edges) {
+    ProblemSize size;
+    size.batch = edge.batch;
+    const Gqa gqa = pick(random, kGqaShapes);
+    size.kv_heads = gqa.kv_heads;
+    size.group = gqa.group;
+    size.head_dim = pick(random, kHeadDims);
+    size.dtype = pick(random, kDtypes);
+    size.q_len = edge.q_len;
+    size.kv_len = edge.kv_len;
+    size.tile_rows = edge.tile_rows;
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const AttentionInputs inputs = random_inputs(random, size);
+    for (const PatternSpec& spec : specs) {
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      check_grid(spec, size, inputs, stream_);
+    }
+  }
+}
+
+// A planted grid is found like the host finds it, and the full host build (its own search)
+// equals the device plan; prepare_pattern with device inputs computes what the host plan computes,
+// bit for bit.
+TEST_F(GpuIndexBuild, GridFindsAPlantedGridAndServesPreparePattern) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int kPlantedTrials = 6;
+  for (int trial = 0; trial < kPlantedTrials; ++trial) {
+    ProblemSize size;
+    size.batch = random.uniform_int(1, 2);
+    const Gqa gqa = pick(random, kGqaShapes);
+    size.kv_heads = gqa.kv_heads;
+    size.group = gqa.group;
+    size.head_dim = pick(random, kHeadDims);
+    size.dtype = pick(random, kDtypes);
+    // The engine runs 128-row tiles on the wgmma kernel only, which takes head_dim 128.
+    size.tile_rows = size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const int64_t stride = random.uniform_int(kMinSearchedPlantedStride, kMaxPlantedStride);
+    const int64_t phase = random.uniform_int(0, stride - 1);
+    // Long enough that lines lie beyond the default sink (30) and local window (1); odd.
+    const int64_t shortest = kPlantedPeriods * stride;
+    size.q_len = random.uniform_int(shortest, shortest + kMaxExtraKeys) | 1;
+    size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+    AttentionInputs inputs = random_inputs(random, size);
+    plant_grid(random, inputs, size, stride, phase);
+    const PatternSpec spec = PatternSpec::parse("grid");
+    SCOPED_TRACE(describe(size) + ", stride " + std::to_string(stride) + ", phase " +
+                 std::to_string(phase));
+    GridBuilt built;
+    check_grid(spec, size, inputs, stream_, &built);
+    for (const detail::GridLines& lines : built.lines) {
+      EXPECT_EQ(lines.stride, stride);
+      EXPECT_EQ(lines.phase, phase);
+    }
+    const PlanShape shape = plan_shape(size);
+    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+    const Plan host = build_plan(spec, shape, nullptr, &host_inputs);
+    expect_same_grid_records(built.plan, host, stream_);
+
+    const DeviceOperand q(inputs.q);
+    const DeviceOperand k(inputs.k);
+    const DeviceOperand v(inputs.v);
+    const PatternInputs device_inputs{q.view, k.view, size.scale};
+    const PreparedPlan expected = prepare_plan(host, kCuda, stream_);
+    const PreparedPlan prepared =
+        prepare_pattern(spec, shape, nullptr, kCuda, stream_, &device_inputs);
+    AttentionOptions options;
+    options.scale = size.scale;
+    options.stream = stream_;
+    std::vector<std::vector<std::byte>> outs;
+    std::vector<std::vector<std::byte>> lses;
+    for (const PreparedPlan* plan : {&prepared, &expected}) {
+      HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
+                           OperandLayout::kContiguous);
+      DeviceOperand out(out_host);
+      DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
+                       sizeof(float));
+      out.buffer.poison();
+      lse.poison();
+      const TensorView lse_view = TensorView::contiguous(
+          lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
+      attention_planned(*plan, q.view, k.view, v.view, out.view, lse_view, options);
+      expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      outs.emplace_back(out.buffer.bytes());
+      out.buffer.download(outs.back().data());
+      lses.emplace_back(lse.bytes());
+      lse.download(lses.back().data());
+    }
+    EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
+    EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
+  }
+}
+
+// SYNTHETIC video-qwen2.5vl-128k scaled to 8192 tokens (16 × 28 = 448 tokens per frame), up to the
+// end of the video so that the estimate rows are video rows: every grid head finds the frame
+// stride on the GPU, as the host does (tests/cpu/test_dynamic_patterns.cpp), and the plan of all
+// 28 heads over 4 KV heads equals the host's.
+TEST_F(GpuIndexBuild, GridFindsTheFrameStrideOfSyntheticVideoGridHeads) {
+  WorkloadSpec spec;
+  spec.seq_len = kSyntheticLength;
+  const Workload workload = Workload::create(spec);
+  const int64_t frame_tokens = workload.layout().video_frame_tokens();
+  int64_t video_end = 0;
+  for (const Segment& segment : workload.layout().segments()) {
+    if (segment.modality == Modality::kVideo) video_end = segment.end;
+  }
+  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  TensorView q = tensors.q.view();
+  TensorView k = tensors.k.view();
+  q.shape[1] = video_end;
+  k.shape[1] = video_end;
+  const int64_t heads = q.shape[2];
+  const int64_t head_dim = q.shape[3];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (const int64_t tile_rows : kTileRows) {
+    const PlanShape shape{1, heads, video_end, video_end, tile_rows};
+    const PatternSpec resolved = resolve_pattern(PatternSpec::parse("grid"));
+    const GridBuilt built = build_grid_on_device(resolved, shape, q, k, scale, stream_);
+    const PatternInputs host_inputs{q, k, scale};
+    const HostGridSearch search = host_grid_search(resolved, shape, host_inputs);
+    int grid_heads = 0;
+    for (int64_t head = 0; head < heads; ++head) {
+      if (search.clear(static_cast<std::size_t>(head))) {
+        EXPECT_EQ(built.lines[head].stride, search.lines[head].stride) << "head " << head;
+        EXPECT_EQ(built.lines[head].phase, search.lines[head].phase) << "head " << head;
+      }
+      if (workload.behaviour(head) != HeadBehaviour::kGrid) continue;
+      ++grid_heads;
+      EXPECT_EQ(built.lines[head].stride, frame_tokens) << "SYNTHETIC grid head " << head;
+    }
+    EXPECT_GT(grid_heads, 0);
+    expect_same_grid_records(built.plan, host_grid_plan(resolved, shape, host_inputs, built.lines),
+                             stream_);
+  }
+}
+
+// Attention through the device-built grid plan (empty capacity tiles included) against the fp64
+// oracle of the host plan, on both kernels' tile heights.
+TEST_F(GpuIndexBuild, GridAttentionThroughTheDevicePlanMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const DType dtype : kDtypes) {
+    for (const int64_t tile_rows : kTileRows) {
+      ProblemSize size = random_size(random);
+      size.dtype = dtype;
+      size.tile_rows = tile_rows;
+      size.head_dim = kHeadDims.back();
+      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
+      size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+      AttentionInputs inputs = random_inputs(random, size);
+      const int64_t stride = random.uniform_int(kMinPlantedStride, size.head_dim - 2);
+      plant_grid(random, inputs, size, stride, random.uniform_int(0, stride - 1));
+      const PatternSpec spec = random_grid_spec(random);
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      GridBuilt built;
+      Plan host;
+      check_grid(spec, size, inputs, stream_, &built, &host);
+      const AttentionResult gpu = run_gpu(built.plan, inputs, size, random_layout(random));
+      expect_matches_oracle(host, inputs, size, gpu);
+    }
+  }
+}
+
+TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
+  Random random;
+  ProblemSize size;
+  size.q_len = 100;
+  size.kv_len = 120;
+  size.kv_heads = 2;
+  size.group = 2;
+  size.head_dim = 64;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PlanShape shape = plan_shape(size);
+  const cuda::EstimateOperands good = cuda::make_estimate_operands("grid", {q.view, k.view}, shape);
+  const auto build = [&](const char* text) {
+    (void)cuda::build_grid_plan_on_device(resolve_pattern(PatternSpec::parse(text)), shape, good,
+                                          stream_);
+  };
+  expect_error([&] { build("grid:boundary=2"); }, ErrorCode::kUnsupported,
+               {"grid parameter boundary", "2"});
+  expect_error([&] { build("grid:stride=1"); }, ErrorCode::kInvalidArgument,
+               {"grid parameter stride", "1"});
+  expect_error([&] { build("grid:hline=0,vline=0,slash=0"); }, ErrorCode::kInvalidArgument,
+               {"grid parameters hline, vline, slash"});
+  // Checked before any kernel reads the operands, so a longer shape needs no longer inputs.
+  expect_error(
+      [&] {
+        (void)cuda::build_grid_plan_on_device(
+            resolve_pattern(PatternSpec::parse("grid:last_q=2000")), {1, 4, 2000, 2000, 64}, good,
+            stream_);
+      },
+      ErrorCode::kUnsupported, {"grid parameter last_q", "2000"});
+  expect_error(
+      [&] {
+        (void)cuda::build_grid_plan_on_device(resolve_pattern(PatternSpec::parse("vertical-slash")),
+                                              shape, good, stream_);
+      },
+      ErrorCode::kUnsupported, {"build_grid_plan_on_device pattern", "vertical-slash"});
+  const auto spec_of = [](const char* text) { return resolve_pattern(PatternSpec::parse(text)); };
+  EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=1")));
+  EXPECT_FALSE(cuda::builds_grid_on_device(spec_of("grid:boundary=2")));
+  // Per-head configs route by builds_dynamic_on_device: their grid heads stay host-built.
+  EXPECT_FALSE(cuda::builds_dynamic_on_device(spec_of("grid")));
+}
+
 TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   Random random;
   ProblemSize size;
@@ -376,8 +822,8 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   const PatternInputs device_inputs{q.view, k.view};
   expect_error(
       [&] {
-        (void)prepare_pattern(PatternSpec::parse("grid"), shape, nullptr, kCuda, stream_,
-                              &device_inputs);
+        (void)prepare_pattern(PatternSpec::parse("grid:boundary=3"), shape, nullptr, kCuda,
+                              stream_, &device_inputs);
       },
       ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
   EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec)));

@@ -1,0 +1,704 @@
+// The grid head on the GPU (index_kernels.h): the host builder's search (grid.cpp, search_grid)
+// and its conversion (GridPattern, tile_keys.cpp) for boundary none/K, where one group holds every
+// query row and reads all keys, so a row's coordinate is its aligned position row + kv_len - q_len.
+//
+// Search, on the softmax rows of the last-q estimate (index_estimate.cu):
+//   evidence    a thread per (head slot, key): the key's eligible mass over the estimate rows in
+//               row order (sink and local entries left out, as GridEvidence does); entry counts
+//               follow from the shape
+//   background  a block per head slot: the entry cost, kEntryCost × the mean eligible mass
+//   strides     a block per (head slot, candidate stride): every row's slash mass (a warp per
+//               row), every phase's vertical mass (threads per phase), the best phase
+//   choose      a block per head slot: the best stride, then the slot's run and tile counts
+// Scores are the host's (same terms, same parameters, double sums); only the summation order
+// differs, so the choice is the host's wherever it is clear (docs/dynamic_patterns.md, "Contract
+// for GPU index builders"). Ties go to the smaller stride, then the smaller phase, as on the host.
+//
+// Conversion, by index arithmetic on (stride, phase): runs, then a warp per tile counts its spans
+// and columns, CUB scans, the warp writes them, and a stable radix sort makes the upload's
+// heaviest-first schedule. Sections are sized for every candidate stride (GridBuild); the real
+// records are packed at their front as the upload packs them, and the tiles beyond them are empty
+// and scheduled last.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <limits>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/grid_geometry.h"
+#include "cuda/index_kernels.h"
+#include "mmsparse/status.h"
+#include "patterns/dynamic_head.h"
+#include "patterns/modality_boundary.h"
+
+namespace mmsparse::cuda::index {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpLanes = 32;
+constexpr int kWarps = kThreads / kWarpLanes;
+constexpr unsigned kAllLanes = 0xffffffffu;
+// The schedule's sort key: (key count + 1) above the tile's position within its head slot,
+// inverted so that a descending sort puts lower positions first; empty capacity tiles get 0.
+constexpr int kPositionBits = 32;
+constexpr uint64_t kPositionMask = (uint64_t{1} << kPositionBits) - 1;
+
+using grid::ceil_div;
+using grid::floor_mod;
+using grid::GridRows;
+using grid::GridRun;
+using grid::max64;
+using grid::min64;
+
+// --- Search ------------------------------------------------------------------------------------
+
+struct SearchParams {
+  const float* probabilities;  // [slots, rows, kv_len]
+  int64_t rows, kv_len, first_aligned;
+  detail::GridOptions options;
+  int64_t first_stride, strides;
+  double* column_mass;     // [slots, kv_len] eligible mass per key
+  double* entry_cost;      // [slots]
+  double* stride_scores;   // [slots, strides] the best phase's score
+  int64_t* stride_phases;  // [slots, strides]
+
+  // Row r's eligible keys are [sink, aligned_r + 1 - local), so a key's eligible rows are those
+  // from key + local - aligned_0 on: the first of them, and how many there are (the same for
+  // every head slot, so computed where needed rather than stored).
+  __device__ int64_t first_eligible_row(int64_t key) const {
+    return max64(0, key + options.local - first_aligned);
+  }
+  __device__ int64_t eligible_entries(int64_t key) const {
+    return key >= options.sink ? max64(0, rows - first_eligible_row(key)) : 0;
+  }
+};
+
+// A thread per (key, head slot): GridEvidence's column mass, rows ascending.
+__global__ void grid_evidence_kernel(const SearchParams params) {
+  const int64_t key = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t slot = blockIdx.y;
+  if (key >= params.kv_len) return;
+  double mass = 0.0;
+  if (key >= params.options.sink) {
+    const float* column = params.probabilities + slot * params.rows * params.kv_len + key;
+    for (int64_t r = params.first_eligible_row(key); r < params.rows; ++r) {
+      mass += column[r * params.kv_len];
+    }
+  }
+  params.column_mass[slot * params.kv_len + key] = mass;
+}
+
+// A block per head slot: kEntryCost × the mean eligible mass per entry (0 without entries).
+__global__ void __launch_bounds__(kThreads) grid_background_kernel(const SearchParams params) {
+  __shared__ double masses[kThreads];
+  __shared__ int64_t entries[kThreads];
+  const int64_t slot = blockIdx.x;
+  const int x = static_cast<int>(threadIdx.x);
+  double mass = 0.0;
+  int64_t count = 0;
+  for (int64_t key = x; key < params.kv_len; key += kThreads) {
+    mass += params.column_mass[slot * params.kv_len + key];
+    count += params.eligible_entries(key);
+  }
+  masses[x] = mass;
+  entries[x] = count;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (x < half) {
+      masses[x] += masses[x + half];
+      entries[x] += entries[x + half];
+    }
+    __syncthreads();
+  }
+  if (x == 0) {
+    params.entry_cost[slot] =
+        detail::kEntryCost * (entries[0] > 0 ? masses[0] / static_cast<double>(entries[0]) : 0.0);
+  }
+}
+
+struct Candidate {
+  double score;
+  int64_t index;  // phase or stride: ties go to the smaller
+};
+
+__device__ inline bool better(const Candidate& a, const Candidate& b) {
+  return a.score > b.score || (a.score == b.score && a.index < b.index);
+}
+
+// The block's best candidate (every thread offers one), valid in thread 0.
+__device__ Candidate block_best(Candidate mine, Candidate* shared /* [kWarps] */) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpLanes;
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    const Candidate other{__shfl_down_sync(kAllLanes, mine.score, offset),
+                          __shfl_down_sync(kAllLanes, mine.index, offset)};
+    if (better(other, mine)) mine = other;
+  }
+  if (lane == 0) shared[warp] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(shared[w], mine)) mine = shared[w];
+    }
+  }
+  return mine;
+}
+
+// A block per (candidate stride, head slot): score_stride of grid.cpp.
+__global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParams params) {
+  __shared__ double row_mass[kMaxEstimateRows];
+  __shared__ int64_t row_entries[kMaxEstimateRows];
+  __shared__ double part_mass[kThreads];
+  __shared__ int64_t part_entries[kThreads];
+  __shared__ double total_mass;
+  __shared__ int64_t total_entries;
+  __shared__ Candidate warp_best[kWarps];
+  const int64_t stride = params.first_stride + blockIdx.x;
+  const int64_t slot = blockIdx.y;
+  const int x = static_cast<int>(threadIdx.x);
+  const int lane = x % kWarpLanes;
+  const int warp = x / kWarpLanes;
+  const detail::GridOptions& options = params.options;
+  const double cost = params.entry_cost[slot];
+  const float* probabilities = params.probabilities + slot * params.rows * params.kv_len;
+
+  // Each row's slash lines: its keys at distances that are multiples of the stride, from the
+  // first multiple outside the local window down to the sink.
+  if (options.slash) {
+    const int64_t first_distance = ceil_div(options.local, stride) * stride;
+    for (int64_t r = warp; r < params.rows; r += kWarps) {
+      const int64_t top = params.first_aligned + r - first_distance;
+      const int64_t count = top >= options.sink ? (top - options.sink) / stride + 1 : 0;
+      double mass = 0.0;
+      for (int64_t j = lane; j < count; j += kWarpLanes) {
+        mass += probabilities[r * params.kv_len + top - j * stride];
+      }
+      for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+        mass += __shfl_xor_sync(kAllLanes, mass, offset);
+      }
+      if (lane == 0) {
+        row_mass[r] = mass;
+        row_entries[r] = count;
+      }
+    }
+  }
+  __syncthreads();
+  if (x == 0) {
+    double mass = 0.0;
+    int64_t entries = 0;
+    for (int64_t r = 0; options.slash && r < params.rows; ++r) {
+      mass += row_mass[r];
+      entries += row_entries[r];
+    }
+    total_mass = mass;
+    total_entries = entries;
+  }
+  __syncthreads();
+  const int64_t out = slot * params.strides + blockIdx.x;
+  if (!options.vline && !options.hline) {
+    if (x == 0) {
+      params.stride_scores[out] = total_mass - cost * static_cast<double>(total_entries);
+      params.stride_phases[out] = 0;
+    }
+    return;
+  }
+
+  // Phases beyond kv_len have no keys and no rows, so they all score like phase kv_len, which
+  // comes first: the search stops there.
+  const int64_t phases = min64(stride, params.kv_len + 1);
+  const int64_t parts = stride < kThreads ? kThreads / stride : 1;  // threads per phase
+  const int64_t per_round = kThreads / parts;
+  const double* mass_by_key = params.column_mass + slot * params.kv_len;
+  Candidate mine{-INFINITY, 0};
+  for (int64_t round = 0; round < phases; round += per_round) {
+    const int64_t phase = round + x / parts;
+    const int64_t part = x % parts;
+    const bool active = x / parts < per_round && phase < phases;
+    double mass = 0.0;
+    int64_t entries = 0;
+    if (active) {
+      for (int64_t key = phase + part * stride; key < params.kv_len; key += parts * stride) {
+        mass += mass_by_key[key];
+        entries += params.eligible_entries(key);
+      }
+    }
+    part_mass[x] = mass;
+    part_entries[x] = entries;
+    __syncthreads();
+    if (active && part == 0) {
+      double vertical_mass = 0.0;
+      int64_t vertical_entries = 0;
+      for (int64_t q = 0; q < parts; ++q) {
+        vertical_mass += part_mass[x + q];
+        vertical_entries += part_entries[x + q];
+      }
+      // A row's slash keys lie on its own phase's vline: rows of this phase add nothing new.
+      double phase_mass = 0.0;
+      int64_t phase_entries = 0;
+      for (int64_t r = floor_mod(phase - params.first_aligned, stride);
+           options.slash && r < params.rows; r += stride) {
+        phase_mass += row_mass[r];
+        phase_entries += row_entries[r];
+      }
+      const double lines_mass = vertical_mass + (total_mass - phase_mass);
+      const int64_t lines_entries = vertical_entries + (total_entries - phase_entries);
+      const Candidate candidate{lines_mass - cost * static_cast<double>(lines_entries), phase};
+      if (better(candidate, mine)) mine = candidate;
+    }
+    __syncthreads();
+  }
+  const Candidate best = block_best(mine, warp_best);
+  if (x == 0) {
+    params.stride_scores[out] = best.score;
+    params.stride_phases[out] = best.index;
+  }
+}
+
+struct ChooseParams {
+  const double* stride_scores;
+  const int64_t* stride_phases;
+  int64_t first_stride, strides;
+  int64_t q_len, kv_len, tile_rows;
+  detail::GridLines* lines;       // [slots] scratch
+  detail::GridLines* chosen;      // [slots] the caller's copy, or null
+  int64_t* run_counts;            // [slots + 1] runs stored (0 for the identity order)
+  int64_t* tile_counts;           // [slots + 1]
+};
+
+// A block per head slot: the best stride (ties to the smaller), its runs and tiles.
+__global__ void __launch_bounds__(kThreads) grid_choose_kernel(const ChooseParams params) {
+  __shared__ Candidate warp_best[kWarps];
+  const int64_t slot = blockIdx.x;
+  Candidate mine{-INFINITY, 0};
+  for (int64_t s = threadIdx.x; s < params.strides; s += kThreads) {
+    const Candidate candidate{params.stride_scores[slot * params.strides + s], s};
+    if (better(candidate, mine)) mine = candidate;
+  }
+  const Candidate best = block_best(mine, warp_best);
+  if (threadIdx.x != 0) return;
+  const detail::GridLines lines{params.first_stride + best.index,
+                                params.stride_phases[slot * params.strides + best.index]};
+  params.lines[slot] = lines;
+  if (params.chosen != nullptr) params.chosen[slot] = lines;
+  const GridRows rows(params.q_len, params.kv_len, params.tile_rows, lines.stride);
+  params.run_counts[slot] = rows.identity() ? 0 : rows.runs();
+  params.tile_counts[slot] = rows.tiles();
+}
+
+// --- Conversion --------------------------------------------------------------------------------
+
+struct ConvertParams {
+  int64_t q_len, kv_len, tile_rows, slots;
+  int64_t runs_per_head, tiles;  // run capacity per slot, tile capacity in all
+  detail::GridOptions options;
+  const detail::GridLines* lines;     // [slots]
+  const int64_t* head_run_offsets;    // [slots + 1]
+  const int64_t* tile_offsets;        // [slots + 1] real tiles, packed slot by slot
+};
+
+// A thread per (head slot, run): the slot's run records, unless its order is the identity.
+__global__ void grid_runs_kernel(const ConvertParams params, RunRecord* runs) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= params.slots * params.runs_per_head) return;
+  const int64_t slot = index / params.runs_per_head;
+  const int64_t r = index % params.runs_per_head;
+  const int64_t first = params.head_run_offsets[slot];
+  if (r >= params.head_run_offsets[slot + 1] - first) return;
+  const GridRows rows(params.q_len, params.kv_len, params.tile_rows, params.lines[slot].stride);
+  const GridRun run = rows.run(r);
+  runs[first + r] = {static_cast<int32_t>(run.order_begin), static_cast<int32_t>(run.start),
+                     static_cast<int32_t>(run.step)};
+}
+
+// Tile g of the plan: its slot, its place in the slot, its rows and keys.
+struct PlanTile {
+  bool real = false;
+  int64_t slot = 0, position = 0;
+  grid::TileSite site;
+};
+
+__device__ PlanTile plan_tile(const ConvertParams& params, int64_t g) {
+  PlanTile tile;
+  if (g >= params.tile_offsets[params.slots]) return tile;
+  int64_t low = 0;
+  int64_t high = params.slots;
+  while (high - low > 1) {
+    const int64_t middle = (low + high) / 2;
+    if (params.tile_offsets[middle] <= g) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  tile.real = true;
+  tile.slot = low;
+  tile.position = g - params.tile_offsets[low];
+  const detail::GridLines lines = params.lines[low];
+  tile.site = grid::locate_tile(
+      grid::GridRows(params.q_len, params.kv_len, params.tile_rows, lines.stride), tile.position,
+      lines, params.options);
+  return tile;
+}
+
+__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
+
+struct TileCounts {
+  int64_t spans = 0;
+  int64_t columns = 0;
+  int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
+};
+
+// One warp: the tile's spans and columns, written when `spans` and `columns` are not null. The
+// warp takes 32 candidate keys of the residues at a time and ranks the kept ones with a ballot.
+__device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, int32_t* columns) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  TileCounts counts;
+  counts.spans = tile.span_count();
+  int64_t lane_keys = 0;
+  for (int64_t j = lane; j < counts.spans; j += kWarpLanes) {
+    const grid::KeyRange span = tile.span(j);
+    lane_keys += span.end - span.begin;
+    if (spans != nullptr) spans[j] = {static_cast<int32_t>(span.begin), static_cast<int32_t>(span.end)};
+  }
+  const int64_t first = tile.below(tile.head);
+  const int64_t end = tile.head < tile.column_end ? tile.below(tile.column_end) : first;
+  for (int64_t base = first; base < end; base += kWarpLanes) {
+    const int64_t t = base + lane;
+    bool kept = false;
+    int64_t key = 0;
+    if (t < end) {
+      key = tile.candidate(t);
+      kept = !tile.in_window(key);
+    }
+    const unsigned keepers = __ballot_sync(kAllLanes, kept);
+    if (kept && columns != nullptr) {
+      columns[counts.columns + __popc(keepers & lanes_below(lane))] = static_cast<int32_t>(key);
+    }
+    counts.columns += __popc(keepers);
+  }
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
+  }
+  counts.keys = lane_keys + counts.columns;
+  return counts;
+}
+
+__device__ inline int64_t warp_index() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
+}
+
+// A warp per tile of the capacity: the real tiles' span and column counts (0 beyond them).
+__global__ void grid_count_kernel(const ConvertParams params, int64_t* span_counts,
+                                  int64_t* column_counts) {
+  const int64_t g = warp_index();
+  if (g >= params.tiles) return;
+  const PlanTile tile = plan_tile(params, g);
+  TileCounts counts;
+  if (tile.site.sees_keys) counts = tile_keys(tile.site.keys, nullptr, nullptr);
+  if (threadIdx.x % kWarpLanes == 0) {
+    span_counts[g] = counts.spans;
+    column_counts[g] = counts.columns;
+  }
+}
+
+struct FillTargets {
+  PlanSections sections;
+  MaskRecord mask;                // the one policy: causal
+  const int64_t* span_offsets;    // [tiles] exclusive sums of the span counts
+  const int64_t* column_offsets;  // [tiles]
+  uint64_t* sort_keys;            // [tiles] the schedule's sort keys, by tile
+  int32_t* tile_indices;          // [tiles] 0, 1, 2, ... (the sort's values)
+};
+
+// A warp per tile of the capacity: its record, spans, columns and sort key. Tiles beyond the real
+// ones have no rows and no keys and sort after every real tile.
+__global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
+  const int64_t g = warp_index();
+  if (g >= params.tiles) return;
+  const PlanTile tile = plan_tile(params, g);
+  const int64_t span_begin = out.span_offsets[g];
+  const int64_t column_begin = out.column_offsets[g];
+  TileCounts counts;
+  if (tile.site.sees_keys) {
+    counts = tile_keys(tile.site.keys, out.sections.spans + span_begin,
+                       out.sections.columns + column_begin);
+  }
+  if (threadIdx.x % kWarpLanes != 0) return;
+  if (g == 0) out.sections.masks[0] = out.mask;
+  out.tile_indices[g] = static_cast<int32_t>(g);
+  if (!tile.real) {
+    out.sections.tiles[g] = {0, 0, 0, 0, 0, 0, 0, 0};
+    out.sort_keys[g] = 0;
+    return;
+  }
+  out.sections.tiles[g] = {static_cast<int32_t>(tile.site.begin),
+                           static_cast<int32_t>(tile.site.end),
+                           static_cast<int32_t>(tile.slot),
+                           0,
+                           span_begin,
+                           span_begin + counts.spans,
+                           column_begin,
+                           column_begin + counts.columns};
+  // The upload's order (device_plan.cu, heaviest_first): more keys first, then lower positions,
+  // then lower tile indices (the stable sort keeps those).
+  out.sort_keys[g] = (static_cast<uint64_t>(counts.keys + 1) << kPositionBits) |
+                     (kPositionMask - static_cast<uint64_t>(tile.position));
+}
+
+template <class T>
+T* region(std::byte* base, std::size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+// Scratch regions carved out of one stream-ordered allocation, each aligned for any element.
+class Scratch {
+ public:
+  template <class T>
+  std::size_t add(int64_t count) {
+    const std::size_t offset = align_section(bytes_);
+    bytes_ = offset + static_cast<std::size_t>(count) * sizeof(T);
+    return offset;
+  }
+  std::size_t bytes() const { return align_section(bytes_); }
+
+ private:
+  std::size_t bytes_ = 0;
+};
+
+unsigned blocks_for(int64_t threads) {
+  return static_cast<unsigned>(ceil_div(threads, kThreads));
+}
+
+}  // namespace
+
+GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
+  GridBuild build;
+  build.shape = shape;
+  build.options = detail::grid_options(resolved_spec);
+  build.last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
+  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
+  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kBoundaryParam +
+                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
+                    std::to_string(static_cast<int64_t>(mode)));
+  }
+  if (build.last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kLastQueriesParam +
+                    ": the GPU estimate takes at most " + std::to_string(kMaxEstimateRows) +
+                    " rows, got " + std::to_string(build.last_q));
+  }
+  // The candidates of search_grid: the estimate's keys are all keys (the last query sees them).
+  const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
+  if (build.options.stride != 0) {
+    build.first_stride = build.last_stride = build.options.stride;
+  } else {
+    build.first_stride = detail::kMinStride;
+    build.last_stride =
+        std::max(detail::kMinStride, std::min(build.options.max_stride, keys / detail::kMinGridLines));
+  }
+  if (shape.q_len + shape.kv_len > std::numeric_limits<int32_t>::max() - build.last_stride) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter stride: the GPU builder needs q_len + kv_len + "
+                                     "stride < 2^31, got stride " +
+                    std::to_string(build.last_stride));
+  }
+
+  // Capacities over the candidates (docs/index_builders.md, "Grid"): each tile has at most one
+  // span more than its rows when there are local windows, else one.
+  const int64_t residues = (build.options.slash ? 1 : 0) + (build.options.vline ? 1 : 0);
+  int64_t rows_seeing_keys = 0;
+  int64_t columns_per_head = 0;
+  for (int64_t stride = build.first_stride; stride <= build.last_stride; ++stride) {
+    const GridRows rows(shape.q_len, shape.kv_len, shape.tile_rows, stride);
+    build.runs_per_head = std::max(build.runs_per_head, rows.runs());
+    build.tiles_per_head = std::max(build.tiles_per_head, rows.tiles());
+    columns_per_head = std::max(columns_per_head, rows.column_bound(residues));
+    rows_seeing_keys = rows.rows;
+  }
+  const int64_t spans_per_head =
+      build.tiles_per_head + (build.options.local > 0 ? rows_seeing_keys : 0);
+  build.span_capacity = spans_per_head * shape.head_slots();
+  build.column_capacity = columns_per_head * shape.head_slots();
+  return build;
+}
+
+void build_grid(const GridBuild& build, const EstimateOperands& operands,
+                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream) {
+  const int64_t tiles = build.tiles();
+  if (tiles == 0) return;
+  const EstimateExtents extents = estimate_extents(operands, build.last_q);
+  const int64_t slots = extents.slots;
+  const int64_t kv_len = build.shape.kv_len;
+  const auto item_count = static_cast<int>(tiles);
+  const auto slot_items = static_cast<int>(slots + 1);
+  const int sort_bits =
+      kPositionBits + std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
+
+  std::size_t scan_bytes = 0;
+  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
+                                           static_cast<int64_t*>(nullptr), item_count, stream),
+             "grid index: scan storage");
+  std::size_t slot_scan_bytes = 0;
+  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, slot_scan_bytes,
+                                           static_cast<int64_t*>(nullptr),
+                                           static_cast<int64_t*>(nullptr), slot_items, stream),
+             "grid index: slot scan storage");
+  std::size_t sort_bytes = 0;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 nullptr, sort_bytes, static_cast<uint64_t*>(nullptr),
+                 static_cast<uint64_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                 static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
+             "grid index: sort storage");
+
+  Scratch layout;
+  const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
+  const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
+  const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
+  const std::size_t row_sum_at = layout.add<double>(slots * extents.rows);
+  const std::size_t diagonal_partials_at =
+      layout.add<double>(slots * extents.chunks * extents.diagonal_span());
+  const std::size_t column_sums_at = layout.add<double>(slots * extents.scores);
+  const std::size_t diagonal_sums_at = layout.add<double>(slots * extents.scores);
+  const std::size_t probabilities_at = layout.add<float>(slots * extents.rows * extents.scores);
+  const std::size_t column_mass_at = layout.add<double>(slots * kv_len);
+  const std::size_t entry_cost_at = layout.add<double>(slots);
+  const std::size_t stride_scores_at = layout.add<double>(slots * build.strides());
+  const std::size_t stride_phases_at = layout.add<int64_t>(slots * build.strides());
+  const std::size_t lines_at = layout.add<detail::GridLines>(slots);
+  const std::size_t run_counts_at = layout.add<int64_t>(slots + 1);
+  const std::size_t tile_counts_at = layout.add<int64_t>(slots + 1);
+  const std::size_t tile_offsets_at = layout.add<int64_t>(slots + 1);
+  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t keys_at = layout.add<uint64_t>(tiles);
+  const std::size_t sorted_keys_at = layout.add<uint64_t>(tiles);
+  const std::size_t indices_at = layout.add<int32_t>(tiles);
+  const std::size_t temp_at = layout.add<std::byte>(
+      static_cast<int64_t>(std::max({scan_bytes, slot_scan_bytes, sort_bytes})));
+
+  void* scratch = nullptr;
+  check_cuda(cudaMallocAsync(&scratch, layout.bytes(), stream),
+             "grid index: cudaMallocAsync scratch");
+  // Freed in stream order whatever happens below.
+  struct ScratchGuard {
+    void* scratch;
+    cudaStream_t stream;
+    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
+  } guard{scratch, stream};
+  auto* base = static_cast<std::byte*>(scratch);
+  // The slot count arrays end in a 0 so that their exclusive sums end in the totals.
+  check_cuda(cudaMemsetAsync(base + run_counts_at, 0, tile_offsets_at - run_counts_at, stream),
+             "grid index: cudaMemsetAsync counts");
+
+  EstimateScratch estimate;
+  estimate.partial_max = region<float>(base, partial_max_at);
+  estimate.partial_sum = region<double>(base, partial_sum_at);
+  estimate.row_max = region<float>(base, row_max_at);
+  estimate.row_sum = region<double>(base, row_sum_at);
+  estimate.diagonal_partials = region<double>(base, diagonal_partials_at);
+  estimate.column_sums = region<double>(base, column_sums_at);
+  estimate.diagonal_sums = region<double>(base, diagonal_sums_at);
+  estimate.probabilities = region<float>(base, probabilities_at);
+  launch_estimate(operands, extents, estimate, stream);
+
+  SearchParams search{};
+  search.probabilities = estimate.probabilities;
+  search.rows = extents.rows;
+  search.kv_len = kv_len;
+  search.first_aligned = extents.first_row + kv_len - build.shape.q_len;
+  search.options = build.options;
+  search.first_stride = build.first_stride;
+  search.strides = build.strides();
+  search.column_mass = region<double>(base, column_mass_at);
+  search.entry_cost = region<double>(base, entry_cost_at);
+  search.stride_scores = region<double>(base, stride_scores_at);
+  search.stride_phases = region<int64_t>(base, stride_phases_at);
+  if (kv_len > 0) {
+    grid_evidence_kernel<<<dim3(blocks_for(kv_len), static_cast<unsigned>(slots)), kThreads, 0,
+                           stream>>>(search);
+    check_launch("grid index: grid_evidence_kernel");
+  }
+  grid_background_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(search);
+  check_launch("grid index: grid_background_kernel");
+  grid_stride_kernel<<<dim3(static_cast<unsigned>(build.strides()), static_cast<unsigned>(slots)),
+                       kThreads, 0, stream>>>(search);
+  check_launch("grid index: grid_stride_kernel");
+
+  auto* lines = region<detail::GridLines>(base, lines_at);
+  auto* run_counts = region<int64_t>(base, run_counts_at);
+  auto* tile_counts = region<int64_t>(base, tile_counts_at);
+  auto* tile_offsets = region<int64_t>(base, tile_offsets_at);
+  const ChooseParams choose{search.stride_scores,
+                            search.stride_phases,
+                            build.first_stride,
+                            build.strides(),
+                            build.shape.q_len,
+                            kv_len,
+                            build.shape.tile_rows,
+                            lines,
+                            chosen,
+                            run_counts,
+                            tile_counts};
+  grid_choose_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(choose);
+  check_launch("grid index: grid_choose_kernel");
+  void* temp = base + temp_at;
+  std::size_t temp_bytes = slot_scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, run_counts, sections.head_run_offsets,
+                                           slot_items, stream),
+             "grid index: run scan");
+  temp_bytes = slot_scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, tile_counts, tile_offsets, slot_items,
+                                           stream),
+             "grid index: tile scan");
+
+  const ConvertParams convert{build.shape.q_len, kv_len,           build.shape.tile_rows,
+                              slots,             build.runs_per_head, tiles,
+                              build.options,     lines,            sections.head_run_offsets,
+                              tile_offsets};
+  if (build.runs() > 0) {
+    grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(convert, sections.runs);
+    check_launch("grid index: grid_runs_kernel");
+  }
+  auto* span_counts = region<int64_t>(base, span_counts_at);
+  auto* column_counts = region<int64_t>(base, column_counts_at);
+  auto* span_offsets = region<int64_t>(base, span_offsets_at);
+  auto* column_offsets = region<int64_t>(base, column_offsets_at);
+  const unsigned tile_blocks = blocks_for(tiles * kWarpLanes);  // a warp per tile
+  grid_count_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, span_counts, column_counts);
+  check_launch("grid index: grid_count_kernel");
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
+                                           item_count, stream),
+             "grid index: span scan");
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
+                                           item_count, stream),
+             "grid index: column scan");
+
+  const FillTargets targets{sections,
+                            make_mask_record(MaskPolicy{}, kv_len),
+                            span_offsets,
+                            column_offsets,
+                            region<uint64_t>(base, keys_at),
+                            region<int32_t>(base, indices_at)};
+  grid_fill_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, targets);
+  check_launch("grid index: grid_fill_kernel");
+
+  // Radix sort is stable: equal keys (count and position) keep tile order, the upload's last tie.
+  temp_bytes = sort_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, sorted_keys_at),
+                 targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
+             "grid index: schedule sort");
+}
+
+}  // namespace mmsparse::cuda::index
