@@ -33,6 +33,7 @@
 #include "mmsparse/status.h"
 #include "patterns/estimation.h"
 #include "plan_generators.h"
+#include "index_test_support.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -42,10 +43,6 @@ namespace {
 using testing::expect_error;
 
 constexpr Device kCuda{DeviceType::kCUDA, 0};
-// As test_gpu_index_builders.cpp: a cut is clear when the last line kept outscores the first line
-// left out by this relative margin, far above the GPU's rounding (about 1e-6).
-constexpr double kClearGap = 1e-3;
-constexpr int kBudgetAttempts = 40;
 constexpr int kRandomTrials = 16;
 constexpr int64_t kMaxQueryLength = 500;
 constexpr int64_t kMaxExtraKeys = 200;
@@ -67,70 +64,8 @@ struct Gqa {
 // GQA ratios 1, 2 and 7.
 constexpr std::array<Gqa, 4> kGqaShapes = {{{3, 1}, {2, 2}, {1, 7}, {2, 7}}};
 
-template <class T, std::size_t N>
-const T& pick(Random& random, const std::array<T, N>& choices) {
-  return choices[static_cast<std::size_t>(random.uniform_int(0, static_cast<int64_t>(N) - 1))];
-}
-
 // What builds a head of a mix.
 enum class HeadKind { kStatic, kDeviceVerticalSlash, kHost };
-
-// The host estimate's scores of the head slots of `heads`, all keys as the key space.
-std::vector<std::vector<double>> host_scores(const PatternInputs& inputs, const PlanShape& shape,
-                                             int64_t last_q, const std::vector<int64_t>& heads,
-                                             bool columns) {
-  std::vector<int64_t> rows;
-  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
-    rows.push_back(row);
-  }
-  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
-  detail::KeyCache cache;
-  std::vector<std::vector<double>> scores;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    for (const int64_t head : heads) {
-      const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
-      const detail::Estimate estimate =
-          detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
-      scores.push_back(columns ? estimate.column_sums() : estimate.diagonal_sums());
-    }
-  }
-  return scores;
-}
-
-bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {
-  for (const std::vector<double>& slot : scores) {
-    const auto size = static_cast<int64_t>(slot.size());
-    const int64_t kept = std::min(forced, size);
-    const int64_t needed = std::clamp(budget, kept, size) - kept;
-    if (needed == 0 || needed == size - kept) continue;
-    std::vector<double> rest(slot.begin() + kept, slot.end());
-    std::sort(rest.begin(), rest.end(), std::greater<>());
-    if (rest[needed - 1] - rest[needed] <= kClearGap * rest[needed - 1]) return false;
-  }
-  return true;
-}
-
-int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& scores,
-                     int64_t forced) {
-  const int64_t size = scores.empty() ? 0 : static_cast<int64_t>(scores.front().size());
-  constexpr int64_t kBeyondEveryLine = 8;
-  for (int attempt = 0; attempt < kBudgetAttempts; ++attempt) {
-    const int64_t budget = random.uniform_int(forced, std::max(forced, size + kBeyondEveryLine));
-    if (clear_cut(scores, budget, forced)) return budget;
-  }
-  return forced;
-}
-
-PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
-                           int64_t last_q, int64_t boundary) {
-  return {"vertical-slash",
-          {{"vertical", vertical},
-           {"slash", slash},
-           {"sink", sink},
-           {"local", local},
-           {"last_q", last_q},
-           {"boundary", boundary}}};
-}
 
 // A static spec with random parameters around the tile height and the sequence.
 PatternSpec random_static_spec(Random& random, int64_t q_len) {
@@ -211,10 +146,11 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
     const int64_t sink = random.uniform_int(0, kMaxSink);
     const int64_t local = random.uniform_int(0, kMaxLocal);
     const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
-    const PatternSpec spec = vertical_slash(
-        clear_budget(random, host_scores(host_inputs, shape, last_q, group, true), sink),
-        clear_budget(random, host_scores(host_inputs, shape, last_q, group, false), local), sink,
-        local, last_q, random.uniform_int(0, 1));
+    const HostScores scores = host_scores(host_inputs, shape, last_q, group);
+    const PatternSpec spec =
+        vertical_slash(clear_budget(random, scores.columns, sink),
+                       clear_budget(random, scores.diagonals, local), sink, local, last_q,
+                       random.uniform_int(0, 1));
     for (const int64_t h : group) mix.specs[h] = spec;
   }
   return mix;

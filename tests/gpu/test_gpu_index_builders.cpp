@@ -33,6 +33,7 @@
 #include "patterns/estimation.h"
 #include "patterns/grid.h"
 #include "patterns/pattern_registry.h"
+#include "index_test_support.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -42,10 +43,6 @@ namespace {
 using testing::expect_error;
 
 constexpr Device kCuda{DeviceType::kCUDA, 0};
-// A cut is clear when the last line kept outscores the first line left out by this relative
-// margin: far above the rounding the GPU's other summation order adds (about 1e-6).
-constexpr double kClearGap = 1e-3;
-constexpr int kBudgetAttempts = 40;
 constexpr int kRandomTrials = 24;
 constexpr int64_t kMaxQueryLength = 600;
 constexpr int64_t kMaxExtraKeys = 300;
@@ -63,73 +60,6 @@ struct Gqa {
 constexpr std::array<Gqa, 4> kGqaShapes = {{{1, 1}, {2, 2}, {1, 7}, {2, 7}}};
 
 int64_t floor_mod_int(int64_t a, int64_t b) { return ((a % b) + b) % b; }
-
-template <class T, std::size_t N>
-const T& pick(Random& random, const std::array<T, N>& choices) {
-  return choices[static_cast<std::size_t>(random.uniform_int(0, static_cast<int64_t>(N) - 1))];
-}
-
-// The host estimate's scores of every head slot (estimation.h), all keys as the key space.
-struct HostScores {
-  std::vector<std::vector<double>> columns;
-  std::vector<std::vector<double>> diagonals;
-};
-
-HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q) {
-  std::vector<int64_t> rows;
-  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
-    rows.push_back(row);
-  }
-  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
-  detail::KeyCache cache;
-  HostScores scores;
-  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    const detail::HeadOperands operands(inputs, shape, slot, cache);
-    const detail::Estimate estimate =
-        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
-    scores.columns.push_back(estimate.column_sums());
-    scores.diagonals.push_back(estimate.diagonal_sums());
-  }
-  return scores;
-}
-
-// Whether top_k(scores, budget, forced) of every slot has a clear cut.
-bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {
-  for (const std::vector<double>& slot : scores) {
-    const auto size = static_cast<int64_t>(slot.size());
-    const int64_t kept = std::min(forced, size);
-    const int64_t needed = std::clamp(budget, kept, size) - kept;
-    if (needed == 0 || needed == size - kept) continue;
-    std::vector<double> rest(slot.begin() + kept, slot.end());
-    std::sort(rest.begin(), rest.end(), std::greater<>());
-    if (rest[needed - 1] - rest[needed] <= kClearGap * rest[needed - 1]) return false;
-  }
-  return true;
-}
-
-// A budget (forced lines included) whose cut is clear in every slot: a random one where possible,
-// else the forced lines alone.
-int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& scores,
-                     int64_t forced) {
-  const int64_t size = scores.empty() ? 0 : static_cast<int64_t>(scores.front().size());
-  constexpr int64_t kBeyondEveryLine = 8;
-  for (int attempt = 0; attempt < kBudgetAttempts; ++attempt) {
-    const int64_t budget = random.uniform_int(forced, std::max(forced, size + kBeyondEveryLine));
-    if (clear_cut(scores, budget, forced)) return budget;
-  }
-  return forced;
-}
-
-PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
-                           int64_t last_q, int64_t boundary) {
-  return {"vertical-slash",
-          {{"vertical", vertical},
-           {"slash", slash},
-           {"sink", sink},
-           {"local", local},
-           {"last_q", last_q},
-           {"boundary", boundary}}};
-}
 
 // The two builds of one spec on one set of inputs.
 struct BothPlans {

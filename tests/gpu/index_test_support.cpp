@@ -1,0 +1,70 @@
+#include "index_test_support.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "patterns/estimation.h"
+
+namespace mmsparse::test {
+
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q,
+                       const std::vector<int64_t>& heads) {
+  std::vector<int64_t> rows;
+  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
+    rows.push_back(row);
+  }
+  std::vector<int64_t> selected = heads;
+  if (selected.empty()) {
+    for (int64_t head = 0; head < shape.heads; ++head) selected.push_back(head);
+  }
+  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
+  detail::KeyCache cache;
+  HostScores scores;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (const int64_t head : selected) {
+      const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
+      const detail::Estimate estimate =
+          detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
+      scores.columns.push_back(estimate.column_sums());
+      scores.diagonals.push_back(estimate.diagonal_sums());
+    }
+  }
+  return scores;
+}
+
+bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {
+  for (const std::vector<double>& slot : scores) {
+    const auto size = static_cast<int64_t>(slot.size());
+    const int64_t kept = std::min(forced, size);
+    const int64_t needed = std::clamp(budget, kept, size) - kept;
+    if (needed == 0 || needed == size - kept) continue;
+    std::vector<double> rest(slot.begin() + kept, slot.end());
+    std::sort(rest.begin(), rest.end(), std::greater<>());
+    if (rest[needed - 1] - rest[needed] <= kClearGap * rest[needed - 1]) return false;
+  }
+  return true;
+}
+
+int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& scores,
+                     int64_t forced) {
+  const int64_t size = scores.empty() ? 0 : static_cast<int64_t>(scores.front().size());
+  constexpr int64_t kBeyondEveryLine = 8;
+  for (int attempt = 0; attempt < kBudgetAttempts; ++attempt) {
+    const int64_t budget = random.uniform_int(forced, std::max(forced, size + kBeyondEveryLine));
+    if (clear_cut(scores, budget, forced)) return budget;
+  }
+  return forced;
+}
+
+PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
+                           int64_t last_q, int64_t boundary) {
+  return {"vertical-slash",
+          {{"vertical", vertical},
+           {"slash", slash},
+           {"sink", sink},
+           {"local", local},
+           {"last_q", last_q},
+           {"boundary", boundary}}};
+}
+
+}  // namespace mmsparse::test

@@ -1,0 +1,48 @@
+#pragma once
+// What the GPU index builder tests share: the host estimate's scores (the oracle's line scores),
+// budgets whose top-k cut is clear (so that the GPU's other summation order cannot reorder the
+// lines at the cut), vertical-slash specs, random picks.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/random.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::test {
+
+// A cut is clear when the last line kept outscores the first line left out by this relative
+// margin: far above the rounding the GPU's other summation order adds (about 1e-6).
+inline constexpr double kClearGap = 1e-3;
+inline constexpr int kBudgetAttempts = 40;
+
+template <class T, std::size_t N>
+const T& pick(Random& random, const std::array<T, N>& choices) {
+  return choices[static_cast<std::size_t>(random.uniform_int(0, static_cast<int64_t>(N) - 1))];
+}
+
+// The host estimate's column (vertical) and diagonal (slash) scores (patterns/estimation.h) of the
+// last `last_q` queries, all keys as the key space, for the head slots of the query heads `heads`
+// of every batch element (all heads when empty), in batch-major order.
+struct HostScores {
+  std::vector<std::vector<double>> columns;
+  std::vector<std::vector<double>> diagonals;
+};
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q,
+                       const std::vector<int64_t>& heads = {});
+
+// Whether top_k(scores, budget, forced) of every slot has a clear cut.
+bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced);
+
+// A budget (forced lines included) whose cut is clear in every slot: a random one where possible,
+// else the forced lines alone.
+int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& scores,
+                     int64_t forced);
+
+PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
+                           int64_t last_q, int64_t boundary);
+
+}  // namespace mmsparse::test
