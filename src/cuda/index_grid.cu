@@ -450,26 +450,6 @@ __global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
                      (kPositionMask - static_cast<uint64_t>(tile.position));
 }
 
-template <class T>
-T* region(std::byte* base, std::size_t offset) {
-  return reinterpret_cast<T*>(base + offset);
-}
-
-// Scratch regions carved out of one stream-ordered allocation, each aligned for any element.
-class Scratch {
- public:
-  template <class T>
-  std::size_t add(int64_t count) {
-    const std::size_t offset = align_section(bytes_);
-    bytes_ = offset + static_cast<std::size_t>(count) * sizeof(T);
-    return offset;
-  }
-  std::size_t bytes() const { return align_section(bytes_); }
-
- private:
-  std::size_t bytes_ = 0;
-};
-
 unsigned blocks_for(int64_t threads) {
   return static_cast<unsigned>(ceil_div(threads, kThreads));
 }
@@ -557,7 +537,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
                  static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
              "grid index: sort storage");
 
-  Scratch layout;
+  ScratchLayout layout;
   const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
   const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
   const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
@@ -585,16 +565,8 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max({scan_bytes, slot_scan_bytes, sort_bytes})));
 
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, layout.bytes(), stream),
-             "grid index: cudaMallocAsync scratch");
-  // Freed in stream order whatever happens below.
-  struct ScratchGuard {
-    void* scratch;
-    cudaStream_t stream;
-    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
-  } guard{scratch, stream};
-  auto* base = static_cast<std::byte*>(scratch);
+  const StreamScratch scratch(layout.bytes(), stream, "grid index: cudaMallocAsync scratch");
+  std::byte* base = scratch.base();
   // The slot count arrays end in a 0 so that their exclusive sums end in the totals.
   check_cuda(cudaMemsetAsync(base + run_counts_at, 0, tile_offsets_at - run_counts_at, stream),
              "grid index: cudaMemsetAsync counts");

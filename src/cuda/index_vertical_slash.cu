@@ -228,26 +228,6 @@ TileGeometry tile_geometry(const PlanShape& shape) {
           ceil_div(shape.q_len, shape.tile_rows)};
 }
 
-template <class T>
-T* region(std::byte* base, std::size_t offset) {
-  return reinterpret_cast<T*>(base + offset);
-}
-
-// Scratch regions carved out of one stream-ordered allocation, each aligned for any element.
-class Scratch {
- public:
-  template <class T>
-  std::size_t add(int64_t count) {
-    const std::size_t offset = align_section(bytes_);
-    bytes_ = offset + static_cast<std::size_t>(count) * sizeof(T);
-    return offset;
-  }
-  std::size_t bytes() const { return align_section(bytes_); }
-
- private:
-  std::size_t bytes_ = 0;
-};
-
 }  // namespace
 
 VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape) {
@@ -320,7 +300,7 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
                  static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
              "vertical-slash index: sort storage");
 
-  Scratch layout;
+  ScratchLayout layout;
   const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
   const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
   const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
@@ -342,16 +322,8 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
 
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, layout.bytes(), stream),
-             "vertical-slash index: cudaMallocAsync scratch");
-  // Freed in stream order whatever happens below.
-  struct ScratchGuard {
-    void* scratch;
-    cudaStream_t stream;
-    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
-  } guard{scratch, stream};
-  auto* base = static_cast<std::byte*>(scratch);
+  const StreamScratch scratch(layout.bytes(), stream, "vertical-slash index: cudaMallocAsync scratch");
+  std::byte* base = scratch.base();
   // A slot selects no line when no estimate row sees a key (the selection then does not run).
   auto* line_counts = region<int32_t>(base, line_counts_at);
   check_cuda(cudaMemsetAsync(line_counts, 0, 2 * slots * sizeof(int32_t), stream),
