@@ -379,6 +379,36 @@ void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
 
 }  // namespace
 
+EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtents& extents,
+                                     bool probabilities) {
+  const int64_t slots = extents.slots;
+  EstimateRegions regions;
+  regions.partial_max = layout.add<float>(slots * extents.rows * extents.chunks);
+  regions.partial_sum = layout.add<double>(slots * extents.rows * extents.chunks);
+  regions.row_max = layout.add<float>(slots * extents.rows);
+  regions.row_sum = layout.add<double>(slots * extents.rows);
+  regions.diagonal_partials = layout.add<double>(slots * extents.chunks * extents.diagonal_span());
+  regions.column_sums = layout.add<double>(slots * extents.scores);
+  regions.diagonal_sums = layout.add<double>(slots * extents.scores);
+  if (probabilities) {
+    regions.probabilities = layout.add<float>(slots * extents.rows * extents.scores);
+  }
+  return regions;
+}
+
+EstimateScratch estimate_scratch(std::byte* base, const EstimateRegions& regions) {
+  EstimateScratch scratch;
+  scratch.partial_max = region<float>(base, regions.partial_max);
+  scratch.partial_sum = region<double>(base, regions.partial_sum);
+  scratch.row_max = region<float>(base, regions.row_max);
+  scratch.row_sum = region<double>(base, regions.row_sum);
+  scratch.diagonal_partials = region<double>(base, regions.diagonal_partials);
+  scratch.column_sums = region<double>(base, regions.column_sums);
+  scratch.diagonal_sums = region<double>(base, regions.diagonal_sums);
+  if (regions.probabilities) scratch.probabilities = region<float>(base, *regions.probabilities);
+  return scratch;
+}
+
 EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q) {
   EstimateExtents extents;
   extents.slots = operands.batch * operands.estimated_heads();

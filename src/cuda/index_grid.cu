@@ -538,15 +538,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
              "grid index: sort storage");
 
   ScratchLayout layout;
-  const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
-  const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
-  const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
-  const std::size_t row_sum_at = layout.add<double>(slots * extents.rows);
-  const std::size_t diagonal_partials_at =
-      layout.add<double>(slots * extents.chunks * extents.diagonal_span());
-  const std::size_t column_sums_at = layout.add<double>(slots * extents.scores);
-  const std::size_t diagonal_sums_at = layout.add<double>(slots * extents.scores);
-  const std::size_t probabilities_at = layout.add<float>(slots * extents.rows * extents.scores);
+  const EstimateRegions estimate_at = add_estimate_regions(layout, extents, true);
   const std::size_t column_mass_at = layout.add<double>(slots * kv_len);
   const std::size_t entry_cost_at = layout.add<double>(slots);
   const std::size_t stride_scores_at = layout.add<double>(slots * build.strides());
@@ -571,15 +563,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   check_cuda(cudaMemsetAsync(base + run_counts_at, 0, tile_offsets_at - run_counts_at, stream),
              "grid index: cudaMemsetAsync counts");
 
-  EstimateScratch estimate;
-  estimate.partial_max = region<float>(base, partial_max_at);
-  estimate.partial_sum = region<double>(base, partial_sum_at);
-  estimate.row_max = region<float>(base, row_max_at);
-  estimate.row_sum = region<double>(base, row_sum_at);
-  estimate.diagonal_partials = region<double>(base, diagonal_partials_at);
-  estimate.column_sums = region<double>(base, column_sums_at);
-  estimate.diagonal_sums = region<double>(base, diagonal_sums_at);
-  estimate.probabilities = region<float>(base, probabilities_at);
+  const EstimateScratch estimate = estimate_scratch(base, estimate_at);
   launch_estimate(operands, extents, estimate, stream);
 
   SearchParams search{};

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "cuda/index_builders.h"
 #include "cuda/plan_view.cuh"
@@ -94,6 +95,17 @@ struct EstimateScratch {
   // written where a row sees the key, other entries are left as they are.
   float* probabilities = nullptr;
 };
+
+// Where the estimate's arrays lie in a builder's scratch: regions added to `layout` for the
+// extents (the softmax rows too when `probabilities`), then the pointers into the allocation.
+struct EstimateRegions {
+  std::size_t partial_max = 0, partial_sum = 0, row_max = 0, row_sum = 0;
+  std::size_t diagonal_partials = 0, column_sums = 0, diagonal_sums = 0;
+  std::optional<std::size_t> probabilities;
+};
+EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtents& extents,
+                                     bool probabilities);
+EstimateScratch estimate_scratch(std::byte* base, const EstimateRegions& regions);
 
 // Column and diagonal sums of the softmax of every head slot's estimate rows over all keys (the
 // host's Estimate::column_sums / diagonal_sums with all keys as the key space).

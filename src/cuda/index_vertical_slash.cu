@@ -301,14 +301,7 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
              "vertical-slash index: sort storage");
 
   ScratchLayout layout;
-  const std::size_t partial_max_at = layout.add<float>(slots * extents.rows * extents.chunks);
-  const std::size_t partial_sum_at = layout.add<double>(slots * extents.rows * extents.chunks);
-  const std::size_t row_max_at = layout.add<float>(slots * extents.rows);
-  const std::size_t row_sum_at = layout.add<double>(slots * extents.rows);
-  const std::size_t diagonal_partials_at =
-      layout.add<double>(slots * extents.chunks * extents.diagonal_span());
-  const std::size_t column_sums_at = layout.add<double>(slots * extents.scores);
-  const std::size_t diagonal_sums_at = layout.add<double>(slots * extents.scores);
+  const EstimateRegions estimate_at = add_estimate_regions(layout, extents, false);
   const std::size_t verticals_at = layout.add<int32_t>(slots * vertical_capacity);
   const std::size_t slashes_at = layout.add<int32_t>(slots * slash_capacity);
   const std::size_t line_counts_at = layout.add<int32_t>(2 * slots);  // verticals, slashes
@@ -329,14 +322,7 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   check_cuda(cudaMemsetAsync(line_counts, 0, 2 * slots * sizeof(int32_t), stream),
              "vertical-slash index: cudaMemsetAsync line counts");
 
-  EstimateScratch estimate;
-  estimate.partial_max = region<float>(base, partial_max_at);
-  estimate.partial_sum = region<double>(base, partial_sum_at);
-  estimate.row_max = region<float>(base, row_max_at);
-  estimate.row_sum = region<double>(base, row_sum_at);
-  estimate.diagonal_partials = region<double>(base, diagonal_partials_at);
-  estimate.column_sums = region<double>(base, column_sums_at);
-  estimate.diagonal_sums = region<double>(base, diagonal_sums_at);
+  const EstimateScratch estimate = estimate_scratch(base, estimate_at);
   launch_estimate(operands, extents, estimate, stream);
 
   auto* verticals = region<int32_t>(base, verticals_at);
