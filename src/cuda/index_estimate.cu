@@ -16,11 +16,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
 #include "cuda/ptx_primitives.cuh"
 #include "mmsparse/status.h"
+#include "patterns/dynamic_head.h"
+#include "patterns/modality_boundary.h"
+#include "patterns/pattern_registry.h"
 
 namespace mmsparse::cuda::index {
 namespace {
@@ -378,6 +382,24 @@ void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
 }
 
 }  // namespace
+
+int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanShape& shape) {
+  const int64_t last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
+  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
+  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kBoundaryParam +
+                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
+                    std::to_string(static_cast<int64_t>(mode)));
+  }
+  if (last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kLastQueriesParam +
+                    ": the GPU estimate takes at most " + std::to_string(kMaxEstimateRows) +
+                    " rows, got " + std::to_string(last_q));
+  }
+  return last_q;
+}
 
 EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtents& extents,
                                      bool probabilities) {

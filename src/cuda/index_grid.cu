@@ -460,20 +460,7 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
   GridBuild build;
   build.shape = shape;
   build.options = detail::grid_options(resolved_spec);
-  build.last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
-  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
-  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kBoundaryParam +
-                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
-                    std::to_string(static_cast<int64_t>(mode)));
-  }
-  if (build.last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kLastQueriesParam +
-                    ": the GPU estimate takes at most " + std::to_string(kMaxEstimateRows) +
-                    " rows, got " + std::to_string(build.last_q));
-  }
+  build.last_q = checked_estimate_queries(resolved_spec, shape);
   // The candidates of search_grid: the estimate's keys are all keys (the last query sees them).
   const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
   if (build.options.stride != 0) {

@@ -81,6 +81,9 @@ struct EstimateExtents {
   int64_t diagonal_span() const { return rows + kEstimateChunkKeys - 1; }
 };
 EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q);
+// The spec's last_q, checked for the GPU estimate: boundary none or K (one group of rows over all
+// keys) and at most kMaxEstimateRows rows; throws kUnsupported naming the parameter otherwise.
+int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanShape& shape);
 
 // Device scratch of the estimate, laid out by the driver.
 struct EstimateScratch {

@@ -238,20 +238,7 @@ VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const P
   build.slash = budgets.slash;
   build.sink = budgets.sink;
   build.local = budgets.local;
-  build.last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
-  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
-  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kBoundaryParam +
-                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
-                    std::to_string(static_cast<int64_t>(mode)));
-  }
-  if (build.last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kLastQueriesParam +
-                    ": the GPU estimate takes at most " + std::to_string(kMaxEstimateRows) +
-                    " rows, got " + std::to_string(build.last_q));
-  }
+  build.last_q = checked_estimate_queries(resolved_spec, shape);
 
   // Capacities: a tile with frontiers [lo, hi] reads keys below hi only, so at most
   // min(vertical lines, hi) columns; its merged spans are disjoint, do not touch, and all but the
