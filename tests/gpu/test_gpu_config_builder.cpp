@@ -626,6 +626,16 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
                               shape, nullptr, kCuda, stream_);
       },
       ErrorCode::kUnsupported, {"head 1", "grid", "host_inputs"});
+  // Device inputs the estimate cannot read: named by the first estimated head's pattern.
+  TensorView float_q = q.view;
+  float_q.dtype = DType::kFloat32;
+  const PatternInputs float_inputs{float_q, k.view};
+  expect_error(
+      [&] {
+        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid_head, vertical, a_shape},
+                              shape, nullptr, kCuda, stream_, &float_inputs);
+      },
+      ErrorCode::kInvalidArgument, {"grid input q dtype", "float32"});
   expect_error(
       [&] {
         (void)prepare_pattern(std::vector<PatternSpec>{a_shape, a_shape, vertical, a_shape},
