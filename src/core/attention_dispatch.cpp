@@ -401,10 +401,13 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
   if (device.type == DeviceType::kCUDA) {
     const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
     std::optional<cuda::EstimateOperands> operands;
-    const bool estimates = std::any_of(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
+    const auto estimated = std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
       return !cuda::builds_on_device(spec.name) && cuda::builds_head_on_device(spec, device_inputs);
     });
-    if (estimates) operands = cuda::make_estimate_operands("vertical-slash", *inputs, shape);
+    // Errors in the inputs name the first head's pattern that estimates from them.
+    if (estimated != resolved.end()) {
+      operands = cuda::make_estimate_operands(estimated->name, *inputs, shape);
+    }
     cuda::ConfigInputs config_inputs;
     config_inputs.layout = layout;
     config_inputs.device = operands ? &*operands : nullptr;

@@ -1,17 +1,21 @@
 // A per-head config built into one DevicePlan (config_builder.h). The steps, on one stream:
 //   host:    group the heads into sections, the global mask table (PlanBuilder's first-use order
 //            over head slots), the concatenated layout from the sections' sizes
-//   device:  each device section's builder (static: one head; vertical-slash: its heads' estimate)
+//   device:  each device section's builder (static: one head; vertical-slash and grid: its heads'
+//            estimate)
 //   host:    the host section (PlanBuilder over its heads, masks renumbered to the global table),
 //            uploaded
 //   kernel:  per section, each of its head slots finds its tiles, spans, columns and runs in the
 //            section (binary search on the tile records' head slots: tiles are stored slot by
-//            slot); CUB scans the per-slot counts into the concatenation's offsets
+//            slot, a grid section's empty capacity tiles after them); CUB scans the per-slot
+//            counts into the concatenation's offsets, so the real tiles of every section are
+//            packed at the front and the concatenation's empty tiles (no rows, no keys) follow
 //   kernel:  per section, a warp per tile copies its spans and columns to their rebased place,
 //            counts its keys and writes its record (global head slot, global mask); runs and the
 //            mask table are copied alongside
 //   CUB:     one stable descending radix sort of (keys, position) over every tile: the upload's
-//            heaviest-first order, ties position-major then by tile index (device_plan.cu).
+//            heaviest-first order, ties position-major then by tile index (device_plan.cu); the
+//            empty tiles sort last, in tile order, as a grid plan's do.
 
 #include "cuda/config_builder.h"
 
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/index_kernels.h"
 #include "cuda/plan_builders.h"
 #include "cuda/plan_view.cuh"
 #include "mmsparse/status.h"
@@ -45,10 +50,11 @@ constexpr int64_t kMaxSectionHeads = kMaxSelectedHeads;
 // Mask records written per launch of write_masks_kernel, passed by value.
 constexpr int kMasksPerLaunch = 32;
 constexpr char kVerticalSlash[] = "vertical-slash";
+constexpr char kGrid[] = "grid";
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-enum class SectionKind { kStatic, kVerticalSlash, kHost };
+enum class SectionKind { kStatic, kVerticalSlash, kGrid, kHost };
 
 // One builder's heads and, once built, its plan.
 struct Section {
@@ -57,7 +63,7 @@ struct Section {
   std::vector<int32_t> heads;  // ascending query heads
   std::vector<PatternSpec> specs;
   DevicePlan plan;
-  int64_t runs = 0;              // run records (host section only)
+  int64_t runs = 0;              // run records (host: the real ones; grid: the capacity)
   int64_t max_slot_tiles = 0;    // the most tiles one head slot has
   std::vector<int32_t> masks;    // device sections: global index of each section mask
   std::vector<double> host_slot_seconds;  // host section: each slot's build on the host clock
@@ -102,13 +108,17 @@ struct SlotTable {
   int64_t* target_columns;
 };
 
-// The first tile of `tiles` (sorted by head slot) whose head slot is >= `slot`.
+// A grid section's capacity tiles beyond its real ones have no rows (a real tile always has some:
+// Plan::validate); they belong to no head slot.
+__device__ inline bool is_empty_tile(const TileRecord& tile) { return tile.end <= tile.begin; }
+
+// The first tile of `tiles` (sorted by head slot, empty tiles last) whose head slot is >= `slot`.
 __device__ inline int64_t first_tile_of(const TileRecord* tiles, int64_t count, int64_t slot) {
   int64_t low = 0;
   int64_t high = count;
   while (low < high) {
     const int64_t middle = low + (high - low) / 2;
-    if (tiles[middle].head_slot < slot) {
+    if (!is_empty_tile(tiles[middle]) && tiles[middle].head_slot < slot) {
       low = middle + 1;
     } else {
       high = middle;
@@ -149,7 +159,17 @@ struct CopyTargets {
   int position_bits;
 };
 
-// A warp per tile of the section (per section slot and tile when replicated).
+// Every tile of the concatenation empty (a zero record, from the buffer's memset) and scheduled
+// last in tile order until a section's copy writes it: the tiles beyond the real ones stay so.
+__global__ void empty_schedule_kernel(int64_t tiles, CopyTargets out) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tiles) return;
+  out.sort_keys[t] = 0;
+  out.sort_values[t] = static_cast<int32_t>(t);
+}
+
+// A warp per tile of the section (per section slot and tile when replicated); empty tiles are
+// left out.
 __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTargets out) {
   const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
@@ -157,6 +177,7 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   if (item >= items) return;
   const int64_t local_tile = section.replicated ? item % section.tiles_count : item;
   const TileRecord tile = section.tiles[local_tile];
+  if (is_empty_tile(tile)) return;  // the whole warp: one item per warp
   const int64_t q = section.replicated ? item / section.tiles_count : tile.head_slot;
   const int64_t slot = section.global_slot(q);
   const int64_t position = local_tile - table.source_tiles[slot];
@@ -190,6 +211,8 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
                        span_target + span_count,
                        column_target,
                        column_target + column_count};
+  // position < the most tiles of a slot <= position_mask, so a real tile's key is above the empty
+  // tiles' 0 even without keys.
   const uint64_t position_mask = (uint64_t{1} << out.position_bits) - 1;
   out.sort_keys[target] =
       (static_cast<uint64_t>(keys) << out.position_bits) | (position_mask - position);
@@ -282,13 +305,14 @@ PlanBuildTimes config_build_times(const ConfigBuildTimer& timer) {
 
 bool builds_head_on_device(const PatternSpec& resolved_spec, bool device_inputs) {
   return builds_on_device(resolved_spec.name) ||
-         (device_inputs && builds_dynamic_on_device(resolved_spec));
+         (device_inputs &&
+          (builds_dynamic_on_device(resolved_spec) || builds_grid_on_device(resolved_spec)));
 }
 
 namespace {
 
-// Heads grouped into sections: static and device vertical-slash heads by spec, the rest into one
-// host section (last).
+// Heads grouped into sections: static and device vertical-slash and grid heads by spec, the rest
+// into one host section (last).
 std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool device_inputs) {
   std::vector<Section> sections;
   std::map<std::string, std::size_t> by_spec;
@@ -305,7 +329,9 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool dev
     const auto [entry, added] = by_spec.emplace(spec.to_string(), sections.size());
     if (added) {
       Section section;
-      section.kind = builds_on_device(spec.name) ? SectionKind::kStatic : SectionKind::kVerticalSlash;
+      section.kind = builds_on_device(spec.name)       ? SectionKind::kStatic
+                     : builds_grid_on_device(spec) ? SectionKind::kGrid
+                                                   : SectionKind::kVerticalSlash;
       section.spec = spec;
       sections.push_back(std::move(section));
     }
@@ -360,7 +386,7 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
           "prepare_pattern specs: head " + std::to_string(section.heads[j]) + " (" +
           spec.to_string() + ")";
       throw Error(ErrorCode::kUnsupported,
-                  builds_dynamic_on_device(spec)
+                  builds_dynamic_on_device(spec) || builds_grid_on_device(spec)
                       ? head + " needs inputs: device q and k to estimate it on the GPU, or host "
                                "q and k (host_inputs) to build it on the host"
                       : head + " is not built on the GPU; pass host q and k (host_inputs) to "
@@ -381,7 +407,7 @@ std::vector<MaskPolicy> slot_masks(const Section& section, const Plan* host_plan
   if (section.kind == SectionKind::kStatic) {
     return static_plan_masks(section.spec, section_shape(shape, section));
   }
-  if (section.kind == SectionKind::kVerticalSlash) {
+  if (section.kind == SectionKind::kVerticalSlash || section.kind == SectionKind::kGrid) {
     if (shape.q_len == 0) return {};
     return {MaskPolicy{}};  // causal, PlanBuilder's default
   }
@@ -476,6 +502,17 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
             local.head_slots() > 0 ? section.plan.num_tiles() / local.head_slots() : 0;
         result.estimated_on_device = true;
         break;
+      case SectionKind::kGrid: {
+        section.plan = build_grid_plan_on_device(
+            section.spec, local, select_heads(kGrid, *inputs.device, section.heads), stream);
+        // The plan's capacities (sized for the worst candidate stride): the real counts live on
+        // the device.
+        const index::GridBuild capacities = index::plan_grid(section.spec, local);
+        section.max_slot_tiles = capacities.tiles_per_head;
+        section.runs = capacities.runs();
+        result.estimated_on_device = true;
+        break;
+      }
       case SectionKind::kHost:
         host = &section;
         continue;
@@ -666,6 +703,11 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   targets.sort_keys = reinterpret_cast<uint64_t*>(scratch_base + keys_at);
   targets.sort_values = reinterpret_cast<int32_t*>(scratch_base + values_at);
   targets.position_bits = position_bits;
+  if (tiles > 0) {
+    empty_schedule_kernel<<<static_cast<unsigned>(ceil_div(tiles, kThreadsPerBlock)),
+                            kThreadsPerBlock, 0, cuda_stream>>>(tiles, targets);
+    check_launch("prepare_pattern config: empty_schedule_kernel");
+  }
   for (std::size_t s = 0; s < sections.size(); ++s) {
     const SectionView& view = views[s];
     const int64_t items = view.replicated ? view.slots * view.tiles_count : view.tiles_count;

@@ -4,12 +4,15 @@
 // rebased offsets and one heaviest-first schedule over all tiles (docs/index_builders.md, "Mixed
 // heads"). The result equals, record for record, the upload of build_plan(specs, shape, layout,
 // inputs); as for vertical-slash alone, the spans and columns sections are sized for the most the
-// shape and budgets allow, the real records packed at their front.
+// shape and budgets allow, the real records packed at their front. With grid heads built on the
+// device the runs and tiles sections are capacities too (as a grid plan's, index_builders.h): the
+// real tiles of every head slot first, then empty tiles (no rows, no keys) scheduled last.
 //
 // Sections: one per distinct static spec (built for a single head and replicated onto every head
-// slot that uses it), one per distinct vertical-slash spec with boundary 0 or 1 estimated from
-// device q and k over just its query heads, and one for every other head (grid, vertical-slash
-// with boundary 2 or 3, or dynamic heads without device inputs), built on the host and uploaded.
+// slot that uses it), one per distinct vertical-slash or grid spec with boundary 0 or 1 estimated
+// from device q and k over just its query heads, and one for every other head (vertical-slash and
+// grid with boundary 2 or 3, or dynamic heads without device inputs), built on the host and
+// uploaded.
 // Only the host section reads host memory; the device sections and the concatenation take their
 // sizes from the shape and the budgets, with no host synchronisation.
 
@@ -25,7 +28,7 @@
 namespace mmsparse::cuda {
 
 // Whether a head of `resolved_spec` is built by kernels: static patterns always, vertical-slash
-// with boundary 0 or 1 when device q and k are at hand.
+// and grid with boundary 0 or 1 when device q and k are at hand.
 bool builds_head_on_device(const PatternSpec& resolved_spec, bool device_inputs);
 
 struct ConfigInputs {

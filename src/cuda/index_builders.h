@@ -73,8 +73,8 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
 // Whether the resolved spec is a vertical-slash head the GPU estimate builds, whole plans and head
 // subsets alike (per-head configs route their device sections by it).
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
-// Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1).
-// Whole plans only for now: a per-head config builds its grid heads on the host.
+// Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1),
+// whole plans and head subsets alike.
 bool builds_grid_on_device(const PatternSpec& resolved_spec);
 
 // The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device, for the

@@ -79,8 +79,7 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   const cuda::DevicePlan uploaded(host, stream);
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   EXPECT_EQ(built.shape(), uploaded.shape());
-  EXPECT_TRUE(built.covers_every_row());
-  EXPECT_TRUE(uploaded.covers_every_row());
+  EXPECT_EQ(built.covers_every_row(), uploaded.covers_every_row());
   ASSERT_GE(built.num_tiles(), uploaded.num_tiles()) << "tile capacity";
   EXPECT_GE(built.num_columns(), uploaded.num_columns());
   EXPECT_FALSE(built.layout().has_token_info);

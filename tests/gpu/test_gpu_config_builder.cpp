@@ -1,10 +1,12 @@
 // Per-head configs built on the GPU (cuda/config_builder.h) against the host: on random mixes of
-// static heads (built by kernels), vertical-slash heads with boundary 0/1 (estimated on the GPU
-// over just their heads; budgets with clear top-k cuts, as in test_gpu_index_builders.cpp) and
-// heads the GPU does not build (grid, vertical-slash with Q/2D boundary: built on the host and
-// uploaded as a part), every record of the concatenated plan equals the upload of the host plan of
-// the same specs; attention through it matches the fp64 oracle; prepare_pattern's per-head form
-// serves the same plan and says where each head was built; bad configs name the argument.
+// static heads (built by kernels), vertical-slash and grid heads with boundary 0/1 (estimated on
+// the GPU over just their heads; vertical-slash budgets with clear top-k cuts, grid specs whose
+// host search chose clearly, as in test_gpu_index_builders.cpp) and heads the GPU does not build
+// (grid and vertical-slash with Q/2D boundary: built on the host and uploaded as a part), every
+// record of the concatenated plan equals the upload of the host plan of the same specs (with grid
+// heads, at the front of the capacity sections); attention through it matches the fp64 oracle;
+// prepare_pattern's per-head form serves the same plan and says where each head was built; bad
+// configs name the argument.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,8 @@
 #include "cuda/cuda_engine.h"
 #include "cuda/index_builders.h"
 #include "device_buffer.h"
+#include "grid_inputs.h"
+#include "index_test_support.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -33,7 +38,6 @@
 #include "mmsparse/status.h"
 #include "patterns/estimation.h"
 #include "plan_generators.h"
-#include "index_test_support.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -53,6 +57,14 @@ constexpr int64_t kMaxLastQueries = 150;
 constexpr int64_t kMinLayoutTokens = 70;
 // Distinct vertical-slash specs per mix: two sections of that builder.
 constexpr int kVerticalSlashSpecs = 2;
+// Distinct device grid specs per mix: one searched, one of a fixed stride.
+constexpr int kGridSpecs = 2;
+constexpr int64_t kMaxSearchedStride = 64;
+constexpr int64_t kMaxFixedStride = 300;
+// A planted grid's stride (plant_grid: below head_dim - 1) and how often a trial has one, so that
+// the grid search has a clear answer to find.
+constexpr int64_t kMinPlantedStride = 3;
+constexpr double kPlantedShare = 0.5;
 constexpr std::array<int64_t, 2> kTileRows = {64, 128};
 constexpr std::array<int64_t, 2> kHeadDims = {64, 128};
 constexpr std::array<DType, 2> kDtypes = {DType::kBFloat16, DType::kFloat16};
@@ -65,7 +77,8 @@ struct Gqa {
 constexpr std::array<Gqa, 4> kGqaShapes = {{{3, 1}, {2, 2}, {1, 7}, {2, 7}}};
 
 // What builds a head of a mix.
-enum class HeadKind { kStatic, kDeviceVerticalSlash, kHost };
+enum class HeadKind { kStatic, kDeviceVerticalSlash, kDeviceGrid, kHost };
+constexpr int kHeadKinds = 4;
 
 // A static spec with random parameters around the tile height and the sequence.
 PatternSpec random_static_spec(Random& random, int64_t q_len) {
@@ -85,17 +98,38 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
   }
 }
 
-// A spec for a head the GPU does not build: grid, or vertical-slash with Q/2D boundary when the
-// layout allows boundary modes.
-PatternSpec random_host_spec(Random& random, bool boundary_modes) {
-  if (boundary_modes && random.bernoulli(0.5)) {
+// A spec for a head the GPU does not build (it needs a layout for its boundary modes): grid or
+// vertical-slash with Q/2D boundary.
+PatternSpec random_host_spec(Random& random) {
+  const int64_t boundary = random.uniform_int(2, 3);
+  if (random.bernoulli(0.5)) {
     // Budgets count the always-kept lines: vertical >= sink, slash >= local.
     const int64_t sink = random.uniform_int(0, 10);
     const int64_t local = random.uniform_int(0, 20);
     return vertical_slash(sink + random.uniform_int(0, 60), local + random.uniform_int(0, 200),
-                          sink, local, 64, random.uniform_int(2, 3));
+                          sink, local, 64, boundary);
   }
-  return {"grid", {{"max_stride", random.uniform_int(2, 64)}}};
+  return {"grid", {{"max_stride", random.uniform_int(2, kMaxSearchedStride)}, {"boundary", boundary}}};
+}
+
+// A grid spec of the GPU (boundary 0/1): searched (`searched`) or of a fixed stride, random lines,
+// sink, local window and last_q.
+PatternSpec random_grid_spec(Random& random, bool searched) {
+  const int64_t stride = searched ? 0 : random.uniform_int(2, kMaxFixedStride);
+  const int64_t hline = random.uniform_int(0, 1);
+  const int64_t vline = random.uniform_int(0, 1);
+  const int64_t slash = hline == 0 && vline == 0 ? 1 : random.uniform_int(0, 1);
+  const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
+  return grid(stride, random.uniform_int(2, kMaxSearchedStride), hline, vline, slash,
+              random.uniform_int(0, kMaxSink), random.uniform_int(0, kMaxLocal), last_q,
+              random.uniform_int(0, 1));
+}
+
+// Inputs with a planted grid in kPlantedShare of the calls (every head the same grid).
+void maybe_plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size) {
+  if (!random.bernoulli(kPlantedShare)) return;
+  const int64_t stride = random.uniform_int(kMinPlantedStride, size.head_dim - 2);
+  plant_grid(random, inputs, size, stride, random.uniform_int(0, stride - 1));
 }
 
 struct Mix {
@@ -109,8 +143,40 @@ PlanShape plan_shape(const ProblemSize& size) {
   return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
 }
 
-// Every head a random kind (each kind at least once where the heads allow), the device
-// vertical-slash heads split between kVerticalSlashSpecs specs with clear cuts on their heads.
+// Each device grid spec of the mix whose host search does not choose clearly on one of its head
+// slots becomes the same spec with slash lines only at a fixed stride: one candidate and no phase
+// search, so nothing that rounding could flip and the host plan is the device's.
+void make_grid_choices_clear(Random& random, Mix& mix, const AttentionInputs& inputs) {
+  const PlanShape shape = plan_shape(mix.size);
+  if (shape.q_len == 0) return;  // no rows: nothing searched
+  const ModalityLayout* layout = mix.layout ? &*mix.layout : nullptr;
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, mix.size.scale};
+  std::map<std::string, std::vector<int64_t>> sections;  // by resolved spec, as the builder groups
+  for (int64_t h = 0; h < shape.heads; ++h) {
+    const PatternSpec resolved = resolve_pattern(mix.specs[h], layout);
+    if (cuda::builds_grid_on_device(resolved)) sections[resolved.to_string()].push_back(h);
+  }
+  for (const auto& [text, heads] : sections) {
+    const PatternSpec resolved = resolve_pattern(mix.specs[heads.front()], layout);
+    if (host_grid_search(resolved, shape, host_inputs, heads).all_clear()) continue;
+    PatternSpec fixed = resolved;
+    fixed.params["stride"] = random.uniform_int(2, kMaxFixedStride);
+    fixed.params["hline"] = 0;
+    fixed.params["vline"] = 0;
+    fixed.params["slash"] = 1;
+    for (const int64_t h : heads) mix.specs[h] = fixed;
+  }
+}
+
+// Whether a resolved spec is estimated on the GPU when device inputs are given.
+bool estimated_on_device(const PatternSpec& resolved) {
+  return cuda::builds_dynamic_on_device(resolved) || cuda::builds_grid_on_device(resolved);
+}
+
+// Every head a random kind (each kind at least once where the heads allow; host heads only with a
+// layout for their boundary modes), the device vertical-slash heads split between
+// kVerticalSlashSpecs specs with clear cuts on their heads, the device grid heads between
+// kGridSpecs specs with clear choices on their heads.
 Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& inputs) {
   Mix mix;
   mix.size = size;
@@ -118,26 +184,39 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
   const bool boundary_modes = size.kv_len >= std::max(size.q_len, kMinLayoutTokens);
   if (boundary_modes) mix.layout = mixed_layout(random, size.kv_len);
   const int64_t heads = size.q_heads();
+  const int kinds_available = boundary_modes ? kHeadKinds : kHeadKinds - 1;  // kHost is last
   std::vector<HeadKind> kinds(static_cast<std::size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
-    kinds[h] = h < 3 ? static_cast<HeadKind>(h) : static_cast<HeadKind>(random.uniform_int(0, 2));
+    kinds[h] = h < kinds_available
+                   ? static_cast<HeadKind>(h)
+                   : static_cast<HeadKind>(random.uniform_int(0, kinds_available - 1));
   }
   std::shuffle(kinds.begin(), kinds.end(), random.engine());
 
   mix.specs.resize(static_cast<std::size_t>(heads));
   std::array<std::vector<int64_t>, kVerticalSlashSpecs> estimated;
+  std::array<std::vector<int64_t>, kGridSpecs> grids;
   for (int64_t h = 0; h < heads; ++h) {
     switch (kinds[h]) {
       case HeadKind::kStatic:
         mix.specs[h] = random_static_spec(random, size.q_len);
         break;
       case HeadKind::kHost:
-        mix.specs[h] = random_host_spec(random, boundary_modes);
+        mix.specs[h] = random_host_spec(random);
         break;
       case HeadKind::kDeviceVerticalSlash:
         estimated[random.uniform_int(0, kVerticalSlashSpecs - 1)].push_back(h);
         break;
+      case HeadKind::kDeviceGrid:
+        grids[random.uniform_int(0, kGridSpecs - 1)].push_back(h);
+        break;
     }
+  }
+  for (std::size_t g = 0; g < grids.size(); ++g) {
+    if (grids[g].empty()) continue;
+    mix.estimates = true;
+    const PatternSpec spec = random_grid_spec(random, g == 0);
+    for (const int64_t h : grids[g]) mix.specs[h] = spec;
   }
   const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
   for (const std::vector<int64_t>& group : estimated) {
@@ -153,6 +232,7 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
                        random.uniform_int(0, 1));
     for (const int64_t h : group) mix.specs[h] = spec;
   }
+  make_grid_choices_clear(random, mix, inputs);
   return mix;
 }
 
@@ -216,6 +296,19 @@ BothPlans build_both(const Mix& mix, const AttentionInputs& inputs, cudaStream_t
   return plans;
 }
 
+// The device plan against the upload of the host plan: with device grid heads, whose sections are
+// capacities (runs and tiles too), the host's records at the front of each section and empty
+// tiles after the real ones, scheduled last.
+void expect_same_config_records(const Mix& mix, const BothPlans& plans, cudaStream_t stream) {
+  const std::vector<PatternSpec> specs = resolved(mix);
+  if (std::any_of(specs.begin(), specs.end(),
+                  [](const PatternSpec& spec) { return cuda::builds_grid_on_device(spec); })) {
+    expect_same_grid_records(plans.built.plan, plans.host, stream);
+  } else {
+    expect_same_records(plans.built.plan, plans.host, stream);
+  }
+}
+
 class GpuConfigBuild : public StreamTest {};
 
 TEST_F(GpuConfigBuild, MixedHeadsMatchTheHostPlanOnRandomInputs) {
@@ -223,12 +316,13 @@ TEST_F(GpuConfigBuild, MixedHeadsMatchTheHostPlanOnRandomInputs) {
   SCOPED_TRACE(random.trace());
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const ProblemSize size = random_size(random);
-    const AttentionInputs inputs = random_inputs(random, size);
+    AttentionInputs inputs = random_inputs(random, size);
+    maybe_plant_grid(random, inputs, size);
     const Mix mix = random_mix(random, size, inputs);
     SCOPED_TRACE(describe(mix));
     const BothPlans plans = build_both(mix, inputs, stream_);
     SCOPED_TRACE(plans.host.summary());
-    expect_same_records(plans.built.plan, plans.host, stream_);
+    expect_same_config_records(mix, plans, stream_);
   }
 }
 
@@ -249,7 +343,9 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
       {{"dense", {}}, {"dense", {}}, {"tri-shape", {{"sink", 2}, {"local", 9}, {"bottom", 70}}}},
       {vertical_slash(100000, 100000, 7, 9, 64, 1), vertical_slash(0, 0, 0, 0, 64, 0),
        vertical_slash(100000, 100000, 7, 9, 64, 1)},
-      {{"grid", {{"max_stride", 8}}}, {"grid", {{"max_stride", 4}}}, {"grid", {}}}};
+      {{"grid", {{"max_stride", 8}}}, {"grid", {{"max_stride", 4}}}, {"grid", {}}},
+      {grid(5, 8, 0, 1, 1, 3, 2, 64, 1), grid(0, 3, 1, 1, 1, 0, 0, 1, 0),
+       grid(5, 8, 0, 1, 1, 3, 2, 64, 1)}};
   for (const Edge& edge : edges) {
     ProblemSize size;
     size.batch = edge.batch;
@@ -266,12 +362,12 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
       Mix mix;
       mix.size = size;
       mix.specs = specs;
-      mix.estimates = std::any_of(specs.begin(), specs.end(), [](const PatternSpec& spec) {
-        return spec.name == "vertical-slash";
-      });
+      make_grid_choices_clear(random, mix, inputs);
+      const std::vector<PatternSpec> resolved_specs = resolved(mix);
+      mix.estimates = std::any_of(resolved_specs.begin(), resolved_specs.end(), estimated_on_device);
       SCOPED_TRACE(describe(mix));
       const BothPlans plans = build_both(mix, inputs, stream_);
-      expect_same_records(plans.built.plan, plans.host, stream_);
+      expect_same_config_records(mix, plans, stream_);
     }
   }
 }
@@ -290,15 +386,72 @@ TEST_F(GpuConfigBuild, AttentionThroughTheConfigPlanMatchesTheOracle) {
       size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
       size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
       size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
-      const AttentionInputs inputs = random_inputs(random, size);
+      AttentionInputs inputs = random_inputs(random, size);
+      maybe_plant_grid(random, inputs, size);
       const Mix mix = random_mix(random, size, inputs);
       SCOPED_TRACE(describe(mix));
       const BothPlans plans = build_both(mix, inputs, stream_);
-      expect_same_records(plans.built.plan, plans.host, stream_);
+      expect_same_config_records(mix, plans, stream_);
       const AttentionResult gpu = run_gpu(plans.built.plan, inputs, size, random_layout(random));
       expect_matches_oracle(plans.host, inputs, size, gpu);
     }
   }
+}
+
+// Grid heads of a searched and a fixed-stride spec among the other kinds, on a planted grid the
+// search finds clearly: GQA 7, batch 2, odd sizes; the records equal the host plan's, the two grid
+// sections' empty tiles are gathered after every real tile, and attention matches the oracle.
+// Small, for the memory checker.
+TEST_F(GpuConfigBuild, GridSectionsMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kStride = 7;
+  constexpr int64_t kPhase = 3;
+  ProblemSize size;
+  size.batch = 2;
+  size.kv_heads = 1;
+  size.group = 7;
+  size.head_dim = kHeadDims.front();
+  size.dtype = DType::kBFloat16;
+  size.q_len = 201;
+  size.kv_len = 263;
+  size.tile_rows = kTileRows.front();
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  AttentionInputs inputs = random_inputs(random, size);
+  plant_grid(random, inputs, size, kStride, kPhase);
+  const PatternSpec searched = PatternSpec::parse("grid");
+  const PatternSpec fixed =
+      PatternSpec::parse("grid:stride=" + std::to_string(kStride) + ",boundary=1");
+  Mix mix;
+  mix.size = size;
+  mix.layout = mixed_layout(random, size.kv_len);
+  mix.specs = {{"a-shape", {{"sink", 4}, {"local", 30}}},
+               searched,
+               fixed,
+               vertical_slash(100000, 100000, 7, 9, 64, 0),
+               searched,
+               {"grid", {{"boundary", 2}}},
+               fixed};
+  mix.estimates = true;
+  SCOPED_TRACE(describe(mix));
+  // Both grid sections search (the fixed stride its phases): the planted grid must be a clear
+  // choice for the host plan to be the device's.
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+  const ModalityLayout* layout = &*mix.layout;
+  ASSERT_TRUE(host_grid_search(resolve_pattern(searched, layout), plan_shape(size), host_inputs,
+                               {1, 4})
+                  .all_clear())
+      << "the planted grid is not a clear choice of the search";
+  ASSERT_TRUE(host_grid_search(resolve_pattern(fixed, layout), plan_shape(size), host_inputs,
+                               {2, 6})
+                  .all_clear())
+      << "the planted grid's vertical phase is not a clear choice";
+  const BothPlans plans = build_both(mix, inputs, stream_);
+  SCOPED_TRACE(plans.host.summary());
+  EXPECT_GT(plans.built.plan.num_tiles(), plans.host.num_tiles()) << "no empty capacity tiles";
+  expect_same_grid_records(plans.built.plan, plans.host, stream_);
+  const AttentionResult gpu = run_gpu(plans.built.plan, inputs, size, random_layout(random));
+  expect_matches_oracle(plans.host, inputs, size, gpu);
 }
 
 // The public route: prepare_pattern with per-head specs computes what
@@ -312,7 +465,8 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
   size.q_len = 333;
   size.kv_len = 401;
-  const AttentionInputs inputs = random_inputs(random, size);
+  AttentionInputs inputs = random_inputs(random, size);
+  maybe_plant_grid(random, inputs, size);
   const Mix mix = random_mix(random, size, inputs);
   SCOPED_TRACE(describe(mix));
   const PlanShape shape = plan_shape(size);
@@ -393,7 +547,7 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
   const PlanShape shape = plan_shape(size);
   const PatternInputs device_inputs{q.view, k.view};
   const PatternSpec a_shape = PatternSpec::parse("a-shape");
-  const PatternSpec grid = PatternSpec::parse("grid");
+  const PatternSpec grid_head = PatternSpec::parse("grid");
   const PatternSpec vertical = PatternSpec::parse("vertical-slash:vertical=40,slash=200");
 
   expect_error(
@@ -404,10 +558,20 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
       ErrorCode::kInvalidArgument, {"prepare_pattern specs", "heads = 4", "2 specs"});
   expect_error(
       [&] {
-        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid, a_shape, a_shape}, shape,
-                              nullptr, kCuda, stream_, &device_inputs);
+        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid_head, a_shape, a_shape},
+                              shape, nullptr, kCuda, stream_);
       },
       ErrorCode::kUnsupported, {"head 1", "grid", "host_inputs"});
+  // Device inputs the estimate cannot read: named by the first estimated head's pattern.
+  TensorView float_q = q.view;
+  float_q.dtype = DType::kFloat32;
+  const PatternInputs float_inputs{float_q, k.view};
+  expect_error(
+      [&] {
+        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid_head, vertical, a_shape},
+                              shape, nullptr, kCuda, stream_, &float_inputs);
+      },
+      ErrorCode::kInvalidArgument, {"grid input q dtype", "float32"});
   expect_error(
       [&] {
         (void)prepare_pattern(std::vector<PatternSpec>{a_shape, a_shape, vertical, a_shape},

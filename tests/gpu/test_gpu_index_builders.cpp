@@ -33,6 +33,7 @@
 #include "patterns/estimation.h"
 #include "patterns/grid.h"
 #include "patterns/pattern_registry.h"
+#include "grid_inputs.h"
 #include "index_test_support.h"
 #include "plan_records.h"
 #include "stream_test.h"
@@ -58,8 +59,6 @@ struct Gqa {
   int64_t group;
 };
 constexpr std::array<Gqa, 4> kGqaShapes = {{{1, 1}, {2, 2}, {1, 7}, {2, 7}}};
-
-int64_t floor_mod_int(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
 // The two builds of one spec on one set of inputs.
 struct BothPlans {
@@ -250,105 +249,14 @@ TEST_F(GpuIndexBuild, PreparePatternEstimatesFromDeviceInputs) {
 
 // --- Grid ----------------------------------------------------------------------------------------
 
-// A grid choice is clear when the host's best (stride, phase) outscores every other candidate by
-// this much per estimate row (each row's softmax sums to 1): far above the rounding the GPU's other
-// summation order adds (about 1e-6 of a row's mass).
-constexpr double kGridClearMargin = 1e-4;
 constexpr int64_t kMaxFixedStride = 700;
 constexpr int64_t kMaxSearchedStride = 300;
-// The planted grid (as tests/cpu/test_dynamic_patterns.cpp plants it): queries match keys of their
-// own phase with this logit, and the keys of the vertical phase with another.
-constexpr double kSlashLogit = 8.0;
-constexpr double kVerticalLogit = 4.0;
-constexpr float kKeyNoise = 0.05f;
 constexpr int64_t kMinPlantedStride = 3;
 // A planted grid the default search must find, as tests/cpu/test_dynamic_patterns.cpp plants it.
 constexpr int64_t kMinSearchedPlantedStride = 5;
 constexpr int64_t kMaxPlantedStride = 40;
 constexpr int64_t kPlantedPeriods = 12;  // query rows of a planted grid, in strides at least
 constexpr int64_t kSyntheticLength = 8192;
-
-PatternSpec grid(int64_t stride, int64_t max_stride, int64_t hline, int64_t vline, int64_t slash,
-                 int64_t sink, int64_t local, int64_t last_q, int64_t boundary) {
-  return {"grid",
-          {{"stride", stride},
-           {"max_stride", max_stride},
-           {"hline", hline},
-           {"vline", vline},
-           {"slash", slash},
-           {"sink", sink},
-           {"local", local},
-           {"last_q", last_q},
-           {"boundary", boundary}}};
-}
-
-// Overwrites q and k with a grid of stride `stride`: every query row matches the keys of its own
-// coordinate's phase (slash lines) and the keys of `vertical_phase` (a vertical line); the phases
-// are orthogonal dimensions, so the lines are the only structure. stride < head_dim - 1.
-void plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size, int64_t stride,
-                int64_t vertical_phase) {
-  const int64_t line_dim = size.head_dim - 1;
-  const float slash = static_cast<float>(kSlashLogit / size.scale);
-  const float vertical = static_cast<float>(kVerticalLogit / size.scale);
-  const int64_t offset = size.kv_len - size.q_len;
-  const auto element = [](const TensorView& view, int64_t b, int64_t i, int64_t h, int64_t d) {
-    return b * view.strides[0] + i * view.strides[1] + h * view.strides[2] + d * view.strides[3];
-  };
-  for (int64_t b = 0; b < size.batch; ++b) {
-    for (int64_t h = 0; h < size.q_heads(); ++h) {
-      for (int64_t i = 0; i < size.q_len; ++i) {
-        const int64_t phase = floor_mod_int(i + offset, stride);
-        for (int64_t d = 0; d < size.head_dim; ++d) {
-          const float value = d == phase ? slash : (d == line_dim ? vertical : 0.0f);
-          store_float(inputs.q.view, element(inputs.q.view, b, i, h, d), value);
-        }
-      }
-    }
-    for (int64_t h = 0; h < size.kv_heads; ++h) {
-      for (int64_t j = 0; j < size.kv_len; ++j) {
-        for (int64_t d = 0; d < size.head_dim; ++d) {
-          float value = kKeyNoise * random.normal();
-          if (d == j % stride) value += 1.0f;
-          if (d == line_dim && j % stride == vertical_phase) value += 1.0f;
-          store_float(inputs.k.view, element(inputs.k.view, b, j, h, d), value);
-        }
-      }
-    }
-  }
-}
-
-// The host search of every head slot (grid.cpp) and how clearly it chose.
-struct HostGridSearch {
-  std::vector<detail::GridLines> lines;
-  std::vector<double> margins;
-  int64_t rows = 0;  // estimate rows
-  bool clear(std::size_t slot) const {
-    return margins[slot] > kGridClearMargin * static_cast<double>(rows);
-  }
-};
-
-HostGridSearch host_grid_search(const PatternSpec& resolved, const PlanShape& shape,
-                                const PatternInputs& inputs) {
-  const int64_t last_q = resolved.params.at("last_q");
-  std::vector<int64_t> rows;
-  for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
-    rows.push_back(row);
-  }
-  const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
-  const detail::GridOptions options = detail::grid_options(resolved);
-  detail::KeyCache cache;
-  HostGridSearch search;
-  search.rows = static_cast<int64_t>(rows.size());
-  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    const detail::HeadOperands operands(inputs, shape, slot, cache);
-    double margin = 0.0;
-    search.lines.push_back(detail::search_grid(
-        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset()), options,
-        &margin));
-    search.margins.push_back(margin);
-  }
-  return search;
-}
 
 // The host builder's plan of the given lines per head slot: the conversion's oracle.
 Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,

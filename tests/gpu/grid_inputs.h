@@ -1,0 +1,42 @@
+#pragma once
+// Grid heads for the GPU suites (index builders, per-head configs): the spec, inputs with a planted
+// grid, and the host search with how clearly it chose, so that a test compares the device's choice
+// only where rounding cannot flip it.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "attention_harness.h"
+#include "common/random.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "patterns/grid.h"
+
+namespace mmsparse::test {
+
+PatternSpec grid(int64_t stride, int64_t max_stride, int64_t hline, int64_t vline, int64_t slash,
+                 int64_t sink, int64_t local, int64_t last_q, int64_t boundary);
+
+// Overwrites q and k with a grid of stride `stride`: every query row matches the keys of its own
+// coordinate's phase (slash lines) and the keys of `vertical_phase` (a vertical line); the phases
+// are orthogonal dimensions, so the lines are the only structure. stride < head_dim - 1.
+void plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size, int64_t stride,
+                int64_t vertical_phase);
+
+// The host search (grid.cpp) of each head slot searched, and how clearly it chose.
+struct HostGridSearch {
+  std::vector<detail::GridLines> lines;
+  std::vector<double> margins;
+  int64_t rows = 0;  // estimate rows
+  bool clear(std::size_t slot) const;
+  bool all_clear() const;
+};
+
+// The search of every head slot, or with `heads` (ascending query heads) of the slots batch element
+// × heads.size() + the head's index, as a head selection orders them.
+HostGridSearch host_grid_search(const PatternSpec& resolved, const PlanShape& shape,
+                                const PatternInputs& inputs,
+                                const std::vector<int64_t>& heads = {});
+
+}  // namespace mmsparse::test
