@@ -1,8 +1,12 @@
 #include "index_test_support.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <functional>
 
+#include "device_buffer.h"
 #include "patterns/estimation.h"
 
 namespace mmsparse::test {
@@ -65,6 +69,36 @@ PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_
            {"local", local},
            {"last_q", last_q},
            {"boundary", boundary}}};
+}
+
+void expect_identical_attention(const PreparedPlan& first, const PreparedPlan& second,
+                                const ProblemSize& size, const TensorView& q, const TensorView& k,
+                                const TensorView& v, cudaStream_t stream) {
+  constexpr Device kCuda{DeviceType::kCUDA, 0};
+  AttentionOptions options;
+  options.scale = size.scale;
+  options.stream = stream;
+  std::vector<std::vector<std::byte>> outs;
+  std::vector<std::vector<std::byte>> lses;
+  for (const PreparedPlan* prepared : {&first, &second}) {
+    HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
+                         OperandLayout::kContiguous);
+    DeviceOperand out(out_host);
+    DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
+                     sizeof(float));
+    out.buffer.poison();
+    lse.poison();
+    const TensorView lse_view = TensorView::contiguous(
+        lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
+    attention_planned(*prepared, q, k, v, out.view, lse_view, options);
+    expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    outs.emplace_back(out.buffer.bytes());
+    out.buffer.download(outs.back().data());
+    lses.emplace_back(lse.bytes());
+    lse.download(lses.back().data());
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
+  EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
 }
 
 }  // namespace mmsparse::test

@@ -8,7 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include "attention_harness.h"
 #include "common/random.h"
+#include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 
@@ -44,5 +48,11 @@ int64_t clear_budget(Random& random, const std::vector<std::vector<double>>& sco
 
 PatternSpec vertical_slash(int64_t vertical, int64_t slash, int64_t sink, int64_t local,
                            int64_t last_q, int64_t boundary);
+
+// Attention through two prepared plans on the same device q, k, v (views of `size`, scale
+// size.scale, on `stream`): expects bit-identical O and LSE, as two plans with equal records give.
+void expect_identical_attention(const PreparedPlan& first, const PreparedPlan& second,
+                                const ProblemSize& size, const TensorView& q, const TensorView& k,
+                                const TensorView& v, cudaStream_t stream);
 
 }  // namespace mmsparse::test

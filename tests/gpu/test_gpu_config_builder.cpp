@@ -493,30 +493,7 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   EXPECT_GE(times.assembly_seconds, 0.0);
   expect_error([&] { (void)expected.build_times(); }, ErrorCode::kUnsupported, {"per-head"});
 
-  AttentionOptions options;
-  options.scale = size.scale;
-  options.stream = stream_;
-  std::vector<std::vector<std::byte>> outs;
-  std::vector<std::vector<std::byte>> lses;
-  for (const PreparedPlan* prepared : {&built, &expected}) {
-    HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
-                         OperandLayout::kContiguous);
-    DeviceOperand out(out_host);
-    DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
-                     sizeof(float));
-    out.buffer.poison();
-    lse.poison();
-    const TensorView lse_view = TensorView::contiguous(
-        lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
-    attention_planned(*prepared, q.view, k.view, v.view, out.view, lse_view, options);
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    outs.emplace_back(out.buffer.bytes());
-    out.buffer.download(outs.back().data());
-    lses.emplace_back(lse.bytes());
-    lse.download(lses.back().data());
-  }
-  EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
-  EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
+  expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
 }
 
 // A config of static heads only keeps a host copy, built on first use, equal to build_plan's.

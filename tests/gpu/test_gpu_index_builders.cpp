@@ -221,30 +221,7 @@ TEST_F(GpuIndexBuild, PreparePatternEstimatesFromDeviceInputs) {
   EXPECT_EQ(built.shape(), shape);
   expect_error([&] { (void)built.plan(); }, ErrorCode::kUnsupported, {"no host copy"});
 
-  AttentionOptions options;
-  options.scale = size.scale;
-  options.stream = stream_;
-  std::vector<std::vector<std::byte>> outs;
-  std::vector<std::vector<std::byte>> lses;
-  for (const PreparedPlan* prepared : {&built, &expected}) {
-    HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
-                         OperandLayout::kContiguous);
-    DeviceOperand out(out_host);
-    DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
-                     sizeof(float));
-    out.buffer.poison();
-    lse.poison();
-    const TensorView lse_view = TensorView::contiguous(
-        lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
-    attention_planned(*prepared, q.view, k.view, v.view, out.view, lse_view, options);
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    outs.emplace_back(out.buffer.bytes());
-    out.buffer.download(outs.back().data());
-    lses.emplace_back(lse.bytes());
-    lse.download(lses.back().data());
-  }
-  EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
-  EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
+  expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
 }
 
 // --- Grid ----------------------------------------------------------------------------------------
@@ -452,30 +429,7 @@ TEST_F(GpuIndexBuild, GridFindsAPlantedGridAndServesPreparePattern) {
     const PreparedPlan expected = prepare_plan(host, kCuda, stream_);
     const PreparedPlan prepared =
         prepare_pattern(spec, shape, nullptr, kCuda, stream_, &device_inputs);
-    AttentionOptions options;
-    options.scale = size.scale;
-    options.stream = stream_;
-    std::vector<std::vector<std::byte>> outs;
-    std::vector<std::vector<std::byte>> lses;
-    for (const PreparedPlan* plan : {&prepared, &expected}) {
-      HostOperand out_host(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
-                           OperandLayout::kContiguous);
-      DeviceOperand out(out_host);
-      DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
-                       sizeof(float));
-      out.buffer.poison();
-      lse.poison();
-      const TensorView lse_view = TensorView::contiguous(
-          lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len}, kCuda);
-      attention_planned(*plan, q.view, k.view, v.view, out.view, lse_view, options);
-      expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-      outs.emplace_back(out.buffer.bytes());
-      out.buffer.download(outs.back().data());
-      lses.emplace_back(lse.bytes());
-      lse.download(lses.back().data());
-    }
-    EXPECT_TRUE(outs[0] == outs[1]) << "O differs";
-    EXPECT_TRUE(lses[0] == lses[1]) << "LSE differs";
+    expect_identical_attention(prepared, expected, size, q.view, k.view, v.view, stream_);
   }
 }
 
