@@ -135,6 +135,10 @@ struct SearchOptions {
   // Choose dense for a head when its best in-budget candidate recalls less than this (0: never;
   // the paper has no such fallback, so by default dense is chosen only when no candidate fits).
   double dense_below_recall = 0.0;
+  // The inter-modality modes stage 3 tries on grid and vertical-slash winners of a mixed-modality
+  // input: 0 none, 2 Q-boundary, 3 2D-boundary (1, K-boundary, builds the plan of 0). {0} keeps a
+  // config to what the GPU index builders serve today (docs/index_builders.md).
+  std::vector<int64_t> boundary_modes = {0, 2, 3};
   // Layer-level target for the mean recall of the searched heads (0: off). When the in-budget
   // choices recall less on average, heads are raised along recall_ladder(), taking the step with
   // the most recall gained per cost added each time, until the mean reaches the target or no step

@@ -26,9 +26,9 @@ using detail::Scope;
 // noise. Recall decides first, then output error (relative gap), then the lower cost.
 constexpr double kRecallTie = 1e-3;
 constexpr double kRelativeOutputErrorTie = 0.05;
-// Inter-modality modes scored in stage 3: none, Q-boundary, 2D-boundary. K-boundary (1) builds
-// the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
-constexpr int64_t kBoundaryModes[] = {0, 2, 3};
+// The inter-modality modes stage 3 can score: none, Q-boundary, 2D-boundary. K-boundary (1)
+// builds the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
+constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3};
 constexpr char kBoundaryParam[] = "boundary";
 
 bool better(const CandidateScore& a, const CandidateScore& b) {
@@ -66,6 +66,17 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
   if (!(options.target_mean_recall >= 0.0 && options.target_mean_recall <= 1.0)) {
     throw_invalid_argument("target_mean_recall", "a value in [0, 1] (0: off)",
                            std::to_string(options.target_mean_recall));
+  }
+  if (options.boundary_modes.empty()) {
+    throw_invalid_argument("boundary_modes", "at least one of 0, 2, 3", "none");
+  }
+  for (int64_t mode : options.boundary_modes) {
+    if (std::find(std::begin(kScoredBoundaryModes), std::end(kScoredBoundaryModes), mode) ==
+        std::end(kScoredBoundaryModes)) {
+      throw_invalid_argument("boundary_modes",
+                             "modes among 0 (none), 2 (Q-boundary), 3 (2D-boundary)",
+                             std::to_string(mode));
+    }
   }
   if (options.sample_rows < 1) {
     throw_invalid_argument("sample_rows", ">= 1", std::to_string(options.sample_rows));
@@ -262,7 +273,7 @@ class HeadSearch {
         add(winner);
         continue;
       }
-      for (int64_t mode : kBoundaryModes) {
+      for (int64_t mode : options_.boundary_modes) {
         PatternSpec with_mode = winner;
         with_mode.params[kBoundaryParam] = mode;
         add(with_mode);

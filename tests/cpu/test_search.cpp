@@ -347,6 +347,21 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
     if (score.spec.name != "a-shape") modes.insert(score.spec.param("boundary", -1));
   }
   EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3}));
+
+  // Only the modes asked for (none alone: what the GPU index builders serve).
+  options.boundary_modes = {0};
+  const LayerSearchResult none_only =
+      search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                   std::vector<int64_t>{0});
+  for (const CandidateScore& score : none_only.heads[0].scopes.back().scored) {
+    EXPECT_EQ(score.spec.param("boundary", 0), 0) << score.spec.to_string();
+  }
+  EXPECT_EQ(none_only.heads[0].chosen.spec.param("boundary", 0), 0);
+  options.boundary_modes = {1};
+  expect_error([&] {
+    (void)search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                       std::vector<int64_t>{0});
+  }, ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
 }
 
 PatternConfig searched_config() {

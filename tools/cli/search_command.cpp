@@ -311,6 +311,12 @@ Command add_search_command(CLI::App& app) {
                       "choose dense when the best candidate recalls less (0: never)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  command->add_option("--boundary-modes", flags->options.boundary_modes,
+                      "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
+                      "3 2D-boundary (0 alone: what the GPU index builders serve)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({0, 2, 3}))
+      ->capture_default_str();
   command->add_option("--target-mean-recall", flags->options.target_mean_recall,
                       "raise heads beyond the budget (wider vertical-slash, then dense) until the "
                       "layer's mean recall reaches this (0: off)")
