@@ -81,6 +81,12 @@ PatternSpec scale_spec_to_length(const PatternSpec& spec, int64_t seq_len);
 std::vector<PatternSpec> search_space(const ModalityLayout& layout, int64_t seq_len,
                                       bool scale_to_length);
 
+// Beyond the budget, for a layer-level recall target (SearchOptions::target_mean_recall; an
+// mmsparse extension of Alg. 4): vertical-slash (boundary none) with 2, 4 and 8 times Table 3's
+// widest line budgets (2000 vertical, 4096 slash), then dense; scaled like the space. A head with
+// diffuse attention (oracle density tens of percent) finds nothing in the budget that recalls well.
+std::vector<PatternSpec> recall_ladder(int64_t seq_len, bool scale_to_length);
+
 // The budget: App. C.5 sets it to the FLOPs of 1K global and 4K local tokens of A-shape.
 inline constexpr const char* kDefaultBudgetSpec = "a-shape:sink=1024,local=4096";
 
@@ -109,6 +115,9 @@ struct HeadSearchResult {
   double budget_cost = 0.0;  // the budget spec's cost on the whole sequence for this head
   bool dense_fallback = false;
   std::string fallback_reason;      // why dense was chosen; empty otherwise
+  // Raised beyond the budget for the layer's recall target: `chosen` is then a recall_ladder()
+  // step and `within_budget` the search's choice it replaced.
+  std::optional<CandidateScore> within_budget;
   std::vector<ScopeSearch> scopes;  // intra per modality, cross per pair, then inter
   int64_t over_budget = 0;          // distinct candidates dropped for their cost, all stages
 };
@@ -126,6 +135,15 @@ struct SearchOptions {
   // Choose dense for a head when its best in-budget candidate recalls less than this (0: never;
   // the paper has no such fallback, so by default dense is chosen only when no candidate fits).
   double dense_below_recall = 0.0;
+  // The inter-modality modes stage 3 tries on grid and vertical-slash winners of a mixed-modality
+  // input: 0 none, 2 Q-boundary, 3 2D-boundary (1, K-boundary, builds the plan of 0). {0} keeps a
+  // config to what the GPU index builders serve today (docs/index_builders.md).
+  std::vector<int64_t> boundary_modes = {0, 2, 3};
+  // Layer-level target for the mean recall of the searched heads (0: off). When the in-budget
+  // choices recall less on average, heads are raised along recall_ladder(), taking the step with
+  // the most recall gained per cost added each time, until the mean reaches the target or no step
+  // is left. The budget then holds for the other heads only.
+  double target_mean_recall = 0.0;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
   // CPU threads (0 = hardware concurrency): heads are searched in parallel, one per thread, and
   // threads left over serve each head's reference attention. Results do not depend on it.

@@ -26,9 +26,9 @@ using detail::Scope;
 // noise. Recall decides first, then output error (relative gap), then the lower cost.
 constexpr double kRecallTie = 1e-3;
 constexpr double kRelativeOutputErrorTie = 0.05;
-// Inter-modality modes scored in stage 3: none, Q-boundary, 2D-boundary. K-boundary (1) builds
-// the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
-constexpr int64_t kBoundaryModes[] = {0, 2, 3};
+// The inter-modality modes stage 3 can score: none, Q-boundary, 2D-boundary. K-boundary (1)
+// builds the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
+constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3};
 constexpr char kBoundaryParam[] = "boundary";
 
 bool better(const CandidateScore& a, const CandidateScore& b) {
@@ -62,6 +62,21 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
   if (layout.length() != problem.q_len) {
     throw_invalid_argument("layout length", "q's seq_len " + std::to_string(problem.q_len),
                            std::to_string(layout.length()));
+  }
+  if (!(options.target_mean_recall >= 0.0 && options.target_mean_recall <= 1.0)) {
+    throw_invalid_argument("target_mean_recall", "a value in [0, 1] (0: off)",
+                           std::to_string(options.target_mean_recall));
+  }
+  if (options.boundary_modes.empty()) {
+    throw_invalid_argument("boundary_modes", "at least one of 0, 2, 3", "none");
+  }
+  for (int64_t mode : options.boundary_modes) {
+    if (std::find(std::begin(kScoredBoundaryModes), std::end(kScoredBoundaryModes), mode) ==
+        std::end(kScoredBoundaryModes)) {
+      throw_invalid_argument("boundary_modes",
+                             "modes among 0 (none), 2 (Q-boundary), 3 (2D-boundary)",
+                             std::to_string(mode));
+    }
   }
   if (options.sample_rows < 1) {
     throw_invalid_argument("sample_rows", ">= 1", std::to_string(options.sample_rows));
@@ -164,6 +179,20 @@ class HeadSearch {
     return result_;
   }
 
+  // Each spec scored and costed on the whole sequence, budget aside; specs that cannot be built
+  // there are left out.
+  std::vector<CandidateScore> score_on_full_sequence(const std::vector<PatternSpec>& specs) {
+    std::vector<CandidateScore> scores;
+    for (const PatternSpec& spec : specs) {
+      const std::optional<Plan> plan = full_.build(spec);
+      if (!plan) continue;
+      const double cost = full_.cost(*plan, cost_model_);
+      const detail::Accuracy accuracy = full_.score(*plan);
+      scores.push_back({spec, accuracy.recall, accuracy.output_error, cost});
+    }
+    return scores;
+  }
+
  private:
   int64_t q_head_;
   const ModalityLayout& layout_;
@@ -244,7 +273,7 @@ class HeadSearch {
         add(winner);
         continue;
       }
-      for (int64_t mode : kBoundaryModes) {
+      for (int64_t mode : options_.boundary_modes) {
         PatternSpec with_mode = winner;
         with_mode.params[kBoundaryParam] = mode;
         add(with_mode);
@@ -260,6 +289,56 @@ class HeadSearch {
     result_.fallback_reason = reason;
   }
 };
+
+double mean_recall(const std::vector<HeadSearchResult>& heads) {
+  double sum = 0.0;
+  for (const HeadSearchResult& head : heads) sum += head.chosen.recall;
+  return heads.empty() ? 1.0 : sum / static_cast<double>(heads.size());
+}
+
+// A step up the recall ladder costs at least this much (in the cost model's units) when the
+// ladder step happens to cost no more than the choice it replaces: such steps go first.
+constexpr double kFreeStepCost = 1e-12;
+
+// The layer-level recall target (SearchOptions::target_mean_recall): greedy steps up the ladder,
+// each time the one with the most recall gained per cost added, over the heads below the target
+// (only they can lift the mean by much; their ladders are scored in parallel, once).
+template <class MakeSearch>
+void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int head_workers,
+                     const std::vector<PatternSpec>& ladder, MakeSearch&& make_search) {
+  if (mean_recall(heads) >= target) return;
+  std::vector<std::size_t> below;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    if (heads[i].chosen.recall < target) below.push_back(i);
+  }
+  std::vector<std::vector<CandidateScore>> steps(below.size());
+  detail::parallel_for(std::ssize(below), std::min<int>(head_workers, std::ssize(below)),
+                       [&](int64_t i) {
+                         HeadSearch search = make_search(heads[below[i]].q_head);
+                         steps[i] = search.score_on_full_sequence(ladder);
+                       });
+  while (mean_recall(heads) < target) {
+    std::optional<std::pair<std::size_t, std::size_t>> best;
+    double best_ratio = 0.0;
+    for (std::size_t b = 0; b < below.size(); ++b) {
+      const CandidateScore& current = heads[below[b]].chosen;
+      for (std::size_t s = 0; s < steps[b].size(); ++s) {
+        const CandidateScore& step = steps[b][s];
+        if (step.recall <= current.recall) continue;
+        const double ratio = (step.recall - current.recall) /
+                             std::max(step.cost - current.cost, kFreeStepCost);
+        if (!best || ratio > best_ratio) {
+          best = {b, s};
+          best_ratio = ratio;
+        }
+      }
+    }
+    if (!best) return;  // every ladder is climbed as far as it recalls more
+    HeadSearchResult& head = heads[below[best->first]];
+    if (!head.within_budget) head.within_budget = head.chosen;
+    head.chosen = steps[best->first][best->second];
+  }
+}
 
 }  // namespace
 
@@ -306,10 +385,16 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
   }
   SerializedCost serialized_cost(cost_model);
   result.heads.resize(heads.size());
+  const auto make_search = [&](int64_t q_head) {
+    return HeadSearch(q_head, q, k, v, layout, serialized_cost, budget_spec, head_options);
+  };
   detail::parallel_for(std::ssize(heads), head_workers, [&](int64_t i) {
-    HeadSearch search(heads[i], q, k, v, layout, serialized_cost, budget_spec, head_options);
-    result.heads[i] = search.run(result.space);
+    result.heads[i] = make_search(heads[i]).run(result.space);
   });
+  if (options.target_mean_recall > 0.0) {
+    raise_to_target(result.heads, options.target_mean_recall, head_workers,
+                    recall_ladder(seq_len, options.scale_to_length), make_search);
+  }
   result.budget_cost = result.heads.front().budget_cost;
   return result;
 }

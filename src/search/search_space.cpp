@@ -37,6 +37,9 @@ struct VerticalSlash {
 constexpr VerticalSlash kVerticalSlashSizes[] = {{1000, 1024}, {1000, 2048}, {2000, 2048},
                                                  {1000, 3096}, {2000, 3096}, {1000, 4096},
                                                  {2000, 4096}, {3500, 200},  {1000, 2500}};
+// The recall ladder: Table 3's widest vertical-slash budgets times these factors, then dense.
+constexpr VerticalSlash kWidestVerticalSlash = {2000, 4096};
+constexpr int64_t kLadderFactors[] = {2, 4, 8};
 
 // Grid heads keep the diagonal: its own slash line (distance 0) when slash lines are on, else a
 // local window of one key. The window is the costlier form on the engine: a phase tile's rows lie
@@ -73,6 +76,21 @@ PatternSpec scale_spec_to_length(const PatternSpec& spec, int64_t seq_len) {
     scale("slash", scaled.params.at("local"));
   }
   return scaled;
+}
+
+std::vector<PatternSpec> recall_ladder(int64_t seq_len, bool scale_to_length) {
+  std::vector<PatternSpec> ladder;
+  std::set<std::string> seen;
+  for (int64_t factor : kLadderFactors) {
+    const PatternSpec wide{"vertical-slash",
+                           {{"vertical", kWidestVerticalSlash.vertical * factor},
+                            {"slash", kWidestVerticalSlash.slash * factor}}};
+    const PatternSpec resolved =
+        resolve_pattern(scale_to_length ? scale_spec_to_length(wide, seq_len) : wide);
+    if (seen.insert(resolved.to_string()).second) ladder.push_back(resolved);
+  }
+  ladder.push_back(PatternSpec{"dense", {}});
+  return ladder;
 }
 
 std::vector<PatternSpec> search_space(const ModalityLayout& layout, int64_t seq_len,

@@ -4,8 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -109,6 +113,34 @@ MeasuredLayer measure_layer(int64_t layer, const PatternRun& run) {
   return measured;
 }
 
+// A needle is kept when the heads, pooled, keep >= 95% of its dense attention: a head that barely
+// reads it (a local head) does not decide, where "covered" counts the fewest over heads.
+TEST(Report, NeedlesKeptPoolEachNeedlesAttentionOverHeads) {
+  const auto head_with = [](std::vector<uint8_t> covered, std::vector<double> mass_kept,
+                            std::vector<double> dense_mass) {
+    HeadReport head;
+    NeedleCoverage needles;
+    needles.needles = static_cast<int64_t>(covered.size());
+    needles.needle_covered = covered;
+    needles.covered = std::count(covered.begin(), covered.end(), uint8_t{1});
+    needles.needle_mass_kept = std::move(mass_kept);
+    needles.needle_dense_mass = std::move(dense_mass);
+    head.needles = needles;
+    return head;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  RunReport run;
+  // Needle 0: the retrieval head reads it (0.5) and keeps it; the local head reads it faintly
+  // (0.01) and misses it: 0.5 / 0.51 = 98% kept. Needle 1: the retrieval head keeps half of its
+  // 0.2; the local head never reads it (NaN share): 50% kept.
+  run.heads.push_back(head_with({1, 0}, {1.0, 0.5}, {0.5, 0.2}));
+  run.heads.push_back(head_with({0, 0}, {0.0, nan}, {0.01, 0.0}));
+  const RunSummary summary = summarize(run);
+  EXPECT_EQ(summary.needles, 2);
+  EXPECT_EQ(summary.needles_covered, 0) << "the local head covers neither";
+  EXPECT_EQ(summary.needles_kept, 1);
+}
+
 TEST(Report, LayersDifferAndJsonCarriesEveryField) {
   const PatternSpec spec = PatternSpec::parse("vertical-slash:vertical=64,slash=128");
   const PatternRun run{"vertical-slash", spec.to_string(), {spec}};
@@ -133,6 +165,8 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
   EXPECT_EQ(summary.needles_covered, fewest);
   EXPECT_GE(summary.needle_mass_kept, 0.0);
   EXPECT_LE(summary.needle_mass_kept, 1.0);
+  EXPECT_GE(summary.needles_kept, 0);
+  EXPECT_LE(summary.needles_kept, 3);
 
   const nlohmann::json json = layers_json({first.report, second.report}, 32);
   ASSERT_EQ(json.at("layers").size(), 2u);

@@ -233,6 +233,75 @@ TEST(Search, SearchesHeadsInParallelWithTheSameResults) {
   }
 }
 
+TEST(SearchSpace, RecallLadderWidensVerticalSlashThenEndsDense) {
+  const std::vector<PatternSpec> ladder = recall_ladder(kPaperSeqLen, true);
+  ASSERT_EQ(ladder.size(), 4u);
+  int64_t previous_vertical = 0;
+  for (std::size_t i = 0; i + 1 < ladder.size(); ++i) {
+    EXPECT_EQ(ladder[i].name, "vertical-slash");
+    EXPECT_EQ(ladder[i].param("boundary", -1), 0) << "every step is built on the GPU";
+    EXPECT_GT(ladder[i].param("vertical", 0), previous_vertical);
+    previous_vertical = ladder[i].param("vertical", 0);
+  }
+  EXPECT_EQ(ladder[0].param("vertical", 0), 4000);
+  EXPECT_EQ(ladder[0].param("slash", 0), 8192);
+  EXPECT_EQ(ladder.back().name, "dense");
+  // Scaled like the space: a quarter of the lines at a quarter of the length.
+  EXPECT_EQ(recall_ladder(kPaperSeqLen / 4, true)[0].param("vertical", 0), 1000);
+}
+
+// The layer-level recall target: heads below it climb the ladder (most recall per cost first)
+// until the mean of the chosen specs reaches it; the replaced in-budget choice is kept.
+TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = 2048;
+  const Workload workload = Workload::create(spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  const LayerSearchResult plain = search_layer(tensors.q.view(), tensors.k.view(),
+                                               tensors.v.view(), workload.layout(), *cost, options);
+  double plain_mean = 0.0;
+  for (const HeadSearchResult& head : plain.heads) plain_mean += head.chosen.recall;
+  plain_mean /= static_cast<double>(plain.heads.size());
+  ASSERT_LT(plain_mean, 0.999) << "the budget leaves recall to gain on this workload";
+
+  options.target_mean_recall = 0.999;
+  options.num_threads = 2;
+  const std::vector<PatternSpec> ladder = recall_ladder(spec.seq_len, options.scale_to_length);
+  const LayerSearchResult raised = search_layer(tensors.q.view(), tensors.k.view(),
+                                                tensors.v.view(), workload.layout(), *cost,
+                                                options);
+  double raised_mean = 0.0;
+  int64_t raised_heads = 0;
+  for (std::size_t i = 0; i < raised.heads.size(); ++i) {
+    const HeadSearchResult& head = raised.heads[i];
+    raised_mean += head.chosen.recall;
+    if (!head.within_budget) {
+      EXPECT_EQ(head.chosen.spec.to_string(), plain.heads[i].chosen.spec.to_string())
+          << "a head that was not raised keeps its in-budget choice";
+      continue;
+    }
+    ++raised_heads;
+    EXPECT_EQ(head.within_budget->spec.to_string(), plain.heads[i].chosen.spec.to_string());
+    EXPECT_GT(head.chosen.recall, head.within_budget->recall);
+    EXPECT_TRUE(std::any_of(ladder.begin(), ladder.end(), [&](const PatternSpec& step) {
+      return step.to_string() == head.chosen.spec.to_string();
+    })) << head.chosen.spec.to_string() << " is a step of the recall ladder";
+  }
+  raised_mean /= static_cast<double>(raised.heads.size());
+  EXPECT_GT(raised_heads, 0);
+  // Dense closes every ladder, so the target is always reachable.
+  EXPECT_GE(raised_mean, options.target_mean_recall);
+
+  options.target_mean_recall = 1.5;
+  expect_error([&] {
+    (void)search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(),
+                       *cost, options);
+  }, ErrorCode::kInvalidArgument, {"target_mean_recall", "[0, 1]"});
+}
+
 TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
   // Text only: one intra scope, no pairs, no boundary modes.
   test::Random random;
@@ -278,6 +347,21 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
     if (score.spec.name != "a-shape") modes.insert(score.spec.param("boundary", -1));
   }
   EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3}));
+
+  // Only the modes asked for (none alone: what the GPU index builders serve).
+  options.boundary_modes = {0};
+  const LayerSearchResult none_only =
+      search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                   std::vector<int64_t>{0});
+  for (const CandidateScore& score : none_only.heads[0].scopes.back().scored) {
+    EXPECT_EQ(score.spec.param("boundary", 0), 0) << score.spec.to_string();
+  }
+  EXPECT_EQ(none_only.heads[0].chosen.spec.param("boundary", 0), 0);
+  options.boundary_modes = {1};
+  expect_error([&] {
+    (void)search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                       std::vector<int64_t>{0});
+  }, ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
 }
 
 PatternConfig searched_config() {

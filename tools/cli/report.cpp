@@ -91,6 +91,7 @@ nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
   if (summary.needles > 0) {
     entry["needles"] = {{"count", summary.needles},
                         {"covered_min", summary.needles_covered},
+                        {"kept", summary.needles_kept},
                         {"mass_kept", summary.needle_mass_kept}};
   }
   entry["heads"] = nlohmann::json::array();
@@ -135,6 +136,9 @@ RunSummary summarize(const RunReport& run) {
   summary.compared = run.heads.front().accuracy.has_value();
   summary.recall_min = 1.0;
   double kept = 0.0, dense = 0.0;
+  // Per needle, over heads: Σ mass kept(n) · dense mass(n) and Σ dense mass(n) (the querying rows
+  // are the same for every head, so their count cancels).
+  std::vector<double> needle_kept, needle_dense;
   summary.needles_covered = std::numeric_limits<int64_t>::max();
   for (const HeadReport& head : run.heads) {
     summary.density += head.density / count;
@@ -148,9 +152,23 @@ RunSummary summarize(const RunReport& run) {
       summary.needles_covered = std::min(summary.needles_covered, head.needles->covered);
       kept += head.needles->kept_probability;
       dense += head.needles->dense_probability;
+      const std::vector<double>& mass_kept = head.needles->needle_mass_kept;
+      const std::vector<double>& dense_mass = head.needles->needle_dense_mass;
+      needle_kept.resize(mass_kept.size());
+      needle_dense.resize(mass_kept.size());
+      for (std::size_t n = 0; n < mass_kept.size() && n < dense_mass.size(); ++n) {
+        if (std::isnan(mass_kept[n]) || std::isnan(dense_mass[n])) continue;
+        needle_kept[n] += mass_kept[n] * dense_mass[n];
+        needle_dense[n] += dense_mass[n];
+      }
     }
   }
   if (summary.needles == 0) summary.needles_covered = 0;
+  for (std::size_t n = 0; n < needle_dense.size(); ++n) {
+    if (needle_dense[n] > 0.0 && needle_kept[n] >= kNeedleKeptShare * needle_dense[n]) {
+      ++summary.needles_kept;
+    }
+  }
   summary.needle_mass_kept = dense > 0.0 ? kept / dense : std::numeric_limits<double>::quiet_NaN();
   return summary;
 }
@@ -310,7 +328,10 @@ void print_per_head_tables(const LayerReport& layer) {
       line += fmt::format(", needles covered {}/{} (fewest over heads)", summary.needles_covered,
                           summary.needles);
       if (!std::isnan(summary.needle_mass_kept)) {
-        line += fmt::format(", needle mass kept {:.4f}", summary.needle_mass_kept);
+        line += fmt::format(", needle mass kept {:.4f}, needles kept {}/{} (each >= {:.0f}% of its "
+                            "attention over all heads)",
+                            summary.needle_mass_kept, summary.needles_kept, summary.needles,
+                            kPercent * kNeedleKeptShare);
       }
     }
     line += fmt::format("; index {:.2f} ms (whole plan, host clock; per head: built by gpu "

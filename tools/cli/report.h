@@ -83,7 +83,12 @@ struct RunSummary {
   int64_t needles = 0;        // needles of the task; 0 without one
   int64_t needles_covered = 0;  // fewest covered by any head
   double needle_mass_kept = 0.0;  // Σ kept / Σ dense needle probability over heads (NaN without)
+  // Needles whose own dense probability, pooled over every head and querying row, the plans keep
+  // at least kNeedleKeptShare of: the heads that read a needle keep it, whatever heads that do not
+  // read it compute (a local head never reaches the media). 0 without the mass measure.
+  int64_t needles_kept = 0;
 };
+inline constexpr double kNeedleKeptShare = 0.95;
 RunSummary summarize(const RunReport& run);
 
 // What a layer's pattern runs read. Host views; the dense reference is optional (run without

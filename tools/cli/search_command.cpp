@@ -152,8 +152,17 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
                head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
                kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
-               head.dense_fallback ? "  dense fallback: " + head.fallback_reason : "");
+               head.dense_fallback  ? "  dense fallback: " + head.fallback_reason
+               : head.within_budget ? fmt::format("  raised for the layer's recall target from {} "
+                                                  "(recall {:.4f})",
+                                                  head.within_budget->spec.to_string(),
+                                                  head.within_budget->recall)
+                                    : "");
   }
+  double recall_sum = 0.0;
+  for (const HeadSearchResult& head : result.heads) recall_sum += head.chosen.recall;
+  fmt::print("mean recall of the chosen specs: {:.4f}\n",
+             recall_sum / static_cast<double>(result.heads.size()));
 }
 
 int run_search(const SearchFlags& flags) {
@@ -216,6 +225,7 @@ int run_search(const SearchFlags& flags) {
                                   {"dense_fallback", head.dense_fallback},
                                   {"fallback_reason", head.fallback_reason},
                                   {"over_budget", head.over_budget}};
+      if (head.within_budget) head_json["within_budget"] = score_json(*head.within_budget);
       if (input.workload) head_json["behaviour"] = head_behaviour_name(input.workload->behaviour(head.q_head));
       for (const ScopeSearch& search : head.scopes) {
         nlohmann::json scope_json = {{"stage", search.stage},
@@ -299,6 +309,17 @@ Command add_search_command(CLI::App& app) {
                     "Table 3's 128K values as they are (default: scaled to the sequence length)");
   command->add_option("--dense-below-recall", flags->options.dense_below_recall,
                       "choose dense when the best candidate recalls less (0: never)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  command->add_option("--boundary-modes", flags->options.boundary_modes,
+                      "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
+                      "3 2D-boundary (0 alone: what the GPU index builders serve)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({0, 2, 3}))
+      ->capture_default_str();
+  command->add_option("--target-mean-recall", flags->options.target_mean_recall,
+                      "raise heads beyond the budget (wider vertical-slash, then dense) until the "
+                      "layer's mean recall reaches this (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measured cost")
