@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# MMInference end to end on one GPU (issue 4's bar): search a per-head config on the SYNTHETIC
+# video preset at the given length with measured kernel costs, then run it through `mmsparse bench`
+# on the same workload (index building on the GPU included in the layer time, against dense in the
+# same run). Outputs (config, search summary and JSON, bench table and JSON) go to $OUT, else to
+# ./e2e-<seq_len>.
+#
+#   scripts/mminference-e2e.sh [mmsparse binary] [seq_len] [extra search flags ...]
+#
+# Defaults: build/tools/cli/mmsparse, 131072, and the search flags
+#   --boundary-modes 0             a config the GPU index builders serve (no host-built heads)
+#   --target-mean-recall 0.95      issue 4's recall bar, reached by raising heads past the budget
+# Needles: 4 planted in the media, read by the final question (the bar's needle task).
+set -euo pipefail
+
+cli=${1:-build/tools/cli/mmsparse}
+seq_len=${2:-131072}
+shift $(( $# > 2 ? 2 : $# ))
+search_flags=("$@")
+if [[ ${#search_flags[@]} -eq 0 ]]; then
+  search_flags=(--boundary-modes 0 --target-mean-recall 0.95)
+fi
+out=${OUT:-e2e-$seq_len}
+mkdir -p "$out"
+workload=(--seq-len "$seq_len" --needles 4 --device cuda)
+
+"$cli" search "${workload[@]}" "${search_flags[@]}" --out "$out/config.json" \
+  --json "$out/search.json" | tee "$out/search.txt"
+"$cli" bench "${workload[@]}" --config "$out/config.json" --per-head --json "$out/bench.json" \
+  | tee "$out/bench.txt"
