@@ -9,7 +9,8 @@
 #
 # Defaults: build/tools/cli/mmsparse, 131072, and the search flags
 #   --boundary-modes 0             a config the GPU index builders serve (no host-built heads)
-#   --target-mean-recall 0.95      issue 4's recall bar, reached by raising heads past the budget
+#   --target-mean-recall 0.96      issue 4's bar is 0.95 over all rows; the search meets its target
+#                                  on sampled rows, hence the margin (docs/search.md)
 # Needles: 4 planted in the media, read by the final question (the bar's needle task).
 # MMSPARSE_E2E_WORKLOAD adds workload flags to both commands, e.g. "--heads 4 --kv-heads 1" for
 # the 1M-token run (issue 4: fewer heads are fine there).
@@ -20,7 +21,7 @@ seq_len=${2:-131072}
 shift $(( $# > 2 ? 2 : $# ))
 search_flags=("$@")
 if [[ ${#search_flags[@]} -eq 0 ]]; then
-  search_flags=(--boundary-modes 0 --target-mean-recall 0.95)
+  search_flags=(--boundary-modes 0 --target-mean-recall 0.96)
 fi
 out=${OUT:-e2e-$seq_len}
 mkdir -p "$out"
