@@ -11,6 +11,7 @@
 // so any rows can be generated without the whole tensor.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ enum class HeadBehaviour : uint8_t {
   kDense,     // spread, hard to sparsify
 };
 std::string_view head_behaviour_name(HeadBehaviour behaviour);
+// The behaviour of a name head_behaviour_name gives; throws Error(kInvalidArgument) naming
+// `argument` and the four names otherwise.
+HeadBehaviour head_behaviour_from_name(std::string_view name, const std::string& argument);
 
 struct WorkloadSpec {
   std::string preset = "video-qwen2.5vl-128k";
@@ -35,6 +39,10 @@ struct WorkloadSpec {
   int64_t head_dim = 0;  // 0: preset default (128)
   uint64_t seed = 0;
   int64_t needles = 0;   // retrieval keys planted in the media that the final text queries attend to
+  // Every query head with this behaviour (their sparsity still spread by rank, as within a
+  // behaviour of the mix), for studies of one head type such as grid vs vertical-slash on grid
+  // heads; default: the preset's mix of 11 local, 7 grid, 6 vertical and 4 dense heads.
+  std::optional<HeadBehaviour> head_behaviour;
 };
 
 struct PresetInfo {

@@ -292,6 +292,15 @@ std::string_view head_behaviour_name(HeadBehaviour behaviour) {
   return "unknown";
 }
 
+HeadBehaviour head_behaviour_from_name(std::string_view name, const std::string& argument) {
+  for (HeadBehaviour behaviour : {kLocal, kGrid, kVertical, kDense}) {
+    if (head_behaviour_name(behaviour) == name) return behaviour;
+  }
+  std::string given = "\"";
+  given.append(name).push_back('"');
+  throw_invalid_argument(argument, "local, grid, vertical or dense", given);
+}
+
 // Generates the vectors of one workload; holds only derived, read-only state.
 class WorkloadGenerator {
  public:
@@ -580,7 +589,7 @@ void WorkloadGenerator::prepare(Workload& w) {
   for (int64_t h = 0; h < q_heads; ++h) {
     const auto entry = static_cast<std::size_t>(h * static_cast<int64_t>(kBehaviourTable.size()) /
                                                 q_heads);
-    w.behaviours_.push_back(kBehaviourTable[entry]);
+    w.behaviours_.push_back(w.spec_.head_behaviour.value_or(kBehaviourTable[entry]));
   }
 
   const auto& segments = w.layout_.segments();

@@ -239,6 +239,33 @@ TEST(WorkloadSpecValidation, DefaultsAreQwen25Vl7bAndSmallestHeadDimWorks) {
   EXPECT_TRUE(std::all_of(q.begin(), q.end(), [](float x) { return std::isfinite(x); }));
 }
 
+// Every head of one behaviour (studies of one head type); the default is the preset's mix.
+TEST(WorkloadSpecValidation, OneBehaviourForEveryHead) {
+  WorkloadSpec spec = small_spec(kVideoPreset, 2048);
+  const Workload mix = Workload::create(spec);
+  spec.head_behaviour = HeadBehaviour::kGrid;
+  const Workload grid = Workload::create(spec);
+  int64_t mixed_grid_heads = 0;
+  for (int64_t head = 0; head < grid.spec().q_heads; ++head) {
+    EXPECT_EQ(grid.behaviour(head), HeadBehaviour::kGrid) << "head " << head;
+    mixed_grid_heads += mix.behaviour(head) == HeadBehaviour::kGrid ? 1 : 0;
+  }
+  EXPECT_EQ(mixed_grid_heads, 7) << "the preset's mix has 7 grid heads of 28";
+  // Query vectors follow the behaviour: head 0 is a local head in the mix.
+  std::vector<float> mixed_q(128), grid_q(128);
+  mix.generate_q(0, {2047}, mixed_q.data());
+  grid.generate_q(0, {2047}, grid_q.data());
+  EXPECT_NE(mixed_q, grid_q);
+
+  EXPECT_EQ(head_behaviour_from_name("vertical", "--head-behaviour"), HeadBehaviour::kVertical);
+  const Error error =
+      capture_error([] { (void)head_behaviour_from_name("gird", "--head-behaviour"); });
+  EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(error.what(), HasSubstr("--head-behaviour"));
+  EXPECT_THAT(error.what(), HasSubstr("local, grid, vertical or dense"));
+  EXPECT_THAT(error.what(), HasSubstr("\"gird\""));
+}
+
 TEST(WorkloadSpecValidation, GenerationArgumentsAreChecked) {
   const Workload workload = Workload::create(small_spec(kVideoPreset, 2048));
   std::vector<float> buffer(2048 * 128);

@@ -167,10 +167,10 @@ int run_bench(const BenchFlags& flags) {
   const std::string device = executor.device_label();
   const bool several_layers = layers.size() > 1 || !flags.layers.empty();
   if (flags.exec.json_path != "-") {
-    fmt::print("mmsparse bench  SYNTHETIC workload '{}': {} tokens, {} query heads, {} KV heads, "
+    fmt::print("mmsparse bench  SYNTHETIC workload '{}': {} tokens, {} query heads{}, {} KV heads, "
                "head dim {}, seed {}{}\n",
-               resolved.preset, reference.seq_len(), resolved.q_heads, resolved.kv_heads,
-               resolved.head_dim, resolved.seed,
+               resolved.preset, reference.seq_len(), resolved.q_heads, head_mix_note(resolved),
+               resolved.kv_heads, resolved.head_dim, resolved.seed,
                several_layers ? " + layer (one synthetic workload per layer)" : "");
     if (needles > 0) {
       fmt::print("needles: {} planted in the media; the final question (rows {}..{}) reads them\n",

@@ -35,6 +35,16 @@ void WorkloadFlags::add_to(CLI::App& command) {
       "--needles", needles,
       "needle keys planted in the media, read by the final question (default: the preset's, " +
           needle_presets + "else 0)");
+  command.add_option("--head-behaviour", head_behaviour,
+                     "give every query head one behaviour: local, grid, vertical or dense "
+                     "(default: the preset's mix)")
+      ->check(CLI::IsMember({"local", "grid", "vertical", "dense"}));
+}
+
+std::string head_mix_note(const WorkloadSpec& spec) {
+  return spec.head_behaviour
+             ? fmt::format(" (every head {})", head_behaviour_name(*spec.head_behaviour))
+             : std::string();
 }
 
 WorkloadSpec WorkloadFlags::spec() const {
@@ -46,6 +56,9 @@ WorkloadSpec WorkloadFlags::spec() const {
   spec.head_dim = head_dim;
   spec.seed = seed;
   spec.needles = needles;
+  if (!head_behaviour.empty()) {
+    spec.head_behaviour = head_behaviour_from_name(head_behaviour, "--head-behaviour");
+  }
   if (needles_option == nullptr || needles_option->count() == 0) {
     const std::vector<PresetInfo>& presets = workload_presets();
     const auto preset_info = std::find_if(presets.begin(), presets.end(),

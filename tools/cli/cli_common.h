@@ -36,9 +36,13 @@ struct WorkloadFlags {
   uint64_t seed = 0;
   int64_t needles = 0;
   CLI::Option* needles_option = nullptr;  // not given: the preset's default_needles
+  std::string head_behaviour;             // empty: the preset's mix
   void add_to(CLI::App& command);
   WorkloadSpec spec() const;
 };
+
+// " (every head grid)" for a workload whose query heads all have one behaviour, else "".
+std::string head_mix_note(const WorkloadSpec& spec);
 
 struct ExecutionFlags {
   std::string device = "auto";

@@ -90,10 +90,10 @@ CalibrationInput load_input(const SearchFlags& flags) {
   const WorkloadSpec& resolved = *input.synthetic;
   const bool layer_seeds = input.layers != std::vector<int64_t>{0};
   input.description = fmt::format(
-      "SYNTHETIC preset {}, seq_len {}, seed {}{}, {} query heads, {} KV heads, head_dim {}",
+      "SYNTHETIC preset {}, seq_len {}, seed {}{}, {} query heads{}, {} KV heads, head_dim {}",
       resolved.preset, input.workload->seq_len(), resolved.seed,
-      layer_seeds ? " (layer L: seed + L)" : "", resolved.q_heads, resolved.kv_heads,
-      resolved.head_dim);
+      layer_seeds ? " (layer L: seed + L)" : "", resolved.q_heads, head_mix_note(resolved),
+      resolved.kv_heads, resolved.head_dim);
   return input;
 }
 
