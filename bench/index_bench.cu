@@ -1,18 +1,19 @@
 // Times the GPU index builders (cuda/index_builders.h) against attention over the plan they build:
 // vertical-slash, and the grid head (every head as a grid head), estimated from device Q and K for
-// every head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC workload "video-qwen2.5vl-128k" (28 query heads
-// over 4 KV heads, head_dim 128; docs/workloads.md). Index milliseconds are stream time from the
-// build call to its last kernel (allocation, estimate, top-k, conversion, schedule sort), median
-// of repeats after a warm-up, twice: with the default memory pool, which returns freed memory to
-// the system at every synchronisation (so each build maps its buffers anew), and with a pool that
-// keeps it (release threshold unlimited, what a caching allocator does across layers). The
-// estimate and top-k stages are also timed alone; the rest is the conversion, the schedule sort and
-// the allocations. Attention is timed likewise, L2 flushed before each run. "read density" is
-// tile rows × keys each tile reads over the causal pairs: an upper bound of the computed density
-// (rows skip the keys beyond their diagonal). For the grid, "estimate" includes storing the softmax
-// rows and top-k reads "-" (the search and conversion are the rest of the index time); a line after
-// each grid row gives the strides found (grid heads of the workload marked *), the plan buffer
-// (sized for every candidate stride) and the columns the real tiles hold.
+// every head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC
+// workload "video-qwen2.5vl-128k" (28 query heads over 4 KV heads, head_dim 128;
+// docs/workloads.md). Index milliseconds are stream time from the build call to its last kernel
+// (allocation, estimate, top-k, conversion, schedule sort), median of repeats after a warm-up,
+// twice: with the default memory pool, which returns freed memory to the system at every
+// synchronisation (so each build maps its buffers anew), and with a pool that keeps it (release
+// threshold unlimited, what a caching allocator does across layers). The estimate and top-k stages
+// are also timed alone; the rest is the conversion, the schedule sort and the allocations.
+// Attention is timed likewise, L2 flushed before each run. "read density" is tile rows × keys each
+// tile reads over the causal pairs: an upper bound of the computed density (rows skip the keys
+// beyond their diagonal). For the grid, "estimate" includes storing the softmax rows and top-k
+// reads "-" (the search and conversion are the rest of the index time); a line after each grid row
+// gives the strides found (grid heads of the workload marked *), the plan buffer (sized for every
+// candidate stride) and the columns the real tiles hold.
 //
 //   mmsparse_index_bench [seq_len] [pattern]   default 131072, every pattern ("vertical-slash" or
 //                                               "grid" to run one)
@@ -114,8 +115,8 @@ struct StageScratch {
 };
 
 struct PlanReads {
-  double pairs = 0.0;    // tile rows × keys read, over all tiles
-  int64_t columns = 0;   // gathered keys the tiles hold
+  double pairs = 0.0;   // tile rows × keys read, over all tiles
+  int64_t columns = 0;  // gathered keys the tiles hold
 };
 
 // What the plan's tiles read, from its records.
@@ -172,13 +173,20 @@ void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& s
   const int64_t verticals = std::min(build.vertical, extents.scores);
   const int64_t slashes = std::min(build.slash, extents.scores);
   const cuda::index::LineSelection vertical_selection{
-      estimate.column_sums, extents.scores, build.vertical, build.sink,
-      scratch.add<int32_t>(extents.slots * verticals), verticals,
+      estimate.column_sums,
+      extents.scores,
+      build.vertical,
+      build.sink,
+      scratch.add<int32_t>(extents.slots * verticals),
+      verticals,
       scratch.add<int32_t>(extents.slots)};
-  const cuda::index::LineSelection slash_selection{
-      estimate.diagonal_sums, extents.scores, build.slash, build.local,
-      scratch.add<int32_t>(extents.slots * slashes), slashes,
-      scratch.add<int32_t>(extents.slots)};
+  const cuda::index::LineSelection slash_selection{estimate.diagonal_sums,
+                                                   extents.scores,
+                                                   build.slash,
+                                                   build.local,
+                                                   scratch.add<int32_t>(extents.slots * slashes),
+                                                   slashes,
+                                                   scratch.add<int32_t>(extents.slots)};
   const auto nothing = [] {};
   estimate_milliseconds = median_milliseconds(
       stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });
@@ -243,7 +251,8 @@ void run(int64_t length, const std::string& only) {
     const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
     if (!only.empty() && spec.name != only) continue;
     const bool grid = spec.name == kGrid;
-    const DeviceCopy chosen(static_cast<std::size_t>(q_heads) * sizeof(mmsparse::detail::GridLines));
+    const DeviceCopy chosen(static_cast<std::size_t>(q_heads) *
+                            sizeof(mmsparse::detail::GridLines));
     for (const int64_t tile_rows : kTileRowChoices) {
       const mmsparse::PlanShape shape{1, q_heads, length, length, tile_rows};
       const cuda::EstimateOperands operands =
@@ -297,15 +306,16 @@ void run(int64_t length, const std::string& only) {
         std::string strides;
         for (int64_t head = 0; head < q_heads; ++head) {
           const bool grid_head = workload.behaviour(head) == mmsparse::HeadBehaviour::kGrid;
-          strides += (head > 0 ? " " : "") + std::to_string(lines[head].stride) +
-                     (grid_head ? "*" : "");
+          strides +=
+              (head > 0 ? " " : "") + std::to_string(lines[head].stride) + (grid_head ? "*" : "");
         }
-        std::printf("    strides: %s\n    plan buffer %.1f MB (columns sized for stride %lld: "
-                    "%.1f MB), real columns %.1f MB\n",
-                    strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
-                    static_cast<long long>(mmsparse::detail::kMinStride),
-                    static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
-                    static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
+        std::printf(
+            "    strides: %s\n    plan buffer %.1f MB (columns sized for stride %lld: "
+            "%.1f MB), real columns %.1f MB\n",
+            strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
+            static_cast<long long>(mmsparse::detail::kMinStride),
+            static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
+            static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
       }
       std::fflush(stdout);
     }

@@ -68,8 +68,9 @@ int64_t preferred_tile_rows(Device device, int64_t head_dim);
 // How prepare_pattern with per-head specs built each head slot's part of the plan, and how long
 // that took.
 struct HeadBuildTime {
-  bool on_device = false;  // built by kernels (seconds from GPU events); else on the host (host clock)
-  double seconds = 0.0;    // the head slot's share of its builder's time
+  bool on_device =
+      false;  // built by kernels (seconds from GPU events); else on the host (host clock)
+  double seconds = 0.0;  // the head slot's share of its builder's time
 };
 struct PlanBuildTimes {
   std::vector<HeadBuildTime> heads;  // [head_slots]

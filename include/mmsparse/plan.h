@@ -6,7 +6,8 @@
 //    identity. Grid heads use one run per phase (start + i*stride), modality grouping one run per
 //    segment, an arbitrary permutation runs of length one. Backends compute positions by index
 //    arithmetic; nothing is permuted in memory.
-//  * query tiles: ranges [begin, end) of positions *in that order*, at most tile_rows long. Tiles need
+//  * query tiles: ranges [begin, end) of positions *in that order*, at most tile_rows long. Tiles
+//  need
 //    not be uniform (a modality boundary can start a new tile); queries in no tile get O = 0 and
 //    LSE = -inf.
 //  * per tile, in CSR form: key spans [begin, end) at any alignment, and gathered key columns.
@@ -187,8 +188,8 @@ struct MInferenceIndex {
   std::vector<int32_t> column_count;  // [batch, heads, num_blocks]
   std::vector<int32_t> column_index;  // [batch, heads, num_blocks, max_columns]
 };
-// Requires one pass, identity query order, uniform tiles of block_size and causal-only masks. Span pieces
-// shorter than block_size become columns so the conversion is exact.
+// Requires one pass, identity query order, uniform tiles of block_size and causal-only masks. Span
+// pieces shorter than block_size become columns so the conversion is exact.
 MInferenceIndex to_minference_index(const Plan& plan);
 Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t kv_len);
 

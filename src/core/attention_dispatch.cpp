@@ -286,7 +286,7 @@ struct PreparedPlan::Impl {
   // A dynamic plan from device tensors, or a per-head config with dynamic heads: no host copy.
   bool estimated_on_device = false;
 #ifdef MMSPARSE_WITH_CUDA
-  std::vector<cuda::DevicePlan> device_passes;  // the device copy, one entry per pass
+  std::vector<cuda::DevicePlan> device_passes;                // the device copy, one entry per pass
   std::shared_ptr<const cuda::ConfigBuildTimer> build_timer;  // per-head configs on the device
 #endif
 };
@@ -390,10 +390,10 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
                              const ModalityLayout* layout, Device device, void* stream,
                              const PatternInputs* inputs, const PatternInputs* host_inputs) {
   if (static_cast<int64_t>(specs.size()) != shape.heads) {
-    throw_invalid_argument("prepare_pattern specs",
-                           "one pattern spec per query head (heads = " +
-                               std::to_string(shape.heads) + ")",
-                           std::to_string(specs.size()) + " specs");
+    throw_invalid_argument(
+        "prepare_pattern specs",
+        "one pattern spec per query head (heads = " + std::to_string(shape.heads) + ")",
+        std::to_string(specs.size()) + " specs");
   }
   std::vector<PatternSpec> resolved;
   for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec, layout));
@@ -422,9 +422,8 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
     prepared.impl_->build_timer = std::move(build.timer);
     // The inputs of dynamic heads are not kept, so there is no host copy to build later.
     prepared.impl_->estimated_on_device =
-        std::any_of(resolved.begin(), resolved.end(), [](const PatternSpec& spec) {
-          return !cuda::builds_on_device(spec.name);
-        });
+        std::any_of(resolved.begin(), resolved.end(),
+                    [](const PatternSpec& spec) { return !cuda::builds_on_device(spec.name); });
     prepared.impl_->device_built_specs = std::move(resolved);
     return prepared;
   }
@@ -452,8 +451,9 @@ void attention_planned(const PreparedPlan& prepared, const TensorView& q, const 
       },
       [&] {
 #ifdef MMSPARSE_WITH_CUDA
-        cuda::attention_passes(prepared.impl_->device_passes,
-                               cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+        cuda::attention_passes(
+            prepared.impl_->device_passes,
+            cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
 #endif
       });
 }

@@ -59,7 +59,7 @@ enum class SectionKind { kStatic, kVerticalSlash, kGrid, kHost };
 // One builder's heads and, once built, its plan.
 struct Section {
   SectionKind kind = SectionKind::kStatic;
-  PatternSpec spec;           // resolved; the host section has one per head in `specs`
+  PatternSpec spec;            // resolved; the host section has one per head in `specs`
   std::vector<int32_t> heads;  // ascending query heads
   std::vector<PatternSpec> specs;
   DevicePlan plan;
@@ -173,7 +173,8 @@ __global__ void empty_schedule_kernel(int64_t tiles, CopyTargets out) {
 __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTargets out) {
   const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
-  const int64_t items = section.replicated ? section.slots * section.tiles_count : section.tiles_count;
+  const int64_t items =
+      section.replicated ? section.slots * section.tiles_count : section.tiles_count;
   if (item >= items) return;
   const int64_t local_tile = section.replicated ? item % section.tiles_count : item;
   const TileRecord tile = section.tiles[local_tile];
@@ -268,7 +269,8 @@ class ConfigBuildTimer {
   }
   void wait() const {
     if (!events_.empty()) {
-      check_cuda(cudaEventSynchronize(events_.back()), "prepare_pattern config: cudaEventSynchronize");
+      check_cuda(cudaEventSynchronize(events_.back()),
+                 "prepare_pattern config: cudaEventSynchronize");
     }
   }
 
@@ -346,10 +348,9 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool dev
     }
   }
   if (static_cast<int64_t>(host.heads.size()) > kMaxSectionHeads) {
-    throw Error(ErrorCode::kUnsupported, "prepare_pattern specs: at most " +
-                                             std::to_string(kMaxSectionHeads) +
-                                             " query heads are built on the host, got " +
-                                             std::to_string(host.heads.size()));
+    throw Error(ErrorCode::kUnsupported,
+                "prepare_pattern specs: at most " + std::to_string(kMaxSectionHeads) +
+                    " query heads are built on the host, got " + std::to_string(host.heads.size()));
   }
   if (!host.heads.empty()) sections.push_back(std::move(host));
   return sections;
@@ -382,9 +383,8 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
     const std::size_t j = static_cast<std::size_t>(q % heads);
     const PatternSpec& spec = section.specs[j];
     if (is_dynamic(spec) && inputs.host == nullptr) {
-      const std::string head =
-          "prepare_pattern specs: head " + std::to_string(section.heads[j]) + " (" +
-          spec.to_string() + ")";
+      const std::string head = "prepare_pattern specs: head " + std::to_string(section.heads[j]) +
+                               " (" + spec.to_string() + ")";
       throw Error(ErrorCode::kUnsupported,
                   builds_dynamic_on_device(spec) || builds_grid_on_device(spec)
                       ? head + " needs inputs: device q and k to estimate it on the GPU, or host "
@@ -465,10 +465,10 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
   if (static_cast<int64_t>(resolved_specs.size()) != shape.heads) {
-    throw_invalid_argument("prepare_pattern specs",
-                           "one pattern spec per query head (heads = " +
-                               std::to_string(shape.heads) + ")",
-                           std::to_string(resolved_specs.size()) + " specs");
+    throw_invalid_argument(
+        "prepare_pattern specs",
+        "one pattern spec per query head (heads = " + std::to_string(shape.heads) + ")",
+        std::to_string(resolved_specs.size()) + " specs");
   }
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int64_t slots = shape.head_slots();
@@ -531,8 +531,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
           host->host_slot_seconds[static_cast<std::size_t>(q)];
     });
     for (int64_t q = 0; q < host_plan.head_slots(); ++q) {
-      host->max_slot_tiles = std::max(
-          host->max_slot_tiles, host_plan.head_tile_offsets[q + 1] - host_plan.head_tile_offsets[q]);
+      host->max_slot_tiles = std::max(host->max_slot_tiles, host_plan.head_tile_offsets[q + 1] -
+                                                                host_plan.head_tile_offsets[q]);
     }
     for (const QueryRun& run : host_plan.runs) host->runs += run.count > 0 ? 1 : 0;
   }
@@ -640,19 +640,22 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
                                            static_cast<int64_t*>(nullptr), slot_items, cuda_stream),
              "prepare_pattern config: scan storage");
   std::size_t sort_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 nullptr, sort_bytes, static_cast<uint64_t*>(nullptr),
-                 static_cast<uint64_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                 static_cast<int32_t*>(nullptr), tile_items, 0, position_bits + key_bits,
-                 cuda_stream),
-             "prepare_pattern config: sort storage");
+  check_cuda(
+      cub::DeviceRadixSort::SortPairsDescending(
+          nullptr, sort_bytes, static_cast<uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+          static_cast<int32_t*>(nullptr), static_cast<int32_t*>(nullptr), tile_items, 0,
+          position_bits + key_bits, cuda_stream),
+      "prepare_pattern config: sort storage");
 
   constexpr int kSlotArrays = 11;  // the SlotTable's arrays
-  const std::size_t slot_array_bytes = align_section(static_cast<std::size_t>(slot_items) * sizeof(int64_t));
+  const std::size_t slot_array_bytes =
+      align_section(static_cast<std::size_t>(slot_items) * sizeof(int64_t));
   const std::size_t keys_at = kSlotArrays * slot_array_bytes;
-  const std::size_t sorted_keys_at = keys_at + align_section(static_cast<std::size_t>(tiles) * sizeof(uint64_t));
+  const std::size_t sorted_keys_at =
+      keys_at + align_section(static_cast<std::size_t>(tiles) * sizeof(uint64_t));
   const std::size_t values_at = sorted_keys_at + (sorted_keys_at - keys_at);
-  const std::size_t temp_at = values_at + align_section(static_cast<std::size_t>(tiles) * sizeof(int32_t));
+  const std::size_t temp_at =
+      values_at + align_section(static_cast<std::size_t>(tiles) * sizeof(int32_t));
   const std::size_t scratch_bytes = temp_at + align_section(std::max(scan_bytes, sort_bytes));
   void* scratch = nullptr;
   check_cuda(cudaMallocAsync(&scratch, scratch_bytes, cuda_stream),
@@ -668,7 +671,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   check_cuda(cudaMemsetAsync(scratch, 0, keys_at, cuda_stream),
              "prepare_pattern config: cudaMemsetAsync slot table");
   auto slot_array = [&](int index) {
-    return reinterpret_cast<int64_t*>(scratch_base + static_cast<std::size_t>(index) * slot_array_bytes);
+    return reinterpret_cast<int64_t*>(scratch_base +
+                                      static_cast<std::size_t>(index) * slot_array_bytes);
   };
   const SlotTable table{slot_array(0), slot_array(1), slot_array(2), slot_array(3),
                         slot_array(4), slot_array(5), slot_array(6), slot_array(7),
@@ -689,9 +693,9 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
                                                        {table.run_counts, run_offsets}};
   for (const auto& [counts, offsets] : scans) {
     std::size_t temp_bytes = scan_bytes;
-    check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, slot_items,
-                                             cuda_stream),
-               "prepare_pattern config: slot scan");
+    check_cuda(
+        cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, slot_items, cuda_stream),
+        "prepare_pattern config: slot scan");
   }
 
   CopyTargets targets{};
@@ -726,7 +730,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   for (std::size_t first = 0; first < masks.size(); first += kMasksPerLaunch) {
     MaskBatch batch{};
     batch.first = static_cast<int32_t>(first);
-    batch.count = static_cast<int32_t>(std::min<std::size_t>(kMasksPerLaunch, masks.size() - first));
+    batch.count =
+        static_cast<int32_t>(std::min<std::size_t>(kMasksPerLaunch, masks.size() - first));
     for (int32_t m = 0; m < batch.count; ++m) {
       batch.records[m] = make_mask_record(masks[first + static_cast<std::size_t>(m)], shape.kv_len);
     }

@@ -139,8 +139,8 @@ class DevicePlan {
                                               detail::GridLines* chosen);
   // Concatenates the sections of a per-head config (config_builder.cu).
   friend ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
-                                                 const PlanShape& shape,
-                                                 const ConfigInputs& inputs, void* stream);
+                                                 const PlanShape& shape, const ConfigInputs& inputs,
+                                                 void* stream);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

@@ -194,8 +194,8 @@ struct GridTile {
 };
 
 MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows, int64_t stride,
-                                            int64_t phase, int64_t vertical_phase,
-                                            const detail::GridOptions& options) {
+                                                    int64_t phase, int64_t vertical_phase,
+                                                    const detail::GridOptions& options) {
   GridTile tile;
   tile.first = first;
   tile.rows = rows;
@@ -234,9 +234,8 @@ MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows,
     // stays below the next window's begin.
     tile.separate_windows = true;
     const int64_t absorbed =
-        sink_end > 0
-            ? min64(max64(floor_div(sink_end + tile.local - first, stride) + 1, 0), rows)
-            : 0;
+        sink_end > 0 ? min64(max64(floor_div(sink_end + tile.local - first, stride) + 1, 0), rows)
+                     : 0;
     tile.window_first = absorbed;
     tile.head = absorbed > 0 ? max64(sink_end, tile.frontier(absorbed - 1)) : sink_end;
   }

@@ -146,16 +146,15 @@ EstimateOperands select_heads(const std::string& pattern, EstimateOperands opera
                               const std::vector<int32_t>& heads) {
   const std::string name = pattern + " heads";
   if (heads.empty() || static_cast<int64_t>(heads.size()) > kMaxSelectedHeads) {
-    throw Error(ErrorCode::kUnsupported,
-                name + ": the GPU estimate selects 1 to " + std::to_string(kMaxSelectedHeads) +
-                    " query heads, got " + std::to_string(heads.size()));
+    throw Error(ErrorCode::kUnsupported, name + ": the GPU estimate selects 1 to " +
+                                             std::to_string(kMaxSelectedHeads) +
+                                             " query heads, got " + std::to_string(heads.size()));
   }
   for (std::size_t i = 0; i < heads.size(); ++i) {
     if (heads[i] < 0 || heads[i] >= operands.q_heads || (i > 0 && heads[i] <= heads[i - 1])) {
-      throw_invalid_argument(name, "ascending query heads in [0, " +
-                                       std::to_string(operands.q_heads) + ")",
-                             "head " + std::to_string(heads[i]) + " at position " +
-                                 std::to_string(i));
+      throw_invalid_argument(
+          name, "ascending query heads in [0, " + std::to_string(operands.q_heads) + ")",
+          "head " + std::to_string(heads[i]) + " at position " + std::to_string(i));
     }
   }
   operands.heads = heads;
@@ -195,10 +194,10 @@ struct SectionSizes {
 
 void check_estimated_heads(const EstimateOperands& operands, const PlanShape& shape) {
   if (operands.estimated_heads() != shape.heads) {
-    throw_invalid_argument("build_dynamic_plan_on_device shape.heads",
-                           std::to_string(operands.estimated_heads()) +
-                               " (the query heads the operands estimate)",
-                           std::to_string(shape.heads));
+    throw_invalid_argument(
+        "build_dynamic_plan_on_device shape.heads",
+        std::to_string(operands.estimated_heads()) + " (the query heads the operands estimate)",
+        std::to_string(shape.heads));
   }
 }
 
@@ -301,8 +300,8 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
   check_int32_ranges(shape);
   if (resolved_spec.name != kGrid) {
     throw Error(ErrorCode::kUnsupported, "build_grid_plan_on_device pattern: expected " +
-                                             std::string(kGrid) + ", got \"" +
-                                             resolved_spec.name + "\"");
+                                             std::string(kGrid) + ", got \"" + resolved_spec.name +
+                                             "\"");
   }
   check_estimated_heads(operands, shape);
   const index::GridBuild build = index::plan_grid(resolved_spec, shape);

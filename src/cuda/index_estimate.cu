@@ -111,8 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t member_begin = selected ? selection.kv_first[kv_block] : kv_block * params.group;
   const int32_t member_end =
       selected ? selection.kv_first[kv_block + 1] : member_begin + params.group;
-  const int32_t kv_head =
-      selected ? selection.heads[member_begin] / params.group : kv_block;
+  const int32_t kv_head = selected ? selection.heads[member_begin] / params.group : kv_block;
   const int64_t key_begin = chunk * kChunk;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;

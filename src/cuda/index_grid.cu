@@ -264,10 +264,10 @@ struct ChooseParams {
   const int64_t* stride_phases;
   int64_t first_stride, strides;
   int64_t q_len, kv_len, tile_rows;
-  detail::GridLines* lines;       // [slots] scratch
-  detail::GridLines* chosen;      // [slots] the caller's copy, or null
-  int64_t* run_counts;            // [slots + 1] runs stored (0 for the identity order)
-  int64_t* tile_counts;           // [slots + 1]
+  detail::GridLines* lines;   // [slots] scratch
+  detail::GridLines* chosen;  // [slots] the caller's copy, or null
+  int64_t* run_counts;        // [slots + 1] runs stored (0 for the identity order)
+  int64_t* tile_counts;       // [slots + 1]
 };
 
 // A block per head slot: the best stride (ties to the smaller), its runs and tiles.
@@ -296,9 +296,9 @@ struct ConvertParams {
   int64_t q_len, kv_len, tile_rows, slots;
   int64_t runs_per_head, tiles;  // run capacity per slot, tile capacity in all
   detail::GridOptions options;
-  const detail::GridLines* lines;     // [slots]
-  const int64_t* head_run_offsets;    // [slots + 1]
-  const int64_t* tile_offsets;        // [slots + 1] real tiles, packed slot by slot
+  const detail::GridLines* lines;   // [slots]
+  const int64_t* head_run_offsets;  // [slots + 1]
+  const int64_t* tile_offsets;      // [slots + 1] real tiles, packed slot by slot
 };
 
 // A thread per (head slot, run): the slot's run records, unless its order is the identity.
@@ -339,9 +339,9 @@ __device__ PlanTile plan_tile(const ConvertParams& params, int64_t g) {
   tile.slot = low;
   tile.position = g - params.tile_offsets[low];
   const detail::GridLines lines = params.lines[low];
-  tile.site = grid::locate_tile(
-      grid::GridRows(params.q_len, params.kv_len, params.tile_rows, lines.stride), tile.position,
-      lines, params.options);
+  tile.site =
+      grid::locate_tile(grid::GridRows(params.q_len, params.kv_len, params.tile_rows, lines.stride),
+                        tile.position, lines, params.options);
   return tile;
 }
 
@@ -363,7 +363,8 @@ __device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, i
   for (int64_t j = lane; j < counts.spans; j += kWarpLanes) {
     const grid::KeyRange span = tile.span(j);
     lane_keys += span.end - span.begin;
-    if (spans != nullptr) spans[j] = {static_cast<int32_t>(span.begin), static_cast<int32_t>(span.end)};
+    if (spans != nullptr)
+      spans[j] = {static_cast<int32_t>(span.begin), static_cast<int32_t>(span.end)};
   }
   const int64_t first = tile.below(tile.head);
   const int64_t end = tile.head < tile.column_end ? tile.below(tile.column_end) : first;
@@ -450,9 +451,7 @@ __global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
                      (kPositionMask - static_cast<uint64_t>(tile.position));
 }
 
-unsigned blocks_for(int64_t threads) {
-  return static_cast<unsigned>(ceil_div(threads, kThreads));
-}
+unsigned blocks_for(int64_t threads) { return static_cast<unsigned>(ceil_div(threads, kThreads)); }
 
 }  // namespace
 
@@ -467,13 +466,14 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
     build.first_stride = build.last_stride = build.options.stride;
   } else {
     build.first_stride = detail::kMinStride;
-    build.last_stride =
-        std::max(detail::kMinStride, std::min(build.options.max_stride, keys / detail::kMinGridLines));
+    build.last_stride = std::max(detail::kMinStride,
+                                 std::min(build.options.max_stride, keys / detail::kMinGridLines));
   }
   if (shape.q_len + shape.kv_len > std::numeric_limits<int32_t>::max() - build.last_stride) {
     throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter stride: the GPU builder needs q_len + kv_len + "
-                                     "stride < 2^31, got stride " +
+                resolved_spec.name +
+                    " parameter stride: the GPU builder needs q_len + kv_len + "
+                    "stride < 2^31, got stride " +
                     std::to_string(build.last_stride));
   }
 
@@ -506,15 +506,15 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   const auto item_count = static_cast<int>(tiles);
   const auto slot_items = static_cast<int>(slots + 1);
   const int sort_bits =
-      kPositionBits + std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
+      kPositionBits +
+      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
 
   std::size_t scan_bytes = 0;
   check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
                                            static_cast<int64_t*>(nullptr), item_count, stream),
              "grid index: scan storage");
   std::size_t slot_scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, slot_scan_bytes,
-                                           static_cast<int64_t*>(nullptr),
+  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, slot_scan_bytes, static_cast<int64_t*>(nullptr),
                                            static_cast<int64_t*>(nullptr), slot_items, stream),
              "grid index: slot scan storage");
   std::size_t sort_bytes = 0;
@@ -603,10 +603,9 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
                                            stream),
              "grid index: tile scan");
 
-  const ConvertParams convert{build.shape.q_len, kv_len,           build.shape.tile_rows,
-                              slots,             build.runs_per_head, tiles,
-                              build.options,     lines,            sections.head_run_offsets,
-                              tile_offsets};
+  const ConvertParams convert{build.shape.q_len,         kv_len,      build.shape.tile_rows, slots,
+                              build.runs_per_head,       tiles,       build.options,         lines,
+                              sections.head_run_offsets, tile_offsets};
   if (build.runs() > 0) {
     grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(convert, sections.runs);
     check_launch("grid index: grid_runs_kernel");
@@ -619,20 +618,17 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   grid_count_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, span_counts, column_counts);
   check_launch("grid index: grid_count_kernel");
   temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
-                                           item_count, stream),
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, item_count,
+                                           stream),
              "grid index: span scan");
   temp_bytes = scan_bytes;
   check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
                                            item_count, stream),
              "grid index: column scan");
 
-  const FillTargets targets{sections,
-                            make_mask_record(MaskPolicy{}, kv_len),
-                            span_offsets,
-                            column_offsets,
-                            region<uint64_t>(base, keys_at),
-                            region<int32_t>(base, indices_at)};
+  const FillTargets targets{
+      sections,       make_mask_record(MaskPolicy{}, kv_len), span_offsets,
+      column_offsets, region<uint64_t>(base, keys_at),        region<int32_t>(base, indices_at)};
   grid_fill_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, targets);
   check_launch("grid index: grid_fill_kernel");
 

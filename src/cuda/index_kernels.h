@@ -172,9 +172,9 @@ struct GridBuild {
   int64_t last_q = 0;
   int64_t first_stride = 0;  // the candidate strides [first_stride, last_stride]: one when fixed
   int64_t last_stride = 0;
-  int64_t runs_per_head = 0;   // capacities per head slot
+  int64_t runs_per_head = 0;  // capacities per head slot
   int64_t tiles_per_head = 0;
-  int64_t span_capacity = 0;    // over all head slots
+  int64_t span_capacity = 0;  // over all head slots
   int64_t column_capacity = 0;
   int64_t strides() const { return last_stride - first_stride + 1; }
   int64_t runs() const { return shape.head_slots() * runs_per_head; }

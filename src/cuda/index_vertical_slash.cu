@@ -302,7 +302,8 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
 
-  const StreamScratch scratch(layout.bytes(), stream, "vertical-slash index: cudaMallocAsync scratch");
+  const StreamScratch scratch(layout.bytes(), stream,
+                              "vertical-slash index: cudaMallocAsync scratch");
   std::byte* base = scratch.base();
   // A slot selects no line when no estimate row sees a key (the selection then does not run).
   auto* line_counts = region<int32_t>(base, line_counts_at);

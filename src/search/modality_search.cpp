@@ -325,8 +325,8 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
       for (std::size_t s = 0; s < steps[b].size(); ++s) {
         const CandidateScore& step = steps[b][s];
         if (step.recall <= current.recall) continue;
-        const double ratio = (step.recall - current.recall) /
-                             std::max(step.cost - current.cost, kFreeStepCost);
+        const double ratio =
+            (step.recall - current.recall) / std::max(step.cost - current.cost, kFreeStepCost);
         if (!best || ratio > best_ratio) {
           best = {b, s};
           best_ratio = ratio;

@@ -397,7 +397,8 @@ TEST(Grid, MarginAndGivenLinesReproduceTheSearch) {
   const detail::Estimate estimate = detail::estimate_last_queries(
       operands, rows, detail::KeySpace::all_keys(kLength), shape.causal_offset());
   double margin = 0.0;
-  const detail::GridLines lines = detail::search_grid(estimate, detail::grid_options(spec), &margin);
+  const detail::GridLines lines =
+      detail::search_grid(estimate, detail::grid_options(spec), &margin);
   EXPECT_EQ(lines.stride, kStride);
   EXPECT_EQ(lines.phase, kPhase);
   EXPECT_GT(margin, 0.0);

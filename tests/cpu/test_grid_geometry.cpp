@@ -85,7 +85,8 @@ Trial random_trial(test::Random& random) {
 // The host builder's plan of the given lines.
 Plan host_plan(const Trial& trial, test::Random& random) {
   const PlanShape& shape = trial.shape;
-  Tensor q = random.normal_tensor(DType::kFloat32, {shape.batch, shape.q_len, shape.heads, kHeadDim});
+  Tensor q =
+      random.normal_tensor(DType::kFloat32, {shape.batch, shape.q_len, shape.heads, kHeadDim});
   Tensor k = random.normal_tensor(DType::kFloat32, {shape.batch, shape.kv_len, 1, kHeadDim});
   const PatternInputs inputs{q.view(), k.view()};
   const detail::GridOptions options = detail::grid_options(trial.spec);
@@ -138,8 +139,7 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
       int64_t columns = 0;
       for (int64_t position = 0; position < rows.tiles(); ++position) {
         const int64_t tile = first_tile + position;
-        const grid::TileSite site =
-            grid::locate_tile(rows, position, trial.lines[slot], options);
+        const grid::TileSite site = grid::locate_tile(rows, position, trial.lines[slot], options);
         ASSERT_EQ(site.begin, plan.tiles[tile].begin) << "tile " << position;
         ASSERT_EQ(site.end, plan.tiles[tile].end) << "tile " << position;
         std::vector<KeySpan> site_spans;
@@ -158,8 +158,9 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
             if (!keys.in_window(key)) site_columns.push_back(static_cast<int32_t>(key));
           }
         }
-        const std::vector<KeySpan> host_spans(plan.spans.begin() + plan.tile_span_offsets[tile],
-                                              plan.spans.begin() + plan.tile_span_offsets[tile + 1]);
+        const std::vector<KeySpan> host_spans(
+            plan.spans.begin() + plan.tile_span_offsets[tile],
+            plan.spans.begin() + plan.tile_span_offsets[tile + 1]);
         const std::vector<int32_t> host_columns(
             plan.columns.begin() + plan.tile_column_offsets[tile],
             plan.columns.begin() + plan.tile_column_offsets[tile + 1]);

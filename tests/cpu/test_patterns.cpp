@@ -152,9 +152,8 @@ TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchIssue3sMask) {
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const PlanShape shape = random_shape(rng, 1, 2);
     const Case test_case = random_case(rng, "grid-mask", shape);
-    SCOPED_TRACE(test_case.spec.to_string() + " q_len=" + std::to_string(shape.q_len) +
-                 " kv_len=" + std::to_string(shape.kv_len) +
-                 " tile_rows=" + std::to_string(shape.tile_rows));
+    SCOPED_TRACE(test_case.spec.to_string() + " q_len=" + std::to_string(shape.q_len) + " kv_len=" +
+                 std::to_string(shape.kv_len) + " tile_rows=" + std::to_string(shape.tile_rows));
     const Plan plan = build_plan(test_case.spec, shape);
     ASSERT_EQ(plan.num_passes(), 2);
     EXPECT_NO_THROW(check_passes_disjoint(plan));

@@ -213,14 +213,14 @@ TEST(Search, SearchesHeadsInParallelWithTheSameResults) {
   std::vector<int64_t> progress;
   options.on_scope_done = [&](int64_t q_head, const ScopeSearch&) { progress.push_back(q_head); };
   const std::vector<int64_t> heads = {3, 0, 2};
-  const LayerSearchResult serial = search_layer(tensors.q.view(), tensors.k.view(),
-                                                tensors.v.view(), workload.layout(), *cost, options,
-                                                heads);
+  const LayerSearchResult serial =
+      search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost,
+                   options, heads);
   const std::size_t serial_progress = progress.size();
   options.num_threads = 3;
-  const LayerSearchResult parallel = search_layer(tensors.q.view(), tensors.k.view(),
-                                                  tensors.v.view(), workload.layout(), *cost,
-                                                  options, heads);
+  const LayerSearchResult parallel =
+      search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost,
+                   options, heads);
   EXPECT_EQ(progress.size(), 2 * serial_progress) << "every scope of every head reported once";
   ASSERT_EQ(parallel.heads.size(), heads.size());
   for (std::size_t i = 0; i < heads.size(); ++i) {
@@ -260,8 +260,8 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
   const std::unique_ptr<CostModel> cost = make_modelled_cost();
   SearchOptions options = single_thread_options();
   options.sample_rows = 16;
-  const LayerSearchResult plain = search_layer(tensors.q.view(), tensors.k.view(),
-                                               tensors.v.view(), workload.layout(), *cost, options);
+  const LayerSearchResult plain = search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(),
+                                               workload.layout(), *cost, options);
   double plain_mean = 0.0;
   for (const HeadSearchResult& head : plain.heads) plain_mean += head.chosen.recall;
   plain_mean /= static_cast<double>(plain.heads.size());
@@ -270,9 +270,8 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
   options.target_mean_recall = 0.999;
   options.num_threads = 2;
   const std::vector<PatternSpec> ladder = recall_ladder(spec.seq_len, options.scale_to_length);
-  const LayerSearchResult raised = search_layer(tensors.q.view(), tensors.k.view(),
-                                                tensors.v.view(), workload.layout(), *cost,
-                                                options);
+  const LayerSearchResult raised = search_layer(
+      tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost, options);
   double raised_mean = 0.0;
   int64_t raised_heads = 0;
   for (std::size_t i = 0; i < raised.heads.size(); ++i) {
@@ -286,9 +285,10 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
     ++raised_heads;
     EXPECT_EQ(head.within_budget->spec.to_string(), plain.heads[i].chosen.spec.to_string());
     EXPECT_GT(head.chosen.recall, head.within_budget->recall);
-    EXPECT_TRUE(std::any_of(ladder.begin(), ladder.end(), [&](const PatternSpec& step) {
-      return step.to_string() == head.chosen.spec.to_string();
-    })) << head.chosen.spec.to_string() << " is a step of the recall ladder";
+    EXPECT_TRUE(std::any_of(
+        ladder.begin(), ladder.end(),
+        [&](const PatternSpec& step) { return step.to_string() == head.chosen.spec.to_string(); }))
+        << head.chosen.spec.to_string() << " is a step of the recall ladder";
   }
   raised_mean /= static_cast<double>(raised.heads.size());
   EXPECT_GT(raised_heads, 0);
@@ -296,10 +296,12 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
   EXPECT_GE(raised_mean, options.target_mean_recall);
 
   options.target_mean_recall = 1.5;
-  expect_error([&] {
-    (void)search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(),
-                       *cost, options);
-  }, ErrorCode::kInvalidArgument, {"target_mean_recall", "[0, 1]"});
+  expect_error(
+      [&] {
+        (void)search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(),
+                           *cost, options);
+      },
+      ErrorCode::kInvalidArgument, {"target_mean_recall", "[0, 1]"});
 }
 
 TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
@@ -350,18 +352,19 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
 
   // Only the modes asked for (none alone: what the GPU index builders serve).
   options.boundary_modes = {0};
-  const LayerSearchResult none_only =
-      search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
-                   std::vector<int64_t>{0});
+  const LayerSearchResult none_only = search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(),
+                                                   mixed, free, options, std::vector<int64_t>{0});
   for (const CandidateScore& score : none_only.heads[0].scopes.back().scored) {
     EXPECT_EQ(score.spec.param("boundary", 0), 0) << score.spec.to_string();
   }
   EXPECT_EQ(none_only.heads[0].chosen.spec.param("boundary", 0), 0);
   options.boundary_modes = {1};
-  expect_error([&] {
-    (void)search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
-                       std::vector<int64_t>{0});
-  }, ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
+  expect_error(
+      [&] {
+        (void)search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                           std::vector<int64_t>{0});
+      },
+      ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
 }
 
 PatternConfig searched_config() {

@@ -98,16 +98,14 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   const int64_t slots = host.head_slots();
   const auto tiles = static_cast<std::size_t>(uploaded.num_tiles());
   const auto capacity = static_cast<std::size_t>(built.num_tiles());
-  const std::vector<std::byte> offsets = section(uploaded, b.head_run_offsets,
-                                                 static_cast<std::size_t>(slots + 1) *
-                                                     sizeof(int64_t));
+  const std::vector<std::byte> offsets =
+      section(uploaded, b.head_run_offsets, static_cast<std::size_t>(slots + 1) * sizeof(int64_t));
   int64_t runs = 0;
   std::memcpy(&runs, offsets.data() + static_cast<std::size_t>(slots) * sizeof(int64_t),
               sizeof(int64_t));
   same("head run offsets", a.head_run_offsets, b.head_run_offsets,
        static_cast<std::size_t>(slots + 1) * sizeof(int64_t), a.runs - a.head_run_offsets);
-  same("runs", a.runs, b.runs, static_cast<std::size_t>(runs) * kRunRecordBytes,
-       a.tiles - a.runs);
+  same("runs", a.runs, b.runs, static_cast<std::size_t>(runs) * kRunRecordBytes, a.tiles - a.runs);
   same("tiles", a.tiles, b.tiles, tiles * kTileRecordBytes, a.schedule - a.tiles);
   same("schedule", a.schedule, b.schedule, tiles * sizeof(int32_t), a.masks - a.schedule);
   same("masks", a.masks, b.masks, b.spans - b.masks, a.spans - a.masks);
@@ -117,8 +115,7 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
 
   // The empty tiles: zero records, scheduled last in tile order.
   const std::vector<std::byte> tail =
-      section(built, a.tiles + tiles * kTileRecordBytes,
-              (capacity - tiles) * kTileRecordBytes);
+      section(built, a.tiles + tiles * kTileRecordBytes, (capacity - tiles) * kTileRecordBytes);
   EXPECT_TRUE(std::all_of(tail.begin(), tail.end(), [](std::byte x) { return x == std::byte{0}; }))
       << "the tiles beyond the real ones are not empty";
   std::vector<int32_t> schedule_tail(capacity - tiles);

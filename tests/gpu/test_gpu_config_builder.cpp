@@ -91,8 +91,9 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
     case 2:
       return {"tri-shape", {{"sink", length(0)}, {"local", length(1)}, {"bottom", length(0)}}};
     case 3:
-      return {"sf-fixed",
-              {{"segment", random.uniform_int(1, 300)}, {"vline_stride", random.uniform_int(1, 300)}}};
+      return {
+          "sf-fixed",
+          {{"segment", random.uniform_int(1, 300)}, {"vline_stride", random.uniform_int(1, 300)}}};
     default:
       return {"sf-strided", {{"local", length(1)}, {"stride", random.uniform_int(1, 300)}}};
   }
@@ -226,10 +227,9 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
     const int64_t local = random.uniform_int(0, kMaxLocal);
     const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
     const HostScores scores = host_scores(host_inputs, shape, last_q, group);
-    const PatternSpec spec =
-        vertical_slash(clear_budget(random, scores.columns, sink),
-                       clear_budget(random, scores.diagonals, local), sink, local, last_q,
-                       random.uniform_int(0, 1));
+    const PatternSpec spec = vertical_slash(clear_budget(random, scores.columns, sink),
+                                            clear_budget(random, scores.diagonals, local), sink,
+                                            local, last_q, random.uniform_int(0, 1));
     for (const int64_t h : group) mix.specs[h] = spec;
   }
   make_grid_choices_clear(random, mix, inputs);
@@ -333,8 +333,8 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
   struct Edge {
     int64_t batch, q_len, kv_len, tile_rows;
   };
-  const std::vector<Edge> edges = {{1, 0, 0, 64},  {1, 0, 17, 64},  {1, 1, 1, 64},
-                                   {2, 5, 0, 64},  {1, 300, 45, 128}, {2, 129, 200, 64},
+  const std::vector<Edge> edges = {{1, 0, 0, 64},   {1, 0, 17, 64},    {1, 1, 1, 64},
+                                   {2, 5, 0, 64},   {1, 300, 45, 128}, {2, 129, 200, 64},
                                    {1, 75, 75, 128}};
   const std::vector<std::vector<PatternSpec>> configs = {
       {{"a-shape", {{"sink", 4}, {"local", 30}}},
@@ -551,8 +551,8 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
       ErrorCode::kInvalidArgument, {"grid input q dtype", "float32"});
   expect_error(
       [&] {
-        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, a_shape, vertical, a_shape},
-                              shape, nullptr, kCuda, stream_);
+        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, a_shape, vertical, a_shape}, shape,
+                              nullptr, kCuda, stream_);
       },
       ErrorCode::kUnsupported, {"head 2", "vertical-slash"});
   expect_error(
@@ -572,18 +572,23 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
 
   const cuda::EstimateOperands operands =
       cuda::make_estimate_operands("vertical-slash", device_inputs, shape);
-  expect_error([&] { (void)cuda::select_heads("vertical-slash", operands, {2, 1}); },
-               ErrorCode::kInvalidArgument, {"vertical-slash heads", "ascending", "head 1"});
-  expect_error([&] { (void)cuda::select_heads("vertical-slash", operands, {0, 4}); },
-               ErrorCode::kInvalidArgument, {"vertical-slash heads", "[0, 4)", "head 4"});
+  expect_error(
+      [&] {
+        (void)cuda::select_heads("vertical-slash", operands, {2, 1});
+      },
+      ErrorCode::kInvalidArgument, {"vertical-slash heads", "ascending", "head 1"});
+  expect_error(
+      [&] {
+        (void)cuda::select_heads("vertical-slash", operands, {0, 4});
+      },
+      ErrorCode::kInvalidArgument, {"vertical-slash heads", "[0, 4)", "head 4"});
   expect_error([&] { (void)cuda::select_heads("vertical-slash", operands, {}); },
                ErrorCode::kUnsupported, {"vertical-slash heads", "got 0"});
   expect_error(
       [&] {
-        (void)cuda::build_dynamic_plan_on_device(resolve_pattern(vertical), shape,
-                                                 cuda::select_heads("vertical-slash", operands,
-                                                                    {1, 3}),
-                                                 stream_);
+        (void)cuda::build_dynamic_plan_on_device(
+            resolve_pattern(vertical), shape,
+            cuda::select_heads("vertical-slash", operands, {1, 3}), stream_);
       },
       ErrorCode::kInvalidArgument, {"shape.heads", "2", "4"});
 }

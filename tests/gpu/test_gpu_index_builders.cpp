@@ -242,10 +242,9 @@ Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
   PlanBuilder builder(shape);
   detail::KeyCache cache;
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    detail::build_dynamic_head(builder, resolved, {shape, nullptr, &inputs, slot, &cache},
-                               [&](const detail::Estimate&) {
-                                 return detail::make_grid_pattern(lines[slot], options);
-                               });
+    detail::build_dynamic_head(
+        builder, resolved, {shape, nullptr, &inputs, slot, &cache},
+        [&](const detail::Estimate&) { return detail::make_grid_pattern(lines[slot], options); });
   }
   return builder.finish();
 }
@@ -289,8 +288,8 @@ PatternSpec random_grid_spec(Random& random) {
   int64_t hline = random.uniform_int(0, 1);
   int64_t vline = random.uniform_int(0, 1);
   const int64_t slash = hline == 0 && vline == 0 ? 1 : random.uniform_int(0, 1);
-  const int64_t local = random.bernoulli(0.5) ? random.uniform_int(0, 2)
-                                              : random.uniform_int(0, kMaxLocal);
+  const int64_t local =
+      random.bernoulli(0.5) ? random.uniform_int(0, 2) : random.uniform_int(0, kMaxLocal);
   const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
   return grid(stride, random.uniform_int(2, kMaxSearchedStride), hline, vline, slash,
               random.uniform_int(0, kMaxSink), local, last_q, random.uniform_int(0, 1));
@@ -352,15 +351,15 @@ TEST_F(GpuIndexBuild, GridEdgeShapesMatchTheHost) {
   struct Edge {
     int64_t batch, q_len, kv_len, tile_rows;
   };
-  const std::vector<Edge> edges = {{1, 0, 0, 64},   {1, 0, 17, 64},    {1, 1, 1, 64},
-                                   {1, 5, 0, 64},   {2, 64, 64, 64},   {1, 300, 45, 128},
+  const std::vector<Edge> edges = {{1, 0, 0, 64},     {1, 0, 17, 64},     {1, 1, 1, 64},
+                                   {1, 5, 0, 64},     {2, 64, 64, 64},    {1, 300, 45, 128},
                                    {2, 129, 200, 64}, {1, 257, 513, 128}, {1, 7, 9, 64}};
   const std::vector<PatternSpec> specs = {
-      grid(0, 1024, 1, 1, 1, 30, 1, 64, 0),    // the default
-      grid(0, 2, 0, 0, 1, 0, 0, 1, 1),         // slash lines only, one candidate
-      grid(3, 1024, 1, 0, 0, 0, 5, 64, 0),     // hline only, local wider than the stride
+      grid(0, 1024, 1, 1, 1, 30, 1, 64, 0),        // the default
+      grid(0, 2, 0, 0, 1, 0, 0, 1, 1),             // slash lines only, one candidate
+      grid(3, 1024, 1, 0, 0, 0, 5, 64, 0),         // hline only, local wider than the stride
       grid(5000, 1024, 0, 1, 1, 100, 200, 64, 0),  // a stride beyond every key
-      grid(0, 1024, 1, 1, 1, 1000, 0, 64, 0),  // the sink covers everything
+      grid(0, 1024, 1, 1, 1, 1000, 0, 64, 0),      // the sink covers everything
   };
   for (const Edge& edge : edges) {
     ProblemSize size;
@@ -398,7 +397,8 @@ TEST_F(GpuIndexBuild, GridFindsAPlantedGridAndServesPreparePattern) {
     size.head_dim = pick(random, kHeadDims);
     size.dtype = pick(random, kDtypes);
     // The engine runs 128-row tiles on the wgmma kernel only, which takes head_dim 128.
-    size.tile_rows = size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
+    size.tile_rows =
+        size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
     size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
     const int64_t stride = random.uniform_int(kMinSearchedPlantedStride, kMaxPlantedStride);
     const int64_t phase = random.uniform_int(0, stride - 1);
@@ -614,8 +614,8 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   const PatternInputs device_inputs{q.view, k.view};
   expect_error(
       [&] {
-        (void)prepare_pattern(PatternSpec::parse("grid:boundary=3"), shape, nullptr, kCuda,
-                              stream_, &device_inputs);
+        (void)prepare_pattern(PatternSpec::parse("grid:boundary=3"), shape, nullptr, kCuda, stream_,
+                              &device_inputs);
       },
       ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
   EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec)));

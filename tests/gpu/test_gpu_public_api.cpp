@@ -653,8 +653,11 @@ TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
 
   const std::unique_ptr<CostInputs> modelled_inputs =
       make_modelled_cost()->prepare(q.view(), k.view(), v.view());
-  expect_error([&] { (void)model->cost(build_plan(PatternSpec{"dense", {}}, shape), *modelled_inputs); },
-               ErrorCode::kInvalidArgument, {"inputs", "measured cost"});
+  expect_error(
+      [&] {
+        (void)model->cost(build_plan(PatternSpec{"dense", {}}, shape), *modelled_inputs);
+      },
+      ErrorCode::kInvalidArgument, {"inputs", "measured cost"});
 }
 
 }  // namespace

@@ -167,11 +167,12 @@ int run_bench(const BenchFlags& flags) {
   const std::string device = executor.device_label();
   const bool several_layers = layers.size() > 1 || !flags.layers.empty();
   if (flags.exec.json_path != "-") {
-    fmt::print("mmsparse bench  SYNTHETIC workload '{}': {} tokens, {} query heads{}, {} KV heads, "
-               "head dim {}, seed {}{}\n",
-               resolved.preset, reference.seq_len(), resolved.q_heads, head_mix_note(resolved),
-               resolved.kv_heads, resolved.head_dim, resolved.seed,
-               several_layers ? " + layer (one synthetic workload per layer)" : "");
+    fmt::print(
+        "mmsparse bench  SYNTHETIC workload '{}': {} tokens, {} query heads{}, {} KV heads, "
+        "head dim {}, seed {}{}\n",
+        resolved.preset, reference.seq_len(), resolved.q_heads, head_mix_note(resolved),
+        resolved.kv_heads, resolved.head_dim, resolved.seed,
+        several_layers ? " + layer (one synthetic workload per layer)" : "");
     if (needles > 0) {
       fmt::print("needles: {} planted in the media; the final question (rows {}..{}) reads them\n",
                  needles, reference.question_begin(), reference.seq_len() - 1);
@@ -186,18 +187,19 @@ int run_bench(const BenchFlags& flags) {
       if (flags.per_head) print_per_head_tables(layer.report);
     }
     if (several_layers) print_layer_table(reports);
-    fmt::print("\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over "
-               "rows and heads; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: "
-               "building the plan (the index of dynamic patterns); speedup: dense time / (index + "
-               "attention time){}; {}.\n",
-               needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
-               gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; index time is "
-                                 "the build on the GPU of static patterns and vertical-slash "
-                                 "without Q/2D boundary (a config: those heads built by kernels, "
-                                 "the others on the host and uploaded, all concatenated on the "
-                                 "GPU), else host building plus upload",
-                                 flags.timing.repeats, flags.timing.warmup)
-                   : "CPU times: one run of the reference backend");
+    fmt::print(
+        "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over "
+        "rows and heads; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: "
+        "building the plan (the index of dynamic patterns); speedup: dense time / (index + "
+        "attention time){}; {}.\n",
+        needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
+        gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; index time is "
+                          "the build on the GPU of static patterns and vertical-slash "
+                          "without Q/2D boundary (a config: those heads built by kernels, "
+                          "the others on the host and uploaded, all concatenated on the "
+                          "GPU), else host building plus upload",
+                          flags.timing.repeats, flags.timing.warmup)
+            : "CPU times: one run of the reference backend");
   }
 
   nlohmann::json report = layers_json(reports, resolved.head_dim);

@@ -35,9 +35,10 @@ void WorkloadFlags::add_to(CLI::App& command) {
       "--needles", needles,
       "needle keys planted in the media, read by the final question (default: the preset's, " +
           needle_presets + "else 0)");
-  command.add_option("--head-behaviour", head_behaviour,
-                     "give every query head one behaviour: local, grid, vertical or dense "
-                     "(default: the preset's mix)")
+  command
+      .add_option("--head-behaviour", head_behaviour,
+                  "give every query head one behaviour: local, grid, vertical or dense "
+                  "(default: the preset's mix)")
       ->check(CLI::IsMember({"local", "grid", "vertical", "dense"}));
 }
 

@@ -204,8 +204,8 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
     }
   } else if (executor.gpu()) {
-    Executor::ConfigPlan built = executor.prepare_config_plan(run.specs, shape, inputs.layout,
-                                                              pattern_inputs, head_dim);
+    Executor::ConfigPlan built =
+        executor.prepare_config_plan(run.specs, shape, inputs.layout, pattern_inputs, head_dim);
     report.index_seconds = seconds_since(index_start);
     report.assembly_seconds = built.times.assembly_seconds;
     prepared = std::move(built.prepared);
@@ -328,16 +328,18 @@ void print_per_head_tables(const LayerReport& layer) {
       line += fmt::format(", needles covered {}/{} (fewest over heads)", summary.needles_covered,
                           summary.needles);
       if (!std::isnan(summary.needle_mass_kept)) {
-        line += fmt::format(", needle mass kept {:.4f}, needles kept {}/{} (each >= {:.0f}% of its "
-                            "attention over all heads)",
-                            summary.needle_mass_kept, summary.needles_kept, summary.needles,
-                            kPercent * kNeedleKeptShare);
+        line += fmt::format(
+            ", needle mass kept {:.4f}, needles kept {}/{} (each >= {:.0f}% of its "
+            "attention over all heads)",
+            summary.needle_mass_kept, summary.needles_kept, summary.needles,
+            kPercent * kNeedleKeptShare);
       }
     }
-    line += fmt::format("; index {:.2f} ms (whole plan, host clock; per head: built by gpu "
-                        "kernels, GPU-event time shared by the heads of its builder, or on the "
-                        "host, host clock; one spec for every head: an equal share of one build)",
-                        milliseconds(run.index_seconds));
+    line += fmt::format(
+        "; index {:.2f} ms (whole plan, host clock; per head: built by gpu "
+        "kernels, GPU-event time shared by the heads of its builder, or on the "
+        "host, host clock; one spec for every head: an equal share of one build)",
+        milliseconds(run.index_seconds));
     if (run.assembly_seconds) {
       line += fmt::format(", concatenation {:.2f} ms (GPU events)",
                           milliseconds(*run.assembly_seconds));

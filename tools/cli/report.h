@@ -45,7 +45,7 @@ struct HeadReport {
   // for every head at once (on the GPU, one spec for all heads) gives each head slot an equal
   // share of the whole build.
   double index_seconds = 0.0;
-  std::string index_built;  // "gpu" (built by kernels) or "host" (built on the host)
+  std::string index_built;                // "gpu" (built by kernels) or "host" (built on the host)
   std::optional<HeadAccuracy> accuracy;   // with a dense reference
   std::optional<NeedleCoverage> needles;  // with a needle task
 };

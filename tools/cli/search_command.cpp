@@ -136,8 +136,8 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                    const CalibrationInput& input) {
   fmt::print("\nlayer {}: budget {} = {} {} ({}); {} candidates in the search space\n", layer,
              result.budget_spec.to_string(), format_cost(result.budget_cost, cost_model),
-             cost_model.unit(),
-             cost_model.measured() ? "measured" : "modelled", result.space.size());
+             cost_model.unit(), cost_model.measured() ? "measured" : "modelled",
+             result.space.size());
   std::size_t spec_width = 0;
   for (const HeadSearchResult& head : result.heads) {
     spec_width = std::max(spec_width, head.chosen.spec.to_string().size());
@@ -152,12 +152,12 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
                head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
                kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
-               head.dense_fallback  ? "  dense fallback: " + head.fallback_reason
-               : head.within_budget ? fmt::format("  raised for the layer's recall target from {} "
-                                                  "(recall {:.4f})",
-                                                  head.within_budget->spec.to_string(),
-                                                  head.within_budget->recall)
-                                    : "");
+               head.dense_fallback ? "  dense fallback: " + head.fallback_reason
+               : head.within_budget
+                   ? fmt::format("  raised for the layer's recall target from {} "
+                                 "(recall {:.4f})",
+                                 head.within_budget->spec.to_string(), head.within_budget->recall)
+                   : "");
   }
   double recall_sum = 0.0;
   for (const HeadSearchResult& head : result.heads) recall_sum += head.chosen.recall;
@@ -311,15 +311,17 @@ Command add_search_command(CLI::App& app) {
                       "choose dense when the best candidate recalls less (0: never)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  command->add_option("--boundary-modes", flags->options.boundary_modes,
-                      "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
-                      "3 2D-boundary (0 alone: what the GPU index builders serve)")
+  command
+      ->add_option("--boundary-modes", flags->options.boundary_modes,
+                   "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
+                   "3 2D-boundary (0 alone: what the GPU index builders serve)")
       ->delimiter(',')
       ->check(CLI::IsMember({0, 2, 3}))
       ->capture_default_str();
-  command->add_option("--target-mean-recall", flags->options.target_mean_recall,
-                      "raise heads beyond the budget (wider vertical-slash, then dense) until the "
-                      "layer's mean recall reaches this (0: off)")
+  command
+      ->add_option("--target-mean-recall", flags->options.target_mean_recall,
+                   "raise heads beyond the budget (wider vertical-slash, then dense) until the "
+                   "layer's mean recall reaches this (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measured cost")
