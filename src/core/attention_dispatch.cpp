@@ -401,9 +401,11 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
   if (device.type == DeviceType::kCUDA) {
     const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
     std::optional<cuda::EstimateOperands> operands;
-    const auto estimated = std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
-      return !cuda::builds_on_device(spec.name) && cuda::builds_head_on_device(spec, device_inputs);
-    });
+    const auto estimated =
+        std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
+          return !cuda::builds_on_device(spec.name) &&
+                 cuda::builds_head_on_device(spec, device_inputs);
+        });
     // Errors in the inputs name the first head's pattern that estimates from them.
     if (estimated != resolved.end()) {
       operands = cuda::make_estimate_operands(estimated->name, *inputs, shape);

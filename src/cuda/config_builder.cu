@@ -63,9 +63,9 @@ struct Section {
   std::vector<int32_t> heads;  // ascending query heads
   std::vector<PatternSpec> specs;
   DevicePlan plan;
-  int64_t runs = 0;              // run records (host: the real ones; grid: the capacity)
-  int64_t max_slot_tiles = 0;    // the most tiles one head slot has
-  std::vector<int32_t> masks;    // device sections: global index of each section mask
+  int64_t runs = 0;                       // run records (host: the real ones; grid: the capacity)
+  int64_t max_slot_tiles = 0;             // the most tiles one head slot has
+  std::vector<int32_t> masks;             // device sections: global index of each section mask
   std::vector<double> host_slot_seconds;  // host section: each slot's build on the host clock
 };
 
@@ -331,7 +331,7 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool dev
     const auto [entry, added] = by_spec.emplace(spec.to_string(), sections.size());
     if (added) {
       Section section;
-      section.kind = builds_on_device(spec.name)       ? SectionKind::kStatic
+      section.kind = builds_on_device(spec.name)   ? SectionKind::kStatic
                      : builds_grid_on_device(spec) ? SectionKind::kGrid
                                                    : SectionKind::kVerticalSlash;
       section.spec = spec;
@@ -387,10 +387,12 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
                                " (" + spec.to_string() + ")";
       throw Error(ErrorCode::kUnsupported,
                   builds_dynamic_on_device(spec) || builds_grid_on_device(spec)
-                      ? head + " needs inputs: device q and k to estimate it on the GPU, or host "
-                               "q and k (host_inputs) to build it on the host"
-                      : head + " is not built on the GPU; pass host q and k (host_inputs) to "
-                               "build it on the host");
+                      ? head +
+                            " needs inputs: device q and k to estimate it on the GPU, or host "
+                            "q and k (host_inputs) to build it on the host"
+                      : head +
+                            " is not built on the GPU; pass host q and k (host_inputs) to "
+                            "build it on the host");
     }
     const auto start = std::chrono::steady_clock::now();
     append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,

@@ -15,8 +15,9 @@ namespace mmsparse::test {
 void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
 
 // The same for a plan with grid heads built on the device (index_builders.h, config_builder.h),
-// whose runs and tiles sections are capacities too: every section is compared at its own offset, the host plan's records at the
-// front of each, and the tiles after the real ones must be empty and scheduled last, in order.
+// whose runs and tiles sections are capacities too: every section is compared at its own offset,
+// the host plan's records at the front of each, and the tiles after the real ones must be empty and
+// scheduled last, in order.
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
 
 }  // namespace mmsparse::test

@@ -110,7 +110,8 @@ PatternSpec random_host_spec(Random& random) {
     return vertical_slash(sink + random.uniform_int(0, 60), local + random.uniform_int(0, 200),
                           sink, local, 64, boundary);
   }
-  return {"grid", {{"max_stride", random.uniform_int(2, kMaxSearchedStride)}, {"boundary", boundary}}};
+  return {"grid",
+          {{"max_stride", random.uniform_int(2, kMaxSearchedStride)}, {"boundary", boundary}}};
 }
 
 // A grid spec of the GPU (boundary 0/1): searched (`searched`) or of a fixed stride, random lines,
@@ -364,7 +365,8 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
       mix.specs = specs;
       make_grid_choices_clear(random, mix, inputs);
       const std::vector<PatternSpec> resolved_specs = resolved(mix);
-      mix.estimates = std::any_of(resolved_specs.begin(), resolved_specs.end(), estimated_on_device);
+      mix.estimates =
+          std::any_of(resolved_specs.begin(), resolved_specs.end(), estimated_on_device);
       SCOPED_TRACE(describe(mix));
       const BothPlans plans = build_both(mix, inputs, stream_);
       expect_same_config_records(mix, plans, stream_);
@@ -438,13 +440,13 @@ TEST_F(GpuConfigBuild, GridSectionsMatchTheHostPlan) {
   // choice for the host plan to be the device's.
   const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
   const ModalityLayout* layout = &*mix.layout;
-  ASSERT_TRUE(host_grid_search(resolve_pattern(searched, layout), plan_shape(size), host_inputs,
-                               {1, 4})
-                  .all_clear())
+  ASSERT_TRUE(
+      host_grid_search(resolve_pattern(searched, layout), plan_shape(size), host_inputs, {1, 4})
+          .all_clear())
       << "the planted grid is not a clear choice of the search";
-  ASSERT_TRUE(host_grid_search(resolve_pattern(fixed, layout), plan_shape(size), host_inputs,
-                               {2, 6})
-                  .all_clear())
+  ASSERT_TRUE(
+      host_grid_search(resolve_pattern(fixed, layout), plan_shape(size), host_inputs, {2, 6})
+          .all_clear())
       << "the planted grid's vertical phase is not a clear choice";
   const BothPlans plans = build_both(mix, inputs, stream_);
   SCOPED_TRACE(plans.host.summary());
@@ -535,8 +537,8 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
       ErrorCode::kInvalidArgument, {"prepare_pattern specs", "heads = 4", "2 specs"});
   expect_error(
       [&] {
-        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid_head, a_shape, a_shape},
-                              shape, nullptr, kCuda, stream_);
+        (void)prepare_pattern(std::vector<PatternSpec>{a_shape, grid_head, a_shape, a_shape}, shape,
+                              nullptr, kCuda, stream_);
       },
       ErrorCode::kUnsupported, {"head 1", "grid", "host_inputs"});
   // Device inputs the estimate cannot read: named by the first estimated head's pattern.
