@@ -100,7 +100,7 @@ struct CandidateScore {
 
 // One stage's search on one scope of one head.
 struct ScopeSearch {
-  std::string stage;  // "intra", "cross", "inter"
+  std::string stage;  // "intra", "cross", "inter"; "raise": the recall ladder (target_mean_recall)
   std::string scope;  // "video", "text->video", "full"
   double budget_cost = 0.0;  // the budget spec's cost on this scope
   std::vector<CandidateScore> scored;  // in-budget candidates, in search-space order; cost on the scope

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -30,6 +31,9 @@ constexpr double kRelativeOutputErrorTie = 0.05;
 // builds the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
 constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3};
 constexpr char kBoundaryParam[] = "boundary";
+// The layer recall target's scope: the recall ladder scored on the whole sequence.
+constexpr char kRaiseStage[] = "raise";
+constexpr char kFullScope[] = "full";
 
 bool better(const CandidateScore& a, const CandidateScore& b) {
   if (std::abs(a.recall - b.recall) > kRecallTie) return a.recall > b.recall;
@@ -130,7 +134,7 @@ class HeadSearch {
         options_(options),
         tile_rows_(cost_model.tile_rows(q.shape[3])),
         tensors_(detail::head_tensors(q, k, v, q_head)),
-        full_("full", tensors_, layout, detail::kAllModalities, detail::kAllModalities,
+        full_(kFullScope, tensors_, layout, detail::kAllModalities, detail::kAllModalities,
               detail::kAllModalities, tile_rows_, options) {}
 
   HeadSearchResult run(const std::vector<PatternSpec>& space) {
@@ -303,9 +307,12 @@ constexpr double kFreeStepCost = 1e-12;
 // The layer-level recall target (SearchOptions::target_mean_recall): greedy steps up the ladder,
 // each time the one with the most recall gained per cost added, over the heads below the target
 // (only they can lift the mean by much; their ladders are scored in parallel, once).
+// Each scored ladder is recorded as a "raise" scope of its head (reported through `on_scope_done`
+// as it completes); a raised head's scope names the step taken as its winner.
 template <class MakeSearch>
 void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int head_workers,
-                     const std::vector<PatternSpec>& ladder, MakeSearch&& make_search) {
+                     const std::vector<PatternSpec>& ladder, MakeSearch&& make_search,
+                     const std::function<void(int64_t, const ScopeSearch&)>& on_scope_done) {
   if (mean_recall(heads) >= target) return;
   std::vector<std::size_t> below;
   for (std::size_t i = 0; i < heads.size(); ++i) {
@@ -314,8 +321,16 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
   std::vector<std::vector<CandidateScore>> steps(below.size());
   detail::parallel_for(std::ssize(below), std::min<int>(head_workers, std::ssize(below)),
                        [&](int64_t i) {
-                         HeadSearch search = make_search(heads[below[i]].q_head);
+                         HeadSearchResult& head = heads[below[i]];
+                         HeadSearch search = make_search(head.q_head);
                          steps[i] = search.score_on_full_sequence(ladder);
+                         ScopeSearch& scope = head.scopes.emplace_back();
+                         scope.stage = kRaiseStage;
+                         scope.scope = kFullScope;
+                         scope.budget_cost = head.budget_cost;
+                         scope.scored = steps[i];
+                         scope.not_applicable = std::ssize(ladder) - std::ssize(steps[i]);
+                         if (on_scope_done) on_scope_done(head.q_head, scope);
                        });
   while (mean_recall(heads) < target) {
     std::optional<std::pair<std::size_t, std::size_t>> best;
@@ -337,6 +352,7 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
     HeadSearchResult& head = heads[below[best->first]];
     if (!head.within_budget) head.within_budget = head.chosen;
     head.chosen = steps[best->first][best->second];
+    head.scopes.back().winner = head.chosen;
   }
 }
 
@@ -393,7 +409,8 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
   });
   if (options.target_mean_recall > 0.0) {
     raise_to_target(result.heads, options.target_mean_recall, head_workers,
-                    recall_ladder(seq_len, options.scale_to_length), make_search);
+                    recall_ladder(seq_len, options.scale_to_length), make_search,
+                    head_options.on_scope_done);
   }
   result.budget_cost = result.heads.front().budget_cost;
   return result;

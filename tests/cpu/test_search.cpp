@@ -269,6 +269,10 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
 
   options.target_mean_recall = 0.999;
   options.num_threads = 2;
+  std::vector<int64_t> raise_reports;
+  options.on_scope_done = [&](int64_t q_head, const ScopeSearch& search) {
+    if (search.stage == "raise") raise_reports.push_back(q_head);
+  };
   const std::vector<PatternSpec> ladder = recall_ladder(spec.seq_len, options.scale_to_length);
   const LayerSearchResult raised = search_layer(
       tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost, options);
@@ -284,6 +288,9 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
     }
     ++raised_heads;
     EXPECT_EQ(head.within_budget->spec.to_string(), plain.heads[i].chosen.spec.to_string());
+    ASSERT_EQ(head.scopes.back().stage, "raise") << "the ladder is recorded as a scope";
+    ASSERT_TRUE(head.scopes.back().winner.has_value());
+    EXPECT_EQ(head.scopes.back().winner->spec.to_string(), head.chosen.spec.to_string());
     EXPECT_GT(head.chosen.recall, head.within_budget->recall);
     EXPECT_TRUE(std::any_of(
         ladder.begin(), ladder.end(),
@@ -292,6 +299,8 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
   }
   raised_mean /= static_cast<double>(raised.heads.size());
   EXPECT_GT(raised_heads, 0);
+  EXPECT_GE(static_cast<int64_t>(raise_reports.size()), raised_heads)
+      << "every scored ladder is reported as progress";
   // Dense closes every ladder, so the target is always reachable.
   EXPECT_GE(raised_mean, options.target_mean_recall);
 

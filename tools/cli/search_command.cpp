@@ -200,7 +200,9 @@ int run_search(const SearchFlags& flags) {
   nlohmann::json report;
   report["calibration"] = input.description;
   report["synthetic"] = input.workload.has_value();
-  progress.step(fmt::format("searching {} layer(s), stages intra / cross / inter", input.layers.size()));
+  progress.step(fmt::format("searching {} layer(s), stages intra / cross / inter{}",
+                            input.layers.size(),
+                            options.target_mean_recall > 0.0 ? " / raise (recall target)" : ""));
   const std::unique_ptr<CostModel> cost_model =
       gpu ? make_measured_cost(Device{DeviceType::kCUDA, 0}, flags.timing.warmup,
                                flags.timing.repeats)
