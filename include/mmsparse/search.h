@@ -159,6 +159,9 @@ struct LayerSearchResult {
   std::vector<HeadSearchResult> heads;  // in the order of `q_heads`
 };
 
+// The mean over heads of the chosen specs' recall (1 for no head): the layer's recall.
+double mean_recall(std::span<const HeadSearchResult> heads);
+
 // Searches the query heads `q_heads` (all heads when empty). Throws Error(kInvalidArgument) naming
 // q, k, v, layout, q_heads or the option for bad input.
 LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -16,41 +16,11 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_engine.h"
+#include "cuda/plan_view.cuh"
+#include "cuda/stream_scratch.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
-namespace {
-
-// Device memory allocated and freed in order on one stream.
-class StreamBuffer {
- public:
-  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    check_cuda(cudaMallocAsync(&data_, bytes, stream), "attention_passes: cudaMallocAsync");
-  }
-  ~StreamBuffer() {
-    // Destructors cannot report errors; a failed free leaves the memory to the pool.
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  StreamBuffer(StreamBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), stream_(other.stream_) {}
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(StreamBuffer&&) = delete;
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
-// Scratch results start on this boundary (the kernels move rows as 16-byte vectors).
-constexpr std::size_t kScratchAlignment = 16;
-
-std::size_t aligned_bytes(std::size_t bytes) {
-  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
-}
-
-}  // namespace
 
 std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream) {
   std::vector<DevicePlan> passes;
@@ -71,19 +41,20 @@ void attention_passes(std::span<const DevicePlan> passes, const AttentionArgs& a
 
   const auto stream = static_cast<cudaStream_t>(args.stream);
   const int64_t rows = args.batch * args.q_len * args.q_heads;
+  // Each scratch result starts on a section boundary (the kernels move rows as 16-byte vectors).
   const std::size_t out_bytes =
-      aligned_bytes(static_cast<std::size_t>(rows * args.head_dim) * dtype_size(args.dtype));
-  const std::size_t lse_bytes = aligned_bytes(static_cast<std::size_t>(rows) * sizeof(float));
+      align_section(static_cast<std::size_t>(rows * args.head_dim) * dtype_size(args.dtype));
+  const std::size_t lse_bytes = align_section(static_cast<std::size_t>(rows) * sizeof(float));
   const Strides4 out_strides{args.q_len * args.q_heads * args.head_dim,
                              args.q_heads * args.head_dim, args.head_dim, 1};
   const Strides3 lse_strides{args.q_heads * args.q_len, args.q_len, 1};
 
-  std::vector<StreamBuffer> scratch;
+  std::vector<StreamScratch> scratch;
   std::vector<MergePart> parts{
       {args.dtype, args.out, args.out_strides, args.lse, args.lse_strides}};
   for (std::size_t p = 1; p < passes.size(); ++p) {
-    scratch.emplace_back(out_bytes + lse_bytes, stream);
-    auto* base = static_cast<std::byte*>(scratch.back().data());
+    scratch.emplace_back(out_bytes + lse_bytes, stream, "attention_passes: cudaMallocAsync");
+    std::byte* base = scratch.back().base();
     AttentionArgs pass_args = args;
     pass_args.out = base;
     pass_args.out_strides = out_strides;

@@ -36,6 +36,7 @@
 #include "cuda/index_kernels.h"
 #include "cuda/plan_builders.h"
 #include "cuda/plan_view.cuh"
+#include "cuda/stream_scratch.h"
 #include "mmsparse/status.h"
 #include "patterns/modality_boundary.h"
 
@@ -659,18 +660,11 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   const std::size_t temp_at =
       values_at + align_section(static_cast<std::size_t>(tiles) * sizeof(int32_t));
   const std::size_t scratch_bytes = temp_at + align_section(std::max(scan_bytes, sort_bytes));
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, scratch_bytes, cuda_stream),
-             "prepare_pattern config: cudaMallocAsync scratch");
-  // Freed in stream order whatever happens below.
-  struct ScratchGuard {
-    void* scratch;
-    cudaStream_t stream;
-    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
-  } guard{scratch, cuda_stream};
-  auto* scratch_base = static_cast<std::byte*>(scratch);
+  const StreamScratch scratch(scratch_bytes, cuda_stream,
+                              "prepare_pattern config: cudaMallocAsync scratch");
+  std::byte* scratch_base = scratch.base();
   // The counts' last entries stay 0, so that each exclusive scan ends in its total.
-  check_cuda(cudaMemsetAsync(scratch, 0, keys_at, cuda_stream),
+  check_cuda(cudaMemsetAsync(scratch_base, 0, keys_at, cuda_stream),
              "prepare_pattern config: cudaMemsetAsync slot table");
   auto slot_array = [&](int index) {
     return reinterpret_cast<int64_t*>(scratch_base +

@@ -323,13 +323,4 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
   return plan;
 }
 
-namespace index {
-
-StreamScratch::StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what)
-    : stream_(stream) {
-  check_cuda(cudaMallocAsync(&data_, bytes, stream), what);
-}
-
-}  // namespace index
-
 }  // namespace mmsparse::cuda

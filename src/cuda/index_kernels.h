@@ -15,6 +15,7 @@
 
 #include "cuda/index_builders.h"
 #include "cuda/plan_view.cuh"
+#include "cuda/stream_scratch.h"
 #include "patterns/grid.h"
 
 namespace mmsparse::cuda::index {
@@ -23,7 +24,7 @@ namespace mmsparse::cuda::index {
 
 // The builders' temporary arrays as regions of one stream-ordered allocation: add() each array to
 // the layout (every region starts on a section boundary, so any element type fits), allocate
-// layout.bytes() once, then region<T>(base, offset).
+// layout.bytes() once (StreamScratch), then region<T>(base, offset).
 class ScratchLayout {
  public:
   template <class T>
@@ -42,21 +43,6 @@ template <class T>
 T* region(std::byte* base, std::size_t offset) {
   return reinterpret_cast<T*>(base + offset);
 }
-
-// One stream-ordered allocation, freed in stream order when it goes out of scope, whatever happens
-// after it is made (the kernels queued on the stream before the free still read it).
-class StreamScratch {
- public:
-  StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what);
-  ~StreamScratch() { cudaFreeAsync(data_, stream_); }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  std::byte* base() const { return static_cast<std::byte*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
 
 // --- Estimate --------------------------------------------------------------------------------
 

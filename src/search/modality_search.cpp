@@ -294,12 +294,6 @@ class HeadSearch {
   }
 };
 
-double mean_recall(const std::vector<HeadSearchResult>& heads) {
-  double sum = 0.0;
-  for (const HeadSearchResult& head : heads) sum += head.chosen.recall;
-  return heads.empty() ? 1.0 : sum / static_cast<double>(heads.size());
-}
-
 // A step up the recall ladder costs at least this much (in the cost model's units) when the
 // ladder step happens to cost no more than the choice it replaces: such steps go first.
 constexpr double kFreeStepCost = 1e-12;
@@ -357,6 +351,12 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
 }
 
 }  // namespace
+
+double mean_recall(std::span<const HeadSearchResult> heads) {
+  double sum = 0.0;
+  for (const HeadSearchResult& head : heads) sum += head.chosen.recall;
+  return heads.empty() ? 1.0 : sum / static_cast<double>(heads.size());
+}
 
 LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const TensorView& v,
                                const ModalityLayout& layout, CostModel& cost_model,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -43,6 +44,20 @@ int64_t first_head_with(const Workload& workload, HeadBehaviour behaviour) {
   }
   ADD_FAILURE() << "no head of behaviour " << head_behaviour_name(behaviour);
   return 0;
+}
+
+// The small video workload at `seq_len` with its tensors.
+struct SmallVideo {
+  Workload workload;
+  Workload::Tensors tensors;
+};
+
+SmallVideo small_video(int64_t seq_len, DType dtype) {
+  WorkloadSpec spec = small_video_workload();
+  spec.seq_len = seq_len;
+  Workload workload = Workload::create(spec);
+  Workload::Tensors tensors = workload.materialize(dtype);
+  return {std::move(workload), std::move(tensors)};
 }
 
 SearchOptions single_thread_options() {
@@ -146,10 +161,9 @@ TEST(Search, PicksGridForAGridHeadAndALocalPatternForALocalHead) {
 }
 
 TEST(Search, RespectsTheBudgetAndFallsBackToDense) {
-  WorkloadSpec spec = small_video_workload();
-  spec.seq_len = 4096;
-  const Workload workload = Workload::create(spec);
-  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const SmallVideo video = small_video(4096, DType::kBFloat16);
+  const Workload& workload = video.workload;
+  const Workload::Tensors& tensors = video.tensors;
   const std::unique_ptr<CostModel> cost = make_modelled_cost();
   SearchOptions options = single_thread_options();
   options.sample_rows = 16;
@@ -203,10 +217,9 @@ class FreeCost final : public CostModel {
 };
 
 TEST(Search, SearchesHeadsInParallelWithTheSameResults) {
-  WorkloadSpec spec = small_video_workload();
-  spec.seq_len = 2048;
-  const Workload workload = Workload::create(spec);
-  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const SmallVideo video = small_video(2048, DType::kFloat32);
+  const Workload& workload = video.workload;
+  const Workload::Tensors& tensors = video.tensors;
   const std::unique_ptr<CostModel> cost = make_modelled_cost();
   SearchOptions options = single_thread_options();
   options.sample_rows = 16;
@@ -253,10 +266,9 @@ TEST(SearchSpace, RecallLadderWidensVerticalSlashThenEndsDense) {
 // The layer-level recall target: heads below it climb the ladder (most recall per cost first)
 // until the mean of the chosen specs reaches it; the replaced in-budget choice is kept.
 TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
-  WorkloadSpec spec = small_video_workload();
-  spec.seq_len = 2048;
-  const Workload workload = Workload::create(spec);
-  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const SmallVideo video = small_video(2048, DType::kFloat32);
+  const Workload& workload = video.workload;
+  const Workload::Tensors& tensors = video.tensors;
   const std::unique_ptr<CostModel> cost = make_modelled_cost();
   SearchOptions options = single_thread_options();
   options.sample_rows = 16;
@@ -273,7 +285,8 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
   options.on_scope_done = [&](int64_t q_head, const ScopeSearch& search) {
     if (search.stage == "raise") raise_reports.push_back(q_head);
   };
-  const std::vector<PatternSpec> ladder = recall_ladder(spec.seq_len, options.scale_to_length);
+  const std::vector<PatternSpec> ladder =
+      recall_ladder(workload.seq_len(), options.scale_to_length);
   const LayerSearchResult raised = search_layer(
       tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost, options);
   double raised_mean = 0.0;

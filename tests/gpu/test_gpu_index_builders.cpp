@@ -100,6 +100,26 @@ ProblemSize random_size(Random& random) {
   return size;
 }
 
+// An edge case's lengths and tile height, with a random GQA ratio, head dim and dtype.
+struct EdgeShape {
+  int64_t batch, q_len, kv_len, tile_rows;
+};
+
+ProblemSize edge_size(Random& random, const EdgeShape& edge) {
+  ProblemSize size;
+  size.batch = edge.batch;
+  const Gqa gqa = pick(random, kGqaShapes);
+  size.kv_heads = gqa.kv_heads;
+  size.group = gqa.group;
+  size.head_dim = pick(random, kHeadDims);
+  size.dtype = pick(random, kDtypes);
+  size.q_len = edge.q_len;
+  size.kv_len = edge.kv_len;
+  size.tile_rows = edge.tile_rows;
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  return size;
+}
+
 PlanShape plan_shape(const ProblemSize& size) {
   return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
 }
@@ -137,30 +157,17 @@ TEST_F(GpuIndexBuild, VerticalSlashMatchesTheHostPlanOnRandomInputs) {
 TEST_F(GpuIndexBuild, VerticalSlashEdgeShapesAndBudgetsMatchTheHostPlan) {
   Random random;
   SCOPED_TRACE(random.trace());
-  struct Edge {
-    int64_t batch, q_len, kv_len, tile_rows;
-  };
-  const std::vector<Edge> edges = {{1, 0, 0, 64},   {1, 0, 17, 64},   {1, 1, 1, 64},
-                                   {1, 5, 0, 64},   {2, 64, 64, 64},  {1, 300, 45, 128},
-                                   {2, 129, 200, 64}, {1, 257, 513, 128}};
+  const std::vector<EdgeShape> edges = {{1, 0, 0, 64},     {1, 0, 17, 64},    {1, 1, 1, 64},
+                                        {1, 5, 0, 64},     {2, 64, 64, 64},   {1, 300, 45, 128},
+                                        {2, 129, 200, 64}, {1, 257, 513, 128}};
   const std::vector<PatternSpec> specs = {
       vertical_slash(30, 100, 30, 100, 64, 0),     // the forced lines only
       vertical_slash(0, 0, 0, 0, 64, 1),           // nothing
       vertical_slash(5, 3, 5, 3, 1, 0),            // forced lines of one estimate row
       vertical_slash(100000, 100000, 7, 9, 64, 0)  // every line
   };
-  for (const Edge& edge : edges) {
-    ProblemSize size;
-    size.batch = edge.batch;
-    const Gqa gqa = pick(random, kGqaShapes);
-    size.kv_heads = gqa.kv_heads;
-    size.group = gqa.group;
-    size.head_dim = pick(random, kHeadDims);
-    size.dtype = pick(random, kDtypes);
-    size.q_len = edge.q_len;
-    size.kv_len = edge.kv_len;
-    size.tile_rows = edge.tile_rows;
-    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  for (const EdgeShape& edge : edges) {
+    const ProblemSize size = edge_size(random, edge);
     const AttentionInputs inputs = random_inputs(random, size);
     for (const PatternSpec& spec : specs) {
       SCOPED_TRACE(spec.to_string() + " " + describe(size));
@@ -348,12 +355,9 @@ TEST_F(GpuIndexBuild, GridMatchesTheHostOnRandomInputs) {
 TEST_F(GpuIndexBuild, GridEdgeShapesMatchTheHost) {
   Random random;
   SCOPED_TRACE(random.trace());
-  struct Edge {
-    int64_t batch, q_len, kv_len, tile_rows;
-  };
-  const std::vector<Edge> edges = {{1, 0, 0, 64},     {1, 0, 17, 64},     {1, 1, 1, 64},
-                                   {1, 5, 0, 64},     {2, 64, 64, 64},    {1, 300, 45, 128},
-                                   {2, 129, 200, 64}, {1, 257, 513, 128}, {1, 7, 9, 64}};
+  const std::vector<EdgeShape> edges = {{1, 0, 0, 64},     {1, 0, 17, 64},     {1, 1, 1, 64},
+                                        {1, 5, 0, 64},     {2, 64, 64, 64},    {1, 300, 45, 128},
+                                        {2, 129, 200, 64}, {1, 257, 513, 128}, {1, 7, 9, 64}};
   const std::vector<PatternSpec> specs = {
       grid(0, 1024, 1, 1, 1, 30, 1, 64, 0),        // the default
       grid(0, 2, 0, 0, 1, 0, 0, 1, 1),             // slash lines only, one candidate
@@ -361,18 +365,8 @@ TEST_F(GpuIndexBuild, GridEdgeShapesMatchTheHost) {
       grid(5000, 1024, 0, 1, 1, 100, 200, 64, 0),  // a stride beyond every key
       grid(0, 1024, 1, 1, 1, 1000, 0, 64, 0),      // the sink covers everything
   };
-  for (const Edge& edge : edges) {
-    ProblemSize size;
-    size.batch = edge.batch;
-    const Gqa gqa = pick(random, kGqaShapes);
-    size.kv_heads = gqa.kv_heads;
-    size.group = gqa.group;
-    size.head_dim = pick(random, kHeadDims);
-    size.dtype = pick(random, kDtypes);
-    size.q_len = edge.q_len;
-    size.kv_len = edge.kv_len;
-    size.tile_rows = edge.tile_rows;
-    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  for (const EdgeShape& edge : edges) {
+    const ProblemSize size = edge_size(random, edge);
     const AttentionInputs inputs = random_inputs(random, size);
     for (const PatternSpec& spec : specs) {
       SCOPED_TRACE(spec.to_string() + " " + describe(size));

@@ -159,10 +159,7 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                                  head.within_budget->spec.to_string(), head.within_budget->recall)
                    : "");
   }
-  double recall_sum = 0.0;
-  for (const HeadSearchResult& head : result.heads) recall_sum += head.chosen.recall;
-  fmt::print("mean recall of the chosen specs: {:.4f}\n",
-             recall_sum / static_cast<double>(result.heads.size()));
+  fmt::print("mean recall of the chosen specs: {:.4f}\n", mean_recall(result.heads));
 }
 
 int run_search(const SearchFlags& flags) {
