@@ -35,6 +35,7 @@ sanitizer_tests=(
   'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
   'GpuIndexBuild.GridEdgeShapesMatchTheHost'
   'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
+  'GpuConfigBuild.GridSectionsMatchTheHostPlan'
   'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d128_wgmma128'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
