@@ -200,7 +200,7 @@ MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows,
   tile.first = first;
   tile.rows = rows;
   tile.stride = stride;
-  tile.local = options.local;
+  tile.local = detail::tile_window(options);
   tile.last = tile.frontier(rows - 1);
   if (options.slash) tile.residues[tile.residue_count++] = phase;
   if (options.vline && !(options.slash && vertical_phase == phase)) {

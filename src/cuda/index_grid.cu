@@ -490,7 +490,7 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
     rows_seeing_keys = rows.rows;
   }
   const int64_t spans_per_head =
-      build.tiles_per_head + (build.options.local > 0 ? rows_seeing_keys : 0);
+      build.tiles_per_head + (detail::tile_window(build.options) > 0 ? rows_seeing_keys : 0);
   build.span_capacity = spans_per_head * shape.head_slots();
   build.column_capacity = columns_per_head * shape.head_slots();
   return build;

@@ -149,12 +149,13 @@ class GridPattern final : public KeyPattern {
     const int64_t last = frontiers.back();
     keys.add_range(0, std::min(options_.sink, last));
     // Local windows, merged over runs of consecutive frontiers.
-    for (std::size_t run = 0; options_.local > 0 && run < frontiers.size();) {
+    const int64_t window = tile_window(options_);
+    for (std::size_t run = 0; window > 0 && run < frontiers.size();) {
       std::size_t run_end = run + 1;
       while (run_end < frontiers.size() && frontiers[run_end] == frontiers[run_end - 1] + 1) {
         ++run_end;
       }
-      keys.add_range(std::max<int64_t>(0, frontiers[run] - options_.local), frontiers[run_end - 1]);
+      keys.add_range(std::max<int64_t>(0, frontiers[run] - window), frontiers[run_end - 1]);
       run = run_end;
     }
     // The last frontier of each row phase present in the tile.

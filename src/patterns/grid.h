@@ -32,10 +32,10 @@
 //                              of its tile, the window widened along the slash lines. A SUPERSET.
 // A tile computes those keys for all its rows anyway (dense compute), so they only add recall, but
 // they cost about tile_rows * local / 2 keys per row. Hence the grid's default local window is
-// kDefaultGridLocal = 1, the diagonal: in a phase tile it is exact with slash lines on (the rows'
-// own positions are their slash keys) and a few keys without. The paper's kernel (App. G) computes
-// sink + local in a separate natural-order pass; that needs two tiles per row, which a plan does
-// not express.
+// kDefaultGridLocal = 1, the diagonal: with slash lines on the rows' own positions are their slash
+// keys, so the tiles read no window at all (tile_window), and without them a few keys. The
+// paper's kernel (App. G) computes sink + local in a separate natural-order pass; plans of several
+// passes (Plan::extra_passes, as grid-mask uses) could express that, the grid pattern does not yet.
 
 #include <cstdint>
 #include <memory>
@@ -67,6 +67,15 @@ struct GridOptions {
   int64_t sink = 0;
   int64_t local = 0;
 };
+
+// The local window a phase tile reads as spans, one per row. A one-key window is the row's
+// diagonal, which the row's own slash line (distance 0) holds when slash lines are on: it adds no
+// key then, and as one-key spans it would cost a key chunk per row (the rows of a phase tile lie a
+// stride apart), 128 chunks for ~5 of gathered line keys. The search's evidence still leaves out
+// `local` keys: the option keeps its meaning there.
+constexpr int64_t tile_window(const GridOptions& options) {
+  return options.slash && options.local == 1 ? 0 : options.local;
+}
 
 struct GridLines {
   int64_t stride = kMinStride;

@@ -422,6 +422,37 @@ TEST(Grid, MarginAndGivenLinesReproduceTheSearch) {
   EXPECT_EQ(given.columns, searched.columns);
 }
 
+// The default diagonal window (local=1) with slash lines on: each row's diagonal is its own
+// slash key (distance 0), so phase tiles read no one-key window spans (a key chunk each on the
+// engine) and the plan covers exactly the pairs of the window-free plan.
+TEST(Grid, DiagonalWindowWithSlashLinesAddsNoSpans) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kStride = 23;
+  constexpr int64_t kPhase = 7;
+  const int64_t n = test::random_length(random, 600, 900);
+  const PlantedGrid grid = planted_grid(random, n, kStride, kPhase);
+  const PatternInputs inputs{grid.q.view(), grid.k.view()};
+  const PlanShape shape{.q_len = n, .kv_len = n};
+  const Plan diagonal =
+      build_plan(PatternSpec::parse("grid:stride=23,local=1,hline=0"), shape, nullptr, &inputs);
+  const Plan window_free =
+      build_plan(PatternSpec::parse("grid:stride=23,local=0,hline=0"), shape, nullptr, &inputs);
+  for (std::size_t t = 0; t < diagonal.tiles.size(); ++t) {
+    EXPECT_LE(diagonal.tile_span_offsets[t + 1] - diagonal.tile_span_offsets[t], 1)
+        << "tile " << t << ": only the sink is a span";
+  }
+  EXPECT_EQ(materialize_mask(diagonal, 0), materialize_mask(window_free, 0));
+
+  // Without slash lines the diagonal is a window of its own.
+  const Plan vertical_only = build_plan(
+      PatternSpec::parse("grid:stride=23,local=1,hline=0,slash=0"), shape, nullptr, &inputs);
+  const std::vector<uint8_t> vertical_mask = materialize_mask(vertical_only, 0);
+  for (int64_t row = 0; row < n; ++row) {
+    EXPECT_TRUE(vertical_mask[row * n + row]) << "row " << row;
+  }
+}
+
 TEST(Grid, SearchFindsTheFrameTokensOfSyntheticVideoGridHeads) {
   constexpr int64_t kSeqLen = 8192;
   WorkloadSpec spec;  // video-qwen2.5vl-128k, scaled: 16 x 28 = 448 tokens per frame
