@@ -1,8 +1,10 @@
-// A per-head config built into one DevicePlan (config_builder.h). The steps, on one stream:
+// A per-head config built into one DevicePlan (config_builder.h). The steps, on the caller's
+// stream unless said otherwise:
 //   host:    group the heads into sections, the global mask table (PlanBuilder's first-use order
 //            over head slots), the concatenated layout from the sections' sizes
 //   device:  each device section's builder (static: one head; vertical-slash and grid: its heads'
-//            estimate)
+//            estimate), each on a stream of its own forked from the caller's, joined back before
+//            the kernels below
 //   host:    the host section (PlanBuilder over its heads, masks renumbered to the global table),
 //            uploaded
 //   kernel:  per section, each of its head slots finds its tiles, spans, columns and runs in the
@@ -28,6 +30,7 @@
 #include <cub/device/device_scan.cuh>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -241,6 +244,53 @@ __global__ void write_masks_kernel(MaskBatch batch, MaskRecord* masks) {
   const int index = static_cast<int>(threadIdx.x);
   if (index < batch.count) masks[batch.first + index] = batch.records[index];
 }
+
+// Streams of their own for the device sections, forked from the caller's stream and joined back
+// into it: the sections' builders are small launches (an estimate over a few heads, a search, a
+// conversion), so one after another they leave most of the GPU idle.
+class SectionStreams {
+ public:
+  SectionStreams(std::size_t count, cudaStream_t origin) : origin_(origin) {
+    check_cuda(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming),
+               "prepare_pattern config: cudaEventCreate fork");
+    check_cuda(cudaEventRecord(fork_, origin), "prepare_pattern config: cudaEventRecord fork");
+    for (std::size_t i = 0; i < count; ++i) {
+      cudaStream_t stream = nullptr;
+      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                 "prepare_pattern config: cudaStreamCreate");
+      streams_.push_back(stream);
+      check_cuda(cudaStreamWaitEvent(stream, fork_), "prepare_pattern config: fork");
+    }
+  }
+  ~SectionStreams() {
+    // Destructors cannot report errors. Destroying a stream with queued work is allowed: it is
+    // released once the work is done.
+    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
+    for (cudaEvent_t event : joins_) cudaEventDestroy(event);
+    cudaEventDestroy(fork_);
+  }
+  SectionStreams(const SectionStreams&) = delete;
+  SectionStreams& operator=(const SectionStreams&) = delete;
+
+  cudaStream_t operator[](std::size_t i) const { return streams_[i]; }
+  // The caller's stream waits for everything queued on the section streams so far.
+  void join() {
+    for (cudaStream_t stream : streams_) {
+      cudaEvent_t event = nullptr;
+      check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                 "prepare_pattern config: cudaEventCreate join");
+      joins_.push_back(event);
+      check_cuda(cudaEventRecord(event, stream), "prepare_pattern config: cudaEventRecord join");
+      check_cuda(cudaStreamWaitEvent(origin_, event), "prepare_pattern config: join");
+    }
+  }
+
+ private:
+  cudaStream_t origin_;
+  cudaEvent_t fork_ = nullptr;
+  std::vector<cudaStream_t> streams_;
+  std::vector<cudaEvent_t> joins_;
+};
 
 }  // namespace
 
@@ -475,6 +525,9 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   }
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   const int64_t slots = shape.head_slots();
+  // Declared before the sections: a section plan that is not released (an error midway) frees its
+  // buffer on its stream when destroyed, so the streams must outlive it.
+  std::optional<SectionStreams> section_streams;
   std::vector<Section> sections = group_heads(resolved_specs, inputs.device != nullptr);
   ConfigBuild result;
   auto timer = std::make_shared<ConfigBuildTimer>();
@@ -486,28 +539,41 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
     }
   };
 
-  // The device sections, queued first so that the GPU builds them while the host builds its part.
-  std::size_t previous_event = timer->record(cuda_stream);
+  // The device sections, queued first so that the GPU builds them while the host builds its part,
+  // each on a stream of its own (they read only the inputs and write only their own plans).
+  const auto device_sections = static_cast<std::size_t>(
+      std::count_if(sections.begin(), sections.end(),
+                    [](const Section& section) { return section.kind != SectionKind::kHost; }));
+  section_streams.emplace(device_sections, cuda_stream);
+  std::size_t next_stream = 0;
   Plan host_plan;
   Section* host = nullptr;
   for (Section& section : sections) {
+    if (section.kind == SectionKind::kHost) {
+      host = &section;
+      continue;
+    }
     const PlanShape local = section_shape(shape, section);
+    const cudaStream_t section_stream = (*section_streams)[next_stream++];
+    void* const builder_stream = section_stream;
+    const std::size_t first_event = timer->record(section_stream);
     switch (section.kind) {
       case SectionKind::kStatic:
-        section.plan = build_static_plan_on_device(section.spec, local, stream);
+        section.plan = build_static_plan_on_device(section.spec, local, builder_stream);
         section.max_slot_tiles = section.plan.num_tiles();
         break;
       case SectionKind::kVerticalSlash:
         section.plan = build_dynamic_plan_on_device(
             section.spec, local, select_heads(kVerticalSlash, *inputs.device, section.heads),
-            stream);
+            builder_stream);
         section.max_slot_tiles =
             local.head_slots() > 0 ? section.plan.num_tiles() / local.head_slots() : 0;
         result.estimated_on_device = true;
         break;
       case SectionKind::kGrid: {
         section.plan = build_grid_plan_on_device(
-            section.spec, local, select_heads(kGrid, *inputs.device, section.heads), stream);
+            section.spec, local, select_heads(kGrid, *inputs.device, section.heads),
+            builder_stream);
         // The plan's capacities (sized for the worst candidate stride): the real counts live on
         // the device.
         const index::GridBuild capacities = index::plan_grid(section.spec, local);
@@ -517,15 +583,14 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
         break;
       }
       case SectionKind::kHost:
-        host = &section;
-        continue;
+        break;  // handled above
     }
-    const std::size_t event = timer->record(cuda_stream);
+    const std::size_t last_event = timer->record(section_stream);
     const auto shared_by = static_cast<int64_t>(section.heads.size()) * shape.batch;
     for_each_slot(section, [&](int64_t, int64_t slot) {
-      timer->slots[static_cast<std::size_t>(slot)] = {true, previous_event, event, shared_by, 0.0};
+      timer->slots[static_cast<std::size_t>(slot)] = {true, first_event, last_event, shared_by,
+                                                      0.0};
     });
-    previous_event = event;
   }
   if (host != nullptr) {
     host_plan = build_host_section(*host, shape, inputs);
@@ -574,7 +639,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
     // Renumbered to the global table before the upload, so its tiles carry global mask indices.
     for (int32_t& mask : host_plan.tile_masks) mask = mask_index(masks, host_plan.masks[mask]);
     host_plan.masks = masks;
-    host->plan = DevicePlan(host_plan, stream);
+    host->plan = DevicePlan(host_plan, cuda_stream);
     if (host->plan.layout().has_token_info) {
       throw Error(ErrorCode::kUnsupported,
                   "prepare_pattern specs: masks with token arrays are not concatenated on the GPU");
@@ -620,8 +685,9 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   plan.num_tiles_ = tiles;
   plan.num_columns_ = column_capacity;  // an upper bound where a section was estimated
   plan.covers_every_row_ = covers_every_row;
-  plan.stream_ = stream;
+  plan.stream_ = cuda_stream;
 
+  section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
   check_cuda(cudaMallocAsync(&plan.buffer_, layout.bytes, cuda_stream),
              "prepare_pattern config: cudaMallocAsync");
@@ -747,7 +813,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   }
   timer->assembly_last = timer->record(cuda_stream);
   result.timer = std::move(timer);
-  // The sections' buffers are freed in stream order after the copies (their destructors).
+  // The sections' buffers are freed in the caller's stream order, after the copies.
+  for (Section& part : sections) part.plan.release(cuda_stream);
   return result;
 }
 

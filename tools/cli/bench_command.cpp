@@ -193,11 +193,11 @@ int run_bench(const BenchFlags& flags) {
         "building the plan (the index of dynamic patterns); speedup: dense time / (index + "
         "attention time){}; {}.\n",
         needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
-        gpu ? fmt::format("GPU times: median of {} after {} warm-up runs; index time is "
-                          "the build on the GPU of static patterns and vertical-slash "
-                          "without Q/2D boundary (a config: those heads built by kernels, "
-                          "the others on the host and uploaded, all concatenated on the "
-                          "GPU), else host building plus upload",
+        gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
+                          "alike; index time is the build on the GPU of static patterns, "
+                          "vertical-slash and grid without Q/2D boundary (a config: those "
+                          "heads built by kernels, the others on the host and uploaded, all "
+                          "concatenated on the GPU), else host building plus upload",
                           flags.timing.repeats, flags.timing.warmup)
             : "CPU times: one run of the reference backend");
   }

@@ -65,6 +65,7 @@ class Executor {
   double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);
 
   bool gpu() const { return gpu_; }
+  const TimingFlags& timing() const { return timing_; }
   std::string device_label() const;
 
  private:
