@@ -30,6 +30,10 @@ class KeySpace {
   explicit KeySpace(std::vector<IndexRange> ranges);  // ascending, disjoint, non-empty
 
   int64_t size() const { return prefix_.back(); }
+  // Whether compact keys are original positions (one range from key 0, as all_keys makes).
+  bool is_identity() const {
+    return ranges_.empty() || (ranges_.size() == 1 && ranges_.front().begin == 0);
+  }
   // Keys of the space at or before original position `aligned`: a query aligned there sees the
   // compact keys [0, frontier) causally.
   int64_t frontier(int64_t aligned) const;

@@ -16,6 +16,8 @@ class TileKeys {
   void use_space(const KeySpace& space) { space_ = &space; }
   void add_range(int64_t begin, int64_t end);  // compact keys [begin, end) of the space in use
   void add_column(int64_t key);                // a compact key of the space in use
+  // Whether the space in use maps compact keys elsewhere (one modality's keys, 2D boundary).
+  bool compact_space() const { return !space_->is_identity(); }
   // Adds the gathered keys to the tile the builder began last, then forgets them.
   void write(PlanBuilder& builder);
 

@@ -18,12 +18,23 @@ constexpr char kSlashParam[] = "slash";
 // MInference's default budget per head ("vertical_and_slash", 1000, 6096).
 constexpr int64_t kDefaultVerticals = 1000;
 constexpr int64_t kDefaultSlashes = 6096;
+// Slash bands narrower than this, in a modality's compact key space, are read as columns: half a
+// key chunk, below which a span's chunk is mostly empty.
+constexpr int64_t kNarrowBandKeys = 64;
 
 class VerticalSlashPattern final : public KeyPattern {
  public:
   explicit VerticalSlashPattern(VerticalSlashLines lines) : lines_(std::move(lines)) {}
 
+  // Each run of consecutive frontiers makes each slash a band as wide as the run. In the full key
+  // space a tile's rows have frontiers of their own, so bands are as wide as the tile. In a
+  // modality's compact space (2D boundary) rows share frontiers: a text segment's rows all see the
+  // same video keys, so each slash is one key for all of them. There bands narrower than
+  // kNarrowBandKeys are read as columns (gathered 128 to a key chunk), not as spans of a key chunk
+  // each: a 2D tile read ~300 spans of 1-3 keys. (The full space keeps spans, as the GPU builder
+  // writes them, also for a head's short last tile.)
   void add_tile_keys(std::span<const int64_t> frontiers, TileKeys& keys) const override {
+    const bool narrow_as_columns = keys.compact_space();
     for (std::size_t run = 0; run < frontiers.size();) {
       std::size_t run_end = run + 1;
       while (run_end < frontiers.size() && frontiers[run_end] == frontiers[run_end - 1] + 1) {
@@ -33,7 +44,12 @@ class VerticalSlashPattern final : public KeyPattern {
       const int64_t high = frontiers[run_end - 1];
       for (int64_t slash : lines_.slashes) {
         if (slash >= high) break;  // ascending: this and the rest lie before key 0
-        keys.add_range(std::max<int64_t>(0, low - 1 - slash), high - slash);
+        const int64_t begin = std::max<int64_t>(0, low - 1 - slash);
+        if (narrow_as_columns && high - slash - begin < kNarrowBandKeys) {
+          for (int64_t key = begin; key < high - slash; ++key) keys.add_column(key);
+        } else {
+          keys.add_range(begin, high - slash);
+        }
       }
       run = run_end;
     }

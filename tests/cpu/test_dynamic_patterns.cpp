@@ -557,6 +557,31 @@ TEST(Boundary, TilesNeverStraddleModalitiesAnd2DPairsEqualTheirCompactProblem) {
   }
 }
 
+// A 2D-boundary tile's rows share frontiers in another modality's keys (a text segment's rows all
+// see the same video keys), so its slash lines there are single keys: read as columns, not as one
+// span (a key chunk on the engine) per line. On the SYNTHETIC interleaved preset that took a tile
+// from ~300 spans of 1-3 keys to ~8 spans; the plan's pairs are the same.
+TEST(Boundary, TwoDimensionalSlashLinesOfSharedFrontiersAreColumns) {
+  WorkloadSpec workload_spec;
+  workload_spec.preset = "mixed-interleaved";
+  workload_spec.seq_len = 8192;
+  workload_spec.q_heads = 1;
+  workload_spec.kv_heads = 1;
+  const Workload workload = Workload::create(workload_spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
+  const PlanShape shape{.q_len = workload.seq_len(), .kv_len = workload.seq_len()};
+  const Plan plan = build_plan(PatternSpec::parse("vertical-slash:vertical=64,slash=384,boundary=3"),
+                               shape, &workload.layout(), &inputs);
+  int64_t short_spans = 0;
+  for (const KeySpan& span : plan.spans) short_spans += span.end - span.begin < 4 ? 1 : 0;
+  constexpr int64_t kMaxSpansPerTile = 32;
+  EXPECT_LT(static_cast<int64_t>(plan.spans.size()),
+            kMaxSpansPerTile * static_cast<int64_t>(plan.tiles.size()));
+  EXPECT_LT(short_spans * 100, static_cast<int64_t>(plan.spans.size())) << "under 1% of the spans";
+  EXPECT_GT(plan.columns.size(), plan.spans.size());
+}
+
 // --- Errors
 // ---------------------------------------------------------------------------------------
 
