@@ -571,9 +571,9 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
         result.estimated_on_device = true;
         break;
       case SectionKind::kGrid: {
-        section.plan = build_grid_plan_on_device(
-            section.spec, local, select_heads(kGrid, *inputs.device, section.heads),
-            builder_stream);
+        section.plan = build_grid_plan_on_device(section.spec, local,
+                                                 select_heads(kGrid, *inputs.device, section.heads),
+                                                 builder_stream);
         // The plan's capacities (sized for the worst candidate stride): the real counts live on
         // the device.
         const index::GridBuild capacities = index::plan_grid(section.spec, local);

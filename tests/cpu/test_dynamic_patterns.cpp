@@ -571,8 +571,9 @@ TEST(Boundary, TwoDimensionalSlashLinesOfSharedFrontiersAreColumns) {
   const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
   const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
   const PlanShape shape{.q_len = workload.seq_len(), .kv_len = workload.seq_len()};
-  const Plan plan = build_plan(PatternSpec::parse("vertical-slash:vertical=64,slash=384,boundary=3"),
-                               shape, &workload.layout(), &inputs);
+  const Plan plan =
+      build_plan(PatternSpec::parse("vertical-slash:vertical=64,slash=384,boundary=3"), shape,
+                 &workload.layout(), &inputs);
   int64_t short_spans = 0;
   for (const KeySpan& span : plan.spans) short_spans += span.end - span.begin < 4 ? 1 : 0;
   constexpr int64_t kMaxSpansPerTile = 32;

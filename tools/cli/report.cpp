@@ -208,8 +208,8 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   if (executor.gpu() && run.specs.size() == 1) {
     Executor::PatternPlan built;
     report.index_seconds = median_gpu_build_seconds(executor, [&] {
-      built = executor.prepare_pattern_plan(run.specs.front(), shape, inputs.layout,
-                                            pattern_inputs, head_dim);
+      built = executor.prepare_pattern_plan(run.specs.front(), shape, inputs.layout, pattern_inputs,
+                                            head_dim);
     });
     prepared = std::move(built.prepared);
     // One build for every head slot: each is given an equal share.
