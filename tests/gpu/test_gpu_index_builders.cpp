@@ -364,6 +364,7 @@ TEST_F(GpuIndexBuild, GridEdgeShapesMatchTheHost) {
       grid(3, 1024, 1, 0, 0, 0, 5, 64, 0),         // hline only, local wider than the stride
       grid(5000, 1024, 0, 1, 1, 100, 200, 64, 0),  // a stride beyond every key
       grid(0, 1024, 1, 1, 1, 1000, 0, 64, 0),      // the sink covers everything
+      grid(0, 1024, 0, 1, 1, 30, 0, 300, 0),       // more estimate rows than a block's threads
   };
   for (const EdgeShape& edge : edges) {
     const ProblemSize size = edge_size(random, edge);
