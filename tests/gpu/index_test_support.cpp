@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <functional>
 
@@ -10,6 +11,36 @@
 #include "patterns/estimation.h"
 
 namespace mmsparse::test {
+
+ProblemSize random_problem(Random& random, const ProblemLimits& limits) {
+  ProblemSize size;
+  size.batch = random.uniform_int(1, 2);
+  const Gqa& gqa = limits.gqa_shapes[static_cast<std::size_t>(
+      random.uniform_int(0, static_cast<int64_t>(limits.gqa_shapes.size()) - 1))];
+  size.kv_heads = gqa.kv_heads;
+  size.group = gqa.group;
+  size.head_dim = pick(random, kHeadDims);
+  size.dtype = pick(random, kDtypes);
+  size.q_len = random.uniform_int(0, limits.max_query_length / 2) * 2 + 1;
+  size.kv_len = random.bernoulli(0.8) ? size.q_len + random.uniform_int(0, limits.max_extra_keys)
+                                      : random.uniform_int(0, size.q_len);
+  size.tile_rows = pick(random, kTileRows);
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  size.kernel = cuda::AttentionKernel::kAuto;
+  return size;
+}
+
+ProblemSize oracle_problem(Random& random, const ProblemLimits& limits, DType dtype,
+                           int64_t tile_rows) {
+  ProblemSize size = random_problem(random, limits);
+  size.dtype = dtype;
+  size.tile_rows = tile_rows;
+  size.head_dim = kHeadDims.back();
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
+  size.kv_len = size.q_len + random.uniform_int(0, limits.max_extra_keys);
+  return size;
+}
 
 HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q,
                        const std::vector<int64_t>& heads) {

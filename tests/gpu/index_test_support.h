@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -27,6 +28,31 @@ template <class T, std::size_t N>
 const T& pick(Random& random, const std::array<T, N>& choices) {
   return choices[static_cast<std::size_t>(random.uniform_int(0, static_cast<int64_t>(N) - 1))];
 }
+
+inline constexpr std::array<int64_t, 2> kTileRows = {64, 128};
+inline constexpr std::array<int64_t, 2> kHeadDims = {64, 128};
+inline constexpr std::array<DType, 2> kDtypes = {DType::kBFloat16, DType::kFloat16};
+
+struct Gqa {
+  int64_t kv_heads;
+  int64_t group;
+};
+
+// What a test file's random problems range over: its GQA shapes and lengths.
+struct ProblemLimits {
+  std::span<const Gqa> gqa_shapes;
+  int64_t max_query_length;
+  int64_t max_extra_keys;
+};
+
+// A random problem: odd query lengths (mostly more keys than queries, sometimes fewer), batch 1 or
+// 2, one of the limits' GQA shapes, both head dims, dtypes and tile heights.
+ProblemSize random_problem(Random& random, const ProblemLimits& limits);
+
+// A random problem for the fp64 oracle check of one kernel configuration: `dtype`, `tile_rows`,
+// head_dim 128 (both kernels serve it), at least two query tiles and at least as many keys.
+ProblemSize oracle_problem(Random& random, const ProblemLimits& limits, DType dtype,
+                           int64_t tile_rows);
 
 // The host estimate's column (vertical) and diagonal (slash) scores (patterns/estimation.h) of the
 // last `last_q` queries, all keys as the key space, for the head slots of the query heads `heads`

@@ -65,16 +65,9 @@ constexpr int64_t kMaxFixedStride = 300;
 // the grid search has a clear answer to find.
 constexpr int64_t kMinPlantedStride = 3;
 constexpr double kPlantedShare = 0.5;
-constexpr std::array<int64_t, 2> kTileRows = {64, 128};
-constexpr std::array<int64_t, 2> kHeadDims = {64, 128};
-constexpr std::array<DType, 2> kDtypes = {DType::kBFloat16, DType::kFloat16};
-
-struct Gqa {
-  int64_t kv_heads;
-  int64_t group;
-};
 // GQA ratios 1, 2 and 7.
 constexpr std::array<Gqa, 4> kGqaShapes = {{{3, 1}, {2, 2}, {1, 7}, {2, 7}}};
+constexpr ProblemLimits kLimits{kGqaShapes, kMaxQueryLength, kMaxExtraKeys};
 
 // What builds a head of a mix.
 enum class HeadKind { kStatic, kDeviceVerticalSlash, kDeviceGrid, kHost };
@@ -237,23 +230,6 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
   return mix;
 }
 
-ProblemSize random_size(Random& random) {
-  ProblemSize size;
-  size.batch = random.uniform_int(1, 2);
-  const Gqa gqa = pick(random, kGqaShapes);
-  size.kv_heads = gqa.kv_heads;
-  size.group = gqa.group;
-  size.head_dim = pick(random, kHeadDims);
-  size.dtype = pick(random, kDtypes);
-  size.q_len = random.uniform_int(0, kMaxQueryLength / 2) * 2 + 1;
-  size.kv_len = random.bernoulli(0.8) ? size.q_len + random.uniform_int(0, kMaxExtraKeys)
-                                      : random.uniform_int(0, size.q_len);
-  size.tile_rows = pick(random, kTileRows);
-  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-  size.kernel = cuda::AttentionKernel::kAuto;
-  return size;
-}
-
 std::string describe(const Mix& mix) {
   std::string text = describe(mix.size) + " specs:";
   for (const PatternSpec& spec : mix.specs) {
@@ -316,7 +292,7 @@ TEST_F(GpuConfigBuild, MixedHeadsMatchTheHostPlanOnRandomInputs) {
   Random random;
   SCOPED_TRACE(random.trace());
   for (int trial = 0; trial < kRandomTrials; ++trial) {
-    const ProblemSize size = random_size(random);
+    const ProblemSize size = random_problem(random, kLimits);
     AttentionInputs inputs = random_inputs(random, size);
     maybe_plant_grid(random, inputs, size);
     const Mix mix = random_mix(random, size, inputs);
@@ -381,13 +357,7 @@ TEST_F(GpuConfigBuild, AttentionThroughTheConfigPlanMatchesTheOracle) {
   SCOPED_TRACE(random.trace());
   for (const DType dtype : kDtypes) {
     for (const int64_t tile_rows : kTileRows) {
-      ProblemSize size = random_size(random);
-      size.dtype = dtype;
-      size.tile_rows = tile_rows;
-      size.head_dim = kHeadDims.back();
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-      size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
-      size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+      const ProblemSize size = oracle_problem(random, kLimits, dtype, tile_rows);
       AttentionInputs inputs = random_inputs(random, size);
       maybe_plant_grid(random, inputs, size);
       const Mix mix = random_mix(random, size, inputs);
@@ -462,7 +432,7 @@ TEST_F(GpuConfigBuild, GridSectionsMatchTheHostPlan) {
 TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   Random random;
   SCOPED_TRACE(random.trace());
-  ProblemSize size = random_size(random);
+  ProblemSize size = random_problem(random, kLimits);
   size.head_dim = kHeadDims.back();
   size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
   size.q_len = 333;

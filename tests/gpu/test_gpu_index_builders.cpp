@@ -50,15 +50,8 @@ constexpr int64_t kMaxExtraKeys = 300;
 constexpr int64_t kMaxSink = 40;
 constexpr int64_t kMaxLocal = 130;
 constexpr int64_t kMaxLastQueries = 150;
-constexpr std::array<int64_t, 2> kTileRows = {64, 128};
-constexpr std::array<int64_t, 2> kHeadDims = {64, 128};
-constexpr std::array<DType, 2> kDtypes = {DType::kBFloat16, DType::kFloat16};
-
-struct Gqa {
-  int64_t kv_heads;
-  int64_t group;
-};
 constexpr std::array<Gqa, 4> kGqaShapes = {{{1, 1}, {2, 2}, {1, 7}, {2, 7}}};
+constexpr ProblemLimits kLimits{kGqaShapes, kMaxQueryLength, kMaxExtraKeys};
 
 // The two builds of one spec on one set of inputs.
 struct BothPlans {
@@ -79,25 +72,6 @@ BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const Atte
   // q and k are freed on return: the build must have read them.
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return plans;
-}
-
-// A random problem: odd lengths (mostly more keys than queries, sometimes fewer), batch 1 or 2,
-// every GQA ratio, both head dims and dtypes, random memory layouts.
-ProblemSize random_size(Random& random) {
-  ProblemSize size;
-  size.batch = random.uniform_int(1, 2);
-  const Gqa gqa = pick(random, kGqaShapes);
-  size.kv_heads = gqa.kv_heads;
-  size.group = gqa.group;
-  size.head_dim = pick(random, kHeadDims);
-  size.dtype = pick(random, kDtypes);
-  size.q_len = random.uniform_int(0, kMaxQueryLength / 2) * 2 + 1;
-  size.kv_len = random.bernoulli(0.8) ? size.q_len + random.uniform_int(0, kMaxExtraKeys)
-                                      : random.uniform_int(0, size.q_len);
-  size.tile_rows = pick(random, kTileRows);
-  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-  size.kernel = cuda::AttentionKernel::kAuto;
-  return size;
 }
 
 // An edge case's lengths and tile height, with a random GQA ratio, head dim and dtype.
@@ -143,7 +117,7 @@ TEST_F(GpuIndexBuild, VerticalSlashMatchesTheHostPlanOnRandomInputs) {
   Random random;
   SCOPED_TRACE(random.trace());
   for (int trial = 0; trial < kRandomTrials; ++trial) {
-    const ProblemSize size = random_size(random);
+    const ProblemSize size = random_problem(random, kLimits);
     const AttentionInputs inputs = random_inputs(random, size);
     const PatternSpec spec = random_clear_spec(random, size, inputs);
     SCOPED_TRACE(spec.to_string() + " " + describe(size));
@@ -184,13 +158,7 @@ TEST_F(GpuIndexBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
   SCOPED_TRACE(random.trace());
   for (const DType dtype : kDtypes) {
     for (const int64_t tile_rows : kTileRows) {
-      ProblemSize size = random_size(random);
-      size.dtype = dtype;
-      size.tile_rows = tile_rows;
-      size.head_dim = kHeadDims.back();
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-      size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
-      size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+      const ProblemSize size = oracle_problem(random, kLimits, dtype, tile_rows);
       const AttentionInputs inputs = random_inputs(random, size);
       const PatternSpec spec = random_clear_spec(random, size, inputs);
       SCOPED_TRACE(spec.to_string() + " " + describe(size));
@@ -208,7 +176,7 @@ TEST_F(GpuIndexBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
 TEST_F(GpuIndexBuild, PreparePatternEstimatesFromDeviceInputs) {
   Random random;
   SCOPED_TRACE(random.trace());
-  ProblemSize size = random_size(random);
+  ProblemSize size = random_problem(random, kLimits);
   size.head_dim = kHeadDims.back();
   size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
   size.q_len = 333;
@@ -337,7 +305,7 @@ TEST_F(GpuIndexBuild, GridMatchesTheHostOnRandomInputs) {
   SCOPED_TRACE(random.trace());
   int64_t clear = 0;
   for (int trial = 0; trial < kRandomTrials; ++trial) {
-    const ProblemSize size = random_size(random);
+    const ProblemSize size = random_problem(random, kLimits);
     AttentionInputs inputs = random_inputs(random, size);
     // Half the trials carry a planted grid, so that the search has a clear answer to find.
     if (random.bernoulli(0.5)) {
@@ -478,13 +446,7 @@ TEST_F(GpuIndexBuild, GridAttentionThroughTheDevicePlanMatchesTheOracle) {
   SCOPED_TRACE(random.trace());
   for (const DType dtype : kDtypes) {
     for (const int64_t tile_rows : kTileRows) {
-      ProblemSize size = random_size(random);
-      size.dtype = dtype;
-      size.tile_rows = tile_rows;
-      size.head_dim = kHeadDims.back();
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-      size.q_len = std::max<int64_t>(size.q_len, 2 * tile_rows + 1);
-      size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+      const ProblemSize size = oracle_problem(random, kLimits, dtype, tile_rows);
       AttentionInputs inputs = random_inputs(random, size);
       const int64_t stride = random.uniform_int(kMinPlantedStride, size.head_dim - 2);
       plant_grid(random, inputs, size, stride, random.uniform_int(0, stride - 1));

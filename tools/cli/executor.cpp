@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "cli_common.h"
 #include "mmsparse/build_info.h"
@@ -87,6 +88,18 @@ Executor::ConfigPlan Executor::prepare_config_plan(const std::vector<PatternSpec
   result.times = result.prepared.build_times();  // waits for the build
   synchronize(device_);
   return result;
+}
+
+double Executor::median_build_seconds(const std::function<void()>& build) const {
+  for (int i = 0; i < timing_.warmup; ++i) build();
+  std::vector<double> seconds;
+  for (int i = 0; i < timing_.repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    build();
+    seconds.push_back(seconds_since(start));
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return seconds[seconds.size() / 2];
 }
 
 double Executor::run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse) {

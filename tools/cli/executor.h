@@ -3,6 +3,7 @@
 // way each device needs: one host-clock run on the CPU, a warmed-up median of device-event runs on
 // the GPU. Results always come back to host tensors for the metrics.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,12 +61,16 @@ class Executor {
   ConfigPlan prepare_config_plan(const std::vector<PatternSpec>& specs, PlanShape shape,
                                  const ModalityLayout* layout, const PatternInputs& host_inputs,
                                  int64_t head_dim) const;
+  // A GPU plan build timed like attention: warm-up builds first (lazy module loading, the memory
+  // pool's first mapping: costs a serving loop pays once, not per layer), then the median host
+  // clock of the timed builds, each ending in its synchronisation. `build` keeps what it built
+  // last. Returns seconds.
+  double median_build_seconds(const std::function<void()>& build) const;
   // Attention over the prepared plan; out/lse are host tensors of the right shape. Returns
   // seconds (the median over repeats on the GPU).
   double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);
 
   bool gpu() const { return gpu_; }
-  const TimingFlags& timing() const { return timing_; }
   std::string device_label() const;
 
  private:

@@ -173,22 +173,6 @@ RunSummary summarize(const RunReport& run) {
   return summary;
 }
 
-// A GPU build timed like attention: warm-up builds first (lazy module loading, the memory pool's
-// first mapping: costs a serving loop pays once, not per layer), then the median host clock of the
-// timed builds, each to its synchronisation; `build` keeps what the last one built.
-template <typename Build>
-double median_gpu_build_seconds(const Executor& executor, Build&& build) {
-  for (int i = 0; i < executor.timing().warmup; ++i) build();
-  std::vector<double> seconds;
-  for (int i = 0; i < executor.timing().repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    build();
-    seconds.push_back(seconds_since(start));
-  }
-  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-  return seconds[seconds.size() / 2];
-}
-
 RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
                       const TensorView& out, const TensorView& lse) {
   const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
@@ -207,7 +191,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   std::optional<Plan> host_plan;
   if (executor.gpu() && run.specs.size() == 1) {
     Executor::PatternPlan built;
-    report.index_seconds = median_gpu_build_seconds(executor, [&] {
+    report.index_seconds = executor.median_build_seconds([&] {
       built = executor.prepare_pattern_plan(run.specs.front(), shape, inputs.layout, pattern_inputs,
                                             head_dim);
     });
@@ -221,7 +205,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
     }
   } else if (executor.gpu()) {
     Executor::ConfigPlan built;
-    report.index_seconds = median_gpu_build_seconds(executor, [&] {
+    report.index_seconds = executor.median_build_seconds([&] {
       built =
           executor.prepare_config_plan(run.specs, shape, inputs.layout, pattern_inputs, head_dim);
     });
