@@ -154,22 +154,15 @@ void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& s
   const mmsparse::PatternSpec& selection_spec =
       grid ? mmsparse::resolve_pattern(mmsparse::PatternSpec::parse("vertical-slash")) : spec;
   const cuda::index::VerticalSlashBuild build =
-      cuda::index::plan_vertical_slash(selection_spec, shape);
+      cuda::index::plan_vertical_slash(selection_spec, shape, nullptr);
   const int64_t last_q = grid ? cuda::index::plan_grid(spec, shape).last_q : build.last_q;
   const cuda::index::EstimateExtents extents = cuda::index::estimate_extents(operands, last_q);
   StageScratch scratch;
-  cuda::index::EstimateScratch estimate;
-  estimate.partial_max = scratch.add<float>(extents.slots * extents.rows * extents.chunks);
-  estimate.partial_sum = scratch.add<double>(extents.slots * extents.rows * extents.chunks);
-  estimate.row_max = scratch.add<float>(extents.slots * extents.rows);
-  estimate.row_sum = scratch.add<double>(extents.slots * extents.rows);
-  estimate.diagonal_partials =
-      scratch.add<double>(extents.slots * extents.chunks * extents.diagonal_span());
-  estimate.column_sums = scratch.add<double>(extents.slots * extents.scores);
-  estimate.diagonal_sums = scratch.add<double>(extents.slots * extents.scores);
-  if (grid) {
-    estimate.probabilities = scratch.add<float>(extents.slots * extents.rows * extents.scores);
-  }
+  cuda::index::ScratchLayout estimate_layout;
+  const cuda::index::EstimateRegions regions =
+      cuda::index::add_estimate_regions(estimate_layout, extents, grid);
+  const cuda::index::EstimateScratch estimate = cuda::index::estimate_scratch(
+      scratch.add<std::byte>(static_cast<int64_t>(estimate_layout.bytes())), regions);
   const int64_t verticals = std::min(build.vertical, extents.scores);
   const int64_t slashes = std::min(build.slash, extents.scores);
   const cuda::index::LineSelection vertical_selection{
@@ -264,10 +257,11 @@ void run(int64_t length, const std::string& only) {
             stream, [&] { plan.release(stream); },
             [&] {
               const auto host_start = std::chrono::steady_clock::now();
-              plan = grid ? cuda::build_grid_plan_on_device(
-                                spec, shape, operands, stream,
-                                static_cast<mmsparse::detail::GridLines*>(chosen.data))
-                          : cuda::build_dynamic_plan_on_device(spec, shape, operands, stream);
+              plan =
+                  grid ? cuda::build_grid_plan_on_device(
+                             spec, shape, operands, stream,
+                             static_cast<mmsparse::detail::GridLines*>(chosen.data))
+                       : cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
               host_milliseconds = std::chrono::duration<double, std::milli>(
                                       std::chrono::steady_clock::now() - host_start)
                                       .count();

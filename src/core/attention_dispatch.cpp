@@ -366,14 +366,16 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
     prepared.impl_->shape = shape;
     prepared.impl_->device = device;
     if (estimate_on_device) {
-      if (!cuda::builds_dynamic_on_device(resolved) && !cuda::builds_grid_on_device(resolved)) {
+      if (!cuda::builds_dynamic_on_device(resolved, shape, layout) &&
+          !cuda::builds_grid_on_device(resolved)) {
         throw Error(ErrorCode::kUnsupported,
                     "prepare_pattern: " + resolved.to_string() +
-                        " is not built on the GPU (vertical-slash and grid with boundary 0 or 1 "
-                        "are); pass host inputs to build it on the host");
+                        " is not built on the GPU (vertical-slash with boundary 0, 1 or 2 and "
+                        "grid with boundary 0 or 1 are); pass host inputs to build it on the host");
       }
       prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
-          resolved, shape, cuda::make_estimate_operands(resolved.name, *inputs, shape), stream));
+          resolved, shape, layout, cuda::make_estimate_operands(resolved.name, *inputs, shape),
+          stream));
       prepared.impl_->estimated_on_device = true;
     } else {
       prepared.impl_->device_passes.push_back(
@@ -404,7 +406,7 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
     const auto estimated =
         std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
           return !cuda::builds_on_device(spec.name) &&
-                 cuda::builds_head_on_device(spec, device_inputs);
+                 cuda::builds_head_on_device(spec, shape, layout, device_inputs);
         });
     // Errors in the inputs name the first head's pattern that estimates from them.
     if (estimated != resolved.end()) {

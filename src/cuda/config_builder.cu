@@ -356,17 +356,19 @@ PlanBuildTimes config_build_times(const ConfigBuildTimer& timer) {
   return times;
 }
 
-bool builds_head_on_device(const PatternSpec& resolved_spec, bool device_inputs) {
+bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                           const ModalityLayout* layout, bool device_inputs) {
   return builds_on_device(resolved_spec.name) ||
-         (device_inputs &&
-          (builds_dynamic_on_device(resolved_spec) || builds_grid_on_device(resolved_spec)));
+         (device_inputs && (builds_dynamic_on_device(resolved_spec, shape, layout) ||
+                            builds_grid_on_device(resolved_spec)));
 }
 
 namespace {
 
 // Heads grouped into sections: static and device vertical-slash and grid heads by spec, the rest
 // into one host section (last).
-std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool device_inputs) {
+std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                                 const ModalityLayout* layout, bool device_inputs) {
   std::vector<Section> sections;
   std::map<std::string, std::size_t> by_spec;
   Section host;
@@ -374,7 +376,7 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, bool dev
   for (std::size_t h = 0; h < specs.size(); ++h) {
     const PatternSpec& spec = specs[h];
     const auto head = static_cast<int32_t>(h);
-    if (!builds_head_on_device(spec, device_inputs)) {
+    if (!builds_head_on_device(spec, shape, layout, device_inputs)) {
       host.heads.push_back(head);
       host.specs.push_back(spec);
       continue;
@@ -436,14 +438,15 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
     if (is_dynamic(spec) && inputs.host == nullptr) {
       const std::string head = "prepare_pattern specs: head " + std::to_string(section.heads[j]) +
                                " (" + spec.to_string() + ")";
-      throw Error(ErrorCode::kUnsupported,
-                  builds_dynamic_on_device(spec) || builds_grid_on_device(spec)
-                      ? head +
-                            " needs inputs: device q and k to estimate it on the GPU, or host "
-                            "q and k (host_inputs) to build it on the host"
-                      : head +
-                            " is not built on the GPU; pass host q and k (host_inputs) to "
-                            "build it on the host");
+      throw Error(
+          ErrorCode::kUnsupported,
+          builds_dynamic_on_device(spec, shape, inputs.layout) || builds_grid_on_device(spec)
+              ? head +
+                    " needs inputs: device q and k to estimate it on the GPU, or host "
+                    "q and k (host_inputs) to build it on the host"
+              : head +
+                    " is not built on the GPU; pass host q and k (host_inputs) to "
+                    "build it on the host");
     }
     const auto start = std::chrono::steady_clock::now();
     append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,
@@ -528,7 +531,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   // Declared before the sections: a section plan that is not released (an error midway) frees its
   // buffer on its stream when destroyed, so the streams must outlive it.
   std::optional<SectionStreams> section_streams;
-  std::vector<Section> sections = group_heads(resolved_specs, inputs.device != nullptr);
+  std::vector<Section> sections =
+      group_heads(resolved_specs, shape, inputs.layout, inputs.device != nullptr);
   ConfigBuild result;
   auto timer = std::make_shared<ConfigBuildTimer>();
   timer->slots.resize(static_cast<std::size_t>(slots));
@@ -564,10 +568,12 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
         break;
       case SectionKind::kVerticalSlash:
         section.plan = build_dynamic_plan_on_device(
-            section.spec, local, select_heads(kVerticalSlash, *inputs.device, section.heads),
-            builder_stream);
+            section.spec, local, inputs.layout,
+            select_heads(kVerticalSlash, *inputs.device, section.heads), builder_stream);
         section.max_slot_tiles =
             local.head_slots() > 0 ? section.plan.num_tiles() / local.head_slots() : 0;
+        // A Q-boundary head's query order (the same runs for every slot).
+        section.runs = index::plan_vertical_slash(section.spec, local, inputs.layout).runs();
         result.estimated_on_device = true;
         break;
       case SectionKind::kGrid: {

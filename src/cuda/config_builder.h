@@ -28,8 +28,10 @@
 namespace mmsparse::cuda {
 
 // Whether a head of `resolved_spec` is built by kernels: static patterns always, vertical-slash
-// and grid with boundary 0 or 1 when device q and k are at hand.
-bool builds_head_on_device(const PatternSpec& resolved_spec, bool device_inputs);
+// and grid heads the GPU estimate builds (builds_dynamic_on_device, builds_grid_on_device) when
+// device q and k are at hand.
+bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                           const ModalityLayout* layout, bool device_inputs);
 
 struct ConfigInputs {
   const ModalityLayout* layout = nullptr;    // host-built heads' layout (boundary modes)

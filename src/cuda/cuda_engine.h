@@ -132,6 +132,7 @@ class DevicePlan {
   // Fills it from estimates of device Q and K (index_builders.cu).
   friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
                                                  const PlanShape& shape,
+                                                 const ModalityLayout* layout,
                                                  const EstimateOperands& operands, void* stream);
   friend DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec,
                                               const PlanShape& shape,

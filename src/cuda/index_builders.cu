@@ -163,22 +163,38 @@ EstimateOperands select_heads(const std::string& pattern, EstimateOperands opera
 
 namespace {
 
-// Boundary none or K: the modes the GPU builders serve.
-bool whole_key_space(const PatternSpec& resolved_spec) {
+detail::BoundaryMode spec_boundary(const PatternSpec& resolved_spec) {
   const auto boundary = resolved_spec.params.find(detail::kBoundaryParam);
-  return boundary != resolved_spec.params.end() &&
-         (boundary->second == static_cast<int64_t>(detail::BoundaryMode::kNone) ||
-          boundary->second == static_cast<int64_t>(detail::BoundaryMode::kKey));
+  return boundary == resolved_spec.params.end()
+             ? detail::BoundaryMode::kNone
+             : static_cast<detail::BoundaryMode>(boundary->second);
 }
 
 }  // namespace
 
-bool builds_dynamic_on_device(const PatternSpec& resolved_spec) {
-  return resolved_spec.name == kVerticalSlash && whole_key_space(resolved_spec);
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                              const ModalityLayout* layout) {
+  if (resolved_spec.name != kVerticalSlash) return false;
+  switch (spec_boundary(resolved_spec)) {
+    case detail::BoundaryMode::kNone:
+    case detail::BoundaryMode::kKey:
+      return true;
+    case detail::BoundaryMode::kQuery:
+      try {
+        return index::fits_estimate(index::plan_vertical_slash(resolved_spec, shape, layout));
+      } catch (const Error&) {
+        return true;  // the build reports the spec's or the layout's error
+      }
+    case detail::BoundaryMode::kTwoD:
+      return false;
+  }
+  return false;  // an out-of-range mode: the host build reports it
 }
 
 bool builds_grid_on_device(const PatternSpec& resolved_spec) {
-  return resolved_spec.name == kGrid && whole_key_space(resolved_spec);
+  const detail::BoundaryMode mode = spec_boundary(resolved_spec);
+  return resolved_spec.name == kGrid &&
+         (mode == detail::BoundaryMode::kNone || mode == detail::BoundaryMode::kKey);
 }
 
 namespace {
@@ -261,9 +277,10 @@ index::PlanSections plan_sections(void* buffer, const DevicePlanLayout& layout) 
 }  // namespace
 
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const ModalityLayout* layout,
                                         const EstimateOperands& operands, void* stream) {
   if (resolved_spec.name == kGrid) {
-    return build_grid_plan_on_device(resolved_spec, shape, operands, stream);
+    return build_grid_plan_on_device(resolved_spec, shape, operands, stream);  // boundary 0/1
   }
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
@@ -273,18 +290,17 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
                                              ", got \"" + resolved_spec.name + "\"");
   }
   check_estimated_heads(operands, shape);
-  const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape);
+  const index::VerticalSlashBuild build = index::plan_vertical_slash(resolved_spec, shape, layout);
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
 
-  // Boundary none/K keeps the identity order: no runs.
   DevicePlan plan;
   plan.layout_ = dynamic_plan_layout(
-      {shape.head_slots(), 0, tiles, build.span_capacity, build.column_capacity});
+      {shape.head_slots(), build.runs(), tiles, build.span_capacity, build.column_capacity});
   plan.shape_ = shape;
   plan.num_tiles_ = tiles;
   plan.num_columns_ = build.column_capacity;  // an upper bound: the count lives on the device
-  plan.covers_every_row_ = true;              // one group tiles every row
+  plan.covers_every_row_ = true;              // the groups tile every row
   plan.stream_ = stream;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   plan.buffer_ = allocate_plan(plan.layout_, cuda_stream);

@@ -5,8 +5,8 @@
 // (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
 // every record of the plan equals the host plan's upload.
 //
-// Built here: vertical-slash and grid, each with boundary 0 (none) or 1 (K-boundary, the same
-// plan).
+// Built here: vertical-slash with boundary 0 (none), 1 (K-boundary, the same plan) or 2
+// (Q-boundary), grid with boundary 0 or 1.
 //
 // Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
 // many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/cuda_engine.h"
+#include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "patterns/grid.h"
@@ -70,19 +71,24 @@ bool inputs_on_device(const PatternInputs& inputs);
 EstimateOperands make_estimate_operands(const std::string& pattern, const PatternInputs& inputs,
                                         const PlanShape& shape);
 
-// Whether the resolved spec is a vertical-slash head the GPU estimate builds, whole plans and head
-// subsets alike (per-head configs route their device sections by it).
-bool builds_dynamic_on_device(const PatternSpec& resolved_spec);
+// Whether the resolved spec is a vertical-slash head the GPU estimate builds for this shape and
+// layout, whole plans and head subsets alike (per-head configs route their device sections by it):
+// boundary none or K, or Q when each query group's estimate rows fit the estimate kernels (at
+// most kMaxEstimateSegments runs of consecutive rows; index_kernels.h). Specs whose layout does
+// not suit their boundary answer true, so that the build reports the layout error.
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                              const ModalityLayout* layout);
 // Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1),
 // whole plans and head subsets alike.
 bool builds_grid_on_device(const PatternSpec& resolved_spec);
 
-// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, made on the device, for the
+// The plan build_plan(resolved_spec, shape, layout, inputs) builds, made on the device, for the
 // specs builds_dynamic_on_device or builds_grid_on_device accepts. Throws like the host builder on
-// bad parameters and shapes, kUnsupported for specs it does not build;
+// bad parameters, shapes and layouts, kUnsupported for specs it does not build;
 // asynchronous on `stream` (cudaStream_t). With a head selection, shape.heads must equal the
 // number of selected heads.
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const ModalityLayout* layout,
                                         const EstimateOperands& operands, void* stream);
 
 // The grid head's plan (MMInference Alg. 1) as build_dynamic_plan_on_device builds it, and, when

@@ -9,13 +9,19 @@
 //                 probabilities themselves when asked for.
 // Every sum runs over rows in ascending order, in double like the host's; the scores themselves
 // differ from the host's by summation order in the dot product only (the contract allows that).
+// The estimate rows come in segments of consecutive queries (EstimateSegment): the last rows of q,
+// or a Q-boundary group's last rows, one segment per run of its modality; a segment's rows meet a
+// chunk's keys on rows + kChunk - 1 diagonals, so each segment has its own diagonal partials.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -23,7 +29,6 @@
 #include "cuda/ptx_primitives.cuh"
 #include "mmsparse/status.h"
 #include "patterns/dynamic_head.h"
-#include "patterns/modality_boundary.h"
 #include "patterns/pattern_registry.h"
 
 namespace mmsparse::cuda::index {
@@ -46,6 +51,7 @@ constexpr int kRowPitch = static_cast<int>(kMaxEstimateHeadDim) + 8;
 constexpr int kScorePitch = kChunk + 1;
 constexpr int kTileDiagonals = kTileRows + kChunk - 1;
 constexpr int kMaxDiagonals = static_cast<int>(kMaxEstimateRows) + kChunk - 1;
+constexpr int kMaxSegments = static_cast<int>(kMaxEstimateSegments);
 constexpr int kGatherThreads = 256;
 constexpr int kCombineWarpsPerBlock = 8;
 static_assert(kChunk % kMmaKeys == 0 && kThreads >= kTileDiagonals && kThreads >= kTileRows);
@@ -63,6 +69,15 @@ struct HeadSelection {
   int32_t kv_first[kMaxSelectedHeads + 1];  // first local index of each used KV head
 };
 
+// An EstimateSegment with where its rows and diagonal partials start.
+struct SegmentView {
+  int64_t position;   // query row of its first estimate row
+  int64_t frontier;   // keys its first row sees
+  int32_t first_row;  // among the estimate rows
+  int32_t rows;
+  int32_t first_entry;  // among a chunk's diagonal partials
+};
+
 // Rows load as 16-byte vectors: the operands' last dimension is contiguous and their rows 16-byte
 // aligned (make_estimate_operands checks).
 struct EstimateParams {
@@ -73,11 +88,29 @@ struct EstimateParams {
   int32_t q_heads, kv_heads, group, head_dim;
   int64_t kv_len;
   float scale;
-  int64_t rows, first_row, chunks, scores;
-  int64_t first_aligned;  // aligned key position of estimate row 0: first_row + kv_len - q_len
+  int64_t rows, chunks, scores;
+  int32_t segment_count;
+  int32_t diagonal_entries;  // per chunk
+  SegmentView segments[kMaxSegments];
   int32_t slots_per_batch;  // estimated heads per batch element
   HeadSelection selection;
   EstimateScratch scratch;
+
+  // The segment holding estimate row `row`.
+  __device__ const SegmentView& segment_of(int64_t row) const {
+    int s = 0;
+    while (s + 1 < segment_count && segments[s + 1].first_row <= row) ++s;
+    return segments[s];
+  }
+  // Keys estimate row `row` sees: [0, frontier).
+  __device__ int64_t frontier(int64_t row) const {
+    const SegmentView& segment = segment_of(row);
+    return segment.frontier + (row - segment.first_row);
+  }
+  __device__ int64_t position(int64_t row) const {
+    const SegmentView& segment = segment_of(row);
+    return segment.position + (row - segment.first_row);
+  }
 };
 
 struct EstimateShared {
@@ -87,7 +120,8 @@ struct EstimateShared {
     float values[kTileRows * kScorePitch];                // after: scores or probabilities
   } tile;
   double columns[kChunk];
-  double diagonals[kMaxDiagonals];  // by u = estimate row - key in chunk + kChunk - 1
+  double diagonals[kMaxDiagonals];  // per segment, by u = its row - key in chunk + kChunk - 1
+  int64_t row_frontier[kTileRows];
   float row_max[kTileRows];
   double row_sum[kTileRows];
 };
@@ -144,7 +178,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t row_begin = 0; row_begin < params.rows; row_begin += kTileRows) {
       const int tile_rows =
           static_cast<int>(params.rows - row_begin < kTileRows ? params.rows - row_begin : kTileRows);
-      if (params.first_aligned + row_begin + tile_rows - 1 < key_begin) {
+      // Frontiers ascend with the rows, so the tile's last row sees the most keys.
+      if (params.frontier(row_begin + tile_rows - 1) <= key_begin) {
         // Causality: no row of the tile sees a key of the chunk.
         if (pass == EstimatePass::kStats && static_cast<int>(threadIdx.x) < tile_rows) {
           const int64_t at = (slot * params.rows + row_begin + threadIdx.x) * params.chunks + chunk;
@@ -154,17 +189,20 @@ __global__ void __launch_bounds__(kThreads)
         continue;
       }
       __syncthreads();  // the previous tile's values are consumed
-      const uint16_t* queries = params.q + batch * params.q_stride_batch +
-                                (params.first_row + row_begin) * params.q_stride_row +
-                                q_head * params.q_stride_head;
+      const uint16_t* queries =
+          params.q + batch * params.q_stride_batch + q_head * params.q_stride_head;
       for (int v = static_cast<int>(threadIdx.x); v < kTileRows * row_vectors; v += kThreads) {
         const int row = v / row_vectors;
         const int dim = v % row_vectors * kVectorElements;
         uint4 bits = {};
         if (row < tile_rows) {
-          bits = *reinterpret_cast<const uint4*>(queries + row * params.q_stride_row + dim);
+          bits = *reinterpret_cast<const uint4*>(
+              queries + params.position(row_begin + row) * params.q_stride_row + dim);
         }
         *reinterpret_cast<uint4*>(shared.tile.queries + row * kRowPitch + dim) = bits;
+      }
+      if (static_cast<int>(threadIdx.x) < tile_rows) {
+        shared.row_frontier[threadIdx.x] = params.frontier(row_begin + threadIdx.x);
       }
       if (pass == EstimatePass::kSums && static_cast<int>(threadIdx.x) < tile_rows) {
         const int64_t row = slot * params.rows + row_begin + threadIdx.x;
@@ -198,9 +236,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int element = 0; element < 4; ++element) {
           const int row = warp_row + (element / 2) * kFragmentHalfRows;
           const int key = key_tile * kMmaKeys + pair + element % 2;
-          const int64_t aligned = params.first_aligned + row_begin + row;
           const int64_t position = key_begin + key;
-          const bool valid = row < tile_rows && position < params.kv_len && position <= aligned;
+          const bool valid = row < tile_rows && position < shared.row_frontier[row];
           const float score = scores[key_tile][element] * params.scale;
           float value;
           if (pass == EstimatePass::kStats) {
@@ -237,7 +274,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int i = x; i < tile_rows * kChunk; i += kThreads) {
             const int row = i / kChunk;
             const int key = i % kChunk;
-            if (key_begin + key < params.kv_len) {
+            if (key_begin + key < params.scores) {
               params.scratch.probabilities[(slot * params.rows + row_begin + row) * params.scores +
                                            key_begin + key] =
                   shared.tile.values[row * kScorePitch + key];
@@ -249,27 +286,34 @@ __global__ void __launch_bounds__(kThreads)
           for (int row = 0; row < tile_rows; ++row) sum += shared.tile.values[row * kScorePitch + x];
           shared.columns[x] += sum;
         }
-        if (x < kTileDiagonals) {
-          // Diagonal u = row - key + kChunk - 1 of the tile, rows ascending.
+        // Each segment's rows of the tile, [first, last) relative to it: diagonal
+        // u = row - first - key + kChunk - 1 of them, rows ascending.
+        for (int s = 0; s < params.segment_count; ++s) {
+          const SegmentView& segment = params.segments[s];
+          const int64_t first = max(static_cast<int64_t>(segment.first_row), row_begin);
+          const int64_t last =
+              min(static_cast<int64_t>(segment.first_row) + segment.rows, row_begin + tile_rows);
+          if (first >= last || x >= last - first + kChunk - 1) continue;
+          const int tile_first = static_cast<int>(first - row_begin);
+          const int count = static_cast<int>(last - first);
           double sum = 0.0;
-          const int first = max(0, x - (kChunk - 1));
-          const int last = min(tile_rows - 1, x);
-          for (int row = first; row <= last; ++row) {
-            sum += shared.tile.values[row * kScorePitch + row + kChunk - 1 - x];
+          for (int row = max(0, x - (kChunk - 1)); row <= min(count - 1, x); ++row) {
+            sum += shared.tile.values[(tile_first + row) * kScorePitch + row + kChunk - 1 - x];
           }
-          shared.diagonals[row_begin + x] += sum;
+          shared.diagonals[segment.first_entry + (first - segment.first_row) + x] += sum;
         }
       }
     }
     if (pass == EstimatePass::kSums) {
       __syncthreads();
       const int x = static_cast<int>(threadIdx.x);
-      if (x < kChunk && key_begin + x < params.kv_len) {
+      if (x < kChunk && key_begin + x < params.scores) {
         params.scratch.column_sums[slot * params.scores + key_begin + x] = shared.columns[x];
       }
-      const int64_t span = params.rows + kChunk - 1;
-      double* partials = params.scratch.diagonal_partials + (slot * params.chunks + chunk) * span;
-      for (int64_t u = x; u < span; u += kThreads) partials[u] = shared.diagonals[u];
+      const int64_t entries = params.diagonal_entries;
+      double* partials =
+          params.scratch.diagonal_partials + (slot * params.chunks + chunk) * entries;
+      for (int64_t u = x; u < entries; u += kThreads) partials[u] = shared.diagonals[u];
     }
   }
 }
@@ -306,24 +350,28 @@ __device__ inline int64_t floor_div(int64_t a, int64_t b) {
   return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
 }
 
-// One thread per (head slot, diagonal offset d): the chunks' partials of d in chunk order, which is
-// the host's row order (a later row meets diagonal d at a later key).
+// One thread per (head slot, diagonal offset d): each segment's chunk partials of d in chunk order,
+// segments in order: the host's row order (a later row meets diagonal d at a later key).
 __global__ void gather_diagonals_kernel(const EstimateParams params) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t slot = blockIdx.y;
   if (index >= params.scores) return;
   const int64_t d = index;
-  const int64_t span = params.rows + kChunk - 1;
-  // d = first_aligned - key_begin - (kChunk - 1) + u, so u = d - base + chunk * kChunk.
-  const int64_t base = params.first_aligned - (kChunk - 1);
-  const int64_t lowest = -floor_div(d - base, kChunk);
-  const int64_t highest = floor_div(span - 1 - d + base, kChunk);
-  const int64_t first_chunk = lowest > 0 ? lowest : 0;
-  const int64_t last_chunk = highest < params.chunks - 1 ? highest : params.chunks - 1;
+  const int64_t entries = params.diagonal_entries;
+  const double* partials = params.scratch.diagonal_partials + slot * params.chunks * entries;
   double sum = 0.0;
-  const double* partials = params.scratch.diagonal_partials + slot * params.chunks * span;
-  for (int64_t chunk = first_chunk; chunk <= last_chunk; ++chunk) {
-    sum += partials[chunk * span + d - base + chunk * kChunk];
+  for (int s = 0; s < params.segment_count; ++s) {
+    const SegmentView& segment = params.segments[s];
+    const int64_t span = segment.rows + kChunk - 1;
+    // d = (frontier - 1) - key_begin - (kChunk - 1) + u, so u = d - base + chunk * kChunk.
+    const int64_t base = segment.frontier - 1 - (kChunk - 1);
+    const int64_t lowest = -floor_div(d - base, kChunk);
+    const int64_t highest = floor_div(span - 1 - d + base, kChunk);
+    const int64_t first_chunk = lowest > 0 ? lowest : 0;
+    const int64_t last_chunk = highest < params.chunks - 1 ? highest : params.chunks - 1;
+    for (int64_t chunk = first_chunk; chunk <= last_chunk; ++chunk) {
+      sum += partials[chunk * entries + segment.first_entry + d - base + chunk * kChunk];
+    }
   }
   params.scratch.diagonal_sums[slot * params.scores + d] = sum;
 }
@@ -348,10 +396,19 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   params.kv_len = operands.kv_len;
   params.scale = operands.scale;
   params.rows = extents.rows;
-  params.first_row = extents.first_row;
   params.chunks = extents.chunks;
   params.scores = extents.scores;
-  params.first_aligned = extents.first_row + operands.kv_len - operands.q_len;
+  params.segment_count = static_cast<int32_t>(extents.segment_count);
+  params.diagonal_entries = static_cast<int32_t>(extents.diagonal_entries());
+  int64_t first_row = 0;
+  int64_t first_entry = 0;
+  for (int64_t s = 0; s < extents.segment_count; ++s) {
+    const EstimateSegment& segment = extents.segments[static_cast<std::size_t>(s)];
+    params.segments[s] = {segment.position, segment.frontier, static_cast<int32_t>(first_row),
+                          static_cast<int32_t>(segment.rows), static_cast<int32_t>(first_entry)};
+    first_row += segment.rows;
+    first_entry += segment.rows + kChunk - 1;
+  }
   params.slots_per_batch = static_cast<int32_t>(operands.estimated_heads());
   HeadSelection& selection = params.selection;
   selection.count = static_cast<int32_t>(operands.heads.size());
@@ -384,13 +441,6 @@ void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
 
 int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanShape& shape) {
   const int64_t last_q = detail::checked_param(resolved_spec, detail::kLastQueriesParam, 1);
-  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
-  if (mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kBoundaryParam +
-                    ": the GPU index builder serves 0 (none) and 1 (K-boundary), got " +
-                    std::to_string(static_cast<int64_t>(mode)));
-  }
   if (last_q > kMaxEstimateRows && shape.q_len > kMaxEstimateRows) {
     throw Error(ErrorCode::kUnsupported,
                 resolved_spec.name + " parameter " + detail::kLastQueriesParam +
@@ -398,6 +448,82 @@ int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanSha
                     " rows, got " + std::to_string(last_q));
   }
   return last_q;
+}
+
+detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
+                                      detail::BoundaryMode last_served) {
+  constexpr const char* kModeNames[] = {"0 (none)", "1 (K-boundary)", "2 (Q-boundary)",
+                                        "3 (2D-boundary)"};
+  const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
+  if (mode > last_served) {
+    const std::string message = resolved_spec.name + " parameter " + detail::kBoundaryParam +
+                                ": the GPU index builder serves " + kModeNames[0] + " to " +
+                                kModeNames[static_cast<int>(last_served)] + ", got " +
+                                std::to_string(static_cast<int64_t>(mode));
+    throw Error(ErrorCode::kUnsupported, message);
+  }
+  return mode;
+}
+
+int64_t EstimateExtents::diagonal_entries() const {
+  int64_t entries = 0;
+  for (int64_t s = 0; s < segment_count; ++s) {
+    entries += segments[static_cast<std::size_t>(s)].rows + kChunk - 1;
+  }
+  return entries;
+}
+
+namespace {
+
+// The positions' segments (runs of consecutive positions), or nullopt when they do not fit the
+// kernels: more than kMaxEstimateSegments, or more diagonal entries than a block holds.
+std::optional<EstimateExtents> segment_rows(std::span<const int64_t> positions) {
+  EstimateExtents extents;
+  int64_t entries = 0;
+  for (std::size_t i = 0; i < positions.size();) {
+    std::size_t end = i + 1;
+    while (end < positions.size() && positions[end] == positions[end - 1] + 1) ++end;
+    if (extents.segment_count == kMaxEstimateSegments) return std::nullopt;
+    const auto rows = static_cast<int64_t>(end - i);
+    extents.segments[static_cast<std::size_t>(extents.segment_count++)] = {positions[i], 0, rows};
+    extents.rows += rows;
+    entries += rows + kChunk - 1;
+    i = end;
+  }
+  if (entries > kMaxDiagonals) return std::nullopt;
+  return extents;
+}
+
+}  // namespace
+
+bool fits_estimate(std::span<const int64_t> positions) {
+  return segment_rows(positions).has_value();
+}
+
+EstimateExtents estimate_extents(const EstimateOperands& operands,
+                                 std::span<const int64_t> positions, const std::string& pattern) {
+  std::optional<EstimateExtents> extents = segment_rows(positions);
+  if (!extents) {
+    throw Error(ErrorCode::kUnsupported,
+                pattern + " parameter " + detail::kLastQueriesParam + ": the GPU estimate takes " +
+                    std::to_string(kMaxEstimateSegments) +
+                    " runs of consecutive estimate rows at most, with at most " +
+                    std::to_string(kMaxDiagonals) + " diagonals per key chunk; these " +
+                    std::to_string(positions.size()) + " rows exceed that");
+  }
+  const int64_t offset = operands.kv_len - operands.q_len;
+  for (int64_t s = 0; s < extents->segment_count; ++s) {
+    EstimateSegment& segment = extents->segments[static_cast<std::size_t>(s)];
+    segment.frontier = segment.position + offset + 1;
+  }
+  extents->slots = operands.batch * operands.estimated_heads();
+  if (extents->rows > 0) {
+    const EstimateSegment& last =
+        extents->segments[static_cast<std::size_t>(extents->segment_count - 1)];
+    extents->scores = std::clamp<int64_t>(last.frontier + last.rows - 1, 0, operands.kv_len);
+  }
+  extents->chunks = ceil_div(extents->scores, kEstimateChunkKeys);
+  return *extents;
 }
 
 EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtents& extents,
@@ -408,7 +534,8 @@ EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtent
   regions.partial_sum = layout.add<double>(slots * extents.rows * extents.chunks);
   regions.row_max = layout.add<float>(slots * extents.rows);
   regions.row_sum = layout.add<double>(slots * extents.rows);
-  regions.diagonal_partials = layout.add<double>(slots * extents.chunks * extents.diagonal_span());
+  regions.diagonal_partials =
+      layout.add<double>(slots * extents.chunks * extents.diagonal_entries());
   regions.column_sums = layout.add<double>(slots * extents.scores);
   regions.diagonal_sums = layout.add<double>(slots * extents.scores);
   if (probabilities) {
@@ -434,10 +561,15 @@ EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_
   EstimateExtents extents;
   extents.slots = operands.batch * operands.estimated_heads();
   extents.rows = std::min(last_q, operands.q_len);
-  extents.first_row = operands.q_len - extents.rows;
-  extents.chunks = ceil_div(operands.kv_len, kEstimateChunkKeys);
-  // The last query aligns with key kv_len - 1, so it sees every key whenever there is one.
-  extents.scores = extents.rows > 0 ? operands.kv_len : 0;
+  if (extents.rows > 0) {
+    const int64_t first_row = operands.q_len - extents.rows;
+    extents.segment_count = 1;
+    extents.segments[0] = {first_row, first_row + operands.kv_len - operands.q_len + 1,
+                           extents.rows};
+    // The last query aligns with key kv_len - 1, so it sees every key whenever there is one.
+    extents.scores = operands.kv_len;
+  }
+  extents.chunks = ceil_div(extents.scores, kEstimateChunkKeys);
   return extents;
 }
 

@@ -459,6 +459,7 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
   GridBuild build;
   build.shape = shape;
   build.options = detail::grid_options(resolved_spec);
+  checked_boundary(resolved_spec, detail::BoundaryMode::kKey);
   build.last_q = checked_estimate_queries(resolved_spec, shape);
   // The candidates of search_grid: the estimate's keys are all keys (the last query sees them).
   const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
@@ -557,7 +558,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   search.probabilities = estimate.probabilities;
   search.rows = extents.rows;
   search.kv_len = kv_len;
-  search.first_aligned = extents.first_row + kv_len - build.shape.q_len;
+  search.first_aligned = extents.segments[0].frontier - 1;  // one segment: the last rows
   search.options = build.options;
   search.first_stride = build.first_stride;
   search.strides = build.strides();

@@ -9,14 +9,20 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 
 #include "cuda/index_builders.h"
 #include "cuda/plan_view.cuh"
 #include "cuda/stream_scratch.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/plan.h"
 #include "patterns/grid.h"
+#include "patterns/modality_boundary.h"
 
 namespace mmsparse::cuda::index {
 
@@ -57,19 +63,47 @@ inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
 inline constexpr int64_t kEstimateVectorElements = 8;
 inline constexpr std::size_t kEstimateVectorBytes = 16;
 
-// The estimate's extents, all from the shape and last_q.
-struct EstimateExtents {
-  int64_t slots = 0;       // batch * q_heads
-  int64_t rows = 0;        // estimate rows: the last min(last_q, q_len) queries
-  int64_t first_row = 0;   // q_len - rows
-  int64_t chunks = 0;      // ceil(kv_len / kEstimateChunkKeys)
-  int64_t scores = 0;      // score array length: keys some estimate row sees (kv_len or 0)
-  int64_t diagonal_span() const { return rows + kEstimateChunkKeys - 1; }
+// A run of estimate rows at consecutive query positions: its i-th row is query `position + i`,
+// aligned with key `frontier - 1 + i`, and sees the keys [0, frontier + i) (none while that is
+// <= 0). The last rows of q are one segment; a Q-boundary group's last rows are one per run of its
+// modality among them.
+struct EstimateSegment {
+  int64_t position = 0;
+  int64_t frontier = 0;
+  int64_t rows = 0;
 };
+// The most segments one estimate takes (they travel to the kernels by value).
+inline constexpr int64_t kMaxEstimateSegments = 16;
+
+// The estimate's extents, all from the shape, the layout and last_q.
+struct EstimateExtents {
+  int64_t slots = 0;   // batch * estimated query heads
+  int64_t rows = 0;    // estimate rows: the segments' rows, in order
+  int64_t chunks = 0;  // ceil(scores / kEstimateChunkKeys)
+  int64_t scores = 0;  // score array length: keys some estimate row sees (the last row's frontier)
+  int64_t segment_count = 0;
+  std::array<EstimateSegment, kMaxEstimateSegments> segments{};
+  // Each chunk's diagonal partials: a segment's rows meet rows + kEstimateChunkKeys - 1 diagonals
+  // of a chunk's keys, the segments one after another.
+  int64_t diagonal_entries() const;
+};
+// The last min(last_q, q_len) queries of q over all keys (boundary none or K): one segment.
 EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_q);
-// The spec's last_q, checked for the GPU estimate: boundary none or K (one group of rows over all
-// keys) and at most kMaxEstimateRows rows; throws kUnsupported naming the parameter otherwise.
+// The queries at the ascending `positions` over all keys (a Q-boundary group's last rows), in
+// segments of consecutive positions. Throws kUnsupported naming "<pattern> parameter last_q" when
+// they take more than kMaxEstimateSegments segments or more diagonal entries than a chunk's block
+// holds (kMaxEstimateRows + kEstimateChunkKeys - 1): such heads build on the host.
+EstimateExtents estimate_extents(const EstimateOperands& operands,
+                                 std::span<const int64_t> positions, const std::string& pattern);
+// Whether estimate_extents(operands, positions, pattern) takes these positions.
+bool fits_estimate(std::span<const int64_t> positions);
+// The spec's last_q, checked for the GPU estimate (at most kMaxEstimateRows rows); throws
+// kUnsupported naming the parameter otherwise.
 int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanShape& shape);
+// The spec's boundary mode; throws kUnsupported naming the parameter unless it is at most
+// `last_served` (the builder serves the modes 0 ... last_served).
+detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
+                                      detail::BoundaryMode last_served);
 
 // Device scratch of the estimate, laid out by the driver.
 struct EstimateScratch {
@@ -77,7 +111,7 @@ struct EstimateScratch {
   double* partial_sum = nullptr;        // [slots, rows, chunks] sum of exp(score - max) per chunk
   float* row_max = nullptr;             // [slots, rows]
   double* row_sum = nullptr;            // [slots, rows]
-  double* diagonal_partials = nullptr;  // [slots, chunks, diagonal_span] per chunk
+  double* diagonal_partials = nullptr;  // [slots, chunks, diagonal_entries] per chunk
   double* column_sums = nullptr;        // [slots, scores] vertical scores by key
   double* diagonal_sums = nullptr;      // [slots, scores] slash scores by offset frontier-1-key
   // [slots, rows, scores] the softmax itself, when not null (the grid search reads every row);
@@ -131,8 +165,17 @@ struct PlanSections {
   int32_t* columns = nullptr;    // [column capacity]
 };
 
-// What a vertical-slash plan needs, all from the spec and the shape: the host sizes the buffer
-// from it before any kernel runs.
+// One query tile of a vertical-slash head slot: its rows [begin, end) in the head's query order,
+// the frontiers [low, high] of those rows (consecutive query positions: one run; keys are read
+// below high, none when high < 1) and the query group whose lines it reads.
+struct VerticalSlashTile {
+  int64_t begin = 0, end = 0;
+  int64_t low = 0, high = 0;
+  int32_t group = 0;
+};
+
+// What a vertical-slash plan needs, all from the spec, the shape and the layout: the host sizes
+// the buffer from it before any kernel runs.
 struct VerticalSlashBuild {
   PlanShape shape;
   int64_t vertical = 0, slash = 0, sink = 0, local = 0;  // budgets and forced lines
@@ -140,11 +183,27 @@ struct VerticalSlashBuild {
   int64_t tiles_per_head = 0;
   int64_t span_capacity = 0;    // over all head slots: the most spans the tiles can get
   int64_t column_capacity = 0;  // likewise for columns
+  // Boundary Q (MMInference Alg. 2): the query order's runs (every head slot's), each tile of a
+  // head slot, and each query group's estimate rows (its last query positions, ascending).
+  // Boundary none/K: all empty (the identity order, tiles of tile_rows, the last last_q rows).
+  std::vector<QueryRun> order_runs;
+  std::vector<VerticalSlashTile> head_tiles;
+  std::vector<std::vector<int64_t>> group_rows;
+
   int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
+  int64_t runs() const { return shape.head_slots() * static_cast<int64_t>(order_runs.size()); }
+  int64_t groups() const {
+    return group_rows.empty() ? 1 : static_cast<int64_t>(group_rows.size());
+  }
 };
-// Checks the spec as the host builder does (budgets, last_q, boundary none or K).
-VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape);
-// Estimates, selects and converts into `sections` (tile records, schedule, mask, spans, columns).
+// Checks the spec as the host builder does (budgets, last_q, boundary none, K or Q; a Q-boundary
+// layout as query_groups requires it) and lays out its query order and tiles.
+VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                       const ModalityLayout* layout);
+// Whether the GPU estimate takes the build's query groups (fits_estimate for each).
+bool fits_estimate(const VerticalSlashBuild& build);
+// Estimates, selects and converts into `sections` (runs, tile records, schedule, mask, spans,
+// columns).
 void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
                           const PlanSections& sections, cudaStream_t stream);
 

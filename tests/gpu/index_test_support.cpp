@@ -9,6 +9,7 @@
 
 #include "device_buffer.h"
 #include "patterns/estimation.h"
+#include "patterns/modality_boundary.h"
 
 namespace mmsparse::test {
 
@@ -48,6 +49,12 @@ HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int6
   for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
     rows.push_back(row);
   }
+  return host_scores(inputs, shape, std::vector<std::vector<int64_t>>{rows}, heads);
+}
+
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape,
+                       const std::vector<std::vector<int64_t>>& row_groups,
+                       const std::vector<int64_t>& heads) {
   std::vector<int64_t> selected = heads;
   if (selected.empty()) {
     for (int64_t head = 0; head < shape.heads; ++head) selected.push_back(head);
@@ -55,16 +62,29 @@ HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int6
   const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
   detail::KeyCache cache;
   HostScores scores;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    for (const int64_t head : selected) {
-      const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
-      const detail::Estimate estimate =
-          detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
-      scores.columns.push_back(estimate.column_sums());
-      scores.diagonals.push_back(estimate.diagonal_sums());
+  for (const std::vector<int64_t>& rows : row_groups) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      for (const int64_t head : selected) {
+        const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
+        const detail::Estimate estimate =
+            detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
+        scores.columns.push_back(estimate.column_sums());
+        scores.diagonals.push_back(estimate.diagonal_sums());
+      }
     }
   }
   return scores;
+}
+
+std::vector<std::vector<int64_t>> query_group_rows(const PlanShape& shape,
+                                                   const ModalityLayout& layout, int64_t last_q) {
+  const PatternSpec spec = resolve_pattern(
+      vertical_slash(0, 0, 0, 0, last_q, static_cast<int64_t>(detail::BoundaryMode::kQuery)));
+  std::vector<std::vector<int64_t>> rows;
+  for (const detail::QueryGroup& group : detail::query_groups(spec, shape, &layout)) {
+    rows.push_back(group.last_rows(last_q));
+  }
+  return rows;
 }
 
 bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {

@@ -14,6 +14,7 @@
 #include "attention_harness.h"
 #include "common/random.h"
 #include "mmsparse/attention.h"
+#include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 
@@ -63,6 +64,14 @@ struct HostScores {
 };
 HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q,
                        const std::vector<int64_t>& heads = {});
+// The same with the estimate rows of each of `row_groups` (query positions, ascending), group by
+// group: a Q-boundary head's groups.
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape,
+                       const std::vector<std::vector<int64_t>>& row_groups,
+                       const std::vector<int64_t>& heads = {});
+// The estimate rows of each query group of a Q-boundary head (its last `last_q` rows).
+std::vector<std::vector<int64_t>> query_group_rows(const PlanShape& shape,
+                                                   const ModalityLayout& layout, int64_t last_q);
 
 // Whether top_k(scores, budget, forced) of every slot has a clear cut.
 bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced);

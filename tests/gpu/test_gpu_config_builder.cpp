@@ -31,6 +31,7 @@
 #include "device_buffer.h"
 #include "grid_inputs.h"
 #include "index_test_support.h"
+#include "patterns/modality_boundary.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -92,19 +93,21 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
   }
 }
 
-// A spec for a head the GPU does not build (it needs a layout for its boundary modes): grid or
-// vertical-slash with Q/2D boundary.
+// A spec for a head the GPU does not build (it needs a layout for its boundary modes): grid with
+// Q/2D boundary or vertical-slash with 2D boundary.
 PatternSpec random_host_spec(Random& random) {
-  const int64_t boundary = random.uniform_int(2, 3);
+  constexpr int64_t kQuery = static_cast<int64_t>(detail::BoundaryMode::kQuery);
+  constexpr int64_t kTwoD = static_cast<int64_t>(detail::BoundaryMode::kTwoD);
   if (random.bernoulli(0.5)) {
     // Budgets count the always-kept lines: vertical >= sink, slash >= local.
     const int64_t sink = random.uniform_int(0, 10);
     const int64_t local = random.uniform_int(0, 20);
     return vertical_slash(sink + random.uniform_int(0, 60), local + random.uniform_int(0, 200),
-                          sink, local, 64, boundary);
+                          sink, local, 64, kTwoD);
   }
   return {"grid",
-          {{"max_stride", random.uniform_int(2, kMaxSearchedStride)}, {"boundary", boundary}}};
+          {{"max_stride", random.uniform_int(2, kMaxSearchedStride)},
+           {"boundary", random.uniform_int(kQuery, kTwoD)}}};
 }
 
 // A grid spec of the GPU (boundary 0/1): searched (`searched`) or of a fixed stride, random lines,
@@ -164,8 +167,10 @@ void make_grid_choices_clear(Random& random, Mix& mix, const AttentionInputs& in
 }
 
 // Whether a resolved spec is estimated on the GPU when device inputs are given.
-bool estimated_on_device(const PatternSpec& resolved) {
-  return cuda::builds_dynamic_on_device(resolved) || cuda::builds_grid_on_device(resolved);
+bool estimated_on_device(const PatternSpec& resolved, const PlanShape& shape,
+                         const ModalityLayout* layout) {
+  return cuda::builds_dynamic_on_device(resolved, shape, layout) ||
+         cuda::builds_grid_on_device(resolved);
 }
 
 // Every head a random kind (each kind at least once where the heads allow; host heads only with a
@@ -220,10 +225,17 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
     const int64_t sink = random.uniform_int(0, kMaxSink);
     const int64_t local = random.uniform_int(0, kMaxLocal);
     const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
-    const HostScores scores = host_scores(host_inputs, shape, last_q, group);
+    // Boundary none, K or, with a layout, Q (each query modality estimated from its own rows).
+    const int64_t boundary =
+        random.uniform_int(0, static_cast<int64_t>(mix.layout ? detail::BoundaryMode::kQuery
+                                                              : detail::BoundaryMode::kKey));
+    const HostScores scores =
+        boundary == static_cast<int64_t>(detail::BoundaryMode::kQuery)
+            ? host_scores(host_inputs, shape, query_group_rows(shape, *mix.layout, last_q), group)
+            : host_scores(host_inputs, shape, last_q, group);
     const PatternSpec spec = vertical_slash(clear_budget(random, scores.columns, sink),
                                             clear_budget(random, scores.diagonals, local), sink,
-                                            local, last_q, random.uniform_int(0, 1));
+                                            local, last_q, boundary);
     for (const int64_t h : group) mix.specs[h] = spec;
   }
   make_grid_choices_clear(random, mix, inputs);
@@ -342,7 +354,9 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
       make_grid_choices_clear(random, mix, inputs);
       const std::vector<PatternSpec> resolved_specs = resolved(mix);
       mix.estimates =
-          std::any_of(resolved_specs.begin(), resolved_specs.end(), estimated_on_device);
+          std::any_of(resolved_specs.begin(), resolved_specs.end(), [&](const PatternSpec& spec) {
+            return estimated_on_device(spec, plan_shape(size), nullptr);
+          });
       SCOPED_TRACE(describe(mix));
       const BothPlans plans = build_both(mix, inputs, stream_);
       expect_same_config_records(mix, plans, stream_);
@@ -458,7 +472,7 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     const PatternSpec spec = resolve_pattern(mix.specs[slot % shape.heads], layout);
-    EXPECT_EQ(times.heads[slot].on_device, cuda::builds_head_on_device(spec, true))
+    EXPECT_EQ(times.heads[slot].on_device, cuda::builds_head_on_device(spec, shape, layout, true))
         << "head slot " << slot;
     EXPECT_GE(times.heads[slot].seconds, 0.0);
   }
@@ -559,7 +573,7 @@ TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(
-            resolve_pattern(vertical), shape,
+            resolve_pattern(vertical), shape, nullptr,
             cuda::select_heads("vertical-slash", operands, {1, 3}), stream_);
       },
       ErrorCode::kInvalidArgument, {"shape.heads", "2", "4"});

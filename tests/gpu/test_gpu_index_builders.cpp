@@ -24,14 +24,17 @@
 #include "common/random.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/index_builders.h"
+#include "cuda/index_kernels.h"
 #include "device_buffer.h"
 #include "mmsparse/attention.h"
+#include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 #include "mmsparse/workload.h"
 #include "patterns/estimation.h"
 #include "patterns/grid.h"
+#include "patterns/modality_boundary.h"
 #include "patterns/pattern_registry.h"
 #include "grid_inputs.h"
 #include "index_test_support.h"
@@ -60,15 +63,15 @@ struct BothPlans {
 };
 
 BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const AttentionInputs& inputs,
-                     float scale, cudaStream_t stream) {
+                     float scale, cudaStream_t stream, const ModalityLayout* layout = nullptr) {
   const PatternInputs host_inputs{inputs.q.view, inputs.k.view, scale};
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);
   const PatternInputs device_inputs{q.view, k.view, scale};
-  BothPlans plans{build_plan(spec, shape, nullptr, &host_inputs), {}};
+  BothPlans plans{build_plan(spec, shape, layout, &host_inputs), {}};
   plans.built = cuda::build_dynamic_plan_on_device(
-      resolve_pattern(spec), shape, cuda::make_estimate_operands(spec.name, device_inputs, shape),
-      stream);
+      resolve_pattern(spec), shape, layout,
+      cuda::make_estimate_operands(spec.name, device_inputs, shape), stream);
   // q and k are freed on return: the build must have read them.
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return plans;
@@ -167,6 +170,137 @@ TEST_F(GpuIndexBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
       const AttentionResult gpu =
           run_gpu(plans.built, inputs, size, random_layout(random));
       expect_matches_oracle(plans.host, inputs, size, gpu);
+    }
+  }
+}
+
+// An interleaved layout of `length` tokens: text runs of 1 to kMaxTextRun tokens between images
+// and videos of small random grids (0 to 2 separator tokens between frames), so that every
+// modality has many short, odd runs among the last queries.
+constexpr int64_t kMaxTextRun = 12;
+constexpr int64_t kMaxGridSide = 4;
+constexpr int64_t kMaxFrames = 3;
+constexpr int64_t kMaxFrameSeparator = 2;
+
+ModalityLayout interleaved_layout(Random& random, int64_t length) {
+  LayoutBuilder builder;
+  int64_t left = length;
+  while (left > 0) {
+    const int64_t text = std::min(left, random.uniform_int(1, kMaxTextRun));
+    builder.text(text);
+    left -= text;
+    const bool video = random.bernoulli(0.5);
+    const Grid grid{video ? random.uniform_int(1, kMaxFrames) : 1,
+                    random.uniform_int(1, kMaxGridSide), random.uniform_int(1, kMaxGridSide)};
+    const int64_t separator = video ? random.uniform_int(0, kMaxFrameSeparator) : 0;
+    LayoutBuilder media;
+    if (video) {
+      media.video(grid, separator);
+    } else {
+      media.image(grid);
+    }
+    const int64_t tokens = media.build().length();
+    if (tokens >= left) continue;  // no room: text fills the rest
+    if (video) {
+      builder.video(grid, separator);
+    } else {
+      builder.image(grid);
+    }
+    left -= tokens;
+  }
+  return builder.build();
+}
+
+// A Q-boundary problem: more keys than queries (every query has a token) and an interleaved layout.
+struct QueryBoundaryProblem {
+  ProblemSize size;
+  ModalityLayout layout;
+  int64_t last_q = 0;
+};
+
+QueryBoundaryProblem query_boundary_problem(Random& random, ProblemSize size) {
+  size.kv_len = std::max(size.kv_len, size.q_len);
+  const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
+  return {size, interleaved_layout(random, size.kv_len), last_q};
+}
+
+// Budgets with clear cuts in every query group and head slot, the spec with boundary 2.
+PatternSpec clear_query_boundary_spec(Random& random, const QueryBoundaryProblem& problem,
+                                      const AttentionInputs& inputs) {
+  const PlanShape shape = plan_shape(problem.size);
+  const int64_t sink = random.uniform_int(0, kMaxSink);
+  const int64_t local = random.uniform_int(0, kMaxLocal);
+  const HostScores scores = host_scores({inputs.q.view, inputs.k.view, problem.size.scale}, shape,
+                                        query_group_rows(shape, problem.layout, problem.last_q));
+  return vertical_slash(clear_budget(random, scores.columns, sink),
+                        clear_budget(random, scores.diagonals, local), sink, local, problem.last_q,
+                        static_cast<int64_t>(detail::BoundaryMode::kQuery));
+}
+
+// Whether the GPU estimate takes every query group's rows (at most kMaxEstimateSegments runs).
+bool groups_fit(const QueryBoundaryProblem& problem) {
+  for (const std::vector<int64_t>& rows :
+       query_group_rows(plan_shape(problem.size), problem.layout, problem.last_q)) {
+    if (!cuda::index::fits_estimate(rows)) return false;
+  }
+  return true;
+}
+
+// Q-boundary (MMInference Alg. 2): each query modality estimated from its own last rows and its
+// runs of rows tiled in a permuted query order. On interleaved layouts with odd runs, every GQA
+// shape, head dim, dtype and tile height: the device plan equals the host plan record for record
+// (runs included) where the groups' rows fit the estimate; where they do not, the spec is routed
+// to the host (builds_dynamic_on_device) and the device build says so.
+TEST_F(GpuIndexBuild, QueryBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const QueryBoundaryProblem problem =
+        query_boundary_problem(random, random_problem(random, kLimits));
+    const AttentionInputs inputs = random_inputs(random, problem.size);
+    const PatternSpec spec = clear_query_boundary_spec(random, problem, inputs);
+    const PlanShape shape = plan_shape(problem.size);
+    SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
+                 problem.layout.to_json());
+    if (!groups_fit(problem)) {
+      EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+      expect_error(
+          [&] {
+            (void)build_both(spec, shape, inputs, problem.size.scale, stream_, &problem.layout);
+          },
+          ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
+      continue;
+    }
+    EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+    const BothPlans plans =
+        build_both(spec, shape, inputs, problem.size.scale, stream_, &problem.layout);
+    SCOPED_TRACE(plans.host.summary());
+    expect_same_records(plans.built, plans.host, stream_);
+    ++built;
+  }
+  EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
+}
+
+// Attention through a Q-boundary device plan (permuted query order) against the fp64 oracle of
+// the host plan, on both kernels' tile heights.
+TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const DType dtype : kDtypes) {
+    for (const int64_t tile_rows : kTileRows) {
+      QueryBoundaryProblem problem =
+          query_boundary_problem(random, oracle_problem(random, kLimits, dtype, tile_rows));
+      problem.last_q = std::min<int64_t>(problem.last_q, 64);
+      if (!groups_fit(problem)) problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
+      const AttentionInputs inputs = random_inputs(random, problem.size);
+      const PatternSpec spec = clear_query_boundary_spec(random, problem, inputs);
+      SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
+      const BothPlans plans = build_both(spec, plan_shape(problem.size), inputs, problem.size.scale,
+                                         stream_, &problem.layout);
+      expect_same_records(plans.built, plans.host, stream_);
+      const AttentionResult gpu = run_gpu(plans.built, inputs, problem.size, random_layout(random));
+      expect_matches_oracle(plans.host, inputs, problem.size, gpu);
     }
   }
 }
@@ -502,7 +636,7 @@ TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=1")));
   EXPECT_FALSE(cuda::builds_grid_on_device(spec_of("grid:boundary=2")));
   // Per-head configs route by builds_dynamic_on_device: their grid heads stay host-built.
-  EXPECT_FALSE(cuda::builds_dynamic_on_device(spec_of("grid")));
+  EXPECT_FALSE(cuda::builds_dynamic_on_device(spec_of("grid"), shape, nullptr));
 }
 
 TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
@@ -551,21 +685,28 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(
-            resolve_pattern(PatternSpec::parse("vertical-slash:vertical=10")), shape, good,
+            resolve_pattern(PatternSpec::parse("vertical-slash:vertical=10")), shape, nullptr, good,
             stream_);
       },
       ErrorCode::kInvalidArgument, {"vertical-slash parameter vertical", ">= sink = 30"});
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(
-            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=2")), shape, good,
+            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=2")), shape, nullptr, good,
             stream_);
       },
-      ErrorCode::kUnsupported, {"vertical-slash parameter boundary", "2"});
+      ErrorCode::kInvalidArgument, {"vertical-slash parameter boundary", "a modality layout"});
   expect_error(
       [&] {
-        (void)cuda::build_dynamic_plan_on_device(resolve_pattern(spec), {1, 4, 100, 120, 0}, good,
-                                                 stream_);
+        (void)cuda::build_dynamic_plan_on_device(
+            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3")), shape, nullptr, good,
+            stream_);
+      },
+      ErrorCode::kUnsupported, {"vertical-slash parameter boundary", "2 (Q-boundary)", "got 3"});
+  expect_error(
+      [&] {
+        (void)cuda::build_dynamic_plan_on_device(resolve_pattern(spec), {1, 4, 100, 120, 0},
+                                                 nullptr, good, stream_);
       },
       ErrorCode::kInvalidArgument, {"tile_rows"});
   const PatternInputs device_inputs{q.view, k.view};
@@ -575,9 +716,9 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
                               &device_inputs);
       },
       ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
-  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec)));
-  EXPECT_FALSE(
-      cuda::builds_dynamic_on_device(resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3"))));
+  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, nullptr));
+  EXPECT_FALSE(cuda::builds_dynamic_on_device(
+      resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3")), shape, nullptr));
 }
 
 }  // namespace

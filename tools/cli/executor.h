@@ -38,8 +38,9 @@ class Executor {
   PreparedPlan prepare(Plan plan) const;
   // One spec for every head, prepared the way the device builds it fastest: on a GPU through
   // prepare_pattern, where kernels build static patterns and estimate vertical-slash (boundary
-  // none/K) from the device tensors with no host plan; other patterns are built on the host from
-  // the host tensors and uploaded. Synchronised, so that a caller's host clock covers the build.
+  // none/K/Q) and grid (none/K) from the device tensors with no host plan; other patterns are
+  // built on the host from the host tensors and uploaded. Synchronised, so that a caller's host
+  // clock covers the build.
   // Returns the plan, whether kernels built it, and whether it was estimated on the GPU (then it
   // has no host copy).
   struct PatternPlan {

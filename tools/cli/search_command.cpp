@@ -163,19 +163,21 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                    : "");
   }
   fmt::print("mean recall of the chosen specs: {:.4f}\n", mean_recall(result.heads));
-  // The GPU index builders serve boundary none/K (docs/index_builders.md): a measured (GPU) search
-  // that chose Q/2D boundaries yields a config whose index takes host time at every run.
+  // The GPU index builders serve vertical-slash with boundary none/K/Q and grid with none/K
+  // (docs/index_builders.md): a measured (GPU) search that chose a 2D boundary, or a Q-boundary
+  // grid, yields a config whose index takes host time at every run.
   const auto host_built =
       std::count_if(result.heads.begin(), result.heads.end(), [](const HeadSearchResult& head) {
         const auto boundary = head.chosen.spec.params.find("boundary");
-        return boundary != head.chosen.spec.params.end() &&
-               (boundary->second == kQueryBoundary || boundary->second == k2DBoundary);
+        if (boundary == head.chosen.spec.params.end()) return false;
+        return boundary->second == k2DBoundary ||
+               (boundary->second == kQueryBoundary && head.chosen.spec.name != "vertical-slash");
       });
   if (cost_model.measured() && host_built > 0) {
     fmt::print(
-        "note: {} head(s) chose a Q- or 2D-boundary; their index is built on the host at "
-        "every run (hundreds of ms per head at 128K); --boundary-modes 0 keeps a config to "
-        "the GPU index builders\n",
+        "note: {} head(s) chose a 2D-boundary or a Q-boundary grid; their index is built on the "
+        "host at every run (hundreds of ms per head at 128K); --boundary-modes 0 keeps a config "
+        "to the GPU index builders\n",
         host_built);
   }
 }
