@@ -158,28 +158,26 @@ void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& s
   const int64_t last_q = grid ? cuda::index::plan_grid(spec, shape).last_q : build.last_q;
   const cuda::index::EstimateExtents extents = cuda::index::estimate_extents(operands, last_q);
   StageScratch scratch;
-  cuda::index::ScratchLayout estimate_layout;
+  cuda::ScratchLayout estimate_layout;
   const cuda::index::EstimateRegions regions =
       cuda::index::add_estimate_regions(estimate_layout, extents, grid);
   const cuda::index::EstimateScratch estimate = cuda::index::estimate_scratch(
       scratch.add<std::byte>(static_cast<int64_t>(estimate_layout.bytes())), regions);
-  const int64_t verticals = std::min(build.vertical, extents.scores);
-  const int64_t slashes = std::min(build.slash, extents.scores);
-  const cuda::index::LineSelection vertical_selection{
-      estimate.column_sums,
-      extents.scores,
-      build.vertical,
-      build.sink,
-      scratch.add<int32_t>(extents.slots * verticals),
-      verticals,
-      scratch.add<int32_t>(extents.slots)};
-  const cuda::index::LineSelection slash_selection{estimate.diagonal_sums,
-                                                   extents.scores,
-                                                   build.slash,
-                                                   build.local,
-                                                   scratch.add<int32_t>(extents.slots * slashes),
-                                                   slashes,
-                                                   scratch.add<int32_t>(extents.slots)};
+  // A selection of `budget` lines (`forced` always kept) from each slot's `scores`.
+  const auto selection = [&](const double* scores, int64_t budget, int64_t forced) {
+    const int64_t capacity = std::min(budget, extents.scores);
+    return cuda::index::LineSelection{scores,
+                                      extents.scores,
+                                      budget,
+                                      forced,
+                                      scratch.add<int32_t>(extents.slots * capacity),
+                                      capacity,
+                                      scratch.add<int32_t>(extents.slots)};
+  };
+  const cuda::index::LineSelection vertical_selection =
+      selection(estimate.column_sums, build.vertical, build.sink);
+  const cuda::index::LineSelection slash_selection =
+      selection(estimate.diagonal_sums, build.slash, build.local);
   const auto nothing = [] {};
   estimate_milliseconds = median_milliseconds(
       stream, nothing, [&] { cuda::index::launch_estimate(operands, extents, estimate, stream); });

@@ -22,6 +22,7 @@
 #include "cuda/config_builder.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cub_storage.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
 #include "cuda/plan_builders.h"
@@ -669,37 +671,17 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
     throw Error(ErrorCode::kUnsupported, "prepare_pattern specs: " + std::to_string(tiles) +
                                              " tiles; the schedule indexes tiles in int32");
   }
-  DevicePlan& plan = result.plan;
-  DevicePlanLayout& layout = plan.layout_;
-  std::size_t end = 0;
-  auto section = [&](int64_t count, std::size_t element_bytes) {
-    const std::size_t offset = align_section(end);
-    end = offset + static_cast<std::size_t>(count) * element_bytes;
-    return offset;
-  };
-  layout.head_run_offsets = section(slots + 1, sizeof(int64_t));
-  layout.runs = section(runs, sizeof(RunRecord));
-  layout.tiles = section(tiles, sizeof(TileRecord));
-  layout.schedule = section(tiles, sizeof(int32_t));
-  layout.masks = section(static_cast<int64_t>(masks.size()), sizeof(MaskRecord));
-  layout.spans = section(span_capacity, sizeof(SpanRecord));
-  layout.columns = section(column_capacity, sizeof(int32_t));
-  layout.token_info = section(0, sizeof(int32_t));  // no pattern makes token masks
-  layout.has_token_info = false;
-  layout.bytes = align_section(end);
-  plan.shape_ = shape;
-  plan.num_tiles_ = tiles;
-  plan.num_columns_ = column_capacity;  // an upper bound where a section was estimated
-  plan.covers_every_row_ = covers_every_row;
-  plan.stream_ = cuda_stream;
+  // The spans and columns at the sections' capacities; zeroed up to the spans: the padding between
+  // sections, as the upload has it.
+  const DevicePlanLayout layout = plan_layout(
+      {slots, runs, tiles, static_cast<int64_t>(masks.size()), span_capacity, column_capacity});
 
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
-  check_cuda(cudaMallocAsync(&plan.buffer_, layout.bytes, cuda_stream),
-             "prepare_pattern config: cudaMallocAsync");
-  // Zero up to the spans: the padding between sections, as the upload has it.
-  check_cuda(cudaMemsetAsync(plan.buffer_, 0, layout.spans, cuda_stream),
-             "prepare_pattern config: cudaMemsetAsync");
+  // The column count is an upper bound where a section was estimated.
+  result.plan = DevicePlan(shape, layout, tiles, column_capacity, covers_every_row, layout.spans,
+                           cuda_stream);
+  DevicePlan& plan = result.plan;
   auto* base = static_cast<std::byte*>(plan.buffer_);
   auto* run_offsets = reinterpret_cast<int64_t*>(base + layout.head_run_offsets);
 
@@ -709,38 +691,29 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(max_slot_tiles))));
   const int key_bits =
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(shape.kv_len))));
-  // CUB's temporary storage sizes come from the sizes alone (null storage: no work, no sync).
-  std::size_t scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                           static_cast<int64_t*>(nullptr), slot_items, cuda_stream),
-             "prepare_pattern config: scan storage");
-  std::size_t sort_bytes = 0;
-  check_cuda(
-      cub::DeviceRadixSort::SortPairsDescending(
-          nullptr, sort_bytes, static_cast<uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
-          static_cast<int32_t*>(nullptr), static_cast<int32_t*>(nullptr), tile_items, 0,
-          position_bits + key_bits, cuda_stream),
-      "prepare_pattern config: sort storage");
+  const std::size_t scan_bytes =
+      scan_storage_bytes(slot_items, cuda_stream, "prepare_pattern config: scan storage");
+  const std::size_t sort_bytes = sort_storage_bytes<uint64_t>(
+      tile_items, position_bits + key_bits, cuda_stream, "prepare_pattern config: sort storage");
 
-  constexpr int kSlotArrays = 11;  // the SlotTable's arrays
-  const std::size_t slot_array_bytes =
-      align_section(static_cast<std::size_t>(slot_items) * sizeof(int64_t));
-  const std::size_t keys_at = kSlotArrays * slot_array_bytes;
-  const std::size_t sorted_keys_at =
-      keys_at + align_section(static_cast<std::size_t>(tiles) * sizeof(uint64_t));
-  const std::size_t values_at = sorted_keys_at + (sorted_keys_at - keys_at);
+  constexpr int kSlotArrays = 11;  // the SlotTable's arrays, first in the scratch
+  ScratchLayout scratch_layout;
+  std::array<std::size_t, kSlotArrays> slot_arrays_at{};
+  for (std::size_t& at : slot_arrays_at) at = scratch_layout.add<int64_t>(slot_items);
+  const std::size_t keys_at = scratch_layout.add<uint64_t>(tiles);
+  const std::size_t sorted_keys_at = scratch_layout.add<uint64_t>(tiles);
+  const std::size_t values_at = scratch_layout.add<int32_t>(tiles);
   const std::size_t temp_at =
-      values_at + align_section(static_cast<std::size_t>(tiles) * sizeof(int32_t));
-  const std::size_t scratch_bytes = temp_at + align_section(std::max(scan_bytes, sort_bytes));
-  const StreamScratch scratch(scratch_bytes, cuda_stream,
+      scratch_layout.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
+  const StreamScratch scratch(scratch_layout.bytes(), cuda_stream,
                               "prepare_pattern config: cudaMallocAsync scratch");
   std::byte* scratch_base = scratch.base();
-  // The counts' last entries stay 0, so that each exclusive scan ends in its total.
+  // The counts' last entries stay 0, so that each exclusive scan ends in its total (the slot
+  // arrays lie before the keys).
   check_cuda(cudaMemsetAsync(scratch_base, 0, keys_at, cuda_stream),
              "prepare_pattern config: cudaMemsetAsync slot table");
   auto slot_array = [&](int index) {
-    return reinterpret_cast<int64_t*>(scratch_base +
-                                      static_cast<std::size_t>(index) * slot_array_bytes);
+    return region<int64_t>(scratch_base, slot_arrays_at[static_cast<std::size_t>(index)]);
   };
   const SlotTable table{slot_array(0), slot_array(1), slot_array(2), slot_array(3),
                         slot_array(4), slot_array(5), slot_array(6), slot_array(7),
@@ -772,8 +745,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   targets.columns = reinterpret_cast<int32_t*>(base + layout.columns);
   targets.runs = reinterpret_cast<RunRecord*>(base + layout.runs);
   targets.run_offsets = run_offsets;
-  targets.sort_keys = reinterpret_cast<uint64_t*>(scratch_base + keys_at);
-  targets.sort_values = reinterpret_cast<int32_t*>(scratch_base + values_at);
+  targets.sort_keys = region<uint64_t>(scratch_base, keys_at);
+  targets.sort_values = region<int32_t>(scratch_base, values_at);
   targets.position_bits = position_bits;
   if (tiles > 0) {
     empty_schedule_kernel<<<static_cast<unsigned>(ceil_div(tiles, kThreadsPerBlock)),
@@ -810,12 +783,12 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   if (tiles > 0) {
     // Stable: equal (keys, position) keep tile order, the upload's last tie-break.
     std::size_t temp_bytes = sort_bytes;
-    check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                   temp, temp_bytes, targets.sort_keys,
-                   reinterpret_cast<uint64_t*>(scratch_base + sorted_keys_at), targets.sort_values,
-                   reinterpret_cast<int32_t*>(base + layout.schedule), tile_items, 0,
-                   position_bits + key_bits, cuda_stream),
-               "prepare_pattern config: schedule sort");
+    check_cuda(
+        cub::DeviceRadixSort::SortPairsDescending(
+            temp, temp_bytes, targets.sort_keys, region<uint64_t>(scratch_base, sorted_keys_at),
+            targets.sort_values, reinterpret_cast<int32_t*>(base + layout.schedule), tile_items, 0,
+            position_bits + key_bits, cuda_stream),
+        "prepare_pattern config: schedule sort");
   }
   timer->assembly_last = timer->record(cuda_stream);
   result.timer = std::move(timer);

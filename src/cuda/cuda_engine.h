@@ -94,6 +94,19 @@ struct DevicePlanLayout {
   bool has_token_info = false;
 };
 
+// How many records each section of a buffer built on the device holds.
+struct PlanSectionCounts {
+  int64_t head_slots = 0;
+  int64_t runs = 0;
+  int64_t tiles = 0;  // and as many schedule entries
+  int64_t masks = 0;
+  int64_t spans = 0;
+  int64_t columns = 0;
+};
+// The layout of those sections in the upload's order, each on a section boundary, without token
+// arrays (no device builder makes masks that need them).
+DevicePlanLayout plan_layout(const PlanSectionCounts& counts);
+
 // A host Plan uploaded to the device: validated once, its arrays packed into one stream-ordered
 // allocation (cudaMallocAsync) together with derived arrays the kernels need (run prefix counts,
 // per-tile head slots, a heaviest-first launch order, packed token arrays). Reusable across calls
@@ -126,6 +139,12 @@ class DevicePlan {
   const DevicePlanLayout& layout() const { return layout_; }
 
  private:
+  // A buffer of `layout` allocated on `stream` for a device builder to fill, its first
+  // `zeroed_bytes` zeroed (the identity order's run offsets and the padding between sections, as
+  // an upload has them).
+  DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
+             int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes, void* stream);
+
   // Fills the buffer with kernels instead of uploading a host plan (plan_builders.cu).
   friend DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec,
                                                 const PlanShape& shape, void* stream);

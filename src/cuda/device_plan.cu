@@ -210,6 +210,46 @@ DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream) {
   }
 }
 
+DevicePlanLayout plan_layout(const PlanSectionCounts& counts) {
+  DevicePlanLayout layout;
+  std::size_t end = 0;
+  auto section = [&](int64_t count, std::size_t element_bytes) {
+    const std::size_t offset = align_section(end);
+    end = offset + static_cast<std::size_t>(count) * element_bytes;
+    return offset;
+  };
+  layout.head_run_offsets = section(counts.head_slots + 1, sizeof(int64_t));
+  layout.runs = section(counts.runs, sizeof(RunRecord));
+  layout.tiles = section(counts.tiles, sizeof(TileRecord));
+  layout.schedule = section(counts.tiles, sizeof(int32_t));
+  layout.masks = section(counts.masks, sizeof(MaskRecord));
+  layout.spans = section(counts.spans, sizeof(SpanRecord));
+  layout.columns = section(counts.columns, sizeof(int32_t));
+  layout.token_info = section(0, sizeof(int32_t));
+  layout.has_token_info = false;
+  layout.bytes = align_section(end);
+  return layout;
+}
+
+DevicePlan::DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
+                       int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes,
+                       void* stream)
+    : shape_(shape),
+      num_tiles_(num_tiles),
+      num_columns_(num_columns),
+      covers_every_row_(covers_every_row),
+      layout_(layout),
+      stream_(stream) {
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMallocAsync(&buffer_, layout_.bytes, cuda_stream), "DevicePlan: cudaMallocAsync");
+  // On an error the constructor throws, so no destructor frees the buffer: this does.
+  const cudaError_t zeroed = cudaMemsetAsync(buffer_, 0, zeroed_bytes, cuda_stream);
+  if (zeroed != cudaSuccess) {
+    cudaFreeAsync(std::exchange(buffer_, nullptr), cuda_stream);
+    check_cuda(zeroed, "DevicePlan: cudaMemsetAsync");
+  }
+}
+
 DevicePlan::~DevicePlan() {
   // Destructors cannot report errors; a failed free leaves the memory to the pool.
   if (buffer_ != nullptr) cudaFreeAsync(buffer_, static_cast<cudaStream_t>(stream_));

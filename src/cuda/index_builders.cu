@@ -199,15 +199,6 @@ bool builds_grid_on_device(const PatternSpec& resolved_spec) {
 
 namespace {
 
-// The sizes of a dynamic plan's sections: the upload's order, data-dependent ones at capacity.
-struct SectionSizes {
-  int64_t slots = 0;
-  int64_t runs = 0;
-  int64_t tiles = 0;
-  int64_t spans = 0;
-  int64_t columns = 0;
-};
-
 void check_estimated_heads(const EstimateOperands& operands, const PlanShape& shape) {
   if (operands.estimated_heads() != shape.heads) {
     throw_invalid_argument(
@@ -224,41 +215,13 @@ void check_tile_count(int64_t tiles) {
   }
 }
 
-DevicePlanLayout dynamic_plan_layout(const SectionSizes& sizes) {
-  const std::size_t masks = sizes.tiles > 0 ? 1 : 0;  // causal, as PlanBuilder's default policy
-  DevicePlanLayout layout;
-  std::size_t end = 0;
-  auto section = [&](int64_t count, std::size_t element_bytes) {
-    const std::size_t offset = align_section(end);
-    end = offset + static_cast<std::size_t>(count) * element_bytes;
-    return offset;
-  };
-  layout.head_run_offsets = section(sizes.slots + 1, sizeof(int64_t));
-  layout.runs = section(sizes.runs, sizeof(RunRecord));
-  layout.tiles = section(sizes.tiles, sizeof(TileRecord));
-  layout.schedule = section(sizes.tiles, sizeof(int32_t));
-  layout.masks = section(static_cast<int64_t>(masks), sizeof(MaskRecord));
-  layout.spans = section(sizes.spans, sizeof(SpanRecord));
-  layout.columns = section(sizes.columns, sizeof(int32_t));
-  layout.token_info = section(0, sizeof(int32_t));
-  layout.has_token_info = false;
-  layout.bytes = align_section(end);
-  return layout;
-}
-
-// Allocates the buffer of `layout` on the stream and zeroes it up to the spans (the identity
-// order's run offsets, the padding, as the upload has them); the kernels write the records, and
-// the spans and columns beyond the real counts stay unread.
-void* allocate_plan(const DevicePlanLayout& layout, cudaStream_t stream) {
-  void* buffer = nullptr;
-  check_cuda(cudaMallocAsync(&buffer, layout.bytes, stream),
-             "build_dynamic_plan_on_device: cudaMallocAsync");
-  const cudaError_t zeroed = cudaMemsetAsync(buffer, 0, layout.spans, stream);
-  if (zeroed != cudaSuccess) {
-    cudaFreeAsync(buffer, stream);
-    check_cuda(zeroed, "build_dynamic_plan_on_device: cudaMemsetAsync");
-  }
-  return buffer;
+// A dynamic plan's sections: one mask (causal, PlanBuilder's default policy), the data-dependent
+// ones at capacity. The buffer is zeroed up to the spans (the identity order's run offsets, the
+// padding, as the upload has them); the kernels write the records, and the spans and columns
+// beyond the real counts stay unread.
+DevicePlanLayout dynamic_plan_layout(const PlanShape& shape, int64_t runs, int64_t tiles,
+                                     int64_t spans, int64_t columns) {
+  return plan_layout({shape.head_slots(), runs, tiles, tiles > 0 ? 1 : 0, spans, columns});
 }
 
 index::PlanSections plan_sections(void* buffer, const DevicePlanLayout& layout) {
@@ -294,18 +257,13 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
 
-  DevicePlan plan;
-  plan.layout_ = dynamic_plan_layout(
-      {shape.head_slots(), build.runs(), tiles, build.span_capacity, build.column_capacity});
-  plan.shape_ = shape;
-  plan.num_tiles_ = tiles;
-  plan.num_columns_ = build.column_capacity;  // an upper bound: the count lives on the device
-  plan.covers_every_row_ = true;              // the groups tile every row
-  plan.stream_ = stream;
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  plan.buffer_ = allocate_plan(plan.layout_, cuda_stream);
-  index::build_vertical_slash(build, operands, plan_sections(plan.buffer_, plan.layout_),
-                              cuda_stream);
+  const DevicePlanLayout buffer =
+      dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);
+  // The column count is an upper bound (the real one lives on the device); the groups tile every
+  // row.
+  DevicePlan plan(shape, buffer, tiles, build.column_capacity, true, buffer.spans, stream);
+  index::build_vertical_slash(build, operands, plan_sections(plan.buffer_, buffer),
+                              static_cast<cudaStream_t>(stream));
   return plan;
 }
 
@@ -324,18 +282,13 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
 
-  DevicePlan plan;
-  plan.layout_ = dynamic_plan_layout(
-      {shape.head_slots(), build.runs(), tiles, build.span_capacity, build.column_capacity});
-  plan.shape_ = shape;
-  plan.num_tiles_ = tiles;  // the capacity: the tiles beyond the real ones are empty
-  plan.num_columns_ = build.column_capacity;
-  plan.covers_every_row_ = true;  // one group tiles every row
-  plan.stream_ = stream;
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  plan.buffer_ = allocate_plan(plan.layout_, cuda_stream);
-  index::build_grid(build, operands, plan_sections(plan.buffer_, plan.layout_), chosen,
-                    cuda_stream);
+  const DevicePlanLayout layout =
+      dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);
+  // Tiles and columns at capacity (the tiles beyond the real ones are empty); one group tiles
+  // every row.
+  DevicePlan plan(shape, layout, tiles, build.column_capacity, true, layout.spans, stream);
+  index::build_grid(build, operands, plan_sections(plan.buffer_, layout), chosen,
+                    static_cast<cudaStream_t>(stream));
   return plan;
 }
 

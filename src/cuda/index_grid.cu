@@ -29,6 +29,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/cub_storage.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/grid_geometry.h"
 #include "cuda/index_kernels.h"
@@ -510,20 +511,11 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
       kPositionBits +
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
 
-  std::size_t scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                           static_cast<int64_t*>(nullptr), item_count, stream),
-             "grid index: scan storage");
-  std::size_t slot_scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, slot_scan_bytes, static_cast<int64_t*>(nullptr),
-                                           static_cast<int64_t*>(nullptr), slot_items, stream),
-             "grid index: slot scan storage");
-  std::size_t sort_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 nullptr, sort_bytes, static_cast<uint64_t*>(nullptr),
-                 static_cast<uint64_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                 static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
-             "grid index: sort storage");
+  const std::size_t scan_bytes = scan_storage_bytes(item_count, stream, "grid index: scan storage");
+  const std::size_t slot_scan_bytes =
+      scan_storage_bytes(slot_items, stream, "grid index: slot scan storage");
+  const std::size_t sort_bytes =
+      sort_storage_bytes<uint64_t>(item_count, sort_bits, stream, "grid index: sort storage");
 
   ScratchLayout layout;
   const EstimateRegions estimate_at = add_estimate_regions(layout, extents, true);

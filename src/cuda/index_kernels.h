@@ -28,28 +28,6 @@ namespace mmsparse::cuda::index {
 
 // --- Scratch ---------------------------------------------------------------------------------
 
-// The builders' temporary arrays as regions of one stream-ordered allocation: add() each array to
-// the layout (every region starts on a section boundary, so any element type fits), allocate
-// layout.bytes() once (StreamScratch), then region<T>(base, offset).
-class ScratchLayout {
- public:
-  template <class T>
-  std::size_t add(int64_t count) {
-    const std::size_t offset = align_section(bytes_);
-    bytes_ = offset + static_cast<std::size_t>(count) * sizeof(T);
-    return offset;
-  }
-  std::size_t bytes() const { return align_section(bytes_); }
-
- private:
-  std::size_t bytes_ = 0;
-};
-
-template <class T>
-T* region(std::byte* base, std::size_t offset) {
-  return reinterpret_cast<T*>(base + offset);
-}
-
 // --- Estimate --------------------------------------------------------------------------------
 
 // Keys per estimate block: the block scores the group's estimate rows against them.

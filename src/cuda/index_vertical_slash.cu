@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cub_storage.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
 #include "mmsparse/status.h"
@@ -373,17 +374,10 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const int sort_bits =
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(build.shape.kv_len))));
 
-  // CUB's temporary storage sizes come from the sizes alone (null storage: no work, no sync).
-  std::size_t scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                           static_cast<int64_t*>(nullptr), item_count, stream),
-             "vertical-slash index: scan storage");
-  std::size_t sort_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 nullptr, sort_bytes, static_cast<uint32_t*>(nullptr),
-                 static_cast<uint32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                 static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, stream),
-             "vertical-slash index: sort storage");
+  const std::size_t scan_bytes =
+      scan_storage_bytes(item_count, stream, "vertical-slash index: scan storage");
+  const std::size_t sort_bytes = sort_storage_bytes<uint32_t>(item_count, sort_bits, stream,
+                                                              "vertical-slash index: sort storage");
 
   ScratchLayout layout;
   std::vector<EstimateRegions> estimate_at;

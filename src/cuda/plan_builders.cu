@@ -23,9 +23,11 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cub_storage.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/plan_builders.h"
 #include "cuda/plan_view.cuh"
+#include "cuda/stream_scratch.h"
 #include "mmsparse/status.h"
 #include "patterns/pattern_registry.h"
 
@@ -380,20 +382,6 @@ TileGeometry make_geometry(const PatternSpec& spec, const PlanShape& shape,
   return geometry;
 }
 
-// Carves `bytes` scratch regions out of one allocation, each aligned for any element type.
-class ScratchLayout {
- public:
-  std::size_t add(std::size_t bytes) {
-    const std::size_t offset = align_section(total_);
-    total_ = offset + bytes;
-    return offset;
-  }
-  std::size_t total() const { return align_section(total_); }
-
- private:
-  std::size_t total_ = 0;
-};
-
 }  // namespace
 
 bool builds_on_device(std::string_view pattern_name) {
@@ -435,37 +423,15 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
                                              " tiles; the schedule indexes tiles in int32");
   }
 
-  // The upload's layout (device_plan.cu): sections in the same order, empty ones included.
-  DevicePlan plan;
-  DevicePlanLayout& layout = plan.layout_;
-  std::size_t end = 0;
-  auto section = [&](std::size_t count, std::size_t element_bytes) {
-    const std::size_t offset = align_section(end);
-    end = offset + count * element_bytes;
-    return offset;
-  };
-  layout.head_run_offsets = section(static_cast<std::size_t>(slots) + 1, sizeof(int64_t));
-  layout.runs = section(0, sizeof(RunRecord));  // static patterns keep the identity order
-  layout.tiles = section(static_cast<std::size_t>(tiles), sizeof(TileRecord));
-  layout.schedule = section(static_cast<std::size_t>(tiles), sizeof(int32_t));
-  layout.masks = section(policies.size(), sizeof(MaskRecord));
-  layout.spans = section(static_cast<std::size_t>(slots * spans_per_head), sizeof(SpanRecord));
-  layout.columns = section(static_cast<std::size_t>(slots * columns_per_head), sizeof(int32_t));
-  layout.token_info = section(0, sizeof(int32_t));  // static masks never read tokens
-  layout.has_token_info = false;
-  layout.bytes = align_section(end);
-  plan.shape_ = shape;
-  plan.num_tiles_ = tiles;
-  plan.num_columns_ = slots * columns_per_head;
-  plan.covers_every_row_ = true;  // every pattern tiles every row
-  plan.stream_ = stream;
-
+  // The upload's layout (device_plan.cu): sections in the same order, empty ones included; static
+  // patterns keep the identity order (no runs) and every pattern tiles every row. All of it
+  // zeroed: the identity order's run offsets, and the padding between sections as the upload has
+  // it.
+  const DevicePlanLayout layout =
+      plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()), slots * spans_per_head,
+                   slots * columns_per_head});
+  DevicePlan plan(shape, layout, tiles, slots * columns_per_head, true, layout.bytes, stream);
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  check_cuda(cudaMallocAsync(&plan.buffer_, layout.bytes, cuda_stream),
-             "build_static_plan_on_device: cudaMallocAsync");
-  // Zero: the identity order's run offsets, and the padding between sections as the upload has it.
-  check_cuda(cudaMemsetAsync(plan.buffer_, 0, layout.bytes, cuda_stream),
-             "build_static_plan_on_device: cudaMemsetAsync");
   if (tiles == 0) return plan;
 
   auto* base = static_cast<std::byte*>(plan.buffer_);
@@ -475,46 +441,32 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   const int sort_bits =
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(shape.kv_len))));
 
-  // CUB's temporary storage sizes come from the sizes alone (null storage: no work, no sync).
-  std::size_t scan_bytes = 0;
-  check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                           static_cast<int64_t*>(nullptr), head_tiles, cuda_stream),
-             "build_static_plan_on_device: scan storage");
-  std::size_t sort_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 nullptr, sort_bytes, static_cast<uint32_t*>(nullptr),
-                 static_cast<uint32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                 static_cast<int32_t*>(nullptr), item_count, 0, sort_bits, cuda_stream),
-             "build_static_plan_on_device: sort storage");
+  const std::size_t scan_bytes =
+      scan_storage_bytes(head_tiles, cuda_stream, "build_static_plan_on_device: scan storage");
+  const std::size_t sort_bytes = sort_storage_bytes<uint32_t>(
+      item_count, sort_bits, cuda_stream, "build_static_plan_on_device: sort storage");
 
   ScratchLayout scratch_layout;
-  const std::size_t span_counts_at = scratch_layout.add(geometry.tiles * sizeof(int64_t));
-  const std::size_t column_counts_at = scratch_layout.add(geometry.tiles * sizeof(int64_t));
-  const std::size_t span_offsets_at = scratch_layout.add(geometry.tiles * sizeof(int64_t));
-  const std::size_t column_offsets_at = scratch_layout.add(geometry.tiles * sizeof(int64_t));
-  const std::size_t keys_at = scratch_layout.add(tiles * sizeof(uint32_t));
-  const std::size_t sorted_keys_at = scratch_layout.add(tiles * sizeof(uint32_t));
-  const std::size_t indices_at = scratch_layout.add(tiles * sizeof(int32_t));
-  const std::size_t temp_at = scratch_layout.add(std::max(scan_bytes, sort_bytes));
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, scratch_layout.total(), cuda_stream),
-             "build_static_plan_on_device: cudaMallocAsync scratch");
-  auto* scratch_base = static_cast<std::byte*>(scratch);
-  auto at = [&](std::size_t offset) { return static_cast<void*>(scratch_base + offset); };
-  auto* span_counts = static_cast<int64_t*>(at(span_counts_at));
-  auto* column_counts = static_cast<int64_t*>(at(column_counts_at));
-  auto* span_offsets = static_cast<int64_t*>(at(span_offsets_at));
-  auto* column_offsets = static_cast<int64_t*>(at(column_offsets_at));
-  auto* tile_keys = static_cast<uint32_t*>(at(keys_at));
-  auto* tile_indices = static_cast<int32_t*>(at(indices_at));
-  void* temp = at(temp_at);
-
-  // The scratch is freed in stream order whatever happens below.
-  struct ScratchGuard {
-    void* scratch;
-    cudaStream_t stream;
-    ~ScratchGuard() { cudaFreeAsync(scratch, stream); }
-  } guard{scratch, cuda_stream};
+  const std::size_t span_counts_at = scratch_layout.add<int64_t>(geometry.tiles);
+  const std::size_t column_counts_at = scratch_layout.add<int64_t>(geometry.tiles);
+  const std::size_t span_offsets_at = scratch_layout.add<int64_t>(geometry.tiles);
+  const std::size_t column_offsets_at = scratch_layout.add<int64_t>(geometry.tiles);
+  const std::size_t keys_at = scratch_layout.add<uint32_t>(tiles);
+  const std::size_t sorted_keys_at = scratch_layout.add<uint32_t>(tiles);
+  const std::size_t indices_at = scratch_layout.add<int32_t>(tiles);
+  const std::size_t temp_at =
+      scratch_layout.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
+  // Freed in stream order whatever happens below.
+  const StreamScratch scratch(scratch_layout.bytes(), cuda_stream,
+                              "build_static_plan_on_device: cudaMallocAsync scratch");
+  std::byte* scratch_base = scratch.base();
+  auto* span_counts = region<int64_t>(scratch_base, span_counts_at);
+  auto* column_counts = region<int64_t>(scratch_base, column_counts_at);
+  auto* span_offsets = region<int64_t>(scratch_base, span_offsets_at);
+  auto* column_offsets = region<int64_t>(scratch_base, column_offsets_at);
+  auto* tile_keys = region<uint32_t>(scratch_base, keys_at);
+  auto* tile_indices = region<int32_t>(scratch_base, indices_at);
+  void* temp = scratch_base + temp_at;
 
   const auto head_blocks = static_cast<unsigned>(ceil_div(geometry.tiles, kThreadsPerBlock));
   count_tiles_kernel<<<head_blocks, kThreadsPerBlock, 0, cuda_stream>>>(geometry, span_counts,
@@ -550,7 +502,7 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   // upload's heaviest_first.
   temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, tile_keys, static_cast<uint32_t*>(at(sorted_keys_at)),
+                 temp, temp_bytes, tile_keys, region<uint32_t>(scratch_base, sorted_keys_at),
                  tile_indices, reinterpret_cast<int32_t*>(base + layout.schedule), item_count, 0,
                  sort_bits, cuda_stream),
              "build_static_plan_on_device: schedule sort");

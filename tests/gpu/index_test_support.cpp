@@ -43,6 +43,16 @@ ProblemSize oracle_problem(Random& random, const ProblemLimits& limits, DType dt
   return size;
 }
 
+ProblemSize error_case_size() {
+  ProblemSize size;
+  size.q_len = 100;
+  size.kv_len = 120;
+  size.kv_heads = 2;
+  size.group = 2;
+  size.head_dim = 64;
+  return size;
+}
+
 HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int64_t last_q,
                        const std::vector<int64_t>& heads) {
   std::vector<int64_t> rows;

@@ -55,6 +55,10 @@ ProblemSize random_problem(Random& random, const ProblemLimits& limits);
 ProblemSize oracle_problem(Random& random, const ProblemLimits& limits, DType dtype,
                            int64_t tile_rows);
 
+// The small problem the error tests build on: 100 queries over 120 keys, 2 KV heads of 2 query
+// heads each, head_dim 64.
+ProblemSize error_case_size();
+
 // The host estimate's column (vertical) and diagonal (slash) scores (patterns/estimation.h) of the
 // last `last_q` queries, all keys as the key space, for the head slots of the query heads `heads`
 // of every batch element (all heads when empty), in batch-major order.

@@ -498,12 +498,7 @@ TEST_F(GpuConfigBuild, StaticConfigHasAHostCopy) {
 
 TEST_F(GpuConfigBuild, BadConfigsNameTheArgument) {
   Random random;
-  ProblemSize size;
-  size.q_len = 100;
-  size.kv_len = 120;
-  size.kv_heads = 2;
-  size.group = 2;
-  size.head_dim = 64;
+  const ProblemSize size = error_case_size();
   const AttentionInputs inputs = random_inputs(random, size);
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);

@@ -282,6 +282,30 @@ TEST_F(GpuIndexBuild, QueryBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
   EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
 }
 
+// A modality whose last rows are single tokens between text (more runs than the estimate takes):
+// the spec is routed to the host, and the device build and prepare_pattern say why.
+TEST_F(GpuIndexBuild, QueryBoundaryGroupsOfTooManyRunsStayOnTheHost) {
+  constexpr int64_t kSingleTokenImages = 40;  // image runs of one token, more than 16
+  Random random;
+  LayoutBuilder builder;
+  for (int64_t i = 0; i < kSingleTokenImages; ++i) builder.text(1).image({1, 1, 1});
+  const ModalityLayout layout = builder.text(1).build();
+  ProblemSize size = error_case_size();
+  size.q_len = size.kv_len = layout.length();
+  const AttentionInputs inputs = random_inputs(random, size);
+  const PlanShape shape = plan_shape(size);
+  const PatternSpec spec =
+      vertical_slash(40, 200, 30, 100, 64, static_cast<int64_t>(detail::BoundaryMode::kQuery));
+  EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &layout));
+  expect_error([&] { (void)build_both(spec, shape, inputs, size.scale, stream_, &layout); },
+               ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "16 runs"});
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  expect_error([&] { (void)prepare_pattern(spec, shape, &layout, kCuda, stream_, &device_inputs); },
+               ErrorCode::kUnsupported, {"not built on the GPU", "host inputs"});
+}
+
 // Attention through a Q-boundary device plan (permuted query order) against the fp64 oracle of
 // the host plan, on both kernels' tile heights.
 TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
@@ -597,12 +621,7 @@ TEST_F(GpuIndexBuild, GridAttentionThroughTheDevicePlanMatchesTheOracle) {
 
 TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   Random random;
-  ProblemSize size;
-  size.q_len = 100;
-  size.kv_len = 120;
-  size.kv_heads = 2;
-  size.group = 2;
-  size.head_dim = 64;
+  const ProblemSize size = error_case_size();
   const AttentionInputs inputs = random_inputs(random, size);
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);
@@ -641,12 +660,7 @@ TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
 
 TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
   Random random;
-  ProblemSize size;
-  size.q_len = 100;
-  size.kv_len = 120;
-  size.kv_heads = 2;
-  size.group = 2;
-  size.head_dim = 64;
+  const ProblemSize size = error_case_size();
   const AttentionInputs inputs = random_inputs(random, size);
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);
