@@ -43,6 +43,12 @@ class CostModel {
   virtual std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
                                               const TensorView& v) = 0;
   virtual double cost(const Plan& plan, const CostInputs& inputs) = 0;
+  // The cost of building `spec`'s plan from the inputs' q and k (the index of a dynamic pattern:
+  // estimate, selection, conversion), in the same unit; 0 for static patterns, whose plans depend
+  // on the shape alone and are built once.
+  virtual double index_cost(const PatternSpec& spec, const PlanShape& shape,
+                            const ModalityLayout& layout, float scale,
+                            const CostInputs& inputs) = 0;
   virtual bool measured() const = 0;        // false: modelled
   virtual std::string unit() const = 0;     // "ms", "key chunks"
   virtual std::string gpu() const = 0;      // the GPU measured on; empty when modelled
@@ -52,13 +58,19 @@ class CostModel {
 // Modelled cost, for machines without a GPU: the number of 128×128 key chunks the engine's Hopper
 // kernel computes for the plan — per query tile of 128 rows, each span cut into chunks of at most
 // 128 keys plus the gathered columns 128 at a time (src/cuda/key_chunks.cuh walks the same
-// sequence). It ignores chunk fill and gather cost: an estimate, always labelled "modelled".
+// sequence). It ignores chunk fill and gather cost: an estimate, always labelled "modelled". Its
+// index cost is the estimate's chunks (last_q rows against every key); selection and conversion
+// are not modelled.
 std::unique_ptr<CostModel> make_modelled_cost();
 
 // Measured cost: the median device time (ms) of attention_planned over the plan, prepared on
 // `device` with prepare_plan, after `warmup` runs, on the head's q, k, v copied to the device (fp32
-// timed as bf16: the engine runs 16-bit inputs). Needs a build with the CUDA engine and a visible
-// GPU; otherwise throws Error(kUnsupported).
+// timed as bf16: the engine runs 16-bit inputs). Its index cost is the median time (ms, host clock
+// to the end of the build) of prepare_pattern from those device q and k; for a dynamic pattern
+// the GPU does not build (docs/index_builders.md) one host build from the host q and k with its
+// upload, as `mmsparse bench` would pay. Either is one head's build alone: in a layer, heads of one
+// spec share launches, so this bounds the head's share from above. Needs a build with the CUDA
+// engine and a visible GPU; otherwise throws Error(kUnsupported).
 std::unique_ptr<CostModel> make_measured_cost(Device device, int warmup, int repeats);
 
 // Where a spec's numbers were set (Table 2/3 values are for 128K tokens): scaled to `seq_len` the
@@ -96,6 +108,9 @@ struct CandidateScore {
   double recall = 0.0;        // mean over scored rows of exp(LSE_plan - LSE_dense)
   double output_error = 0.0;  // ||O_plan - O_dense|| / ||O_dense|| over scored rows
   double cost = 0.0;          // of its plan on the scored scope, in CostModel units
+  // Of building its plan (CostModel::index_cost): charged where the search goes beyond the budget
+  // (the "raise" stage and the heads it raises); 0 where it is not charged.
+  double index_cost = 0.0;
 };
 
 // One stage's search on one scope of one head.
@@ -142,7 +157,9 @@ struct SearchOptions {
   // Layer-level target for the mean recall of the searched heads (0: off). When the in-budget
   // choices recall less on average, heads are raised along recall_ladder(), taking the step with
   // the most recall gained per cost added each time, until the mean reaches the target or no step
-  // is left. The budget then holds for the other heads only.
+  // is left. The budget then holds for the other heads only. Costs here include the index
+  // (CostModel::index_cost): a ladder step's wide line budgets can take as long to select and
+  // convert as to attend, which a budget of attention FLOPs (App. C.5) never meets.
   double target_mean_recall = 0.0;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
   // CPU threads (0 = hardware concurrency): heads are searched in parallel, one per thread, and

@@ -1,8 +1,11 @@
 // The search's cost models: chunks the engine computes (modelled) and engine time (measured).
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
@@ -18,6 +21,13 @@ constexpr int64_t kEngineTileRows = 128;
 constexpr int64_t kEngineKeyChunk = 128;
 
 int64_t chunks_of(int64_t keys) { return (keys + kEngineKeyChunk - 1) / kEngineKeyChunk; }
+
+bool is_dynamic(const PatternSpec& spec) {
+  const std::vector<PatternInfo>& known = known_patterns();
+  return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
+    return info.dynamic && info.name == spec.name;
+  });
+}
 
 class ModelledCost final : public CostModel {
  public:
@@ -38,21 +48,34 @@ class ModelledCost final : public CostModel {
     }
     return static_cast<double>(chunks);
   }
+  double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout&, float,
+                    const CostInputs&) override {
+    if (!is_dynamic(spec)) return 0.0;
+    // The estimate: the last last_q rows against every key, one row block of chunks per 128 rows.
+    const int64_t last_q = resolve_pattern(spec).param("last_q", 0);
+    return static_cast<double>(chunks_of(last_q) * chunks_of(shape.kv_len));
+  }
   bool measured() const override { return false; }
   std::string unit() const override { return "key chunks"; }
   std::string gpu() const override { return {}; }
   int64_t tile_rows(int64_t) const override { return kEngineTileRows; }
 };
 
-// A scope's q, k, v on the device, with the output buffers every candidate's run writes.
+// A scope's q, k, v on the device, with the output buffers every candidate's run writes, and the
+// host q and k it was prepared from (for the index of patterns the GPU does not build; the scope
+// that prepared these outlives them).
 struct DeviceInputs final : CostInputs {
-  DeviceInputs(DeviceTensor device_q, DeviceTensor device_k, DeviceTensor device_v, Device device)
+  DeviceInputs(DeviceTensor device_q, DeviceTensor device_k, DeviceTensor device_v, Device device,
+               const TensorView& host_q_view, const TensorView& host_k_view)
       : q(std::move(device_q)),
         k(std::move(device_k)),
         v(std::move(device_v)),
         out(q.view().dtype, q.view().shape_vector(), device),
-        lse(DType::kFloat32, {1, 1, q.view().shape[1]}, device) {}
+        lse(DType::kFloat32, {1, 1, q.view().shape[1]}, device),
+        host_q(host_q_view),
+        host_k(host_k_view) {}
   DeviceTensor q, k, v, out, lse;
+  TensorView host_q, host_k;
 };
 
 class MeasuredCost final : public CostModel {
@@ -67,23 +90,50 @@ class MeasuredCost final : public CostModel {
 
   std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
                                       const TensorView& v) override {
-    return std::make_unique<DeviceInputs>(to_device(q), to_device(k), to_device(v), device_);
+    return std::make_unique<DeviceInputs>(to_device(q), to_device(k), to_device(v), device_, q, k);
   }
 
   double cost(const Plan& plan, const CostInputs& inputs) override {
-    const auto* device_inputs = dynamic_cast<const DeviceInputs*>(&inputs);
-    if (device_inputs == nullptr) {
-      throw_invalid_argument("inputs", "CostInputs prepared by this measured cost model",
-                             "inputs of another model");
-    }
+    const DeviceInputs& device_inputs = ours(inputs);
     const PreparedPlan prepared = prepare_plan(plan, device_);
     return median_device_milliseconds(
         [&] {
-          attention_planned(prepared, device_inputs->q.view(), device_inputs->k.view(),
-                            device_inputs->v.view(), device_inputs->out.view(),
-                            device_inputs->lse.view());
+          attention_planned(prepared, device_inputs.q.view(), device_inputs.k.view(),
+                            device_inputs.v.view(), device_inputs.out.view(),
+                            device_inputs.lse.view());
         },
         warmup_, repeats_, device_);
+  }
+
+  double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
+                    float scale, const CostInputs& inputs) override {
+    const DeviceInputs& device_inputs = ours(inputs);
+    if (!is_dynamic(spec)) return 0.0;
+    const PatternInputs on_device{device_inputs.q.view(), device_inputs.k.view(), scale};
+    const auto build_on_device = [&] {
+      (void)prepare_pattern(spec, shape, &layout, device_, nullptr, &on_device);
+      synchronize(device_);
+    };
+    try {
+      build_on_device();  // a first build, outside the timing, which also says where it runs
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kUnsupported) throw;
+      // Built on the host at every run (docs/index_builders.md): one build, it takes long.
+      const PatternInputs on_host{device_inputs.host_q, device_inputs.host_k, scale};
+      const auto start = std::chrono::steady_clock::now();
+      (void)prepare_pattern(spec, shape, &layout, device_, nullptr, &on_host);
+      synchronize(device_);
+      return milliseconds_since(start);
+    }
+    for (int run = 1; run < warmup_; ++run) build_on_device();
+    std::vector<double> times;
+    for (int run = 0; run < repeats_; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      build_on_device();
+      times.push_back(milliseconds_since(start));
+    }
+    std::nth_element(times.begin(), times.begin() + repeats_ / 2, times.end());
+    return times[static_cast<std::size_t>(repeats_ / 2)];
   }
   bool measured() const override { return true; }
   std::string unit() const override { return "ms"; }
@@ -97,6 +147,20 @@ class MeasuredCost final : public CostModel {
   int warmup_;
   int repeats_;
   std::string gpu_;
+
+  static const DeviceInputs& ours(const CostInputs& inputs) {
+    const auto* device_inputs = dynamic_cast<const DeviceInputs*>(&inputs);
+    if (device_inputs == nullptr) {
+      throw_invalid_argument("inputs", "CostInputs prepared by this measured cost model",
+                             "inputs of another model");
+    }
+    return *device_inputs;
+  }
+
+  static double milliseconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
 
   DeviceTensor to_device(const TensorView& host) const {
     // The engine runs 16-bit inputs; fp32 calibration tensors are timed as bf16.

@@ -112,6 +112,11 @@ class SerializedCost final : public CostModel {
     const std::lock_guard<std::mutex> lock(mutex_);
     return model_.cost(plan, inputs);
   }
+  double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
+                    float scale, const CostInputs& inputs) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return model_.index_cost(spec, shape, layout, scale, inputs);
+  }
   bool measured() const override { return model_.measured(); }
   std::string unit() const override { return model_.unit(); }
   std::string gpu() const override { return model_.gpu(); }
@@ -183,8 +188,8 @@ class HeadSearch {
     return result_;
   }
 
-  // Each spec scored and costed on the whole sequence, budget aside; specs that cannot be built
-  // there are left out.
+  // Each spec scored and costed on the whole sequence, index included, budget aside; specs that
+  // cannot be built there are left out.
   std::vector<CandidateScore> score_on_full_sequence(const std::vector<PatternSpec>& specs) {
     std::vector<CandidateScore> scores;
     for (const PatternSpec& spec : specs) {
@@ -192,9 +197,15 @@ class HeadSearch {
       if (!plan) continue;
       const double cost = full_.cost(*plan, cost_model_);
       const detail::Accuracy accuracy = full_.score(*plan);
-      scores.push_back({spec, accuracy.recall, accuracy.output_error, cost});
+      scores.push_back({spec, accuracy.recall, accuracy.output_error, cost,
+                        full_.index_cost(spec, cost_model_)});
     }
     return scores;
+  }
+
+  // The index cost of the spec on the whole sequence.
+  double index_cost_on_full_sequence(const PatternSpec& spec) {
+    return full_.index_cost(spec, cost_model_);
   }
 
  private:
@@ -298,9 +309,14 @@ class HeadSearch {
 // ladder step happens to cost no more than the choice it replaces: such steps go first.
 constexpr double kFreeStepCost = 1e-12;
 
+double total_cost(const CandidateScore& score) { return score.cost + score.index_cost; }
+
 // The layer-level recall target (SearchOptions::target_mean_recall): greedy steps up the ladder,
 // each time the one with the most recall gained per cost added, over the heads below the target
-// (only they can lift the mean by much; their ladders are scored in parallel, once).
+// (only they can lift the mean by much; their ladders are scored in parallel, once). Costs are
+// attention plus index, for the steps and for the choices they would replace: a step of wide line
+// budgets that computes nearly every pair costs its index on top of dense's attention, so dense,
+// which needs none, wins it.
 // Each scored ladder is recorded as a "raise" scope of its head (reported through `on_scope_done`
 // as it completes); a raised head's scope names the step taken as its winner.
 template <class MakeSearch>
@@ -317,6 +333,8 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
                        [&](int64_t i) {
                          HeadSearchResult& head = heads[below[i]];
                          HeadSearch search = make_search(head.q_head);
+                         head.chosen.index_cost =
+                             search.index_cost_on_full_sequence(head.chosen.spec);
                          steps[i] = search.score_on_full_sequence(ladder);
                          ScopeSearch& scope = head.scopes.emplace_back();
                          scope.stage = kRaiseStage;
@@ -334,8 +352,8 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
       for (std::size_t s = 0; s < steps[b].size(); ++s) {
         const CandidateScore& step = steps[b][s];
         if (step.recall <= current.recall) continue;
-        const double ratio =
-            (step.recall - current.recall) / std::max(step.cost - current.cost, kFreeStepCost);
+        const double ratio = (step.recall - current.recall) /
+                             std::max(total_cost(step) - total_cost(current), kFreeStepCost);
         if (!best || ratio > best_ratio) {
           best = {b, s};
           best_ratio = ratio;

@@ -156,8 +156,16 @@ std::optional<Plan> Scope::build(const PatternSpec& spec) const {
 }
 
 double Scope::cost(const Plan& plan, CostModel& model) {
+  return model.cost(plan, cost_inputs(model));
+}
+
+double Scope::index_cost(const PatternSpec& spec, CostModel& model) {
+  return model.index_cost(spec, shape(), layout_, scale_, cost_inputs(model));
+}
+
+const CostInputs& Scope::cost_inputs(CostModel& model) {
   if (!cost_inputs_) cost_inputs_ = model.prepare(q_.view(), k_.view(), v_.view());
-  return model.cost(plan, *cost_inputs_);
+  return *cost_inputs_;
 }
 
 Plan Scope::sampled_rows_plan(const Plan& plan) const {

@@ -63,6 +63,8 @@ class Scope {
   // The cost of running the plan (built by build()) on the scope's tokens. The scope's inputs are
   // prepared for `model` on the first call; every call must pass the same model.
   double cost(const Plan& plan, CostModel& model);
+  // The cost of building the spec's plan from the scope's q and k (CostModel::index_cost).
+  double index_cost(const PatternSpec& spec, CostModel& model);
 
  private:
   std::string name_;
@@ -84,6 +86,7 @@ class Scope {
   // The plan's coverage of the sampled rows only: one single-row tile per row, holding the keys
   // of the row's tile in `plan`, restricted to the scored modality pairs.
   Plan sampled_rows_plan(const Plan& plan) const;
+  const CostInputs& cost_inputs(CostModel& model);
   void attend(const Plan& plan);
 };
 

@@ -129,6 +129,16 @@ TEST(ModelledCost, CountsTheEngineKeyChunksOfEachTile) {
   builder.add_span(10, 13);
   for (int64_t key = 300; key < 700; key += 2) builder.add_column(key);
   EXPECT_EQ(model->cost(builder.finish(), *inputs), 3);
+  // The index: the estimate's last_q rows against every key (1000 keys: 8 chunks per row block);
+  // static patterns have none.
+  const PlanShape shape{1, 1, 1000, 1000, 128};
+  const ModalityLayout text = ModalityLayout::text_only(1000);
+  EXPECT_EQ(
+      model->index_cost(PatternSpec::parse("vertical-slash:last_q=64"), shape, text, 0.0f, *inputs),
+      8);
+  EXPECT_EQ(model->index_cost(PatternSpec::parse("grid:last_q=200"), shape, text, 0.0f, *inputs),
+            2 * 8);
+  EXPECT_EQ(model->index_cost(PatternSpec::parse("a-shape"), shape, text, 0.0f, *inputs), 0);
 }
 
 TEST(Search, PicksGridForAGridHeadAndALocalPatternForALocalHead) {
@@ -210,6 +220,10 @@ class FreeCost final : public CostModel {
     return std::make_unique<CostInputs>();
   }
   double cost(const Plan&, const CostInputs&) override { return 0.0; }
+  double index_cost(const PatternSpec&, const PlanShape&, const ModalityLayout&, float,
+                    const CostInputs&) override {
+    return 0.0;
+  }
   bool measured() const override { return false; }
   std::string unit() const override { return "nothing"; }
   std::string gpu() const override { return {}; }
@@ -324,6 +338,78 @@ TEST(Search, RaisesHeadsBeyondTheBudgetToReachTheLayersRecallTarget) {
                            *cost, options);
       },
       ErrorCode::kInvalidArgument, {"target_mean_recall", "[0, 1]"});
+}
+
+// The modelled attention cost, with an index that costs `charge_per_line` for every line of a
+// vertical-slash spec's budget (the selection and conversion grow with the lines kept).
+class ChunksWithIndex final : public CostModel {
+ public:
+  explicit ChunksWithIndex(double charge_per_line) : charge_per_line_(charge_per_line) {}
+  static int64_t lines(const PatternSpec& spec) {
+    return spec.name == "vertical-slash" ? spec.param("vertical", 0) + spec.param("slash", 0) : 0;
+  }
+  std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
+                                      const TensorView& v) override {
+    return chunks_->prepare(q, k, v);
+  }
+  double cost(const Plan& plan, const CostInputs& inputs) override {
+    return chunks_->cost(plan, inputs);
+  }
+  double index_cost(const PatternSpec& spec, const PlanShape&, const ModalityLayout&, float,
+                    const CostInputs&) override {
+    return charge_per_line_ * static_cast<double>(lines(spec));
+  }
+  bool measured() const override { return false; }
+  std::string unit() const override { return chunks_->unit(); }
+  std::string gpu() const override { return {}; }
+  int64_t tile_rows(int64_t head_dim) const override { return chunks_->tile_rows(head_dim); }
+
+ private:
+  std::unique_ptr<CostModel> chunks_ = make_modelled_cost();
+  double charge_per_line_;
+};
+
+// The raise stage pays for the index, of the ladder's steps and of the choices they replace: heads
+// that climbed to a wider vertical-slash step while the index was free climb to dense once the
+// extra lines' index costs more than the attention they save; every raised head carries its
+// choice's index cost.
+TEST(Search, RaisingChargesTheIndexOfEachStep) {
+  const SmallVideo video = small_video(2048, DType::kFloat32);
+  const Workload::Tensors& tensors = video.tensors;
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  options.target_mean_recall = 0.999;
+  const auto search = [&](double charge_per_line) {
+    ChunksWithIndex cost(charge_per_line);
+    return search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(),
+                        video.workload.layout(), cost, options);
+  };
+  const LayerSearchResult free_index = search(0.0);
+  std::vector<std::size_t> climbed_to_lines;
+  for (std::size_t i = 0; i < free_index.heads.size(); ++i) {
+    const HeadSearchResult& head = free_index.heads[i];
+    if (head.within_budget && head.chosen.spec.name == "vertical-slash")
+      climbed_to_lines.push_back(i);
+  }
+  ASSERT_FALSE(climbed_to_lines.empty()) << "with a free index some head takes a line step";
+
+  constexpr double kChargePerLine = 1e6;  // a line's index far above any plan's chunks here
+  const LayerSearchResult charged = search(kChargePerLine);
+  for (std::size_t i : climbed_to_lines) {
+    SCOPED_TRACE("head " + std::to_string(charged.heads[i].q_head));
+    EXPECT_EQ(charged.heads[i].chosen.spec.name, "dense");
+  }
+  for (const HeadSearchResult& head : charged.heads) {
+    if (!head.within_budget) continue;
+    EXPECT_EQ(head.chosen.index_cost, kChargePerLine * ChunksWithIndex::lines(head.chosen.spec))
+        << head.chosen.spec.to_string();
+    ASSERT_FALSE(head.scopes.back().scored.empty());
+    for (const CandidateScore& step : head.scopes.back().scored) {
+      EXPECT_EQ(step.index_cost, kChargePerLine * ChunksWithIndex::lines(step.spec))
+          << step.spec.to_string() << ": every ladder step is charged its index";
+    }
+  }
+  EXPECT_GE(mean_recall(charged.heads), options.target_mean_recall);
 }
 
 TEST(Search, RunsTheStagesOfTheModalitiesPresent) {

@@ -630,8 +630,9 @@ TEST(GpuPreparedPlan, PlanPreparedForTheDeviceRejectsHostTensors) {
 
 // The search's measured cost: a scope's q, k, v go to the device once (prepare) and each candidate
 // pays only for its plan's upload and timed runs. Times are positive and finite; a sparse plan
-// over a small share of the pairs runs faster than dense; inputs prepared by another model are
-// rejected by name.
+// over a small share of the pairs runs faster than dense; index costs are 0 for static patterns
+// and positive for dynamic ones, built on the GPU or on the host; inputs prepared by another model
+// are rejected by name.
 TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -651,8 +652,27 @@ TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
   EXPECT_TRUE(std::isfinite(sparse) && sparse > 0.0) << sparse;
   EXPECT_LT(sparse, dense) << "a-shape reads about 5% of the causal pairs";
 
+  // The index: none for a static pattern; a vertical-slash head built by the GPU's kernels; a
+  // 2D-boundary head, which the GPU does not build, as its host build from the host q and k.
+  const ModalityLayout text = ModalityLayout::text_only(kTokens);
+  EXPECT_EQ(model->index_cost(PatternSpec::parse("a-shape:sink=128,local=256"), shape, text, 0.0f,
+                              *inputs),
+            0.0);
+  const double on_device =
+      model->index_cost(PatternSpec::parse("vertical-slash"), shape, text, 0.0f, *inputs);
+  EXPECT_TRUE(std::isfinite(on_device) && on_device > 0.0) << on_device;
+  const double on_host = model->index_cost(PatternSpec::parse("vertical-slash:boundary=3"), shape,
+                                           mixed_layout(random, kTokens), 0.0f, *inputs);
+  EXPECT_TRUE(std::isfinite(on_host) && on_host > 0.0) << on_host;
+
   const std::unique_ptr<CostInputs> modelled_inputs =
       make_modelled_cost()->prepare(q.view(), k.view(), v.view());
+  expect_error(
+      [&] {
+        (void)model->index_cost(PatternSpec::parse("vertical-slash"), shape, text, 0.0f,
+                                *modelled_inputs);
+      },
+      ErrorCode::kInvalidArgument, {"inputs", "measured cost"});
   expect_error(
       [&] {
         (void)model->cost(build_plan(PatternSpec{"dense", {}}, shape), *modelled_inputs);

@@ -126,7 +126,8 @@ nlohmann::json score_json(const CandidateScore& score) {
   return {{"spec", score.spec.to_string()},
           {"recall", score.recall},
           {"output_error", score.output_error},
-          {"cost", score.cost}};
+          {"cost", score.cost},
+          {"index_cost", score.index_cost}};
 }
 
 // Measured costs are milliseconds of a single layer, often well below one at calibration lengths;
@@ -158,8 +159,9 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                head.dense_fallback ? "  dense fallback: " + head.fallback_reason
                : head.within_budget
                    ? fmt::format("  raised for the layer's recall target from {} "
-                                 "(recall {:.4f})",
-                                 head.within_budget->spec.to_string(), head.within_budget->recall)
+                                 "(recall {:.4f}); index {} {}",
+                                 head.within_budget->spec.to_string(), head.within_budget->recall,
+                                 format_cost(head.chosen.index_cost, cost_model), cost_model.unit())
                    : "");
   }
   fmt::print("mean recall of the chosen specs: {:.4f}\n", mean_recall(result.heads));
