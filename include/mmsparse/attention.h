@@ -128,6 +128,14 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream = nullptr,
                              const PatternInputs* inputs = nullptr);
+// Whether prepare_pattern on `device` builds `spec`'s plan for this shape and layout by kernels on
+// the device (given device inputs for a dynamic pattern), with no host build: static patterns and
+// the dynamic heads docs/index_builders.md lists, on a CUDA device of a build with the CUDA engine.
+// False where the plan would be built on the host (CPU devices, CPU-only builds, 2D-boundary
+// heads, ...). Reads no tensor and touches no GPU; a spec that does not resolve throws as
+// resolve_pattern does.
+bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
+                           const ModalityLayout* layout, Device device);
 // A per-head config of one layer (specs.size() == shape.heads, e.g. PatternConfig::layer_specs):
 // what prepare_plan(build_plan(specs, shape, layout, inputs), device, stream) prepares. On a CUDA
 // device the plan is built there, one part per builder, concatenated into one plan with one

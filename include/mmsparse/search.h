@@ -122,6 +122,7 @@ struct ScopeSearch {
   std::optional<CandidateScore> winner;
   int64_t over_budget = 0;     // candidates dropped for their cost
   int64_t not_applicable = 0;  // candidates that cannot be built on this scope (too short, ...)
+  int64_t host_index = 0;      // candidates dropped for a host-built index (index_device)
 };
 
 struct HeadSearchResult {
@@ -154,6 +155,11 @@ struct SearchOptions {
   // input: 0 none, 2 Q-boundary, 3 2D-boundary (1, K-boundary, builds the plan of 0). {0} keeps a
   // config to what the GPU index builders serve today (docs/index_builders.md).
   std::vector<int64_t> boundary_modes = {0, 2, 3};
+  // When set, candidates whose plan prepare_pattern would build on the host for this device
+  // (builds_plan_on_device is false: 2D-boundary heads, Q-boundary grid heads, ...) are dropped
+  // in every stage (ScopeSearch::host_index): their index would take host time at every run,
+  // hundreds of ms per head at 128K. `mmsparse search` sets it for a measured (GPU) search.
+  std::optional<Device> index_device;
   // Layer-level target for the mean recall of the searched heads (0: off). When the in-budget
   // choices recall less on average, heads are raised along recall_ladder(), taking the step with
   // the most recall gained per cost added each time, until the mean reaches the target or no step

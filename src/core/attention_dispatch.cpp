@@ -352,6 +352,21 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
   return prepared;
 }
 
+bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
+                           const ModalityLayout* layout, Device device) {
+  const PatternSpec resolved = resolve_pattern(spec, layout);
+#ifdef MMSPARSE_WITH_CUDA
+  return device.type == DeviceType::kCUDA &&
+         (cuda::builds_on_device(resolved.name) ||
+          cuda::builds_dynamic_on_device(resolved, shape, layout) ||
+          cuda::builds_grid_on_device(resolved));
+#else
+  (void)shape;
+  (void)device;
+  return false;
+#endif
+}
+
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream,
                              const PatternInputs* inputs) {

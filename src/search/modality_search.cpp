@@ -248,6 +248,11 @@ class HeadSearch {
         ++search.not_applicable;
         continue;
       }
+      if (options_.index_device &&
+          !builds_plan_on_device(spec, scope.shape(), &scope.layout(), *options_.index_device)) {
+        ++search.host_index;
+        continue;
+      }
       const double cost = scope.cost(*plan, cost_model_);
       if (cost > search.budget_cost) {
         ++search.over_budget;

@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "common/random.h"
+#include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/io.h"
 #include "mmsparse/patterns.h"
@@ -473,6 +474,70 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
                            std::vector<int64_t>{0});
       },
       ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
+}
+
+// builds_plan_on_device: what prepare_pattern builds by kernels, without a GPU (host logic only).
+TEST(Search, KnowsWhichPlansTheGpuBuilds) {
+  const ModalityLayout mixed =
+      LayoutBuilder().text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30).build();
+  const PlanShape shape{1, 1, mixed.length(), mixed.length(), kDefaultTileRows};
+  const Device gpu{DeviceType::kCUDA, 0};
+  const bool engine = build_info().cuda_enabled;
+  for (const char* spec : {"dense", "a-shape", "vertical-slash", "vertical-slash:boundary=2",
+                           "grid", "grid:boundary=1"}) {
+    EXPECT_EQ(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, gpu), engine) << spec;
+    EXPECT_FALSE(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, Device{}))
+        << spec << " on the CPU";
+  }
+  for (const char* spec : {"vertical-slash:boundary=3", "grid:boundary=2", "grid:boundary=3"}) {
+    EXPECT_FALSE(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, gpu)) << spec;
+  }
+  expect_error(
+      [&] { (void)builds_plan_on_device(PatternSpec::parse("no-such"), shape, &mixed, gpu); },
+      ErrorCode::kInvalidArgument, {"no-such"});
+}
+
+// SearchOptions::index_device: candidates the GPU would not build are dropped and counted, in
+// every stage; with the engine the stages still score the GPU-built ones.
+TEST(Search, SkipsCandidatesWhoseIndexTheHostWouldBuild) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const ModalityLayout mixed =
+      LayoutBuilder().text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30).build();
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 2, 32});
+  const Tensor kv = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 1, 32});
+  FreeCost free;
+  SearchOptions options = single_thread_options();
+  options.sample_rows = 16;
+  options.index_device = Device{DeviceType::kCUDA, 0};
+  const LayerSearchResult result = search_layer(q.view(), kv.view(), kv.view(), mixed, free,
+                                                options, std::vector<int64_t>{0, 1});
+  const PlanShape shape{1, 1, mixed.length(), mixed.length(), kDefaultTileRows};
+  int64_t skipped = 0;
+  int64_t scored = 0;
+  for (const HeadSearchResult& head : result.heads) {
+    for (const ScopeSearch& search : head.scopes) {
+      skipped += search.host_index;
+      for (const CandidateScore& score : search.scored) {
+        ++scored;
+        if (search.scope == "full") {
+          EXPECT_TRUE(builds_plan_on_device(score.spec, shape, &mixed, *options.index_device))
+              << score.spec.to_string();
+        }
+      }
+    }
+    if (!head.dense_fallback) {
+      EXPECT_TRUE(builds_plan_on_device(head.chosen.spec, shape, &mixed, *options.index_device))
+          << head.chosen.spec.to_string();
+    }
+  }
+  if (build_info().cuda_enabled) {
+    EXPECT_GT(skipped, 0) << "2D-boundary candidates of stage 3 are host-built";
+    EXPECT_GT(scored, 0);
+  } else {
+    EXPECT_EQ(scored, 0) << "a CPU-only build builds nothing on a GPU";
+    for (const HeadSearchResult& head : result.heads) EXPECT_TRUE(head.dense_fallback);
+  }
 }
 
 PatternConfig searched_config() {

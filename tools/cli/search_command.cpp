@@ -21,9 +21,6 @@ namespace mmsparse::cli {
 namespace {
 
 constexpr double kPercent = 100.0;
-// The `boundary` values of a dynamic pattern spec (`mmsparse patterns`): Q- and 2D-boundary.
-constexpr int64_t kQueryBoundary = 2;
-constexpr int64_t k2DBoundary = 3;
 
 struct SearchFlags {
   WorkloadFlags workload;
@@ -35,6 +32,7 @@ struct SearchFlags {
   std::string out_path;
   SearchOptions options;
   bool unscaled = false;
+  bool host_index = false;  // --host-index: a GPU search may choose heads built on the host
 };
 
 // What the search calibrates on: a file's layers, or one synthetic workload per layer (layer L
@@ -137,7 +135,8 @@ std::string format_cost(double cost, const CostModel& cost_model) {
 }
 
 void print_summary(const LayerSearchResult& result, int64_t layer, const CostModel& cost_model,
-                   const CalibrationInput& input) {
+                   const CalibrationInput& input, int64_t head_dim) {
+  const ModalityLayout& layout = input.layout;
   fmt::print("\nlayer {}: budget {} = {} {} ({}); {} candidates in the search space\n", layer,
              result.budget_spec.to_string(), format_cost(result.budget_cost, cost_model),
              cost_model.unit(), cost_model.measured() ? "measured" : "modelled",
@@ -165,21 +164,28 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
                    : "");
   }
   fmt::print("mean recall of the chosen specs: {:.4f}\n", mean_recall(result.heads));
-  // The GPU index builders serve vertical-slash with boundary none/K/Q and grid with none/K
-  // (docs/index_builders.md): a measured (GPU) search that chose a 2D boundary, or a Q-boundary
-  // grid, yields a config whose index takes host time at every run.
+  int64_t host_index = 0;
+  for (const HeadSearchResult& head : result.heads) {
+    for (const ScopeSearch& search : head.scopes) host_index += search.host_index;
+  }
+  if (host_index > 0) {
+    fmt::print(
+        "note: {} candidate scoring(s) skipped: their index would be built on the host at every "
+        "run (2D-boundary and Q-boundary grid heads; docs/index_builders.md); --host-index "
+        "allows them\n",
+        host_index);
+  }
+  // With --host-index (or a modelled search, for the CPU), heads may choose such specs.
+  const Device gpu{DeviceType::kCUDA, 0};
+  const PlanShape shape{1, 1, layout.length(), layout.length(), cost_model.tile_rows(head_dim)};
   const auto host_built =
-      std::count_if(result.heads.begin(), result.heads.end(), [](const HeadSearchResult& head) {
-        const auto boundary = head.chosen.spec.params.find("boundary");
-        if (boundary == head.chosen.spec.params.end()) return false;
-        return boundary->second == k2DBoundary ||
-               (boundary->second == kQueryBoundary && head.chosen.spec.name != "vertical-slash");
+      std::count_if(result.heads.begin(), result.heads.end(), [&](const HeadSearchResult& head) {
+        return !builds_plan_on_device(head.chosen.spec, shape, &layout, gpu);
       });
   if (cost_model.measured() && host_built > 0) {
     fmt::print(
-        "note: {} head(s) chose a 2D-boundary or a Q-boundary grid; their index is built on the "
-        "host at every run (hundreds of ms per head at 128K); --boundary-modes 0 keeps a config "
-        "to the GPU index builders\n",
+        "note: {} head(s) chose a spec whose index is built on the host at every run (hundreds "
+        "of ms per head at 128K)\n",
         host_built);
   }
 }
@@ -199,14 +205,18 @@ int run_search(const SearchFlags& flags) {
 
   SearchOptions options = flags.options;
   options.scale_to_length = !flags.unscaled;
+  // A GPU search makes configs to run on the GPU: no head whose index the host would build.
+  if (gpu && !flags.host_index) options.index_device = Device{DeviceType::kCUDA, 0};
   options.num_threads = flags.exec.threads;
   if (progress_enabled) {
     options.on_scope_done = [started](int64_t q_head, const ScopeSearch& search) {
-      fmt::print(stderr, "      head {:>3} {:<5} {:<13} {:>3} scored, {:>3} over budget, {:>3} n/a"
-                 "  -> {}  ({:.1f} s elapsed)\n",
+      fmt::print(stderr,
+                 "      head {:>3} {:<5} {:<13} {:>3} scored, {:>3} over budget, {:>3} n/a"
+                 "{}  -> {}  ({:.1f} s elapsed)\n",
                  q_head, search.stage, search.scope, search.scored.size(), search.over_budget,
-                 search.not_applicable, search.winner ? search.winner->spec.to_string() : "-",
-                 seconds_since(started));
+                 search.not_applicable,
+                 search.host_index > 0 ? fmt::format(", {} host index", search.host_index) : "",
+                 search.winner ? search.winner->spec.to_string() : "-", seconds_since(started));
       std::fflush(stderr);
     };
   }
@@ -253,7 +263,8 @@ int run_search(const SearchFlags& flags) {
                                      {"scope", search.scope},
                                      {"budget_cost", search.budget_cost},
                                      {"over_budget", search.over_budget},
-                                     {"not_applicable", search.not_applicable}};
+                                     {"not_applicable", search.not_applicable},
+                                     {"host_index", search.host_index}};
         if (search.winner) scope_json["winner"] = score_json(*search.winner);
         for (const CandidateScore& score : search.scored) {
           scope_json["scored"].push_back(score_json(score));
@@ -269,7 +280,9 @@ int run_search(const SearchFlags& flags) {
                                        cost_model->unit(), cost_model->gpu(),
                                        result.budget_spec.to_string(), result.budget_cost};
     }
-    if (flags.exec.json_path != "-") print_summary(result, layer.layer, *cost_model, input);
+    if (flags.exec.json_path != "-") {
+      print_summary(result, layer.layer, *cost_model, input, layer.q.shape[3]);
+    }
   }
   progress.done("done");
 
@@ -335,10 +348,13 @@ Command add_search_command(CLI::App& app) {
   command
       ->add_option("--boundary-modes", flags->options.boundary_modes,
                    "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
-                   "3 2D-boundary (0 alone: what the GPU index builders serve)")
+                   "3 2D-boundary")
       ->delimiter(',')
       ->check(CLI::IsMember({0, 2, 3}))
       ->capture_default_str();
+  command->add_flag("--host-index", flags->host_index,
+                    "a GPU search may choose heads whose index is built on the host at every run "
+                    "(default: such candidates are skipped)");
   command
       ->add_option("--target-mean-recall", flags->options.target_mean_recall,
                    "raise heads beyond the budget (wider vertical-slash, then dense) until the "
