@@ -51,6 +51,9 @@ struct PatternInfo {
   bool dynamic = false;  // estimated from PatternInputs (build_plan needs them)
 };
 const std::vector<PatternInfo>& known_patterns();
+// Whether the spec names a dynamic pattern (PatternInfo::dynamic: build_plan needs PatternInputs);
+// false for unknown names.
+bool is_dynamic(const PatternSpec& spec);
 
 // What dynamic patterns estimate from: host views of any strides, bf16 / fp16 / fp32.
 //   q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim],

@@ -411,13 +411,6 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const Pl
   return sections;
 }
 
-bool is_dynamic(const PatternSpec& spec) {
-  for (const PatternInfo& info : known_patterns()) {
-    if (info.name == spec.name) return info.dynamic;
-  }
-  return false;  // resolve_pattern has already rejected unknown names
-}
-
 PlanShape section_shape(const PlanShape& shape, const Section& section) {
   PlanShape result = shape;
   if (section.kind == SectionKind::kStatic) {

@@ -87,6 +87,13 @@ const std::vector<PatternInfo>& known_patterns() {
   return infos;
 }
 
+bool is_dynamic(const PatternSpec& spec) {
+  const std::vector<PatternInfo>& known = known_patterns();
+  return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
+    return info.dynamic && info.name == spec.name;
+  });
+}
+
 PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout) {
   const detail::PatternEntry& entry = known_pattern(spec.name);
   const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;

@@ -5,7 +5,6 @@
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
@@ -21,13 +20,6 @@ constexpr int64_t kEngineTileRows = 128;
 constexpr int64_t kEngineKeyChunk = 128;
 
 int64_t chunks_of(int64_t keys) { return (keys + kEngineKeyChunk - 1) / kEngineKeyChunk; }
-
-bool is_dynamic(const PatternSpec& spec) {
-  const std::vector<PatternInfo>& known = known_patterns();
-  return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
-    return info.dynamic && info.name == spec.name;
-  });
-}
 
 class ModelledCost final : public CostModel {
  public:
@@ -123,17 +115,12 @@ class MeasuredCost final : public CostModel {
       const auto start = std::chrono::steady_clock::now();
       (void)prepare_pattern(spec, shape, &layout, device_, nullptr, &on_host);
       synchronize(device_);
-      return milliseconds_since(start);
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
     }
-    for (int run = 1; run < warmup_; ++run) build_on_device();
-    std::vector<double> times;
-    for (int run = 0; run < repeats_; ++run) {
-      const auto start = std::chrono::steady_clock::now();
-      build_on_device();
-      times.push_back(milliseconds_since(start));
-    }
-    std::nth_element(times.begin(), times.begin() + repeats_ / 2, times.end());
-    return times[static_cast<std::size_t>(repeats_ / 2)];
+    // Each build ends in a synchronisation, so the events span its host work too.
+    return median_device_milliseconds(build_on_device, std::max(0, warmup_ - 1), repeats_,
+                                      device_);
   }
   bool measured() const override { return true; }
   std::string unit() const override { return "ms"; }
@@ -155,11 +142,6 @@ class MeasuredCost final : public CostModel {
                              "inputs of another model");
     }
     return *device_inputs;
-  }
-
-  static double milliseconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
   }
 
   DeviceTensor to_device(const TensorView& host) const {

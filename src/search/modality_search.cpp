@@ -243,14 +243,15 @@ class HeadSearch {
     if (!budget) return done();
     search.budget_cost = *budget;
     for (const PatternSpec& spec : candidates) {
-      const std::optional<Plan> plan = scope.build(spec);
-      if (!plan) {
-        ++search.not_applicable;
-        continue;
-      }
+      // Before the plan is built: a host-built candidate's build is the slow part.
       if (options_.index_device &&
           !builds_plan_on_device(spec, scope.shape(), &scope.layout(), *options_.index_device)) {
         ++search.host_index;
+        continue;
+      }
+      const std::optional<Plan> plan = scope.build(spec);
+      if (!plan) {
+        ++search.not_applicable;
         continue;
       }
       const double cost = scope.cost(*plan, cost_model_);

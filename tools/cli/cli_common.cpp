@@ -104,12 +104,8 @@ bool use_gpu(DeviceChoice choice) {
 }
 
 bool any_dynamic(const std::vector<PatternSpec>& specs) {
-  const std::vector<PatternInfo>& known = known_patterns();
-  return std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
-    return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
-      return info.dynamic && info.name == spec.name;
-    });
-  });
+  return std::any_of(specs.begin(), specs.end(),
+                     [](const PatternSpec& spec) { return is_dynamic(spec); });
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
