@@ -180,13 +180,12 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
     case detail::BoundaryMode::kKey:
       return true;
     case detail::BoundaryMode::kQuery:
+    case detail::BoundaryMode::kTwoD:
       try {
         return index::fits_estimate(index::plan_vertical_slash(resolved_spec, shape, layout));
       } catch (const Error&) {
         return true;  // the build reports the spec's or the layout's error
       }
-    case detail::BoundaryMode::kTwoD:
-      return false;
   }
   return false;  // an out-of-range mode: the host build reports it
 }

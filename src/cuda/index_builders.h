@@ -5,8 +5,8 @@
 // (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
 // every record of the plan equals the host plan's upload.
 //
-// Built here: vertical-slash with boundary 0 (none), 1 (K-boundary, the same plan) or 2
-// (Q-boundary), grid with boundary 0 or 1.
+// Built here: vertical-slash with boundary 0 (none), 1 (K-boundary, the same plan), 2 (Q-boundary)
+// or 3 (2D-boundary), grid with boundary 0 or 1.
 //
 // Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
 // many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
@@ -73,8 +73,8 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
 
 // Whether the resolved spec is a vertical-slash head the GPU estimate builds for this shape and
 // layout, whole plans and head subsets alike (per-head configs route their device sections by it):
-// boundary none or K, or Q when each query group's estimate rows fit the estimate kernels (at
-// most kMaxEstimateSegments runs of consecutive rows; index_kernels.h). Specs whose layout does
+// boundary none or K, or Q and 2D when each query group's estimate rows fit the estimate kernels
+// (at most kMaxEstimateSegments runs of consecutive rows; index_kernels.h). Specs whose layout does
 // not suit their boundary answer true, so that the build reports the layout error.
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout);

@@ -10,8 +10,11 @@
 // Every sum runs over rows in ascending order, in double like the host's; the scores themselves
 // differ from the host's by summation order in the dot product only (the contract allows that).
 // The estimate rows come in segments of consecutive queries (EstimateSegment): the last rows of q,
-// or a Q-boundary group's last rows, one segment per run of its modality; a segment's rows meet a
-// chunk's keys on rows + kChunk - 1 diagonals, so each segment has its own diagonal partials.
+// or a Q- or 2D-boundary group's last rows, one segment per run of its modality; a segment's rows
+// meet a chunk's keys on (rows - 1) * step + kChunk diagonals (step 1: each row's frontier one
+// further; step 0: one frontier), so each segment has its own diagonal partials. A 2D-boundary
+// pair reads the keys of one modality in compact coordinates (KeySpaceView): a chunk is 64
+// consecutive compact keys, loaded from their original rows.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -76,6 +79,10 @@ struct SegmentView {
   int32_t first_row;  // among the estimate rows
   int32_t rows;
   int32_t first_entry;  // among a chunk's diagonal partials
+  int32_t step;         // frontier advance per row: 0 or 1
+  __host__ __device__ int64_t diagonal_entries() const {
+    return static_cast<int64_t>(rows - 1) * step + kChunk;
+  }
 };
 
 // Rows load as 16-byte vectors: the operands' last dimension is contiguous and their rows 16-byte
@@ -86,7 +93,7 @@ struct EstimateParams {
   const uint16_t* k;  // [batch, kv_len, kv_heads, head_dim]
   int64_t k_stride_batch, k_stride_row, k_stride_head;
   int32_t q_heads, kv_heads, group, head_dim;
-  int64_t kv_len;
+  KeySpaceView keys;  // compact key c is original key keys.original(c)
   float scale;
   int64_t rows, chunks, scores;
   int32_t segment_count;
@@ -105,7 +112,7 @@ struct EstimateParams {
   // Keys estimate row `row` sees: [0, frontier).
   __device__ int64_t frontier(int64_t row) const {
     const SegmentView& segment = segment_of(row);
-    return segment.frontier + (row - segment.first_row);
+    return segment.frontier + (row - segment.first_row) * segment.step;
   }
   __device__ int64_t position(int64_t row) const {
     const SegmentView& segment = segment_of(row);
@@ -159,8 +166,9 @@ __global__ void __launch_bounds__(kThreads)
     const int key = v / row_vectors;
     const int dim = v % row_vectors * kVectorElements;
     uint4 bits = {};
-    if (key_begin + key < params.kv_len) {
-      bits = *reinterpret_cast<const uint4*>(keys + (key_begin + key) * params.k_stride_row + dim);
+    if (key_begin + key < params.scores) {  // no row sees a key beyond the scores
+      const int64_t original = params.keys.original(key_begin + key);
+      bits = *reinterpret_cast<const uint4*>(keys + original * params.k_stride_row + dim);
     }
     *reinterpret_cast<uint4*>(shared.keys + key * kRowPitch + dim) = bits;
   }
@@ -287,16 +295,24 @@ __global__ void __launch_bounds__(kThreads)
           shared.columns[x] += sum;
         }
         // Each segment's rows of the tile, [first, last) relative to it: diagonal
-        // u = row - first - key + kChunk - 1 of them, rows ascending.
+        // u = (row - first) * step - key + kChunk - 1 of them, rows ascending.
         for (int s = 0; s < params.segment_count; ++s) {
           const SegmentView& segment = params.segments[s];
           const int64_t first = max(static_cast<int64_t>(segment.first_row), row_begin);
           const int64_t last =
               min(static_cast<int64_t>(segment.first_row) + segment.rows, row_begin + tile_rows);
-          if (first >= last || x >= last - first + kChunk - 1) continue;
           const int tile_first = static_cast<int>(first - row_begin);
           const int count = static_cast<int>(last - first);
           double sum = 0.0;
+          if (segment.step == 0) {  // one frontier: u = kChunk - 1 - key for every row
+            if (first >= last || x >= kChunk) continue;
+            for (int row = 0; row < count; ++row) {
+              sum += shared.tile.values[(tile_first + row) * kScorePitch + kChunk - 1 - x];
+            }
+            shared.diagonals[segment.first_entry + x] += sum;
+            continue;
+          }
+          if (first >= last || x >= last - first + kChunk - 1) continue;
           for (int row = max(0, x - (kChunk - 1)); row <= min(count - 1, x); ++row) {
             sum += shared.tile.values[(tile_first + row) * kScorePitch + row + kChunk - 1 - x];
           }
@@ -362,7 +378,7 @@ __global__ void gather_diagonals_kernel(const EstimateParams params) {
   double sum = 0.0;
   for (int s = 0; s < params.segment_count; ++s) {
     const SegmentView& segment = params.segments[s];
-    const int64_t span = segment.rows + kChunk - 1;
+    const int64_t span = segment.diagonal_entries();
     // d = (frontier - 1) - key_begin - (kChunk - 1) + u, so u = d - base + chunk * kChunk.
     const int64_t base = segment.frontier - 1 - (kChunk - 1);
     const int64_t lowest = -floor_div(d - base, kChunk);
@@ -393,7 +409,6 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   params.kv_heads = static_cast<int32_t>(operands.kv_heads);
   params.group = static_cast<int32_t>(operands.q_heads / operands.kv_heads);
   params.head_dim = static_cast<int32_t>(operands.head_dim);
-  params.kv_len = operands.kv_len;
   params.scale = operands.scale;
   params.rows = extents.rows;
   params.chunks = extents.chunks;
@@ -404,10 +419,14 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   int64_t first_entry = 0;
   for (int64_t s = 0; s < extents.segment_count; ++s) {
     const EstimateSegment& segment = extents.segments[static_cast<std::size_t>(s)];
-    params.segments[s] = {segment.position, segment.frontier, static_cast<int32_t>(first_row),
-                          static_cast<int32_t>(segment.rows), static_cast<int32_t>(first_entry)};
+    params.segments[s] = {segment.position,
+                          segment.frontier,
+                          static_cast<int32_t>(first_row),
+                          static_cast<int32_t>(segment.rows),
+                          static_cast<int32_t>(first_entry),
+                          static_cast<int32_t>(segment.step)};
     first_row += segment.rows;
-    first_entry += segment.rows + kChunk - 1;
+    first_entry += params.segments[s].diagonal_entries();
   }
   params.slots_per_batch = static_cast<int32_t>(operands.estimated_heads());
   HeadSelection& selection = params.selection;
@@ -468,7 +487,8 @@ detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
 int64_t EstimateExtents::diagonal_entries() const {
   int64_t entries = 0;
   for (int64_t s = 0; s < segment_count; ++s) {
-    entries += segments[static_cast<std::size_t>(s)].rows + kChunk - 1;
+    const EstimateSegment& segment = segments[static_cast<std::size_t>(s)];
+    entries += (segment.rows - 1) * segment.step + kChunk;
   }
   return entries;
 }
@@ -500,8 +520,10 @@ bool fits_estimate(std::span<const int64_t> positions) {
   return segment_rows(positions).has_value();
 }
 
-EstimateExtents estimate_extents(const EstimateOperands& operands,
-                                 std::span<const int64_t> positions, const std::string& pattern) {
+namespace {
+
+// The positions' segments, or kUnsupported naming "<pattern> parameter last_q".
+EstimateExtents checked_segments(std::span<const int64_t> positions, const std::string& pattern) {
   std::optional<EstimateExtents> extents = segment_rows(positions);
   if (!extents) {
     throw Error(ErrorCode::kUnsupported,
@@ -511,19 +533,47 @@ EstimateExtents estimate_extents(const EstimateOperands& operands,
                     std::to_string(kMaxDiagonals) + " diagonals per key chunk; these " +
                     std::to_string(positions.size()) + " rows exceed that");
   }
+  return *extents;
+}
+
+// Slots, scores (the last row's frontier, frontiers never descending) and chunks of segments whose
+// frontiers are set, over a key space of `keys` keys.
+EstimateExtents finish_extents(EstimateExtents extents, const EstimateOperands& operands,
+                               int64_t keys) {
+  extents.slots = operands.batch * operands.estimated_heads();
+  if (extents.rows > 0) {
+    const EstimateSegment& last =
+        extents.segments[static_cast<std::size_t>(extents.segment_count - 1)];
+    extents.scores = std::clamp<int64_t>(last.frontier + (last.rows - 1) * last.step, 0, keys);
+  }
+  extents.chunks = ceil_div(extents.scores, kEstimateChunkKeys);
+  return extents;
+}
+
+}  // namespace
+
+EstimateExtents estimate_extents(const EstimateOperands& operands,
+                                 std::span<const int64_t> positions, const std::string& pattern) {
+  EstimateExtents extents = checked_segments(positions, pattern);
   const int64_t offset = operands.kv_len - operands.q_len;
-  for (int64_t s = 0; s < extents->segment_count; ++s) {
-    EstimateSegment& segment = extents->segments[static_cast<std::size_t>(s)];
+  for (int64_t s = 0; s < extents.segment_count; ++s) {
+    EstimateSegment& segment = extents.segments[static_cast<std::size_t>(s)];
     segment.frontier = segment.position + offset + 1;
   }
-  extents->slots = operands.batch * operands.estimated_heads();
-  if (extents->rows > 0) {
-    const EstimateSegment& last =
-        extents->segments[static_cast<std::size_t>(extents->segment_count - 1)];
-    extents->scores = std::clamp<int64_t>(last.frontier + last.rows - 1, 0, operands.kv_len);
+  return finish_extents(extents, operands, operands.kv_len);
+}
+
+EstimateExtents estimate_extents(const EstimateOperands& operands,
+                                 std::span<const int64_t> positions, const detail::KeySpace& space,
+                                 bool own, const std::string& pattern) {
+  EstimateExtents extents = checked_segments(positions, pattern);
+  const int64_t offset = operands.kv_len - operands.q_len;
+  for (int64_t s = 0; s < extents.segment_count; ++s) {
+    EstimateSegment& segment = extents.segments[static_cast<std::size_t>(s)];
+    segment.frontier = space.frontier(segment.position + offset);
+    segment.step = own ? 1 : 0;
   }
-  extents->chunks = ceil_div(extents->scores, kEstimateChunkKeys);
-  return *extents;
+  return finish_extents(extents, operands, space.size());
 }
 
 EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtents& extents,
@@ -574,9 +624,11 @@ EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_
 }
 
 void launch_estimate(const EstimateOperands& operands, const EstimateExtents& extents,
-                     const EstimateScratch& scratch, cudaStream_t stream) {
+                     const EstimateScratch& scratch, cudaStream_t stream,
+                     const KeySpaceView& keys) {
   if (extents.scores == 0 || extents.slots == 0) return;
-  const EstimateParams params = make_params(operands, extents, scratch);
+  EstimateParams params = make_params(operands, extents, scratch);
+  params.keys = keys;
   const int64_t kv_blocks =
       params.selection.count > 0 ? params.selection.kv_count : operands.kv_heads;
   const dim3 grid(static_cast<unsigned>(extents.chunks),

@@ -4,6 +4,7 @@
 //   index_estimate.cu   last-q estimate -> column sums and diagonal sums of every head slot
 //   index_select.cu     top-k of each score array with forced lines and the host's tie order
 //   index_vertical_slash.cu   selected lines -> tiles, spans, columns, schedule (and the driver)
+//   index_key_spaces.cu the same conversion for 2D-boundary tiles, which read several key spaces
 //   index_grid.cu       softmax rows -> stride and phase search -> runs, tiles, spans, columns,
 //                       schedule (and the driver)
 
@@ -41,17 +42,51 @@ inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
 inline constexpr int64_t kEstimateVectorElements = 8;
 inline constexpr std::size_t kEstimateVectorBytes = 16;
 
-// A run of estimate rows at consecutive query positions: its i-th row is query `position + i`,
-// aligned with key `frontier - 1 + i`, and sees the keys [0, frontier + i) (none while that is
-// <= 0). The last rows of q are one segment; a Q-boundary group's last rows are one per run of its
+// A run of estimate rows at consecutive query positions: its i-th row is query `position + i` and
+// sees the keys [0, frontier + i * step) of the estimate's key space (none while that is <= 0).
+// The last rows of q are one segment; a Q- or 2D-boundary group's last rows are one per run of its
 // modality among them.
 struct EstimateSegment {
   int64_t position = 0;
   int64_t frontier = 0;
   int64_t rows = 0;
+  // 1 where each row's own token is a key of the space (all keys; a 2D group's own modality), 0 in
+  // another modality's space: a run of one modality's rows sees the same keys of the others.
+  int64_t step = 1;
 };
 // The most segments one estimate takes (they travel to the kernels by value).
 inline constexpr int64_t kMaxEstimateSegments = 16;
+
+// The keys an estimate or a conversion reads, on the device (detail::KeySpace): compact key c of
+// range r is original key begins[r] + c - prefix[r]. No ranges: all keys, compact = original.
+inline constexpr int kMaxKeySpaces = kNumModalities;
+struct KeySpaceView {
+  const int64_t* begins = nullptr;  // [ranges] each range's first original key
+  const int64_t* prefix = nullptr;  // [ranges + 1] compact index of each range's first key
+  int32_t ranges = 0;
+  // Whether compact keys are not original positions (KeySpace::is_identity() is false): the 2D
+  // conversion then reads slash bands narrower than half a key chunk as columns.
+  bool compact = false;
+
+  __device__ int32_t range_of(int64_t key) const {
+    int32_t low = 0;
+    int32_t high = ranges - 1;
+    while (low < high) {  // the last range whose first compact key is <= key
+      const int32_t middle = (low + high + 1) / 2;
+      if (prefix[middle] <= key) {
+        low = middle;
+      } else {
+        high = middle - 1;
+      }
+    }
+    return low;
+  }
+  __device__ int64_t original(int64_t key) const {
+    if (ranges == 0) return key;
+    const int32_t r = range_of(key);
+    return begins[r] + key - prefix[r];
+  }
+};
 
 // The estimate's extents, all from the shape, the layout and last_q.
 struct EstimateExtents {
@@ -73,6 +108,12 @@ EstimateExtents estimate_extents(const EstimateOperands& operands, int64_t last_
 // holds (kMaxEstimateRows + kEstimateChunkKeys - 1): such heads build on the host.
 EstimateExtents estimate_extents(const EstimateOperands& operands,
                                  std::span<const int64_t> positions, const std::string& pattern);
+// A 2D-boundary (query group, key space) pair: the group's estimate rows at the ascending
+// `positions` over the keys of `space` in its compact coordinates, the frontiers advancing with the
+// rows where the space is the group's own modality (`own`). Throws as above.
+EstimateExtents estimate_extents(const EstimateOperands& operands,
+                                 std::span<const int64_t> positions, const detail::KeySpace& space,
+                                 bool own, const std::string& pattern);
 // Whether estimate_extents(operands, positions, pattern) takes these positions.
 bool fits_estimate(std::span<const int64_t> positions);
 // The spec's last_q, checked for the GPU estimate (at most kMaxEstimateRows rows); throws
@@ -108,10 +149,11 @@ EstimateRegions add_estimate_regions(ScratchLayout& layout, const EstimateExtent
                                      bool probabilities);
 EstimateScratch estimate_scratch(std::byte* base, const EstimateRegions& regions);
 
-// Column and diagonal sums of the softmax of every head slot's estimate rows over all keys (the
-// host's Estimate::column_sums / diagonal_sums with all keys as the key space).
+// Column and diagonal sums of the softmax of every head slot's estimate rows over the keys of
+// `keys` (all keys by default): the host's Estimate::column_sums / diagonal_sums.
 void launch_estimate(const EstimateOperands& operands, const EstimateExtents& extents,
-                     const EstimateScratch& scratch, cudaStream_t stream);
+                     const EstimateScratch& scratch, cudaStream_t stream,
+                     const KeySpaceView& keys = {});
 
 // --- Selection -------------------------------------------------------------------------------
 
@@ -152,6 +194,12 @@ struct VerticalSlashTile {
   int32_t group = 0;
 };
 
+// A tile's rows in one key space of a 2D-boundary head: the compact frontiers [low, high] (one
+// run: consecutive in the group's own space, one frontier in the others); none when high < 1.
+struct SpaceFrontiers {
+  int64_t low = 0, high = 0;
+};
+
 // What a vertical-slash plan needs, all from the spec, the shape and the layout: the host sizes
 // the buffer from it before any kernel runs.
 struct VerticalSlashBuild {
@@ -167,14 +215,22 @@ struct VerticalSlashBuild {
   std::vector<QueryRun> order_runs;
   std::vector<VerticalSlashTile> head_tiles;
   std::vector<std::vector<int64_t>> group_rows;
+  // Boundary 2D (MMInference Alg. 3), the Q-boundary order and tiles with: the key spaces every
+  // group reads (one per key modality, ascending), each group's own space, and each tile's
+  // frontiers in every space ([tiles_per_head, spaces]). A selection per (group, space) pair.
+  std::vector<detail::KeySpace> spaces;
+  std::vector<int32_t> own_space;
+  std::vector<SpaceFrontiers> tile_frontiers;
 
   int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
   int64_t runs() const { return shape.head_slots() * static_cast<int64_t>(order_runs.size()); }
   int64_t groups() const {
     return group_rows.empty() ? 1 : static_cast<int64_t>(group_rows.size());
   }
+  int64_t space_count() const { return spaces.empty() ? 1 : static_cast<int64_t>(spaces.size()); }
+  int64_t selections() const { return groups() * space_count(); }
 };
-// Checks the spec as the host builder does (budgets, last_q, boundary none, K or Q; a Q-boundary
+// Checks the spec as the host builder does (budgets, last_q, any boundary mode; a Q- or 2D-boundary
 // layout as query_groups requires it) and lays out its query order and tiles.
 VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape,
                                        const ModalityLayout* layout);

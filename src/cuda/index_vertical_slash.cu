@@ -25,6 +25,7 @@
 #include "cuda/cub_storage.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
+#include "cuda/index_lines.cuh"
 #include "mmsparse/status.h"
 #include "patterns/dynamic_head.h"
 #include "patterns/modality_boundary.h"
@@ -62,29 +63,6 @@ struct TileGeometry {
     return tile_of(begin, end, begin, end - 1, 0);
   }
 };
-
-// One head slot's selected lines of one group, ascending.
-struct Lines {
-  const int32_t* verticals;
-  int32_t vertical_count;
-  const int32_t* slashes;
-  int32_t slash_count;
-};
-
-// The first index of the ascending `values` that is >= `bound` (count when none is).
-__device__ inline int32_t lower_bound(const int32_t* values, int32_t count, int64_t bound) {
-  int32_t low = 0;
-  int32_t high = count;
-  while (low < high) {
-    const int32_t middle = (low + high) / 2;
-    if (values[middle] < bound) {
-      low = middle + 1;
-    } else {
-      high = middle;
-    }
-  }
-  return low;
-}
 
 __device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
 
@@ -161,23 +139,6 @@ __device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& line
   return counts;
 }
 
-// The selections of every group and head slot, [groups, slots, capacity] with a count each.
-struct SelectedLines {
-  int64_t slots;
-  const int32_t* verticals;
-  int64_t vertical_capacity;
-  const int32_t* vertical_counts;
-  const int32_t* slashes;
-  int64_t slash_capacity;
-  const int32_t* slash_counts;
-
-  __device__ Lines of(int32_t group, int64_t slot) const {
-    const int64_t at = group * slots + slot;
-    return {verticals + at * vertical_capacity, vertical_counts[at], slashes + at * slash_capacity,
-            slash_counts[at]};
-  }
-};
-
 __device__ inline int64_t warp_index() {
   return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
 }
@@ -196,15 +157,6 @@ __global__ void count_tiles_kernel(TileGeometry geometry, SelectedLines selected
   }
 }
 
-struct FillTargets {
-  PlanSections sections;
-  MaskRecord mask;                // the one policy: causal
-  const int64_t* span_offsets;    // [tiles] exclusive sums of the span counts
-  const int64_t* column_offsets;  // [tiles] exclusive sums of the column counts
-  uint32_t* tile_keys;            // [tiles] key counts, position-major (the schedule's sort keys)
-  int32_t* tile_indices;          // [tiles] their tile indices (sort values)
-};
-
 __global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
                                   FillTargets out) {
   const int64_t index = warp_index();
@@ -217,21 +169,8 @@ __global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected,
       tile_keys(rows, selected.of(rows.group, slot), out.sections.spans + span_begin,
                 out.sections.columns + column_begin);
   if (threadIdx.x % kWarpLanes != 0) return;
-  if (index == 0) out.sections.masks[0] = out.mask;
-  out.sections.tiles[index] = {static_cast<int32_t>(rows.begin),
-                               static_cast<int32_t>(rows.end),
-                               static_cast<int32_t>(slot),
-                               0,
-                               span_begin,
-                               span_begin + counts.spans,
-                               column_begin,
-                               column_begin + counts.columns};
-  // The schedule sort's input, position-major: the upload's tie order (device_plan.cu,
-  // heaviest_first), which puts a head's t-th tile next to every other head's t-th tile.
-  const int64_t head_slots = tiles / geometry.tiles_per_head;
-  const int64_t sort_item = (index % geometry.tiles_per_head) * head_slots + slot;
-  out.tile_keys[sort_item] = static_cast<uint32_t>(counts.keys);
-  out.tile_indices[sort_item] = static_cast<int32_t>(index);
+  out.write_tile(index, slot, index % geometry.tiles_per_head, geometry.tiles_per_head, tiles, rows,
+                 counts.spans, counts.columns, counts.keys);
 }
 
 // The identity order's tiles, by arithmetic.
@@ -244,15 +183,34 @@ TileGeometry tile_geometry(const PlanShape& shape) {
           nullptr};
 }
 
-// Boundary Q (the host's build_dynamic_head with query_groups): each query modality's runs of rows
-// one after another in the query order, each run cut into tiles, and the group's last rows.
+// A 2D tile's frontiers in `space`: the distinct frontiers >= 1 of its consecutive query positions
+// [first, last] (the host's tile_frontiers), which form one run.
+SpaceFrontiers space_frontiers(const detail::KeySpace& space, int64_t first, int64_t last,
+                               int64_t offset) {
+  const int64_t low = space.frontier(first + offset);
+  const int64_t high = space.frontier(last + offset);
+  if (high != low && high - low != last - first) {
+    throw Error(ErrorCode::kUnsupported, "vertical-slash index: a 2D tile's frontiers [" +
+                                             std::to_string(low) + ", " + std::to_string(high) +
+                                             "] are not one run of its " +
+                                             std::to_string(last - first + 1) + " rows");
+  }
+  return {std::max<int64_t>(low, 1), high};
+}
+
+// Boundary Q and 2D (the host's build_dynamic_head with query_groups): each query modality's runs
+// of rows one after another in the query order, each run cut into tiles, and the group's last
+// rows; for 2D also the key spaces (the same for every group) and each tile's frontiers in them.
 void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout* layout,
-                          VerticalSlashBuild& build) {
+                          detail::BoundaryMode mode, VerticalSlashBuild& build) {
   const PlanShape& shape = build.shape;
   const TileGeometry geometry = tile_geometry(shape);
   detail::RowOrder order;
   const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
+  const bool two_d = mode == detail::BoundaryMode::kTwoD;
+  if (two_d && !groups.empty()) build.spaces = groups.front().key_spaces;
   for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (two_d) build.own_space.push_back(static_cast<int32_t>(groups[g].primary));
     for (const detail::IndexRange& rows : groups[g].rows) {
       const auto first_tile = order.tiles.size();
       const auto first = static_cast<int64_t>(order.positions.size());
@@ -260,15 +218,63 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
       order.tile_from(first, shape.tile_rows);
       for (std::size_t t = first_tile; t < order.tiles.size(); ++t) {
         const detail::IndexRange& tile = order.tiles[t];
+        const int64_t first_row = rows.begin + tile.begin - first;
+        const int64_t last_row = rows.begin + tile.end - 1 - first;
         build.head_tiles.push_back(
-            geometry.tile_of(tile.begin, tile.end, rows.begin + tile.begin - first,
-                             rows.begin + tile.end - 1 - first, static_cast<int32_t>(g)));
+            geometry.tile_of(tile.begin, tile.end, first_row, last_row, static_cast<int32_t>(g)));
+        for (const detail::KeySpace& space : build.spaces) {
+          build.tile_frontiers.push_back(
+              space_frontiers(space, first_row, last_row, shape.causal_offset()));
+        }
       }
     }
     build.group_rows.push_back(groups[g].last_rows(build.last_q));
   }
   if (!order.is_identity()) build.order_runs = order.runs;
   build.tiles_per_head = static_cast<int64_t>(build.head_tiles.size());
+}
+
+// Each range's first compact key, and the space's size last.
+std::vector<int64_t> range_prefix(const detail::KeySpace& space) {
+  std::vector<int64_t> prefix{0};
+  for (const detail::IndexRange& range : space.ranges()) {
+    prefix.push_back(prefix.back() + range.end - range.begin);
+  }
+  return prefix;
+}
+
+// A 2D head slot's capacities: the sums over its tiles and spaces of what one space's lines can
+// give a tile with compact frontiers [lo, hi] (band = hi - lo + 1):
+//   spans   the merged bands' bound of one key space (see plan_vertical_slash), each split once
+//           at every range boundary below hi;
+//   columns at most hi (the keys below it), and at most the verticals plus, in a compact space,
+//           the keys of the narrow bands: bands of diagonals below lo - 1 are `band` wide, those
+//           from lo - 1 on are hi - d wide (distinct widths 1 ... band), and only widths below
+//           kNarrowBandKeys are read as columns.
+void two_d_capacities(VerticalSlashBuild& build, int64_t& spans_per_head,
+                      int64_t& columns_per_head) {
+  constexpr int64_t kNarrowBandKeys = 64;  // vertical_slash.cpp's
+  const auto space_count = static_cast<std::size_t>(build.space_count());
+  std::vector<std::vector<int64_t>> prefixes;
+  for (const detail::KeySpace& space : build.spaces) prefixes.push_back(range_prefix(space));
+  for (std::size_t i = 0; i < build.tile_frontiers.size(); ++i) {
+    const SpaceFrontiers& rows = build.tile_frontiers[i];
+    if (rows.high < 1) continue;
+    const std::size_t s = i % space_count;
+    const std::vector<int64_t>& prefix = prefixes[s];
+    const auto ranges_below = static_cast<int64_t>(
+        std::lower_bound(prefix.begin(), prefix.end() - 1, rows.high) - prefix.begin());
+    const int64_t band = rows.high - rows.low + 1;
+    const int64_t slash_lines = std::min(build.slash, rows.high);
+    spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1)) + ranges_below - 1;
+    int64_t narrow = 0;
+    if (!build.spaces[s].is_identity()) {
+      const int64_t widths = std::min(band, kNarrowBandKeys - 1);
+      narrow = widths * (widths + 1) / 2;
+      if (band < kNarrowBandKeys) narrow += std::min(slash_lines, rows.low - 1) * band;
+    }
+    columns_per_head += std::min(rows.high, std::min(build.vertical, rows.high) + narrow);
+  }
 }
 
 // Copies `values` into device memory at `target` in stream order. From pageable memory the copy
@@ -315,13 +321,21 @@ VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const P
   build.slash = budgets.slash;
   build.sink = budgets.sink;
   build.local = budgets.local;
-  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kQuery);
+  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kTwoD);
   build.last_q = checked_estimate_queries(resolved_spec, shape);
   const TileGeometry geometry = tile_geometry(shape);
-  if (mode == detail::BoundaryMode::kQuery) {
-    arrange_query_groups(resolved_spec, layout, build);
+  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD) {
+    arrange_query_groups(resolved_spec, layout, mode, build);
   } else {
     build.tiles_per_head = geometry.tiles_per_head;
+  }
+  if (!build.spaces.empty()) {
+    int64_t spans_per_head = 0;
+    int64_t columns_per_head = 0;
+    two_d_capacities(build, spans_per_head, columns_per_head);
+    build.span_capacity = spans_per_head * shape.head_slots();
+    build.column_capacity = columns_per_head * shape.head_slots();
+    return build;
   }
 
   // Capacities: a tile with frontiers [lo, hi] reads keys below hi only, so at most
@@ -356,20 +370,31 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const int64_t tiles = build.tiles();
   if (tiles == 0) return;
   const int64_t groups = build.groups();
+  const int64_t spaces = build.space_count();
+  const bool two_d = !build.spaces.empty();
+  // One estimate per selection: (group g, space s) at g * spaces + s.
   std::vector<EstimateExtents> extents;
   for (int64_t g = 0; g < groups; ++g) {
-    extents.push_back(build.group_rows.empty()
-                          ? estimate_extents(operands, build.last_q)
-                          : estimate_extents(operands,
-                                             build.group_rows[static_cast<std::size_t>(g)],
-                                             "vertical-slash"));
+    for (int64_t s = 0; s < spaces; ++s) {
+      if (two_d) {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           build.spaces[static_cast<std::size_t>(s)],
+                                           build.own_space[static_cast<std::size_t>(g)] == s,
+                                           "vertical-slash"));
+      } else if (build.group_rows.empty()) {
+        extents.push_back(estimate_extents(operands, build.last_q));
+      } else {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           "vertical-slash"));
+      }
+    }
   }
   const int64_t slots = extents.front().slots;
-  int64_t scores = 0;  // the longest score array of the groups
-  for (const EstimateExtents& group : extents) scores = std::max(scores, group.scores);
+  int64_t scores = 0;  // the longest score array of the selections
+  for (const EstimateExtents& selection : extents) scores = std::max(scores, selection.scores);
   const int64_t vertical_capacity = std::min(build.vertical, scores);
   const int64_t slash_capacity = std::min(build.slash, scores);
-  const int64_t selections = groups * slots;
+  const int64_t selections = build.selections() * slots;
   const auto item_count = static_cast<int>(tiles);
   const int sort_bits =
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(build.shape.kv_len))));
@@ -379,16 +404,31 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const std::size_t sort_bytes = sort_storage_bytes<uint32_t>(item_count, sort_bits, stream,
                                                               "vertical-slash index: sort storage");
 
+  // The 2D key spaces' ranges: every space's range begins, then every space's prefixes.
+  std::vector<int64_t> range_begins;
+  std::vector<int64_t> range_prefixes;
+  for (const detail::KeySpace& space : build.spaces) {
+    for (const detail::IndexRange& range : space.ranges()) range_begins.push_back(range.begin);
+    const std::vector<int64_t> prefix = range_prefix(space);
+    range_prefixes.insert(range_prefixes.end(), prefix.begin(), prefix.end());
+  }
+
   ScratchLayout layout;
   std::vector<EstimateRegions> estimate_at;
-  for (const EstimateExtents& group : extents) {
-    estimate_at.push_back(add_estimate_regions(layout, group, false));
+  for (const EstimateExtents& selection : extents) {
+    estimate_at.push_back(add_estimate_regions(layout, selection, false));
   }
   const std::size_t verticals_at = layout.add<int32_t>(selections * vertical_capacity);
   const std::size_t slashes_at = layout.add<int32_t>(selections * slash_capacity);
   const std::size_t line_counts_at = layout.add<int32_t>(2 * selections);  // verticals, slashes
   const std::size_t listed_tiles_at =
       layout.add<VerticalSlashTile>(static_cast<int64_t>(build.head_tiles.size()));
+  const std::size_t frontiers_at =
+      layout.add<SpaceFrontiers>(static_cast<int64_t>(build.tile_frontiers.size()));
+  const std::size_t range_begins_at =
+      layout.add<int64_t>(static_cast<int64_t>(range_begins.size()));
+  const std::size_t range_prefixes_at =
+      layout.add<int64_t>(static_cast<int64_t>(range_prefixes.size()));
   const std::size_t span_counts_at = layout.add<int64_t>(tiles);
   const std::size_t column_counts_at = layout.add<int64_t>(tiles);
   const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
@@ -409,23 +449,46 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   auto* listed_tiles = region<VerticalSlashTile>(base, listed_tiles_at);
   copy_to_device(listed_tiles, build.head_tiles, stream,
                  "vertical-slash index: cudaMemcpyAsync tiles");
+  auto* frontiers = region<SpaceFrontiers>(base, frontiers_at);
+  copy_to_device(frontiers, build.tile_frontiers, stream,
+                 "vertical-slash index: cudaMemcpyAsync tile frontiers");
+  auto* begins = region<int64_t>(base, range_begins_at);
+  auto* prefixes = region<int64_t>(base, range_prefixes_at);
+  copy_to_device(begins, range_begins, stream, "vertical-slash index: cudaMemcpyAsync ranges");
+  copy_to_device(prefixes, range_prefixes, stream,
+                 "vertical-slash index: cudaMemcpyAsync range prefixes");
   write_runs(build, sections, stream);
+
+  // The key spaces on the device; all keys (no ranges) without a 2D boundary.
+  KeySpaceTiles space_tiles{
+      listed_tiles, frontiers, build.tiles_per_head, static_cast<int32_t>(build.spaces.size()), {}};
+  int64_t first_range = 0;
+  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
+    const detail::KeySpace& space = build.spaces[s];
+    const auto ranges = static_cast<int64_t>(space.ranges().size());
+    if (!space.is_identity()) {
+      space_tiles.space[s] = {begins + first_range, prefixes + first_range + s,
+                              static_cast<int32_t>(ranges), true};
+    }
+    first_range += ranges;
+  }
 
   auto* verticals = region<int32_t>(base, verticals_at);
   auto* slashes = region<int32_t>(base, slashes_at);
   int32_t* vertical_counts = line_counts;
   int32_t* slash_counts = line_counts + selections;
-  for (int64_t g = 0; g < groups; ++g) {
-    const EstimateExtents& group = extents[static_cast<std::size_t>(g)];
-    const EstimateScratch estimate =
-        estimate_scratch(base, estimate_at[static_cast<std::size_t>(g)]);
-    launch_estimate(operands, group, estimate, stream);
-    if (group.scores == 0) continue;
-    const int64_t first = g * slots;
+  for (std::size_t e = 0; e < extents.size(); ++e) {
+    const EstimateExtents& selection = extents[e];
+    const EstimateScratch estimate = estimate_scratch(base, estimate_at[e]);
+    const KeySpaceView keys =
+        two_d ? space_tiles.space[e % static_cast<std::size_t>(spaces)] : KeySpaceView{};
+    launch_estimate(operands, selection, estimate, stream, keys);
+    if (selection.scores == 0) continue;
+    const int64_t first = static_cast<int64_t>(e) * slots;
     launch_select_lines(
-        {estimate.column_sums, group.scores, build.vertical, build.sink,
+        {estimate.column_sums, selection.scores, build.vertical, build.sink,
          verticals + first * vertical_capacity, vertical_capacity, vertical_counts + first},
-        {estimate.diagonal_sums, group.scores, build.slash, build.local,
+        {estimate.diagonal_sums, selection.scores, build.slash, build.local,
          slashes + first * slash_capacity, slash_capacity, slash_counts + first},
         slots, stream);
   }
@@ -444,9 +507,13 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   void* temp = base + temp_at;
   const auto blocks =
       static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
-  count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
-                                                              span_counts, column_counts);
-  check_launch("vertical-slash index: count_tiles_kernel");
+  if (two_d) {
+    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
+  } else {
+    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
+                                                                span_counts, column_counts);
+    check_launch("vertical-slash index: count_tiles_kernel");
+  }
   std::size_t temp_bytes = scan_bytes;
   check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
                                            item_count, stream),
@@ -462,8 +529,12 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
                       column_offsets,
                       region<uint32_t>(base, keys_at),
                       region<int32_t>(base, indices_at)};
-  fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
-  check_launch("vertical-slash index: fill_tiles_kernel");
+  if (two_d) {
+    launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
+  } else {
+    fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
+    check_launch("vertical-slash index: fill_tiles_kernel");
+  }
 
   // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
   temp_bytes = sort_bytes;

@@ -30,6 +30,7 @@ class KeySpace {
   explicit KeySpace(std::vector<IndexRange> ranges);  // ascending, disjoint, non-empty
 
   int64_t size() const { return prefix_.back(); }
+  const std::vector<IndexRange>& ranges() const { return ranges_; }
   // Whether compact keys are original positions (one range from key 0, as all_keys makes).
   bool is_identity() const {
     return ranges_.empty() || (ranges_.size() == 1 && ranges_.front().begin == 0);

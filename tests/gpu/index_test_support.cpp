@@ -97,6 +97,34 @@ std::vector<std::vector<int64_t>> query_group_rows(const PlanShape& shape,
   return rows;
 }
 
+HostScores two_d_scores(const PatternInputs& inputs, const PlanShape& shape,
+                        const ModalityLayout& layout, int64_t last_q,
+                        const std::vector<int64_t>& heads) {
+  std::vector<int64_t> selected = heads;
+  if (selected.empty()) {
+    for (int64_t head = 0; head < shape.heads; ++head) selected.push_back(head);
+  }
+  const PatternSpec spec = resolve_pattern(
+      vertical_slash(0, 0, 0, 0, last_q, static_cast<int64_t>(detail::BoundaryMode::kTwoD)));
+  detail::KeyCache cache;
+  HostScores scores;
+  for (const detail::QueryGroup& group : detail::query_groups(spec, shape, &layout)) {
+    const std::vector<int64_t> rows = group.last_rows(last_q);
+    for (const detail::KeySpace& space : group.key_spaces) {
+      for (int64_t b = 0; b < shape.batch; ++b) {
+        for (const int64_t head : selected) {
+          const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
+          const detail::Estimate estimate =
+              detail::estimate_last_queries(operands, rows, space, shape.causal_offset());
+          scores.columns.push_back(estimate.column_sums());
+          scores.diagonals.push_back(estimate.diagonal_sums());
+        }
+      }
+    }
+  }
+  return scores;
+}
+
 bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced) {
   for (const std::vector<double>& slot : scores) {
     const auto size = static_cast<int64_t>(slot.size());

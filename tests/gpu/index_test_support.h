@@ -77,6 +77,13 @@ HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape,
 std::vector<std::vector<int64_t>> query_group_rows(const PlanShape& shape,
                                                    const ModalityLayout& layout, int64_t last_q);
 
+// The host estimate's scores of every (query group, key space) pair of a 2D-boundary head (each
+// group's last `last_q` rows over one key modality's keys, in its compact coordinates), pair by
+// pair in group-major order, for the head slots of `heads` (all when empty).
+HostScores two_d_scores(const PatternInputs& inputs, const PlanShape& shape,
+                        const ModalityLayout& layout, int64_t last_q,
+                        const std::vector<int64_t>& heads = {});
+
 // Whether top_k(scores, budget, forced) of every slot has a clear cut.
 bool clear_cut(const std::vector<std::vector<double>>& scores, int64_t budget, int64_t forced);
 

@@ -1,12 +1,12 @@
 // Per-head configs built on the GPU (cuda/config_builder.h) against the host: on random mixes of
-// static heads (built by kernels), vertical-slash and grid heads with boundary 0/1 (estimated on
-// the GPU over just their heads; vertical-slash budgets with clear top-k cuts, grid specs whose
-// host search chose clearly, as in test_gpu_index_builders.cpp) and heads the GPU does not build
-// (grid and vertical-slash with Q/2D boundary: built on the host and uploaded as a part), every
-// record of the concatenated plan equals the upload of the host plan of the same specs (with grid
-// heads, at the front of the capacity sections); attention through it matches the fp64 oracle;
-// prepare_pattern's per-head form serves the same plan and says where each head was built; bad
-// configs name the argument.
+// static heads (built by kernels), vertical-slash heads of every boundary mode and grid heads
+// with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with clear
+// top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp) and
+// heads the GPU does not build (grid with Q/2D boundary: built on the host and uploaded as a
+// part), every record of the concatenated plan equals the upload of the host plan of the same specs
+// (with grid heads, at the front of the capacity sections); attention through it matches the fp64
+// oracle; prepare_pattern's per-head form serves the same plan and says where each head was built;
+// bad configs name the argument.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -94,17 +94,10 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
 }
 
 // A spec for a head the GPU does not build (it needs a layout for its boundary modes): grid with
-// Q/2D boundary or vertical-slash with 2D boundary.
+// Q/2D boundary.
 PatternSpec random_host_spec(Random& random) {
   constexpr int64_t kQuery = static_cast<int64_t>(detail::BoundaryMode::kQuery);
   constexpr int64_t kTwoD = static_cast<int64_t>(detail::BoundaryMode::kTwoD);
-  if (random.bernoulli(0.5)) {
-    // Budgets count the always-kept lines: vertical >= sink, slash >= local.
-    const int64_t sink = random.uniform_int(0, 10);
-    const int64_t local = random.uniform_int(0, 20);
-    return vertical_slash(sink + random.uniform_int(0, 60), local + random.uniform_int(0, 200),
-                          sink, local, 64, kTwoD);
-  }
   return {"grid",
           {{"max_stride", random.uniform_int(2, kMaxSearchedStride)},
            {"boundary", random.uniform_int(kQuery, kTwoD)}}};
@@ -225,17 +218,22 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
     const int64_t sink = random.uniform_int(0, kMaxSink);
     const int64_t local = random.uniform_int(0, kMaxLocal);
     const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
-    // Boundary none, K or, with a layout, Q (each query modality estimated from its own rows).
-    const int64_t boundary =
-        random.uniform_int(0, static_cast<int64_t>(mix.layout ? detail::BoundaryMode::kQuery
-                                                              : detail::BoundaryMode::kKey));
-    const HostScores scores =
-        boundary == static_cast<int64_t>(detail::BoundaryMode::kQuery)
-            ? host_scores(host_inputs, shape, query_group_rows(shape, *mix.layout, last_q), group)
-            : host_scores(host_inputs, shape, last_q, group);
+    // Boundary none, K or, with a layout, Q (each query modality estimated from its own rows) or
+    // 2D (each pair of query and key modality).
+    const auto boundary = static_cast<detail::BoundaryMode>(
+        random.uniform_int(0, static_cast<int64_t>(mix.layout ? detail::BoundaryMode::kTwoD
+                                                              : detail::BoundaryMode::kKey)));
+    HostScores scores;
+    if (boundary == detail::BoundaryMode::kQuery) {
+      scores = host_scores(host_inputs, shape, query_group_rows(shape, *mix.layout, last_q), group);
+    } else if (boundary == detail::BoundaryMode::kTwoD) {
+      scores = two_d_scores(host_inputs, shape, *mix.layout, last_q, group);
+    } else {
+      scores = host_scores(host_inputs, shape, last_q, group);
+    }
     const PatternSpec spec = vertical_slash(clear_budget(random, scores.columns, sink),
                                             clear_budget(random, scores.diagonals, local), sink,
-                                            local, last_q, boundary);
+                                            local, last_q, static_cast<int64_t>(boundary));
     for (const int64_t h : group) mix.specs[h] = spec;
   }
   make_grid_choices_clear(random, mix, inputs);

@@ -283,7 +283,8 @@ TEST_F(GpuIndexBuild, QueryBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
 }
 
 // A modality whose last rows are single tokens between text (more runs than the estimate takes):
-// the spec is routed to the host, and the device build and prepare_pattern say why.
+// the spec is routed to the host, and the device build and prepare_pattern say why; for Q- and
+// 2D-boundary alike.
 TEST_F(GpuIndexBuild, QueryBoundaryGroupsOfTooManyRunsStayOnTheHost) {
   constexpr int64_t kSingleTokenImages = 40;  // image runs of one token, more than 16
   Random random;
@@ -294,16 +295,20 @@ TEST_F(GpuIndexBuild, QueryBoundaryGroupsOfTooManyRunsStayOnTheHost) {
   size.q_len = size.kv_len = layout.length();
   const AttentionInputs inputs = random_inputs(random, size);
   const PlanShape shape = plan_shape(size);
-  const PatternSpec spec =
-      vertical_slash(40, 200, 30, 100, 64, static_cast<int64_t>(detail::BoundaryMode::kQuery));
-  EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &layout));
-  expect_error([&] { (void)build_both(spec, shape, inputs, size.scale, stream_, &layout); },
-               ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "16 runs"});
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);
   const PatternInputs device_inputs{q.view, k.view, size.scale};
-  expect_error([&] { (void)prepare_pattern(spec, shape, &layout, kCuda, stream_, &device_inputs); },
-               ErrorCode::kUnsupported, {"not built on the GPU", "host inputs"});
+  for (const detail::BoundaryMode mode :
+       {detail::BoundaryMode::kQuery, detail::BoundaryMode::kTwoD}) {
+    const PatternSpec spec = vertical_slash(40, 200, 30, 100, 64, static_cast<int64_t>(mode));
+    SCOPED_TRACE(spec.to_string());
+    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &layout));
+    expect_error([&] { (void)build_both(spec, shape, inputs, size.scale, stream_, &layout); },
+                 ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "16 runs"});
+    expect_error(
+        [&] { (void)prepare_pattern(spec, shape, &layout, kCuda, stream_, &device_inputs); },
+        ErrorCode::kUnsupported, {"not built on the GPU", "host inputs"});
+  }
 }
 
 // Attention through a Q-boundary device plan (permuted query order) against the fp64 oracle of
@@ -319,6 +324,126 @@ TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
       if (!groups_fit(problem)) problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
       const AttentionInputs inputs = random_inputs(random, problem.size);
       const PatternSpec spec = clear_query_boundary_spec(random, problem, inputs);
+      SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
+      const BothPlans plans = build_both(spec, plan_shape(problem.size), inputs, problem.size.scale,
+                                         stream_, &problem.layout);
+      expect_same_records(plans.built, plans.host, stream_);
+      const AttentionResult gpu = run_gpu(plans.built, inputs, problem.size, random_layout(random));
+      expect_matches_oracle(plans.host, inputs, problem.size, gpu);
+    }
+  }
+}
+
+// Budgets with clear cuts in every (query group, key space) pair and head slot, the spec with
+// boundary 3; a third of the specs keep every line (a cut that is always clear: in the other
+// modalities' spaces every key then becomes a column).
+PatternSpec clear_two_d_spec(Random& random, const QueryBoundaryProblem& problem,
+                             const AttentionInputs& inputs) {
+  constexpr int64_t kEveryLine = int64_t{1} << 20;
+  constexpr int64_t kTwoD = static_cast<int64_t>(detail::BoundaryMode::kTwoD);
+  const int64_t sink = random.uniform_int(0, kMaxSink);
+  const int64_t local = random.uniform_int(0, kMaxLocal);
+  if (random.bernoulli(1.0 / 3.0)) {
+    return vertical_slash(kEveryLine, kEveryLine, sink, local, problem.last_q, kTwoD);
+  }
+  const HostScores scores = two_d_scores({inputs.q.view, inputs.k.view, problem.size.scale},
+                                         plan_shape(problem.size), problem.layout, problem.last_q);
+  return vertical_slash(clear_budget(random, scores.columns, sink),
+                        clear_budget(random, scores.diagonals, local), sink, local, problem.last_q,
+                        kTwoD);
+}
+
+// The device plan of a 2D-boundary spec against the host plan, record for record, where its
+// groups fit the estimate (else the spec is routed to the host and the device build says why).
+// Returns whether it was built on the device.
+bool expect_two_d_plan(Random& random, const QueryBoundaryProblem& problem, cudaStream_t stream) {
+  const AttentionInputs inputs = random_inputs(random, problem.size);
+  const PatternSpec spec = clear_two_d_spec(random, problem, inputs);
+  const PlanShape shape = plan_shape(problem.size);
+  SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
+               problem.layout.to_json());
+  if (!groups_fit(problem)) {
+    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+    expect_error(
+        [&] { (void)build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout); },
+        ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
+    return false;
+  }
+  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+  const BothPlans plans =
+      build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout);
+  SCOPED_TRACE(plans.host.summary());
+  expect_same_records(plans.built, plans.host, stream);
+  return true;
+}
+
+// 2D boundary (MMInference Alg. 3): each (query modality, key modality) pair estimated and
+// selected in the compact coordinates of its keys, each tile reading every pair of its group. On
+// interleaved layouts with odd runs, every GQA shape, head dim, dtype and tile height: the device
+// plan equals the host plan record for record.
+TEST_F(GpuIndexBuild, TwoDBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    built += expect_two_d_plan(
+        random, query_boundary_problem(random, random_problem(random, kLimits)), stream_);
+  }
+  EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
+}
+
+// Layouts whose key spaces include the identity (one range from key 0: compact keys are original
+// positions, so narrow bands stay spans), one modality only, media first, media last, and more
+// keys than queries.
+TEST_F(GpuIndexBuild, TwoDBoundaryEdgeLayoutsMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr Grid kFrame{1, 4, 4};
+  const int64_t frame_tokens = kFrame.tokens();
+  const auto text_then_video = [&](int64_t length) {
+    const int64_t text = std::max<int64_t>(1, length / 3);
+    const int64_t frames = (length - text) / frame_tokens;
+    LayoutBuilder builder;
+    builder.text(text);
+    if (frames > 0) builder.video({frames, kFrame.h, kFrame.w}, 0, false);
+    if (length - text - frames * frame_tokens > 0)
+      builder.text(length - text - frames * frame_tokens);
+    return builder.build();
+  };
+  const auto video_then_text = [&](int64_t length) {
+    const int64_t frames = length / 2 / frame_tokens;
+    LayoutBuilder builder;
+    if (frames > 0) builder.video({frames, kFrame.h, kFrame.w}, 0, false);
+    if (length - frames * frame_tokens > 0) builder.text(length - frames * frame_tokens);
+    return builder.build();
+  };
+  const std::vector<std::function<ModalityLayout(int64_t)>> layouts = {
+      [](int64_t length) { return ModalityLayout::text_only(length); }, text_then_video,
+      video_then_text};
+  for (const auto& make_layout : layouts) {
+    for (int trial = 0; trial < 3; ++trial) {
+      QueryBoundaryProblem problem =
+          query_boundary_problem(random, random_problem(random, kLimits));
+      if (problem.size.kv_len == 0) continue;
+      problem.layout = make_layout(problem.size.kv_len);
+      (void)expect_two_d_plan(random, problem, stream_);
+    }
+  }
+}
+
+// Attention through a 2D-boundary device plan against the fp64 oracle of the host plan, on both
+// kernels' tile heights.
+TEST_F(GpuIndexBuild, TwoDBoundaryAttentionMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const DType dtype : kDtypes) {
+    for (const int64_t tile_rows : kTileRows) {
+      QueryBoundaryProblem problem =
+          query_boundary_problem(random, oracle_problem(random, kLimits, dtype, tile_rows));
+      problem.last_q = std::min<int64_t>(problem.last_q, 64);
+      if (!groups_fit(problem)) problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
+      const AttentionInputs inputs = random_inputs(random, problem.size);
+      const PatternSpec spec = clear_two_d_spec(random, problem, inputs);
       SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
       const BothPlans plans = build_both(spec, plan_shape(problem.size), inputs, problem.size.scale,
                                          stream_, &problem.layout);
@@ -716,7 +841,13 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
             resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3")), shape, nullptr, good,
             stream_);
       },
-      ErrorCode::kUnsupported, {"vertical-slash parameter boundary", "2 (Q-boundary)", "got 3"});
+      ErrorCode::kInvalidArgument, {"vertical-slash parameter boundary", "a modality layout"});
+  expect_error(
+      [&] {
+        (void)cuda::build_dynamic_plan_on_device(
+            resolve_pattern(PatternSpec::parse("grid:boundary=2")), shape, nullptr, good, stream_);
+      },
+      ErrorCode::kUnsupported, {"grid parameter boundary", "1 (K-boundary)", "got 2"});
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(resolve_pattern(spec), {1, 4, 100, 120, 0},
@@ -732,7 +863,8 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
       ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
   EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, nullptr));
   EXPECT_FALSE(cuda::builds_dynamic_on_device(
-      resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3")), shape, nullptr));
+      resolve_pattern(PatternSpec::parse("grid:boundary=2")), shape, nullptr));
+  EXPECT_FALSE(cuda::builds_grid_on_device(resolve_pattern(PatternSpec::parse("grid:boundary=2"))));
 }
 
 }  // namespace
