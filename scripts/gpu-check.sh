@@ -19,9 +19,9 @@ test_binary=$build/tests/gpu/test_gpu
 # Small enough to run under every sanitizer tool in seconds, wide enough to reach every kernel path:
 # empty and keyless tiles (fill kernel), masked and unmasked chunks, token masks, column gathers,
 # both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge,
-# the vertical-slash index builder (estimate, top-k, conversion; Q-boundary groups and runs), the
-# grid index builder (search, conversion, empty capacity tiles), the per-head config builder
-# (sections, concatenation, schedule).
+# the vertical-slash index builder (estimate, top-k, conversion; Q-boundary groups and runs; 2D key
+# spaces and the bitmap conversion), the grid index builder (search, conversion, empty capacity
+# tiles), the per-head config builder (sections, concatenation, schedule).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -35,6 +35,7 @@ sanitizer_tests=(
   'GpuIndexBuild.PreparePatternEstimatesFromDeviceInputs'
   'GpuIndexBuild.GridEdgeShapesMatchTheHost'
   'GpuIndexBuild.QueryBoundaryAttentionMatchesTheOracle'
+  'GpuIndexBuild.TwoDBoundaryEdgeLayoutsMatchTheHostPlan'
   'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
   'GpuConfigBuild.GridSectionsMatchTheHostPlan'
   'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d128_wgmma128'

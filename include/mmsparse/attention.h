@@ -131,8 +131,8 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
 // Whether prepare_pattern on `device` builds `spec`'s plan for this shape and layout by kernels on
 // the device (given device inputs for a dynamic pattern), with no host build: static patterns and
 // the dynamic heads docs/index_builders.md lists, on a CUDA device of a build with the CUDA engine.
-// False where the plan would be built on the host (CPU devices, CPU-only builds, 2D-boundary
-// heads, ...). Reads no tensor and touches no GPU; a spec that does not resolve throws as
+// False where the plan would be built on the host (CPU devices, CPU-only builds, Q/2D-boundary
+// grid heads, ...). Reads no tensor and touches no GPU; a spec that does not resolve throws as
 // resolve_pattern does.
 bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
                            const ModalityLayout* layout, Device device);
