@@ -11,6 +11,9 @@
 // A warp per tile ranks the merged spans and the kept verticals (see tile_keys). Counting and
 // writing share that code (as the static builders do): count, scan, write, then the upload's
 // heaviest-first schedule by a stable radix sort.
+// Boundary 2D arranges the rows as Q does, but each group reads one key space per key modality in
+// compact coordinates, a (group, space) pair per estimate and selection; its tiles are converted
+// by index_key_spaces.cu (a block per tile) between the same scans and sort.
 
 #include <algorithm>
 #include <bit>

@@ -62,26 +62,44 @@ HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape, int6
   return host_scores(inputs, shape, std::vector<std::vector<int64_t>>{rows}, heads);
 }
 
-HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape,
-                       const std::vector<std::vector<int64_t>>& row_groups,
-                       const std::vector<int64_t>& heads) {
+namespace {
+
+// The query heads `heads`, or all of them when empty.
+std::vector<int64_t> selected_heads(const PlanShape& shape, const std::vector<int64_t>& heads) {
   std::vector<int64_t> selected = heads;
   if (selected.empty()) {
     for (int64_t head = 0; head < shape.heads; ++head) selected.push_back(head);
   }
+  return selected;
+}
+
+// Appends the scores of the estimate rows `rows` over `space` for every batch element and head.
+void append_scores(const PatternInputs& inputs, const PlanShape& shape,
+                   const std::vector<int64_t>& rows, const detail::KeySpace& space,
+                   const std::vector<int64_t>& heads, detail::KeyCache& cache,
+                   HostScores& scores) {
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (const int64_t head : heads) {
+      const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
+      const detail::Estimate estimate =
+          detail::estimate_last_queries(operands, rows, space, shape.causal_offset());
+      scores.columns.push_back(estimate.column_sums());
+      scores.diagonals.push_back(estimate.diagonal_sums());
+    }
+  }
+}
+
+}  // namespace
+
+HostScores host_scores(const PatternInputs& inputs, const PlanShape& shape,
+                       const std::vector<std::vector<int64_t>>& row_groups,
+                       const std::vector<int64_t>& heads) {
+  const std::vector<int64_t> selected = selected_heads(shape, heads);
   const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
   detail::KeyCache cache;
   HostScores scores;
   for (const std::vector<int64_t>& rows : row_groups) {
-    for (int64_t b = 0; b < shape.batch; ++b) {
-      for (const int64_t head : selected) {
-        const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
-        const detail::Estimate estimate =
-            detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
-        scores.columns.push_back(estimate.column_sums());
-        scores.diagonals.push_back(estimate.diagonal_sums());
-      }
-    }
+    append_scores(inputs, shape, rows, keys, selected, cache, scores);
   }
   return scores;
 }
@@ -100,10 +118,7 @@ std::vector<std::vector<int64_t>> query_group_rows(const PlanShape& shape,
 HostScores two_d_scores(const PatternInputs& inputs, const PlanShape& shape,
                         const ModalityLayout& layout, int64_t last_q,
                         const std::vector<int64_t>& heads) {
-  std::vector<int64_t> selected = heads;
-  if (selected.empty()) {
-    for (int64_t head = 0; head < shape.heads; ++head) selected.push_back(head);
-  }
+  const std::vector<int64_t> selected = selected_heads(shape, heads);
   const PatternSpec spec = resolve_pattern(
       vertical_slash(0, 0, 0, 0, last_q, static_cast<int64_t>(detail::BoundaryMode::kTwoD)));
   detail::KeyCache cache;
@@ -111,15 +126,7 @@ HostScores two_d_scores(const PatternInputs& inputs, const PlanShape& shape,
   for (const detail::QueryGroup& group : detail::query_groups(spec, shape, &layout)) {
     const std::vector<int64_t> rows = group.last_rows(last_q);
     for (const detail::KeySpace& space : group.key_spaces) {
-      for (int64_t b = 0; b < shape.batch; ++b) {
-        for (const int64_t head : selected) {
-          const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);
-          const detail::Estimate estimate =
-              detail::estimate_last_queries(operands, rows, space, shape.causal_offset());
-          scores.columns.push_back(estimate.column_sums());
-          scores.diagonals.push_back(estimate.diagonal_sums());
-        }
-      }
+      append_scores(inputs, shape, rows, space, selected, cache, scores);
     }
   }
   return scores;

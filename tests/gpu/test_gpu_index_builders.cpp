@@ -246,40 +246,55 @@ bool groups_fit(const QueryBoundaryProblem& problem) {
   return true;
 }
 
-// Q-boundary (MMInference Alg. 2): each query modality estimated from its own last rows and its
-// runs of rows tiled in a permuted query order. On interleaved layouts with odd runs, every GQA
-// shape, head dim, dtype and tile height: the device plan equals the host plan record for record
-// (runs included) where the groups' rows fit the estimate; where they do not, the spec is routed
-// to the host (builds_dynamic_on_device) and the device build says so.
-TEST_F(GpuIndexBuild, QueryBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
+// A Q- or 2D-boundary spec with clear budgets for a problem and its inputs.
+using BoundarySpecMaker = std::function<PatternSpec(Random&, const QueryBoundaryProblem&,
+                                                    const AttentionInputs&)>;
+
+// The device plan of a boundary spec against the host plan, record for record (runs included),
+// where its groups fit the estimate; where they do not, the spec is routed to the host
+// (builds_dynamic_on_device) and the device build says why. Returns whether it was built on the
+// device.
+bool expect_boundary_plan(Random& random, const QueryBoundaryProblem& problem,
+                          const BoundarySpecMaker& make_spec, cudaStream_t stream) {
+  const AttentionInputs inputs = random_inputs(random, problem.size);
+  const PatternSpec spec = make_spec(random, problem, inputs);
+  const PlanShape shape = plan_shape(problem.size);
+  SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
+               problem.layout.to_json());
+  if (!groups_fit(problem)) {
+    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+    expect_error(
+        [&] { (void)build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout); },
+        ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
+    return false;
+  }
+  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
+  const BothPlans plans =
+      build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout);
+  SCOPED_TRACE(plans.host.summary());
+  expect_same_records(plans.built, plans.host, stream);
+  return true;
+}
+
+// expect_boundary_plan on random interleaved layouts and problems; some must be built.
+void expect_boundary_plans_on_interleaved_layouts(const BoundarySpecMaker& make_spec,
+                                                  cudaStream_t stream) {
   Random random;
   SCOPED_TRACE(random.trace());
   int built = 0;
   for (int trial = 0; trial < kRandomTrials; ++trial) {
-    const QueryBoundaryProblem problem =
-        query_boundary_problem(random, random_problem(random, kLimits));
-    const AttentionInputs inputs = random_inputs(random, problem.size);
-    const PatternSpec spec = clear_query_boundary_spec(random, problem, inputs);
-    const PlanShape shape = plan_shape(problem.size);
-    SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
-                 problem.layout.to_json());
-    if (!groups_fit(problem)) {
-      EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
-      expect_error(
-          [&] {
-            (void)build_both(spec, shape, inputs, problem.size.scale, stream_, &problem.layout);
-          },
-          ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
-      continue;
-    }
-    EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
-    const BothPlans plans =
-        build_both(spec, shape, inputs, problem.size.scale, stream_, &problem.layout);
-    SCOPED_TRACE(plans.host.summary());
-    expect_same_records(plans.built, plans.host, stream_);
-    ++built;
+    built += expect_boundary_plan(
+        random, query_boundary_problem(random, random_problem(random, kLimits)), make_spec, stream);
   }
   EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
+}
+
+// Q-boundary (MMInference Alg. 2): each query modality estimated from its own last rows and its
+// runs of rows tiled in a permuted query order. On interleaved layouts with odd runs, every GQA
+// shape, head dim, dtype and tile height: the device plan equals the host plan record for record
+// where the groups' rows fit the estimate (expect_boundary_plan).
+TEST_F(GpuIndexBuild, QueryBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
+  expect_boundary_plans_on_interleaved_layouts(clear_query_boundary_spec, stream_);
 }
 
 // A modality whose last rows are single tokens between text (more runs than the estimate takes):
@@ -311,9 +326,9 @@ TEST_F(GpuIndexBuild, QueryBoundaryGroupsOfTooManyRunsStayOnTheHost) {
   }
 }
 
-// Attention through a Q-boundary device plan (permuted query order) against the fp64 oracle of
-// the host plan, on both kernels' tile heights.
-TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
+// Attention through a Q- or 2D-boundary device plan (permuted query order) against the fp64 oracle
+// of the host plan, on both kernels' tile heights; `make_spec` gives the spec's clear budgets.
+void expect_boundary_attention_matches(const BoundarySpecMaker& make_spec, cudaStream_t stream) {
   Random random;
   SCOPED_TRACE(random.trace());
   for (const DType dtype : kDtypes) {
@@ -323,15 +338,19 @@ TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
       problem.last_q = std::min<int64_t>(problem.last_q, 64);
       if (!groups_fit(problem)) problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
       const AttentionInputs inputs = random_inputs(random, problem.size);
-      const PatternSpec spec = clear_query_boundary_spec(random, problem, inputs);
+      const PatternSpec spec = make_spec(random, problem, inputs);
       SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
       const BothPlans plans = build_both(spec, plan_shape(problem.size), inputs, problem.size.scale,
-                                         stream_, &problem.layout);
-      expect_same_records(plans.built, plans.host, stream_);
+                                         stream, &problem.layout);
+      expect_same_records(plans.built, plans.host, stream);
       const AttentionResult gpu = run_gpu(plans.built, inputs, problem.size, random_layout(random));
       expect_matches_oracle(plans.host, inputs, problem.size, gpu);
     }
   }
+}
+
+TEST_F(GpuIndexBuild, QueryBoundaryAttentionMatchesTheOracle) {
+  expect_boundary_attention_matches(clear_query_boundary_spec, stream_);
 }
 
 // Budgets with clear cuts in every (query group, key space) pair and head slot, the spec with
@@ -353,43 +372,12 @@ PatternSpec clear_two_d_spec(Random& random, const QueryBoundaryProblem& problem
                         kTwoD);
 }
 
-// The device plan of a 2D-boundary spec against the host plan, record for record, where its
-// groups fit the estimate (else the spec is routed to the host and the device build says why).
-// Returns whether it was built on the device.
-bool expect_two_d_plan(Random& random, const QueryBoundaryProblem& problem, cudaStream_t stream) {
-  const AttentionInputs inputs = random_inputs(random, problem.size);
-  const PatternSpec spec = clear_two_d_spec(random, problem, inputs);
-  const PlanShape shape = plan_shape(problem.size);
-  SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
-               problem.layout.to_json());
-  if (!groups_fit(problem)) {
-    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
-    expect_error(
-        [&] { (void)build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout); },
-        ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
-    return false;
-  }
-  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &problem.layout));
-  const BothPlans plans =
-      build_both(spec, shape, inputs, problem.size.scale, stream, &problem.layout);
-  SCOPED_TRACE(plans.host.summary());
-  expect_same_records(plans.built, plans.host, stream);
-  return true;
-}
-
 // 2D boundary (MMInference Alg. 3): each (query modality, key modality) pair estimated and
 // selected in the compact coordinates of its keys, each tile reading every pair of its group. On
 // interleaved layouts with odd runs, every GQA shape, head dim, dtype and tile height: the device
 // plan equals the host plan record for record.
 TEST_F(GpuIndexBuild, TwoDBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
-  Random random;
-  SCOPED_TRACE(random.trace());
-  int built = 0;
-  for (int trial = 0; trial < kRandomTrials; ++trial) {
-    built += expect_two_d_plan(
-        random, query_boundary_problem(random, random_problem(random, kLimits)), stream_);
-  }
-  EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
+  expect_boundary_plans_on_interleaved_layouts(clear_two_d_spec, stream_);
 }
 
 // Layouts whose key spaces include the identity (one range from key 0: compact keys are original
@@ -426,32 +414,13 @@ TEST_F(GpuIndexBuild, TwoDBoundaryEdgeLayoutsMatchTheHostPlan) {
           query_boundary_problem(random, random_problem(random, kLimits));
       if (problem.size.kv_len == 0) continue;
       problem.layout = make_layout(problem.size.kv_len);
-      (void)expect_two_d_plan(random, problem, stream_);
+      (void)expect_boundary_plan(random, problem, clear_two_d_spec, stream_);
     }
   }
 }
 
-// Attention through a 2D-boundary device plan against the fp64 oracle of the host plan, on both
-// kernels' tile heights.
 TEST_F(GpuIndexBuild, TwoDBoundaryAttentionMatchesTheOracle) {
-  Random random;
-  SCOPED_TRACE(random.trace());
-  for (const DType dtype : kDtypes) {
-    for (const int64_t tile_rows : kTileRows) {
-      QueryBoundaryProblem problem =
-          query_boundary_problem(random, oracle_problem(random, kLimits, dtype, tile_rows));
-      problem.last_q = std::min<int64_t>(problem.last_q, 64);
-      if (!groups_fit(problem)) problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
-      const AttentionInputs inputs = random_inputs(random, problem.size);
-      const PatternSpec spec = clear_two_d_spec(random, problem, inputs);
-      SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
-      const BothPlans plans = build_both(spec, plan_shape(problem.size), inputs, problem.size.scale,
-                                         stream_, &problem.layout);
-      expect_same_records(plans.built, plans.host, stream_);
-      const AttentionResult gpu = run_gpu(plans.built, inputs, problem.size, random_layout(random));
-      expect_matches_oracle(plans.host, inputs, problem.size, gpu);
-    }
-  }
+  expect_boundary_attention_matches(clear_two_d_spec, stream_);
 }
 
 // The public route: prepare_pattern with device inputs estimates on the GPU and computes what
