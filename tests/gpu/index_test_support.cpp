@@ -76,8 +76,7 @@ std::vector<int64_t> selected_heads(const PlanShape& shape, const std::vector<in
 // Appends the scores of the estimate rows `rows` over `space` for every batch element and head.
 void append_scores(const PatternInputs& inputs, const PlanShape& shape,
                    const std::vector<int64_t>& rows, const detail::KeySpace& space,
-                   const std::vector<int64_t>& heads, detail::KeyCache& cache,
-                   HostScores& scores) {
+                   const std::vector<int64_t>& heads, detail::KeyCache& cache, HostScores& scores) {
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (const int64_t head : heads) {
       const detail::HeadOperands operands(inputs, shape, b * shape.heads + head, cache);

@@ -167,8 +167,7 @@ TEST_F(GpuIndexBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
       SCOPED_TRACE(spec.to_string() + " " + describe(size));
       const BothPlans plans = build_both(spec, plan_shape(size), inputs, size.scale, stream_);
       expect_same_records(plans.built, plans.host, stream_);
-      const AttentionResult gpu =
-          run_gpu(plans.built, inputs, size, random_layout(random));
+      const AttentionResult gpu = run_gpu(plans.built, inputs, size, random_layout(random));
       expect_matches_oracle(plans.host, inputs, size, gpu);
     }
   }
@@ -247,8 +246,8 @@ bool groups_fit(const QueryBoundaryProblem& problem) {
 }
 
 // A Q- or 2D-boundary spec with clear budgets for a problem and its inputs.
-using BoundarySpecMaker = std::function<PatternSpec(Random&, const QueryBoundaryProblem&,
-                                                    const AttentionInputs&)>;
+using BoundarySpecMaker =
+    std::function<PatternSpec(Random&, const QueryBoundaryProblem&, const AttentionInputs&)>;
 
 // The device plan of a boundary spec against the host plan, record for record (runs included),
 // where its groups fit the estimate; where they do not, the spec is routed to the host
