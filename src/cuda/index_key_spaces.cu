@@ -19,6 +19,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/index_kernels.h"
 #include "cuda/index_lines.cuh"
+#include "patterns/vertical_slash.h"
 
 namespace mmsparse::cuda::index {
 namespace {
@@ -29,9 +30,6 @@ constexpr int kWordBits = 32;
 constexpr int64_t kWindowKeys = int64_t{1} << 17;
 constexpr int kWindowWords = static_cast<int>(kWindowKeys / kWordBits);
 constexpr int kWordsPerThread = kWindowWords / kThreads;
-// vertical_slash.cpp's kNarrowBandKeys: a band of fewer compact keys is read as columns (half a
-// key chunk, below which a span's chunk is mostly empty).
-constexpr int64_t kNarrowBandKeys = 64;
 static_assert(kWindowWords % kThreads == 0);
 
 // Counts of one window's records, summed over the block by a scan.
@@ -101,7 +99,7 @@ __device__ void mark_space(const KeySpaceView& space, const SpaceFrontiers& rows
     const int64_t diagonal = lines.slashes[j];
     const int64_t begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
     const int64_t end = rows.high - diagonal;
-    if (space.compact && end - begin < kNarrowBandKeys) {
+    if (space.compact && end - begin < detail::kNarrowBandKeys) {
       for (int64_t key = begin; key < end; ++key) {
         const int64_t original = space.original(key);
         window.mark(window.bits->columns, original, original + 1);

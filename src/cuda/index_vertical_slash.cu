@@ -187,18 +187,12 @@ TileGeometry tile_geometry(const PlanShape& shape) {
 }
 
 // A 2D tile's frontiers in `space`: the distinct frontiers >= 1 of its consecutive query positions
-// [first, last] (the host's tile_frontiers), which form one run.
+// [first, last] (the host's tile_frontiers). They form one run: a tile lies inside one run of its
+// modality's rows (every row has its own token, kv_len >= q_len), so in the group's own space each
+// row's token is the next key, and in another space no key lies between the rows.
 SpaceFrontiers space_frontiers(const detail::KeySpace& space, int64_t first, int64_t last,
                                int64_t offset) {
-  const int64_t low = space.frontier(first + offset);
-  const int64_t high = space.frontier(last + offset);
-  if (high != low && high - low != last - first) {
-    throw Error(ErrorCode::kUnsupported, "vertical-slash index: a 2D tile's frontiers [" +
-                                             std::to_string(low) + ", " + std::to_string(high) +
-                                             "] are not one run of its " +
-                                             std::to_string(last - first + 1) + " rows");
-  }
-  return {std::max<int64_t>(low, 1), high};
+  return {std::max<int64_t>(space.frontier(first + offset), 1), space.frontier(last + offset)};
 }
 
 // Boundary Q and 2D (the host's build_dynamic_head with query_groups): each query modality's runs
@@ -237,12 +231,6 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
   build.tiles_per_head = static_cast<int64_t>(build.head_tiles.size());
 }
 
-// Each range's first compact key, and the space's size last.
-std::vector<int64_t> range_prefix(const detail::KeySpace& space) {
-  std::vector<int64_t> prefix{0};
-  for (const detail::IndexRange& range : space.ranges()) {
-    prefix.push_back(prefix.back() + range.end - range.begin);
-  }
   return prefix;
 }
 
@@ -256,15 +244,12 @@ std::vector<int64_t> range_prefix(const detail::KeySpace& space) {
 //           kNarrowBandKeys are read as columns.
 void two_d_capacities(VerticalSlashBuild& build, int64_t& spans_per_head,
                       int64_t& columns_per_head) {
-  constexpr int64_t kNarrowBandKeys = 64;  // vertical_slash.cpp's
   const auto space_count = static_cast<std::size_t>(build.space_count());
-  std::vector<std::vector<int64_t>> prefixes;
-  for (const detail::KeySpace& space : build.spaces) prefixes.push_back(range_prefix(space));
   for (std::size_t i = 0; i < build.tile_frontiers.size(); ++i) {
     const SpaceFrontiers& rows = build.tile_frontiers[i];
     if (rows.high < 1) continue;
     const std::size_t s = i % space_count;
-    const std::vector<int64_t>& prefix = prefixes[s];
+    const std::vector<int64_t>& prefix = build.spaces[s].prefix();
     const auto ranges_below = static_cast<int64_t>(
         std::lower_bound(prefix.begin(), prefix.end() - 1, rows.high) - prefix.begin());
     const int64_t band = rows.high - rows.low + 1;
@@ -272,9 +257,9 @@ void two_d_capacities(VerticalSlashBuild& build, int64_t& spans_per_head,
     spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1)) + ranges_below - 1;
     int64_t narrow = 0;
     if (!build.spaces[s].is_identity()) {
-      const int64_t widths = std::min(band, kNarrowBandKeys - 1);
+      const int64_t widths = std::min(band, detail::kNarrowBandKeys - 1);
       narrow = widths * (widths + 1) / 2;
-      if (band < kNarrowBandKeys) narrow += std::min(slash_lines, rows.low - 1) * band;
+      if (band < detail::kNarrowBandKeys) narrow += std::min(slash_lines, rows.low - 1) * band;
     }
     columns_per_head += std::min(rows.high, std::min(build.vertical, rows.high) + narrow);
   }
@@ -412,8 +397,7 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   std::vector<int64_t> range_prefixes;
   for (const detail::KeySpace& space : build.spaces) {
     for (const detail::IndexRange& range : space.ranges()) range_begins.push_back(range.begin);
-    const std::vector<int64_t> prefix = range_prefix(space);
-    range_prefixes.insert(range_prefixes.end(), prefix.begin(), prefix.end());
+    range_prefixes.insert(range_prefixes.end(), space.prefix().begin(), space.prefix().end());
   }
 
   ScratchLayout layout;

@@ -31,6 +31,8 @@ class KeySpace {
 
   int64_t size() const { return prefix_.back(); }
   const std::vector<IndexRange>& ranges() const { return ranges_; }
+  // [ranges + 1]: the compact index of each range's first key, then size().
+  const std::vector<int64_t>& prefix() const { return prefix_; }
   // Whether compact keys are original positions (one range from key 0, as all_keys makes).
   bool is_identity() const {
     return ranges_.empty() || (ranges_.size() == 1 && ranges_.front().begin == 0);

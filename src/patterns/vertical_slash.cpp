@@ -18,9 +18,6 @@ constexpr char kSlashParam[] = "slash";
 // MInference's default budget per head ("vertical_and_slash", 1000, 6096).
 constexpr int64_t kDefaultVerticals = 1000;
 constexpr int64_t kDefaultSlashes = 6096;
-// Slash bands narrower than this, in a modality's compact key space, are read as columns: half a
-// key chunk, below which a span's chunk is mostly empty.
-constexpr int64_t kNarrowBandKeys = 64;
 
 class VerticalSlashPattern final : public KeyPattern {
  public:

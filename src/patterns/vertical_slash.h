@@ -20,6 +20,11 @@
 
 namespace mmsparse::detail {
 
+// Slash bands narrower than this, in a modality's compact key space (2D boundary), are read as
+// columns: half a key chunk, below which a span's chunk is mostly empty. Shared with the GPU
+// builder, which must convert exactly as the host does.
+inline constexpr int64_t kNarrowBandKeys = 64;
+
 struct VerticalSlashLines {
   std::vector<int64_t> verticals;  // compact keys, ascending
   std::vector<int64_t> slashes;    // diagonal offsets d = frontier - 1 - key, ascending

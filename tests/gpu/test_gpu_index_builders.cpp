@@ -796,20 +796,14 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
             stream_);
       },
       ErrorCode::kInvalidArgument, {"vertical-slash parameter vertical", ">= sink = 30"});
-  expect_error(
-      [&] {
-        (void)cuda::build_dynamic_plan_on_device(
-            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=2")), shape, nullptr, good,
-            stream_);
-      },
-      ErrorCode::kInvalidArgument, {"vertical-slash parameter boundary", "a modality layout"});
-  expect_error(
-      [&] {
-        (void)cuda::build_dynamic_plan_on_device(
-            resolve_pattern(PatternSpec::parse("vertical-slash:boundary=3")), shape, nullptr, good,
-            stream_);
-      },
-      ErrorCode::kInvalidArgument, {"vertical-slash parameter boundary", "a modality layout"});
+  for (const char* boundary_spec : {"vertical-slash:boundary=2", "vertical-slash:boundary=3"}) {
+    expect_error(
+        [&] {
+          (void)cuda::build_dynamic_plan_on_device(
+              resolve_pattern(PatternSpec::parse(boundary_spec)), shape, nullptr, good, stream_);
+        },
+        ErrorCode::kInvalidArgument, {"vertical-slash parameter boundary", "a modality layout"});
+  }
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(
