@@ -231,9 +231,6 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
   build.tiles_per_head = static_cast<int64_t>(build.head_tiles.size());
 }
 
-  return prefix;
-}
-
 // A 2D head slot's capacities: the sums over its tiles and spaces of what one space's lines can
 // give a tile with compact frontiers [lo, hi] (band = hi - lo + 1):
 //   spans   the merged bands' bound of one key space (see plan_vertical_slash), each split once
