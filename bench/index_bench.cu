@@ -155,7 +155,7 @@ void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& s
       grid ? mmsparse::resolve_pattern(mmsparse::PatternSpec::parse("vertical-slash")) : spec;
   const cuda::index::VerticalSlashBuild build =
       cuda::index::plan_vertical_slash(selection_spec, shape, nullptr);
-  const int64_t last_q = grid ? cuda::index::plan_grid(spec, shape).last_q : build.last_q;
+  const int64_t last_q = grid ? cuda::index::plan_grid(spec, shape, nullptr).last_q : build.last_q;
   const cuda::index::EstimateExtents extents = cuda::index::estimate_extents(operands, last_q);
   StageScratch scratch;
   cuda::ScratchLayout estimate_layout;
@@ -257,7 +257,7 @@ void run(int64_t length, const std::string& only) {
               const auto host_start = std::chrono::steady_clock::now();
               plan =
                   grid ? cuda::build_grid_plan_on_device(
-                             spec, shape, operands, stream,
+                             spec, shape, nullptr, operands, stream,
                              static_cast<mmsparse::detail::GridLines*>(chosen.data))
                        : cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
               host_milliseconds = std::chrono::duration<double, std::milli>(

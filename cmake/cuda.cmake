@@ -41,6 +41,7 @@ if(MMSPARSE_WITH_CUDA)
     src/cuda/index_select.cu
     src/cuda/index_vertical_slash.cu
     src/cuda/index_key_spaces.cu
+    src/cuda/index_grid_groups.cu
     src/cuda/index_grid.cu
     src/cuda/config_builder.cu
   )

@@ -359,7 +359,7 @@ bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
   return device.type == DeviceType::kCUDA &&
          (cuda::builds_on_device(resolved.name) ||
           cuda::builds_dynamic_on_device(resolved, shape, layout) ||
-          cuda::builds_grid_on_device(resolved));
+          cuda::builds_grid_on_device(resolved, shape, layout));
 #else
   (void)shape;
   (void)device;
@@ -382,11 +382,12 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
     prepared.impl_->device = device;
     if (estimate_on_device) {
       if (!cuda::builds_dynamic_on_device(resolved, shape, layout) &&
-          !cuda::builds_grid_on_device(resolved)) {
+          !cuda::builds_grid_on_device(resolved, shape, layout)) {
         throw Error(ErrorCode::kUnsupported,
                     "prepare_pattern: " + resolved.to_string() +
-                        " is not built on the GPU (vertical-slash with boundary 0, 1 or 2 and "
-                        "grid with boundary 0 or 1 are); pass host inputs to build it on the host");
+                        " is not built on the GPU (vertical-slash and grid heads are, unless a "
+                        "Q/2D-boundary query group's last rows form more than 16 runs); pass host "
+                        "inputs to build it on the host");
       }
       prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
           resolved, shape, layout, cuda::make_estimate_operands(resolved.name, *inputs, shape),

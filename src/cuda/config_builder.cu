@@ -362,7 +362,7 @@ bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& sh
                            const ModalityLayout* layout, bool device_inputs) {
   return builds_on_device(resolved_spec.name) ||
          (device_inputs && (builds_dynamic_on_device(resolved_spec, shape, layout) ||
-                            builds_grid_on_device(resolved_spec)));
+                            builds_grid_on_device(resolved_spec, shape, layout)));
 }
 
 namespace {
@@ -386,9 +386,9 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const Pl
     const auto [entry, added] = by_spec.emplace(spec.to_string(), sections.size());
     if (added) {
       Section section;
-      section.kind = builds_on_device(spec.name)   ? SectionKind::kStatic
-                     : builds_grid_on_device(spec) ? SectionKind::kGrid
-                                                   : SectionKind::kVerticalSlash;
+      section.kind = builds_on_device(spec.name)                  ? SectionKind::kStatic
+                     : builds_grid_on_device(spec, shape, layout) ? SectionKind::kGrid
+                                                                  : SectionKind::kVerticalSlash;
       section.spec = spec;
       sections.push_back(std::move(section));
     }
@@ -433,15 +433,15 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
     if (is_dynamic(spec) && inputs.host == nullptr) {
       const std::string head = "prepare_pattern specs: head " + std::to_string(section.heads[j]) +
                                " (" + spec.to_string() + ")";
-      throw Error(
-          ErrorCode::kUnsupported,
-          builds_dynamic_on_device(spec, shape, inputs.layout) || builds_grid_on_device(spec)
-              ? head +
-                    " needs inputs: device q and k to estimate it on the GPU, or host "
-                    "q and k (host_inputs) to build it on the host"
-              : head +
-                    " is not built on the GPU; pass host q and k (host_inputs) to "
-                    "build it on the host");
+      throw Error(ErrorCode::kUnsupported,
+                  builds_dynamic_on_device(spec, shape, inputs.layout) ||
+                          builds_grid_on_device(spec, shape, inputs.layout)
+                      ? head +
+                            " needs inputs: device q and k to estimate it on the GPU, or host "
+                            "q and k (host_inputs) to build it on the host"
+                      : head +
+                            " is not built on the GPU; pass host q and k (host_inputs) to "
+                            "build it on the host");
     }
     const auto start = std::chrono::steady_clock::now();
     append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,
@@ -572,12 +572,12 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
         result.estimated_on_device = true;
         break;
       case SectionKind::kGrid: {
-        section.plan = build_grid_plan_on_device(section.spec, local,
+        section.plan = build_grid_plan_on_device(section.spec, local, inputs.layout,
                                                  select_heads(kGrid, *inputs.device, section.heads),
                                                  builder_stream);
         // The plan's capacities (sized for the worst candidate stride): the real counts live on
         // the device.
-        const index::GridBuild capacities = index::plan_grid(section.spec, local);
+        const index::GridBuild capacities = index::plan_grid(section.spec, local, inputs.layout);
         section.max_slot_tiles = capacities.tiles_per_head;
         section.runs = capacities.runs();
         result.estimated_on_device = true;

@@ -154,7 +154,7 @@ class DevicePlan {
                                                  const ModalityLayout* layout,
                                                  const EstimateOperands& operands, void* stream);
   friend DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec,
-                                              const PlanShape& shape,
+                                              const PlanShape& shape, const ModalityLayout* layout,
                                               const EstimateOperands& operands, void* stream,
                                               detail::GridLines* chosen);
   // Concatenates the sections of a per-head config (config_builder.cu).

@@ -1,5 +1,6 @@
 // The GPU index builders' entry points (index_builders.h): operand checks, the plan buffer's layout
-// and allocation, and the patterns' kernels (index_vertical_slash.cu, index_grid.cu).
+// and allocation, and the patterns' kernels (index_vertical_slash.cu, index_grid.cu,
+// index_grid_groups.cu).
 
 #include "cuda/index_builders.h"
 
@@ -190,10 +191,29 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
   return false;  // an out-of-range mode: the host build reports it
 }
 
-bool builds_grid_on_device(const PatternSpec& resolved_spec) {
-  const detail::BoundaryMode mode = spec_boundary(resolved_spec);
-  return resolved_spec.name == kGrid &&
-         (mode == detail::BoundaryMode::kNone || mode == detail::BoundaryMode::kKey);
+bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                           const ModalityLayout* layout) {
+  if (resolved_spec.name != kGrid) return false;
+  switch (spec_boundary(resolved_spec)) {
+    case detail::BoundaryMode::kNone:
+    case detail::BoundaryMode::kKey:
+      return true;
+    case detail::BoundaryMode::kQuery:
+    case detail::BoundaryMode::kTwoD:
+      if (shape.tile_rows > index::kMaxGroupedGridTileRows) return false;
+      try {
+        return index::fits_estimate(index::plan_grid(resolved_spec, shape, layout));
+      } catch (const Error&) {
+        return true;  // the build reports the spec's or the layout's error
+      }
+  }
+  return false;  // an out-of-range mode: the host build reports it
+}
+
+int64_t grid_selections(const PatternSpec& resolved_spec, const PlanShape& shape,
+                        const ModalityLayout* layout) {
+  const index::GridBuild build = index::plan_grid(resolved_spec, shape, layout);
+  return build.grouped() ? static_cast<int64_t>(build.selections.size()) : 1;
 }
 
 namespace {
@@ -242,7 +262,7 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
                                         const ModalityLayout* layout,
                                         const EstimateOperands& operands, void* stream) {
   if (resolved_spec.name == kGrid) {
-    return build_grid_plan_on_device(resolved_spec, shape, operands, stream);  // boundary 0/1
+    return build_grid_plan_on_device(resolved_spec, shape, layout, operands, stream);
   }
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
@@ -267,8 +287,8 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
 }
 
 DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                     const EstimateOperands& operands, void* stream,
-                                     detail::GridLines* chosen) {
+                                     const ModalityLayout* layout, const EstimateOperands& operands,
+                                     void* stream, detail::GridLines* chosen) {
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
   if (resolved_spec.name != kGrid) {
@@ -277,16 +297,16 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
                                              "\"");
   }
   check_estimated_heads(operands, shape);
-  const index::GridBuild build = index::plan_grid(resolved_spec, shape);
+  const index::GridBuild build = index::plan_grid(resolved_spec, shape, layout);
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
 
-  const DevicePlanLayout layout =
+  const DevicePlanLayout buffer =
       dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);
-  // Tiles and columns at capacity (the tiles beyond the real ones are empty); one group tiles
+  // Tiles and columns at capacity (the tiles beyond the real ones are empty); the groups tile
   // every row.
-  DevicePlan plan(shape, layout, tiles, build.column_capacity, true, layout.spans, stream);
-  index::build_grid(build, operands, plan_sections(plan.buffer_, layout), chosen,
+  DevicePlan plan(shape, buffer, tiles, build.column_capacity, true, buffer.spans, stream);
+  index::build_grid(build, operands, plan_sections(plan.buffer_, buffer), chosen,
                     static_cast<cudaStream_t>(stream));
   return plan;
 }

@@ -5,8 +5,8 @@
 // (docs/dynamic_patterns.md, "Contract for GPU index builders"): wherever the top-k cuts are clear,
 // every record of the plan equals the host plan's upload.
 //
-// Built here: vertical-slash with boundary 0 (none), 1 (K-boundary, the same plan), 2 (Q-boundary)
-// or 3 (2D-boundary), grid with boundary 0 or 1.
+// Built here: vertical-slash and grid with boundary 0 (none), 1 (K-boundary, the same plan),
+// 2 (Q-boundary) or 3 (2D-boundary).
 //
 // Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
 // many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
@@ -78,9 +78,13 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
 // not suit their boundary answer true, so that the build reports the layout error.
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout);
-// Whether the resolved spec is a grid head build_grid_plan_on_device builds (boundary 0 or 1),
-// whole plans and head subsets alike.
-bool builds_grid_on_device(const PatternSpec& resolved_spec);
+// Whether the resolved spec is a grid head build_grid_plan_on_device builds for this shape and
+// layout, whole plans and head subsets alike: boundary none or K, or Q and 2D when each query
+// group's estimate rows fit the estimate kernels and tiles hold at most kMaxGroupedGridTileRows
+// rows. Specs whose layout does not suit their boundary answer true, so that the build reports
+// the layout error.
+bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                           const ModalityLayout* layout);
 
 // The plan build_plan(resolved_spec, shape, layout, inputs) builds, made on the device, for the
 // specs builds_dynamic_on_device or builds_grid_on_device accepts. Throws like the host builder on
@@ -91,11 +95,17 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
                                         const ModalityLayout* layout,
                                         const EstimateOperands& operands, void* stream);
 
-// The grid head's plan (MMInference Alg. 1) as build_dynamic_plan_on_device builds it, and, when
-// `chosen` is not null, each head slot's stride and phase written to it (device memory,
-// [head slots]) in stream order.
+// The grid head's plan (MMInference Alg. 1; with Alg. 2 or 3 for boundary Q or 2D) as
+// build_dynamic_plan_on_device builds it, and, when `chosen` is not null, the stride and phase of
+// every head slot and (query group, key space) pair written to it in stream order (device memory,
+// [pairs, head slots]: pair g * spaces + s, one pair without a Q/2D boundary; see
+// grid_selections).
 DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                     const EstimateOperands& operands, void* stream,
-                                     detail::GridLines* chosen = nullptr);
+                                     const ModalityLayout* layout, const EstimateOperands& operands,
+                                     void* stream, detail::GridLines* chosen = nullptr);
+// How many (query group, key space) pairs a grid spec searches for this shape and layout: the
+// length of build_grid_plan_on_device's `chosen` per head slot.
+int64_t grid_selections(const PatternSpec& resolved_spec, const PlanShape& shape,
+                        const ModalityLayout* layout);
 
 }  // namespace mmsparse::cuda

@@ -1,6 +1,8 @@
 // The grid head on the GPU (index_kernels.h): the host builder's search (grid.cpp, search_grid)
-// and its conversion (GridPattern, tile_keys.cpp) for boundary none/K, where one group holds every
-// query row and reads all keys, so a row's coordinate is its aligned position row + kv_len - q_len.
+// and its conversion (GridPattern, tile_keys.cpp). The search serves every boundary mode (one
+// estimate's rows, their coordinates from its segments); the conversion here serves boundary
+// none/K, where one group holds every query row and reads all keys, so a row's coordinate is its
+// aligned position row + kv_len - q_len. Q/2D boundary: index_grid_groups.cu.
 //
 // Search, on the softmax rows of the last-q estimate (index_estimate.cu):
 //   evidence    a thread per (head slot, key): the key's eligible mass over the estimate rows in
@@ -9,12 +11,13 @@
 //   background  a block per head slot: the entry cost, kEntryCost × the mean eligible mass
 //   strides     a block per (head slot, candidate stride): every row's slash mass (a warp per
 //               row), every phase's vertical mass (threads per phase), the best phase
-//   choose      a block per head slot: the best stride, then the slot's run and tile counts
+//   choose      a block per head slot: the best stride and its phase
 // Scores are the host's (same terms, same parameters, double sums); only the summation order
 // differs, so the choice is the host's wherever it is clear (docs/dynamic_patterns.md, "Contract
 // for GPU index builders"). Ties go to the smaller stride, then the smaller phase, as on the host.
 //
-// Conversion, by index arithmetic on (stride, phase): runs, then a warp per tile counts its spans
+// Conversion, by index arithmetic on (stride, phase): each slot's run and tile counts, its runs,
+// then a warp per tile counts its spans
 // and columns, CUB scans, the warp writes them, and a stable radix sort makes the upload's
 // heaviest-first schedule. Sections are sized for every candidate stride (GridBuild); the real
 // records are packed at their front as the upload packs them, and the tiles beyond them are empty
@@ -44,10 +47,6 @@ constexpr int kThreads = 256;
 constexpr int kWarpLanes = 32;
 constexpr int kWarps = kThreads / kWarpLanes;
 constexpr unsigned kAllLanes = 0xffffffffu;
-// The schedule's sort key: (key count + 1) above the tile's position within its head slot,
-// inverted so that a descending sort puts lower positions first; empty capacity tiles get 0.
-constexpr int kPositionBits = 32;
-constexpr uint64_t kPositionMask = (uint64_t{1} << kPositionBits) - 1;
 
 using grid::ceil_div;
 using grid::floor_mod;
@@ -59,23 +58,68 @@ using grid::min64;
 // --- Search ------------------------------------------------------------------------------------
 
 struct SearchParams {
-  const float* probabilities;  // [slots, rows, kv_len]
-  int64_t rows, kv_len, first_aligned;
+  const float* probabilities;  // [slots, rows, keys]
+  int64_t rows, keys;
+  // The estimate rows' coordinates (frontier - 1 in the key space: ascending, negative for rows
+  // that see no key), segment by segment.
+  int64_t segment_count;
+  EstimateSegment segments[kMaxEstimateSegments];
   detail::GridOptions options;
   int64_t first_stride, strides;
-  double* column_mass;     // [slots, kv_len] eligible mass per key
+  double* column_mass;     // [slots, keys] eligible mass per key
   double* entry_cost;      // [slots]
   double* stride_scores;   // [slots, strides] the best phase's score
   int64_t* stride_phases;  // [slots, strides]
 
-  // Row r's eligible keys are [sink, aligned_r + 1 - local), so a key's eligible rows are those
-  // from key + local - aligned_0 on: the first of them, and how many there are (the same for
+  __device__ int64_t coordinate(int64_t row) const {
+    for (int64_t s = 0; s < segment_count; ++s) {
+      const EstimateSegment& segment = segments[s];
+      if (row < segment.rows) return segment.frontier - 1 + row * segment.step;
+      row -= segment.rows;
+    }
+    return -1;
+  }
+  // The first row whose coordinate is at least c (rows when none is): coordinates ascend.
+  __device__ int64_t first_row_reaching(int64_t c) const {
+    int64_t first = 0;
+    for (int64_t s = 0; s < segment_count; ++s) {
+      const EstimateSegment& segment = segments[s];
+      const int64_t top = segment.frontier - 1 + (segment.rows - 1) * segment.step;
+      if (segment.rows > 0 && top >= c) {
+        return first + (segment.step == 0 ? 0 : max64(0, c - (segment.frontier - 1)));
+      }
+      first += segment.rows;
+    }
+    return first;
+  }
+  // Row r's eligible keys are [sink, coordinate_r + 1 - local), so a key's eligible rows are those
+  // whose coordinate reaches key + local: the first of them, and how many there are (the same for
   // every head slot, so computed where needed rather than stored).
   __device__ int64_t first_eligible_row(int64_t key) const {
-    return max64(0, key + options.local - first_aligned);
+    return first_row_reaching(key + options.local);
   }
   __device__ int64_t eligible_entries(int64_t key) const {
-    return key >= options.sink ? max64(0, rows - first_eligible_row(key)) : 0;
+    return key >= options.sink ? rows - first_eligible_row(key) : 0;
+  }
+  // Calls add(row) for the rows whose coordinate has this phase, ascending (rows that see no key
+  // included where their coordinate does: they add nothing).
+  template <class Add>
+  __device__ void for_each_row_of_phase(int64_t phase, int64_t stride, Add&& add) const {
+    int64_t first = 0;
+    for (int64_t s = 0; s < segment_count; ++s) {
+      const EstimateSegment& segment = segments[s];
+      const int64_t c0 = segment.frontier - 1;
+      if (segment.step == 0) {
+        if (c0 >= 0 && floor_mod(c0, stride) == phase) {
+          for (int64_t r = 0; r < segment.rows; ++r) add(first + r);
+        }
+      } else {
+        for (int64_t r = floor_mod(phase - c0, stride); r < segment.rows; r += stride) {
+          add(first + r);
+        }
+      }
+      first += segment.rows;
+    }
   }
 };
 
@@ -83,15 +127,15 @@ struct SearchParams {
 __global__ void grid_evidence_kernel(const SearchParams params) {
   const int64_t key = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t slot = blockIdx.y;
-  if (key >= params.kv_len) return;
+  if (key >= params.keys) return;
   double mass = 0.0;
   if (key >= params.options.sink) {
-    const float* column = params.probabilities + slot * params.rows * params.kv_len + key;
+    const float* column = params.probabilities + slot * params.rows * params.keys + key;
     for (int64_t r = params.first_eligible_row(key); r < params.rows; ++r) {
-      mass += column[r * params.kv_len];
+      mass += column[r * params.keys];
     }
   }
-  params.column_mass[slot * params.kv_len + key] = mass;
+  params.column_mass[slot * params.keys + key] = mass;
 }
 
 // A block per head slot: kEntryCost × the mean eligible mass per entry (0 without entries).
@@ -102,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) grid_background_kernel(const SearchP
   const int x = static_cast<int>(threadIdx.x);
   double mass = 0.0;
   int64_t count = 0;
-  for (int64_t key = x; key < params.kv_len; key += kThreads) {
-    mass += params.column_mass[slot * params.kv_len + key];
+  for (int64_t key = x; key < params.keys; key += kThreads) {
+    mass += params.column_mass[slot * params.keys + key];
     count += params.eligible_entries(key);
   }
   masses[x] = mass;
@@ -166,18 +210,18 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
   const int warp = x / kWarpLanes;
   const detail::GridOptions& options = params.options;
   const double cost = params.entry_cost[slot];
-  const float* probabilities = params.probabilities + slot * params.rows * params.kv_len;
+  const float* probabilities = params.probabilities + slot * params.rows * params.keys;
 
   // Each row's slash lines: its keys at distances that are multiples of the stride, from the
   // first multiple outside the local window down to the sink.
   if (options.slash) {
     const int64_t first_distance = ceil_div(options.local, stride) * stride;
     for (int64_t r = warp; r < params.rows; r += kWarps) {
-      const int64_t top = params.first_aligned + r - first_distance;
+      const int64_t top = params.coordinate(r) - first_distance;
       const int64_t count = top >= options.sink ? (top - options.sink) / stride + 1 : 0;
       double mass = 0.0;
       for (int64_t j = lane; j < count; j += kWarpLanes) {
-        mass += probabilities[r * params.kv_len + top - j * stride];
+        mass += probabilities[r * params.keys + top - j * stride];
       }
       for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
         mass += __shfl_xor_sync(kAllLanes, mass, offset);
@@ -209,12 +253,12 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
     return;
   }
 
-  // Phases beyond kv_len have no keys and no rows, so they all score like phase kv_len, which
-  // comes first: the search stops there.
-  const int64_t phases = min64(stride, params.kv_len + 1);
+  // Phases beyond the keys have no keys and no rows, so they all score like the first of them:
+  // the search stops there.
+  const int64_t phases = min64(stride, params.keys + 1);
   const int64_t parts = stride < kThreads ? kThreads / stride : 1;  // threads per phase
   const int64_t per_round = kThreads / parts;
-  const double* mass_by_key = params.column_mass + slot * params.kv_len;
+  const double* mass_by_key = params.column_mass + slot * params.keys;
   Candidate mine{-INFINITY, 0};
   for (int64_t round = 0; round < phases; round += per_round) {
     const int64_t phase = round + x / parts;
@@ -223,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
     double mass = 0.0;
     int64_t entries = 0;
     if (active) {
-      for (int64_t key = phase + part * stride; key < params.kv_len; key += parts * stride) {
+      for (int64_t key = phase + part * stride; key < params.keys; key += parts * stride) {
         mass += mass_by_key[key];
         entries += params.eligible_entries(key);
       }
@@ -241,10 +285,11 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
       // A row's slash keys lie on its own phase's vline: rows of this phase add nothing new.
       double phase_mass = 0.0;
       int64_t phase_entries = 0;
-      for (int64_t r = floor_mod(phase - params.first_aligned, stride);
-           options.slash && r < params.rows; r += stride) {
-        phase_mass += row_mass[r];
-        phase_entries += row_entries[r];
+      if (options.slash) {
+        params.for_each_row_of_phase(phase, stride, [&](int64_t r) {
+          phase_mass += row_mass[r];
+          phase_entries += row_entries[r];
+        });
       }
       const double lines_mass = vertical_mass + (total_mass - phase_mass);
       const int64_t lines_entries = vertical_entries + (total_entries - phase_entries);
@@ -264,14 +309,11 @@ struct ChooseParams {
   const double* stride_scores;
   const int64_t* stride_phases;
   int64_t first_stride, strides;
-  int64_t q_len, kv_len, tile_rows;
   detail::GridLines* lines;   // [slots] scratch
   detail::GridLines* chosen;  // [slots] the caller's copy, or null
-  int64_t* run_counts;        // [slots + 1] runs stored (0 for the identity order)
-  int64_t* tile_counts;       // [slots + 1]
 };
 
-// A block per head slot: the best stride (ties to the smaller), its runs and tiles.
+// A block per head slot: the best stride (ties to the smaller) and its phase.
 __global__ void __launch_bounds__(kThreads) grid_choose_kernel(const ChooseParams params) {
   __shared__ Candidate warp_best[kWarps];
   const int64_t slot = blockIdx.x;
@@ -286,9 +328,17 @@ __global__ void __launch_bounds__(kThreads) grid_choose_kernel(const ChooseParam
                                 params.stride_phases[slot * params.strides + best.index]};
   params.lines[slot] = lines;
   if (params.chosen != nullptr) params.chosen[slot] = lines;
-  const GridRows rows(params.q_len, params.kv_len, params.tile_rows, lines.stride);
-  params.run_counts[slot] = rows.identity() ? 0 : rows.runs();
-  params.tile_counts[slot] = rows.tiles();
+}
+
+// A thread per head slot: the runs (0 for the identity order) and tiles of its stride.
+__global__ void grid_counts_kernel(int64_t q_len, int64_t kv_len, int64_t tile_rows, int64_t slots,
+                                   const detail::GridLines* lines, int64_t* run_counts,
+                                   int64_t* tile_counts) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (slot >= slots) return;
+  const GridRows rows(q_len, kv_len, tile_rows, lines[slot].stride);
+  run_counts[slot] = rows.identity() ? 0 : rows.runs();
+  tile_counts[slot] = rows.tiles();
 }
 
 // --- Conversion --------------------------------------------------------------------------------
@@ -448,20 +498,39 @@ __global__ void grid_fill_kernel(const ConvertParams params, FillTargets out) {
                            column_begin + counts.columns};
   // The upload's order (device_plan.cu, heaviest_first): more keys first, then lower positions,
   // then lower tile indices (the stable sort keeps those).
-  out.sort_keys[g] = (static_cast<uint64_t>(counts.keys + 1) << kPositionBits) |
-                     (kPositionMask - static_cast<uint64_t>(tile.position));
+  out.sort_keys[g] = grid_sort_key(counts.keys, tile.position);
 }
 
 unsigned blocks_for(int64_t threads) { return static_cast<unsigned>(ceil_div(threads, kThreads)); }
 
 }  // namespace
 
-GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
+int grid_sort_bits(int64_t kv_len) {
+  return kGridPositionBits +
+         std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
+}
+
+void check_grid_positions(const std::string& pattern, const PlanShape& shape, int64_t stride) {
+  if (shape.q_len + shape.kv_len > std::numeric_limits<int32_t>::max() - stride) {
+    throw Error(ErrorCode::kUnsupported,
+                pattern +
+                    " parameter stride: the GPU builder needs q_len + kv_len + "
+                    "stride < 2^31, got stride " +
+                    std::to_string(stride));
+  }
+}
+
+GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape,
+                    const ModalityLayout* layout) {
   GridBuild build;
   build.shape = shape;
   build.options = detail::grid_options(resolved_spec);
-  checked_boundary(resolved_spec, detail::BoundaryMode::kKey);
+  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kTwoD);
   build.last_q = checked_estimate_queries(resolved_spec, shape);
+  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD) {
+    plan_grouped_grid(resolved_spec, layout, mode, build);
+    return build;
+  }
   // The candidates of search_grid: the estimate's keys are all keys (the last query sees them).
   const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
   if (build.options.stride != 0) {
@@ -471,13 +540,7 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
     build.last_stride = std::max(detail::kMinStride,
                                  std::min(build.options.max_stride, keys / detail::kMinGridLines));
   }
-  if (shape.q_len + shape.kv_len > std::numeric_limits<int32_t>::max() - build.last_stride) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name +
-                    " parameter stride: the GPU builder needs q_len + kv_len + "
-                    "stride < 2^31, got stride " +
-                    std::to_string(build.last_stride));
-  }
+  check_grid_positions(resolved_spec.name, shape, build.last_stride);
 
   // Capacities over the candidates (docs/index_builders.md, "Grid"): each tile has at most one
   // span more than its rows when there are local windows, else one.
@@ -498,18 +561,66 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape) {
   return build;
 }
 
+GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, int64_t keys,
+                                          int64_t strides) {
+  GridSearchRegions regions;
+  regions.column_mass = layout.add<double>(slots * keys);
+  regions.entry_cost = layout.add<double>(slots);
+  regions.stride_scores = layout.add<double>(slots * strides);
+  regions.stride_phases = layout.add<int64_t>(slots * strides);
+  return regions;
+}
+
+void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
+                        cudaStream_t stream) {
+  const EstimateExtents& extents = *search.extents;
+  const int64_t slots = extents.slots;
+  if (slots == 0) return;
+  SearchParams params{};
+  params.probabilities = search.probabilities;
+  params.rows = extents.rows;
+  params.keys = extents.scores;
+  params.segment_count = extents.segment_count;
+  for (int64_t s = 0; s < extents.segment_count; ++s) {
+    params.segments[s] = extents.segments[static_cast<std::size_t>(s)];
+  }
+  params.options = search.options;
+  params.first_stride = search.first_stride;
+  params.strides = search.last_stride - search.first_stride + 1;
+  params.column_mass = region<double>(base, regions.column_mass);
+  params.entry_cost = region<double>(base, regions.entry_cost);
+  params.stride_scores = region<double>(base, regions.stride_scores);
+  params.stride_phases = region<int64_t>(base, regions.stride_phases);
+  if (params.keys > 0) {
+    grid_evidence_kernel<<<dim3(blocks_for(params.keys), static_cast<unsigned>(slots)), kThreads, 0,
+                           stream>>>(params);
+    check_launch("grid index: grid_evidence_kernel");
+  }
+  grid_background_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(params);
+  check_launch("grid index: grid_background_kernel");
+  grid_stride_kernel<<<dim3(static_cast<unsigned>(params.strides), static_cast<unsigned>(slots)),
+                       kThreads, 0, stream>>>(params);
+  check_launch("grid index: grid_stride_kernel");
+  const ChooseParams choose{params.stride_scores, params.stride_phases, params.first_stride,
+                            params.strides,       search.lines,         search.chosen};
+  grid_choose_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(choose);
+  check_launch("grid index: grid_choose_kernel");
+}
+
 void build_grid(const GridBuild& build, const EstimateOperands& operands,
                 const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream) {
   const int64_t tiles = build.tiles();
   if (tiles == 0) return;
+  if (build.grouped()) {
+    build_grouped_grid(build, operands, sections, chosen, stream);
+    return;
+  }
   const EstimateExtents extents = estimate_extents(operands, build.last_q);
   const int64_t slots = extents.slots;
   const int64_t kv_len = build.shape.kv_len;
   const auto item_count = static_cast<int>(tiles);
   const auto slot_items = static_cast<int>(slots + 1);
-  const int sort_bits =
-      kPositionBits +
-      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(kv_len + 1))));
+  const int sort_bits = grid_sort_bits(kv_len);
 
   const std::size_t scan_bytes = scan_storage_bytes(item_count, stream, "grid index: scan storage");
   const std::size_t slot_scan_bytes =
@@ -519,10 +630,8 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
 
   ScratchLayout layout;
   const EstimateRegions estimate_at = add_estimate_regions(layout, extents, true);
-  const std::size_t column_mass_at = layout.add<double>(slots * kv_len);
-  const std::size_t entry_cost_at = layout.add<double>(slots);
-  const std::size_t stride_scores_at = layout.add<double>(slots * build.strides());
-  const std::size_t stride_phases_at = layout.add<int64_t>(slots * build.strides());
+  const GridSearchRegions search_at =
+      add_grid_search_regions(layout, slots, extents.scores, build.strides());
   const std::size_t lines_at = layout.add<detail::GridLines>(slots);
   const std::size_t run_counts_at = layout.add<int64_t>(slots + 1);
   const std::size_t tile_counts_at = layout.add<int64_t>(slots + 1);
@@ -545,47 +654,17 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
 
   const EstimateScratch estimate = estimate_scratch(base, estimate_at);
   launch_estimate(operands, extents, estimate, stream);
-
-  SearchParams search{};
-  search.probabilities = estimate.probabilities;
-  search.rows = extents.rows;
-  search.kv_len = kv_len;
-  search.first_aligned = extents.segments[0].frontier - 1;  // one segment: the last rows
-  search.options = build.options;
-  search.first_stride = build.first_stride;
-  search.strides = build.strides();
-  search.column_mass = region<double>(base, column_mass_at);
-  search.entry_cost = region<double>(base, entry_cost_at);
-  search.stride_scores = region<double>(base, stride_scores_at);
-  search.stride_phases = region<int64_t>(base, stride_phases_at);
-  if (kv_len > 0) {
-    grid_evidence_kernel<<<dim3(blocks_for(kv_len), static_cast<unsigned>(slots)), kThreads, 0,
-                           stream>>>(search);
-    check_launch("grid index: grid_evidence_kernel");
-  }
-  grid_background_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(search);
-  check_launch("grid index: grid_background_kernel");
-  grid_stride_kernel<<<dim3(static_cast<unsigned>(build.strides()), static_cast<unsigned>(slots)),
-                       kThreads, 0, stream>>>(search);
-  check_launch("grid index: grid_stride_kernel");
-
   auto* lines = region<detail::GridLines>(base, lines_at);
+  launch_grid_search({&extents, estimate.probabilities, build.options, build.first_stride,
+                      build.last_stride, lines, chosen},
+                     base, search_at, stream);
+
   auto* run_counts = region<int64_t>(base, run_counts_at);
   auto* tile_counts = region<int64_t>(base, tile_counts_at);
   auto* tile_offsets = region<int64_t>(base, tile_offsets_at);
-  const ChooseParams choose{search.stride_scores,
-                            search.stride_phases,
-                            build.first_stride,
-                            build.strides(),
-                            build.shape.q_len,
-                            kv_len,
-                            build.shape.tile_rows,
-                            lines,
-                            chosen,
-                            run_counts,
-                            tile_counts};
-  grid_choose_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(choose);
-  check_launch("grid index: grid_choose_kernel");
+  grid_counts_kernel<<<blocks_for(slots), kThreads, 0, stream>>>(
+      build.shape.q_len, kv_len, build.shape.tile_rows, slots, lines, run_counts, tile_counts);
+  check_launch("grid index: grid_counts_kernel");
   void* temp = base + temp_at;
   std::size_t temp_bytes = slot_scan_bytes;
   check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, run_counts, sections.head_run_offsets,
@@ -595,7 +674,6 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, tile_counts, tile_offsets, slot_items,
                                            stream),
              "grid index: tile scan");
-
   const ConvertParams convert{build.shape.q_len,         kv_len,      build.shape.tile_rows, slots,
                               build.runs_per_head,       tiles,       build.options,         lines,
                               sections.head_run_offsets, tile_offsets};

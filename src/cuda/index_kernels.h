@@ -7,6 +7,8 @@
 //   index_key_spaces.cu the same conversion for 2D-boundary tiles, which read several key spaces
 //   index_grid.cu       softmax rows -> stride and phase search -> runs, tiles, spans, columns,
 //                       schedule (and the driver)
+//   index_grid_groups.cu  the grid's arrangement and conversion for Q/2D boundary, whose query
+//                       groups hold several runs of rows and may read several key spaces
 
 #include <cuda_runtime.h>
 
@@ -85,6 +87,25 @@ struct KeySpaceView {
     if (ranges == 0) return key;
     const int32_t r = range_of(key);
     return begins[r] + key - prefix[r];
+  }
+  // Keys of the space at or before original position `aligned` (KeySpace::frontier); `keys` is
+  // the space's size when it has no ranges (all keys).
+  __device__ int64_t frontier(int64_t aligned, int64_t keys) const {
+    if (ranges == 0) return aligned < 0 ? 0 : (aligned + 1 < keys ? aligned + 1 : keys);
+    if (aligned < begins[0]) return 0;
+    int32_t low = 0;
+    int32_t high = ranges - 1;
+    while (low < high) {  // the last range that begins at or before `aligned`
+      const int32_t middle = (low + high + 1) / 2;
+      if (begins[middle] <= aligned) {
+        low = middle;
+      } else {
+        high = middle - 1;
+      }
+    }
+    const int64_t length = prefix[low + 1] - prefix[low];
+    const int64_t seen = aligned - begins[low] + 1;
+    return prefix[low] + (seen < length ? seen : length);
   }
 };
 
@@ -241,30 +262,115 @@ bool fits_estimate(const VerticalSlashBuild& build);
 void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
                           const PlanSections& sections, cudaStream_t stream);
 
-// What a grid plan needs, all from the spec and the shape. The number of runs and tiles of a head
-// slot depends on the stride found, so the runs, tiles, spans and columns sections are sized for
-// every candidate stride (docs/index_builders.md, "Grid"): the real records at the front, the
-// tiles after them empty (no rows, no keys) and scheduled last.
+// A run of a grid query group's rows (consecutive query positions [begin, end)) and the compact
+// coordinate of its first row in the group's own key space (its frontier there less one).
+struct GridRange {
+  int64_t begin = 0, end = 0;
+  int64_t coordinate = 0;
+};
+
+// A Q- or 2D-boundary grid query group (one query modality), from the shape and the layout.
+struct GridGroup {
+  std::vector<GridRange> ranges;       // ascending
+  std::vector<int64_t> estimate_rows;  // its last last_q rows, ascending
+  int32_t own_space = 0;               // the space of its own tokens: its arrangement's pair
+  int64_t rows = 0;                    // query rows in all
+  int64_t order_begin = 0;             // order index of its first row: the rows of earlier groups
+  int64_t tiles_per_head = 0;          // capacities over the candidate strides
+  int64_t runs_per_head = 0;
+};
+
+// One (group, key space) pair's search: the estimate's keys (its last row's frontier in the
+// space) and the candidate strides.
+struct GridSelection {
+  int64_t keys = 0;
+  int64_t first_stride = 0, last_stride = 0;
+  int64_t strides() const { return last_stride - first_stride + 1; }
+};
+
+// What a grid plan needs, all from the spec, the shape and (Q/2D boundary) the layout. The number
+// of runs and tiles of a head slot depends on the stride found, so the runs, tiles, spans and
+// columns sections are sized for every candidate stride (docs/index_builders.md, "Grid"): the
+// real records at the front, the tiles after them empty (no rows, no keys) and scheduled last.
 struct GridBuild {
   PlanShape shape;
   detail::GridOptions options;
   int64_t last_q = 0;
   int64_t first_stride = 0;  // the candidate strides [first_stride, last_stride]: one when fixed
-  int64_t last_stride = 0;
+  int64_t last_stride = 0;   // (boundary none/K; per selection below for Q/2D)
   int64_t runs_per_head = 0;  // capacities per head slot
   int64_t tiles_per_head = 0;
   int64_t span_capacity = 0;  // over all head slots
   int64_t column_capacity = 0;
+  // Boundary Q and 2D (MMInference Alg. 2 and 3): the query groups, the key spaces every group
+  // reads (2D: one per key modality; Q: none, meaning all keys) and a selection per (group g,
+  // space s) pair at g * space_count() + s. Boundary none/K: all empty.
+  std::vector<GridGroup> groups;
+  std::vector<detail::KeySpace> spaces;
+  std::vector<GridSelection> selections;
+
   int64_t strides() const { return last_stride - first_stride + 1; }
   int64_t runs() const { return shape.head_slots() * runs_per_head; }
   int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
+  int64_t space_count() const { return spaces.empty() ? 1 : static_cast<int64_t>(spaces.size()); }
+  bool grouped() const { return !groups.empty(); }
 };
-// Checks the spec as the host builder does (parameters, last_q, boundary none or K).
-GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape);
+// Checks the spec as the host builder does (parameters, last_q, any boundary mode; a Q- or
+// 2D-boundary layout as query_groups requires it) and sizes the plan.
+GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape,
+                    const ModalityLayout* layout);
+// Whether the GPU estimate takes the build's query groups (fits_estimate for each).
+bool fits_estimate(const GridBuild& build);
 // Estimates, searches each head slot's stride and phase (written to `chosen`, device memory
-// [head slots], when not null) and converts them into `sections` (head run offsets, runs, tiles,
-// schedule, mask, spans, columns).
+// [selections, head slots], when not null) and converts them into `sections` (head run offsets,
+// runs, tiles, schedule, mask, spans, columns).
 void build_grid(const GridBuild& build, const EstimateOperands& operands,
                 const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream);
+
+// The stride and phase search of one estimate (index_grid.cu): every head slot's best lines.
+struct GridSearch {
+  const EstimateExtents* extents = nullptr;
+  const float* probabilities = nullptr;  // the estimate's softmax rows [slots, rows, scores]
+  detail::GridOptions options;
+  int64_t first_stride = 0, last_stride = 0;
+  detail::GridLines* lines = nullptr;   // [slots]
+  detail::GridLines* chosen = nullptr;  // [slots], the caller's copy, or null
+};
+// Its scratch (one search at a time in stream order may reuse it), laid out for the most keys and
+// candidate strides of the searches that share it.
+struct GridSearchRegions {
+  std::size_t column_mass = 0, entry_cost = 0, stride_scores = 0, stride_phases = 0;
+};
+GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, int64_t keys,
+                                          int64_t strides);
+void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
+                        cudaStream_t stream);
+
+// Throws kUnsupported naming "<pattern> parameter stride" unless every position and stride fits
+// the plan's int32 records (q_len + kv_len + stride < 2^31).
+void check_grid_positions(const std::string& pattern, const PlanShape& shape, int64_t stride);
+
+// The Q/2D-boundary grid (index_grid_groups.cu): the groups, spaces, selections and capacities of
+// `build` from the layout (plan_grid), and build_grid's work for them. A block converts a tile
+// with a thread per row, so tiles hold at most kMaxGroupedGridTileRows rows; taller ones throw
+// kUnsupported naming shape.tile_rows (builds_grid_on_device says no to them).
+inline constexpr int64_t kMaxGroupedGridTileRows = 128;
+void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
+                       detail::BoundaryMode mode, GridBuild& build);
+void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,
+                        const PlanSections& sections, detail::GridLines* chosen,
+                        cudaStream_t stream);
+
+// The grid schedules' sort key (a descending stable sort gives the upload's heaviest-first order,
+// device_plan.cu): the tile's key count + 1 above its position within its head slot, inverted so
+// that lower positions come first; empty capacity tiles get 0 and go last.
+inline constexpr int kGridPositionBits = 32;
+__host__ __device__ inline uint64_t grid_sort_key(int64_t keys, int64_t position) {
+  constexpr uint64_t kPositionMask = (uint64_t{1} << kGridPositionBits) - 1;
+  return (static_cast<uint64_t>(keys + 1) << kGridPositionBits) |
+         (kPositionMask - static_cast<uint64_t>(position));
+}
+// Bits of those keys for kv_len keys per tile at most.
+int grid_sort_bits(int64_t kv_len);
 
 }  // namespace mmsparse::cuda::index

@@ -484,13 +484,21 @@ TEST(Search, KnowsWhichPlansTheGpuBuilds) {
   const Device gpu{DeviceType::kCUDA, 0};
   const bool engine = build_info().cuda_enabled;
   for (const char* spec : {"dense", "a-shape", "vertical-slash", "vertical-slash:boundary=2",
-                           "vertical-slash:boundary=3", "grid", "grid:boundary=1"}) {
+                           "vertical-slash:boundary=3", "grid", "grid:boundary=1",
+                           "grid:boundary=2", "grid:boundary=3"}) {
     EXPECT_EQ(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, gpu), engine) << spec;
     EXPECT_FALSE(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, Device{}))
         << spec << " on the CPU";
   }
-  for (const char* spec : {"grid:boundary=2", "grid:boundary=3"}) {
-    EXPECT_FALSE(builds_plan_on_device(PatternSpec::parse(spec), shape, &mixed, gpu)) << spec;
+  // Query groups whose last rows are more runs than the GPU estimate takes (16): on the host.
+  constexpr int64_t kOneTokenImages = 20;
+  LayoutBuilder runs;
+  for (int64_t i = 0; i < kOneTokenImages; ++i) runs.text(1).image({1, 1, 1});
+  const ModalityLayout many_runs = runs.text(1).build();
+  const PlanShape runs_shape{1, 1, many_runs.length(), many_runs.length(), kDefaultTileRows};
+  for (const char* spec : {"vertical-slash:boundary=2", "grid:boundary=2", "grid:boundary=3"}) {
+    EXPECT_FALSE(builds_plan_on_device(PatternSpec::parse(spec), runs_shape, &many_runs, gpu))
+        << spec;
   }
   expect_error(
       [&] { (void)builds_plan_on_device(PatternSpec::parse("no-such"), shape, &mixed, gpu); },

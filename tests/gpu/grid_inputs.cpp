@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "patterns/dynamic_head.h"
 #include "patterns/estimation.h"
+#include "patterns/modality_boundary.h"
 
 namespace mmsparse::test {
 namespace {
@@ -18,6 +20,19 @@ constexpr double kVerticalLogit = 4.0;
 constexpr float kKeyNoise = 0.05f;
 
 int64_t floor_mod_int(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+
+// The head slots of `heads` (all when empty) in a head selection's order: batch-major.
+std::vector<int64_t> searched_slots(const PlanShape& shape, const std::vector<int64_t>& heads) {
+  std::vector<int64_t> slots;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t h = 0; h < shape.heads; ++h) {
+      if (heads.empty() || std::find(heads.begin(), heads.end(), h) != heads.end()) {
+        slots.push_back(b * shape.heads + h);
+      }
+    }
+  }
+  return slots;
+}
 
 }  // namespace
 
@@ -67,13 +82,13 @@ void plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size
   }
 }
 
-bool HostGridSearch::clear(std::size_t slot) const {
-  return margins[slot] > kGridClearMargin * static_cast<double>(rows);
+bool HostGridSearch::clear(std::size_t search) const {
+  return margins[search] > kGridClearMargin * static_cast<double>(rows[search]);
 }
 
 bool HostGridSearch::all_clear() const {
-  for (std::size_t slot = 0; slot < margins.size(); ++slot) {
-    if (!clear(slot)) return false;
+  for (std::size_t search = 0; search < margins.size(); ++search) {
+    if (!clear(search)) return false;
   }
   return true;
 }
@@ -85,28 +100,65 @@ HostGridSearch host_grid_search(const PatternSpec& resolved, const PlanShape& sh
   for (int64_t row = std::max<int64_t>(0, shape.q_len - last_q); row < shape.q_len; ++row) {
     rows.push_back(row);
   }
-  std::vector<int64_t> slots;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    for (int64_t h = 0; h < shape.heads; ++h) {
-      if (heads.empty() || std::find(heads.begin(), heads.end(), h) != heads.end()) {
-        slots.push_back(b * shape.heads + h);
-      }
-    }
-  }
+  const std::vector<int64_t> slots = searched_slots(shape, heads);
   const detail::KeySpace keys = detail::KeySpace::all_keys(shape.kv_len);
   const detail::GridOptions options = detail::grid_options(resolved);
   detail::KeyCache cache;
   HostGridSearch search;
-  search.rows = static_cast<int64_t>(rows.size());
   for (const int64_t slot : slots) {
     const detail::HeadOperands operands(inputs, shape, slot, cache);
     double margin = 0.0;
-    search.lines.push_back(detail::search_grid(
-        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset()), options,
-        &margin));
+    const detail::Estimate estimate =
+        detail::estimate_last_queries(operands, rows, keys, shape.causal_offset());
+    search.lines.push_back(detail::search_grid(estimate, options, &margin));
     search.margins.push_back(margin);
+    search.rows.push_back(estimate.rows());
   }
   return search;
+}
+
+HostGridSearch host_grouped_grid_search(const PatternSpec& resolved, const PlanShape& shape,
+                                        const PatternInputs& inputs, const ModalityLayout& layout,
+                                        const std::vector<int64_t>& heads) {
+  const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved, shape, &layout);
+  const int64_t last_q = resolved.params.at("last_q");
+  const detail::GridOptions options = detail::grid_options(resolved);
+  detail::KeyCache cache;
+  HostGridSearch search;
+  for (const detail::QueryGroup& group : groups) {
+    const std::vector<int64_t> rows = group.last_rows(last_q);
+    for (const detail::KeySpace& space : group.key_spaces) {
+      for (const int64_t slot : searched_slots(shape, heads)) {
+        const detail::HeadOperands operands(inputs, shape, slot, cache);
+        double margin = 0.0;
+        const detail::Estimate estimate =
+            detail::estimate_last_queries(operands, rows, space, shape.causal_offset());
+        search.lines.push_back(detail::search_grid(estimate, options, &margin));
+        search.margins.push_back(margin);
+        search.rows.push_back(estimate.rows());
+      }
+    }
+  }
+  return search;
+}
+
+Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
+                    const PatternInputs& inputs, const std::vector<detail::GridLines>& lines,
+                    const ModalityLayout* layout) {
+  const detail::GridOptions options = detail::grid_options(resolved);
+  PlanBuilder builder(shape);
+  detail::KeyCache cache;
+  const int64_t slots = shape.head_slots();
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    // build_dynamic_head asks for the pairs' patterns in pair order.
+    int64_t pair = 0;
+    detail::build_dynamic_head(
+        builder, resolved, {shape, layout, &inputs, slot, &cache}, [&](const detail::Estimate&) {
+          return detail::make_grid_pattern(lines[static_cast<std::size_t>(pair++ * slots + slot)],
+                                           options);
+        });
+  }
+  return builder.finish();
 }
 
 }  // namespace mmsparse::test

@@ -24,12 +24,13 @@ PatternSpec grid(int64_t stride, int64_t max_stride, int64_t hline, int64_t vlin
 void plant_grid(Random& random, AttentionInputs& inputs, const ProblemSize& size, int64_t stride,
                 int64_t vertical_phase);
 
-// The host search (grid.cpp) of each head slot searched, and how clearly it chose.
+// The host search (grid.cpp) of each head slot searched (or, with a Q/2D boundary, of each
+// (query group, key space) pair and head slot), and how clearly it chose.
 struct HostGridSearch {
   std::vector<detail::GridLines> lines;
   std::vector<double> margins;
-  int64_t rows = 0;  // estimate rows
-  bool clear(std::size_t slot) const;
+  std::vector<int64_t> rows;  // estimate rows that see a key, per search
+  bool clear(std::size_t search) const;
   bool all_clear() const;
 };
 
@@ -38,5 +39,18 @@ struct HostGridSearch {
 HostGridSearch host_grid_search(const PatternSpec& resolved, const PlanShape& shape,
                                 const PatternInputs& inputs,
                                 const std::vector<int64_t>& heads = {});
+
+// With a Q/2D boundary: the search of every (query group g, key space s) pair and head slot, in
+// build_grid_plan_on_device's `chosen` order ([pairs, slots], pair g * spaces + s).
+// `heads` (ascending query heads) restricts the slots as for host_grid_search.
+HostGridSearch host_grouped_grid_search(const PatternSpec& resolved, const PlanShape& shape,
+                                        const PatternInputs& inputs, const ModalityLayout& layout,
+                                        const std::vector<int64_t>& heads = {});
+
+// The host builder's plan of the given lines (host_grouped_grid_search's order; one pair per slot
+// without a Q/2D boundary): the conversion's oracle.
+Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
+                    const PatternInputs& inputs, const std::vector<detail::GridLines>& lines,
+                    const ModalityLayout* layout = nullptr);
 
 }  // namespace mmsparse::test

@@ -172,18 +172,20 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
 
 }  // namespace
 
-ModalityLayout mixed_layout(Random& random, int64_t length) {
+ModalityLayout mixed_layout(Random& random, int64_t length, int64_t one_token_runs) {
+  constexpr Grid kOneToken{1, 1, 1};
+  const int64_t tail = one_token_runs * LayoutBuilder().image(kOneToken).text(1).build().length();
   const int64_t media_tokens =
       LayoutBuilder().image(kImageGrid).video(kVideoGrid, kFrameSeparator).build().length();
   // At least one text token before and after the media.
+  const int64_t body = length - tail;
   const int64_t leading =
-      random.uniform_int(1, std::max<int64_t>(1, std::min(length / 2, length - media_tokens - 1)));
-  return LayoutBuilder()
-      .text(leading)
-      .image(kImageGrid)
-      .video(kVideoGrid, kFrameSeparator)
-      .text(length - leading - media_tokens)
-      .build();
+      random.uniform_int(1, std::max<int64_t>(1, std::min(body / 2, body - media_tokens - 1)));
+  LayoutBuilder builder;
+  builder.text(leading).image(kImageGrid).video(kVideoGrid, kFrameSeparator);
+  builder.text(body - leading - media_tokens);
+  for (int64_t run = 0; run < one_token_runs; ++run) builder.image(kOneToken).text(1);
+  return builder.build();
 }
 
 Plan dense_plan(const PlanShape& shape, bool causal) {

@@ -28,9 +28,10 @@ struct RandomPlanOptions {
   int64_t max_columns = 96;
 };
 
-// Text, one image, one video with frame separators, text: exactly `length` tokens (>= 66: the
-// media take 64).
-ModalityLayout mixed_layout(Random& random, int64_t length);
+// Text, one image, one video with frame separators, text, then `one_token_runs` pairs of a
+// one-token image (with its markers) and a text token: exactly `length` tokens (>= 66 + 4 ·
+// one_token_runs: the media take 64).
+ModalityLayout mixed_layout(Random& random, int64_t length, int64_t one_token_runs = 0);
 
 // 64-row tiles in identity order, each with the span [0, kv_len).
 Plan dense_plan(const PlanShape& shape, bool causal);

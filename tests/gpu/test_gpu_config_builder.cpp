@@ -56,6 +56,10 @@ constexpr int64_t kMaxLocal = 130;
 constexpr int64_t kMaxLastQueries = 150;
 // mixed_layout needs this many tokens (its media take 64, plus text before and after).
 constexpr int64_t kMinLayoutTokens = 70;
+// One-token image runs at the end of a layout: more than the GPU estimate's 16 segments; with
+// their markers and text tokens they take at most kRunTailTokens tokens.
+constexpr int64_t kOneTokenRuns = 17;
+constexpr int64_t kRunTailTokens = 4 * kOneTokenRuns;
 // Distinct vertical-slash specs per mix: two sections of that builder.
 constexpr int kVerticalSlashSpecs = 2;
 // Distinct device grid specs per mix: one searched, one of a fixed stride.
@@ -71,7 +75,7 @@ constexpr std::array<Gqa, 4> kGqaShapes = {{{3, 1}, {2, 2}, {1, 7}, {2, 7}}};
 constexpr ProblemLimits kLimits{kGqaShapes, kMaxQueryLength, kMaxExtraKeys};
 
 // What builds a head of a mix.
-enum class HeadKind { kStatic, kDeviceVerticalSlash, kDeviceGrid, kHost };
+enum class HeadKind { kStatic, kDeviceVerticalSlash, kDeviceGrid, kBoundaryGrid };
 constexpr int kHeadKinds = 4;
 
 // A static spec with random parameters around the tile height and the sequence.
@@ -93,9 +97,10 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
   }
 }
 
-// A spec for a head the GPU does not build (it needs a layout for its boundary modes): grid with
-// Q/2D boundary.
-PatternSpec random_host_spec(Random& random) {
+// A grid spec with a Q/2D boundary (it needs a layout): built on the GPU where its query groups'
+// last 64 rows fit the estimate, on the host where they do not (a layout ending in many
+// one-token runs: with_run_tail).
+PatternSpec random_boundary_grid_spec(Random& random) {
   constexpr int64_t kQuery = static_cast<int64_t>(detail::BoundaryMode::kQuery);
   constexpr int64_t kTwoD = static_cast<int64_t>(detail::BoundaryMode::kTwoD);
   return {"grid",
@@ -127,7 +132,6 @@ struct Mix {
   ProblemSize size;
   std::vector<PatternSpec> specs;  // per query head
   std::optional<ModalityLayout> layout;
-  bool estimates = false;  // some head is estimated on the GPU
 };
 
 PlanShape plan_shape(const ProblemSize& size) {
@@ -145,11 +149,18 @@ void make_grid_choices_clear(Random& random, Mix& mix, const AttentionInputs& in
   std::map<std::string, std::vector<int64_t>> sections;  // by resolved spec, as the builder groups
   for (int64_t h = 0; h < shape.heads; ++h) {
     const PatternSpec resolved = resolve_pattern(mix.specs[h], layout);
-    if (cuda::builds_grid_on_device(resolved)) sections[resolved.to_string()].push_back(h);
+    if (cuda::builds_grid_on_device(resolved, shape, layout)) {
+      sections[resolved.to_string()].push_back(h);
+    }
   }
   for (const auto& [text, heads] : sections) {
     const PatternSpec resolved = resolve_pattern(mix.specs[heads.front()], layout);
-    if (host_grid_search(resolved, shape, host_inputs, heads).all_clear()) continue;
+    const bool grouped =
+        resolved.params.at("boundary") >= static_cast<int64_t>(detail::BoundaryMode::kQuery);
+    const HostGridSearch search =
+        grouped ? host_grouped_grid_search(resolved, shape, host_inputs, *layout, heads)
+                : host_grid_search(resolved, shape, host_inputs, heads);
+    if (search.all_clear()) continue;
     PatternSpec fixed = resolved;
     fixed.params["stride"] = random.uniform_int(2, kMaxFixedStride);
     fixed.params["hline"] = 0;
@@ -163,7 +174,7 @@ void make_grid_choices_clear(Random& random, Mix& mix, const AttentionInputs& in
 bool estimated_on_device(const PatternSpec& resolved, const PlanShape& shape,
                          const ModalityLayout* layout) {
   return cuda::builds_dynamic_on_device(resolved, shape, layout) ||
-         cuda::builds_grid_on_device(resolved);
+         cuda::builds_grid_on_device(resolved, shape, layout);
 }
 
 // Every head a random kind (each kind at least once where the heads allow; host heads only with a
@@ -175,9 +186,14 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
   mix.size = size;
   const PlanShape shape = plan_shape(size);
   const bool boundary_modes = size.kv_len >= std::max(size.q_len, kMinLayoutTokens);
-  if (boundary_modes) mix.layout = mixed_layout(random, size.kv_len);
+  // Half the layouts end in one-token runs (when they are query rows), which the Q/2D heads'
+  // last rows do not fit: those heads are built on the host.
+  const bool run_tail = boundary_modes && size.q_len >= kRunTailTokens &&
+                        size.kv_len >= kMinLayoutTokens + kRunTailTokens && random.bernoulli(0.5);
+  if (boundary_modes) mix.layout = mixed_layout(random, size.kv_len, run_tail ? kOneTokenRuns : 0);
   const int64_t heads = size.q_heads();
-  const int kinds_available = boundary_modes ? kHeadKinds : kHeadKinds - 1;  // kHost is last
+  // kBoundaryGrid is last.
+  const int kinds_available = boundary_modes ? kHeadKinds : kHeadKinds - 1;
   std::vector<HeadKind> kinds(static_cast<std::size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) {
     kinds[h] = h < kinds_available
@@ -194,8 +210,8 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
       case HeadKind::kStatic:
         mix.specs[h] = random_static_spec(random, size.q_len);
         break;
-      case HeadKind::kHost:
-        mix.specs[h] = random_host_spec(random);
+      case HeadKind::kBoundaryGrid:
+        mix.specs[h] = random_boundary_grid_spec(random);
         break;
       case HeadKind::kDeviceVerticalSlash:
         estimated[random.uniform_int(0, kVerticalSlashSpecs - 1)].push_back(h);
@@ -207,14 +223,12 @@ Mix random_mix(Random& random, const ProblemSize& size, const AttentionInputs& i
   }
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (grids[g].empty()) continue;
-    mix.estimates = true;
     const PatternSpec spec = random_grid_spec(random, g == 0);
     for (const int64_t h : grids[g]) mix.specs[h] = spec;
   }
   const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
   for (const std::vector<int64_t>& group : estimated) {
     if (group.empty()) continue;
-    mix.estimates = true;
     const int64_t sink = random.uniform_int(0, kMaxSink);
     const int64_t local = random.uniform_int(0, kMaxLocal);
     const int64_t last_q = random.bernoulli(0.5) ? 64 : random.uniform_int(1, kMaxLastQueries);
@@ -279,7 +293,11 @@ BothPlans build_both(const Mix& mix, const AttentionInputs& inputs, cudaStream_t
   plans.built = cuda::build_config_plan_on_device(resolved(mix), shape, config_inputs, stream);
   // q and k are freed on return: the build must have read them.
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  EXPECT_EQ(plans.built.estimated_on_device, mix.estimates);
+  const std::vector<PatternSpec> specs = resolved(mix);
+  EXPECT_EQ(plans.built.estimated_on_device,
+            std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
+              return estimated_on_device(spec, shape, layout);
+            }));
   return plans;
 }
 
@@ -288,8 +306,11 @@ BothPlans build_both(const Mix& mix, const AttentionInputs& inputs, cudaStream_t
 // tiles after the real ones, scheduled last.
 void expect_same_config_records(const Mix& mix, const BothPlans& plans, cudaStream_t stream) {
   const std::vector<PatternSpec> specs = resolved(mix);
-  if (std::any_of(specs.begin(), specs.end(),
-                  [](const PatternSpec& spec) { return cuda::builds_grid_on_device(spec); })) {
+  const PlanShape shape = plan_shape(mix.size);
+  const ModalityLayout* layout = mix.layout ? &*mix.layout : nullptr;
+  if (std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
+        return cuda::builds_grid_on_device(spec, shape, layout);
+      })) {
     expect_same_grid_records(plans.built.plan, plans.host, stream);
   } else {
     expect_same_records(plans.built.plan, plans.host, stream);
@@ -351,10 +372,6 @@ TEST_F(GpuConfigBuild, EdgeShapesMatchTheHostPlan) {
       mix.specs = specs;
       make_grid_choices_clear(random, mix, inputs);
       const std::vector<PatternSpec> resolved_specs = resolved(mix);
-      mix.estimates =
-          std::any_of(resolved_specs.begin(), resolved_specs.end(), [&](const PatternSpec& spec) {
-            return estimated_on_device(spec, plan_shape(size), nullptr);
-          });
       SCOPED_TRACE(describe(mix));
       const BothPlans plans = build_both(mix, inputs, stream_);
       expect_same_config_records(mix, plans, stream_);
@@ -409,14 +426,15 @@ TEST_F(GpuConfigBuild, GridSectionsMatchTheHostPlan) {
   Mix mix;
   mix.size = size;
   mix.layout = mixed_layout(random, size.kv_len);
-  mix.specs = {{"a-shape", {{"sink", 4}, {"local", 30}}},
-               searched,
-               fixed,
-               vertical_slash(100000, 100000, 7, 9, 64, 0),
-               searched,
-               {"grid", {{"boundary", 2}}},
-               fixed};
-  mix.estimates = true;
+  mix.specs = {
+      {"a-shape", {{"sink", 4}, {"local", 30}}},
+      searched,
+      fixed,
+      vertical_slash(100000, 100000, 7, 9, 64, 0),
+      searched,
+      // A Q-boundary grid of slash lines at a fixed stride: one candidate, no phase search.
+      {"grid", {{"boundary", 2}, {"stride", kStride}, {"hline", 0}, {"vline", 0}}},
+      fixed};
   SCOPED_TRACE(describe(mix));
   // Both grid sections search (the fixed stride its phases): the planted grid must be a clear
   // choice for the host plan to be the device's.

@@ -319,9 +319,14 @@ TEST_F(GpuIndexBuild, QueryBoundaryGroupsOfTooManyRunsStayOnTheHost) {
     EXPECT_FALSE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, &layout));
     expect_error([&] { (void)build_both(spec, shape, inputs, size.scale, stream_, &layout); },
                  ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "16 runs"});
-    expect_error(
-        [&] { (void)prepare_pattern(spec, shape, &layout, kCuda, stream_, &device_inputs); },
-        ErrorCode::kUnsupported, {"not built on the GPU", "host inputs"});
+    PatternSpec grid_spec = PatternSpec::parse("grid");
+    grid_spec.params["boundary"] = static_cast<int64_t>(mode);
+    EXPECT_FALSE(cuda::builds_grid_on_device(resolve_pattern(grid_spec), shape, &layout));
+    for (const PatternSpec& routed : {spec, grid_spec}) {
+      expect_error(
+          [&] { (void)prepare_pattern(routed, shape, &layout, kCuda, stream_, &device_inputs); },
+          ErrorCode::kUnsupported, {"not built on the GPU", "host inputs"});
+    }
   }
 }
 
@@ -379,35 +384,39 @@ TEST_F(GpuIndexBuild, TwoDBoundaryMatchesTheHostPlanOnInterleavedLayouts) {
   expect_boundary_plans_on_interleaved_layouts(clear_two_d_spec, stream_);
 }
 
+// Layouts of one modality, text then a video, and a video then text (of `length` tokens): key
+// spaces that include the identity (one range from key 0), media first and media last.
+std::vector<std::function<ModalityLayout(int64_t)>> edge_layouts() {
+  const Grid frame{1, 4, 4};
+  const int64_t frame_tokens = frame.tokens();
+  const auto text_then_video = [frame, frame_tokens](int64_t length) {
+    const int64_t text = std::max<int64_t>(1, length / 3);
+    const int64_t frames = (length - text) / frame_tokens;
+    LayoutBuilder builder;
+    builder.text(text);
+    if (frames > 0) builder.video({frames, frame.h, frame.w}, 0, false);
+    if (length - text - frames * frame_tokens > 0)
+      builder.text(length - text - frames * frame_tokens);
+    return builder.build();
+  };
+  const auto video_then_text = [frame, frame_tokens](int64_t length) {
+    const int64_t frames = length / 2 / frame_tokens;
+    LayoutBuilder builder;
+    if (frames > 0) builder.video({frames, frame.h, frame.w}, 0, false);
+    if (length - frames * frame_tokens > 0) builder.text(length - frames * frame_tokens);
+    return builder.build();
+  };
+  return {[](int64_t length) { return ModalityLayout::text_only(length); }, text_then_video,
+          video_then_text};
+}
+
 // Layouts whose key spaces include the identity (one range from key 0: compact keys are original
 // positions, so narrow bands stay spans), one modality only, media first, media last, and more
 // keys than queries.
 TEST_F(GpuIndexBuild, TwoDBoundaryEdgeLayoutsMatchTheHostPlan) {
   Random random;
   SCOPED_TRACE(random.trace());
-  constexpr Grid kFrame{1, 4, 4};
-  const int64_t frame_tokens = kFrame.tokens();
-  const auto text_then_video = [&](int64_t length) {
-    const int64_t text = std::max<int64_t>(1, length / 3);
-    const int64_t frames = (length - text) / frame_tokens;
-    LayoutBuilder builder;
-    builder.text(text);
-    if (frames > 0) builder.video({frames, kFrame.h, kFrame.w}, 0, false);
-    if (length - text - frames * frame_tokens > 0)
-      builder.text(length - text - frames * frame_tokens);
-    return builder.build();
-  };
-  const auto video_then_text = [&](int64_t length) {
-    const int64_t frames = length / 2 / frame_tokens;
-    LayoutBuilder builder;
-    if (frames > 0) builder.video({frames, kFrame.h, kFrame.w}, 0, false);
-    if (length - frames * frame_tokens > 0) builder.text(length - frames * frame_tokens);
-    return builder.build();
-  };
-  const std::vector<std::function<ModalityLayout(int64_t)>> layouts = {
-      [](int64_t length) { return ModalityLayout::text_only(length); }, text_then_video,
-      video_then_text};
-  for (const auto& make_layout : layouts) {
+  for (const auto& make_layout : edge_layouts()) {
     for (int trial = 0; trial < 3; ++trial) {
       QueryBoundaryProblem problem =
           query_boundary_problem(random, random_problem(random, kLimits));
@@ -461,21 +470,8 @@ constexpr int64_t kMaxPlantedStride = 40;
 constexpr int64_t kPlantedPeriods = 12;  // query rows of a planted grid, in strides at least
 constexpr int64_t kSyntheticLength = 8192;
 
-// The host builder's plan of the given lines per head slot: the conversion's oracle.
-Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
-                    const PatternInputs& inputs, const std::vector<detail::GridLines>& lines) {
-  const detail::GridOptions options = detail::grid_options(resolved);
-  PlanBuilder builder(shape);
-  detail::KeyCache cache;
-  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    detail::build_dynamic_head(
-        builder, resolved, {shape, nullptr, &inputs, slot, &cache},
-        [&](const detail::Estimate&) { return detail::make_grid_pattern(lines[slot], options); });
-  }
-  return builder.finish();
-}
-
-// The device build and the lines it chose per head slot (none without query rows).
+// The device build and the lines it chose per head slot, and per (group, space) pair with a Q/2D
+// boundary ([pairs, slots]; none without query rows).
 struct GridBuilt {
   cuda::DevicePlan plan;
   std::vector<detail::GridLines> lines;
@@ -483,7 +479,7 @@ struct GridBuilt {
 
 GridBuilt build_grid_on_device(const PatternSpec& resolved, const PlanShape& shape,
                                const TensorView& q_host, const TensorView& k_host, float scale,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const ModalityLayout* layout = nullptr) {
   HostOperand q(q_host.dtype, q_host.shape[0], q_host.shape[1], q_host.shape[2], q_host.shape[3],
                 OperandLayout::kContiguous);
   HostOperand k(k_host.dtype, k_host.shape[0], k_host.shape[1], k_host.shape[2], k_host.shape[3],
@@ -492,15 +488,17 @@ GridBuilt build_grid_on_device(const PatternSpec& resolved, const PlanShape& sha
   copy_tensor(k_host, k.view);
   const DeviceOperand q_device(q);
   const DeviceOperand k_device(k);
-  DeviceBuffer chosen(static_cast<std::size_t>(shape.head_slots()) * sizeof(detail::GridLines));
+  const auto entries =
+      static_cast<std::size_t>(shape.head_slots() * cuda::grid_selections(resolved, shape, layout));
+  DeviceBuffer chosen(entries * sizeof(detail::GridLines));
   GridBuilt built;
   built.plan = cuda::build_grid_plan_on_device(
-      resolved, shape,
+      resolved, shape, layout,
       cuda::make_estimate_operands(resolved.name, {q_device.view, k_device.view, scale}, shape),
       stream, static_cast<detail::GridLines*>(chosen.data()));
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (shape.q_len > 0) {
-    built.lines.resize(static_cast<std::size_t>(shape.head_slots()));
+    built.lines.resize(entries);
     chosen.download(built.lines.data());
   }
   return built;
@@ -712,6 +710,161 @@ TEST_F(GpuIndexBuild, GridAttentionThroughTheDevicePlanMatchesTheOracle) {
   }
 }
 
+// --- Grid with a Q/2D boundary ------------------------------------------------------------------
+
+// One Q/2D-boundary grid trial. Where the groups' last rows fit the estimate: the device build,
+// the host search of every (group, space) pair and head slot (lines compared where the host's
+// choice is clear) and the host plan of the device's lines, record for record; returns how many
+// searches were clear. Where they do not fit: the spec is routed to the host and the device build
+// says why; returns -1.
+int64_t check_grouped_grid(const PatternSpec& spec, const QueryBoundaryProblem& problem,
+                           const AttentionInputs& inputs, cudaStream_t stream,
+                           GridBuilt* keep = nullptr, Plan* keep_host = nullptr) {
+  const PatternSpec resolved = resolve_pattern(spec);
+  const PlanShape shape = plan_shape(problem.size);
+  const float scale = problem.size.scale;
+  QueryBoundaryProblem estimated = problem;
+  estimated.last_q = resolved.params.at("last_q");
+  if (!groups_fit(estimated)) {
+    EXPECT_FALSE(cuda::builds_grid_on_device(resolved, shape, &problem.layout));
+    expect_error(
+        [&] {
+          (void)build_grid_on_device(resolved, shape, inputs.q.view, inputs.k.view, scale, stream,
+                                     &problem.layout);
+        },
+        ErrorCode::kUnsupported, {"grid parameter last_q", "runs"});
+    return -1;
+  }
+  EXPECT_TRUE(cuda::builds_grid_on_device(resolved, shape, &problem.layout));
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, scale};
+  GridBuilt built = build_grid_on_device(resolved, shape, inputs.q.view, inputs.k.view, scale,
+                                         stream, &problem.layout);
+  int64_t clear = 0;
+  if (shape.q_len > 0) {
+    const HostGridSearch search =
+        host_grouped_grid_search(resolved, shape, host_inputs, problem.layout);
+    EXPECT_EQ(search.lines.size(), built.lines.size());
+    for (std::size_t i = 0; i < search.lines.size() && i < built.lines.size(); ++i) {
+      if (!search.clear(i)) continue;
+      ++clear;
+      EXPECT_EQ(built.lines[i].stride, search.lines[i].stride) << "search " << i;
+      EXPECT_EQ(built.lines[i].phase, search.lines[i].phase) << "search " << i;
+    }
+  }
+  Plan host = host_grid_plan(resolved, shape, host_inputs, built.lines, &problem.layout);
+  SCOPED_TRACE(host.summary());
+  expect_same_grid_records(built.plan, host, stream);
+  if (keep != nullptr) *keep = std::move(built);
+  if (keep_host != nullptr) *keep_host = std::move(host);
+  return clear;
+}
+
+// Inputs for a grid trial: random, or with a planted grid half of the time.
+AttentionInputs grid_trial_inputs(Random& random, const ProblemSize& size) {
+  AttentionInputs inputs = random_inputs(random, size);
+  if (random.bernoulli(0.5)) {
+    const int64_t stride = random.uniform_int(kMinPlantedStride, size.head_dim - 2);
+    plant_grid(random, inputs, size, stride, random.uniform_int(0, stride - 1));
+  }
+  return inputs;
+}
+
+PatternSpec random_grid_spec(Random& random, detail::BoundaryMode mode) {
+  PatternSpec spec = random_grid_spec(random);
+  spec.params["boundary"] = static_cast<int64_t>(mode);
+  return spec;
+}
+
+// check_grouped_grid on random interleaved layouts (runs of 1-12 text tokens between small images
+// and videos), every GQA shape, head dim, dtype and tile height, every line set and window regime;
+// some trials must build on the device and some searches be clear.
+void expect_grouped_grids_on_interleaved_layouts(detail::BoundaryMode mode, cudaStream_t stream) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  int64_t clear = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const QueryBoundaryProblem problem =
+        query_boundary_problem(random, random_problem(random, kLimits));
+    const AttentionInputs inputs = grid_trial_inputs(random, problem.size);
+    const PatternSpec spec = random_grid_spec(random, mode);
+    SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
+                 problem.layout.to_json());
+    const int64_t trial_clear = check_grouped_grid(spec, problem, inputs, stream);
+    if (trial_clear < 0) continue;
+    ++built;
+    clear += trial_clear;
+  }
+  EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
+  EXPECT_GT(clear, 0) << "no search had a clear host choice to compare";
+}
+
+// Q-boundary grid (MMInference Alg. 1 within Alg. 2): each query modality searched from its own
+// last rows, its rows arranged phase by phase across its runs of rows.
+TEST_F(GpuIndexBuild, GridQueryBoundaryMatchesTheHostOnInterleavedLayouts) {
+  expect_grouped_grids_on_interleaved_layouts(detail::BoundaryMode::kQuery, stream_);
+}
+
+// 2D-boundary grid (Alg. 1 within Alg. 3): each (query modality, key modality) pair searched in
+// the compact coordinates of its keys; a tile reads every pair of its group.
+TEST_F(GpuIndexBuild, GridTwoDBoundaryMatchesTheHostOnInterleavedLayouts) {
+  expect_grouped_grids_on_interleaved_layouts(detail::BoundaryMode::kTwoD, stream_);
+}
+
+// One modality, media first and media last, for both modes; and the default spec (searched
+// strides up to 1024, slash and vline on, local 1) on them.
+TEST_F(GpuIndexBuild, GridBoundaryEdgeLayoutsMatchTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const detail::BoundaryMode mode :
+       {detail::BoundaryMode::kQuery, detail::BoundaryMode::kTwoD}) {
+    for (const auto& make_layout : edge_layouts()) {
+      for (int trial = 0; trial < 2; ++trial) {
+        QueryBoundaryProblem problem =
+            query_boundary_problem(random, random_problem(random, kLimits));
+        if (problem.size.kv_len == 0) continue;
+        problem.layout = make_layout(problem.size.kv_len);
+        const AttentionInputs inputs = grid_trial_inputs(random, problem.size);
+        PatternSpec spec = trial == 0 ? random_grid_spec(random, mode) : PatternSpec::parse("grid");
+        spec.params["boundary"] = static_cast<int64_t>(mode);
+        SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
+                     problem.layout.to_json());
+        (void)check_grouped_grid(spec, problem, inputs, stream_);
+      }
+    }
+  }
+}
+
+// Attention through Q/2D-boundary grid plans (permuted query order across runs of rows, empty
+// capacity tiles) against the fp64 oracle of the host plan, on both kernels' tile heights.
+TEST_F(GpuIndexBuild, GridBoundaryAttentionMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const detail::BoundaryMode mode :
+       {detail::BoundaryMode::kQuery, detail::BoundaryMode::kTwoD}) {
+    for (const DType dtype : kDtypes) {
+      for (const int64_t tile_rows : kTileRows) {
+        QueryBoundaryProblem problem =
+            query_boundary_problem(random, oracle_problem(random, kLimits, dtype, tile_rows));
+        problem.last_q = std::min<int64_t>(problem.last_q, 64);
+        if (!groups_fit(problem)) {
+          problem.layout = LayoutBuilder().text(problem.size.kv_len).build();
+        }
+        const AttentionInputs inputs = grid_trial_inputs(random, problem.size);
+        PatternSpec spec = random_grid_spec(random, mode);
+        spec.params["last_q"] = problem.last_q;
+        SCOPED_TRACE(spec.to_string() + " " + describe(problem.size));
+        GridBuilt built;
+        Plan host;
+        ASSERT_GE(check_grouped_grid(spec, problem, inputs, stream_, &built, &host), 0);
+        const AttentionResult gpu =
+            run_gpu(built.plan, inputs, problem.size, random_layout(random));
+        expect_matches_oracle(host, inputs, problem.size, gpu);
+      }
+    }
+  }
+}
+
 TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   Random random;
   const ProblemSize size = error_case_size();
@@ -721,11 +874,11 @@ TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   const PlanShape shape = plan_shape(size);
   const cuda::EstimateOperands good = cuda::make_estimate_operands("grid", {q.view, k.view}, shape);
   const auto build = [&](const char* text) {
-    (void)cuda::build_grid_plan_on_device(resolve_pattern(PatternSpec::parse(text)), shape, good,
-                                          stream_);
+    (void)cuda::build_grid_plan_on_device(resolve_pattern(PatternSpec::parse(text)), shape, nullptr,
+                                          good, stream_);
   };
-  expect_error([&] { build("grid:boundary=2"); }, ErrorCode::kUnsupported,
-               {"grid parameter boundary", "2"});
+  expect_error([&] { build("grid:boundary=2"); }, ErrorCode::kInvalidArgument,
+               {"grid parameter boundary", "a modality layout"});
   expect_error([&] { build("grid:stride=1"); }, ErrorCode::kInvalidArgument,
                {"grid parameter stride", "1"});
   expect_error([&] { build("grid:hline=0,vline=0,slash=0"); }, ErrorCode::kInvalidArgument,
@@ -734,20 +887,24 @@ TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   expect_error(
       [&] {
         (void)cuda::build_grid_plan_on_device(
-            resolve_pattern(PatternSpec::parse("grid:last_q=2000")), {1, 4, 2000, 2000, 64}, good,
-            stream_);
+            resolve_pattern(PatternSpec::parse("grid:last_q=2000")), {1, 4, 2000, 2000, 64},
+            nullptr, good, stream_);
       },
       ErrorCode::kUnsupported, {"grid parameter last_q", "2000"});
   expect_error(
       [&] {
         (void)cuda::build_grid_plan_on_device(resolve_pattern(PatternSpec::parse("vertical-slash")),
-                                              shape, good, stream_);
+                                              shape, nullptr, good, stream_);
       },
       ErrorCode::kUnsupported, {"build_grid_plan_on_device pattern", "vertical-slash"});
   const auto spec_of = [](const char* text) { return resolve_pattern(PatternSpec::parse(text)); };
-  EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=1")));
-  EXPECT_FALSE(cuda::builds_grid_on_device(spec_of("grid:boundary=2")));
-  // Per-head configs route by builds_dynamic_on_device: their grid heads stay host-built.
+  EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=1"), shape, nullptr));
+  // Without a layout the build reports the missing layout.
+  EXPECT_TRUE(cuda::builds_grid_on_device(spec_of("grid:boundary=2"), shape, nullptr));
+  PlanShape tall = shape;
+  tall.tile_rows = 256;
+  const ModalityLayout text = ModalityLayout::text_only(size.kv_len);
+  EXPECT_FALSE(cuda::builds_grid_on_device(spec_of("grid:boundary=3"), tall, &text));
   EXPECT_FALSE(cuda::builds_dynamic_on_device(spec_of("grid"), shape, nullptr));
 }
 
@@ -809,24 +966,16 @@ TEST_F(GpuIndexBuild, BadInputsNameTheArgument) {
         (void)cuda::build_dynamic_plan_on_device(
             resolve_pattern(PatternSpec::parse("grid:boundary=2")), shape, nullptr, good, stream_);
       },
-      ErrorCode::kUnsupported, {"grid parameter boundary", "1 (K-boundary)", "got 2"});
+      ErrorCode::kInvalidArgument, {"grid parameter boundary", "a modality layout"});
   expect_error(
       [&] {
         (void)cuda::build_dynamic_plan_on_device(resolve_pattern(spec), {1, 4, 100, 120, 0},
                                                  nullptr, good, stream_);
       },
       ErrorCode::kInvalidArgument, {"tile_rows"});
-  const PatternInputs device_inputs{q.view, k.view};
-  expect_error(
-      [&] {
-        (void)prepare_pattern(PatternSpec::parse("grid:boundary=3"), shape, nullptr, kCuda, stream_,
-                              &device_inputs);
-      },
-      ErrorCode::kUnsupported, {"grid", "not built on the GPU"});
   EXPECT_TRUE(cuda::builds_dynamic_on_device(resolve_pattern(spec), shape, nullptr));
   EXPECT_FALSE(cuda::builds_dynamic_on_device(
       resolve_pattern(PatternSpec::parse("grid:boundary=2")), shape, nullptr));
-  EXPECT_FALSE(cuda::builds_grid_on_device(resolve_pattern(PatternSpec::parse("grid:boundary=2"))));
 }
 
 }  // namespace

@@ -653,7 +653,9 @@ TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
   EXPECT_LT(sparse, dense) << "a-shape reads about 5% of the causal pairs";
 
   // The index: none for a static pattern; a vertical-slash head built by the GPU's kernels; a
-  // Q-boundary grid head, which the GPU does not build, as its host build from the host q and k.
+  // Q-boundary grid head whose last rows are more runs than the GPU estimate takes (a layout
+  // ending in one-token images), as its host build from the host q and k.
+  constexpr int64_t kOneTokenRuns = 17;
   const ModalityLayout text = ModalityLayout::text_only(kTokens);
   EXPECT_EQ(model->index_cost(PatternSpec::parse("a-shape:sink=128,local=256"), shape, text, 0.0f,
                               *inputs),
@@ -661,8 +663,11 @@ TEST(GpuMeasuredCost, TimesPlansOnInputsPreparedOnce) {
   const double on_device =
       model->index_cost(PatternSpec::parse("vertical-slash"), shape, text, 0.0f, *inputs);
   EXPECT_TRUE(std::isfinite(on_device) && on_device > 0.0) << on_device;
-  const double on_host = model->index_cost(PatternSpec::parse("grid:boundary=2"), shape,
-                                           mixed_layout(random, kTokens), 0.0f, *inputs);
+  const ModalityLayout many_runs = mixed_layout(random, kTokens, kOneTokenRuns);
+  ASSERT_FALSE(
+      builds_plan_on_device(PatternSpec::parse("grid:boundary=2"), shape, &many_runs, kCuda));
+  const double on_host =
+      model->index_cost(PatternSpec::parse("grid:boundary=2"), shape, many_runs, 0.0f, *inputs);
   EXPECT_TRUE(std::isfinite(on_host) && on_host > 0.0) << on_host;
 
   const std::unique_ptr<CostInputs> modelled_inputs =
