@@ -9,8 +9,8 @@
 #
 # Defaults: build/tools/cli/mmsparse, 131072, and the search flags
 #   --boundary-modes 0             the video preset's bar runs: one modality dominates, and modes
-#                                  2/3 add stage-3 candidates (a GPU search skips host-built ones
-#                                  either way; docs/search.md)
+#                                  2/3 add stage-3 candidates whose Q/2D indices cost more (at 128K
+#                                  `--boundary-modes 0,2` measured 3.97x against 4.27x; docs/results.md)
 #   --target-mean-recall 0.96      issue 4's bar is 0.95 over all rows; the search meets its target
 #                                  on sampled rows, hence the margin (docs/search.md)
 # Needles: 4 planted in the media, read by the final question (the bar's needle task).

@@ -121,9 +121,10 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 // prepare_plan(build_plan(spec, shape, layout, inputs), device, stream) prepares. On a CUDA device,
 // static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight
 // into device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
-// so are dynamic patterns whose `inputs` are CUDA tensors (vertical-slash with boundary 0 or 1;
-// others throw kUnsupported for device inputs): the estimate, the line selection and the plan run
-// on the GPU for every head slot (docs/index_builders.md). Otherwise the plan is built on the host.
+// so are dynamic patterns whose `inputs` are CUDA tensors (vertical-slash and grid, every boundary
+// mode; Q/2D-boundary heads whose query groups' last rows form more than 16 runs throw
+// kUnsupported for device inputs): the estimate, the line selection and the plan run on the GPU
+// for every head slot (docs/index_builders.md). Otherwise the plan is built on the host.
 // Dynamic patterns need `inputs`; a device-built dynamic plan has no host copy (plan() throws).
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream = nullptr,
@@ -132,18 +133,18 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
 // the device (given device inputs for a dynamic pattern), with no host build: static patterns and
 // the dynamic heads docs/index_builders.md lists, on a CUDA device of a build with the CUDA engine.
 // False where the plan would be built on the host (CPU devices, CPU-only builds, Q/2D-boundary
-// grid heads, ...). Reads no tensor and touches no GPU; a spec that does not resolve throws as
-// resolve_pattern does.
+// heads whose groups' last rows form more than 16 runs). Reads no tensor and touches no GPU; a spec
+// that does not resolve throws as resolve_pattern does.
 bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
                            const ModalityLayout* layout, Device device);
 // A per-head config of one layer (specs.size() == shape.heads, e.g. PatternConfig::layer_specs):
 // what prepare_plan(build_plan(specs, shape, layout, inputs), device, stream) prepares. On a CUDA
 // device the plan is built there, one part per builder, concatenated into one plan with one
-// schedule (docs/index_builders.md, "Mixed heads"): static heads by kernels; vertical-slash heads
-// with boundary 0 or 1 estimated on the GPU from `inputs` when they are CUDA tensors, over just
-// those heads; every other head (grid, vertical-slash with boundary 2 or 3) built on the host from
-// host tensors (`inputs` when they are host tensors, else `host_inputs`) and uploaded as a part of
-// the same plan. Dynamic heads without the inputs they need throw kUnsupported naming the head.
+// schedule (docs/index_builders.md, "Mixed heads"): static heads by kernels; vertical-slash and
+// grid heads estimated on the GPU from `inputs` when they are CUDA tensors, over just those heads
+// (builds_plan_on_device says which); every other head built on the host from host tensors
+// (`inputs` when they are host tensors, else `host_inputs`) and uploaded as a part of the same
+// plan. Dynamic heads without the inputs they need throw kUnsupported naming the head.
 // build_times() then says which heads the GPU built and how long each builder took. Elsewhere the
 // plan is built on the host.
 PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanShape& shape,

@@ -156,7 +156,8 @@ struct SearchOptions {
   // config to what the GPU index builders serve today (docs/index_builders.md).
   std::vector<int64_t> boundary_modes = {0, 2, 3};
   // When set, candidates whose plan prepare_pattern would build on the host for this device
-  // (builds_plan_on_device is false: 2D-boundary heads, Q-boundary grid heads, ...) are dropped
+  // (builds_plan_on_device is false: Q/2D-boundary heads whose groups' last rows are too many
+  // runs for the GPU estimate) are dropped
   // in every stage (ScopeSearch::host_index): their index would take host time at every run,
   // hundreds of ms per head at 128K. `mmsparse search` sets it for a measured (GPU) search.
   std::optional<Device> index_device;

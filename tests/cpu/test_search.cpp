@@ -510,8 +510,13 @@ TEST(Search, KnowsWhichPlansTheGpuBuilds) {
 TEST(Search, SkipsCandidatesWhoseIndexTheHostWouldBuild) {
   test::Random random;
   SCOPED_TRACE(random.trace());
-  const ModalityLayout mixed =
-      LayoutBuilder().text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30).build();
+  // The layout ends in one-token images: the text and image groups' last rows are more runs than
+  // the GPU estimate takes, so stage 3's Q/2D-boundary candidates would build on the host.
+  constexpr int64_t kOneTokenImages = 20;
+  LayoutBuilder builder;
+  builder.text(20).video({6, 6, 8}).text(40).image({1, 8, 8}).text(30);
+  for (int64_t i = 0; i < kOneTokenImages; ++i) builder.image({1, 1, 1}).text(1);
+  const ModalityLayout mixed = builder.build();
   const Tensor q = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 2, 32});
   const Tensor kv = random.normal_tensor(DType::kFloat32, {1, mixed.length(), 1, 32});
   FreeCost free;
@@ -540,7 +545,7 @@ TEST(Search, SkipsCandidatesWhoseIndexTheHostWouldBuild) {
     }
   }
   if (build_info().cuda_enabled) {
-    EXPECT_GT(skipped, 0) << "Q/2D-boundary grid candidates of stage 3 are host-built";
+    EXPECT_GT(skipped, 0) << "stage 3's Q/2D-boundary candidates are host-built here";
     EXPECT_GT(scored, 0);
   } else {
     EXPECT_EQ(scored, 0) << "a CPU-only build builds nothing on a GPU";

@@ -194,12 +194,11 @@ int run_bench(const BenchFlags& flags) {
         "attention time){}; {}.\n",
         needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
         gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
-                          "alike; index time is the build on the GPU of static patterns, "
-                          "vertical-slash (whose query groups fit the estimate) and grid "
-                          "without Q/2D boundary (a config: those heads built by kernels, the "
-                          "others on the host and "
-                          "uploaded, all concatenated on the GPU; the built column says which), "
-                          "else host building plus upload",
+                          "alike; index time is the build on the GPU of static patterns and "
+                          "of vertical-slash and grid heads whose query groups fit the "
+                          "estimate (a config: those heads built by kernels, the others on "
+                          "the host and uploaded, all concatenated on the GPU; the built column "
+                          "says which), else host building plus upload",
                           flags.timing.repeats, flags.timing.warmup)
             : "CPU times: one run of the reference backend");
   }
