@@ -2,17 +2,21 @@
 // mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
 // and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
 // at 8K/32K/128K, A-shape (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row
-// query block its diagonal span plus 2048 random keys left of it, distinct per block), A-shape
-// with the grid mask's window (sink 128, local 1024: the grid mask's first pass alone) and the
-// grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64: the grid-mask pattern, two
-// passes merged by LSE, see src/patterns/grid_mask.cpp; its bands as spans, and as columns with
-// 8 or 16 phases per tile in grid-columns-128k and grid-p16-128k). TFLOP/s count computed pairs
-// only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared with the
-// mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests prove on
-// small ones.
+// query block its diagonal span plus 2048 random keys left of it, distinct per block; and with
+// vertical-slash's tile shape: per head 4096 random vertical keys shared by the head's blocks,
+// those left of each block gathered, 2048 per tile on average; and, as a diagnostic, the 2048 keys
+// just left of each block as columns), A-shape with the grid mask's window (sink 128, local 1024:
+// the grid mask's first pass alone) and the grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod
+// 1024 < 64: the grid-mask pattern, two passes merged by LSE, see src/patterns/grid_mask.cpp; its
+// bands as spans, and as columns with 8 or 16 phases per tile in grid-columns-128k and
+// grid-p16-128k). TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also runs
+// once more on fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a
+// large-size cross-check of what the tests prove on small ones.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
-//                                               columns-128k a-shape-1k-128k grid-128k
+//                                               columns-128k vertical-columns-128k
+//                                               sequential-columns-128k
+//                                               a-shape-1k-128k grid-128k
 //                                               grid-columns-128k grid-p16-128k
 
 #include <cuda_bf16.h>
@@ -175,6 +179,55 @@ Plan columns_plan(const PlanShape& shape) {
   return builder.finish();
 }
 
+// The same tile shape as vertical-slash gives it: per query head kVerticalKeys random keys (its
+// vertical lines, shared by all of the head's query blocks, distinct between heads, as top-k over
+// each head's estimate picks them); per 128-row query block its diagonal span plus the head's
+// vertical keys left of it, kVerticalKeys / 2 = 2048 per tile on average.
+constexpr int64_t kVerticalKeys = 2 * kBlockColumns;
+
+Plan vertical_columns_plan(const PlanShape& shape) {
+  std::mt19937 random(kColumnSeed);
+  mmsparse::PlanBuilder builder(shape);
+  for (int64_t head = 0; head < shape.head_slots(); ++head) {
+    std::vector<int32_t> verticals(static_cast<std::size_t>(shape.kv_len));
+    std::iota(verticals.begin(), verticals.end(), 0);
+    std::shuffle(verticals.begin(), verticals.end(), random);
+    verticals.resize(static_cast<std::size_t>(std::min(kVerticalKeys, shape.kv_len)));
+    std::sort(verticals.begin(), verticals.end());
+    builder.begin_head();
+    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+      const int64_t block_begin = begin / kColumnBlockRows * kColumnBlockRows;
+      builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
+      for (const int32_t key : verticals) {
+        if (key >= block_begin) break;
+        builder.add_column(key);
+      }
+    }
+  }
+  return builder.finish();
+}
+
+// A diagnostic for the gather path without memory randomness: per 128-row block its diagonal
+// span plus the 2048 keys just left of it (fewer for the first blocks), as gathered columns, so
+// that gathers read consecutive rows that a span would have copied by tensor copies.
+Plan sequential_columns_plan(const PlanShape& shape) {
+  mmsparse::PlanBuilder builder(shape);
+  for (int64_t head = 0; head < shape.head_slots(); ++head) {
+    builder.begin_head();
+    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+      const int64_t block_begin = begin / kColumnBlockRows * kColumnBlockRows;
+      builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
+      for (int64_t key = std::max<int64_t>(0, block_begin - kBlockColumns); key < block_begin;
+           ++key) {
+        builder.add_column(static_cast<int32_t>(key));
+      }
+    }
+  }
+  return builder.finish();
+}
+
 std::function<Plan(const PlanShape&)> pattern_plan(const std::string& pattern) {
   return [pattern](const PlanShape& shape) {
     return mmsparse::build_plan(mmsparse::PatternSpec::parse(pattern), shape);
@@ -295,7 +348,7 @@ void run_case(const Case& c) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 
-  std::printf("%-14s %10.3e", c.name.c_str(), pairs);
+  std::printf("%-23s %10.3e", c.name.c_str(), pairs);
   for (int i = 0; i < kKernelCount; ++i) {
     std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
   }
@@ -319,6 +372,8 @@ int main(int argc, char** argv) {
       {"dense-128k", k128K, pattern_plan("dense")},
       {"a-shape-128k", k128K, pattern_plan("a-shape:sink=128,local=4096")},
       {"columns-128k", k128K, columns_plan},
+      {"vertical-columns-128k", k128K, vertical_columns_plan},
+      {"sequential-columns-128k", k128K, sequential_columns_plan},
       {"a-shape-1k-128k", k128K, pattern_plan("a-shape:sink=128,local=1024")},
       {"grid-128k", k128K, pattern_plan("grid-mask")},
       {"grid-columns-128k", k128K, pattern_plan("grid-mask:columns=1")},
@@ -341,7 +396,7 @@ int main(int argc, char** argv) {
       "median of %d after %d warm-ups, L2 flushed before each run\n",
       properties.name, properties.multiProcessorCount, static_cast<long long>(kQueryHeads),
       static_cast<long long>(kKeyValueHeads), static_cast<long long>(kHeadDim), kRepeats, kWarmups);
-  std::printf("%-14s %10s", "case", "pairs");
+  std::printf("%-23s %10s", "case", "pairs");
   for (const KernelChoice& kernel : kKernels) std::printf(" | %-9s %7s", kernel.name, "TFLOP/s");
   std::printf(" | %6s", "gain");
   for (int i = 1; i < kKernelCount; ++i) std::printf(" | %s max|dO| |dLSE|", kKernels[i].name);
@@ -352,7 +407,7 @@ int main(int argc, char** argv) {
     try {
       run_case(c);
     } catch (const std::exception& error) {
-      std::printf("%-14s failed: %s\n", c.name.c_str(), error.what());
+      std::printf("%-23s failed: %s\n", c.name.c_str(), error.what());
       return 1;
     }
   }

@@ -36,6 +36,7 @@ sanitizer_tests=(
   'GpuIndexBuild.GridEdgeShapesMatchTheHost'
   'GpuIndexBuild.QueryBoundaryAttentionMatchesTheOracle'
   'GpuIndexBuild.TwoDBoundaryEdgeLayoutsMatchTheHostPlan'
+  'GpuIndexBuild.GridBoundaryEdgeLayoutsMatchTheHost'
   'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
   'GpuConfigBuild.GridSectionsMatchTheHostPlan'
   'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d128_wgmma128'
