@@ -571,6 +571,33 @@ GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, 
   return regions;
 }
 
+GridTileRegions add_grid_tile_regions(ScratchLayout& layout, int64_t tiles) {
+  GridTileRegions regions;
+  regions.span_counts = layout.add<int64_t>(tiles);
+  regions.column_counts = layout.add<int64_t>(tiles);
+  regions.span_offsets = layout.add<int64_t>(tiles);
+  regions.column_offsets = layout.add<int64_t>(tiles);
+  regions.sort_keys = layout.add<uint64_t>(tiles);
+  regions.sorted_keys = layout.add<uint64_t>(tiles);
+  regions.tile_indices = layout.add<int32_t>(tiles);
+  return regions;
+}
+
+void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base,
+                             const GridTileRegions& regions, int item_count, cudaStream_t stream,
+                             const char* what) {
+  std::size_t temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(
+                 temp, temp_bytes, region<int64_t>(base, regions.span_counts),
+                 region<int64_t>(base, regions.span_offsets), item_count, stream),
+             (std::string(what) + ": span scan").c_str());
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(
+                 temp, temp_bytes, region<int64_t>(base, regions.column_counts),
+                 region<int64_t>(base, regions.column_offsets), item_count, stream),
+             (std::string(what) + ": column scan").c_str());
+}
+
 void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
                         cudaStream_t stream) {
   const EstimateExtents& extents = *search.extents;
@@ -636,13 +663,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   const std::size_t run_counts_at = layout.add<int64_t>(slots + 1);
   const std::size_t tile_counts_at = layout.add<int64_t>(slots + 1);
   const std::size_t tile_offsets_at = layout.add<int64_t>(slots + 1);
-  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t keys_at = layout.add<uint64_t>(tiles);
-  const std::size_t sorted_keys_at = layout.add<uint64_t>(tiles);
-  const std::size_t indices_at = layout.add<int32_t>(tiles);
+  const GridTileRegions tiles_at = add_grid_tile_regions(layout, tiles);
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max({scan_bytes, slot_scan_bytes, sort_bytes})));
 
@@ -681,32 +702,26 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
     grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(convert, sections.runs);
     check_launch("grid index: grid_runs_kernel");
   }
-  auto* span_counts = region<int64_t>(base, span_counts_at);
-  auto* column_counts = region<int64_t>(base, column_counts_at);
-  auto* span_offsets = region<int64_t>(base, span_offsets_at);
-  auto* column_offsets = region<int64_t>(base, column_offsets_at);
   const unsigned tile_blocks = blocks_for(tiles * kWarpLanes);  // a warp per tile
-  grid_count_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, span_counts, column_counts);
+  grid_count_kernel<<<tile_blocks, kThreads, 0, stream>>>(
+      convert, region<int64_t>(base, tiles_at.span_counts),
+      region<int64_t>(base, tiles_at.column_counts));
   check_launch("grid index: grid_count_kernel");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, item_count,
-                                           stream),
-             "grid index: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
-                                           item_count, stream),
-             "grid index: column scan");
+  scan_grid_record_counts(temp, scan_bytes, base, tiles_at, item_count, stream, "grid index");
 
-  const FillTargets targets{
-      sections,       make_mask_record(MaskPolicy{}, kv_len), span_offsets,
-      column_offsets, region<uint64_t>(base, keys_at),        region<int32_t>(base, indices_at)};
+  const FillTargets targets{sections,
+                            make_mask_record(MaskPolicy{}, kv_len),
+                            region<int64_t>(base, tiles_at.span_offsets),
+                            region<int64_t>(base, tiles_at.column_offsets),
+                            region<uint64_t>(base, tiles_at.sort_keys),
+                            region<int32_t>(base, tiles_at.tile_indices)};
   grid_fill_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, targets);
   check_launch("grid index: grid_fill_kernel");
 
   // Radix sort is stable: equal keys (count and position) keep tile order, the upload's last tie.
   temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, sorted_keys_at),
+                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, tiles_at.sorted_keys),
                  targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
              "grid index: schedule sort");
 }

@@ -658,13 +658,7 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   const std::size_t run_counts_at = layout.add<int64_t>(slots + 1);
   const std::size_t tile_counts_at = layout.add<int64_t>(slots + 1);
   const std::size_t tile_offsets_at = layout.add<int64_t>(slots + 1);
-  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t keys_at = layout.add<uint64_t>(tiles);
-  const std::size_t sorted_keys_at = layout.add<uint64_t>(tiles);
-  const std::size_t indices_at = layout.add<int32_t>(tiles);
+  const GridTileRegions tiles_at = add_grid_tile_regions(layout, tiles);
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max({scan_bytes, slot_scan_bytes, sort_bytes})));
   const StreamScratch scratch(layout.bytes(), stream,
@@ -770,25 +764,17 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   convert.tile_offsets = tile_offsets;
   GroupedTargets targets{sections,
                          make_mask_record(MaskPolicy{}, build.shape.kv_len),
-                         region<int64_t>(base, span_offsets_at),
-                         region<int64_t>(base, column_offsets_at),
-                         region<uint64_t>(base, keys_at),
-                         region<int32_t>(base, indices_at),
-                         region<int64_t>(base, span_counts_at),
-                         region<int64_t>(base, column_counts_at)};
+                         region<int64_t>(base, tiles_at.span_offsets),
+                         region<int64_t>(base, tiles_at.column_offsets),
+                         region<uint64_t>(base, tiles_at.sort_keys),
+                         region<int32_t>(base, tiles_at.tile_indices),
+                         region<int64_t>(base, tiles_at.span_counts),
+                         region<int64_t>(base, tiles_at.column_counts)};
   grouped_grid_tiles_kernel<false>
       <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(convert, targets);
   check_launch("grouped grid index: count tiles");
-  temp_bytes = scan_bytes;
-  check_cuda(
-      cub::DeviceScan::ExclusiveSum(temp, temp_bytes, targets.span_counts,
-                                    region<int64_t>(base, span_offsets_at), item_count, stream),
-      "grouped grid index: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(
-      cub::DeviceScan::ExclusiveSum(temp, temp_bytes, targets.column_counts,
-                                    region<int64_t>(base, column_offsets_at), item_count, stream),
-      "grouped grid index: column scan");
+  scan_grid_record_counts(temp, scan_bytes, base, tiles_at, item_count, stream,
+                          "grouped grid index");
   grouped_grid_tiles_kernel<true>
       <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(convert, targets);
   check_launch("grouped grid index: fill tiles");
@@ -796,7 +782,7 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   // Radix sort is stable: equal keys (count and position) keep tile order, the upload's last tie.
   temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, sorted_keys_at),
+                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, tiles_at.sorted_keys),
                  targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
              "grouped grid index: schedule sort");
 }

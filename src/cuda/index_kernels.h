@@ -346,6 +346,19 @@ GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, 
 void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
                         cudaStream_t stream);
 
+// The per-tile scratch both grid builds convert into: record counts and their scanned offsets,
+// the schedule's sort keys (as filled, then sorted) and tile indices.
+struct GridTileRegions {
+  std::size_t span_counts = 0, column_counts = 0, span_offsets = 0, column_offsets = 0;
+  std::size_t sort_keys = 0, sorted_keys = 0, tile_indices = 0;
+};
+GridTileRegions add_grid_tile_regions(ScratchLayout& layout, int64_t tiles);
+// Exclusive scans of the tiles' span and column counts into their offsets (`what` names the build
+// in errors).
+void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base,
+                             const GridTileRegions& regions, int item_count, cudaStream_t stream,
+                             const char* what);
+
 // Throws kUnsupported naming "<pattern> parameter stride" unless every position and stride fits
 // the plan's int32 records (q_len + kv_len + stride < 2^31).
 void check_grid_positions(const std::string& pattern, const PlanShape& shape, int64_t stride);
