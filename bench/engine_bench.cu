@@ -34,6 +34,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,25 @@ constexpr int64_t kColumnBlockRows = 128;
 constexpr int64_t kBlockColumns = 2048;
 constexpr uint32_t kColumnSeed = 7;
 
+// The column cases' plans: every tile keeps its 128-row block's diagonal span, then gathers the
+// keys `columns(head, block)` gives (ascending, left of the block).
+using BlockColumns = std::function<std::span<const int32_t>(int64_t head, int64_t block)>;
+
+Plan diagonal_and_columns_plan(const PlanShape& shape, const BlockColumns& columns) {
+  mmsparse::PlanBuilder builder(shape);
+  for (int64_t head = 0; head < shape.head_slots(); ++head) {
+    builder.begin_head();
+    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+      const int64_t block = begin / kColumnBlockRows;
+      const int64_t block_begin = block * kColumnBlockRows;
+      builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
+      for (const int32_t key : columns(head, block)) builder.add_column(key);
+    }
+  }
+  return builder.finish();
+}
+
 Plan columns_plan(const PlanShape& shape) {
   std::mt19937 random(kColumnSeed);
   std::vector<std::vector<int32_t>> block_columns;
@@ -162,21 +182,9 @@ Plan columns_plan(const PlanShape& shape) {
     }
     block_columns.push_back(std::move(keys));
   }
-  mmsparse::PlanBuilder builder(shape);
-  for (int64_t head = 0; head < shape.head_slots(); ++head) {
-    builder.begin_head();
-    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
-      const int64_t block = begin / kColumnBlockRows;
-      const int64_t block_begin = block * kColumnBlockRows;
-      const int64_t end = std::min(shape.q_len, begin + shape.tile_rows);
-      builder.begin_tile(begin, end);
-      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
-      for (const int32_t key : block_columns[static_cast<std::size_t>(block)]) {
-        builder.add_column(key);
-      }
-    }
-  }
-  return builder.finish();
+  return diagonal_and_columns_plan(shape, [&](int64_t, int64_t block) {
+    return std::span<const int32_t>(block_columns[static_cast<std::size_t>(block)]);
+  });
 }
 
 // The same tile shape as vertical-slash gives it: per query head kVerticalKeys random keys (its
@@ -187,45 +195,35 @@ constexpr int64_t kVerticalKeys = 2 * kBlockColumns;
 
 Plan vertical_columns_plan(const PlanShape& shape) {
   std::mt19937 random(kColumnSeed);
-  mmsparse::PlanBuilder builder(shape);
+  std::vector<std::vector<int32_t>> head_verticals;
   for (int64_t head = 0; head < shape.head_slots(); ++head) {
     std::vector<int32_t> verticals(static_cast<std::size_t>(shape.kv_len));
     std::iota(verticals.begin(), verticals.end(), 0);
     std::shuffle(verticals.begin(), verticals.end(), random);
     verticals.resize(static_cast<std::size_t>(std::min(kVerticalKeys, shape.kv_len)));
     std::sort(verticals.begin(), verticals.end());
-    builder.begin_head();
-    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
-      const int64_t block_begin = begin / kColumnBlockRows * kColumnBlockRows;
-      builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
-      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
-      for (const int32_t key : verticals) {
-        if (key >= block_begin) break;
-        builder.add_column(key);
-      }
-    }
+    head_verticals.push_back(std::move(verticals));
   }
-  return builder.finish();
+  return diagonal_and_columns_plan(shape, [&](int64_t head, int64_t block) {
+    const std::vector<int32_t>& verticals = head_verticals[static_cast<std::size_t>(head)];
+    const auto left = std::lower_bound(verticals.begin(), verticals.end(),
+                                       static_cast<int32_t>(block * kColumnBlockRows));
+    return std::span<const int32_t>(verticals.begin(), left);
+  });
 }
 
 // A diagnostic for the gather path without memory randomness: per 128-row block its diagonal
 // span plus the 2048 keys just left of it (fewer for the first blocks), as gathered columns, so
 // that gathers read consecutive rows that a span would have copied by tensor copies.
 Plan sequential_columns_plan(const PlanShape& shape) {
-  mmsparse::PlanBuilder builder(shape);
-  for (int64_t head = 0; head < shape.head_slots(); ++head) {
-    builder.begin_head();
-    for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
-      const int64_t block_begin = begin / kColumnBlockRows * kColumnBlockRows;
-      builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
-      builder.add_span(block_begin, std::min(shape.kv_len, block_begin + kColumnBlockRows));
-      for (int64_t key = std::max<int64_t>(0, block_begin - kBlockColumns); key < block_begin;
-           ++key) {
-        builder.add_column(static_cast<int32_t>(key));
-      }
-    }
-  }
-  return builder.finish();
+  std::vector<int32_t> keys(static_cast<std::size_t>(shape.kv_len));
+  std::iota(keys.begin(), keys.end(), 0);
+  return diagonal_and_columns_plan(shape, [&](int64_t, int64_t block) {
+    const int64_t block_begin = block * kColumnBlockRows;
+    const int64_t first = std::max<int64_t>(0, block_begin - kBlockColumns);
+    return std::span<const int32_t>(keys).subspan(static_cast<std::size_t>(first),
+                                                  static_cast<std::size_t>(block_begin - first));
+  });
 }
 
 std::function<Plan(const PlanShape&)> pattern_plan(const std::string& pattern) {

@@ -590,12 +590,23 @@ void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base
   check_cuda(cub::DeviceScan::ExclusiveSum(
                  temp, temp_bytes, region<int64_t>(base, regions.span_counts),
                  region<int64_t>(base, regions.span_offsets), item_count, stream),
-             (std::string(what) + ": span scan").c_str());
+             what, "span scan");
   temp_bytes = scan_bytes;
   check_cuda(cub::DeviceScan::ExclusiveSum(
                  temp, temp_bytes, region<int64_t>(base, regions.column_counts),
                  region<int64_t>(base, regions.column_offsets), item_count, stream),
-             (std::string(what) + ": column scan").c_str());
+             what, "column scan");
+}
+
+void sort_grid_schedule(void* temp, std::size_t sort_bytes, std::byte* base,
+                        const GridTileRegions& regions, int32_t* schedule, int item_count,
+                        int sort_bits, cudaStream_t stream, const char* what) {
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(temp, sort_bytes,
+                                                       region<uint64_t>(base, regions.sort_keys),
+                                                       region<uint64_t>(base, regions.sorted_keys),
+                                                       region<int32_t>(base, regions.tile_indices),
+                                                       schedule, item_count, 0, sort_bits, stream),
+             what, "schedule sort");
 }
 
 void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
@@ -718,12 +729,8 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   grid_fill_kernel<<<tile_blocks, kThreads, 0, stream>>>(convert, targets);
   check_launch("grid index: grid_fill_kernel");
 
-  // Radix sort is stable: equal keys (count and position) keep tile order, the upload's last tie.
-  temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, tiles_at.sorted_keys),
-                 targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
-             "grid index: schedule sort");
+  sort_grid_schedule(temp, sort_bytes, base, tiles_at, sections.schedule, item_count, sort_bits,
+                     stream, "grid index");
 }
 
 }  // namespace mmsparse::cuda::index

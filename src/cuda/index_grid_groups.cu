@@ -779,12 +779,8 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
       <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(convert, targets);
   check_launch("grouped grid index: fill tiles");
 
-  // Radix sort is stable: equal keys (count and position) keep tile order, the upload's last tie.
-  temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.sort_keys, region<uint64_t>(base, tiles_at.sorted_keys),
-                 targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
-             "grouped grid index: schedule sort");
+  sort_grid_schedule(temp, sort_bytes, base, tiles_at, sections.schedule, item_count, sort_bits,
+                     stream, "grouped grid index");
 }
 
 }  // namespace mmsparse::cuda::index

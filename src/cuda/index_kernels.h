@@ -358,6 +358,11 @@ GridTileRegions add_grid_tile_regions(ScratchLayout& layout, int64_t tiles);
 void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base,
                              const GridTileRegions& regions, int item_count, cudaStream_t stream,
                              const char* what);
+// The schedule: tile indices sorted by their filled sort keys, heaviest first. The radix sort is
+// stable, so equal keys (count and position) keep tile order, the upload's last tie.
+void sort_grid_schedule(void* temp, std::size_t sort_bytes, std::byte* base,
+                        const GridTileRegions& regions, int32_t* schedule, int item_count,
+                        int sort_bits, cudaStream_t stream, const char* what);
 
 // Throws kUnsupported naming "<pattern> parameter stride" unless every position and stride fits
 // the plan's int32 records (q_len + kv_len + stride < 2^31).
