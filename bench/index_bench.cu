@@ -138,7 +138,7 @@ PlanReads read_pairs(const cuda::DevicePlan& plan) {
     int64_t keys = tile.column_end - tile.column_begin;
     reads.columns += tile.column_end - tile.column_begin;
     for (int64_t s = tile.span_begin; s < tile.span_end; ++s) {
-      keys += span_records[s].end - span_records[s].begin;
+      keys += cuda::range_keys(span_records[s]);
     }
     reads.pairs += static_cast<double>(keys) * (tile.end - tile.begin);
   }
@@ -302,10 +302,9 @@ void run(int64_t length, const std::string& only) {
               (head > 0 ? " " : "") + std::to_string(lines[head].stride) + (grid_head ? "*" : "");
         }
         std::printf(
-            "    strides: %s\n    plan buffer %.1f MB (columns sized for stride %lld: "
-            "%.1f MB), real columns %.1f MB\n",
+            "    strides: %s\n    plan buffer %.1f MB (column capacity over the candidate "
+            "strides %.1f MB), real columns %.1f MB\n",
             strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
-            static_cast<long long>(mmsparse::detail::kMinStride),
             static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
             static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
       }

@@ -10,7 +10,10 @@
 //  need
 //    not be uniform (a modality boundary can start a new tile); queries in no tile get O = 0 and
 //    LSE = -inf.
-//  * per tile, in CSR form: key spans [begin, end) at any alignment, and gathered key columns.
+//  * per tile, in CSR form: key spans [begin, end) at any alignment, strided spans (every step-th
+//    key of [begin, end): a grid head's lines, kept as arithmetic rather than listed) and gathered
+//    key columns. Strided spans and columns are both gathered by the engines; a strided span costs
+//    a record where a column list would cost a key each.
 //  * per tile, a mask policy applied to every (query, key) pair the tile covers: causal on original
 //    positions (bottom-right aligned when kv_len > q_len), and optionally a window (with sink keys
 //    exempt from it), a minimum distance, a periodic band, same-media, and modality-pair
@@ -22,8 +25,9 @@
 //    partial (O, LSE) by LSE. Passes let one pattern give a row two tile geometries (a grid
 //    head's local window in natural order, its grid lines in phase-major order).
 //
-// Invariant: within a tile, spans are disjoint, columns are unique and lie outside every span, so
-// every (query, key) pair is computed at most once by a pass. validate() checks it; that passes
+// Invariant: within a tile, spans and strided spans are pairwise disjoint (no key in two of
+// them), columns are unique and lie outside every span and strided span, so every (query, key)
+// pair is computed at most once by a pass. validate() checks it; that passes
 // are disjoint from each other, check_passes_disjoint() does (it costs a walk over every pass's
 // key ranges).
 //
@@ -58,6 +62,21 @@ struct KeySpan {
   int32_t end = 0;
   bool operator==(const KeySpan&) const = default;
 };
+
+// Keys begin, begin + step, begin + 2·step, ... below end. step >= 2 (a span is step 1) and end is
+// the last key + 1, so that equal key sets have equal records.
+struct StridedSpan {
+  int32_t begin = 0;
+  int32_t end = 0;
+  int32_t step = 2;
+  int64_t count() const {
+    return end > begin ? (static_cast<int64_t>(end) - begin - 1) / step + 1 : 0;
+  }
+  bool operator==(const StridedSpan&) const = default;
+};
+
+// Whether two strided spans have a key in common.
+bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b);
 
 // Bit for the (query modality, key modality) pair in MaskPolicy::modality_pairs.
 constexpr uint16_t modality_pair_bit(Modality query, Modality key) {
@@ -106,6 +125,8 @@ struct Plan {
   std::vector<int32_t> tile_masks;          // [tiles] index into masks
   std::vector<int64_t> tile_span_offsets;   // [tiles + 1] into spans
   std::vector<KeySpan> spans;
+  std::vector<int64_t> tile_strided_offsets;  // [tiles + 1] into strided_spans
+  std::vector<StridedSpan> strided_spans;
   std::vector<int64_t> tile_column_offsets;  // [tiles + 1] into columns
   std::vector<int32_t> columns;
 
@@ -134,7 +155,8 @@ struct Plan {
 
   // Throws Error(kInvalidArgument) naming the offending field, head and tile: offsets not
   // monotone or of the wrong size, runs that are not a permutation of [0, q_len), tiles out of
-  // range or longer than tile_rows, spans/columns out of [0, kv_len), overlapping coverage within
+  // range or longer than tile_rows, spans/strided spans/columns out of [0, kv_len), strided spans
+  // with step < 2 or an end past their last key + 1, overlapping coverage within
   // a tile, masks with bad fields or that need token arrays without them; for extra passes, the
   // same for each (named "pass p"), a shape other than this plan's, or passes of their own.
   void validate() const;
@@ -150,6 +172,10 @@ class PlanBuilder {
   void begin_head(const std::vector<QueryRun>& order = {});
   void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {});  // masks deduplicated
   void add_span(int64_t begin, int64_t end);  // ignores empty spans
+  // Every step-th key of [begin, end) from begin: nothing when empty, a span for step 1, a column
+  // for one key, else a StridedSpan with end moved to its last key + 1 (end may lie past kv_len,
+  // the keys may not).
+  void add_strided_span(int64_t begin, int64_t end, int64_t step);
   void add_column(int64_t key);
   // Token arrays for masks that need them (same-media, modality pairs), checked by finish().
   void attach_layout(const ModalityLayout& layout);

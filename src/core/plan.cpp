@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 #include "core/plan_coverage.h"
 #include "mmsparse/status.h"
@@ -202,9 +203,65 @@ void check_tiles(const Plan& plan, int64_t slot) {
   }
 }
 
-// Spans disjoint and inside [0, kv_len); columns unique, inside [0, kv_len), outside every span.
+std::string strided_string(const StridedSpan& strided) {
+  return range_string(strided.begin, strided.end) + " step " + std::to_string(strided.step);
+}
+
+// The first key >= lo of the lattice x ≡ residue (mod step).
+int64_t first_on_lattice(int64_t lo, int64_t residue, int64_t step) {
+  return lo + ((residue - lo) % step + step) % step;
+}
+
+// Strided spans well formed and inside [0, kv_len), disjoint from each other and from the tile's
+// spans (sorted by begin).
+void check_tile_strided_spans(const Plan& plan, const std::string& name,
+                              const std::vector<KeySpan>& spans,
+                              std::vector<StridedSpan>& strided) {
+  const int64_t kv_len = plan.shape.kv_len;
+  for (const StridedSpan& lattice : strided) {
+    if (lattice.step < 2) {
+      fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+                                ", expected step >= 2 (a step of 1 is a span)");
+    }
+    if (lattice.begin < 0 || lattice.end > kv_len || lattice.begin >= lattice.end) {
+      fail("strided_spans",
+           name + " has strided span " + strided_string(lattice) +
+               ", expected a non-empty range inside [0, kv_len = " + std::to_string(kv_len) + ")");
+    }
+    if ((static_cast<int64_t>(lattice.end) - 1 - lattice.begin) % lattice.step != 0) {
+      fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+                                ", expected end = its last key + 1");
+    }
+    // The spans that can hold one of its keys: those starting before its end.
+    auto span = std::upper_bound(spans.begin(), spans.end(), lattice.begin,
+                                 [](int32_t key, const KeySpan& s) { return key < s.begin; });
+    if (span != spans.begin()) --span;
+    for (; span != spans.end() && span->begin < lattice.end; ++span) {
+      const int64_t lo = std::max(span->begin, lattice.begin);
+      const int64_t hi = std::min(span->end, lattice.end);
+      if (lo < hi && first_on_lattice(lo, lattice.begin, lattice.step) < hi) {
+        fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+                                  " sharing keys with span " +
+                                  range_string(span->begin, span->end));
+      }
+    }
+  }
+  std::sort(strided.begin(), strided.end(),
+            [](const StridedSpan& a, const StridedSpan& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < strided.size(); ++i) {
+    for (size_t j = i + 1; j < strided.size() && strided[j].begin < strided[i].end; ++j) {
+      if (strided_spans_share_keys(strided[i], strided[j])) {
+        fail("strided_spans", name + " has strided spans " + strided_string(strided[i]) + " and " +
+                                  strided_string(strided[j]) + " sharing keys");
+      }
+    }
+  }
+}
+
+// Spans disjoint and inside [0, kv_len); strided spans likewise and disjoint from the spans;
+// columns unique, inside [0, kv_len), outside every span and strided span.
 void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeySpan>& spans,
-                     std::vector<int32_t>& columns) {
+                     std::vector<StridedSpan>& strided, std::vector<int32_t>& columns) {
   const std::string name = tile_name(t - plan.head_tile_offsets[slot], slot);
   const int64_t kv_len = plan.shape.kv_len;
   spans.assign(plan.spans.begin() + plan.tile_span_offsets[t],
@@ -225,6 +282,9 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
                         range_string(spans[i].begin, spans[i].end));
     }
   }
+  strided.assign(plan.strided_spans.begin() + plan.tile_strided_offsets[t],
+                 plan.strided_spans.begin() + plan.tile_strided_offsets[t + 1]);
+  check_tile_strided_spans(plan, name, spans, strided);
   columns.assign(plan.columns.begin() + plan.tile_column_offsets[t],
                  plan.columns.begin() + plan.tile_column_offsets[t + 1]);
   for (int32_t column : columns) {
@@ -238,6 +298,13 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
     if (after != spans.begin() && std::prev(after)->end > column) {
       fail("columns", name + " has column " + std::to_string(column) + " inside span " +
                           range_string(std::prev(after)->begin, std::prev(after)->end));
+    }
+    for (const StridedSpan& lattice : strided) {
+      if (column >= lattice.begin && column < lattice.end &&
+          (column - lattice.begin) % lattice.step == 0) {
+        fail("columns", name + " has column " + std::to_string(column) + " inside strided span " +
+                            strided_string(lattice));
+      }
     }
   }
   std::sort(columns.begin(), columns.end());
@@ -260,6 +327,34 @@ void check_head_slot(const Plan& plan, int64_t head_slot) {
 }
 
 }  // namespace
+
+// x ≡ a.begin (mod a.step), x ≡ b.begin (mod b.step) in
+// the overlap of their ranges, solved by the Chinese remainder theorem over gcd(a.step, b.step).
+bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b) {
+  const int64_t lo = std::max(a.begin, b.begin);
+  const int64_t hi = std::min(a.end, b.end);
+  if (lo >= hi) return false;
+  const int64_t g = std::gcd<int64_t>(a.step, b.step);
+  const int64_t difference = static_cast<int64_t>(b.begin) - a.begin;
+  if (difference % g != 0) return false;
+  // a.begin + a.step·k ≡ b.begin (mod b.step)  <=>  (a.step/g)·k ≡ difference/g (mod b.step/g).
+  const int64_t modulus = b.step / g;
+  int64_t k = 0;
+  if (modulus > 1) {
+    // The inverse of a.step/g modulo `modulus` by the extended Euclidean algorithm.
+    int64_t r0 = (a.step / g) % modulus, r1 = modulus, s0 = 1, s1 = 0;
+    while (r1 != 0) {
+      const int64_t q = r0 / r1;
+      r0 = std::exchange(r1, r0 - q * r1);
+      s0 = std::exchange(s1, s0 - q * s1);
+    }
+    const int64_t target = ((difference / g) % modulus + modulus) % modulus;
+    k = ((s0 % modulus + modulus) % modulus) * target % modulus;
+  }
+  const int64_t common_step = a.step / g * b.step;  // lcm
+  const int64_t common_residue = (a.begin + a.step * k) % common_step;
+  return first_on_lattice(lo, common_residue, common_step) < hi;
+}
 
 const Plan& Plan::pass(int64_t p) const {
   if (p < 0 || p >= num_passes()) {
@@ -333,18 +428,21 @@ void Plan::validate() const {
                            std::to_string(tile_masks.size()));
   }
   check_offsets("tile_span_offsets", tile_span_offsets, tile_count + 1, spans.size(), "spans");
+  check_offsets("tile_strided_offsets", tile_strided_offsets, tile_count + 1, strided_spans.size(),
+                "strided_spans");
   check_offsets("tile_column_offsets", tile_column_offsets, tile_count + 1, columns.size(),
                 "columns");
   check_token_arrays(*this);
 
   std::vector<uint8_t> seen;
   std::vector<KeySpan> span_buffer;
+  std::vector<StridedSpan> strided_buffer;
   std::vector<int32_t> column_buffer;
   for (int64_t slot = 0; slot < slots; ++slot) {
     check_runs(*this, slot, seen);
     check_tiles(*this, slot);
     for (int64_t t = head_tile_offsets[slot]; t < head_tile_offsets[slot + 1]; ++t) {
-      check_tile_keys(*this, slot, t, span_buffer, column_buffer);
+      check_tile_keys(*this, slot, t, span_buffer, strided_buffer, column_buffer);
     }
   }
   for (size_t p = 0; p < extra_passes.size(); ++p) {
@@ -370,8 +468,8 @@ std::string Plan::summary() const {
   std::ostringstream out;
   out << "batch=" << shape.batch << " heads=" << shape.heads << " q_len=" << shape.q_len
       << " kv_len=" << shape.kv_len << " tile_rows=" << shape.tile_rows << " tiles=" << tiles.size()
-      << " spans=" << spans.size() << " columns=" << columns.size() << " runs=" << runs.size()
-      << " masks=" << masks.size();
+      << " spans=" << spans.size() << " strided_spans=" << strided_spans.size()
+      << " columns=" << columns.size() << " runs=" << runs.size() << " masks=" << masks.size();
   if (!extra_passes.empty()) out << " passes=" << num_passes();
   return out.str();
 }
@@ -384,6 +482,7 @@ PlanBuilder::PlanBuilder(PlanShape shape) {
   plan_.head_run_offsets = {0};
   plan_.head_tile_offsets = {0};
   plan_.tile_span_offsets = {0};
+  plan_.tile_strided_offsets = {0};
   plan_.tile_column_offsets = {0};
 }
 
@@ -410,6 +509,7 @@ void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask)
   plan_.tiles.push_back({begin, end});
   plan_.tile_masks.push_back(static_cast<int32_t>(found - plan_.masks.begin()));
   plan_.tile_span_offsets.push_back(static_cast<int64_t>(plan_.spans.size()));
+  plan_.tile_strided_offsets.push_back(static_cast<int64_t>(plan_.strided_spans.size()));
   plan_.tile_column_offsets.push_back(static_cast<int64_t>(plan_.columns.size()));
   plan_.head_tile_offsets.back() = static_cast<int64_t>(plan_.tiles.size());
 }
@@ -434,6 +534,40 @@ void PlanBuilder::add_span(int64_t begin, int64_t end) {
     plan_.spans.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end)});
   }
   plan_.tile_span_offsets.back() = static_cast<int64_t>(plan_.spans.size());
+}
+
+void PlanBuilder::add_strided_span(int64_t begin, int64_t end, int64_t step) {
+  if (step < 1) {
+    throw_invalid_argument("PlanBuilder::add_strided_span step", ">= 1", std::to_string(step));
+  }
+  if (begin >= end) return;
+  if (step == 1) {
+    add_span(begin, end);
+    return;
+  }
+  const int64_t last = begin + (end - 1 - begin) / step * step;
+  if (last == begin) {
+    add_column(begin);
+    return;
+  }
+  const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
+  if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
+    throw_invalid_argument("PlanBuilder::add_strided_span", "a tile begun with begin_tile()",
+                           "none");
+  }
+  if (begin < 0 || last >= plan_.shape.kv_len) {
+    throw_invalid_argument("PlanBuilder::add_strided_span",
+                           "keys inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
+                           range_string(begin, end) + " step " + std::to_string(step) +
+                               " (last key " + std::to_string(last) + ")");
+  }
+  if (step > std::numeric_limits<int32_t>::max()) {
+    throw_invalid_argument("PlanBuilder::add_strided_span step", "a value that fits int32",
+                           std::to_string(step));
+  }
+  plan_.strided_spans.push_back(
+      {static_cast<int32_t>(begin), static_cast<int32_t>(last + 1), static_cast<int32_t>(step)});
+  plan_.tile_strided_offsets.back() = static_cast<int64_t>(plan_.strided_spans.size());
 }
 
 void PlanBuilder::add_column(int64_t key) {

@@ -98,13 +98,19 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
 }
 
 // Calls emit(begin, end) for every key range tile `t` computes for the query at original position
-// `query`: its spans and columns, restricted by the tile's mask. Ranges are disjoint but not
-// ordered. The plan must be valid.
+// `query`: its spans, strided spans and columns, restricted by the tile's mask. Ranges are disjoint
+// but not ordered. The plan must be valid.
 template <class Emit>
 void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
   const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
+  }
+  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+    const StridedSpan& lattice = plan.strided_spans[s];
+    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
+      for_each_kept_range(plan, mask, query, key, key + 1, emit);
+    }
   }
   // Columns listed as consecutive keys (runs, as the grid mask's bands are) go as one range each.
   const int64_t last = plan.tile_column_offsets[t + 1];
@@ -117,8 +123,9 @@ void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit
 }
 
 // Calls visit(query, begin, end) for every key range one pass of a head slot computes: each span
-// and column of each tile, restricted by the tile's mask. `query` is an original position. Ranges
-// of one row are disjoint but not ordered. The plan must be valid.
+// and column of each tile (a strided span's keys one by one), restricted by the tile's mask.
+// `query` is an original position. Ranges of one row are disjoint but not ordered. The plan must be
+// valid.
 template <class Visit>
 void for_each_pass_range(const Plan& pass, int64_t head_slot, Visit&& visit) {
   const std::vector<int64_t> order = pass.query_order(head_slot);

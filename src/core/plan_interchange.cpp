@@ -105,6 +105,12 @@ MInferenceIndex to_minference_index(const Plan& plan) {
           keys.block_starts.push_back(start);
         for (; start < span.end; ++start) keys.columns.push_back(start);
       }
+      for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+        const StridedSpan& lattice = plan.strided_spans[s];
+        for (int32_t key = lattice.begin; key < lattice.end; key += lattice.step) {
+          keys.columns.push_back(key);
+        }
+      }
       keys.columns.insert(keys.columns.end(), plan.columns.begin() + plan.tile_column_offsets[t],
                           plan.columns.begin() + plan.tile_column_offsets[t + 1]);
       std::sort(keys.columns.begin(), keys.columns.end());

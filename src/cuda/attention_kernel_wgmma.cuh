@@ -111,7 +111,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
     state.advance();
     // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
-    if (chunk.from_columns) fence_proxy_async();
+    if (chunk.gathered()) fence_proxy_async();
     // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
     // branches below do not diverge.
     const auto coverage = static_cast<ChunkCoverage>(

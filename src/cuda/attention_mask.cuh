@@ -107,8 +107,8 @@ class TileMask {
   __device__ ChunkCoverage classify(const KeyChunk& chunk,
                                     const int32_t* key_positions /* [kBlockN] */, int lane) const {
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
-    int32_t key_highest = key_lowest + chunk.count - 1;
-    if (chunk.from_columns) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
+    int32_t key_highest = chunk.last_key();
+    if (chunk.from_columns()) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN || policy_.needs_tokens);
   }

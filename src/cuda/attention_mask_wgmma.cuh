@@ -80,14 +80,14 @@ class WarpgroupMask {
   }
 
   // Uniform over the warpgroup; conservative like TileMask::classify. Every lane of the warp must
-  // call it (column chunks reduce their key bounds over the warp). For a column chunk it also
+  // call it (gathered chunks reduce their key bounds over the warp). For a gathered chunk it also
   // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
   // turn to issue, apply inside it, so the column list's latency stays off the turn.
   __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
-    int32_t key_highest = key_lowest + chunk.count - 1;
-    if (chunk.from_columns) load_column_keys(chunk, lane, key_lowest, key_highest);
+    int32_t key_highest = chunk.last_key();
+    if (chunk.gathered()) load_column_keys(chunk, lane, key_lowest, key_highest);
     // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN);
@@ -96,7 +96,7 @@ class WarpgroupMask {
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
-    if (!chunk.from_columns) {
+    if (chunk.consecutive()) {
       // Consecutive keys: each row's kept slots as a bit set built from intervals, shifted so that
       // this thread's scores sit at bits known at compile time (tile·8 mod 32 + e%2 of word
       // tile / 4): a score costs a bit test and a select.
@@ -228,8 +228,8 @@ class WarpgroupMask {
     }
   }
 
-  // The lane's keys of a column chunk (slots lane + i·32; 0 past the chunk) with their phases, and
-  // the bounds of the chunk's keys (unordered in the plan), reduced over the warp.
+  // The lane's keys of a gathered chunk (slots lane + i·32; 0 past the chunk) with their phases,
+  // and the bounds of the chunk's keys (a column list's are unordered), reduced over the warp.
   __device__ void load_column_keys(const KeyChunk& chunk, int lane, int32_t& lowest,
                                    int32_t& highest) {
     lowest = ::cuda::std::numeric_limits<int32_t>::max();
@@ -250,12 +250,12 @@ class WarpgroupMask {
   }
 
   MaskRecord policy_;
-  const int32_t* columns_;              // the plan's columns, for column chunks
+  const int32_t* columns_;              // the plan's columns, for gathered chunks
   int32_t aligned_[kRowsPerThread];     // aligned positions of this thread's rows
   int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
   int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;
-  // The current column chunk's keys of slots lane + i·32 and their phases (see classify).
+  // The current gathered chunk's keys of slots lane + i·32 and their phases (see classify).
   int32_t column_keys_[kColumnKeysPerLane] = {};
   int32_t column_phases_[kColumnKeysPerLane] = {};
 };

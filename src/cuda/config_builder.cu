@@ -199,7 +199,7 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   for (int64_t s = lane; s < span_count; s += kWarpLanes) {
     const SpanRecord span = section.spans[tile.span_begin + s];
     out.spans[span_target + s] = span;
-    keys += span.end - span.begin;
+    keys += range_keys(span);
   }
   for (int64_t c = lane; c < column_count; c += kWarpLanes) {
     out.columns[column_target + c] = section.columns[tile.column_begin + c];

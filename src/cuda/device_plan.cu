@@ -65,6 +65,9 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
     for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
       keys[t] += plan.spans[s].end - plan.spans[s].begin;
     }
+    for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+      keys[t] += plan.strided_spans[s].count();
+    }
     keys[t] += plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t];
   }
   // Each tile's position within its head slot (tiles are stored head slot by head slot).
@@ -102,6 +105,7 @@ HostSections pack_sections(const Plan& plan) {
   sections.head_run_offsets.reserve(static_cast<std::size_t>(slots) + 1);
   sections.head_run_offsets.push_back(0);
   sections.tiles.reserve(plan.tiles.size());
+  sections.spans.reserve(plan.spans.size() + plan.strided_spans.size());
   for (int64_t slot = 0; slot < slots; ++slot) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
@@ -118,9 +122,18 @@ HostSections pack_sections(const Plan& plan) {
     for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
       const QueryTile& tile = plan.tiles[t];
       covered_rows += tile.end - tile.begin;  // validate() proved the tiles of a slot disjoint
+      // The tile's key ranges: its spans (step 1), then its strided spans.
+      const auto ranges_begin = static_cast<int64_t>(sections.spans.size());
+      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+        sections.spans.push_back({plan.spans[s].begin, plan.spans[s].end, 1});
+      }
+      for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+        const StridedSpan& lattice = plan.strided_spans[s];
+        sections.spans.push_back({lattice.begin, lattice.end, lattice.step});
+      }
       sections.tiles.push_back({static_cast<int32_t>(tile.begin), static_cast<int32_t>(tile.end),
-                                static_cast<int32_t>(slot), plan.tile_masks[t],
-                                plan.tile_span_offsets[t], plan.tile_span_offsets[t + 1],
+                                static_cast<int32_t>(slot), plan.tile_masks[t], ranges_begin,
+                                static_cast<int64_t>(sections.spans.size()),
                                 plan.tile_column_offsets[t], plan.tile_column_offsets[t + 1]});
     }
     if (covered_rows != plan.shape.q_len) sections.covers_every_row = false;
@@ -133,8 +146,6 @@ HostSections pack_sections(const Plan& plan) {
     sections.masks.push_back(make_mask_record(policy, plan.shape.kv_len));
     needs_tokens = needs_tokens || policy.needs_token_arrays();
   }
-  sections.spans.reserve(plan.spans.size());
-  for (const KeySpan& span : plan.spans) sections.spans.push_back({span.begin, span.end});
   sections.columns = plan.columns;
   if (needs_tokens) {
     sections.token_info.resize(static_cast<std::size_t>(plan.shape.kv_len));

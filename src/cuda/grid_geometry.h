@@ -118,23 +118,13 @@ struct GridRows {
     return phase_run(low);
   }
 
-  // Sum over tiles of rows r_0 < ... < r_k of a run of `count` rows of the index of their last
-  // row: tiles j < full end at (j + 1)·tile_rows - 1, a partial one at count - 1.
-  MMSPARSE_HOST_DEVICE int64_t last_rows_sum(int64_t count) const {
-    const int64_t full = count / tile_rows;
-    return tile_rows * full * (full + 1) / 2 - full + (count % tile_rows != 0 ? count - 1 : 0);
+  // Upper bounds of a slot's records for `residues` line residues (GridTile): a tile has at most
+  // one strided span per residue, and its columns are at most one key of each residue per row (the
+  // gap before its first window, and one per gap between windows).
+  MMSPARSE_HOST_DEVICE int64_t strided_bound(int64_t residues) const {
+    return residues * tiles_below(phase_runs());
   }
-  // An upper bound of the columns of all tiles for `residues` line residues: a tile whose last
-  // row has coordinate c reads at most floor(c / stride) + 1 keys of each residue. Run m's rows
-  // have coordinates c0 + m + i·stride, and floor((c0 + m) / stride) = c0 / stride + (m >= wrap).
-  MMSPARSE_HOST_DEVICE int64_t column_bound(int64_t residues) const {
-    const int64_t runs = phase_runs();
-    const int64_t tiles = tiles_below(runs);
-    const int64_t wrapped_tiles = tiles - tiles_below(min64(wrap, runs));
-    const int64_t last_rows = min64(runs, remainder) * last_rows_sum(quotient + 1) +
-                              max64(0, runs - remainder) * last_rows_sum(quotient);
-    return residues * (tiles * (c0 / stride + 1) + wrapped_tiles + last_rows);
-  }
+  MMSPARSE_HOST_DEVICE int64_t column_bound(int64_t residues) const { return residues * rows; }
 };
 
 struct KeyRange {
@@ -147,8 +137,12 @@ struct KeyRange {
 //            key of an hline tile); then either one span [window_begin, last) (local >= stride:
 //            consecutive windows touch) or each window i >= window_first on its own
 //            ([frontier_i - local, frontier_i), local < stride: windows neither overlap nor touch);
-//   columns  the keys of the line residues (the tile's phase for slash lines, the vertical phase
-//            for vertical lines) in [head, column_end) outside those windows, ascending.
+//   strided  per line residue (the tile's phase for slash lines, the vertical phase for vertical
+//            lines), its keys in [head, lattice_end) — the gap before the first window on its own
+//            — as one strided span when they are two or more, ordered by first key;
+//   columns  the other keys of the residues in [head, column_end) outside those windows (a gap
+//            between two windows is shorter than the stride: one key of each residue at most;
+//            before lattice_end, a residue's key when it is alone), ascending.
 struct GridTile {
   int64_t first = 0, last = 0, rows = 0, stride = 0, local = 0;
   int64_t head = 0;
@@ -157,6 +151,7 @@ struct GridTile {
   bool separate_windows = false;
   int64_t window_first = 0;
   int64_t column_end = 0;
+  int64_t lattice_end = 0;
   int64_t residues[2] = {0, 0};
   int64_t residue_count = 0;
 
@@ -191,6 +186,53 @@ struct GridTile {
   MMSPARSE_HOST_DEVICE int64_t candidate(int64_t t) const {
     return t / residue_count * stride + residues[t % residue_count];
   }
+  // Residue r's keys in [head, lattice_end): the first and how many.
+  MMSPARSE_HOST_DEVICE int64_t lattice_first(int64_t r) const {
+    return head + floor_mod(residues[r] - head, stride);
+  }
+  MMSPARSE_HOST_DEVICE int64_t lattice_keys(int64_t r) const {
+    const int64_t first_key = lattice_first(r);
+    return first_key < lattice_end ? (lattice_end - 1 - first_key) / stride + 1 : 0;
+  }
+  MMSPARSE_HOST_DEVICE bool strided(int64_t r) const { return lattice_keys(r) >= 2; }
+  MMSPARSE_HOST_DEVICE int64_t strided_count() const {
+    int64_t count = 0;
+    for (int64_t r = 0; r < residue_count; ++r) count += strided(r) ? 1 : 0;
+    return count;
+  }
+  // The j-th strided span (j < strided_count()), ordered by first key, as {begin, end}; its step
+  // is the stride.
+  MMSPARSE_HOST_DEVICE KeyRange strided_span(int64_t j) const {
+    int64_t order[2] = {0, 1};
+    if (residue_count == 2 && lattice_first(1) < lattice_first(0)) {
+      order[0] = 1;
+      order[1] = 0;
+    }
+    for (int64_t o = 0; o < residue_count; ++o) {
+      const int64_t r = order[o];
+      if (!strided(r)) continue;
+      if (j-- == 0) {
+        const int64_t first_key = lattice_first(r);
+        return {first_key, first_key + (lattice_keys(r) - 1) * stride + 1};
+      }
+    }
+    return {0, 0};
+  }
+  // The columns before lattice_end: each residue's key there when it is the only one, ascending.
+  // Returns how many (<= 2). The other columns are the residues' keys in [lattice_end,
+  // column_end) outside the windows.
+  MMSPARSE_HOST_DEVICE int64_t lone_keys(int64_t (&keys)[2]) const {
+    int64_t count = 0;
+    for (int64_t r = 0; r < residue_count; ++r) {
+      if (lattice_keys(r) == 1) keys[count++] = lattice_first(r);
+    }
+    if (count == 2 && keys[1] < keys[0]) {
+      const int64_t swapped = keys[0];
+      keys[0] = keys[1];
+      keys[1] = swapped;
+    }
+    return count;
+  }
 };
 
 MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows, int64_t stride,
@@ -214,6 +256,7 @@ MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows,
   tile.column_end = tile.last;
   if (options.hline && phase == vertical_phase) {
     tile.head = tile.last;
+    tile.lattice_end = tile.last;
     return tile;
   }
   const int64_t sink_end = min64(options.sink, tile.last);
@@ -239,6 +282,11 @@ MMSPARSE_HOST_DEVICE inline GridTile make_grid_tile(int64_t first, int64_t rows,
     tile.window_first = absorbed;
     tile.head = absorbed > 0 ? max64(sink_end, tile.frontier(absorbed - 1)) : sink_end;
   }
+  // The first separate window cuts the residues' keys; otherwise none lies between head and
+  // column_end.
+  tile.lattice_end = tile.separate_windows && tile.window_first < rows
+                         ? max64(tile.head, tile.frontier(tile.window_first) - tile.local)
+                         : tile.column_end;
   return tile;
 }
 

@@ -404,21 +404,36 @@ struct TileCounts {
   int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
 };
 
-// One warp: the tile's spans and columns, written when `spans` and `columns` are not null. The
-// warp takes 32 candidate keys of the residues at a time and ranks the kept ones with a ballot.
+// One warp: the tile's spans, strided spans and columns, written when `spans` and `columns` are
+// not null. The warp takes 32 candidate keys of the residues at a time and ranks the kept ones
+// with a ballot.
 __device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, int32_t* columns) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
   TileCounts counts;
-  counts.spans = tile.span_count();
+  const int64_t plain_spans = tile.span_count();
+  const int64_t strided_spans = tile.strided_count();
+  counts.spans = plain_spans + strided_spans;
   int64_t lane_keys = 0;
-  for (int64_t j = lane; j < counts.spans; j += kWarpLanes) {
+  for (int64_t j = lane; j < plain_spans; j += kWarpLanes) {
     const grid::KeyRange span = tile.span(j);
     lane_keys += span.end - span.begin;
     if (spans != nullptr)
       spans[j] = {static_cast<int32_t>(span.begin), static_cast<int32_t>(span.end)};
   }
-  const int64_t first = tile.below(tile.head);
-  const int64_t end = tile.head < tile.column_end ? tile.below(tile.column_end) : first;
+  if (lane < strided_spans) {
+    const grid::KeyRange range = tile.strided_span(lane);
+    lane_keys += (range.end - 1 - range.begin) / tile.stride + 1;
+    if (spans != nullptr) {
+      spans[plain_spans + lane] = {static_cast<int32_t>(range.begin),
+                                   static_cast<int32_t>(range.end),
+                                   static_cast<int32_t>(tile.stride)};
+    }
+  }
+  int64_t lone[2] = {0, 0};
+  counts.columns = tile.lone_keys(lone);
+  if (lane < counts.columns && columns != nullptr) columns[lane] = static_cast<int32_t>(lone[lane]);
+  const int64_t first = tile.below(tile.lattice_end);
+  const int64_t end = tile.lattice_end < tile.column_end ? tile.below(tile.column_end) : first;
   for (int64_t base = first; base < end; base += kWarpLanes) {
     const int64_t t = base + lane;
     bool kept = false;
@@ -543,19 +558,22 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape,
   check_grid_positions(resolved_spec.name, shape, build.last_stride);
 
   // Capacities over the candidates (docs/index_builders.md, "Grid"): each tile has at most one
-  // span more than its rows when there are local windows, else one.
+  // span more than its rows when there are local windows, else one, and a strided span per
+  // residue.
   const int64_t residues = (build.options.slash ? 1 : 0) + (build.options.vline ? 1 : 0);
   int64_t rows_seeing_keys = 0;
+  int64_t strided_per_head = 0;
   int64_t columns_per_head = 0;
   for (int64_t stride = build.first_stride; stride <= build.last_stride; ++stride) {
     const GridRows rows(shape.q_len, shape.kv_len, shape.tile_rows, stride);
     build.runs_per_head = std::max(build.runs_per_head, rows.runs());
     build.tiles_per_head = std::max(build.tiles_per_head, rows.tiles());
+    strided_per_head = std::max(strided_per_head, rows.strided_bound(residues));
     columns_per_head = std::max(columns_per_head, rows.column_bound(residues));
     rows_seeing_keys = rows.rows;
   }
-  const int64_t spans_per_head =
-      build.tiles_per_head + (detail::tile_window(build.options) > 0 ? rows_seeing_keys : 0);
+  const int64_t spans_per_head = build.tiles_per_head + strided_per_head +
+                                 (detail::tile_window(build.options) > 0 ? rows_seeing_keys : 0);
   build.span_capacity = spans_per_head * shape.head_slots();
   build.column_capacity = columns_per_head * shape.head_slots();
   return build;

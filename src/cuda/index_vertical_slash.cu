@@ -107,6 +107,7 @@ __device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& line
       lane_keys += (band > 0 ? previous_end : 0) - begin;
       if (spans != nullptr) {
         spans[span].begin = static_cast<int32_t>(begin);
+        spans[span].step = 1;
         if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
       }
     }

@@ -33,9 +33,9 @@ class WgmmaMainloop {
   // --- Producer (one warpgroup) -----------------------------------------------------------------
 
   // Copies every chunk of the tile, waiting for each stage to be released before refilling it.
-  // Span chunks are tensor copies issued by thread 0; column chunks are gathered row by row by the
-  // whole warpgroup. Every thread arrives once per chunk, so the stage completes when both the
-  // arrivals and the tensor copies' bytes are in.
+  // Span chunks are tensor copies issued by thread 0; strided and column chunks are gathered row by
+  // row by the whole warpgroup. Every thread arrives once per chunk, so the stage completes when
+  // both the arrivals and the tensor copies' bytes are in.
   __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
                                         const TileWork& work, int thread) {
     KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.attention.plan.spans);
@@ -49,14 +49,14 @@ class WgmmaMainloop {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
       const int32_t lookup_key =
-          chunk.from_columns ? lookup_column(params.attention, chunk, thread) : 0;
+          chunk.gathered() ? lookup_column(params.attention, chunk, thread) : 0;
       // A fresh barrier counts as released in the phase before its first: the first pass over
       // the ring does not wait.
       barrier_wait(shared_address(&storage.chunk_consumed[state.stage]), state.phase ^ 1u);
       const uint32_t loaded = shared_address(&storage.chunk_loaded[state.stage]);
       const uint32_t keys = shared_address(storage.keys[state.stage]);
       const uint32_t values = shared_address(storage.values[state.stage]);
-      if (chunk.from_columns) {
+      if (chunk.gathered()) {
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
         barrier_arrive_after_async_copies(loaded);
       } else if (thread == 0) {
@@ -89,17 +89,20 @@ class WgmmaMainloop {
   // lane that holds it.
   static constexpr int kWarpRowsPerPass = kWarpSize / Traits::kVectorsPerRow;
 
-  // This thread's lookup for a column chunk (0 past the chunk's keys).
+  // This thread's key of a gathered chunk (0 past the chunk's keys): read from the column list,
+  // or a strided chunk's by arithmetic.
   __device__ static int32_t lookup_column(const AttentionParams& params, const KeyChunk& chunk,
                                           int thread) {
     const int lane = thread % kWarpSize;
     const int warp = thread / kWarpSize;
     const int slot = lane / kWarpRowsPerPass * Traits::kGatherRowsPerPass +
                      warp * kWarpRowsPerPass + lane % kWarpRowsPerPass;
-    return slot < chunk.count ? __ldg(params.plan.columns + chunk.first + slot) : 0;
+    if (slot >= chunk.count) return 0;
+    return chunk.from_columns() ? __ldg(params.plan.columns + chunk.first + slot)
+                                : static_cast<int32_t>(chunk.first) + slot * chunk.step;
   }
 
-  // This thread's share of a column chunk: one 16-byte vector of K and of V in each of
+  // This thread's share of a gathered chunk: one 16-byte vector of K and of V in each of
   // kGatherPasses key rows, written where the tensor copies' 128-byte swizzle would put it. Slots
   // past the chunk's keys are zero-filled (and masked out of S by the consumers).
   __device__ static void gather_columns(const AttentionParams& params, const TileWork& work,

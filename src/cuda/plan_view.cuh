@@ -25,7 +25,7 @@ struct TileRecord {
   int32_t end;
   int32_t head_slot;   // batch_element * heads + head, or head for a broadcast plan
   int32_t mask;        // index into masks
-  int64_t span_begin;  // [span_begin, span_end) into spans
+  int64_t span_begin;  // [span_begin, span_end) into spans (spans and strided spans)
   int64_t span_end;
   int64_t column_begin;  // [column_begin, column_end) into columns
   int64_t column_end;
@@ -45,10 +45,19 @@ struct MaskRecord {
   int32_t needs_tokens;     // same_media or a modality restriction: read token_info
 };
 
+// A tile's key range: keys begin, begin + step, ... below end. A plan's span is step 1, its
+// strided span step >= 2; a tile lists its spans first. Builders that write spans may leave step
+// at its default.
 struct SpanRecord {
-  int32_t begin;  // keys [begin, end)
+  int32_t begin;
   int32_t end;
+  int32_t step = 1;
 };
+
+// The number of keys of a key range.
+__host__ __device__ inline int64_t range_keys(const SpanRecord& range) {
+  return (static_cast<int64_t>(range.end) - range.begin + range.step - 1) / range.step;
+}
 
 // token_info packs a token's media index and modality: ((media + 1) << kModalityBits) | modality.
 inline constexpr int kModalityBits = 2;
@@ -69,7 +78,7 @@ struct PlanView {
   const TileRecord* tiles;          // [tiles]
   const int32_t* schedule;          // [tiles] tile of each CTA column (blockIdx.x), heaviest first
   const MaskRecord* masks;          // [masks]
-  const SpanRecord* spans;          // [spans]
+  const SpanRecord* spans;          // [spans] key ranges: the plan's spans and strided spans
   const int32_t* columns;           // [columns] key positions
   const int32_t* token_info;        // [kv_len] packed tokens, or null when no mask needs them
 };

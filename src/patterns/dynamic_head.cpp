@@ -79,7 +79,10 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
   }
 
   builder.begin_head(order.is_identity() ? std::vector<QueryRun>{} : order.runs);
-  TileKeys keys;
+  const BoundaryMode boundary = boundary_mode(spec);
+  TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD
+                    ? LatticeKeys::kColumns
+                    : LatticeKeys::kStridedSpans);
   std::vector<int64_t> frontiers;
   for (std::size_t t = 0; t < order.tiles.size(); ++t) {
     const IndexRange& tile = order.tiles[t];

@@ -211,7 +211,7 @@ class GridPattern final : public KeyPattern {
 
  private:
   void add_strided(int64_t phase, int64_t end, TileKeys& keys) const {
-    for (int64_t key = phase; key < end; key += lines_.stride) keys.add_column(key);
+    keys.add_lattice(phase, end, lines_.stride);
   }
 
   GridLines lines_;

@@ -35,6 +35,9 @@ class ModelledCost final : public CostModel {
         for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
           chunks += chunks_of(pass.spans[s].end - pass.spans[s].begin);
         }
+        for (int64_t s = pass.tile_strided_offsets[t]; s < pass.tile_strided_offsets[t + 1]; ++s) {
+          chunks += chunks_of(pass.strided_spans[s].count());
+        }
         chunks += chunks_of(pass.tile_column_offsets[t + 1] - pass.tile_column_offsets[t]);
       }
     }

@@ -185,6 +185,10 @@ Plan Scope::sampled_rows_plan(const Plan& plan) const {
       for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
         builder.add_span(pass.spans[s].begin, pass.spans[s].end);
       }
+      for (int64_t s = pass.tile_strided_offsets[t]; s < pass.tile_strided_offsets[t + 1]; ++s) {
+        const StridedSpan& lattice = pass.strided_spans[s];
+        builder.add_strided_span(lattice.begin, lattice.end, lattice.step);
+      }
       for (int64_t c = pass.tile_column_offsets[t]; c < pass.tile_column_offsets[t + 1]; ++c) {
         builder.add_column(pass.columns[c]);
       }

@@ -23,6 +23,7 @@
 #include "mmsparse/status.h"
 #include "patterns/estimation.h"
 #include "patterns/grid.h"
+#include "patterns/tile_keys.h"
 #include "patterns/vertical_slash.h"
 
 namespace mmsparse {
@@ -590,6 +591,47 @@ TEST(Boundary, TwoDimensionalSlashLinesOfSharedFrontiersAreColumns) {
 
 // --- Errors
 // ---------------------------------------------------------------------------------------
+
+TEST(TileKeys, LatticesAreCutBySpansJoinedAndListedWhereTheyCross) {
+  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 2, .kv_len = 40, .tile_rows = 1});
+  builder.begin_head();
+  const detail::KeySpace all_keys = detail::KeySpace::all_keys(40);
+  detail::TileKeys keys;
+  builder.begin_tile(0, 1, {.causal = false});
+  keys.use_space(all_keys);
+  keys.add_range(10, 14);
+  keys.add_lattice(0, 30, 4);   // 0, 4, 8, (12 in the span), 16, ..., 28
+  keys.add_lattice(20, 40, 4);  // the same residue: joined into 0, ..., 36
+  keys.add_lattice(1, 6, 5);    // one key: a column
+  keys.add_lattice(2, 40, 6);   // 2, 8, 14, 20, ...: crosses the first, so listed as columns
+  keys.add_column(5);
+  keys.write(builder);
+  // A 2D-boundary space of keys [0, 5) and [20, 30): compact 0, 3 | 6, 9, 12 -> 0, 3 | 21, 24, 27.
+  const detail::KeySpace media({{0, 5}, {20, 30}});
+  builder.begin_tile(1, 2, {.causal = false});
+  keys.use_space(media);
+  keys.add_lattice(0, 15, 3);
+  keys.write(builder);
+  const Plan plan = builder.finish();
+
+  EXPECT_EQ(plan.spans, (std::vector<KeySpan>{{10, 14}}));
+  EXPECT_EQ(plan.strided_spans,
+            (std::vector<StridedSpan>{{0, 9, 4}, {16, 37, 4}, {0, 4, 3}, {21, 28, 3}}));
+  EXPECT_EQ(plan.tile_strided_offsets, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(plan.columns, (std::vector<int32_t>{1, 2, 5, 14, 26, 38}));
+  // Lattices listed key by key (the Q/2D-boundary grid's mode) cover the same keys.
+  PlanBuilder listed_builder(plan.shape);
+  listed_builder.begin_head();
+  detail::TileKeys listed(detail::LatticeKeys::kColumns);
+  listed_builder.begin_tile(0, 1, {.causal = false});
+  listed.use_space(media);
+  listed.add_lattice(0, 15, 3);
+  listed.write(listed_builder);
+  listed_builder.begin_tile(1, 2, {.causal = false});
+  const Plan listed_plan = listed_builder.finish();
+  EXPECT_TRUE(listed_plan.strided_spans.empty());
+  EXPECT_EQ(listed_plan.columns, (std::vector<int32_t>{0, 3, 21, 24, 27}));
+}
 
 TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
   test::Random random;

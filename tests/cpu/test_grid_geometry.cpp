@@ -105,6 +105,7 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
   test::Random random;
   SCOPED_TRACE(random.trace());
   int64_t compared_columns = 0;
+  int64_t compared_strided = 0;
   for (int t = 0; t < kTrials; ++t) {
     const Trial trial = random_trial(random);
     const PlanShape& shape = trial.shape;
@@ -136,6 +137,7 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
       const int64_t first_tile = plan.head_tile_offsets[slot];
       ASSERT_EQ(plan.head_tile_offsets[slot + 1] - first_tile, rows.tiles());
       int64_t spans = 0;
+      int64_t strided = 0;
       int64_t columns = 0;
       for (int64_t position = 0; position < rows.tiles(); ++position) {
         const int64_t tile = first_tile + position;
@@ -143,6 +145,7 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
         ASSERT_EQ(site.begin, plan.tiles[tile].begin) << "tile " << position;
         ASSERT_EQ(site.end, plan.tiles[tile].end) << "tile " << position;
         std::vector<KeySpan> site_spans;
+        std::vector<StridedSpan> site_strided;
         std::vector<int32_t> site_columns;
         if (site.sees_keys) {
           const grid::GridTile& keys = site.keys;
@@ -151,8 +154,20 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
             site_spans.push_back(
                 {static_cast<int32_t>(range.begin), static_cast<int32_t>(range.end)});
           }
-          const int64_t begin = keys.below(keys.head);
-          const int64_t end = keys.head < keys.column_end ? keys.below(keys.column_end) : begin;
+          for (int64_t j = 0; j < keys.strided_count(); ++j) {
+            const grid::KeyRange range = keys.strided_span(j);
+            site_strided.push_back({static_cast<int32_t>(range.begin),
+                                    static_cast<int32_t>(range.end),
+                                    static_cast<int32_t>(keys.stride)});
+          }
+          int64_t lone[2] = {0, 0};
+          const int64_t lone_count = keys.lone_keys(lone);
+          for (int64_t j = 0; j < lone_count; ++j) {
+            site_columns.push_back(static_cast<int32_t>(lone[j]));
+          }
+          const int64_t begin = keys.below(keys.lattice_end);
+          const int64_t end =
+              keys.lattice_end < keys.column_end ? keys.below(keys.column_end) : begin;
           for (int64_t c = begin; c < end; ++c) {
             const int64_t key = keys.candidate(c);
             if (!keys.in_window(key)) site_columns.push_back(static_cast<int32_t>(key));
@@ -161,21 +176,29 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
         const std::vector<KeySpan> host_spans(
             plan.spans.begin() + plan.tile_span_offsets[tile],
             plan.spans.begin() + plan.tile_span_offsets[tile + 1]);
+        const std::vector<StridedSpan> host_strided(
+            plan.strided_spans.begin() + plan.tile_strided_offsets[tile],
+            plan.strided_spans.begin() + plan.tile_strided_offsets[tile + 1]);
         const std::vector<int32_t> host_columns(
             plan.columns.begin() + plan.tile_column_offsets[tile],
             plan.columns.begin() + plan.tile_column_offsets[tile + 1]);
         ASSERT_EQ(site_spans, host_spans) << "spans of tile " << position;
+        ASSERT_EQ(site_strided, host_strided) << "strided spans of tile " << position;
         ASSERT_EQ(site_columns, host_columns) << "columns of tile " << position;
+        strided += static_cast<int64_t>(site_strided.size());
         spans += static_cast<int64_t>(site_spans.size());
         columns += static_cast<int64_t>(site_columns.size());
       }
       // The bounds the device plan's sections are sized by (index::plan_grid).
       EXPECT_LE(spans, rows.tiles() + (options.local > 0 ? rows.rows : 0));
+      EXPECT_LE(strided, rows.strided_bound(residues));
       EXPECT_LE(columns, rows.column_bound(residues));
       compared_columns += columns;
+      compared_strided += strided;
     }
   }
   EXPECT_GT(compared_columns, 0);
+  EXPECT_GT(compared_strided, 0);
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ std::vector<uint8_t> brute_force_mask(const Plan& plan, int64_t slot) {
     for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
       for (int64_t k = plan.spans[s].begin; k < plan.spans[s].end; ++k) keys.push_back(k);
     }
+    for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+      const StridedSpan& lattice = plan.strided_spans[s];
+      for (int64_t k = lattice.begin; k < lattice.end; k += lattice.step) keys.push_back(k);
+    }
     for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
       keys.push_back(plan.columns[c]);
     }
@@ -121,18 +125,36 @@ std::vector<QueryRun> random_order(std::mt19937_64& rng, int64_t q_len) {
   }
 }
 
-// Random disjoint spans and columns outside them, any alignment.
+// Random disjoint spans, strided spans in some of the gaps between them, and columns outside
+// both, any alignment.
 void add_random_keys(std::mt19937_64& rng, PlanBuilder& builder, int64_t kv_len) {
+  constexpr int64_t kMaxStep = 5;
   std::vector<int64_t> cuts(std::uniform_int_distribution<int>(0, 6)(rng));
   for (int64_t& cut : cuts) cut = std::uniform_int_distribution<int64_t>(0, kv_len)(rng);
   std::sort(cuts.begin(), cuts.end());
-  std::vector<uint8_t> in_span(kv_len, 0);
+  std::vector<uint8_t> covered(kv_len, 0);
   for (size_t i = 0; i + 1 < cuts.size(); i += 2) {
     builder.add_span(cuts[i], cuts[i + 1]);
-    std::fill(in_span.begin() + cuts[i], in_span.begin() + cuts[i + 1], 1);
+    std::fill(covered.begin() + cuts[i], covered.begin() + cuts[i + 1], 1);
+  }
+  // The gaps: [previous span's end, next span's begin).
+  std::vector<int64_t> gap_edges = {0};
+  for (size_t i = 0; i + 1 < cuts.size(); i += 2) {
+    gap_edges.push_back(cuts[i]);
+    gap_edges.push_back(cuts[i + 1]);
+  }
+  gap_edges.push_back(kv_len);
+  for (size_t g = 0; g + 1 < gap_edges.size(); g += 2) {
+    const int64_t begin = gap_edges[g];
+    const int64_t end = gap_edges[g + 1];
+    if (end - begin < 2 || !std::bernoulli_distribution(0.5)(rng)) continue;
+    const int64_t step = std::uniform_int_distribution<int64_t>(2, kMaxStep)(rng);
+    const int64_t first = std::uniform_int_distribution<int64_t>(begin, end - 1)(rng);
+    builder.add_strided_span(first, end, step);
+    for (int64_t key = first; key < end; key += step) covered[key] = 1;
   }
   for (int64_t key = 0; key < kv_len; ++key) {
-    if (!in_span[key] && std::bernoulli_distribution(0.1)(rng)) builder.add_column(key);
+    if (!covered[key] && std::bernoulli_distribution(0.1)(rng)) builder.add_column(key);
   }
 }
 
@@ -223,6 +245,64 @@ TEST(PlanValidate, RejectsDuplicateColumns) {
   plan.columns.insert(plan.columns.begin() + 2, 1);  // tile 2 of head slot 0 gets column 1 twice
   for (size_t t = 3; t < plan.tile_column_offsets.size(); ++t) ++plan.tile_column_offsets[t];
   expect_invalid(plan, {"plan.columns", "tile 2 of head slot 0", "duplicate column 1"});
+}
+
+// small_plan() with one strided span in tile 0 of head slot 0 (outside its span [4, 9) and column
+// 1).
+Plan plan_with_strided(StridedSpan strided) {
+  Plan plan = small_plan();
+  plan.strided_spans.insert(plan.strided_spans.begin(), strided);
+  for (size_t t = 1; t < plan.tile_strided_offsets.size(); ++t) ++plan.tile_strided_offsets[t];
+  return plan;
+}
+
+TEST(PlanValidate, AcceptsAndRejectsStridedSpans) {
+  // Keys 9, 11 lie past the span [4, 9); 0, 2 skip column 1.
+  EXPECT_NO_THROW(plan_with_strided({9, 12, 2}).validate());
+  EXPECT_NO_THROW(plan_with_strided({0, 3, 2}).validate());
+  // Keys 3, 6, 9: 6 lies in the span [4, 9).
+  expect_invalid(plan_with_strided({3, 10, 3}),
+                 {"plan.strided_spans", "tile 0 of head slot 0", "[3, 10) step 3",
+                  "sharing keys with span [4, 9)"});
+  expect_invalid(plan_with_strided({1, 4, 2}),
+                 {"plan.columns", "tile 0 of head slot 0", "column 1 inside strided span"});
+  expect_invalid(plan_with_strided({9, 12, 1}), {"plan.strided_spans", "step >= 2"});
+  expect_invalid(plan_with_strided({9, 13, 2}), {"plan.strided_spans", "end = its last key + 1"});
+  expect_invalid(plan_with_strided({11, 15, 2}), {"plan.strided_spans", "kv_len = 13"});
+  expect_invalid(plan_with_strided({-1, 2, 3}), {"plan.strided_spans", "non-empty range"});
+  // Two lattices: residues that never meet, then ones that meet at key 12 only.
+  Plan plan = plan_with_strided({9, 12, 2});
+  plan.strided_spans.insert(plan.strided_spans.begin() + 1, StridedSpan{10, 13, 2});
+  for (size_t t = 1; t < plan.tile_strided_offsets.size(); ++t) ++plan.tile_strided_offsets[t];
+  EXPECT_NO_THROW(plan.validate());
+  plan.strided_spans[0] = {0, 4, 3};    // 0, 3
+  plan.strided_spans[1] = {10, 13, 2};  // 10, 12
+  EXPECT_NO_THROW(plan.validate());
+  plan.strided_spans[0] = {9, 13, 3};  // 9, 12
+  expect_invalid(plan, {"plan.strided_spans", "[9, 13) step 3 and [10, 13) step 2 sharing keys"});
+  plan.tile_strided_offsets.pop_back();
+  expect_invalid(plan, {"plan.tile_strided_offsets"});
+}
+
+TEST(PlanValidate, StridedSpansShareKeysByTheChineseRemainderTheorem) {
+  // Brute force over small lattices against the closed form.
+  for (int32_t step_a = 2; step_a <= 7; ++step_a) {
+    for (int32_t step_b = 2; step_b <= 7; ++step_b) {
+      for (int32_t begin_a = 0; begin_a < 9; ++begin_a) {
+        for (int32_t begin_b = 0; begin_b < 9; ++begin_b) {
+          const StridedSpan a{begin_a, begin_a + 4 * step_a + 1, step_a};
+          const StridedSpan b{begin_b, begin_b + 3 * step_b + 1, step_b};
+          bool shared = false;
+          for (int32_t x = a.begin; x < a.end; x += a.step) {
+            shared = shared || (x >= b.begin && x < b.end && (x - b.begin) % b.step == 0);
+          }
+          EXPECT_EQ(strided_spans_share_keys(a, b), shared)
+              << "a = [" << a.begin << ", " << a.end << ") step " << a.step << ", b = [" << b.begin
+              << ", " << b.end << ") step " << b.step;
+        }
+      }
+    }
+  }
 }
 
 TEST(PlanValidate, RejectsOutOfRangeKeys) {
@@ -395,7 +475,35 @@ TEST(PlanBuilder, MergesTouchingSpansAndDeduplicatesMasks) {
   EXPECT_EQ(plan.masks.size(), 1u);
   EXPECT_EQ(plan.tile_span_offsets, (std::vector<int64_t>{0, 2, 4}));
   EXPECT_EQ(plan.head_tile_offsets, (std::vector<int64_t>{0, 1, 2}));
-  EXPECT_NE(plan.summary().find("tiles=2 spans=4 columns=2"), std::string::npos) << plan.summary();
+  EXPECT_NE(plan.summary().find("tiles=2 spans=4 strided_spans=0 columns=2"), std::string::npos)
+      << plan.summary();
+}
+
+TEST(PlanBuilder, AddStridedSpanNormalisesItsEnd) {
+  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 4, .kv_len = 30, .tile_rows = 4});
+  builder.begin_head();
+  builder.begin_tile(0, 4, {.causal = false});
+  builder.add_strided_span(3, 12, 4);   // 3, 7, 11
+  builder.add_strided_span(12, 19, 3);  // 12, 15, 18 -> end 19
+  builder.add_strided_span(20, 21, 5);  // one key: a column
+  builder.add_strided_span(22, 24, 1);  // a span
+  builder.add_strided_span(25, 25, 2);  // nothing
+  const Plan plan = builder.finish();
+  EXPECT_EQ(plan.strided_spans, (std::vector<StridedSpan>{{3, 12, 4}, {12, 19, 3}}));
+  EXPECT_EQ(plan.strided_spans[1].count(), 3);
+  EXPECT_EQ(plan.columns, (std::vector<int32_t>{20}));
+  EXPECT_EQ(plan.spans, (std::vector<KeySpan>{{22, 24}}));
+  EXPECT_EQ(count_plan_pairs(plan, 0), 4 * (3 + 3 + 1 + 2));
+  PlanBuilder misuse({.batch = 1, .heads = 1, .q_len = 4, .kv_len = 30, .tile_rows = 4});
+  misuse.begin_head();
+  misuse.begin_tile(0, 4);
+  expect_error([&] { misuse.add_strided_span(0, 8, 0); }, ErrorCode::kInvalidArgument,
+               {"add_strided_span step", ">= 1"});
+  expect_error([&] { misuse.add_strided_span(20, 33, 4); }, ErrorCode::kInvalidArgument,
+               {"add_strided_span", "kv_len = 30", "last key 32"});
+  // An end past kv_len is fine while the keys are not.
+  misuse.add_strided_span(20, 32, 4);  // 20, 24, 28
+  EXPECT_EQ(misuse.finish().strided_spans, (std::vector<StridedSpan>{{20, 29, 4}}));
 }
 
 TEST(PlanBuilder, ReportsMisuse) {

@@ -357,6 +357,7 @@ class RandomPlan {
     plan_.head_run_offsets = {0};
     plan_.head_tile_offsets = {0};
     plan_.tile_span_offsets = {0};
+    plan_.tile_strided_offsets = {0};
     plan_.tile_column_offsets = {0};
     for (int64_t slot = 0; slot < shape.head_slots(); ++slot) add_head();
   }
@@ -448,13 +449,29 @@ class RandomPlan {
     plan_.tiles.push_back({begin, end});
     plan_.tile_masks.push_back(
         static_cast<int32_t>(random_.uniform_int(0, plan_.masks.size() - 1)));
+    constexpr int64_t kMaxStep = 5;
     std::vector<KeySpan> spans;
+    std::vector<StridedSpan> strided;
     std::vector<int32_t> columns;
+    // Every step-th key of [first, piece_end) from first, as a strided span when it has two.
+    const auto add_lattice = [&](int64_t first, int64_t piece_end, int64_t step) {
+      const int64_t last = first + (piece_end - 1 - first) / step * step;
+      if (first < piece_end && last > first) {
+        strided.push_back({static_cast<int32_t>(first), static_cast<int32_t>(last + 1),
+                           static_cast<int32_t>(step)});
+      }
+    };
     for (int64_t key = random_.uniform_int(0, 5); key < plan_.shape.kv_len;) {
       const int64_t length = random_.uniform_int(1, kMaxPiece);
       const int64_t piece_end = std::min(plan_.shape.kv_len, key + length);
-      if (random_.bernoulli(0.5)) {
+      const double kind = random_.uniform(0.0, 1.0);
+      if (kind < 0.4) {
         spans.push_back({static_cast<int32_t>(key), static_cast<int32_t>(piece_end)});
+      } else if (kind < 0.6) {
+        // One or two residues of one step: their ranges overlap, their keys do not.
+        const int64_t step = random_.uniform_int(2, kMaxStep);
+        add_lattice(key, piece_end, step);
+        if (random_.bernoulli(0.5)) add_lattice(key + 1, piece_end, step);
       } else {
         for (int64_t column = key; column < piece_end; ++column) {
           if (random_.bernoulli(0.3)) columns.push_back(static_cast<int32_t>(column));
@@ -464,8 +481,11 @@ class RandomPlan {
     }
     // Order inside a tile carries no meaning; shuffle so no backend may rely on it.
     std::shuffle(spans.begin(), spans.end(), random_.engine());
+    std::shuffle(strided.begin(), strided.end(), random_.engine());
     std::shuffle(columns.begin(), columns.end(), random_.engine());
     plan_.spans.insert(plan_.spans.end(), spans.begin(), spans.end());
+    plan_.strided_spans.insert(plan_.strided_spans.end(), strided.begin(), strided.end());
+    plan_.tile_strided_offsets.push_back(static_cast<int64_t>(plan_.strided_spans.size()));
     plan_.columns.insert(plan_.columns.end(), columns.begin(), columns.end());
     plan_.tile_span_offsets.push_back(static_cast<int64_t>(plan_.spans.size()));
     plan_.tile_column_offsets.push_back(static_cast<int64_t>(plan_.columns.size()));
@@ -510,6 +530,12 @@ std::vector<uint8_t> independent_mask(const Plan& plan) {
       std::vector<int64_t> keys;
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
         for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
+      }
+      for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+        const StridedSpan& lattice = plan.strided_spans[s];
+        for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
+          keys.push_back(key);
+        }
       }
       for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
         keys.push_back(plan.columns[c]);

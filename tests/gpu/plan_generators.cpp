@@ -25,6 +25,9 @@ constexpr int64_t kMaxBlock = 48;
 constexpr int64_t kMaxPeriod = 200;
 constexpr int64_t kMaxMinDistance = 150;
 constexpr double kDistanceTermProbability = 0.5;
+// Strided spans: steps from 2, and up to this many keys (a chunk is 64 or 128).
+constexpr int64_t kMaxStep = 9;
+constexpr int64_t kMaxStridedKeys = 300;
 
 std::vector<QueryRun> random_order(Random& random, int64_t q_len) {
   std::vector<QueryRun> runs;
@@ -132,8 +135,8 @@ MaskPolicy random_policy(Random& random, MaskMix mix) {
   return policy;
 }
 
-// Spans (disjoint, sorted, any alignment) and columns (unique, outside the spans, random order) of
-// one tile whose rows have the given aligned positions.
+// Spans (disjoint, sorted, any alignment), strided spans and columns (unique, outside the spans,
+// random order) of one tile whose rows have the given aligned positions.
 void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shape,
                      const RandomPlanOptions& options, int64_t lowest_aligned,
                      int64_t highest_aligned) {
@@ -160,6 +163,19 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
     const int64_t begin = key;
     while (key < kv_len && covered[key] != 0) ++key;
     builder.add_span(begin, key);
+  }
+  // Strided spans (a grid's lines) on uncovered keys: each runs from a random key until its next
+  // key would be covered or past kv_len, up to kMaxStridedKeys keys (more than one chunk).
+  const int64_t strided = random.uniform_int(0, options.max_strided_spans);
+  for (int64_t s = 0; s < strided; ++s) {
+    const int64_t step = random.uniform_int(2, kMaxStep);
+    const int64_t first = random.uniform_int(0, kv_len - 1);
+    int64_t end = first;
+    for (int64_t n = 0; n < kMaxStridedKeys && end < kv_len && covered[end] == 0; ++n) {
+      covered[end] = 1;
+      end += step;
+    }
+    builder.add_strided_span(first, std::min(end, kv_len), step);
   }
   const int64_t columns = random.uniform_int(0, options.max_columns);
   for (int64_t c = 0; c < columns; ++c) {
@@ -267,6 +283,8 @@ Plan split_plan(const Plan& plan, bool keep_spans) {
   } else {
     half.spans.clear();
     half.tile_span_offsets.assign(tiles + 1, 0);
+    half.strided_spans.clear();
+    half.tile_strided_offsets.assign(tiles + 1, 0);
   }
   half.validate();
   return half;

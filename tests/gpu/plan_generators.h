@@ -1,6 +1,7 @@
 #pragma once
 // Plans for the GPU engine tests: dense, tri-shape-like with uneven tiles, and random plans with
-// permuted query orders, unaligned spans, gathered columns, uncovered rows and every mask policy.
+// permuted query orders, unaligned spans, strided spans, gathered columns, uncovered rows and every
+// mask policy.
 
 #include <cstdint>
 
@@ -25,6 +26,7 @@ struct RandomPlanOptions {
   bool leave_gaps = false;  // some rows of the order in no tile
   MaskMix masks = MaskMix::kCausal;
   int64_t max_extra_spans = 3;  // random spans beside the one around the tile's diagonal
+  int64_t max_strided_spans = 2;  // every step-th key from a random one, on uncovered keys
   int64_t max_columns = 96;
 };
 
@@ -44,8 +46,8 @@ Plan tri_shape_plan(const PlanShape& shape, int64_t sink, int64_t local, int64_t
 Plan random_plan(Random& random, const PlanShape& shape, const RandomPlanOptions& options,
                  const ModalityLayout* layout = nullptr);
 
-// The same plan with only its spans (keep_spans) or only its columns: the two halves cover
-// disjoint pairs, so merging their results gives the full plan's.
+// The same plan with only its spans and strided spans (keep_spans) or only its columns: the two
+// halves cover disjoint pairs, so merging their results gives the full plan's.
 Plan split_plan(const Plan& plan, bool keep_spans);
 
 }  // namespace mmsparse::test

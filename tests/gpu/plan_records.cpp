@@ -33,9 +33,15 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
 }
 
 // Record sizes of the device plan (cuda/plan_view.cuh, a CUDA header): a run is three int32, a tile
-// four int32 and four int64.
+// four int32 and four int64, a key range (span or strided span) three int32.
 constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
 constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
+constexpr std::size_t kKeyRangeRecordBytes = 3 * sizeof(int32_t);
+
+// The bytes of the host plan's key ranges on the device: its spans and strided spans.
+std::size_t key_range_bytes(const Plan& host) {
+  return (host.spans.size() + host.strided_spans.size()) * kKeyRangeRecordBytes;
+}
 
 }  // namespace
 
@@ -55,8 +61,7 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
   EXPECT_EQ(a.masks, b.masks);
   ASSERT_EQ(a.spans, b.spans);
   EXPECT_FALSE(a.has_token_info);
-  // A device span record is two int32 keys, as a KeySpan.
-  const std::size_t span_bytes = host.spans.size() * sizeof(KeySpan);
+  const std::size_t span_bytes = key_range_bytes(host);
   const std::size_t column_bytes = host.columns.size() * sizeof(int32_t);
   ASSERT_GE(a.columns - a.spans, span_bytes) << "span capacity";
   ASSERT_GE(a.token_info - a.columns, column_bytes) << "column capacity";
@@ -109,7 +114,7 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   same("tiles", a.tiles, b.tiles, tiles * kTileRecordBytes, a.schedule - a.tiles);
   same("schedule", a.schedule, b.schedule, tiles * sizeof(int32_t), a.masks - a.schedule);
   same("masks", a.masks, b.masks, b.spans - b.masks, a.spans - a.masks);
-  same("spans", a.spans, b.spans, host.spans.size() * sizeof(KeySpan), a.columns - a.spans);
+  same("spans", a.spans, b.spans, key_range_bytes(host), a.columns - a.spans);
   same("columns", a.columns, b.columns, host.columns.size() * sizeof(int32_t),
        a.token_info - a.columns);
 

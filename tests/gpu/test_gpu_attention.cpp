@@ -134,6 +134,27 @@ TEST_P(GpuAttention, ManyColumnsAcrossChunks) {
   expect_wgmma_ran();
 }
 
+// Strided spans (a grid head's lines, gathered by index arithmetic) over several chunks, beside
+// columns and spans, under causal, window-with-sink, minimum-distance and periodic-band masks.
+TEST_P(GpuAttention, StridedSpansAcrossChunks) {
+  constexpr int64_t kManyStridedSpans = 6;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{7}}) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.masks = MaskMix::kPositional;
+    options.leave_gaps = true;
+    options.max_extra_spans = 1;
+    options.max_strided_spans = kManyStridedSpans;
+    const Plan plan = random_plan(random, plan_shape(size, false), options);
+    ASSERT_FALSE(plan.strided_spans.empty());
+    check_plan(random, plan, inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
 // Spans only, with the same permuted orders, gaps and unaligned spans.
 TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   Random random;
@@ -143,6 +164,7 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
     const AttentionInputs inputs = random_inputs(random, size);
     RandomPlanOptions options;
     options.leave_gaps = true;
+    options.max_strided_spans = 0;
     options.max_columns = 0;
     check_plan(random, random_plan(random, plan_shape(size, false), options), inputs, size);
   }
@@ -159,6 +181,7 @@ TEST_P(GpuAttention, PositionalMaskPolicies) {
     RandomPlanOptions options;
     options.masks = MaskMix::kPositional;
     options.leave_gaps = true;
+    options.max_strided_spans = 0;
     options.max_columns = 0;
     check_plan(random, random_plan(random, plan_shape(size, true), options), inputs, size);
   }
