@@ -75,6 +75,12 @@ struct StridedSpan {
   bool operator==(const StridedSpan&) const = default;
 };
 
+// The engines gather keys (columns, strided spans' keys) in chunks of up to this many: the wgmma
+// kernel's chunk (the mma.sync kernel's 64 divides it). A chunk ends where a strided span ends, so
+// builders keep a strided span's length a multiple of it and list the rest of its keys as columns:
+// the tile's gathered keys then fill whole chunks, as one column list would.
+inline constexpr int64_t kGatherChunkKeys = 128;
+
 // Whether two strided spans have a key in common.
 bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b);
 

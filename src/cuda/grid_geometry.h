@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "mmsparse/plan.h"
 #include "patterns/grid.h"
 
 #ifdef __CUDACC__
@@ -119,12 +120,14 @@ struct GridRows {
   }
 
   // Upper bounds of a slot's records for `residues` line residues (GridTile): a tile has at most
-  // one strided span per residue, and its columns are at most one key of each residue per row (the
-  // gap before its first window, and one per gap between windows).
+  // one strided span per residue, and its columns are at most, per residue, fewer than
+  // kGatherChunkKeys keys before its first window and one key per gap between windows.
   MMSPARSE_HOST_DEVICE int64_t strided_bound(int64_t residues) const {
     return residues * tiles_below(phase_runs());
   }
-  MMSPARSE_HOST_DEVICE int64_t column_bound(int64_t residues) const { return residues * rows; }
+  MMSPARSE_HOST_DEVICE int64_t column_bound(int64_t residues) const {
+    return residues * (rows + (kGatherChunkKeys - 1) * tiles_below(phase_runs()));
+  }
 };
 
 struct KeyRange {
@@ -138,11 +141,12 @@ struct KeyRange {
 //            consecutive windows touch) or each window i >= window_first on its own
 //            ([frontier_i - local, frontier_i), local < stride: windows neither overlap nor touch);
 //   strided  per line residue (the tile's phase for slash lines, the vertical phase for vertical
-//            lines), its keys in [head, lattice_end) — the gap before the first window on its own
-//            — as one strided span when they are two or more, ordered by first key;
+//            lines), the first whole multiple of kGatherChunkKeys of its keys in [head,
+//            lattice_end) — the gap before the first window — as one strided span, ordered by
+//            first key;
 //   columns  the other keys of the residues in [head, column_end) outside those windows (a gap
-//            between two windows is shorter than the stride: one key of each residue at most;
-//            before lattice_end, a residue's key when it is alone), ascending.
+//            between two windows is shorter than the stride: one key of each residue at most),
+//            ascending.
 struct GridTile {
   int64_t first = 0, last = 0, rows = 0, stride = 0, local = 0;
   int64_t head = 0;
@@ -194,10 +198,17 @@ struct GridTile {
     const int64_t first_key = lattice_first(r);
     return first_key < lattice_end ? (lattice_end - 1 - first_key) / stride + 1 : 0;
   }
-  MMSPARSE_HOST_DEVICE bool strided(int64_t r) const { return lattice_keys(r) >= 2; }
+  // Of those, the first whole multiple of kGatherChunkKeys are residue r's strided span; its keys
+  // lie below strided_end(r).
+  MMSPARSE_HOST_DEVICE int64_t strided_keys(int64_t r) const {
+    return lattice_keys(r) / kGatherChunkKeys * kGatherChunkKeys;
+  }
+  MMSPARSE_HOST_DEVICE int64_t strided_end(int64_t r) const {
+    return lattice_first(r) + strided_keys(r) * stride;
+  }
   MMSPARSE_HOST_DEVICE int64_t strided_count() const {
     int64_t count = 0;
-    for (int64_t r = 0; r < residue_count; ++r) count += strided(r) ? 1 : 0;
+    for (int64_t r = 0; r < residue_count; ++r) count += strided_keys(r) > 0 ? 1 : 0;
     return count;
   }
   // The j-th strided span (j < strided_count()), ordered by first key, as {begin, end}; its step
@@ -210,28 +221,24 @@ struct GridTile {
     }
     for (int64_t o = 0; o < residue_count; ++o) {
       const int64_t r = order[o];
-      if (!strided(r)) continue;
-      if (j-- == 0) {
-        const int64_t first_key = lattice_first(r);
-        return {first_key, first_key + (lattice_keys(r) - 1) * stride + 1};
-      }
+      if (strided_keys(r) == 0) continue;
+      if (j-- == 0) return {lattice_first(r), strided_end(r) - stride + 1};
     }
     return {0, 0};
   }
-  // The columns before lattice_end: each residue's key there when it is the only one, ascending.
-  // Returns how many (<= 2). The other columns are the residues' keys in [lattice_end,
-  // column_end) outside the windows.
-  MMSPARSE_HOST_DEVICE int64_t lone_keys(int64_t (&keys)[2]) const {
-    int64_t count = 0;
+  // The columns are the residues' keys in [column_begin(), column_end) outside the windows and
+  // the strided spans (is_column).
+  MMSPARSE_HOST_DEVICE int64_t column_begin() const {
+    int64_t begin = column_end;
+    for (int64_t r = 0; r < residue_count; ++r) begin = min64(begin, strided_end(r));
+    return max64(begin, head);
+  }
+  // Whether residue key `key` >= head lies outside the strided spans.
+  MMSPARSE_HOST_DEVICE bool is_column(int64_t key) const {
     for (int64_t r = 0; r < residue_count; ++r) {
-      if (lattice_keys(r) == 1) keys[count++] = lattice_first(r);
+      if (floor_mod(key - residues[r], stride) == 0) return key >= strided_end(r);
     }
-    if (count == 2 && keys[1] < keys[0]) {
-      const int64_t swapped = keys[0];
-      keys[0] = keys[1];
-      keys[1] = swapped;
-    }
-    return count;
+    return true;
   }
 };
 

@@ -429,18 +429,16 @@ __device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, i
                                    static_cast<int32_t>(tile.stride)};
     }
   }
-  int64_t lone[2] = {0, 0};
-  counts.columns = tile.lone_keys(lone);
-  if (lane < counts.columns && columns != nullptr) columns[lane] = static_cast<int32_t>(lone[lane]);
-  const int64_t first = tile.below(tile.lattice_end);
-  const int64_t end = tile.lattice_end < tile.column_end ? tile.below(tile.column_end) : first;
+  const int64_t column_begin = tile.column_begin();
+  const int64_t first = tile.below(column_begin);
+  const int64_t end = column_begin < tile.column_end ? tile.below(tile.column_end) : first;
   for (int64_t base = first; base < end; base += kWarpLanes) {
     const int64_t t = base + lane;
     bool kept = false;
     int64_t key = 0;
     if (t < end) {
       key = tile.candidate(t);
-      kept = !tile.in_window(key);
+      kept = !tile.in_window(key) && tile.is_column(key);
     }
     const unsigned keepers = __ballot_sync(kAllLanes, kept);
     if (kept && columns != nullptr) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/plan_view.cuh"
+#include "mmsparse/plan.h"
 
 namespace mmsparse::cuda {
 
@@ -34,6 +35,9 @@ struct KeyChunk {
 
 template <int kBlockN>
 class KeyChunkCursor {
+  static_assert(kGatherChunkKeys % kBlockN == 0,
+                "builders size strided spans in whole kGatherChunkKeys: chunks must divide it");
+
  public:
   __device__ KeyChunkCursor(const TileRecord& tile, const SpanRecord* spans)
       : spans_(spans),

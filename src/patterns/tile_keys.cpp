@@ -42,19 +42,20 @@ void TileKeys::add_lattice(int64_t begin, int64_t end, int64_t step) {
 
 void TileKeys::add_column(int64_t key) { columns_.push_back(space_->original(key)); }
 
-// The lattice's keys outside the (sorted, merged) spans: maximal pieces between spans; one-key
-// pieces become columns, longer ones pieces_.
+// The lattice's keys outside the (sorted, merged) spans: maximal pieces between spans. A piece's
+// first whole multiple of kGatherChunkKeys keys goes to pieces_, the rest to the columns.
 void TileKeys::cut_lattice(const Lattice& lattice, const std::vector<IndexRange>& spans) {
   const auto emit = [&](int64_t lo, int64_t hi) {  // the lattice's keys in [lo, hi)
     const int64_t first = lo + floor_mod(lattice.begin - lo, lattice.step);
     if (first >= hi) return;
-    const int64_t last = first + (hi - 1 - first) / lattice.step * lattice.step;
-    if (first == last) {
-      columns_.push_back(first);
-    } else {
-      pieces_.push_back({static_cast<int32_t>(first), static_cast<int32_t>(last + 1),
+    const int64_t keys = (hi - 1 - first) / lattice.step + 1;
+    const int64_t strided = keys / kGatherChunkKeys * kGatherChunkKeys;
+    const int64_t rest = first + strided * lattice.step;  // the first key listed as a column
+    if (strided > 0) {
+      pieces_.push_back({static_cast<int32_t>(first), static_cast<int32_t>(rest - lattice.step + 1),
                          static_cast<int32_t>(lattice.step)});
     }
+    for (int64_t key = rest; key < hi; key += lattice.step) columns_.push_back(key);
   };
   int64_t lo = lattice.begin;
   auto span = std::upper_bound(spans.begin(), spans.end(), lo,

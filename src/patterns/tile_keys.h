@@ -30,8 +30,9 @@ class TileKeys {
   // Whether the space in use maps compact keys elsewhere (one modality's keys, 2D boundary).
   bool compact_space() const { return !space_->is_identity(); }
   // Adds the gathered keys to the tile the builder began last, then forgets them. Each lattice
-  // is cut by the spans into pieces; a piece of one key is a column, a longer one a strided span
-  // (pieces of one lattice that share a key with another's are listed as columns).
+  // is cut by the spans into pieces; a piece's first whole multiple of kGatherChunkKeys keys is a
+  // strided span, its other keys columns (pieces of one lattice that share a key with another's
+  // are listed as columns).
   void write(PlanBuilder& builder);
 
  private:
@@ -45,7 +46,7 @@ class TileKeys {
   std::vector<IndexRange> spans_;  // original positions
   std::vector<Lattice> lattices_;  // original positions
   std::vector<int64_t> columns_;   // original positions
-  std::vector<StridedSpan> pieces_;  // write()'s lattice pieces of two or more keys
+  std::vector<StridedSpan> pieces_;  // write()'s strided lattice pieces
 };
 
 }  // namespace mmsparse::detail

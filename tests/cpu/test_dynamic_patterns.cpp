@@ -592,45 +592,78 @@ TEST(Boundary, TwoDimensionalSlashLinesOfSharedFrontiersAreColumns) {
 // --- Errors
 // ---------------------------------------------------------------------------------------
 
+// The keys a plan's tile covers, each once (validate() proved them disjoint), ascending.
+std::vector<int64_t> tile_key_set(const Plan& plan, int64_t t) {
+  std::vector<int64_t> keys;
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
+  }
+  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+    const StridedSpan& lattice = plan.strided_spans[s];
+    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) keys.push_back(key);
+  }
+  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+    keys.push_back(plan.columns[c]);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 TEST(TileKeys, LatticesAreCutBySpansJoinedAndListedWhereTheyCross) {
-  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 2, .kv_len = 40, .tile_rows = 1});
+  constexpr int64_t kKeys = 2000;
+  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 2, .kv_len = kKeys, .tile_rows = 1});
   builder.begin_head();
-  const detail::KeySpace all_keys = detail::KeySpace::all_keys(40);
+  const detail::KeySpace all_keys = detail::KeySpace::all_keys(kKeys);
   detail::TileKeys keys;
   builder.begin_tile(0, 1, {.causal = false});
   keys.use_space(all_keys);
-  keys.add_range(10, 14);
-  keys.add_lattice(0, 30, 4);   // 0, 4, 8, (12 in the span), 16, ..., 28
-  keys.add_lattice(20, 40, 4);  // the same residue: joined into 0, ..., 36
-  keys.add_lattice(1, 6, 5);    // one key: a column
-  keys.add_lattice(2, 40, 6);   // 2, 8, 14, 20, ...: crosses the first, so listed as columns
+  keys.add_range(300, 340);
+  keys.add_lattice(0, 1000, 4);      // multiples of 4 below 1000 ...
+  keys.add_lattice(1000, kKeys, 4);  // ... and above: joined
+  keys.add_lattice(2, kKeys, 6);     // 2 mod 6: crosses the multiples of 4 (at 8 mod 12)
   keys.add_column(5);
   keys.write(builder);
-  // A 2D-boundary space of keys [0, 5) and [20, 30): compact 0, 3 | 6, 9, 12 -> 0, 3 | 21, 24, 27.
-  const detail::KeySpace media({{0, 5}, {20, 30}});
+  // A 2D-boundary space of keys [0, 5) and [20, 1000): compact 0, 3 -> 0, 3, then compact 6, 9,
+  // ..., 897 -> 21, 24, ..., 912 (298 keys).
+  const detail::KeySpace media({{0, 5}, {20, 1000}});
   builder.begin_tile(1, 2, {.causal = false});
   keys.use_space(media);
-  keys.add_lattice(0, 15, 3);
+  keys.add_lattice(0, 900, 3);
   keys.write(builder);
   const Plan plan = builder.finish();
 
-  EXPECT_EQ(plan.spans, (std::vector<KeySpan>{{10, 14}}));
+  // Strided spans hold whole multiples of kGatherChunkKeys: keys 340, 344, ... (415 keys from 340
+  // below 2000: 384 of them) and 21, 24, ... (256 of 298); the crossing lattice and the pieces
+  // below the span (75 keys) and the rest are columns.
+  EXPECT_EQ(plan.spans, (std::vector<KeySpan>{{300, 340}}));
   EXPECT_EQ(plan.strided_spans,
-            (std::vector<StridedSpan>{{0, 9, 4}, {16, 37, 4}, {0, 4, 3}, {21, 28, 3}}));
-  EXPECT_EQ(plan.tile_strided_offsets, (std::vector<int64_t>{0, 2, 4}));
-  EXPECT_EQ(plan.columns, (std::vector<int32_t>{1, 2, 5, 14, 26, 38}));
+            (std::vector<StridedSpan>{{340, 340 + 383 * 4 + 1, 4}, {21, 21 + 255 * 3 + 1, 3}}));
+  EXPECT_EQ(plan.tile_strided_offsets, (std::vector<int64_t>{0, 1, 2}));
+  std::vector<int64_t> expected;
+  for (int64_t key = 0; key < kKeys; ++key) {
+    if ((key >= 300 && key < 340) || key % 4 == 0 || key % 6 == 2 || key == 5) {
+      expected.push_back(key);
+    }
+  }
+  EXPECT_EQ(tile_key_set(plan, 0), expected);
+  expected = {0, 3};
+  for (int64_t key = 21; key <= 912; key += 3) expected.push_back(key);
+  EXPECT_EQ(tile_key_set(plan, 1), expected);
+  EXPECT_TRUE(
+      std::is_sorted(plan.columns.begin(), plan.columns.begin() + plan.tile_column_offsets[1]));
+
   // Lattices listed key by key (the Q/2D-boundary grid's mode) cover the same keys.
   PlanBuilder listed_builder(plan.shape);
   listed_builder.begin_head();
   detail::TileKeys listed(detail::LatticeKeys::kColumns);
   listed_builder.begin_tile(0, 1, {.causal = false});
   listed.use_space(media);
-  listed.add_lattice(0, 15, 3);
+  listed.add_lattice(0, 900, 3);
   listed.write(listed_builder);
   listed_builder.begin_tile(1, 2, {.causal = false});
   const Plan listed_plan = listed_builder.finish();
   EXPECT_TRUE(listed_plan.strided_spans.empty());
-  EXPECT_EQ(listed_plan.columns, (std::vector<int32_t>{0, 3, 21, 24, 27}));
+  EXPECT_EQ(tile_key_set(listed_plan, 0), expected);
 }
 
 TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {

@@ -160,17 +160,14 @@ TEST(GridGeometry, IndexArithmeticEqualsTheHostPlan) {
                                     static_cast<int32_t>(range.end),
                                     static_cast<int32_t>(keys.stride)});
           }
-          int64_t lone[2] = {0, 0};
-          const int64_t lone_count = keys.lone_keys(lone);
-          for (int64_t j = 0; j < lone_count; ++j) {
-            site_columns.push_back(static_cast<int32_t>(lone[j]));
-          }
-          const int64_t begin = keys.below(keys.lattice_end);
+          const int64_t begin = keys.below(keys.column_begin());
           const int64_t end =
-              keys.lattice_end < keys.column_end ? keys.below(keys.column_end) : begin;
+              keys.column_begin() < keys.column_end ? keys.below(keys.column_end) : begin;
           for (int64_t c = begin; c < end; ++c) {
             const int64_t key = keys.candidate(c);
-            if (!keys.in_window(key)) site_columns.push_back(static_cast<int32_t>(key));
+            if (!keys.in_window(key) && keys.is_column(key)) {
+              site_columns.push_back(static_cast<int32_t>(key));
+            }
           }
         }
         const std::vector<KeySpan> host_spans(

@@ -164,12 +164,14 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
     while (key < kv_len && covered[key] != 0) ++key;
     builder.add_span(begin, key);
   }
-  // Strided spans (a grid's lines) on uncovered keys: each runs from a random key until its next
-  // key would be covered or past kv_len, up to kMaxStridedKeys keys (more than one chunk).
+  // Strided spans (a grid's lines) on uncovered keys: each runs from the first uncovered key at or
+  // after a random one until its next key would be covered or past kv_len, up to kMaxStridedKeys
+  // keys (more than one chunk).
   const int64_t strided = random.uniform_int(0, options.max_strided_spans);
   for (int64_t s = 0; s < strided; ++s) {
     const int64_t step = random.uniform_int(2, kMaxStep);
-    const int64_t first = random.uniform_int(0, kv_len - 1);
+    int64_t first = random.uniform_int(0, kv_len - 1);
+    while (first < kv_len && covered[first] != 0) ++first;
     int64_t end = first;
     for (int64_t n = 0; n < kMaxStridedKeys && end < kv_len && covered[end] == 0; ++n) {
       covered[end] = 1;
