@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/tile_keys.h"
 #include "common/masked_oracle.h"
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
@@ -589,22 +590,9 @@ TEST(Boundary, TwoDimensionalSlashLinesOfSharedFrontiersAreColumns) {
   EXPECT_GT(plan.columns.size(), plan.spans.size());
 }
 
-// --- Errors
-// ---------------------------------------------------------------------------------------
-
 // The keys a plan's tile covers, each once (validate() proved them disjoint), ascending.
 std::vector<int64_t> tile_key_set(const Plan& plan, int64_t t) {
-  std::vector<int64_t> keys;
-  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-    for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
-  }
-  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
-    const StridedSpan& lattice = plan.strided_spans[s];
-    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) keys.push_back(key);
-  }
-  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-    keys.push_back(plan.columns[c]);
-  }
+  std::vector<int64_t> keys = testing::listed_tile_keys(plan, t);
   std::sort(keys.begin(), keys.end());
   return keys;
 }
@@ -665,6 +653,9 @@ TEST(TileKeys, LatticesAreCutBySpansJoinedAndListedWhereTheyCross) {
   EXPECT_TRUE(listed_plan.strided_spans.empty());
   EXPECT_EQ(tile_key_set(listed_plan, 0), expected);
 }
+
+// --- Errors
+// ---------------------------------------------------------------------------------------
 
 TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
   test::Random random;

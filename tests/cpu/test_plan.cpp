@@ -10,6 +10,7 @@
 
 #include "common/random.h"
 #include "common/errors.h"
+#include "common/tile_keys.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
@@ -79,17 +80,7 @@ std::vector<uint8_t> brute_force_mask(const Plan& plan, int64_t slot) {
   std::vector<uint8_t> mask(q_len * kv_len, 0);
   for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
     const MaskPolicy& policy = plan.masks[plan.tile_masks[t]];
-    std::vector<int64_t> keys;
-    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-      for (int64_t k = plan.spans[s].begin; k < plan.spans[s].end; ++k) keys.push_back(k);
-    }
-    for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
-      const StridedSpan& lattice = plan.strided_spans[s];
-      for (int64_t k = lattice.begin; k < lattice.end; k += lattice.step) keys.push_back(k);
-    }
-    for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-      keys.push_back(plan.columns[c]);
-    }
+    const std::vector<int64_t> keys = testing::listed_tile_keys(plan, t);
     for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
       for (int64_t key : keys) {
         if (policy_keeps(plan, policy, order[i], key)) mask[order[i] * kv_len + key] = 1;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/compare.h"
+#include "common/tile_keys.h"
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
@@ -527,19 +528,7 @@ std::vector<uint8_t> independent_mask(const Plan& plan) {
       std::iota(order.begin(), order.end(), int64_t{0});
     }
     for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
-      std::vector<int64_t> keys;
-      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
-      }
-      for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
-        const StridedSpan& lattice = plan.strided_spans[s];
-        for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
-          keys.push_back(key);
-        }
-      }
-      for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-        keys.push_back(plan.columns[c]);
-      }
+      const std::vector<int64_t> keys = testing::listed_tile_keys(plan, t);
       const MaskPolicy& policy = plan.masks[plan.tile_masks[t]];
       for (int64_t i = plan.tiles[t].begin; i < plan.tiles[t].end; ++i) {
         const int64_t query = order[i];
