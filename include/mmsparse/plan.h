@@ -188,6 +188,9 @@ class PlanBuilder {
   Plan finish();  // validates
 
  private:
+  // Throws naming `caller` unless a tile of the current head is open.
+  void require_tile(const char* caller) const;
+
   Plan plan_;
   bool in_head_ = false;
 };

@@ -514,12 +514,16 @@ void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask)
   plan_.head_tile_offsets.back() = static_cast<int64_t>(plan_.tiles.size());
 }
 
-void PlanBuilder::add_span(int64_t begin, int64_t end) {
-  if (begin >= end) return;
+void PlanBuilder::require_tile(const char* caller) const {
   const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
   if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
-    throw_invalid_argument("PlanBuilder::add_span", "a tile begun with begin_tile()", "none");
+    throw_invalid_argument(caller, "a tile begun with begin_tile()", "none");
   }
+}
+
+void PlanBuilder::add_span(int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  require_tile("PlanBuilder::add_span");
   if (begin < 0 || end > plan_.shape.kv_len) {
     throw_invalid_argument(
         "PlanBuilder::add_span",
@@ -550,31 +554,21 @@ void PlanBuilder::add_strided_span(int64_t begin, int64_t end, int64_t step) {
     add_column(begin);
     return;
   }
-  const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
-  if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
-    throw_invalid_argument("PlanBuilder::add_strided_span", "a tile begun with begin_tile()",
-                           "none");
-  }
+  require_tile("PlanBuilder::add_strided_span");
   if (begin < 0 || last >= plan_.shape.kv_len) {
     throw_invalid_argument("PlanBuilder::add_strided_span",
                            "keys inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
                            range_string(begin, end) + " step " + std::to_string(step) +
                                " (last key " + std::to_string(last) + ")");
   }
-  if (step > std::numeric_limits<int32_t>::max()) {
-    throw_invalid_argument("PlanBuilder::add_strided_span step", "a value that fits int32",
-                           std::to_string(step));
-  }
+  // Two keys below kv_len <= 2^31 - 1 (check_shape) keep the step inside int32 too.
   plan_.strided_spans.push_back(
       {static_cast<int32_t>(begin), static_cast<int32_t>(last + 1), static_cast<int32_t>(step)});
   plan_.tile_strided_offsets.back() = static_cast<int64_t>(plan_.strided_spans.size());
 }
 
 void PlanBuilder::add_column(int64_t key) {
-  const int64_t head_first_tile = plan_.head_tile_offsets[plan_.head_tile_offsets.size() - 2];
-  if (!in_head_ || static_cast<int64_t>(plan_.tiles.size()) == head_first_tile) {
-    throw_invalid_argument("PlanBuilder::add_column", "a tile begun with begin_tile()", "none");
-  }
+  require_tile("PlanBuilder::add_column");
   if (key < 0 || key >= plan_.shape.kv_len) {
     throw_invalid_argument("PlanBuilder::add_column",
                            "a key in [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",

@@ -422,12 +422,10 @@ __device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, i
   }
   if (lane < strided_spans) {
     const grid::KeyRange range = tile.strided_span(lane);
-    lane_keys += (range.end - 1 - range.begin) / tile.stride + 1;
-    if (spans != nullptr) {
-      spans[plain_spans + lane] = {static_cast<int32_t>(range.begin),
-                                   static_cast<int32_t>(range.end),
-                                   static_cast<int32_t>(tile.stride)};
-    }
+    const SpanRecord record{static_cast<int32_t>(range.begin), static_cast<int32_t>(range.end),
+                            static_cast<int32_t>(tile.stride)};
+    lane_keys += range_keys(record);
+    if (spans != nullptr) spans[plain_spans + lane] = record;
   }
   const int64_t column_begin = tile.column_begin();
   const int64_t first = tile.below(column_begin);

@@ -24,8 +24,6 @@ constexpr char kSlashParam[] = "slash";
 // MMInference Table 3: the grid search space's max stride.
 constexpr int64_t kDefaultMaxStride = 1024;
 
-int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
-
 // Estimated mass and entry count of a set of estimate entries.
 struct Mass {
   double mass = 0.0;

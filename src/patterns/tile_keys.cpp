@@ -5,12 +5,6 @@
 
 namespace mmsparse::detail {
 
-namespace {
-
-int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
-
-}  // namespace
-
 void TileKeys::add_range(int64_t begin, int64_t end) {
   if (begin >= end) return;
   space_->for_each_original(begin, end, [&](int64_t first, int64_t last) {

@@ -13,6 +13,9 @@
 
 namespace mmsparse::detail {
 
+// a mod b in [0, b) for b > 0, also for negative a: a lattice's residue.
+inline int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+
 // How a tile writes lattices: as strided spans, or listed key by key as columns. The GPU builder
 // of grids with a Q or 2D boundary lists them still, so those heads' host plans do too (record-
 // for-record parity; docs/index_builders.md).

@@ -502,6 +502,8 @@ TEST(PlanBuilder, ReportsMisuse) {
   expect_error([&] { builder.begin_tile(0, 4); }, ErrorCode::kInvalidArgument, {"begin_head"});
   builder.begin_head();
   expect_error([&] { builder.add_span(0, 2); }, ErrorCode::kInvalidArgument, {"begin_tile"});
+  expect_error([&] { builder.add_strided_span(0, 4, 2); }, ErrorCode::kInvalidArgument,
+               {"add_strided_span", "begin_tile"});
   builder.begin_tile(0, 4);
   expect_error([&] { builder.add_span(2, 5); }, ErrorCode::kInvalidArgument,
                {"add_span", "kv_len = 4"});
