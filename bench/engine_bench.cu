@@ -8,16 +8,18 @@
 // just left of each block as columns), A-shape with the grid mask's window (sink 128, local 1024:
 // the grid mask's first pass alone) and the grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod
 // 1024 < 64: the grid-mask pattern, two passes merged by LSE, see src/patterns/grid_mask.cpp; its
-// bands as spans, and as columns with 8 or 16 phases per tile in grid-columns-128k and
-// grid-p16-128k). TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also runs
-// once more on fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a
-// large-size cross-check of what the tests prove on small ones.
+// bands as spans, as columns with 8 or 16 phases per tile in grid-columns-128k and
+// grid-p16-128k, and as lattices copied in boxes of 16 periods × 8 keys in grid-lattice-128k).
+// TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also runs once more on
+// fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size
+// cross-check of what the tests prove on small ones.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
 //                                               columns-128k vertical-columns-128k
 //                                               sequential-columns-128k
 //                                               a-shape-1k-128k grid-128k
 //                                               grid-columns-128k grid-p16-128k
+//                                               grid-lattice-128k
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -373,9 +375,10 @@ int main(int argc, char** argv) {
       {"vertical-columns-128k", k128K, vertical_columns_plan},
       {"sequential-columns-128k", k128K, sequential_columns_plan},
       {"a-shape-1k-128k", k128K, pattern_plan("a-shape:sink=128,local=1024")},
-      {"grid-128k", k128K, pattern_plan("grid-mask")},
+      {"grid-128k", k128K, pattern_plan("grid-mask:lattice=0")},
       {"grid-columns-128k", k128K, pattern_plan("grid-mask:columns=1")},
       {"grid-p16-128k", k128K, pattern_plan("grid-mask:columns=1,phases=16")},
+      {"grid-lattice-128k", k128K, pattern_plan("grid-mask:lattice=1")},
   };
   std::vector<std::string> selected(argv + 1, argv + argc);
 

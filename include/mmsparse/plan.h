@@ -80,6 +80,11 @@ struct StridedSpan {
 // builders keep a strided span's length a multiple of it and list the rest of its keys as columns:
 // the tile's gathered keys then fill whole chunks, as one column list would.
 inline constexpr int64_t kGatherChunkKeys = 128;
+// The CUDA upload turns kLatticeSpans strided spans of a tile in a row, with one step, consecutive
+// begins and one count that is a multiple of kGatherChunkKeys / kLatticeSpans, into a lattice (a
+// band kLatticeSpans keys wide repeating every step) that the wgmma kernel copies in whole chunks
+// of 16 periods × 8 keys by tensor copies, like a span, instead of gathering it.
+inline constexpr int64_t kLatticeSpans = 8;
 
 // Whether two strided spans have a key in common.
 bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b);

@@ -201,9 +201,11 @@ AttentionParams make_params(const DevicePlan& plan, const AttentionArgs& args) {
   return params;
 }
 
-// The tensor maps of K and V for the wgmma kernel; false when the driver refuses either view.
-// Without keys no plan has spans, the kernel copies nothing, and the maps stay unset.
-bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& params) {
+// The tensor maps of K and V for the wgmma kernel, and their lattice views when the plan has
+// lattice records; false when the driver refuses any view. Without keys no plan has spans, the
+// kernel copies nothing, and the maps stay unset.
+bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
+                           WgmmaAttentionParams& params) {
   if (args.kv_len == 0) return true;
   RowTensorMapRequest request;
   request.dtype = args.dtype;
@@ -214,22 +216,44 @@ bool encode_key_value_maps(const AttentionArgs& args, WgmmaAttentionParams& para
   request.box_rows = kWgmmaChunkKeys;
   request.box_columns =
       static_cast<int>(kSwizzleSpanBytes / static_cast<int64_t>(dtype_size(args.dtype)));
-  request.data = args.k;
-  request.strides = args.k_strides;
-  if (!encode_row_tensor_map(request, params.keys)) return false;
-  request.data = args.v;
-  request.strides = args.v_strides;
-  return encode_row_tensor_map(request, params.values);
+  LatticeTensorMapRequest lattice;
+  lattice.period = plan.layout().lattice_step;
+  lattice.periods = lattice.period > 0 ? args.kv_len / lattice.period : 0;
+  lattice.box_periods = kWgmmaChunkKeys / kLatticeWidth;
+  const auto encode = [&](const void* data, const Strides4& strides, CUtensorMap& rows,
+                          CUtensorMap& lattice_rows) {
+    request.data = data;
+    request.strides = strides;
+    if (!encode_row_tensor_map(request, rows)) return false;
+    if (lattice.period == 0) return true;
+    lattice.rows = request;
+    lattice.rows.box_rows = kLatticeWidth;
+    return encode_lattice_tensor_map(lattice, lattice_rows);
+  };
+  params.lattice_step = lattice.period;
+  return encode(args.k, args.k_strides, params.keys, params.lattice_keys) &&
+         encode(args.v, args.v_strides, params.values, params.lattice_values);
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles.
 template <class Element>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
                   int32_t batch_blocks, cudaStream_t stream) {
-  if (plan.shape().tile_rows <= kWarpgroupTileRows) {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 1>(params, num_tiles, batch_blocks, stream);
+  const bool one_warpgroup = plan.shape().tile_rows <= kWarpgroupTileRows;
+  if (plan.layout().lattice_step > 0) {
+    if (one_warpgroup) {
+      launch_wgmma_attention<Element, kWgmmaHeadDim, 1, true>(params, num_tiles, batch_blocks,
+                                                              stream);
+    } else {
+      launch_wgmma_attention<Element, kWgmmaHeadDim, 2, true>(params, num_tiles, batch_blocks,
+                                                              stream);
+    }
+  } else if (one_warpgroup) {
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, false>(params, num_tiles, batch_blocks,
+                                                             stream);
   } else {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 2>(params, num_tiles, batch_blocks, stream);
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, false>(params, num_tiles, batch_blocks,
+                                                             stream);
   }
 }
 
@@ -290,7 +314,7 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   // The kernel, chosen before anything runs: every refusal comes before the first launch.
   WgmmaAttentionParams wgmma_params{};
   const bool use_wgmma = args.kernel != AttentionKernel::kMmaSync && wgmma_serves(plan, args) &&
-                         encode_key_value_maps(args, wgmma_params);
+                         encode_key_value_maps(plan, args, wgmma_params);
   if (!use_wgmma &&
       (args.kernel == AttentionKernel::kWgmma || plan.shape().tile_rows > kMmaSyncTileRows)) {
     throw Error(ErrorCode::kUnsupported,

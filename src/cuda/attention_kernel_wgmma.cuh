@@ -99,7 +99,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending = false;
   };
   IssueTurns<Traits> turns(warpgroup);
-  KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.plan.spans);
+  KeyChunkCursor<Traits::kBlockN, Traits::kLattices> cursor(work.tile, params.plan.spans);
   PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
@@ -114,8 +114,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     if (chunk.gathered()) fence_proxy_async();
     // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
     // branches below do not diverge.
-    const auto coverage = static_cast<ChunkCoverage>(
-        __shfl_sync(kFullWarpMask, static_cast<int>(mask.classify(chunk, lane)), 0));
+    const auto coverage = static_cast<ChunkCoverage>(__shfl_sync(
+        kFullWarpMask, static_cast<int>(mask.classify(storage, warpgroup, chunk, lane)), 0));
     turns.wait();
     if (coverage == ChunkCoverage::kNone) {
       turns.pass();

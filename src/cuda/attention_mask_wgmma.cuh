@@ -48,6 +48,8 @@ class WarpgroupMask {
     const int warp_in_group = consumer_warp % kWarpgroupWarps;
     int32_t lowest = kMaxInt;
     int32_t highest = kMinInt;
+    int32_t phase_lowest = kMaxInt;
+    int32_t phase_highest = kMinInt;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       const int32_t position =
@@ -57,6 +59,8 @@ class WarpgroupMask {
       if (position != kNoRow) {
         lowest = min(lowest, aligned_[r]);
         highest = max(highest, aligned_[r]);
+        phase_lowest = min(phase_lowest, row_phases_[r]);
+        phase_highest = max(phase_highest, row_phases_[r]);
       }
     }
     lowest = __reduce_min_sync(kFullWarpMask, lowest);
@@ -64,6 +68,14 @@ class WarpgroupMask {
     if (lane == 0) {
       storage.warp_row_lowest[consumer_warp] = lowest;
       storage.warp_row_highest[consumer_warp] = highest;
+    }
+    if constexpr (Traits::kLattices) {
+      phase_lowest = __reduce_min_sync(kFullWarpMask, phase_lowest);
+      phase_highest = __reduce_max_sync(kFullWarpMask, phase_highest);
+      if (lane == 0) {
+        storage.warp_phase_lowest[consumer_warp] = phase_lowest;
+        storage.warp_phase_highest[consumer_warp] = phase_highest;
+      }
     }
   }
 
@@ -83,11 +95,29 @@ class WarpgroupMask {
   // call it (gathered chunks reduce their key bounds over the warp). For a gathered chunk it also
   // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
   // turn to issue, apply inside it, so the column list's latency stays off the turn.
-  __device__ ChunkCoverage classify(const KeyChunk& chunk, int lane) {
+  // `storage` and `warpgroup` as for gather_bounds (lattice chunks read the row phases' bounds,
+  // which are not kept in registers: the products need them).
+  template <class Storage>
+  __device__ ChunkCoverage classify(const Storage& storage, int warpgroup, const KeyChunk& chunk,
+                                    int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
-    if (chunk.gathered()) load_column_keys(chunk, lane, key_lowest, key_highest);
+    if (chunk.gathered() || (chunk.lattice() && !lattice_bits_serve(chunk))) {
+      load_column_keys(chunk, lane, key_lowest, key_highest);
+    }
+    if (chunk.lattice() && lattice_bits_serve(chunk) && policy_.period > 0) {
+      int32_t phase_lowest = ::cuda::std::numeric_limits<int32_t>::max();
+      int32_t phase_highest = ::cuda::std::numeric_limits<int32_t>::min();
+#pragma unroll
+      for (int w = 0; w < kWarpgroupWarps; ++w) {
+        phase_lowest =
+            min(phase_lowest, storage.warp_phase_lowest[warpgroup * kWarpgroupWarps + w]);
+        phase_highest =
+            max(phase_highest, storage.warp_phase_highest[warpgroup * kWarpgroupWarps + w]);
+      }
+      return classify_lattice(chunk, key_lowest, key_highest, phase_lowest, phase_highest);
+    }
     // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN);
@@ -96,15 +126,21 @@ class WarpgroupMask {
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
-    if (chunk.consecutive()) {
-      // Consecutive keys: each row's kept slots as a bit set built from intervals, shifted so that
-      // this thread's scores sit at bits known at compile time (tile·8 mod 32 + e%2 of word
-      // tile / 4): a score costs a bit test and a select.
+    if (chunk.consecutive() || (chunk.lattice() && lattice_bits_serve(chunk))) {
+      // Consecutive keys, or periods of them: each row's kept slots as a bit set built from
+      // intervals, shifted so that this thread's scores sit at bits known at compile time (tile·8
+      // mod 32 + e%2 of word tile / 4): a score costs a bit test and a select.
       uint32_t keep[kRowsPerThread][kSlotWords];
       const int shift = lane % kThreadsPerRow * 2;
+      const int32_t key_phase =
+          chunk.lattice() && policy_.period > 0 ? phase_of(static_cast<int32_t>(chunk.first)) : 0;
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
-        span_keep_bits(chunk, r, keep[r]);
+        if (chunk.lattice()) {
+          lattice_keep_bits(chunk, key_phase, r, keep[r]);
+        } else {
+          span_keep_bits(chunk, r, keep[r]);
+        }
 #pragma unroll
         for (int word = 0; word < kSlotWords; ++word) keep[r][word] >>= shift;
       }
@@ -210,6 +246,100 @@ class WarpgroupMask {
       }
 #pragma unroll
       for (int word = 0; word < kSlotWords; ++word) keep[word] &= band[word];
+    }
+  }
+
+  // Lattice chunks take bit sets when every period sees the band alike: a step that is a multiple
+  // of the band's period (or no band). Others are masked per score, like gathered keys.
+  __device__ bool lattice_bits_serve(const KeyChunk& chunk) const {
+    return policy_.period == 0 || chunk.step % policy_.period == 0;
+  }
+
+  // A lattice chunk's coverage for a policy with a band, when lattice_bits_serve: the distance
+  // terms from the key bounds as for any chunk, the band from phases. With a step that is a
+  // multiple of the period, a pair's phase is its row phase minus its key's phase; the chunk's
+  // key phases are [first, first + kLatticeWidth - 1] mod period (when they do not wrap), the
+  // warpgroup's row phases [phase_lowest, phase_highest].
+  __device__ ChunkCoverage classify_lattice(const KeyChunk& chunk, int32_t key_lowest,
+                                            int32_t key_highest, int32_t phase_lowest,
+                                            int32_t phase_highest) const {
+    MaskRecord distances = policy_;
+    distances.period = 0;
+    const ChunkCoverage by_distance =
+        classify_chunk(distances, row_lowest_, row_highest_, key_lowest, key_highest,
+                       chunk.count < Traits::kBlockN);
+    if (by_distance == ChunkCoverage::kNone) return ChunkCoverage::kNone;
+    const int32_t key_phase = phase_of(static_cast<int32_t>(chunk.first));
+    if (key_phase + kLatticeWidth > policy_.period) return ChunkCoverage::kPartial;
+    // Phase differences [low, high]; a negative one is its value plus the period (one wrap at
+    // most, both bounds lying in (-period, period)).
+    int32_t low = phase_lowest - (key_phase + kLatticeWidth - 1);
+    int32_t high = phase_highest - key_phase;
+    if (high < 0) {
+      low += policy_.period;
+      high += policy_.period;
+    } else if (low < 0) {
+      return ChunkCoverage::kPartial;  // the differences wrap: some near 0, some near the period
+    }
+    if (low >= policy_.band) return ChunkCoverage::kNone;
+    if (high >= policy_.band) return ChunkCoverage::kPartial;
+    return by_distance;
+  }
+
+  // The number of the chunk's slots whose keys lie below `key` (a lattice's keys ascend with the
+  // slot: kLatticeWidth consecutive keys per period, periods `step` apart).
+  __device__ static int32_t lattice_slots_below(const KeyChunk& chunk, int32_t key) {
+    const int32_t offset = key - static_cast<int32_t>(chunk.first);
+    if (offset <= 0) return 0;
+    const int32_t period = offset / chunk.step;
+    return min(chunk.count,
+               period * kLatticeWidth + min(offset - period * chunk.step, kLatticeWidth));
+  }
+
+  // The slots of a lattice chunk that this thread's row `row` keeps, as bits. Keys ascend with the
+  // slot, so every distance term (causal, minimum distance, window, sink) is an interval of
+  // slots; the band, when lattice_bits_serve, keeps the same slots of every period: one byte
+  // repeated.
+  // `key_phase`: the chunk's first key mod the band's period.
+  __device__ void lattice_keep_bits(const KeyChunk& chunk, int32_t key_phase, int row,
+                                    uint32_t (&keep)[kSlotWords]) const {
+    constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
+    int32_t farthest_kept = kMaxInt;  // the largest key the distance terms keep, if any bound
+    if (policy_.causal) farthest_kept = aligned_[row];
+    if (policy_.min_distance > 0) {
+      farthest_kept = min(farthest_kept, aligned_[row] - policy_.min_distance);
+    }
+    const int32_t end =
+        farthest_kept == kMaxInt ? chunk.count : lattice_slots_below(chunk, farthest_kept + 1);
+#pragma unroll
+    for (int word = 0; word < kSlotWords; ++word) keep[word] = slot_bits(0, end, word);
+    if (policy_.window > 0) {
+      const int32_t window_begin = lattice_slots_below(chunk, aligned_[row] - policy_.window + 1);
+      const int32_t sink_end = lattice_slots_below(chunk, policy_.window_sink);
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) {
+        keep[word] &= slot_bits(window_begin, Traits::kBlockN, word) | slot_bits(0, sink_end, word);
+      }
+    }
+    if (policy_.period > 0) {
+      // Slot t of a period is at distance reach - t (mod period) from the row, reach being the
+      // distance of slot 0; band j keeps distances [j·period, j·period + band), i.e. slots
+      // (nearest - band, nearest] for nearest = reach - j·period, from reach mod period (the
+      // phases' difference) up. The causal term above removes the negative distances.
+      int32_t nearest = row_phases_[row] - key_phase;
+      if (nearest < 0) nearest += policy_.period;
+      uint32_t band = 0;
+      for (; nearest - policy_.band + 1 < kLatticeWidth; nearest += policy_.period) {
+        band |= slot_bits(nearest - policy_.band + 1, nearest + 1, 0);
+      }
+      static_assert(kDecisionBits % kLatticeWidth == 0, "a word holds whole periods");
+      uint32_t repeated = 0;
+#pragma unroll
+      for (int period = 0; period < kDecisionBits / kLatticeWidth; ++period) {
+        repeated |= (band & ones_below(kLatticeWidth)) << (period * kLatticeWidth);
+      }
+#pragma unroll
+      for (int word = 0; word < kSlotWords; ++word) keep[word] &= repeated;
     }
   }
 

@@ -5,9 +5,9 @@
 
 namespace mmsparse::cuda {
 
-template void launch_wgmma_attention<__half, 128, 1>(const WgmmaAttentionParams&, int32_t, int32_t,
-                                                     cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 2>(const WgmmaAttentionParams&, int32_t, int32_t,
-                                                     cudaStream_t);
+template void launch_wgmma_attention<__half, 128, 1, false>(const WgmmaAttentionParams&, int32_t,
+                                                            int32_t, cudaStream_t);
+template void launch_wgmma_attention<__half, 128, 2, false>(const WgmmaAttentionParams&, int32_t,
+                                                            int32_t, cudaStream_t);
 
 }  // namespace mmsparse::cuda

@@ -92,6 +92,9 @@ struct DevicePlanLayout {
   std::size_t token_info = 0;        // int32 [kv_len] packed media and modality; when masks need it
   std::size_t bytes = 0;             // total size of the buffer
   bool has_token_info = false;
+  // The period of the spans section's lattice records (plan_view.cuh), which the wgmma kernel
+  // copies through views of that period; 0 without any (device builders make none).
+  int32_t lattice_step = 0;
 };
 
 // How many records each section of a buffer built on the device holds.

@@ -86,6 +86,61 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
   return order;
 }
 
+// Merges a tile's strided spans into lattice records (plan_view.cuh) where kLatticeWidth of them in
+// a row have one step, consecutive begins and one count of whole chunks' periods, and lie in the
+// whole periods of kv_len (the kernel's 5-D views end there) without crossing a period's end. The
+// first such group fixes the plan's lattice step; groups of another step stay strided spans, since
+// the kernel has views of one period.
+class LatticeMerger {
+ public:
+  explicit LatticeMerger(int64_t kv_len) : kv_len_(kv_len) {}
+
+  // Appends the records of strided spans [first, last) of `spans` to `records`.
+  void append(const std::vector<StridedSpan>& spans, int64_t first, int64_t last,
+              std::vector<SpanRecord>& records) {
+    for (int64_t s = first; s < last;) {
+      const StridedSpan& lead = spans[s];
+      if (starts_group(spans, s, last)) {
+        step_ = static_cast<int32_t>(lead.step);
+        const int64_t end = lead.begin + (lead.count() - 1) * lead.step + kLatticeWidth;
+        records.push_back({static_cast<int32_t>(lead.begin), static_cast<int32_t>(end),
+                           static_cast<int32_t>(lead.step), kLatticeWidth});
+        s += kLatticeWidth;
+        continue;
+      }
+      records.push_back({static_cast<int32_t>(lead.begin), static_cast<int32_t>(lead.end),
+                         static_cast<int32_t>(lead.step)});
+      ++s;
+    }
+  }
+
+  int32_t step() const { return step_; }
+
+ private:
+  static constexpr int64_t kPeriodsPerChunk = kGatherChunkKeys / kLatticeSpans;
+
+  bool starts_group(const std::vector<StridedSpan>& spans, int64_t s, int64_t last) const {
+    if (last - s < kLatticeWidth) return false;
+    const StridedSpan& lead = spans[s];
+    const int64_t count = lead.count();
+    if ((step_ != 0 && lead.step != step_) || count % kPeriodsPerChunk != 0 ||
+        lead.begin % lead.step + kLatticeWidth > lead.step ||
+        lead.begin / lead.step + count > kv_len_ / lead.step) {
+      return false;
+    }
+    for (int64_t j = 1; j < kLatticeWidth; ++j) {
+      const StridedSpan& next = spans[s + j];
+      if (next.step != lead.step || next.begin != lead.begin + j || next.count() != count) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  int64_t kv_len_;
+  int32_t step_ = 0;
+};
+
 // The packed arrays on the host, in upload order.
 struct HostSections {
   std::vector<int64_t> head_run_offsets;
@@ -97,6 +152,7 @@ struct HostSections {
   std::vector<int32_t> columns;
   std::vector<int32_t> token_info;
   bool covers_every_row = true;
+  int32_t lattice_step = 0;  // of the lattice records; 0 without
 };
 
 HostSections pack_sections(const Plan& plan) {
@@ -106,6 +162,7 @@ HostSections pack_sections(const Plan& plan) {
   sections.head_run_offsets.push_back(0);
   sections.tiles.reserve(plan.tiles.size());
   sections.spans.reserve(plan.spans.size() + plan.strided_spans.size());
+  LatticeMerger lattices(plan.shape.kv_len);
   for (int64_t slot = 0; slot < slots; ++slot) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
@@ -122,15 +179,13 @@ HostSections pack_sections(const Plan& plan) {
     for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
       const QueryTile& tile = plan.tiles[t];
       covered_rows += tile.end - tile.begin;  // validate() proved the tiles of a slot disjoint
-      // The tile's key ranges: its spans (step 1), then its strided spans.
+      // The tile's key ranges: its spans (step 1), then its strided spans and lattices.
       const auto ranges_begin = static_cast<int64_t>(sections.spans.size());
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
         sections.spans.push_back({plan.spans[s].begin, plan.spans[s].end, 1});
       }
-      for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
-        const StridedSpan& lattice = plan.strided_spans[s];
-        sections.spans.push_back({lattice.begin, lattice.end, lattice.step});
-      }
+      lattices.append(plan.strided_spans, plan.tile_strided_offsets[t],
+                      plan.tile_strided_offsets[t + 1], sections.spans);
       sections.tiles.push_back({static_cast<int32_t>(tile.begin), static_cast<int32_t>(tile.end),
                                 static_cast<int32_t>(slot), plan.tile_masks[t], ranges_begin,
                                 static_cast<int64_t>(sections.spans.size()),
@@ -139,6 +194,7 @@ HostSections pack_sections(const Plan& plan) {
     if (covered_rows != plan.shape.q_len) sections.covers_every_row = false;
   }
 
+  sections.lattice_step = lattices.step();
   sections.schedule = heaviest_first(plan);
 
   bool needs_tokens = false;
@@ -200,6 +256,7 @@ DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream) {
   layout_.columns = append_section(staging, sections.columns);
   layout_.token_info = append_section(staging, sections.token_info);
   layout_.has_token_info = !sections.token_info.empty();
+  layout_.lattice_step = sections.lattice_step;
   layout_.bytes = align_section(staging.size());
   staging.resize(layout_.bytes);
 

@@ -1,8 +1,8 @@
 #pragma once
 // A tile's keys as a sequence of chunks of at most kBlockN keys: each key range (a span, then the
-// strided spans) cut into consecutive chunks (the last one partial, any alignment), then the
-// gathered columns kBlockN at a time. Every thread of the CTA walks the same sequence, so chunk
-// decisions are uniform without communication.
+// strided spans and lattices) cut into consecutive chunks (the last one partial, any alignment;
+// a lattice's chunks are whole), then the gathered columns kBlockN at a time. Every thread of the
+// CTA walks the same sequence, so chunk decisions are uniform without communication.
 
 #include <cstdint>
 
@@ -13,30 +13,49 @@ namespace mmsparse::cuda {
 
 // A chunk's step: a span chunk's keys are consecutive (kConsecutive: one tensor copy), a strided
 // chunk's every step-th key, a column chunk's read from the column list (kFromColumns). Strided and
-// column chunks are gathered row by row.
+// column chunks are gathered row by row. A lattice chunk holds count / kLatticeWidth periods of
+// kLatticeWidth consecutive keys, `step` apart: one tensor copy on the wgmma kernel, gathered on
+// the mma.sync kernel.
 inline constexpr int32_t kFromColumns = 0;
 inline constexpr int32_t kConsecutive = 1;
+
+// log2 of kLatticeWidth: a lattice chunk's slot is (period << kLatticeShift) + key in the period.
+inline constexpr int32_t kLatticeShift = 3;
+static_assert((1 << kLatticeShift) == kLatticeWidth, "kLatticeShift is log2(kLatticeWidth)");
 
 struct KeyChunk {
   int64_t
       first;  // span/strided chunk: first key; column chunk: index of its first entry in columns
   int32_t count;  // keys in the chunk, 1..kBlockN
   int32_t step;   // kConsecutive, a stride >= 2, or kFromColumns
+  // kLatticeShift for a lattice chunk, else 0: slot s holds key first + (s >> shift) · step +
+  // (s mod 2^shift), one formula for span, strided and lattice chunks (no branch per key).
+  int32_t shift = 0;
 
   __device__ bool consecutive() const { return step == kConsecutive; }
-  __device__ bool gathered() const { return step != kConsecutive; }
+  __device__ bool lattice() const { return shift != 0; }
+  // Loaded row by row (cp.async) rather than by tensor copies on the wgmma kernel.
+  __device__ bool gathered() const { return step != kConsecutive && !lattice(); }
   __device__ bool from_columns() const { return step == kFromColumns; }
   __device__ int32_t key(const int32_t* columns, int32_t slot) const {
-    return from_columns() ? columns[first + slot] : static_cast<int32_t>(first) + slot * step;
+    return from_columns() ? columns[first + slot] : arithmetic_key(slot);
   }
-  // The last key of a span or strided chunk (keys ascend in both).
-  __device__ int32_t last_key() const { return static_cast<int32_t>(first) + (count - 1) * step; }
+  // The last key of a span, strided or lattice chunk (keys ascend in all three).
+  __device__ int32_t last_key() const { return arithmetic_key(count - 1); }
+
+ private:
+  __device__ int32_t arithmetic_key(int32_t slot) const {
+    return static_cast<int32_t>(first) + (slot >> shift) * step + (slot & ((1 << shift) - 1));
+  }
 };
 
-template <int kBlockN>
+// kLattices false: a kernel compiled for plans without lattice records (their chunks' shift is 0
+// at compile time).
+template <int kBlockN, bool kLattices = true>
 class KeyChunkCursor {
   static_assert(kGatherChunkKeys % kBlockN == 0,
                 "builders size strided spans in whole kGatherChunkKeys: chunks must divide it");
+  static_assert(kBlockN % kLatticeWidth == 0, "a lattice chunk holds whole periods");
 
  public:
   __device__ KeyChunkCursor(const TileRecord& tile, const SpanRecord* spans)
@@ -53,13 +72,16 @@ class KeyChunkCursor {
   // The next chunk; requires !done().
   __device__ KeyChunk next() {
     if (span_ < span_end_) {
-      const int32_t range_end = spans_[span_].end;
-      const int32_t step = spans_[span_].step;
-      const int32_t remaining =
-          step == kConsecutive ? range_end - next_key_ : (range_end - next_key_ + step - 1) / step;
-      const KeyChunk chunk{next_key_, min(kBlockN, remaining), step};
-      next_key_ += chunk.count * step;
-      if (next_key_ >= range_end && ++span_ < span_end_) next_key_ = spans_[span_].begin;
+      const SpanRecord& range = spans_[span_];
+      const int32_t shift = kLattices && range.width > 1 ? kLatticeShift : 0;
+      // Keys of the range from next_key_ on; the span path, which dense runs, divides by nothing.
+      int32_t remaining = range.end - next_key_;
+      if (range.step != kConsecutive) {
+        remaining = ((remaining - (1 << shift)) / range.step + 1) << shift;
+      }
+      const KeyChunk chunk{next_key_, min(kBlockN, remaining), range.step, shift};
+      next_key_ += (chunk.count >> shift) * range.step;
+      if (next_key_ >= range.end && ++span_ < span_end_) next_key_ = spans_[span_].begin;
       return chunk;
     }
     const KeyChunk chunk{

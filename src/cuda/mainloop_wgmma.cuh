@@ -1,7 +1,8 @@
 #pragma once
 // The wgmma mainloop: a producer warpgroup streams a tile's key chunks (the plan's spans cut into
-// chunks of kBlockN keys, any alignment, as tensor copies on transaction barriers; then its
-// gathered columns kBlockN at a time, as cp.async row gathers into the same swizzled layout) into
+// chunks of kBlockN keys, any alignment, and its lattices, as tensor copies on transaction
+// barriers; then its gathered columns kBlockN at a time, as cp.async row gathers into the same
+// swizzled layout) into
 // a ring of shared-memory stages; consumer warpgroups gather their query rows once and, per chunk,
 // issue S = Q·K^T (both operands in shared memory) and O += P·V (P in registers) as asynchronous
 // wgmma groups, which the kernel overlaps with the softmax.
@@ -38,11 +39,16 @@ class WgmmaMainloop {
   // both the arrivals and the tensor copies' bytes are in.
   __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
                                         const TileWork& work, int thread) {
-    KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.attention.plan.spans);
+    KeyChunkCursor<Traits::kBlockN, Traits::kLattices> cursor(work.tile,
+                                                              params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
     if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);
       prefetch_tensor_map(&params.values);
+      if constexpr (Traits::kLattices) {
+        prefetch_tensor_map(&params.lattice_keys);
+        prefetch_tensor_map(&params.lattice_values);
+      }
     }
     PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
@@ -59,6 +65,8 @@ class WgmmaMainloop {
       if (chunk.gathered()) {
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
         barrier_arrive_after_async_copies(loaded);
+      } else if (thread == 0 && chunk.lattice()) {
+        copy_lattice_chunk(params, work, chunk, keys, values, loaded);
       } else if (thread == 0) {
         copy_span_chunk(params, work, chunk, keys, values, loaded);
       } else {
@@ -81,6 +89,26 @@ class WgmmaMainloop {
       copy_tensor_4d(keys + offset, &params.keys, column, work.kv_head, row, work.batch, loaded);
       copy_tensor_4d(values + offset, &params.values, column, work.kv_head, row, work.batch,
                      loaded);
+    }
+  }
+
+  // A lattice chunk (always whole: kBlockN / kLatticeWidth periods of kLatticeWidth keys) as one
+  // box per column block of the 5-D views, whose rows land as a span chunk's would.
+  __device__ static void copy_lattice_chunk(const WgmmaAttentionParams& params,
+                                            const TileWork& work, const KeyChunk& chunk,
+                                            uint32_t keys, uint32_t values, uint32_t loaded) {
+    barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
+    const auto first = static_cast<int32_t>(chunk.first);
+    const int32_t period = first / chunk.step;
+    const int32_t row = first - period * chunk.step;
+#pragma unroll
+    for (int block = 0; block < Traits::kColumnBlocks; ++block) {
+      const int32_t column = block * Traits::kAtomElements;
+      const uint32_t offset = block * Traits::kChunkBlockBytes;
+      copy_tensor_5d(keys + offset, &params.lattice_keys, column, work.kv_head, row, period,
+                     work.batch, loaded);
+      copy_tensor_5d(values + offset, &params.lattice_values, column, work.kv_head, row, period,
+                     work.batch, loaded);
     }
   }
 

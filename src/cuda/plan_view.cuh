@@ -48,15 +48,29 @@ struct MaskRecord {
 // A tile's key range: keys begin, begin + step, ... below end. A plan's span is step 1, its
 // strided span step >= 2; a tile lists its spans first. Builders that write spans may leave step
 // at its default.
+//
+// A lattice (width > 1, only ever made by the upload, device_plan.cu) is `width` consecutive
+// strided spans of one step and one period count merged into one record: keys begin + i·step + t
+// for t < width, end = its last key + 1. The wgmma kernel copies a chunk of it, kBlockN / width
+// periods of `width` rows, with one tensor copy through a view of K/V cut into periods of `step`
+// rows (DevicePlan::lattice_step).
 struct SpanRecord {
   int32_t begin;
   int32_t end;
   int32_t step = 1;
+  int32_t width = 1;
 };
+
+// The width of every lattice record (plan.h's kLatticeSpans): with 128-key chunks, a chunk is 16
+// periods of 8 keys, the geometry a grid-like band of 64 keys per period needs (grid_mask.cpp,
+// docs/perf-notes.md v6).
+inline constexpr int32_t kLatticeWidth = static_cast<int32_t>(kLatticeSpans);
 
 // The number of keys of a key range.
 __host__ __device__ inline int64_t range_keys(const SpanRecord& range) {
-  return (static_cast<int64_t>(range.end) - range.begin + range.step - 1) / range.step;
+  const int64_t periods =
+      (static_cast<int64_t>(range.end) - range.width - range.begin + range.step) / range.step;
+  return periods * range.width;
 }
 
 // token_info packs a token's media index and modality: ((media + 1) << kModalityBits) | modality.

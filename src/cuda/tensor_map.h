@@ -29,4 +29,18 @@ struct RowTensorMapRequest {
 // without tensor copies).
 bool encode_row_tensor_map(const RowTensorMapRequest& request, CUtensorMap& map);
 
+// The same rows cut into periods of `period` rows: a 5-D view [batch][periods][period][heads]
+// [head_dim] over the first periods × period rows (only whole periods: a box never reads past
+// them), box [1][box_periods][box_rows][1][box_columns], 128-byte swizzled. Its box lands in
+// shared memory as box_periods × box_rows consecutive rows, exactly as a 2-D box of that many
+// rows would, so a lattice chunk (plan_view.cuh) and a span chunk share one layout.
+struct LatticeTensorMapRequest {
+  RowTensorMapRequest rows;  // rows.box_rows is the box's rows per period
+  int64_t period = 0;
+  int64_t periods = 0;
+  int box_periods = 0;
+};
+
+bool encode_lattice_tensor_map(const LatticeTensorMapRequest& request, CUtensorMap& map);
+
 }  // namespace mmsparse::cuda

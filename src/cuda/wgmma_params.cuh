@@ -15,6 +15,12 @@ struct WgmmaAttentionParams {
   // with 128-byte swizzle; rows past kv_len read as zeros.
   CUtensorMap keys;
   CUtensorMap values;
+  // 5-D views of the same K/V cut into periods of DevicePlan::lattice_step rows, box of
+  // kBlockN / kLatticeWidth periods × kLatticeWidth rows (tensor_map.h); unset when the plan has
+  // no lattice records.
+  CUtensorMap lattice_keys;
+  CUtensorMap lattice_values;
+  int32_t lattice_step;  // the views' period; 0 without lattice records
 };
 
 }  // namespace mmsparse::cuda

@@ -80,6 +80,18 @@ __device__ inline void copy_tensor_4d(uint32_t destination, const CUtensorMap* m
       : "memory");
 }
 
+// The same for a 5-D tensor map.
+__device__ inline void copy_tensor_5d(uint32_t destination, const CUtensorMap* map, int32_t c0,
+                                      int32_t c1, int32_t c2, int32_t c3, int32_t c4,
+                                      uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(barrier)
+      : "memory");
+}
+
 __device__ inline void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

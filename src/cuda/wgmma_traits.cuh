@@ -11,11 +11,15 @@
 
 namespace mmsparse::cuda {
 
-template <class Element_, int kHeadDim_, int kConsumerWarpgroups_>
+// kLattices_: the kernel for plans with lattice records (DevicePlanLayout::lattice_step). The
+// others compile without the lattice paths, which cost the dense mainloop 4-8% when merely
+// present (docs/perf-notes.md, v6).
+template <class Element_, int kHeadDim_, int kConsumerWarpgroups_, bool kLattices_ = false>
 struct WgmmaTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static constexpr bool kLattices = kLattices_;
 
   static constexpr int kWarpgroupRows = 64;  // M of every wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kWarpgroupRows;
@@ -114,6 +118,10 @@ struct WgmmaSharedStorage {
   int32_t row_positions[Traits::kBlockM];    // original query position or kNoRow
   int32_t warp_row_lowest[Traits::kConsumerWarps];  // bounds of each consumer warp's aligned rows
   int32_t warp_row_highest[Traits::kConsumerWarps];
+  // Bounds of each consumer warp's row phases (aligned position mod the mask's period), for
+  // lattice chunks (attention_mask_wgmma.cuh); unused without a period.
+  int32_t warp_phase_lowest[Traits::kConsumerWarps];
+  int32_t warp_phase_highest[Traits::kConsumerWarps];
 };
 
 // Dynamic shared memory is only guaranteed 16-byte alignment; the launch adds an atom of slack and

@@ -15,12 +15,19 @@
 //    (`columns=0`, the default: one per 128-key chunk, so about half the computed pairs are
 //    masked out, but span chunks load by tensor copies and mask cheaply) or gathered columns
 //    (`columns=1`: they pack the chunks fully, 1.2x the useful pairs, but their masks cost more;
-//    on an H100 the spans ran 51 ms and the columns 63 ms at 128K, docs/perf-notes.md, v5).
+//    on an H100 the spans ran 51 ms and the columns 63 ms at 128K, docs/perf-notes.md, v5), or,
+//    the default where the period allows (a multiple of 8 of at least band + phases + 14; spans
+//    otherwise), lattices (`lattice=1`): the tile's residues mod period, widened to whole groups
+//    of kLatticeSpans, each with its keys in every earlier period as one strided span, a group
+//    over one range of whole 16-period chunks, which the CUDA upload copies as tensor boxes of 16
+//    periods × 8 keys (plan.h); 1.27x the useful pairs at 128K, most chunks without an element
+//    mask (36 ms on an H100 at 128K, docs/perf-notes.md, v6). columns=1 overrides lattice.
 //
 // The passes are disjoint (pass 1 keeps keys >= sink at distance >= local, all of which pass 0's
 // window and sink leave out) and their union is the mask.
 
 #include <algorithm>
+#include <array>
 #include <span>
 #include <vector>
 
@@ -41,19 +48,27 @@ constexpr int64_t kDefaultBand = 64;
 // of them in each row's band (docs/perf-notes.md, v5).
 constexpr int64_t kDefaultPhases = 8;
 constexpr int64_t kDefaultColumns = 0;
+constexpr int64_t kDefaultLattice = 1;
+// A lattice group's residues share each period's tensor box, so they must not straddle a period
+// (period a multiple of the group) and a tile's widened residues must fit in one period: at most
+// kLatticeSpans - 1 residues of widening on each side.
+constexpr int64_t kLatticeSlack = 2 * (kLatticeSpans - 1);
+constexpr int64_t kLatticeChunkPeriods = kGatherChunkKeys / kLatticeSpans;
 constexpr int kPasses = 2;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 struct GridMask {
   int64_t sink, local, period, band, phases;
-  bool columns;
+  bool columns, lattice;
 };
 
 GridMask read_params(const PatternSpec& spec, const PlanShape& shape) {
   GridMask grid{checked_param(spec, "sink", 0),   checked_param(spec, "local", 1),
                 checked_param(spec, "period", 1), checked_param(spec, "band", 1),
-                checked_param(spec, "phases", 1), checked_flag(spec, "columns")};
+                checked_param(spec, "phases", 1), checked_flag(spec, "columns"),
+                checked_flag(spec, "lattice")};
   if (grid.band > grid.period) {
     throw_invalid_argument(spec.name + " parameter band",
                            "<= period = " + std::to_string(grid.period), std::to_string(grid.band));
@@ -64,6 +79,10 @@ GridMask read_params(const PatternSpec& spec, const PlanShape& shape) {
                                " and <= tile_rows = " + std::to_string(shape.tile_rows),
                            std::to_string(grid.phases));
   }
+  // Lattices need groups that never straddle a period and a tile's widened residues inside one
+  // period; elsewhere the bands stay spans (the same pairs either way).
+  grid.lattice = grid.lattice && !grid.columns && grid.period % kLatticeSpans == 0 &&
+                 grid.band + grid.phases + kLatticeSlack <= grid.period;
   return grid;
 }
 
@@ -79,6 +98,51 @@ void build_window_pass(PlanBuilder& builder, const GridMask& grid, const PlanSha
     builder.add_span(std::clamp<int64_t>(begin + offset - grid.local + 1, grid.sink, keys_end),
                      keys_end);
   }
+}
+
+// The keys of a band tile (residues [first_phase - band + 1, last_phase] mod period, keys in
+// [sink, keys_end)) as lattices: per group of kLatticeSpans residues, one strided span per residue
+// over one period range of whole chunks, inside the whole periods of kv_len, starting where every
+// residue of the group is past the sink; a residue's keys outside that range become columns.
+// Keys the range adds beyond keys_end are left out by the mask's minimum distance.
+void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanShape& shape,
+                       int64_t first_phase, int64_t last_phase, int64_t keys_end) {
+  const int64_t whole_periods = shape.kv_len / grid.period;
+  std::vector<int64_t> columns;
+  const int64_t lowest = floor_div(first_phase - grid.band + 1, kLatticeSpans) * kLatticeSpans;
+  for (int64_t group = lowest; group <= last_phase; group += kLatticeSpans) {
+    const int64_t first_residue = group - floor_div(group, grid.period) * grid.period;
+    // Periods [begin, end) of each residue's keys in [sink, keys_end).
+    std::array<int64_t, kLatticeSpans> begin{};
+    std::array<int64_t, kLatticeSpans> end{};
+    for (int64_t j = 0; j < kLatticeSpans; ++j) {
+      const int64_t residue = first_residue + j;
+      begin[j] = ceil_div(std::max<int64_t>(grid.sink - residue, 0), grid.period);
+      end[j] = std::max(begin[j], ceil_div(keys_end - residue, grid.period));
+    }
+    const int64_t lattice_begin = *std::max_element(begin.begin(), begin.end());
+    const int64_t needed = *std::max_element(end.begin(), end.end()) - lattice_begin;
+    const int64_t room = std::max<int64_t>(0, whole_periods - lattice_begin);
+    const int64_t periods = needed <= 0 ? 0
+                                        : std::min(ceil_div(needed, kLatticeChunkPeriods),
+                                                   room / kLatticeChunkPeriods) *
+                                              kLatticeChunkPeriods;
+    const int64_t lattice_end = lattice_begin + periods;
+    for (int64_t j = 0; j < kLatticeSpans && periods > 0; ++j) {
+      const int64_t residue = first_residue + j;
+      builder.add_strided_span(residue + lattice_begin * grid.period,
+                               residue + (lattice_end - 1) * grid.period + 1, grid.period);
+    }
+    for (int64_t j = 0; j < kLatticeSpans; ++j) {
+      for (int64_t i = begin[j]; i < end[j]; ++i) {
+        if (i < lattice_begin || i >= lattice_end) {
+          columns.push_back(first_residue + j + i * grid.period);
+        }
+      }
+    }
+  }
+  std::sort(columns.begin(), columns.end());
+  for (const int64_t key : columns) builder.add_column(key);
 }
 
 void build_bands_pass(PlanBuilder& builder, const GridMask& grid, const PlanShape& shape) {
@@ -118,6 +182,10 @@ void build_bands_pass(PlanBuilder& builder, const GridMask& grid, const PlanShap
   for (const Tile& tile : tiles) {
     builder.begin_tile(tile.begin, tile.end, mask);
     const int64_t keys_end = std::min(shape.kv_len, tile.highest_aligned - grid.local + 1);
+    if (grid.lattice) {
+      add_band_lattices(builder, grid, shape, tile.first_phase, tile.last_phase, keys_end);
+      continue;
+    }
     int64_t previous_end = grid.sink;  // ranges of neighbouring periods may touch
     for (int64_t i = 0; i * grid.period + tile.first_phase - grid.band + 1 < keys_end; ++i) {
       const int64_t begin =
@@ -142,8 +210,9 @@ void build_grid_mask(std::span<PlanBuilder> passes, const PatternSpec& spec,
 }
 
 Params grid_mask_params(int64_t) {
-  return {{"sink", kDefaultSink}, {"local", kDefaultLocal},   {"period", kDefaultPeriod},
-          {"band", kDefaultBand}, {"phases", kDefaultPhases}, {"columns", kDefaultColumns}};
+  return {{"sink", kDefaultSink},      {"local", kDefaultLocal},   {"period", kDefaultPeriod},
+          {"band", kDefaultBand},      {"phases", kDefaultPhases}, {"columns", kDefaultColumns},
+          {"lattice", kDefaultLattice}};
 }
 
 }  // namespace
@@ -153,7 +222,8 @@ PatternEntry grid_mask_entry() {
       {"grid-mask",
        "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); two "
        "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
-       "spans or gathered columns (columns=1); exact",
+       "lattices copied in boxes (lattice=1, where period is a multiple of 8 >= band + phases + "
+       "14), gathered columns (columns=1) or spans; exact",
        "grid-mask:sink=128,local=1024,period=1024,band=64"},
       nullptr,
       grid_mask_params};

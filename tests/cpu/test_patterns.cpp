@@ -69,19 +69,25 @@ Case random_case(std::mt19937_64& rng, const std::string& name, const PlanShape&
             }};
   }
   if (name == "grid-mask") {
+    // The bands as spans, columns or lattices; lattices need a period of whole groups that holds
+    // a tile's widened residues (grid_mask.cpp).
+    constexpr int64_t kLatticeSlack = 2 * (kLatticeSpans - 1);
+    const int64_t keys = uniform(rng, 0, 2);
+    const bool lattice = keys == 2;
     const int64_t sink = uniform(rng, 0, 40);
     const int64_t local = uniform(rng, 1, 100);
-    const int64_t period = uniform(rng, 1, 80);
-    const int64_t band = uniform(rng, 1, period);
-    const int64_t phases = uniform(rng, 1, std::min(period, shape.tile_rows));
-    const int64_t columns = uniform(rng, 0, 1);
+    const int64_t period = lattice ? kLatticeSpans * uniform(rng, 3, 10) : uniform(rng, 1, 80);
+    const int64_t phases =
+        uniform(rng, 1, std::min(lattice ? period - kLatticeSlack - 1 : period, shape.tile_rows));
+    const int64_t band = uniform(rng, 1, lattice ? period - phases - kLatticeSlack : period);
     return {{name,
              {{"sink", sink},
               {"local", local},
               {"period", period},
               {"band", band},
               {"phases", phases},
-              {"columns", columns}}},
+              {"columns", keys == 1 ? 1 : 0},
+              {"lattice", lattice ? 1 : 0}}},
             [=](int64_t i, int64_t k) {
               const int64_t a = i + offset;
               return k <= a && (k < sink || a - k < local || (a - k) % period < band);
@@ -186,6 +192,48 @@ TEST(StaticPatterns, GridMaskRejectsBadParameters) {
                ErrorCode::kInvalidArgument, {"grid-mask parameter local", ">= 1"});
   expect_error([&] { build_plan(PatternSpec::parse("grid-mask:columns=2"), shape); },
                ErrorCode::kInvalidArgument, {"grid-mask parameter columns", "0 or 1"});
+}
+
+// The bands as lattices: a tile's keys are groups of kLatticeSpans strided spans of the period,
+// with consecutive begins and whole chunks' periods (what the CUDA upload copies as boxes), and the
+// plan keeps issue 3's mask (StaticPatterns above checks it on random parameters).
+TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
+  constexpr int64_t kPeriods = 40;
+  constexpr int64_t kPeriod = 64;
+  const PlanShape shape{
+      .q_len = kPeriods * kPeriod, .kv_len = kPeriods * kPeriod, .tile_rows = 128};
+  const Plan plan = build_plan(
+      PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8,phases=8,lattice=1"), shape);
+  const Plan& bands = plan.extra_passes.at(0);
+  ASSERT_FALSE(bands.strided_spans.empty());
+  for (int64_t t = 0; t < bands.num_tiles(); ++t) {
+    const int64_t first = bands.tile_strided_offsets[t];
+    const int64_t last = bands.tile_strided_offsets[t + 1];
+    ASSERT_EQ((last - first) % kLatticeSpans, 0) << "tile " << t;
+    for (int64_t s = first; s < last; ++s) {
+      const StridedSpan& span = bands.strided_spans[s];
+      const StridedSpan& lead =
+          bands.strided_spans[first + (s - first) / kLatticeSpans * kLatticeSpans];
+      EXPECT_EQ(span.step, kPeriod);
+      EXPECT_EQ(span.begin, lead.begin + (s - first) % kLatticeSpans);
+      EXPECT_EQ(span.count(), lead.count());
+      EXPECT_EQ(span.count() % (kGatherChunkKeys / kLatticeSpans), 0);
+      EXPECT_LE(span.begin / kPeriod + span.count(), kPeriods);
+      EXPECT_LE(span.begin % kPeriod + kLatticeSpans - (s - first) % kLatticeSpans, kPeriod);
+    }
+  }
+  // A period that no group of 8 divides keeps the bands as spans, with the same pairs.
+  const Plan spans =
+      build_plan(PatternSpec::parse("grid-mask:sink=16,local=64,period=60,band=8"), shape);
+  EXPECT_TRUE(spans.extra_passes.at(0).strided_spans.empty());
+  EXPECT_FALSE(spans.extra_passes.at(0).spans.empty());
+  const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+  for (int64_t q = 0; q < shape.q_len; q += 5) {
+    for (int64_t k = 0; k < shape.kv_len; ++k) {
+      const bool expected = k <= q && (k < 16 || q - k < 64 || (q - k) % kPeriod < 8);
+      ASSERT_EQ(mask[q * shape.kv_len + k] != 0, expected) << "query " << q << ", key " << k;
+    }
+  }
 }
 
 TEST(StaticPatterns, StridedBandsCoverTheExactLines) {

@@ -135,8 +135,8 @@ MaskPolicy random_policy(Random& random, MaskMix mix) {
   return policy;
 }
 
-// Spans (disjoint, sorted, any alignment), strided spans and columns (unique, outside the spans,
-// random order) of one tile whose rows have the given aligned positions.
+// Spans (disjoint, sorted, any alignment), strided spans, lattice groups and columns (unique,
+// outside the spans, random order) of one tile whose rows have the given aligned positions.
 void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shape,
                      const RandomPlanOptions& options, int64_t lowest_aligned,
                      int64_t highest_aligned) {
@@ -178,6 +178,25 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
       end += step;
     }
     builder.add_strided_span(first, std::min(end, kv_len), step);
+  }
+  constexpr int64_t kChunkPeriods = kGatherChunkKeys / kLatticeSpans;
+  const int64_t groups = random.uniform_int(0, options.max_lattice_groups);
+  for (int64_t g = 0; g < groups && kv_len >= kChunkPeriods * kLatticeSpans; ++g) {
+    const int64_t step = random.uniform_int(kLatticeSpans, kv_len / kChunkPeriods);
+    const int64_t whole_periods = kv_len / step;
+    const int64_t periods = kChunkPeriods * random.uniform_int(1, whole_periods / kChunkPeriods);
+    const int64_t first = random.uniform_int(0, whole_periods - periods) * step +
+                          random.uniform_int(0, step - kLatticeSpans);
+    const auto key_of = [&](int64_t period, int64_t t) { return first + period * step + t; };
+    bool uncovered = true;
+    for (int64_t i = 0; i < periods && uncovered; ++i) {
+      for (int64_t t = 0; t < kLatticeSpans; ++t) uncovered = uncovered && !covered[key_of(i, t)];
+    }
+    if (!uncovered) continue;
+    for (int64_t t = 0; t < kLatticeSpans; ++t) {
+      for (int64_t i = 0; i < periods; ++i) covered[key_of(i, t)] = 1;
+      builder.add_strided_span(key_of(0, t), key_of(periods - 1, t) + 1, step);
+    }
   }
   const int64_t columns = random.uniform_int(0, options.max_columns);
   for (int64_t c = 0; c < columns; ++c) {

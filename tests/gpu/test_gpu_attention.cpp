@@ -160,6 +160,49 @@ TEST_P(GpuAttention, StridedSpansAcrossChunks) {
   expect_wgmma_ran();
 }
 
+// The step of the lattice records pass `pass` of `plan` has once uploaded; 0 without any.
+int32_t uploaded_lattice_step(const Plan& plan, int64_t pass) {
+  return cuda::DevicePlan(plan, pass, nullptr).layout().lattice_step;
+}
+
+// Lattices (plan.h: kLatticeSpans strided spans of one step over consecutive keys and whole
+// chunks' periods; tensor boxes on the wgmma kernel, gathers on mma.sync): random groups of random
+// steps beside spans, strided spans and columns under random positional masks (a band's period
+// seldom divides the step: per-score masks), then the grid mask's bands as lattices (the band's
+// period is the step: bit-set masks and the phase classification of whole chunks).
+TEST_P(GpuAttention, LatticeChunks) {
+  constexpr int64_t kLatticeGroups = 3;
+  constexpr int64_t kMinLength = 600;
+  constexpr int64_t kMaxLength = 900;
+  constexpr int64_t kMaxExtraKeys = 200;
+  constexpr int kPlanAttempts = 20;
+  const char* grid_mask = "grid-mask:sink=8,local=40,period=32,band=6,phases=4,lattice=1";
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{7}}) {
+    ProblemSize size = random_problem(random, GetParam(), 2, group);
+    size.q_len = random.uniform_int(kMinLength, kMaxLength);
+    size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.masks = MaskMix::kPositional;
+    options.leave_gaps = true;
+    options.max_lattice_groups = kLatticeGroups;
+    Plan plan = random_plan(random, plan_shape(size, false), options);
+    for (int attempt = 0; attempt < kPlanAttempts && uploaded_lattice_step(plan, 0) == 0;
+         ++attempt) {
+      plan = random_plan(random, plan_shape(size, false), options);
+    }
+    ASSERT_GT(uploaded_lattice_step(plan, 0), 0);
+    check_plan(random, plan, inputs, size);
+
+    const Plan bands = build_plan(PatternSpec::parse(grid_mask), plan_shape(size, true));
+    ASSERT_EQ(uploaded_lattice_step(bands, 1), 32);
+    check_plan(random, bands, inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
 // Spans only, with the same permuted orders, gaps and unaligned spans.
 TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   Random random;
