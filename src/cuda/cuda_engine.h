@@ -120,8 +120,9 @@ class DevicePlan {
  public:
   DevicePlan() = default;
   DevicePlan(const Plan& plan, void* stream);  // a plan of one pass; stream: cudaStream_t
-  // Pass `pass` of `plan` (the whole plan is validated).
-  DevicePlan(const Plan& plan, int64_t pass, void* stream);
+  // Pass `pass` of `plan` (the whole plan is validated). merge_lattices false keeps every strided
+  // span its own record, as the device builders write them (tests compare records with theirs).
+  DevicePlan(const Plan& plan, int64_t pass, void* stream, bool merge_lattices = true);
   ~DevicePlan();
   DevicePlan(DevicePlan&& other) noexcept;
   DevicePlan& operator=(DevicePlan&& other) noexcept;

@@ -93,7 +93,8 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
 // the kernel has views of one period.
 class LatticeMerger {
  public:
-  explicit LatticeMerger(int64_t kv_len) : kv_len_(kv_len) {}
+  // merge false: every strided span stays its own record.
+  LatticeMerger(int64_t kv_len, bool merge) : kv_len_(kv_len), merge_(merge) {}
 
   // Appends the records of strided spans [first, last) of `spans` to `records`.
   void append(const std::vector<StridedSpan>& spans, int64_t first, int64_t last,
@@ -120,7 +121,7 @@ class LatticeMerger {
   static constexpr int64_t kPeriodsPerChunk = kGatherChunkKeys / kLatticeSpans;
 
   bool starts_group(const std::vector<StridedSpan>& spans, int64_t s, int64_t last) const {
-    if (last - s < kLatticeWidth) return false;
+    if (!merge_ || last - s < kLatticeWidth) return false;
     const StridedSpan& lead = spans[s];
     const int64_t count = lead.count();
     if ((step_ != 0 && lead.step != step_) || count % kPeriodsPerChunk != 0 ||
@@ -138,6 +139,7 @@ class LatticeMerger {
   }
 
   int64_t kv_len_;
+  bool merge_;
   int32_t step_ = 0;
 };
 
@@ -155,14 +157,14 @@ struct HostSections {
   int32_t lattice_step = 0;  // of the lattice records; 0 without
 };
 
-HostSections pack_sections(const Plan& plan) {
+HostSections pack_sections(const Plan& plan, bool merge_lattices) {
   HostSections sections;
   const int64_t slots = plan.head_slots();
   sections.head_run_offsets.reserve(static_cast<std::size_t>(slots) + 1);
   sections.head_run_offsets.push_back(0);
   sections.tiles.reserve(plan.tiles.size());
   sections.spans.reserve(plan.spans.size() + plan.strided_spans.size());
-  LatticeMerger lattices(plan.shape.kv_len);
+  LatticeMerger lattices(plan.shape.kv_len, merge_lattices);
   for (int64_t slot = 0; slot < slots; ++slot) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
@@ -240,11 +242,11 @@ int64_t only_pass(const Plan& plan) {
 DevicePlan::DevicePlan(const Plan& plan, void* stream)
     : DevicePlan(plan, only_pass(plan), stream) {}
 
-DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream) {
+DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream, bool merge_lattices) {
   whole.validate();
   const Plan& plan = whole.pass(pass);
   check_int32_ranges(plan.shape);
-  const HostSections sections = pack_sections(plan);
+  const HostSections sections = pack_sections(plan, merge_lattices);
 
   std::vector<std::byte> staging;
   layout_.head_run_offsets = append_section(staging, sections.head_run_offsets);

@@ -108,6 +108,7 @@ __device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& line
       if (spans != nullptr) {
         spans[span].begin = static_cast<int32_t>(begin);
         spans[span].step = 1;
+        spans[span].width = 1;
         if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
       }
     }

@@ -144,6 +144,7 @@ __device__ RecordCounts read_tile_records(TileStorage& storage, int64_t key_end,
         const int64_t word_key = begin + static_cast<int64_t>(w) * kWordBits;
         for (uint32_t b = span & ~shifted; b != 0; b &= b - 1) {
           spans[start].step = 1;
+          spans[start].width = 1;
           spans[start++].begin = static_cast<int32_t>(word_key + __ffs(b) - 1);
         }
         for (uint32_t b = ~span & shifted; b != 0; b &= b - 1) {

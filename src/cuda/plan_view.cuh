@@ -46,8 +46,8 @@ struct MaskRecord {
 };
 
 // A tile's key range: keys begin, begin + step, ... below end. A plan's span is step 1, its
-// strided span step >= 2; a tile lists its spans first. Builders that write spans may leave step
-// at its default.
+// strided span step >= 2; a tile lists its spans first. Builders that write a record member by
+// member must set step and width too (a buffer's memory is not zeroed).
 //
 // A lattice (width > 1, only ever made by the upload, device_plan.cu) is `width` consecutive
 // strided spans of one step and one period count merged into one record: keys begin + i·step + t

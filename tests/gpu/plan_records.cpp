@@ -33,10 +33,10 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
 }
 
 // Record sizes of the device plan (cuda/plan_view.cuh, a CUDA header): a run is three int32, a tile
-// four int32 and four int64, a key range (span or strided span) three int32.
+// four int32 and four int64, a key range (span, strided span or lattice) four int32.
 constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
 constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
-constexpr std::size_t kKeyRangeRecordBytes = 3 * sizeof(int32_t);
+constexpr std::size_t kKeyRangeRecordBytes = 4 * sizeof(int32_t);
 
 // The bytes of the host plan's key ranges on the device: its spans and strided spans.
 std::size_t key_range_bytes(const Plan& host) {
@@ -46,7 +46,8 @@ std::size_t key_range_bytes(const Plan& host) {
 }  // namespace
 
 void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream) {
-  const cuda::DevicePlan uploaded(host, stream);
+  // As the device builders write them: no lattice records.
+  const cuda::DevicePlan uploaded(host, 0, stream, /*merge_lattices=*/false);
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   EXPECT_EQ(built.shape(), uploaded.shape());
   EXPECT_EQ(built.num_tiles(), uploaded.num_tiles());
@@ -81,7 +82,8 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
 // front of the device plan's larger sections.
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
                               cudaStream_t stream) {
-  const cuda::DevicePlan uploaded(host, stream);
+  // As the device builders write them: no lattice records.
+  const cuda::DevicePlan uploaded(host, 0, stream, /*merge_lattices=*/false);
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   EXPECT_EQ(built.shape(), uploaded.shape());
   EXPECT_EQ(built.covers_every_row(), uploaded.covers_every_row());
