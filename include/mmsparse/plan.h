@@ -85,6 +85,8 @@ inline constexpr int64_t kGatherChunkKeys = 128;
 // band kLatticeSpans keys wide repeating every step) that the wgmma kernel copies in whole chunks
 // of 16 periods × 8 keys by tensor copies, like a span, instead of gathering it.
 inline constexpr int64_t kLatticeSpans = 8;
+// The periods of one lattice chunk: a lattice's strided spans hold a multiple of this many keys.
+inline constexpr int64_t kLatticePeriodsPerChunk = kGatherChunkKeys / kLatticeSpans;
 
 // Whether two strided spans have a key in common.
 bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b);

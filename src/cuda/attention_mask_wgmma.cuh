@@ -103,10 +103,11 @@ class WarpgroupMask {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
-    if (chunk.gathered() || (chunk.lattice() && !lattice_bits_serve(chunk))) {
+    const bool lattice_bits = chunk.lattice() && lattice_bits_serve(chunk);
+    if (chunk.gathered() || (chunk.lattice() && !lattice_bits)) {
       load_column_keys(chunk, lane, key_lowest, key_highest);
     }
-    if (chunk.lattice() && lattice_bits_serve(chunk) && policy_.period > 0) {
+    if (lattice_bits && policy_.period > 0) {
       int32_t phase_lowest = ::cuda::std::numeric_limits<int32_t>::max();
       int32_t phase_highest = ::cuda::std::numeric_limits<int32_t>::min();
 #pragma unroll

@@ -118,13 +118,11 @@ class LatticeMerger {
   int32_t step() const { return step_; }
 
  private:
-  static constexpr int64_t kPeriodsPerChunk = kGatherChunkKeys / kLatticeSpans;
-
   bool starts_group(const std::vector<StridedSpan>& spans, int64_t s, int64_t last) const {
     if (!merge_ || last - s < kLatticeWidth) return false;
     const StridedSpan& lead = spans[s];
     const int64_t count = lead.count();
-    if ((step_ != 0 && lead.step != step_) || count % kPeriodsPerChunk != 0 ||
+    if ((step_ != 0 && lead.step != step_) || count % kLatticePeriodsPerChunk != 0 ||
         lead.begin % lead.step + kLatticeWidth > lead.step ||
         lead.begin / lead.step + count > kv_len_ / lead.step) {
       return false;

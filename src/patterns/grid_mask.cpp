@@ -34,6 +34,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "patterns/pattern_registry.h"
+#include "patterns/tile_keys.h"
 
 namespace mmsparse::detail {
 
@@ -53,7 +54,6 @@ constexpr int64_t kDefaultLattice = 1;
 // (period a multiple of the group) and a tile's widened residues must fit in one period: at most
 // kLatticeSpans - 1 residues of widening on each side.
 constexpr int64_t kLatticeSlack = 2 * (kLatticeSpans - 1);
-constexpr int64_t kLatticeChunkPeriods = kGatherChunkKeys / kLatticeSpans;
 constexpr int kPasses = 2;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
@@ -111,7 +111,7 @@ void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanSha
   std::vector<int64_t> columns;
   const int64_t lowest = floor_div(first_phase - grid.band + 1, kLatticeSpans) * kLatticeSpans;
   for (int64_t group = lowest; group <= last_phase; group += kLatticeSpans) {
-    const int64_t first_residue = group - floor_div(group, grid.period) * grid.period;
+    const int64_t first_residue = floor_mod(group, grid.period);
     // Periods [begin, end) of each residue's keys in [sink, keys_end).
     std::array<int64_t, kLatticeSpans> begin{};
     std::array<int64_t, kLatticeSpans> end{};
@@ -124,9 +124,9 @@ void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanSha
     const int64_t needed = *std::max_element(end.begin(), end.end()) - lattice_begin;
     const int64_t room = std::max<int64_t>(0, whole_periods - lattice_begin);
     const int64_t periods = needed <= 0 ? 0
-                                        : std::min(ceil_div(needed, kLatticeChunkPeriods),
-                                                   room / kLatticeChunkPeriods) *
-                                              kLatticeChunkPeriods;
+                                        : std::min(ceil_div(needed, kLatticePeriodsPerChunk),
+                                                   room / kLatticePeriodsPerChunk) *
+                                              kLatticePeriodsPerChunk;
     const int64_t lattice_end = lattice_begin + periods;
     for (int64_t j = 0; j < kLatticeSpans && periods > 0; ++j) {
       const int64_t residue = first_residue + j;

@@ -217,7 +217,7 @@ TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
       EXPECT_EQ(span.step, kPeriod);
       EXPECT_EQ(span.begin, lead.begin + (s - first) % kLatticeSpans);
       EXPECT_EQ(span.count(), lead.count());
-      EXPECT_EQ(span.count() % (kGatherChunkKeys / kLatticeSpans), 0);
+      EXPECT_EQ(span.count() % kLatticePeriodsPerChunk, 0);
       EXPECT_LE(span.begin / kPeriod + span.count(), kPeriods);
       EXPECT_LE(span.begin % kPeriod + kLatticeSpans - (s - first) % kLatticeSpans, kPeriod);
     }

@@ -179,12 +179,12 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
     }
     builder.add_strided_span(first, std::min(end, kv_len), step);
   }
-  constexpr int64_t kChunkPeriods = kGatherChunkKeys / kLatticeSpans;
   const int64_t groups = random.uniform_int(0, options.max_lattice_groups);
-  for (int64_t g = 0; g < groups && kv_len >= kChunkPeriods * kLatticeSpans; ++g) {
-    const int64_t step = random.uniform_int(kLatticeSpans, kv_len / kChunkPeriods);
+  for (int64_t g = 0; g < groups && kv_len >= kLatticePeriodsPerChunk * kLatticeSpans; ++g) {
+    const int64_t step = random.uniform_int(kLatticeSpans, kv_len / kLatticePeriodsPerChunk);
     const int64_t whole_periods = kv_len / step;
-    const int64_t periods = kChunkPeriods * random.uniform_int(1, whole_periods / kChunkPeriods);
+    const int64_t periods =
+        kLatticePeriodsPerChunk * random.uniform_int(1, whole_periods / kLatticePeriodsPerChunk);
     const int64_t first = random.uniform_int(0, whole_periods - periods) * step +
                           random.uniform_int(0, step - kLatticeSpans);
     const auto key_of = [&](int64_t period, int64_t t) { return first + period * step + t; };

@@ -134,11 +134,23 @@ TEST_P(GpuAttention, ManyColumnsAcrossChunks) {
   expect_wgmma_ran();
 }
 
+// A random plan drawn again (up to a bound) until `wanted` holds: a tile draws the rarer key kinds
+// with some probability only, and a small plan has few tiles. The caller asserts `wanted` after.
+template <class Wanted>
+Plan random_plan_with(Random& random, const PlanShape& shape, const RandomPlanOptions& options,
+                      Wanted wanted) {
+  constexpr int kPlanAttempts = 20;
+  Plan plan = random_plan(random, shape, options);
+  for (int attempt = 0; attempt < kPlanAttempts && !wanted(plan); ++attempt) {
+    plan = random_plan(random, shape, options);
+  }
+  return plan;
+}
+
 // Strided spans (a grid head's lines, gathered by index arithmetic) over several chunks, beside
 // columns and spans, under causal, window-with-sink, minimum-distance and periodic-band masks.
 TEST_P(GpuAttention, StridedSpansAcrossChunks) {
   constexpr int64_t kManyStridedSpans = 6;
-  constexpr int kPlanAttempts = 20;
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : {int64_t{1}, int64_t{7}}) {
@@ -149,11 +161,9 @@ TEST_P(GpuAttention, StridedSpansAcrossChunks) {
     options.leave_gaps = true;
     options.max_extra_spans = 1;
     options.max_strided_spans = kManyStridedSpans;
-    // A tile draws none with probability 1/7 and a small plan has few tiles: draw until some.
-    Plan plan = random_plan(random, plan_shape(size, false), options);
-    for (int attempt = 0; attempt < kPlanAttempts && plan.strided_spans.empty(); ++attempt) {
-      plan = random_plan(random, plan_shape(size, false), options);
-    }
+    const Plan plan =
+        random_plan_with(random, plan_shape(size, false), options,
+                         [](const Plan& drawn) { return !drawn.strided_spans.empty(); });
     ASSERT_FALSE(plan.strided_spans.empty());
     check_plan(random, plan, inputs, size);
   }
@@ -175,7 +185,6 @@ TEST_P(GpuAttention, LatticeChunks) {
   constexpr int64_t kMinLength = 600;
   constexpr int64_t kMaxLength = 900;
   constexpr int64_t kMaxExtraKeys = 200;
-  constexpr int kPlanAttempts = 20;
   const char* grid_mask = "grid-mask:sink=8,local=40,period=32,band=6,phases=4,lattice=1";
   Random random;
   SCOPED_TRACE(random.trace());
@@ -188,11 +197,9 @@ TEST_P(GpuAttention, LatticeChunks) {
     options.masks = MaskMix::kPositional;
     options.leave_gaps = true;
     options.max_lattice_groups = kLatticeGroups;
-    Plan plan = random_plan(random, plan_shape(size, false), options);
-    for (int attempt = 0; attempt < kPlanAttempts && uploaded_lattice_step(plan, 0) == 0;
-         ++attempt) {
-      plan = random_plan(random, plan_shape(size, false), options);
-    }
+    const Plan plan =
+        random_plan_with(random, plan_shape(size, false), options,
+                         [](const Plan& drawn) { return uploaded_lattice_step(drawn, 0) > 0; });
     ASSERT_GT(uploaded_lattice_step(plan, 0), 0);
     check_plan(random, plan, inputs, size);
 
