@@ -52,9 +52,11 @@ class IssueTurns {
   int warpgroup_;
 };
 
+// `lattice_step`: the step of the plan's lattice records (0 without any).
 template <class Traits>
 __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                             const TileWork& work, int warpgroup, int thread) {
+                             int32_t lattice_step, const TileWork& work, int warpgroup,
+                             int thread) {
   using Mainloop = WgmmaMainloop<Traits>;
   const int lane = thread % kWarpSize;
   const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
@@ -70,7 +72,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 
   Mainloop::load_query(storage, params, work, warpgroup, thread);
-  WarpgroupMask<Traits> mask(work, rows, params.plan.columns, storage, consumer_warp, lane);
+  WarpgroupMask<Traits> mask(work, rows, params.plan.columns, lattice_step, storage, consumer_warp,
+                             lane);
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
 
@@ -199,7 +202,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();
     }
-    consume_tile<Traits>(storage, params.attention, work, warpgroup - 1, thread);
+    consume_tile<Traits>(storage, params.attention, params.lattice_step, work, warpgroup - 1,
+                         thread);
   }
 }
 

@@ -37,12 +37,16 @@ class WarpgroupMask {
                 "bit tile·2 + e%2 of a word holds each of a row's scores");
 
   // `rows`: the warpgroup's kWarpgroupRows original positions (kNoRow past the tile); `columns`:
-  // the plan's. Publishes the warp's bounds in `storage`; gather_bounds() reads them after a
-  // warpgroup barrier.
+  // the plan's; `lattice_step`: the step of every lattice record of the plan (0 without any).
+  // Publishes the warp's bounds in `storage`; gather_bounds() reads them after a warpgroup
+  // barrier.
   template <class Storage>
   __device__ WarpgroupMask(const TileWork& work, const int32_t* rows, const int32_t* columns,
-                           Storage& storage, int consumer_warp, int lane)
-      : policy_(work.mask), columns_(columns) {
+                           int32_t lattice_step, Storage& storage, int consumer_warp, int lane)
+      : policy_(work.mask),
+        columns_(columns),
+        lattice_bits_(Traits::kLattices &&
+                      (policy_.period == 0 || lattice_step % policy_.period == 0)) {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
     constexpr int32_t kMinInt = ::cuda::std::numeric_limits<int32_t>::min();
     const int warp_in_group = consumer_warp % kWarpgroupWarps;
@@ -95,29 +99,21 @@ class WarpgroupMask {
   // call it (gathered chunks reduce their key bounds over the warp). For a gathered chunk it also
   // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
   // turn to issue, apply inside it, so the column list's latency stays off the turn.
-  // `storage` and `warpgroup` as for gather_bounds (lattice chunks read the row phases' bounds,
-  // which are not kept in registers: the products need them).
+  // `storage` and `warpgroup` as for gather_bounds (a lattice's first chunk reads the row phases'
+  // bounds, which are not kept in registers: the products need them).
   template <class Storage>
   __device__ ChunkCoverage classify(const Storage& storage, int warpgroup, const KeyChunk& chunk,
                                     int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
-    const bool lattice_bits = chunk.lattice() && lattice_bits_serve(chunk);
+    const bool lattice_bits = chunk.lattice() && lattice_bits_;
     if (chunk.gathered() || (chunk.lattice() && !lattice_bits)) {
       load_column_keys(chunk, lane, key_lowest, key_highest);
     }
     if (lattice_bits && policy_.period > 0) {
-      int32_t phase_lowest = ::cuda::std::numeric_limits<int32_t>::max();
-      int32_t phase_highest = ::cuda::std::numeric_limits<int32_t>::min();
-#pragma unroll
-      for (int w = 0; w < kWarpgroupWarps; ++w) {
-        phase_lowest =
-            min(phase_lowest, storage.warp_phase_lowest[warpgroup * kWarpgroupWarps + w]);
-        phase_highest =
-            max(phase_highest, storage.warp_phase_highest[warpgroup * kWarpgroupWarps + w]);
-      }
-      return classify_lattice(chunk, key_lowest, key_highest, phase_lowest, phase_highest);
+      if (chunk.range != lattice_range_) enter_lattice(storage, warpgroup, chunk);
+      return classify_lattice(chunk, key_lowest, key_highest);
     }
     // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
@@ -127,18 +123,16 @@ class WarpgroupMask {
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
-    if (chunk.consecutive() || (chunk.lattice() && lattice_bits_serve(chunk))) {
+    if (chunk.consecutive() || (chunk.lattice() && lattice_bits_)) {
       // Consecutive keys, or periods of them: each row's kept slots as a bit set built from
       // intervals, shifted so that this thread's scores sit at bits known at compile time (tile·8
       // mod 32 + e%2 of word tile / 4): a score costs a bit test and a select.
       uint32_t keep[kRowsPerThread][kSlotWords];
       const int shift = lane % kThreadsPerRow * 2;
-      const int32_t key_phase =
-          chunk.lattice() && policy_.period > 0 ? phase_of(static_cast<int32_t>(chunk.first)) : 0;
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         if (chunk.lattice()) {
-          lattice_keep_bits(chunk, key_phase, r, keep[r]);
+          lattice_keep_bits(chunk, r, keep[r]);
         } else {
           span_keep_bits(chunk, r, keep[r]);
         }
@@ -250,32 +244,34 @@ class WarpgroupMask {
     }
   }
 
-  // Lattice chunks take bit sets when every period sees the band alike: a step that is a multiple
-  // of the band's period (or no band). Others are masked per score, like gathered keys.
-  __device__ bool lattice_bits_serve(const KeyChunk& chunk) const {
-    return policy_.period == 0 || chunk.step % policy_.period == 0;
+  // Enters the lattice of `chunk` (lattice_bits_, a policy with a band): with a step that is a
+  // multiple of the period, every chunk of the lattice has the key phases of its first key's
+  // period, [first, first + kLatticeWidth - 1] mod period, so its phase and the band's verdict on
+  // the warpgroup's row phases are found once per lattice, not once per chunk.
+  template <class Storage>
+  __device__ void enter_lattice(const Storage& storage, int warpgroup, const KeyChunk& chunk) {
+    int32_t phase_lowest = ::cuda::std::numeric_limits<int32_t>::max();
+    int32_t phase_highest = ::cuda::std::numeric_limits<int32_t>::min();
+#pragma unroll
+    for (int w = 0; w < kWarpgroupWarps; ++w) {
+      phase_lowest = min(phase_lowest, storage.warp_phase_lowest[warpgroup * kWarpgroupWarps + w]);
+      phase_highest =
+          max(phase_highest, storage.warp_phase_highest[warpgroup * kWarpgroupWarps + w]);
+    }
+    lattice_range_ = chunk.range;
+    lattice_key_phase_ = phase_of(static_cast<int32_t>(chunk.first));
+    lattice_band_ = classify_lattice_band(phase_lowest, phase_highest);
   }
 
-  // A lattice chunk's coverage for a policy with a band, when lattice_bits_serve: the distance
-  // terms from the key bounds as for any chunk, the band from phases. With a step that is a
-  // multiple of the period, a pair's phase is its row phase minus its key's phase; the chunk's
-  // key phases are [first, first + kLatticeWidth - 1] mod period (when they do not wrap), the
-  // warpgroup's row phases [phase_lowest, phase_highest].
-  __device__ ChunkCoverage classify_lattice(const KeyChunk& chunk, int32_t key_lowest,
-                                            int32_t key_highest, int32_t phase_lowest,
-                                            int32_t phase_highest) const {
-    MaskRecord distances = policy_;
-    distances.period = 0;
-    const ChunkCoverage by_distance =
-        classify_chunk(distances, row_lowest_, row_highest_, key_lowest, key_highest,
-                       chunk.count < Traits::kBlockN);
-    if (by_distance == ChunkCoverage::kNone) return ChunkCoverage::kNone;
-    const int32_t key_phase = phase_of(static_cast<int32_t>(chunk.first));
-    if (key_phase + kLatticeWidth > policy_.period) return ChunkCoverage::kPartial;
+  // The band's verdict on the current lattice's keys (phases from lattice_key_phase_) and rows of
+  // phases [phase_lowest, phase_highest]: a pair's phase is its row phase minus its key's phase.
+  __device__ ChunkCoverage classify_lattice_band(int32_t phase_lowest,
+                                                 int32_t phase_highest) const {
+    if (lattice_key_phase_ + kLatticeWidth > policy_.period) return ChunkCoverage::kPartial;
     // Phase differences [low, high]; a negative one is its value plus the period (one wrap at
     // most, both bounds lying in (-period, period)).
-    int32_t low = phase_lowest - (key_phase + kLatticeWidth - 1);
-    int32_t high = phase_highest - key_phase;
+    int32_t low = phase_lowest - (lattice_key_phase_ + kLatticeWidth - 1);
+    int32_t high = phase_highest - lattice_key_phase_;
     if (high < 0) {
       low += policy_.period;
       high += policy_.period;
@@ -284,25 +280,50 @@ class WarpgroupMask {
     }
     if (low >= policy_.band) return ChunkCoverage::kNone;
     if (high >= policy_.band) return ChunkCoverage::kPartial;
-    return by_distance;
+    return ChunkCoverage::kFull;
   }
 
+  // A lattice chunk's coverage for a policy with a band, when lattice_bits_: the distance terms
+  // from the key bounds as for any chunk, the band's as found for its lattice.
+  __device__ ChunkCoverage classify_lattice(const KeyChunk& chunk, int32_t key_lowest,
+                                            int32_t key_highest) const {
+    MaskRecord distances = policy_;
+    distances.period = 0;
+    const ChunkCoverage by_distance =
+        classify_chunk(distances, row_lowest_, row_highest_, key_lowest, key_highest,
+                       chunk.count < Traits::kBlockN);
+    if (by_distance == ChunkCoverage::kNone || lattice_band_ == ChunkCoverage::kFull) {
+      return by_distance;
+    }
+    return lattice_band_;
+  }
+
+  // A lattice chunk's periods: it is always whole (lattices hold whole kGatherChunkKeys chunks).
+  static constexpr int32_t kChunkPeriods = Traits::kBlockN / kLatticeWidth;
+  static_assert((kChunkPeriods & (kChunkPeriods - 1)) == 0, "periods found by bisection");
+
   // The number of the chunk's slots whose keys lie below `key` (a lattice's keys ascend with the
-  // slot: kLatticeWidth consecutive keys per period, periods `step` apart).
+  // slot: kLatticeWidth consecutive keys per period, periods `step` apart). The key's period in
+  // the chunk is found by bisection over the kChunkPeriods periods, not by a division: every
+  // product stays inside the chunk's keys, and past its last period the clamp to kLatticeWidth
+  // counts the whole chunk.
   __device__ static int32_t lattice_slots_below(const KeyChunk& chunk, int32_t key) {
     const int32_t offset = key - static_cast<int32_t>(chunk.first);
     if (offset <= 0) return 0;
-    const int32_t period = offset / chunk.step;
-    return min(chunk.count,
-               period * kLatticeWidth + min(offset - period * chunk.step, kLatticeWidth));
+    int32_t period = 0;  // the last period of the chunk starting at or below offset
+#pragma unroll
+    for (int32_t half = kChunkPeriods / 2; half > 0; half /= 2) {
+      if ((period + half) * chunk.step <= offset) period += half;
+    }
+    return period * kLatticeWidth + min(offset - period * chunk.step, kLatticeWidth);
   }
 
   // The slots of a lattice chunk that this thread's row `row` keeps, as bits. Keys ascend with the
   // slot, so every distance term (causal, minimum distance, window, sink) is an interval of
   // slots; the band, when lattice_bits_serve, keeps the same slots of every period: one byte
   // repeated.
-  // `key_phase`: the chunk's first key mod the band's period.
-  __device__ void lattice_keep_bits(const KeyChunk& chunk, int32_t key_phase, int row,
+  // The band's phases are those of the current lattice (enter_lattice).
+  __device__ void lattice_keep_bits(const KeyChunk& chunk, int row,
                                     uint32_t (&keep)[kSlotWords]) const {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
     int32_t farthest_kept = kMaxInt;  // the largest key the distance terms keep, if any bound
@@ -327,7 +348,7 @@ class WarpgroupMask {
       // distance of slot 0; band j keeps distances [j·period, j·period + band), i.e. slots
       // (nearest - band, nearest] for nearest = reach - j·period, from reach mod period (the
       // phases' difference) up. The causal term above removes the negative distances.
-      int32_t nearest = row_phases_[row] - key_phase;
+      int32_t nearest = row_phases_[row] - lattice_key_phase_;
       if (nearest < 0) nearest += policy_.period;
       uint32_t band = 0;
       for (; nearest - policy_.band + 1 < kLatticeWidth; nearest += policy_.period) {
@@ -386,6 +407,14 @@ class WarpgroupMask {
   int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
   int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
   int32_t row_highest_ = 0;
+  // Lattice chunks take bit sets when every period sees the band alike: a step that is a multiple
+  // of the band's period (or no band). Others are masked per score, like gathered keys.
+  bool lattice_bits_;
+  // The lattice whose chunks are being classified (its range index, -1 before the first), its
+  // keys' phases' start and the band's verdict on them (enter_lattice).
+  int32_t lattice_range_ = -1;
+  int32_t lattice_key_phase_ = 0;
+  ChunkCoverage lattice_band_ = ChunkCoverage::kNone;
   // The current gathered chunk's keys of slots lane + i·32 and their phases (see classify).
   int32_t column_keys_[kColumnKeysPerLane] = {};
   int32_t column_phases_[kColumnKeysPerLane] = {};

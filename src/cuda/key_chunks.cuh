@@ -31,6 +31,9 @@ struct KeyChunk {
   // kLatticeShift for a lattice chunk, else 0: slot s holds key first + (s >> shift) · step +
   // (s mod 2^shift), one formula for span, strided and lattice chunks (no branch per key).
   int32_t shift = 0;
+  // The tile's key range the chunk comes from (its index in the plan's spans), so that masks can
+  // keep what is constant over a range's chunks; unused for column chunks.
+  int32_t range = 0;
 
   __device__ bool consecutive() const { return step == kConsecutive; }
   __device__ bool lattice() const { return shift != 0; }
@@ -64,7 +67,7 @@ class KeyChunkCursor {
         span_end_(tile.span_end),
         column_(tile.column_begin),
         column_end_(tile.column_end) {
-    if (span_ < span_end_) next_key_ = spans_[span_].begin;
+    if (span_ < span_end_) enter_range();
   }
 
   __device__ bool done() const { return span_ == span_end_ && column_ == column_end_; }
@@ -72,16 +75,11 @@ class KeyChunkCursor {
   // The next chunk; requires !done().
   __device__ KeyChunk next() {
     if (span_ < span_end_) {
-      const SpanRecord& range = spans_[span_];
-      const int32_t shift = kLattices && range.width > 1 ? kLatticeShift : 0;
-      // Keys of the range from next_key_ on; the span path, which dense runs, divides by nothing.
-      int32_t remaining = range.end - next_key_;
-      if (range.step != kConsecutive) {
-        remaining = ((remaining - (1 << shift)) / range.step + 1) << shift;
-      }
-      const KeyChunk chunk{next_key_, min(kBlockN, remaining), range.step, shift};
-      next_key_ += (chunk.count >> shift) * range.step;
-      if (next_key_ >= range.end && ++span_ < span_end_) next_key_ = spans_[span_].begin;
+      const KeyChunk chunk{next_key_, min(kBlockN, remaining_), step_, shift_,
+                           static_cast<int32_t>(span_)};
+      next_key_ += (chunk.count >> shift_) * step_;
+      remaining_ -= chunk.count;
+      if (remaining_ == 0 && ++span_ < span_end_) enter_range();
       return chunk;
     }
     const KeyChunk chunk{
@@ -92,11 +90,27 @@ class KeyChunkCursor {
   }
 
  private:
+  // Reads key range span_ and counts its keys: once per range, so that a chunk costs no load and
+  // no division (the span path, which dense runs, divides by nothing at all).
+  __device__ void enter_range() {
+    const SpanRecord range = spans_[span_];
+    next_key_ = range.begin;
+    step_ = range.step;
+    shift_ = kLattices && range.width > 1 ? kLatticeShift : 0;
+    remaining_ = range.end - range.begin;
+    if (range.step != kConsecutive) {
+      remaining_ = ((remaining_ - (1 << shift_)) / range.step + 1) << shift_;
+    }
+  }
+
   const SpanRecord* spans_;  // [spans] of the plan: its key ranges
   int64_t span_;             // current key range
   int64_t span_end_;
-  int32_t next_key_ = 0;  // first key of the current range not yet in a chunk
-  int64_t column_;        // next column entry
+  int32_t next_key_ = 0;   // first key of the current range not yet in a chunk
+  int32_t remaining_ = 0;  // keys of the current range not yet in a chunk (ranges are not empty)
+  int32_t step_ = kConsecutive;  // the current range's step and shift (KeyChunk)
+  int32_t shift_ = 0;
+  int64_t column_;  // next column entry
   int64_t column_end_;
 };
 
