@@ -261,6 +261,14 @@ class WarpgroupMask {
     lattice_range_ = chunk.range;
     lattice_key_phase_ = phase_of(static_cast<int32_t>(chunk.first));
     lattice_band_ = classify_lattice_band(phase_lowest, phase_highest);
+    static_assert(
+        kRowsPerThread * kLatticeWidth <= kDecisionBits && kDecisionBits % kLatticeWidth == 0,
+        "one word holds the rows' band bytes, and whole periods");
+    lattice_band_bytes_ = 0;
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      lattice_band_bytes_ |= lattice_band_byte(r) << (r * kLatticeWidth);
+    }
   }
 
   // The band's verdict on the current lattice's keys (phases from lattice_key_phase_) and rows of
@@ -320,9 +328,8 @@ class WarpgroupMask {
 
   // The slots of a lattice chunk that this thread's row `row` keeps, as bits. Keys ascend with the
   // slot, so every distance term (causal, minimum distance, window, sink) is an interval of
-  // slots; the band, when lattice_bits_serve, keeps the same slots of every period: one byte
-  // repeated.
-  // The band's phases are those of the current lattice (enter_lattice).
+  // slots; the band, when lattice_bits_, keeps the same slots of every period: the row's byte of
+  // the current lattice (enter_lattice), repeated.
   __device__ void lattice_keep_bits(const KeyChunk& chunk, int row,
                                     uint32_t (&keep)[kSlotWords]) const {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
@@ -344,25 +351,32 @@ class WarpgroupMask {
       }
     }
     if (policy_.period > 0) {
-      // Slot t of a period is at distance reach - t (mod period) from the row, reach being the
-      // distance of slot 0; band j keeps distances [j·period, j·period + band), i.e. slots
-      // (nearest - band, nearest] for nearest = reach - j·period, from reach mod period (the
-      // phases' difference) up. The causal term above removes the negative distances.
-      int32_t nearest = row_phases_[row] - lattice_key_phase_;
-      if (nearest < 0) nearest += policy_.period;
-      uint32_t band = 0;
-      for (; nearest - policy_.band + 1 < kLatticeWidth; nearest += policy_.period) {
-        band |= slot_bits(nearest - policy_.band + 1, nearest + 1, 0);
-      }
-      static_assert(kDecisionBits % kLatticeWidth == 0, "a word holds whole periods");
+      // The band keeps the same slots of every period: the row's byte, repeated.
+      const uint32_t band =
+          lattice_band_bytes_ >> (row * kLatticeWidth) & ones_below(kLatticeWidth);
       uint32_t repeated = 0;
 #pragma unroll
       for (int period = 0; period < kDecisionBits / kLatticeWidth; ++period) {
-        repeated |= (band & ones_below(kLatticeWidth)) << (period * kLatticeWidth);
+        repeated |= band << (period * kLatticeWidth);
       }
 #pragma unroll
       for (int word = 0; word < kSlotWords; ++word) keep[word] &= repeated;
     }
+  }
+
+  // The slots of one period of the current lattice that the band keeps for this thread's row
+  // `row`. Slot t of a period is at distance reach - t (mod period) from the row, reach being the
+  // distance of slot 0; band j keeps distances [j·period, j·period + band), i.e. slots
+  // (nearest - band, nearest] for nearest = reach - j·period, from reach mod period (the phases'
+  // difference) up. The causal term of lattice_keep_bits removes the negative distances.
+  __device__ uint32_t lattice_band_byte(int row) const {
+    int32_t nearest = row_phases_[row] - lattice_key_phase_;
+    if (nearest < 0) nearest += policy_.period;
+    uint32_t band = 0;
+    for (; nearest - policy_.band + 1 < kLatticeWidth; nearest += policy_.period) {
+      band |= slot_bits(nearest - policy_.band + 1, nearest + 1, 0);
+    }
+    return band & ones_below(kLatticeWidth);
   }
 
   // removed(tile, e, slot): whether score e of score tile `tile` (key slot `slot`) is left out.
@@ -411,10 +425,12 @@ class WarpgroupMask {
   // of the band's period (or no band). Others are masked per score, like gathered keys.
   bool lattice_bits_;
   // The lattice whose chunks are being classified (its range index, -1 before the first), its
-  // keys' phases' start and the band's verdict on them (enter_lattice).
+  // keys' phases' start, the band's verdict on them and, per row of this thread, the slots of a
+  // period that the band keeps (byte r for row r) (enter_lattice).
   int32_t lattice_range_ = -1;
   int32_t lattice_key_phase_ = 0;
   ChunkCoverage lattice_band_ = ChunkCoverage::kNone;
+  uint32_t lattice_band_bytes_ = 0;
   // The current gathered chunk's keys of slots lane + i·32 and their phases (see classify).
   int32_t column_keys_[kColumnKeysPerLane] = {};
   int32_t column_phases_[kColumnKeysPerLane] = {};
