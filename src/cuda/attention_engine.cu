@@ -197,6 +197,7 @@ AttentionParams make_params(const DevicePlan& plan, const AttentionArgs& args) {
   params.group_size = static_cast<int32_t>(args.q_heads / args.kv_heads);
   params.broadcast_plan = plan.shape().batch == 1 ? 1 : 0;
   params.scale_log2 = args.scale * kLog2E;
+  params.accumulate = args.accumulate ? 1 : 0;
   params.plan = make_plan_view(plan);
   return params;
 }
@@ -326,8 +327,9 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
                     ", tile_rows " + to_text(plan.shape().tile_rows));
   }
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  // Rows outside every tile keep the values of the CPU reference: O = 0, LSE = -inf.
-  if (!plan.covers_every_row()) fill_empty_outputs(args, stream);
+  // Rows outside every tile keep the values of the CPU reference, O = 0 and LSE = -inf, or what
+  // they hold when the call accumulates.
+  if (!args.accumulate && !plan.covers_every_row()) fill_empty_outputs(args, stream);
   if (plan.num_tiles() == 0) return;
 
   const AttentionParams params = make_params(plan, args);

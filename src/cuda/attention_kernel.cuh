@@ -6,6 +6,7 @@
 #include "cuda/attention_epilogue.cuh"
 #include "cuda/attention_mask.cuh"
 #include "cuda/attention_params.cuh"
+#include "cuda/attention_resume.cuh"
 #include "cuda/attention_softmax.cuh"
 #include "cuda/attention_traits.cuh"
 #include "cuda/key_chunks.cuh"
@@ -42,6 +43,14 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const TileMask<Traits> mask(work, params, storage.row_positions, warp, lane);
   OnlineSoftmax<Traits> softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
+  if (params.accumulate) {
+    using Softmax = OnlineSoftmax<Traits>;
+    const int32_t* warp_rows = storage.row_positions + warp * Traits::kMmaM;
+    const int32_t positions[Softmax::kRowsPerThread] = {
+        warp_rows[lane / Softmax::kThreadsPerRow],
+        warp_rows[lane / Softmax::kThreadsPerRow + Traits::kMmaM / 2]};
+    resume_rows<Traits>(params, work, positions, lane, softmax, output);
+  }
   KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.plan.spans);
 
   if (!cursor.done()) {

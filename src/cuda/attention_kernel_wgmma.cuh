@@ -9,6 +9,7 @@
 #include "cuda/attention_mask.cuh"
 #include "cuda/attention_mask_wgmma.cuh"
 #include "cuda/attention_params.cuh"
+#include "cuda/attention_resume.cuh"
 #include "cuda/attention_softmax.cuh"
 #include "cuda/key_chunks.cuh"
 #include "cuda/mainloop_wgmma.cuh"
@@ -83,6 +84,13 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   using Softmax = OnlineSoftmax<Traits>;
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
+  if (params.accumulate) {
+    const int32_t* warp_rows = rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp;
+    const int32_t positions[Softmax::kRowsPerThread] = {
+        warp_rows[lane / Softmax::kThreadsPerRow],
+        warp_rows[lane / Softmax::kThreadsPerRow + Traits::kRowsPerWarp / 2]};
+    resume_rows<Traits>(params, work, positions, lane, softmax, output);
+  }
   typename Mainloop::Probabilities probabilities;
   // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in
   // flight, so that `output` is always at the pending chunk's maxima when its P·V is issued.

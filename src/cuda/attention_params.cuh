@@ -41,6 +41,7 @@ struct AttentionParams {
   int32_t group_size;      // query heads per KV head
   int32_t broadcast_plan;  // the plan has batch 1: grid.y walks the batch
   float scale_log2;        // softmax scale × log2(e): scores live in the exp2 domain
+  int32_t accumulate;      // rows resume from out and lse (attention_resume.cuh)
   PlanView plan;
 };
 

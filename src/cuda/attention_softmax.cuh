@@ -100,6 +100,17 @@ class OnlineSoftmax {
     }
   }
 
+  // Starts row `r` from a result over other keys, of natural-log LSE `lse` (-inf: none, and the row
+  // starts empty): as if those keys were one logit `lse` whose value is that result, which the
+  // caller places in the output accumulators. The row's sum is held once, by the lane that
+  // `owner` names, as finish() adds the lanes' shares.
+  __device__ void resume(int r, float lse, bool owner) {
+    constexpr float kLog2E = 1.44269504088896340736f;
+    const bool has_keys = lse != kNegativeInfinity;
+    row_max_[r] = has_keys ? lse * kLog2E : kNegativeInfinity;
+    row_sum_[r] = has_keys && owner ? 1.0f : 0.0f;
+  }
+
   // Normalises the output rows and returns their LSE (natural log); rows without keys get O = 0
   // and LSE = -inf.
   __device__ void finish(float (&output)[Traits::kOutputTiles][4],

@@ -73,6 +73,10 @@ struct AttentionArgs {
 
   void* stream = nullptr;  // cudaStream_t
   AttentionKernel kernel = AttentionKernel::kAuto;
+  // out and lse already hold a result over keys disjoint from the plan's (an earlier pass): every
+  // row the plan's tiles hold is merged with it, as merge_partials would, and rows outside them
+  // keep it.
+  bool accumulate = false;
 };
 
 // The arguments of validated views (see describe_attention / check_outputs in attention.h).
@@ -176,8 +180,9 @@ class DevicePlan {
 };
 
 // Attention over exactly the pairs the plan covers (semantics of cpu::attention_planned). Rows in
-// no tile get O = 0 and LSE = -inf. The plan's shape must match the arguments (heads == q_heads,
-// q_len, kv_len, batch 1 or equal). Asynchronous on args.stream.
+// no tile get O = 0 and LSE = -inf (with args.accumulate they keep out's and lse's). The plan's
+// shape must match the arguments (heads == q_heads, q_len, kv_len, batch 1 or equal).
+// Asynchronous on args.stream.
 void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
 
 // Uploads `plan` for this one call (freed in stream order afterwards) and runs it, every pass.
@@ -186,10 +191,9 @@ void attention_planned(const Plan& plan, const AttentionArgs& args);
 // Every pass of `plan`, uploaded in order on `stream`.
 std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream);
 
-// Attention over the passes of one plan (each DevicePlan one pass, all of one shape): with one
-// pass, attention_planned; otherwise pass 0 writes args.out and args.lse, every further pass a
-// scratch (O in args.dtype, LSE fp32) allocated in stream order, and merge_partials combines them
-// into out and lse. Asynchronous on args.stream.
+// Attention over the passes of one plan (each DevicePlan one pass, all of one shape): pass 0 writes
+// args.out and args.lse (or accumulates, as args says), every further pass accumulates into them
+// (AttentionArgs::accumulate), which merges the passes. Asynchronous on args.stream.
 void attention_passes(std::span<const DevicePlan> passes, const AttentionArgs& args);
 
 // Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows (key

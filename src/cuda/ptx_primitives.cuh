@@ -83,6 +83,12 @@ struct TensorCore<__nv_bfloat16> {
     std::memcpy(&bits, &pair, sizeof(bits));
     return bits;
   }
+  // pack's inverse: x from the lower 16 bits.
+  __device__ static float2 unpack(uint32_t bits) {
+    __nv_bfloat162 pair;
+    std::memcpy(&pair, &bits, sizeof(bits));
+    return __bfloat1622float2(pair);
+  }
 };
 
 template <>
@@ -99,6 +105,11 @@ struct TensorCore<__half> {
     uint32_t bits;
     std::memcpy(&bits, &pair, sizeof(bits));
     return bits;
+  }
+  __device__ static float2 unpack(uint32_t bits) {
+    __half2 pair;
+    std::memcpy(&pair, &bits, sizeof(bits));
+    return __half22float2(pair);
   }
 };
 
