@@ -208,6 +208,8 @@ std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot);
 
 // Number of (query, key) pairs a head slot computes after masking, summed over passes.
 int64_t count_plan_pairs(const Plan& plan, int64_t head_slot);
+// The same for every head slot (one validation of the plan).
+std::vector<int64_t> count_plan_pairs(const Plan& plan);
 
 // Throws Error(kInvalidArgument) naming the passes, head slot, query and key when two passes
 // compute a common pair. Costs a sort of every row's key ranges over all passes: meant for tests

@@ -606,12 +606,38 @@ std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot) {
   return mask;
 }
 
+namespace {
+
+// count_plan_pairs of a head slot of a valid plan.
+int64_t count_slot_pairs(const Plan& plan, int64_t head_slot) {
+  int64_t pairs = 0;
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    const Plan& pass = plan.pass(p);
+    const std::vector<int64_t> order = pass.query_order(head_slot);
+    for (int64_t t = pass.head_tile_offsets[head_slot]; t < pass.head_tile_offsets[head_slot + 1];
+         ++t) {
+      for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
+        pairs += detail::count_tile_pairs(pass, t, order[i]);
+      }
+    }
+  }
+  return pairs;
+}
+
+}  // namespace
+
 int64_t count_plan_pairs(const Plan& plan, int64_t head_slot) {
   plan.validate();
   check_head_slot(plan, head_slot);
-  int64_t pairs = 0;
-  detail::for_each_covered_range(
-      plan, head_slot, [&](int64_t, int64_t begin, int64_t end) { pairs += end - begin; });
+  return count_slot_pairs(plan, head_slot);
+}
+
+std::vector<int64_t> count_plan_pairs(const Plan& plan) {
+  plan.validate();
+  std::vector<int64_t> pairs;
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    pairs.push_back(count_slot_pairs(plan, slot));
+  }
   return pairs;
 }
 

@@ -97,20 +97,13 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
   }
 }
 
-// Calls emit(begin, end) for every key range tile `t` computes for the query at original position
-// `query`: its spans, strided spans and columns, restricted by the tile's mask. Ranges are disjoint
-// but not ordered. The plan must be valid.
+// Calls emit(begin, end) for every key range of tile `t`'s spans and columns that its mask keeps
+// for the query at original position `query` (for_each_tile_range without the strided spans).
 template <class Emit>
-void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
+void for_each_tile_span_and_column_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
   const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
-  }
-  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
-    const StridedSpan& lattice = plan.strided_spans[s];
-    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
-      for_each_kept_range(plan, mask, query, key, key + 1, emit);
-    }
   }
   // Columns listed as consecutive keys (runs, as the grid mask's bands are) go as one range each.
   const int64_t last = plan.tile_column_offsets[t + 1];
@@ -120,6 +113,75 @@ void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit
     for (++c; c < last && plan.columns[c] == end; ++c) ++end;
     for_each_kept_range(plan, mask, query, begin, end, emit);
   }
+}
+
+// Calls emit(begin, end) for every key range tile `t` computes for the query at original position
+// `query`: its spans, strided spans and columns, restricted by the tile's mask. Ranges are disjoint
+// but not ordered. The plan must be valid.
+template <class Emit>
+void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
+  for_each_tile_span_and_column_range(plan, t, query, emit);
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+    const StridedSpan& lattice = plan.strided_spans[s];
+    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
+      for_each_kept_range(plan, mask, query, key, key + 1, emit);
+    }
+  }
+}
+
+// The keys of a strided span in [lo, hi).
+inline int64_t strided_keys_in(const StridedSpan& lattice, int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, lattice.begin);
+  hi = std::min<int64_t>(hi, lattice.end);
+  if (lo >= hi) return 0;
+  const int64_t first =
+      lattice.begin + (lo - lattice.begin + lattice.step - 1) / lattice.step * lattice.step;
+  return first < hi ? (hi - 1 - first) / lattice.step + 1 : 0;
+}
+
+// The keys of a strided span that `mask` keeps for the query at original position `query`. When
+// the mask reads no token arrays and its band (if any) sees every key of the span alike (a step
+// that is a multiple of the band's period), the kept keys are those of one or two key intervals,
+// counted without visiting them: a grid mask's band as strided spans holds hundreds of millions
+// of pairs per head at 128K. Otherwise key by key.
+inline int64_t count_strided_kept(const Plan& plan, const MaskPolicy& mask, int64_t query,
+                                  const StridedSpan& lattice) {
+  if (mask.needs_token_arrays() || (mask.period > 0 && lattice.step % mask.period != 0)) {
+    int64_t kept = 0;
+    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) {
+      for_each_kept_range(plan, mask, query, key, key + 1,
+                          [&](int64_t begin, int64_t end) { kept += end - begin; });
+    }
+    return kept;
+  }
+  const int64_t aligned = query + plan.shape.causal_offset();
+  if (mask.period > 0) {
+    // Periodic masks are causal: the kept keys lie at or below `aligned`, where the distance's
+    // phase is that of the span's first key.
+    const int64_t phase = ((aligned - lattice.begin) % mask.period + mask.period) % mask.period;
+    if (phase >= mask.band) return 0;
+  }
+  int64_t upper = mask.causal ? aligned + 1 : lattice.end;
+  if (mask.min_distance > 0) upper = std::min(upper, aligned - mask.min_distance + 1);
+  const int64_t window_begin = aligned - mask.window + 1;
+  if (mask.window > 0 && window_begin > mask.window_sink) {
+    return strided_keys_in(lattice, lattice.begin, std::min(upper, mask.window_sink)) +
+           strided_keys_in(lattice, window_begin, upper);
+  }
+  return strided_keys_in(lattice, lattice.begin, upper);
+}
+
+// The number of pairs tile `t` computes for the query at original position `query`.
+inline int64_t count_tile_pairs(const Plan& plan, int64_t t, int64_t query) {
+  int64_t pairs = 0;
+  for_each_tile_span_and_column_range(plan, t, query,
+                                      [&](int64_t begin, int64_t end) { pairs += end - begin; });
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+    pairs += count_strided_kept(plan, mask, query, plan.strided_spans[s]);
+  }
+  return pairs;
 }
 
 // Calls visit(query, begin, end) for every key range one pass of a head slot computes: each span

@@ -408,10 +408,14 @@ TEST(PlanCoverage, MaterializedMaskMatchesElementwiseDefinition) {
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const Plan plan = random_plan(rng, trial % 2 == 1);
     SCOPED_TRACE(plan.summary());
+    const std::vector<int64_t> slot_pairs = count_plan_pairs(plan);
+    ASSERT_EQ(static_cast<int64_t>(slot_pairs.size()), plan.head_slots());
     for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
       const std::vector<uint8_t> expected = brute_force_mask(plan, slot);
       ASSERT_EQ(materialize_mask(plan, slot), expected) << "head slot " << slot;
-      EXPECT_EQ(count_plan_pairs(plan, slot), std::count(expected.begin(), expected.end(), 1));
+      const int64_t pairs = std::count(expected.begin(), expected.end(), 1);
+      EXPECT_EQ(count_plan_pairs(plan, slot), pairs);
+      EXPECT_EQ(slot_pairs[slot], pairs);
     }
   }
 }

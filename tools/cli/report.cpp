@@ -233,6 +233,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
     head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());
   }
   const int64_t causal_pairs = causal_pair_count(q_len, kv_len);
+  const std::vector<int64_t> slot_pairs = count_plan_pairs(plan);
   const bool has_needles = inputs.needles != nullptr && !inputs.needles->empty();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t head = 0; head < heads; ++head) {
@@ -242,7 +243,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       entry.head = head;
       entry.spec = head_specs[head_specs.size() == 1 ? 0 : head];
       if (!inputs.behaviours.empty()) entry.behaviour = inputs.behaviours[head];
-      const int64_t pairs = count_plan_pairs(plan, slot);
+      const int64_t pairs = slot_pairs[static_cast<std::size_t>(slot)];
       report.computed_pairs += pairs;
       entry.density = causal_pairs > 0 ? static_cast<double>(pairs) / causal_pairs : 0.0;
       entry.index_seconds = head_seconds[slot];
