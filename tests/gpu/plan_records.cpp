@@ -136,4 +136,13 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   }
 }
 
+std::vector<std::array<int32_t, 4>> uploaded_key_ranges(const cuda::DevicePlan& plan) {
+  const cuda::DevicePlanLayout& layout = plan.layout();
+  // An upload's spans section holds its records and nothing else (records fill whole sections).
+  const std::vector<std::byte> bytes = download(plan, layout.spans, layout.columns - layout.spans);
+  std::vector<std::array<int32_t, 4>> records(bytes.size() / kKeyRangeRecordBytes);
+  std::memcpy(records.data(), bytes.data(), records.size() * kKeyRangeRecordBytes);
+  return records;
+}
+
 }  // namespace mmsparse::test

@@ -7,6 +7,10 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
+#include <cstdint>
+#include <vector>
+
 #include "cuda/cuda_engine.h"
 #include "mmsparse/plan.h"
 
@@ -19,5 +23,9 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
 // the host plan's records at the front of each, and the tiles after the real ones must be empty and
 // scheduled last, in order.
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
+
+// The key range records of an uploaded plan, in order: {begin, end, step, width} (width > 1 for a
+// lattice, cuda/plan_view.cuh).
+std::vector<std::array<int32_t, 4>> uploaded_key_ranges(const cuda::DevicePlan& plan);
 
 }  // namespace mmsparse::test

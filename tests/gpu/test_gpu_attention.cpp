@@ -19,6 +19,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "plan_generators.h"
+#include "plan_records.h"
 
 namespace mmsparse::test {
 namespace {
@@ -208,6 +209,82 @@ TEST_P(GpuAttention, LatticeChunks) {
     check_plan(random, bands, inputs, size);
   }
   expect_wgmma_ran();
+}
+
+// The upload merges kLatticeSpans strided spans into one lattice record only when they qualify
+// (device_plan.cu): one step, consecutive begins, equal counts of whole kLatticePeriodsPerChunk
+// periods, inside one period, within the whole periods of kv_len, and the plan's first lattice
+// step. Any other group stays strided records (gathered: correct, only slower), and the plan keeps
+// the lattice step of its first group.
+TEST(GpuPlanUpload, LatticeGroupsMergeOnlyWhenTheyQualify) {
+  constexpr int64_t kStep = 32;
+  constexpr int64_t kWholePeriods = 40;
+  constexpr int64_t kPeriods = kLatticePeriodsPerChunk;
+  struct Group {
+    int64_t step = kStep;
+    int64_t first = 4;           // first key of the group's first strided span
+    int64_t periods = kPeriods;  // keys per strided span
+    int64_t gap = 0;             // extra distance between the 4th and 5th span's begins
+  };
+  struct Case {
+    const char* what;
+    std::vector<Group> groups;
+    int64_t kv_extra = 0;  // keys past the whole periods
+    std::vector<bool> merged;
+    int32_t lattice_step;
+  };
+  const std::vector<Case> cases = {
+      {"a qualifying group", {Group{}}, 0, {true}, kStep},
+      {"crossing a period's end", {Group{.first = kStep - 4}}, 0, {false}, 0},
+      {"past the whole periods of kv_len",
+       {Group{.first = (kWholePeriods - kPeriods + 1) * kStep}},
+       10,
+       {false},
+       0},
+      {"part of a chunk's periods", {Group{.periods = kPeriods - 1}}, 0, {false}, 0},
+      {"begins not consecutive", {Group{.gap = 1}}, 0, {false}, 0},
+      {"a second step after the first",
+       {Group{}, Group{.step = 2 * kStep, .first = 16}},
+       0,
+       {true, false},
+       kStep},
+  };
+  for (const Case& test_case : cases) {
+    SCOPED_TRACE(test_case.what);
+    PlanShape shape;
+    shape.q_len = shape.kv_len = kWholePeriods * kStep + test_case.kv_extra;
+    shape.tile_rows = 128;
+    PlanBuilder builder(shape);
+    builder.begin_head();
+    builder.begin_tile(0, std::min<int64_t>(shape.q_len, shape.tile_rows), {.causal = false});
+    for (const Group& group : test_case.groups) {
+      for (int64_t j = 0; j < kLatticeSpans; ++j) {
+        const int64_t begin = group.first + j + (j >= kLatticeSpans / 2 ? group.gap : 0);
+        builder.add_strided_span(begin, begin + (group.periods - 1) * group.step + 1, group.step);
+      }
+    }
+    const Plan plan = builder.finish();
+    const cuda::DevicePlan uploaded(plan, 0, nullptr);
+    EXPECT_EQ(uploaded.layout().lattice_step, test_case.lattice_step);
+    std::vector<std::array<int32_t, 4>> expected;
+    std::size_t next = 0;
+    for (std::size_t g = 0; g < test_case.groups.size(); ++g) {
+      const Group& group = test_case.groups[g];
+      if (test_case.merged[g]) {
+        const int64_t last_period_begin = group.first + (group.periods - 1) * group.step;
+        expected.push_back({static_cast<int32_t>(group.first),
+                            static_cast<int32_t>(last_period_begin + kLatticeSpans),
+                            static_cast<int32_t>(group.step), static_cast<int32_t>(kLatticeSpans)});
+        next += kLatticeSpans;
+        continue;
+      }
+      for (int64_t j = 0; j < kLatticeSpans; ++j, ++next) {
+        const StridedSpan& strided = plan.strided_spans[next];
+        expected.push_back({strided.begin, strided.end, strided.step, 1});
+      }
+    }
+    EXPECT_EQ(uploaded_key_ranges(uploaded), expected);
+  }
 }
 
 // Spans only, with the same permuted orders, gaps and unaligned spans.
