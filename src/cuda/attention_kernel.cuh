@@ -44,12 +44,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
   OnlineSoftmax<Traits> softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
   if (params.accumulate) {
-    using Softmax = OnlineSoftmax<Traits>;
-    const int32_t* warp_rows = storage.row_positions + warp * Traits::kMmaM;
-    const int32_t positions[Softmax::kRowsPerThread] = {
-        warp_rows[lane / Softmax::kThreadsPerRow],
-        warp_rows[lane / Softmax::kThreadsPerRow + Traits::kMmaM / 2]};
-    resume_rows<Traits>(params, work, positions, lane, softmax, output);
+    resume_rows<Traits>(params, work, storage.row_positions + warp * Traits::kMmaM, lane, softmax,
+                        output);
   }
   KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.plan.spans);
 

@@ -85,11 +85,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
   if (params.accumulate) {
-    const int32_t* warp_rows = rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp;
-    const int32_t positions[Softmax::kRowsPerThread] = {
-        warp_rows[lane / Softmax::kThreadsPerRow],
-        warp_rows[lane / Softmax::kThreadsPerRow + Traits::kRowsPerWarp / 2]};
-    resume_rows<Traits>(params, work, positions, lane, softmax, output);
+    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
+                        lane, softmax, output);
   }
   typename Mainloop::Probabilities probabilities;
   // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in

@@ -6,7 +6,7 @@
 // results (attention_passes.cu).
 //
 // Both kernels hold a warp's accumulators alike (the m16n8 layout that wgmma repeats per warp):
-// this thread's rows `positions` (lane / 4 and lane / 4 + 8 of the warp's 16) and, per tile of 8
+// this thread's rows (lane / 4 and lane / 4 + 8 of the warp's 16) and, per tile of 8
 // output columns, columns 2·(lane mod 4) and the next.
 
 #include <cstdint>
@@ -18,14 +18,15 @@
 
 namespace mmsparse::cuda {
 
+// `warp_rows`: the original positions of the warp's 16 rows (kNoRow past the tile).
 template <class Traits>
 __device__ void resume_rows(const AttentionParams& params, const TileWork& work,
-                            const int32_t (&positions)[OnlineSoftmax<Traits>::kRowsPerThread],
-                            int lane, OnlineSoftmax<Traits>& softmax,
+                            const int32_t* warp_rows, int lane, OnlineSoftmax<Traits>& softmax,
                             float (&output)[Traits::kOutputTiles][4]) {
   using Element = typename Traits::Element;
   constexpr int kTileColumns = 8;
   constexpr int kThreadsPerRow = OnlineSoftmax<Traits>::kThreadsPerRow;
+  constexpr int kRowHalf = 8;  // a thread's second row, 8 below its first
   constexpr float kNegativeInfinity = OnlineSoftmax<Traits>::kNegativeInfinity;
   const Element* out = static_cast<const Element*>(params.out.data) +
                        work.batch * params.out.batch_stride + work.head * params.out.head_stride;
@@ -34,7 +35,7 @@ __device__ void resume_rows(const AttentionParams& params, const TileWork& work,
   const int first_column = lane % kThreadsPerRow * 2;
 #pragma unroll
   for (int r = 0; r < OnlineSoftmax<Traits>::kRowsPerThread; ++r) {
-    const int32_t position = positions[r];
+    const int32_t position = warp_rows[lane / kThreadsPerRow + r * kRowHalf];
     const float row_lse =
         position == kNoRow ? kNegativeInfinity : lse[position * params.lse.row_stride];
     softmax.resume(r, row_lse, lane % kThreadsPerRow == 0);

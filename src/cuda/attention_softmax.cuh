@@ -28,6 +28,7 @@ class OnlineSoftmax {
   static constexpr int kThreadsPerRow = 4;  // lanes that share one accumulator row
   static constexpr float kNegativeInfinity = -::cuda::std::numeric_limits<float>::infinity();
   static constexpr float kLn2 = 0.693147180559945309f;  // converts log2-domain LSE to natural log
+  static constexpr float kLog2E = 1.44269504088896340736f;  // and back
 
   explicit __device__ OnlineSoftmax(float scale_log2) : scale_log2_(scale_log2) {
 #pragma unroll
@@ -105,7 +106,6 @@ class OnlineSoftmax {
   // caller places in the output accumulators. The row's sum is held once, by the lane that
   // `owner` names, as finish() adds the lanes' shares.
   __device__ void resume(int r, float lse, bool owner) {
-    constexpr float kLog2E = 1.44269504088896340736f;
     const bool has_keys = lse != kNegativeInfinity;
     row_max_[r] = has_keys ? lse * kLog2E : kNegativeInfinity;
     row_sum_[r] = has_keys && owner ? 1.0f : 0.0f;

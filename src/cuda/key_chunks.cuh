@@ -97,6 +97,8 @@ class KeyChunkCursor {
     next_key_ = range.begin;
     step_ = range.step;
     shift_ = kLattices && range.width > 1 ? kLatticeShift : 0;
+    // range_keys (plan_view.cuh) in int32 and with the width known at compile time where the
+    // kernel has no lattices: its int64 division costs the producer spills.
     remaining_ = range.end - range.begin;
     if (range.step != kConsecutive) {
       remaining_ = ((remaining_ - (1 << shift_)) / range.step + 1) << shift_;

@@ -94,6 +94,13 @@ __device__ void store_element(void* data, int64_t offset, StorageType type, floa
   static_cast<float*>(data)[offset] = value;
 }
 
+// Part `part`'s LSE of one row.
+__device__ float read_part_lse(const PartView& part, int64_t batch, int64_t head,
+                               int64_t position) {
+  return part.lse[batch * part.lse_strides[0] + head * part.lse_strides[1] +
+                  position * part.lse_strides[2]];
+}
+
 __device__ float warp_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, offset));
@@ -121,11 +128,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 
     // Lane p weighs part p, relative to the largest LSE so that no exp overflows.
     float part_lse = -INFINITY;
-    if (lane < params.num_parts) {
-      const PartView& part = params.parts[lane];
-      part_lse = part.lse[batch * part.lse_strides[0] + head * part.lse_strides[1] +
-                          position * part.lse_strides[2]];
-    }
+    if (lane < params.num_parts)
+      part_lse = read_part_lse(params.parts[lane], batch, head, position);
     const float max_lse = warp_max(part_lse);
     const float weight = max_lse == -INFINITY ? 0.0f : expf(part_lse - max_lse);
     const float sum = warp_sum(weight);
@@ -224,11 +228,6 @@ struct VectorGeometry {
   int64_t position_blocks;
 };
 
-__device__ float part_lse(const PartView& part, int64_t batch, int64_t head, int64_t position) {
-  return part.lse[batch * part.lse_strides[0] + head * part.lse_strides[1] +
-                  position * part.lse_strides[2]];
-}
-
 __global__ void __launch_bounds__(kVectorThreads)
     merge_partials_vector_kernel(const __grid_constant__ MergeParams params,
                                  const VectorGeometry geometry) {
@@ -246,11 +245,11 @@ __global__ void __launch_bounds__(kVectorThreads)
   float sum = 0.0f;
   if (valid) {
     for (int p = 0; p < params.num_parts; ++p) {
-      max_lse = fmaxf(max_lse, part_lse(params.parts[p], batch, head, position));
+      max_lse = fmaxf(max_lse, read_part_lse(params.parts[p], batch, head, position));
     }
     if (max_lse != -INFINITY) {
       for (int p = 0; p < params.num_parts; ++p) {
-        sum += expf(part_lse(params.parts[p], batch, head, position) - max_lse);
+        sum += expf(read_part_lse(params.parts[p], batch, head, position) - max_lse);
       }
     }
   }
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kVectorThreads)
   if (valid && max_lse != -INFINITY) {
     for (int p = 0; p < params.num_parts; ++p) {
       const PartView& part = params.parts[p];
-      const float weight = expf(part_lse(part, batch, head, position) - max_lse);
+      const float weight = expf(read_part_lse(part, batch, head, position) - max_lse);
       // A part without keys contributes nothing, whatever its O holds.
       if (weight == 0.0f) continue;
       float values[kVectorElements];
