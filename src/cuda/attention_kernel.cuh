@@ -12,17 +12,19 @@
 #include "cuda/key_chunks.cuh"
 #include "cuda/mainloop_mma_sync.cuh"
 #include "cuda/plan_view.cuh"
+#include "cuda/query_rows.cuh"
 
 namespace mmsparse::cuda {
 
-// Original positions of the tile's rows (kNoRow past its end), one thread per row.
+// Original positions of the tile's rows (kNoRow past its end), one thread per row, whole warps.
 template <class Traits>
 __device__ void gather_row_positions(const PlanView& plan, const TileRecord& tile,
                                      int32_t* row_positions /* [kBlockM] shared */) {
+  static_assert(Traits::kBlockM % kWarpSize == 0, "rows are looked up a warp at a time");
   const int row = static_cast<int>(threadIdx.x);
   if (row >= Traits::kBlockM) return;
-  const int32_t index = tile.begin + row;
-  row_positions[row] = index < tile.end ? query_position(plan, tile.head_slot, index) : kNoRow;
+  row_positions[row] = warp_query_positions(
+      plan, tile.head_slot, tile.begin + row - row % kWarpSize, tile.end, row % kWarpSize);
 }
 
 template <class Traits>

@@ -14,6 +14,7 @@
 #include "cuda/key_chunks.cuh"
 #include "cuda/mainloop_wgmma.cuh"
 #include "cuda/plan_view.cuh"
+#include "cuda/query_rows.cuh"
 #include "cuda/wgmma_params.cuh"
 #include "cuda/wgmma_primitives.cuh"
 #include "cuda/wgmma_traits.cuh"
@@ -64,11 +65,12 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
 
-  // Original positions of the warpgroup's rows, one thread per row.
+  // Original positions of the warpgroup's rows, one thread per row, whole warps.
+  static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
   if (thread < Traits::kWarpgroupRows) {
-    const int32_t index = work.tile.begin + warpgroup * Traits::kWarpgroupRows + thread;
+    const int32_t first = work.tile.begin + warpgroup * Traits::kWarpgroupRows + thread - lane;
     rows[thread] =
-        index < work.tile.end ? query_position(params.plan, work.tile.head_slot, index) : kNoRow;
+        warp_query_positions(params.plan, work.tile.head_slot, first, work.tile.end, lane);
   }
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 

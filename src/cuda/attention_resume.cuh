@@ -39,15 +39,17 @@ __device__ void resume_rows(const AttentionParams& params, const TileWork& work,
     const float row_lse =
         position == kNoRow ? kNegativeInfinity : lse[position * params.lse.row_stride];
     softmax.resume(r, row_lse, lane % kThreadsPerRow == 0);
-    // A row without keys contributes nothing, whatever its O holds.
-    if (row_lse == kNegativeInfinity) continue;
+    if (position == kNoRow) continue;
+    // Read whatever the LSE says, so that both loads are in flight at once; a row without keys
+    // (LSE -inf) contributes nothing, whatever its O holds.
+    const bool has_keys = row_lse != kNegativeInfinity;
     const Element* row = out + position * params.out.row_stride + first_column;
 #pragma unroll
     for (int tile = 0; tile < Traits::kOutputTiles; ++tile) {
       const float2 pair = TensorCore<Element>::unpack(
           *reinterpret_cast<const uint32_t*>(row + tile * kTileColumns));
-      output[tile][2 * r] = pair.x;
-      output[tile][2 * r + 1] = pair.y;
+      output[tile][2 * r] = has_keys ? pair.x : 0.0f;
+      output[tile][2 * r + 1] = has_keys ? pair.y : 0.0f;
     }
   }
 }

@@ -6,12 +6,10 @@
 #include <cstdint>
 
 #include "cuda/cuda_engine.h"
+#include "cuda/plan_view.cuh"
 #include "cuda/ptx_primitives.cuh"
 
 namespace mmsparse::cuda {
-
-// Order-index slot of a tile row that lies beyond the tile's end.
-inline constexpr int32_t kNoRow = -1;
 
 template <class Element_, int kHeadDim_>
 struct AttentionTraits {

@@ -167,7 +167,7 @@ HostSections pack_sections(const Plan& plan, bool merge_lattices) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
       const QueryRun& run = plan.runs[r];
-      // An empty run would tie with its successor in the kernel's binary search.
+      // Run records are never empty (query_rows.cuh counts where runs begin).
       if (run.count == 0) continue;
       sections.runs.push_back(
           {order_begin, static_cast<int32_t>(run.start), static_cast<int32_t>(run.step)});

@@ -1,7 +1,7 @@
 #pragma once
 // The device-side view of a DevicePlan: the records packed into its buffer and the index
-// arithmetic the kernels do on them (query order lookup, token tests). Host packing
-// (device_plan.cu) and the kernels share these definitions.
+// arithmetic the kernels do on them (token tests; the query order's lookup is query_rows.cuh).
+// Host packing (device_plan.cu) and the kernels share these definitions.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +11,9 @@
 namespace mmsparse::cuda {
 
 // A query run with its position in the head's order: order indices [order_begin, next run's
-// order_begin) map to positions start + (index - order_begin) * step.
+// order_begin) map to positions start + (index - order_begin) * step. Never empty: a head's runs
+// begin at strictly increasing order indices (the upload drops empty runs, the device builders
+// make none; record-for-record parity tests hold them to the upload).
 struct RunRecord {
   int32_t order_begin;
   int32_t start;
@@ -111,22 +113,7 @@ std::size_t align_section(std::size_t bytes);
 void check_int32_ranges(const PlanShape& shape);
 MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len);
 
-// Original query position of order index `index` of a head slot: the identity without runs,
-// otherwise a binary search for the last run starting at or before `index`.
-__device__ inline int32_t query_position(const PlanView& plan, int32_t head_slot, int32_t index) {
-  int64_t low = plan.head_run_offsets[head_slot];
-  int64_t high = plan.head_run_offsets[head_slot + 1];
-  if (low == high) return index;
-  while (high - low > 1) {
-    const int64_t middle = low + (high - low) / 2;
-    if (plan.runs[middle].order_begin <= index) {
-      low = middle;
-    } else {
-      high = middle;
-    }
-  }
-  const RunRecord run = plan.runs[low];
-  return run.start + (index - run.order_begin) * run.step;
-}
+// Order-index slot of a tile row that lies beyond the tile's end.
+inline constexpr int32_t kNoRow = -1;
 
 }  // namespace mmsparse::cuda

@@ -303,6 +303,38 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   expect_wgmma_ran();
 }
 
+// Heads whose query order has thousands of runs (an arbitrary permutation: a run per row), where
+// the kernels' warp-wide run search (plan_view.cuh) narrows in several steps and every row of a
+// warp may lie in another run; tiles start anywhere in a run.
+TEST_P(GpuAttention, PermutedOrdersOfThousandsOfRuns) {
+  constexpr int64_t kMinLength = 1300;
+  constexpr int64_t kMaxLength = 1600;
+  constexpr int64_t kMaxExtraKeys = 200;
+  constexpr int64_t kManyRuns = 1100;  // more than 32² runs: at least three narrowing steps
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;
+  size.kv_len = size.q_len + random.uniform_int(1, kMaxExtraKeys);
+  const AttentionInputs inputs = random_inputs(random, size);
+  RandomPlanOptions options;
+  options.leave_gaps = true;
+  options.max_strided_spans = 0;
+  options.max_columns = 0;
+  const auto has_many_runs = [](const Plan& drawn) {
+    for (std::size_t slot = 0; slot + 1 < drawn.head_run_offsets.size(); ++slot) {
+      if (drawn.head_run_offsets[slot + 1] - drawn.head_run_offsets[slot] >= kManyRuns) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const Plan plan = random_plan_with(random, plan_shape(size, false), options, has_many_runs);
+  ASSERT_TRUE(has_many_runs(plan));
+  check_plan(random, plan, inputs, size);
+  expect_wgmma_ran();
+}
+
 // Causal, none and window-with-sink policies per tile, spans only.
 TEST_P(GpuAttention, PositionalMaskPolicies) {
   Random random;
