@@ -23,8 +23,7 @@ __device__ void gather_row_positions(const PlanView& plan, const TileRecord& til
   static_assert(Traits::kBlockM % kWarpSize == 0, "rows are looked up a warp at a time");
   const int row = static_cast<int>(threadIdx.x);
   if (row >= Traits::kBlockM) return;
-  row_positions[row] = warp_query_positions(
-      plan, tile.head_slot, tile.begin + row - row % kWarpSize, tile.end, row % kWarpSize);
+  row_positions[row] = tile_row_position(plan, tile, row);
 }
 
 template <class Traits>

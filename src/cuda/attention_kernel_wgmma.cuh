@@ -68,9 +68,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   // Original positions of the warpgroup's rows, one thread per row, whole warps.
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
   if (thread < Traits::kWarpgroupRows) {
-    const int32_t first = work.tile.begin + warpgroup * Traits::kWarpgroupRows + thread - lane;
     rows[thread] =
-        warp_query_positions(params.plan, work.tile.head_slot, first, work.tile.end, lane);
+        tile_row_position(params.plan, work.tile, warpgroup * Traits::kWarpgroupRows + thread);
   }
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 

@@ -50,4 +50,11 @@ __device__ inline int32_t warp_query_positions(const PlanView& plan, int32_t hea
   return index < end ? start + (index - begin) * step : kNoRow;
 }
 
+// The original position of row `row` of a tile (kNoRow past its end), called by whole warps for
+// the rows 32·w .. 32·w + 31 of the tile.
+__device__ inline int32_t tile_row_position(const PlanView& plan, const TileRecord& tile, int row) {
+  const int lane = row % kWarpSize;
+  return warp_query_positions(plan, tile.head_slot, tile.begin + row - lane, tile.end, lane);
+}
+
 }  // namespace mmsparse::cuda
