@@ -113,31 +113,34 @@ class WgmmaMainloop {
   }
 
   // Column gathers look up the column list once per thread, not once per pass: each lane reads
-  // the key of one of the 32 rows its warp copies, and every pass takes its row's key from the
-  // lane that holds it.
-  static constexpr int kWarpRowsPerPass = kWarpSize / Traits::kVectorsPerRow;
+  // the key of one of the rows its warp copies, and every pass takes its rows' keys from the
+  // lanes that hold them. Lane l holds the row of pass l / kGatherRowsPerWarp.
+  __device__ static int gather_slot(int pass, int warp, int row_in_warp) {
+    return pass * Traits::kGatherRowsPerPass + warp * Traits::kGatherRowsPerWarp + row_in_warp;
+  }
 
   // This thread's key of a gathered chunk (0 past the chunk's keys): read from the column list,
   // or a strided chunk's by arithmetic.
   __device__ static int32_t lookup_column(const AttentionParams& params, const KeyChunk& chunk,
                                           int thread) {
     const int lane = thread % kWarpSize;
-    const int warp = thread / kWarpSize;
-    const int slot = lane / kWarpRowsPerPass * Traits::kGatherRowsPerPass +
-                     warp * kWarpRowsPerPass + lane % kWarpRowsPerPass;
+    const int slot = gather_slot(lane / Traits::kGatherRowsPerWarp, thread / kWarpSize,
+                                 lane % Traits::kGatherRowsPerWarp);
     if (slot >= chunk.count) return 0;
     return chunk.from_columns() ? __ldg(params.plan.columns + chunk.first + slot)
                                 : static_cast<int32_t>(chunk.first) + slot * chunk.step;
   }
 
-  // This thread's share of a gathered chunk: one 16-byte vector of K and of V in each of
-  // kGatherPasses key rows, written where the tensor copies' 128-byte swizzle would put it. Slots
-  // past the chunk's keys are zero-filled (and masked out of S by the consumers).
+  // This thread's share of a gathered chunk: in each pass, one key row of its warp's
+  // kGatherRowsPerWarp, and in it the thread's 16-byte vector of every column block, of K and of
+  // V, written where the tensor copies' 128-byte swizzle would put it. Slots past the chunk's keys
+  // are zero-filled (and masked out of S by the consumers).
   __device__ static void gather_columns(const AttentionParams& params, const TileWork& work,
                                         const KeyChunk& chunk, int32_t lookup_key, uint32_t keys,
                                         uint32_t values, int thread) {
-    const int vector = thread % Traits::kVectorsPerRow;
     const int lane = thread % kWarpSize;
+    const int row_in_warp = lane / Traits::kGatherLanesPerRow;
+    const int vector = lane % Traits::kGatherLanesPerRow;  // within each column block
     const int64_t key_offset = work.batch * params.k.batch_stride +
                                work.kv_head * params.k.head_stride +
                                vector * Traits::kVectorElements;
@@ -146,16 +149,27 @@ class WgmmaMainloop {
                                  vector * Traits::kVectorElements;
     const Element* key_base = static_cast<const Element*>(params.k.data) + key_offset;
     const Element* value_base = static_cast<const Element*>(params.v.data) + value_offset;
+    // Passes step by whole swizzle atoms, so the thread's vector keeps its swizzled place.
+    const int first_slot = gather_slot(0, thread / kWarpSize, row_in_warp);
+    const uint32_t first_offset =
+        Traits::swizzled_vector_offset(Traits::kBlockN, first_slot, vector);
     // Rolled: the producer runs on kProducerRegisters when the consumers take the rest.
 #pragma unroll 1
     for (int pass = 0; pass < Traits::kGatherPasses; ++pass) {
-      const int slot = pass * Traits::kGatherRowsPerPass + thread / Traits::kVectorsPerRow;
+      const int slot = first_slot + pass * Traits::kGatherRowsPerPass;
       const bool valid = slot < chunk.count;
-      const int64_t key = __shfl_sync(kFullWarpMask, lookup_key,
-                                      pass * kWarpRowsPerPass + lane / Traits::kVectorsPerRow);
-      const uint32_t offset = Traits::swizzled_vector_offset(Traits::kBlockN, slot, vector);
-      copy_async_16(keys + offset, key_base + key * params.k.row_stride, valid);
-      copy_async_16(values + offset, value_base + key * params.v.row_stride, valid);
+      const int64_t key =
+          __shfl_sync(kFullWarpMask, lookup_key, pass * Traits::kGatherRowsPerWarp + row_in_warp);
+      const Element* key_row = key_base + key * params.k.row_stride;
+      const Element* value_row = value_base + key * params.v.row_stride;
+      const uint32_t offset =
+          first_offset + static_cast<uint32_t>(pass * Traits::kGatherRowsPerPass * kSwizzleBytes);
+#pragma unroll
+      for (int block = 0; block < Traits::kColumnBlocks; ++block) {
+        const uint32_t block_offset = offset + block * Traits::kChunkBlockBytes;
+        copy_async_16(keys + block_offset, key_row + block * Traits::kAtomElements, valid);
+        copy_async_16(values + block_offset, value_row + block * Traits::kAtomElements, valid);
+      }
     }
   }
 

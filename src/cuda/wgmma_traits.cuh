@@ -61,9 +61,13 @@ struct WgmmaTraits {
   static constexpr int kVectorsPerAtomRow = kSwizzleBytes / kCopyBytes;
   static constexpr int kRowVectorsPerThread =
       kWarpgroupRows * kVectorsPerRow / kWarpgroupThreads;  // a warpgroup moves its 64 rows
-  // Column gathers: consecutive threads copy consecutive vectors of a key row, so that a warp
-  // reads whole rows (coalesced) and a pass of the producer warpgroup covers kGatherRowsPerPass.
-  static constexpr int kGatherRowsPerPass = kProducerThreads / kVectorsPerRow;
+  // Column gathers: a group of kGatherLanesPerRow lanes copies a key row's 128-byte lines, one
+  // 16-byte vector of each column block per lane, so that every copy instruction of a warp reads
+  // whole lines of kGatherRowsPerWarp rows. A thread keeps its vector (and so its place in the
+  // swizzle) in every pass: a pass costs it one key and two row addresses, not one per vector.
+  static constexpr int kGatherLanesPerRow = kVectorsPerAtomRow;
+  static constexpr int kGatherRowsPerWarp = kWarpSize / kGatherLanesPerRow;
+  static constexpr int kGatherRowsPerPass = kWarpgroupWarps * kGatherRowsPerWarp;
   static constexpr int kGatherPasses = kBlockN / kGatherRowsPerPass;
 
   // Bytes of one K (or V) chunk as it lands in shared memory: kColumnBlocks boxes of
@@ -83,8 +87,10 @@ struct WgmmaTraits {
   static_assert(kWarpgroupRows <= kWarpgroupThreads, "one thread per row gathers row positions");
   static_assert(kWarpgroupThreads % kVectorsPerRow == 0, "a pass covers whole rows");
   static_assert(kBlockN % kGatherRowsPerPass == 0, "column gathers cover a chunk in whole passes");
-  static_assert(kGatherPasses * kGatherRowsPerPass / kWarpgroupWarps == kWarpSize,
+  static_assert(kGatherPasses * kGatherRowsPerWarp == kWarpSize,
                 "each lane of a producer warp looks up one of the rows its warp gathers");
+  static_assert(kGatherRowsPerPass % kSwizzleAtomRows == 0,
+                "a gathering thread's rows keep their place in the swizzle from pass to pass");
 
   // Byte offset of 16-byte vector `vector` of `row` in a swizzled tile of `rows` rows: column
   // block, then the row's 128-byte line, whose vectors are permuted by XOR with row % 8 (what
