@@ -208,6 +208,8 @@ class WgmmaMainloop {
     const uint32_t query =
         shared_address(storage.query) + warpgroup * Traits::kWarpgroupRows * kSwizzleBytes;
     const uint32_t keys = shared_address(storage.keys[stage]);
+    const uint64_t query_descriptor = matrix_descriptor(query, kCopyBytes, kSwizzleAtomBytes);
+    const uint64_t key_descriptor = matrix_descriptor(keys, kCopyBytes, kSwizzleAtomBytes);
     pin_accumulators(scores);
     warpgroup_fence();
 #pragma unroll
@@ -216,10 +218,10 @@ class WgmmaMainloop {
       // the resulting addresses, so the atoms must be 1024-byte aligned.
       const int block = step / Traits::kStepsPerAtom;
       const uint32_t within = step % Traits::kStepsPerAtom * Traits::kStepBytes;
-      const uint64_t a = matrix_descriptor(query + block * Traits::kQueryBlockBytes + within,
-                                           kCopyBytes, kSwizzleAtomBytes);
-      const uint64_t b = matrix_descriptor(keys + block * Traits::kChunkBlockBytes + within,
-                                           kCopyBytes, kSwizzleAtomBytes);
+      const uint64_t a =
+          advance_descriptor(query_descriptor, block * Traits::kQueryBlockBytes + within);
+      const uint64_t b =
+          advance_descriptor(key_descriptor, block * Traits::kChunkBlockBytes + within);
       Mma::scores(scores, a, b, step > 0);
     }
     warpgroup_commit();
@@ -234,14 +236,14 @@ class WgmmaMainloop {
   __device__ static void issue_output(Storage& storage, int stage, Probabilities& probabilities,
                                       float (&output)[Traits::kOutputTiles][4]) {
     static_assert(Traits::kOutputTiles == Mma::kOutputTiles, "one wgmma covers the output row");
-    const uint32_t values = shared_address(storage.values[stage]);
+    const uint64_t value_descriptor = matrix_descriptor(
+        shared_address(storage.values[stage]), Traits::kChunkBlockBytes, kSwizzleAtomBytes);
     pin_accumulators(output);
     pin_fragments(probabilities);
     warpgroup_fence();
 #pragma unroll
     for (int step = 0; step < Traits::kKeySteps; ++step) {
-      const uint64_t b = matrix_descriptor(values + step * Traits::kMmaK * kSwizzleBytes,
-                                           Traits::kChunkBlockBytes, kSwizzleAtomBytes);
+      const uint64_t b = advance_descriptor(value_descriptor, step * Traits::kMmaK * kSwizzleBytes);
       Mma::output(output, probabilities[step], b);
     }
     warpgroup_commit();

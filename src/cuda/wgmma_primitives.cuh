@@ -153,6 +153,15 @@ __device__ inline uint64_t matrix_descriptor(uint32_t address, uint32_t leading,
          static_cast<uint64_t>((address >> kDescriptorUnitShift) & kDescriptorFieldMask);
 }
 
+// The descriptor of the same operand layout `bytes` further on. The start address sits in the
+// low 14 bits as address >> 4, and shared addresses stay below 2^18 bytes (228 KiB per block), so
+// the field never carries into the leading offset: one 32-bit add on the low word, the high word
+// (stride, swizzle) untouched, instead of rebuilding all fields for every wgmma.
+__device__ inline uint64_t advance_descriptor(uint64_t descriptor, uint32_t bytes) {
+  const uint32_t low = static_cast<uint32_t>(descriptor) + (bytes >> kDescriptorUnitShift);
+  return (descriptor & ~uint64_t{0xffffffffu}) | low;
+}
+
 __device__ inline void warpgroup_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
