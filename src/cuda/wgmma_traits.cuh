@@ -67,7 +67,7 @@ struct WgmmaTraits {
   // swizzle) in every pass: a pass costs it one key and two row addresses, not one per vector.
   static constexpr int kGatherLanesPerRow = kVectorsPerAtomRow;
   static constexpr int kGatherRowsPerWarp = kWarpSize / kGatherLanesPerRow;
-  static constexpr int kGatherRowsPerPass = kWarpgroupWarps * kGatherRowsPerWarp;
+  static constexpr int kGatherRowsPerPass = kProducerThreads / kWarpSize * kGatherRowsPerWarp;
   static constexpr int kGatherPasses = kBlockN / kGatherRowsPerPass;
 
   // Bytes of one K (or V) chunk as it lands in shared memory: kColumnBlocks boxes of
