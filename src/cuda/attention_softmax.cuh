@@ -52,18 +52,21 @@ class OnlineSoftmax {
   // accumulated so far to the new maxima, for rescale() once that product has completed.
   __device__ void fold(float (&scores)[Traits::kScoreTiles][4],
                        float (&corrections)[kRowsPerThread]) {
+    // Both rows' maxima before either row's exponentials, each as a tree (max is associative, so
+    // the result is the same as a running maximum's): the exponentials wait on this chain.
+    float chunk_max[kRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) chunk_max[r] = tree_max(scores, r);
+#pragma unroll
+    for (int offset = 1; offset < kThreadsPerRow; offset *= 2) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(kFullWarpMask, chunk_max[r], offset));
+      }
+    }
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
-      float chunk_max = kNegativeInfinity;
-#pragma unroll
-      for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
-        chunk_max = fmaxf(chunk_max, fmaxf(scores[tile][2 * r], scores[tile][2 * r + 1]));
-      }
-#pragma unroll
-      for (int offset = 1; offset < kThreadsPerRow; offset *= 2) {
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(kFullWarpMask, chunk_max, offset));
-      }
-      const float new_max = fmaxf(row_max_[r], chunk_max * scale_log2_);
+      const float new_max = fmaxf(row_max_[r], chunk_max[r] * scale_log2_);
       // While every key so far is removed the maximum is -inf; exponentiate against 0 instead,
       // which gives 0 for every removed logit rather than exp2(-inf + inf) = NaN.
       const float reference = new_max == kNegativeInfinity ? 0.0f : new_max;
@@ -135,6 +138,26 @@ class OnlineSoftmax {
   }
 
  private:
+  // The largest of this thread's scores of row `r` in a chunk, by pairwise halving: a dependency
+  // chain of log2(kScoreTiles) + 1 maxima instead of kScoreTiles.
+  __device__ static float tree_max(const float (&scores)[Traits::kScoreTiles][4], int r) {
+    static_assert((Traits::kScoreTiles & (Traits::kScoreTiles - 1)) == 0,
+                  "halving needs 2^n tiles");
+    float maxima[Traits::kScoreTiles];
+#pragma unroll
+    for (int tile = 0; tile < Traits::kScoreTiles; ++tile) {
+      maxima[tile] = fmaxf(scores[tile][2 * r], scores[tile][2 * r + 1]);
+    }
+#pragma unroll
+    for (int level = 1; level < Traits::kScoreTiles; level *= 2) {
+#pragma unroll
+      for (int i = 0; i < Traits::kScoreTiles; i += 2 * level) {
+        maxima[i] = fmaxf(maxima[i], maxima[i + level]);
+      }
+    }
+    return maxima[0];
+  }
+
   float scale_log2_;                // > 0 (checked at launch)
   float row_max_[kRowsPerThread];  // log2 domain
   float row_sum_[kRowsPerThread];  // this lane's share of the row's sum of exp2(logit - max)
