@@ -139,7 +139,7 @@ class OnlineSoftmax {
 
  private:
   // The largest of this thread's scores of row `r` in a chunk, by pairwise halving: a dependency
-  // chain of log2(kScoreTiles) + 1 maxima instead of kScoreTiles.
+  // chain of log2(kScoreTiles) + 1 maxima instead of a running maximum's kScoreTiles + 1.
   __device__ static float tree_max(const float (&scores)[Traits::kScoreTiles][4], int r) {
     static_assert((Traits::kScoreTiles & (Traits::kScoreTiles - 1)) == 0,
                   "halving needs 2^n tiles");
