@@ -304,7 +304,7 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
 }
 
 // Heads whose query order has thousands of runs (an arbitrary permutation: a run per row), where
-// the kernels' warp-wide run search (plan_view.cuh) narrows in several steps and every row of a
+// the kernels' warp-wide run search (query_rows.cuh) narrows in several steps and every row of a
 // warp may lie in another run; tiles start anywhere in a run.
 TEST_P(GpuAttention, PermutedOrdersOfThousandsOfRuns) {
   constexpr int64_t kMinLength = 1300;
