@@ -50,10 +50,12 @@ struct WgmmaTraits {
   static constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
 
   // Register split (setmaxnreg): at 3 warpgroups the launch cap is 168 registers a thread; the
-  // producer gives most of its share to the consumers, who hold S, P and O in registers.
+  // producer gives most of its share to the consumers, who hold S, P and O in registers. 40 leave
+  // the producer's gathers without spills and still fit the consumers (229-236 used); against 24 /
+  // 240 they ran 0.6-2% faster on the grid mask, dense 128K and columns (docs/perf-notes.md, v10).
   static constexpr bool kReallocateRegisters = kConsumerWarpgroups > 1;
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
 
   // Rows move as 16-byte vectors in the query loads and the epilogue.
   static constexpr int kVectorElements = kCopyBytes / static_cast<int>(sizeof(Element));
