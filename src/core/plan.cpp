@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/plan_coverage.h"
@@ -246,13 +247,41 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
       }
     }
   }
-  std::sort(strided.begin(), strided.end(),
-            [](const StridedSpan& a, const StridedSpan& b) { return a.begin < b.begin; });
+  const auto report_shared = [&](const StridedSpan& a, const StridedSpan& b) {
+    const bool a_first = std::tuple(a.begin, a.step) <= std::tuple(b.begin, b.step);
+    fail("strided_spans", name + " has strided spans " + strided_string(a_first ? a : b) +
+                              " and " + strided_string(a_first ? b : a) + " sharing keys");
+  };
+  // Spans of one step share keys only within one residue, where they are ranges of one lattice:
+  // sorted by (step, residue, begin), each is checked against the farthest-reaching one before it
+  // on its lattice. A tile of lattices holds dozens of them; pairwise checks made validation
+  // quadratic in them.
+  const auto lattice_order = [](const StridedSpan& s) {
+    return std::tuple(s.step, s.begin % s.step, s.begin);  // begins are >= 0 (checked above)
+  };
+  std::sort(strided.begin(), strided.end(), [&](const StridedSpan& a, const StridedSpan& b) {
+    return lattice_order(a) < lattice_order(b);
+  });
+  const auto same_lattice = [](const StridedSpan& a, const StridedSpan& b) {
+    return a.step == b.step && a.begin % a.step == b.begin % b.step;
+  };
+  for (size_t i = 1, reach = 0; i < strided.size(); ++i) {
+    if (!same_lattice(strided[reach], strided[i])) {
+      reach = i;
+      continue;
+    }
+    if (strided[i].begin < strided[reach].end) report_shared(strided[reach], strided[i]);
+    if (strided[i].end > strided[reach].end) reach = i;
+  }
+  // Spans of different steps: pairwise, by the Chinese remainder theorem (strided_spans_share_keys).
+  const bool one_step = std::all_of(strided.begin(), strided.end(), [&](const StridedSpan& s) {
+    return s.step == strided.front().step;
+  });
+  if (one_step) return;
   for (size_t i = 0; i < strided.size(); ++i) {
-    for (size_t j = i + 1; j < strided.size() && strided[j].begin < strided[i].end; ++j) {
-      if (strided_spans_share_keys(strided[i], strided[j])) {
-        fail("strided_spans", name + " has strided spans " + strided_string(strided[i]) + " and " +
-                                  strided_string(strided[j]) + " sharing keys");
+    for (size_t j = i + 1; j < strided.size(); ++j) {
+      if (strided[i].step != strided[j].step && strided_spans_share_keys(strided[i], strided[j])) {
+        report_shared(strided[i], strided[j]);
       }
     }
   }
@@ -334,6 +363,8 @@ bool strided_spans_share_keys(const StridedSpan& a, const StridedSpan& b) {
   const int64_t lo = std::max(a.begin, b.begin);
   const int64_t hi = std::min(a.end, b.end);
   if (lo >= hi) return false;
+  // One step: one lattice (then lo, a begin, is a shared key) or two that never meet.
+  if (a.step == b.step) return (static_cast<int64_t>(b.begin) - a.begin) % a.step == 0;
   const int64_t g = std::gcd<int64_t>(a.step, b.step);
   const int64_t difference = static_cast<int64_t>(b.begin) - a.begin;
   if (difference % g != 0) return false;

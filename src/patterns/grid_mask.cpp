@@ -133,12 +133,13 @@ void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanSha
       builder.add_strided_span(residue + lattice_begin * grid.period,
                                residue + (lattice_end - 1) * grid.period + 1, grid.period);
     }
+    // The periods of each residue's keys outside the lattice's range: before it, and after it.
     for (int64_t j = 0; j < kLatticeSpans; ++j) {
-      for (int64_t i = begin[j]; i < end[j]; ++i) {
-        if (i < lattice_begin || i >= lattice_end) {
-          columns.push_back(first_residue + j + i * grid.period);
-        }
-      }
+      const auto add_periods = [&](int64_t from, int64_t to) {
+        for (int64_t i = from; i < to; ++i) columns.push_back(first_residue + j + i * grid.period);
+      };
+      add_periods(begin[j], std::min(end[j], lattice_begin));
+      add_periods(std::max(begin[j], lattice_end), end[j]);
     }
   }
   std::sort(columns.begin(), columns.end());
