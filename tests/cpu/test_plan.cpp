@@ -275,6 +275,29 @@ TEST(PlanValidate, AcceptsAndRejectsStridedSpans) {
   expect_invalid(plan, {"plan.tile_strided_offsets"});
 }
 
+// A tile of many strided spans of one step (a grid mask's lattice tile): spans on different
+// residues never meet, wherever they lie; two on one residue that overlap are found whatever their
+// order in the tile, and named in key order.
+TEST(PlanValidate, ManyStridedSpansOfOneStep) {
+  constexpr int32_t kStep = 16;
+  constexpr int32_t kKeys = 4096;
+  constexpr int32_t kHalf = kKeys / 2;
+  PlanBuilder builder({.q_len = 4, .kv_len = kKeys, .tile_rows = 4});
+  builder.begin_head();
+  builder.begin_tile(0, 4);
+  for (int32_t residue = kStep - 1; residue >= 0; --residue) {  // out of key order on purpose
+    builder.add_strided_span(residue + kHalf, kKeys - kStep + residue + 1, kStep);
+    builder.add_strided_span(residue, residue + kHalf - kStep + 1, kStep);
+  }
+  Plan plan;
+  ASSERT_NO_THROW(plan = builder.finish());  // finish() validates
+  // One more span on residue 3, at key 2035: inside residue 3's first range [3, 2036).
+  plan.strided_spans.push_back({2035, 2036, kStep});
+  ++plan.tile_strided_offsets.back();
+  expect_invalid(plan,
+                 {"plan.strided_spans", "[3, 2036) step 16 and [2035, 2036) step 16 sharing keys"});
+}
+
 TEST(PlanValidate, StridedSpansShareKeysByTheChineseRemainderTheorem) {
   // Brute force over small lattices against the closed form.
   for (int32_t step_a = 2; step_a <= 7; ++step_a) {
