@@ -249,8 +249,8 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
   }
   const auto report_shared = [&](const StridedSpan& a, const StridedSpan& b) {
     const bool a_first = std::tuple(a.begin, a.step) <= std::tuple(b.begin, b.step);
-    fail("strided_spans", name + " has strided spans " + strided_string(a_first ? a : b) +
-                              " and " + strided_string(a_first ? b : a) + " sharing keys");
+    fail("strided_spans", name + " has strided spans " + strided_string(a_first ? a : b) + " and " +
+                              strided_string(a_first ? b : a) + " sharing keys");
   };
   // Spans of one step share keys only within one residue, where they are ranges of one lattice:
   // sorted by (step, residue, begin), each is checked against the farthest-reaching one before it
@@ -273,7 +273,8 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
     if (strided[i].begin < strided[reach].end) report_shared(strided[reach], strided[i]);
     if (strided[i].end > strided[reach].end) reach = i;
   }
-  // Spans of different steps: pairwise, by the Chinese remainder theorem (strided_spans_share_keys).
+  // Spans of different steps: pairwise, by the Chinese remainder theorem
+  // (strided_spans_share_keys).
   const bool one_step = std::all_of(strided.begin(), strided.end(), [&](const StridedSpan& s) {
     return s.step == strided.front().step;
   });
