@@ -214,7 +214,7 @@ int64_t first_on_lattice(int64_t lo, int64_t residue, int64_t step) {
 }
 
 // Strided spans well formed and inside [0, kv_len), disjoint from each other and from the tile's
-// spans (sorted by begin).
+// spans (sorted by begin). Leaves `strided` in lattice order: by step, residue, begin.
 void check_tile_strided_spans(const Plan& plan, const std::string& name,
                               const std::vector<KeySpan>& spans,
                               std::vector<StridedSpan>& strided) {
@@ -329,12 +329,26 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
       fail("columns", name + " has column " + std::to_string(column) + " inside span " +
                           range_string(std::prev(after)->begin, std::prev(after)->end));
     }
-    for (const StridedSpan& lattice : strided) {
-      if (column >= lattice.begin && column < lattice.end &&
-          (column - lattice.begin) % lattice.step == 0) {
-        fail("columns", name + " has column " + std::to_string(column) + " inside strided span " +
-                            strided_string(lattice));
+    // Per step (tiles hold one or a few), the only strided span that can hold the column: the
+    // last on the column's residue starting at or before it (`strided` is in lattice order).
+    for (auto step_begin = strided.begin(); step_begin != strided.end();) {
+      const int32_t step = step_begin->step;
+      const auto step_end = std::partition_point(
+          step_begin, strided.end(), [&](const StridedSpan& s) { return s.step == step; });
+      const auto key = std::tuple(column % step, column);
+      const auto after =
+          std::upper_bound(step_begin, step_end, key,
+                           [&](const std::tuple<int32_t, int32_t>& k, const StridedSpan& s) {
+                             return k < std::tuple(s.begin % step, s.begin);
+                           });
+      if (after != step_begin) {
+        const StridedSpan& lattice = *std::prev(after);
+        if (lattice.begin % step == column % step && column < lattice.end) {
+          fail("columns", name + " has column " + std::to_string(column) + " inside strided span " +
+                              strided_string(lattice));
+        }
       }
+      step_begin = step_end;
     }
   }
   std::sort(columns.begin(), columns.end());

@@ -276,22 +276,31 @@ TEST(PlanValidate, AcceptsAndRejectsStridedSpans) {
 }
 
 // A tile of many strided spans of one step (a grid mask's lattice tile): spans on different
-// residues never meet, wherever they lie; two on one residue that overlap are found whatever their
-// order in the tile, and named in key order.
+// residues never meet, wherever they lie; a column or a span on a residue's range is found whatever
+// the order of the tile's spans, and named.
 TEST(PlanValidate, ManyStridedSpansOfOneStep) {
   constexpr int32_t kStep = 16;
   constexpr int32_t kKeys = 4096;
   constexpr int32_t kHalf = kKeys / 2;
+  // Residue r: keys r .. r + kHalf - kStep and r + kHalf .. r + kKeys - 2·kStep; the last kStep
+  // keys, past every range, are columns.
   PlanBuilder builder({.q_len = 4, .kv_len = kKeys, .tile_rows = 4});
   builder.begin_head();
   builder.begin_tile(0, 4);
   for (int32_t residue = kStep - 1; residue >= 0; --residue) {  // out of key order on purpose
-    builder.add_strided_span(residue + kHalf, kKeys - kStep + residue + 1, kStep);
+    builder.add_strided_span(residue + kHalf, residue + kKeys - 2 * kStep + 1, kStep);
     builder.add_strided_span(residue, residue + kHalf - kStep + 1, kStep);
   }
+  for (int32_t key = kKeys - kStep; key < kKeys; ++key) builder.add_column(key);
   Plan plan;
   ASSERT_NO_THROW(plan = builder.finish());  // finish() validates
-  // One more span on residue 3, at key 2035: inside residue 3's first range [3, 2036).
+  // A column on residue 5 inside its second range [2053, 4070).
+  Plan with_column = plan;
+  with_column.columns.push_back(2117);
+  ++with_column.tile_column_offsets.back();
+  expect_invalid(with_column,
+                 {"plan.columns", "column 2117 inside strided span [2053, 4070) step 16"});
+  // A strided span at key 2035, inside residue 3's first range [3, 2036).
   plan.strided_spans.push_back({2035, 2036, kStep});
   ++plan.tile_strided_offsets.back();
   expect_invalid(plan,
