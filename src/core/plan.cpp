@@ -253,9 +253,9 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
                               strided_string(a_first ? b : a) + " sharing keys");
   };
   // Spans of one step share keys only within one residue, where they are ranges of one lattice:
-  // sorted by (step, residue, begin), each is checked against the farthest-reaching one before it
-  // on its lattice. A tile of lattices holds dozens of them; pairwise checks made validation
-  // quadratic in them.
+  // sorted by (step, residue, begin), the first overlap on a lattice is between neighbours, so each
+  // span is checked against the one before it. A tile of lattices holds dozens of them; pairwise
+  // checks made validation quadratic in them.
   const auto lattice_order = [](const StridedSpan& s) {
     return std::tuple(s.step, s.begin % s.step, s.begin);  // begins are >= 0 (checked above)
   };
@@ -265,13 +265,10 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
   const auto same_lattice = [](const StridedSpan& a, const StridedSpan& b) {
     return a.step == b.step && a.begin % a.step == b.begin % b.step;
   };
-  for (size_t i = 1, reach = 0; i < strided.size(); ++i) {
-    if (!same_lattice(strided[reach], strided[i])) {
-      reach = i;
-      continue;
+  for (size_t i = 1; i < strided.size(); ++i) {
+    if (same_lattice(strided[i - 1], strided[i]) && strided[i].begin < strided[i - 1].end) {
+      report_shared(strided[i - 1], strided[i]);
     }
-    if (strided[i].begin < strided[reach].end) report_shared(strided[reach], strided[i]);
-    if (strided[i].end > strided[reach].end) reach = i;
   }
   // Spans of different steps: pairwise, by the Chinese remainder theorem
   // (strided_spans_share_keys).
