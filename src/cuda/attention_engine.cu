@@ -237,24 +237,31 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles.
+template <class Element, ChunkSources kSources>
+void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan& plan,
+                           int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
+  if (plan.shape().tile_rows <= kWarpgroupTileRows) {
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, kSources>(params, num_tiles, batch_blocks,
+                                                                stream);
+  } else {
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, kSources>(params, num_tiles, batch_blocks,
+                                                                stream);
+  }
+}
+
+// The instantiation for the key chunks the plan has (ChunkSources).
 template <class Element>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
                   int32_t batch_blocks, cudaStream_t stream) {
-  const bool one_warpgroup = plan.shape().tile_rows <= kWarpgroupTileRows;
   if (plan.layout().lattice_step > 0) {
-    if (one_warpgroup) {
-      launch_wgmma_attention<Element, kWgmmaHeadDim, 1, true>(params, num_tiles, batch_blocks,
-                                                              stream);
-    } else {
-      launch_wgmma_attention<Element, kWgmmaHeadDim, 2, true>(params, num_tiles, batch_blocks,
-                                                              stream);
-    }
-  } else if (one_warpgroup) {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, false>(params, num_tiles, batch_blocks,
-                                                             stream);
+    launch_wgmma_for_rows<Element, ChunkSources::kLattices>(params, plan, num_tiles, batch_blocks,
+                                                            stream);
+  } else if (plan.layout().gathers) {
+    launch_wgmma_for_rows<Element, ChunkSources::kGathers>(params, plan, num_tiles, batch_blocks,
+                                                           stream);
   } else {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, false>(params, num_tiles, batch_blocks,
-                                                             stream);
+    launch_wgmma_for_rows<Element, ChunkSources::kSpans>(params, plan, num_tiles, batch_blocks,
+                                                         stream);
   }
 }
 

@@ -108,7 +108,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending = false;
   };
   IssueTurns<Traits> turns(warpgroup);
-  KeyChunkCursor<Traits::kBlockN, Traits::kLattices> cursor(work.tile, params.plan.spans);
+  KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(work.tile,
+                                                                              params.plan.spans);
   PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
@@ -120,7 +121,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
     state.advance();
     // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
-    if (chunk.gathered()) fence_proxy_async();
+    if constexpr (Traits::kGathers) {
+      if (chunk.gathered()) fence_proxy_async();
+    }
     // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
     // branches below do not diverge.
     const auto coverage = static_cast<ChunkCoverage>(__shfl_sync(
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int stage = 0; stage < Traits::kStages; ++stage) {
-      barrier_init(shared_address(&storage.chunk_loaded[stage]), Traits::kProducerThreads);
+      barrier_init(shared_address(&storage.chunk_loaded[stage]), Traits::kLoadingThreads);
       barrier_init(shared_address(&storage.chunk_consumed[stage]), Traits::kConsumerWarps);
     }
     fence_barrier_init();

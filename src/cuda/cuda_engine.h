@@ -99,6 +99,10 @@ struct DevicePlanLayout {
   // The period of the spans section's lattice records (plan_view.cuh), which the wgmma kernel
   // copies through views of that period; 0 without any (device builders make none).
   int32_t lattice_step = 0;
+  // Whether any tile gathers keys (columns or strided spans), which the wgmma kernel's whole
+  // producer warpgroup loads; plans without run an instantiation of tensor copies only
+  // (ChunkSources). Builders whose counts live on the device say true.
+  bool gathers = true;
 };
 
 // How many records each section of a buffer built on the device holds.

@@ -257,6 +257,10 @@ DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream, bool merge
   layout_.token_info = append_section(staging, sections.token_info);
   layout_.has_token_info = !sections.token_info.empty();
   layout_.lattice_step = sections.lattice_step;
+  layout_.gathers =
+      !sections.columns.empty() ||
+      std::any_of(sections.spans.begin(), sections.spans.end(),
+                  [](const SpanRecord& range) { return range.width == 1 && range.step != 1; });
   layout_.bytes = align_section(staging.size());
   staging.resize(layout_.bytes);
 

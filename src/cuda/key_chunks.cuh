@@ -53,8 +53,9 @@ struct KeyChunk {
 };
 
 // kLattices false: a kernel compiled for plans without lattice records (their chunks' shift is 0
-// at compile time).
-template <int kBlockN, bool kLattices = true>
+// at compile time). kGathers false: one for plans of spans only (no strided spans, no columns),
+// whose every chunk is consecutive at compile time.
+template <int kBlockN, bool kLattices = true, bool kGathers = true>
 class KeyChunkCursor {
   static_assert(kGatherChunkKeys % kBlockN == 0,
                 "builders size strided spans in whole kGatherChunkKeys: chunks must divide it");
@@ -70,11 +71,13 @@ class KeyChunkCursor {
     if (span_ < span_end_) enter_range();
   }
 
-  __device__ bool done() const { return span_ == span_end_ && column_ == column_end_; }
+  __device__ bool done() const {
+    return span_ == span_end_ && (!kGathers || column_ == column_end_);
+  }
 
   // The next chunk; requires !done().
   __device__ KeyChunk next() {
-    if (span_ < span_end_) {
+    if (!kGathers || span_ < span_end_) {
       const KeyChunk chunk{next_key_, min(kBlockN, remaining_), step_, shift_,
                            static_cast<int32_t>(span_)};
       next_key_ += (chunk.count >> shift_) * step_;
@@ -95,12 +98,12 @@ class KeyChunkCursor {
   __device__ void enter_range() {
     const SpanRecord range = spans_[span_];
     next_key_ = range.begin;
-    step_ = range.step;
+    step_ = kGathers ? range.step : kConsecutive;
     shift_ = kLattices && range.width > 1 ? kLatticeShift : 0;
     // range_keys (plan_view.cuh) in int32 and with the width known at compile time where the
     // kernel has no lattices: its int64 division costs the producer spills.
     remaining_ = range.end - range.begin;
-    if (range.step != kConsecutive) {
+    if (step_ != kConsecutive) {
       remaining_ = ((remaining_ - (1 << shift_)) / range.step + 1) << shift_;
     }
   }

@@ -35,12 +35,14 @@ class WgmmaMainloop {
 
   // Copies every chunk of the tile, waiting for each stage to be released before refilling it.
   // Span chunks are tensor copies issued by thread 0; strided and column chunks are gathered row by
-  // row by the whole warpgroup. Every thread arrives once per chunk, so the stage completes when
-  // both the arrivals and the tensor copies' bytes are in.
+  // row by the whole warpgroup. Every loading thread (Traits::kLoadingThreads) arrives once per
+  // chunk, so the stage completes when both the arrivals and the tensor copies' bytes are in.
   __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
                                         const TileWork& work, int thread) {
-    KeyChunkCursor<Traits::kBlockN, Traits::kLattices> cursor(work.tile,
-                                                              params.attention.plan.spans);
+    // Without gathers thread 0 loads alone; the others would only wait on the stages.
+    if (!Traits::kGathers && thread != 0) return;
+    KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
+        work.tile, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
     if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);
@@ -55,14 +57,14 @@ class WgmmaMainloop {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
       const int32_t lookup_key =
-          chunk.gathered() ? lookup_column(params.attention, chunk, thread) : 0;
+          Traits::kGathers && chunk.gathered() ? lookup_column(params.attention, chunk, thread) : 0;
       // A fresh barrier counts as released in the phase before its first: the first pass over
       // the ring does not wait.
       barrier_wait(shared_address(&storage.chunk_consumed[state.stage]), state.phase ^ 1u);
       const uint32_t loaded = shared_address(&storage.chunk_loaded[state.stage]);
       const uint32_t keys = shared_address(storage.keys[state.stage]);
       const uint32_t values = shared_address(storage.values[state.stage]);
-      if (chunk.gathered()) {
+      if (Traits::kGathers && chunk.gathered()) {
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
         barrier_arrive_after_async_copies(loaded);
       } else if (thread == 0 && chunk.lattice()) {

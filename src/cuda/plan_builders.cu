@@ -427,9 +427,9 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   // patterns keep the identity order (no runs) and every pattern tiles every row. All of it
   // zeroed: the identity order's run offsets, and the padding between sections as the upload has
   // it.
-  const DevicePlanLayout layout =
-      plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()), slots * spans_per_head,
-                   slots * columns_per_head});
+  DevicePlanLayout layout = plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()),
+                                         slots * spans_per_head, slots * columns_per_head});
+  layout.gathers = columns_per_head > 0;  // static patterns write no strided spans
   DevicePlan plan(shape, layout, tiles, slots * columns_per_head, true, layout.bytes, stream);
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (tiles == 0) return plan;

@@ -9,6 +9,14 @@
 
 namespace mmsparse::cuda {
 
+// Which key chunks a wgmma kernel instantiation loads. A plan of spans only
+// (DevicePlanLayout::gathers false) runs one whose producer is a single thread issuing tensor
+// copies, without the gather and column paths; a plan with gathered columns or strided spans one
+// whose whole producer warpgroup gathers them; a plan with lattice records
+// (DevicePlanLayout::lattice_step) one that also copies lattice boxes. Each path costs the others'
+// mainloop when merely compiled in (docs/perf-notes.md, v6 and v11).
+enum class ChunkSources { kSpans, kGathers, kLattices };
+
 struct WgmmaAttentionParams {
   AttentionParams attention;
   // 4-D views [batch][kv_len][kv_heads][head_dim] (innermost last), box [1][kBlockN][1][64]

@@ -7,19 +7,20 @@
 #include <cstdint>
 
 #include "cuda/ptx_primitives.cuh"
+#include "cuda/wgmma_params.cuh"
 #include "cuda/wgmma_primitives.cuh"
 
 namespace mmsparse::cuda {
 
-// kLattices_: the kernel for plans with lattice records (DevicePlanLayout::lattice_step). The
-// others compile without the lattice paths, which cost the dense mainloop 4-8% when merely
-// present (docs/perf-notes.md, v6).
-template <class Element_, int kHeadDim_, int kConsumerWarpgroups_, bool kLattices_ = false>
+// kSources_: which key chunks the instantiation loads (ChunkSources, wgmma_params.cuh).
+template <class Element_, int kHeadDim_, int kConsumerWarpgroups_,
+          ChunkSources kSources_ = ChunkSources::kGathers>
 struct WgmmaTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
-  static constexpr bool kLattices = kLattices_;
+  static constexpr bool kLattices = kSources_ == ChunkSources::kLattices;
+  static constexpr bool kGathers = kSources_ != ChunkSources::kSpans;
 
   static constexpr int kWarpgroupRows = 64;  // M of every wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kWarpgroupRows;
@@ -44,9 +45,11 @@ struct WgmmaTraits {
   static constexpr int kStepBytes = kMmaK * static_cast<int>(sizeof(Element));
 
   static constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupWarps;
-  // Every producer thread arrives on a stage's chunk_loaded barrier once per chunk: column chunks
-  // are gathered by the whole producer warpgroup.
+  // Column chunks are gathered by the whole producer warpgroup, and then each of its threads
+  // arrives on a stage's chunk_loaded barrier once per chunk; without gathers one thread loads
+  // and arrives, and the warpgroup's other threads leave at once.
   static constexpr int kProducerThreads = kWarpgroupThreads;
+  static constexpr int kLoadingThreads = kGathers ? kProducerThreads : 1;
   static constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
 
   // Register split (setmaxnreg): at 3 warpgroups the launch cap is 168 registers a thread; the

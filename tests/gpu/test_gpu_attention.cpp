@@ -171,6 +171,31 @@ TEST_P(GpuAttention, StridedSpansAcrossChunks) {
   expect_wgmma_ran();
 }
 
+// Strided spans without any column: the upload must still mark the plan as gathering keys, or
+// the kernel of tensor copies only (ChunkSources::kSpans) would read them as consecutive keys.
+TEST_P(GpuAttention, StridedSpansWithoutColumns) {
+  constexpr int64_t kManyStridedSpans = 6;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const ProblemSize size = random_problem(random, GetParam(), 2, 4);
+  const AttentionInputs inputs = random_inputs(random, size);
+  RandomPlanOptions options;
+  options.masks = MaskMix::kPositional;
+  options.max_extra_spans = 1;
+  options.max_columns = 0;
+  options.max_strided_spans = kManyStridedSpans;
+  Plan plan = random_plan_with(random, plan_shape(size, false), options,
+                               [](const Plan& drawn) { return !drawn.strided_spans.empty(); });
+  ASSERT_FALSE(plan.strided_spans.empty());
+  // The builder lists a one-key strided span as a column: drop those (fewer pairs, still valid).
+  plan.columns.clear();
+  plan.tile_column_offsets.assign(plan.tiles.size() + 1, 0);
+  plan.validate();
+  EXPECT_TRUE(cuda::DevicePlan(plan, 0, nullptr).layout().gathers);
+  check_plan(random, plan, inputs, size);
+  expect_wgmma_ran();
+}
+
 // The step of the lattice records pass `pass` of `plan` has once uploaded; 0 without any.
 int32_t uploaded_lattice_step(const Plan& plan, int64_t pass) {
   return cuda::DevicePlan(plan, pass, nullptr).layout().lattice_step;
@@ -266,6 +291,9 @@ TEST(GpuPlanUpload, LatticeGroupsMergeOnlyWhenTheyQualify) {
     const Plan plan = builder.finish();
     const cuda::DevicePlan uploaded(plan, 0, nullptr);
     EXPECT_EQ(uploaded.layout().lattice_step, test_case.lattice_step);
+    // Strided spans left unmerged are gathered; lattice records are tensor copies.
+    EXPECT_EQ(uploaded.layout().gathers, std::find(test_case.merged.begin(), test_case.merged.end(),
+                                                   false) != test_case.merged.end());
     std::vector<std::array<int32_t, 4>> expected;
     std::size_t next = 0;
     for (std::size_t g = 0; g < test_case.groups.size(); ++g) {

@@ -95,6 +95,8 @@ void expect_same_layout(const cuda::DevicePlanLayout& a, const cuda::DevicePlanL
   EXPECT_EQ(a.token_info, b.token_info);
   EXPECT_EQ(a.bytes, b.bytes);
   EXPECT_EQ(a.has_token_info, b.has_token_info);
+  EXPECT_EQ(a.lattice_step, b.lattice_step);
+  EXPECT_EQ(a.gathers, b.gathers);
 }
 
 // The first differing byte, named by section, so that a failure says which array is wrong.
@@ -137,6 +139,8 @@ void expect_device_build_matches_upload(const PatternSpec& spec, const PlanShape
   EXPECT_EQ(built.num_columns(), uploaded.num_columns());
   EXPECT_EQ(built.covers_every_row(), uploaded.covers_every_row());
   expect_same_layout(built.layout(), uploaded.layout());
+  // Static patterns write no strided spans: they gather exactly when they list columns.
+  EXPECT_EQ(uploaded.layout().gathers, !host.columns.empty());
   const std::vector<std::byte> built_bytes = download(built);
   const std::vector<std::byte> uploaded_bytes = download(uploaded);
   EXPECT_TRUE(built_bytes == uploaded_bytes)
