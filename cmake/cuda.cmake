@@ -34,6 +34,8 @@ if(MMSPARSE_WITH_CUDA)
     src/cuda/attention_wgmma_fp16.cu
     src/cuda/attention_wgmma_lattice_bf16.cu
     src/cuda/attention_wgmma_lattice_fp16.cu
+    src/cuda/attention_wgmma_lattice_copies_bf16.cu
+    src/cuda/attention_wgmma_lattice_copies_fp16.cu
     src/cuda/attention_wgmma_spans_bf16.cu
     src/cuda/attention_wgmma_spans_fp16.cu
     src/cuda/tensor_map.cu

@@ -253,7 +253,10 @@ void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan&
 template <class Element>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
                   int32_t batch_blocks, cudaStream_t stream) {
-  if (plan.layout().lattice_step > 0) {
+  if (plan.layout().lattice_step > 0 && plan.layout().gathers) {
+    launch_wgmma_for_rows<Element, ChunkSources::kLatticesAndGathers>(params, plan, num_tiles,
+                                                                      batch_blocks, stream);
+  } else if (plan.layout().lattice_step > 0) {
     launch_wgmma_for_rows<Element, ChunkSources::kLattices>(params, plan, num_tiles, batch_blocks,
                                                             stream);
   } else if (plan.layout().gathers) {

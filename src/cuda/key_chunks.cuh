@@ -53,8 +53,8 @@ struct KeyChunk {
 };
 
 // kLattices false: a kernel compiled for plans without lattice records (their chunks' shift is 0
-// at compile time). kGathers false: one for plans of spans only (no strided spans, no columns),
-// whose every chunk is consecutive at compile time.
+// at compile time). kGathers false: one for plans without strided spans and columns, whose every
+// chunk is a span's (consecutive at compile time without lattices too) or a lattice's.
 template <int kBlockN, bool kLattices = true, bool kGathers = true>
 class KeyChunkCursor {
   static_assert(kGatherChunkKeys % kBlockN == 0,
@@ -98,7 +98,7 @@ class KeyChunkCursor {
   __device__ void enter_range() {
     const SpanRecord range = spans_[span_];
     next_key_ = range.begin;
-    step_ = kGathers ? range.step : kConsecutive;
+    step_ = kGathers || kLattices ? range.step : kConsecutive;
     shift_ = kLattices && range.width > 1 ? kLatticeShift : 0;
     // range_keys (plan_view.cuh) in int32 and with the width known at compile time where the
     // kernel has no lattices: its int64 division costs the producer spills.

@@ -9,13 +9,12 @@
 
 namespace mmsparse::cuda {
 
-// Which key chunks a wgmma kernel instantiation loads. A plan of spans only
-// (DevicePlanLayout::gathers false) runs one whose producer is a single thread issuing tensor
-// copies, without the gather and column paths; a plan with gathered columns or strided spans one
-// whose whole producer warpgroup gathers them; a plan with lattice records
-// (DevicePlanLayout::lattice_step) one that also copies lattice boxes. Each path costs the others'
-// mainloop when merely compiled in (docs/perf-notes.md, v6 and v11).
-enum class ChunkSources { kSpans, kGathers, kLattices };
+// Which key chunks a wgmma kernel instantiation loads: span chunks always, lattice boxes for plans
+// with lattice records (DevicePlanLayout::lattice_step), row gathers for plans with columns or
+// strided spans (DevicePlanLayout::gathers). Without gathers the producer is a single thread
+// issuing tensor copies, and the gather and column paths are not compiled in: each path costs the
+// others' mainloop when merely present (docs/perf-notes.md, v6 and v11).
+enum class ChunkSources { kSpans, kGathers, kLattices, kLatticesAndGathers };
 
 struct WgmmaAttentionParams {
   AttentionParams attention;

@@ -19,8 +19,10 @@ struct WgmmaTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
-  static constexpr bool kLattices = kSources_ == ChunkSources::kLattices;
-  static constexpr bool kGathers = kSources_ != ChunkSources::kSpans;
+  static constexpr bool kLattices =
+      kSources_ == ChunkSources::kLattices || kSources_ == ChunkSources::kLatticesAndGathers;
+  static constexpr bool kGathers =
+      kSources_ == ChunkSources::kGathers || kSources_ == ChunkSources::kLatticesAndGathers;
 
   static constexpr int kWarpgroupRows = 64;  // M of every wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kWarpgroupRows;

@@ -22,9 +22,14 @@
 //    over one range of whole 16-period chunks, which the CUDA upload copies as tensor boxes of 16
 //    periods × 8 keys (plan.h); 1.27x the useful pairs at 128K, most chunks without an element
 //    mask (36 ms on an H100 at 128K, docs/perf-notes.md, v6). columns=1 overrides lattice.
+//  * pass 2, with lattices only: the few band keys a lattice's whole chunks cannot reach (a
+//    residue's periods past the last whole chunk that fits before the end of kv_len) as gathered
+//    columns of the same tiles, so that pass 1 holds lattices alone and runs the kernel without
+//    gather paths (docs/perf-notes.md, v11). Empty otherwise.
 //
-// The passes are disjoint (pass 1 keeps keys >= sink at distance >= local, all of which pass 0's
-// window and sink leave out) and their union is the mask.
+// The passes are disjoint (passes 1 and 2 keep keys >= sink at distance >= local, all of which
+// pass 0's window and sink leave out, and pass 2 only keys pass 1 does not list) and their union
+// is the mask.
 
 #include <algorithm>
 #include <array>
@@ -54,7 +59,7 @@ constexpr int64_t kDefaultLattice = 1;
 // (period a multiple of the group) and a tile's widened residues must fit in one period: at most
 // kLatticeSpans - 1 residues of widening on each side.
 constexpr int64_t kLatticeSlack = 2 * (kLatticeSpans - 1);
-constexpr int kPasses = 2;
+constexpr int kPasses = 3;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
@@ -103,12 +108,13 @@ void build_window_pass(PlanBuilder& builder, const GridMask& grid, const PlanSha
 // The keys of a band tile (residues [first_phase - band + 1, last_phase] mod period, keys in
 // [sink, keys_end)) as lattices: per group of kLatticeSpans residues, one strided span per residue
 // over one period range of whole chunks, inside the whole periods of kv_len, starting where every
-// residue of the group is past the sink; a residue's keys outside that range become columns.
-// Keys the range adds beyond keys_end are left out by the mask's minimum distance.
+// residue of the group is past the sink; a residue's keys outside that range go to `columns`,
+// ascending. Keys the range adds beyond keys_end are left out by the mask's minimum distance.
 void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanShape& shape,
-                       int64_t first_phase, int64_t last_phase, int64_t keys_end) {
+                       int64_t first_phase, int64_t last_phase, int64_t keys_end,
+                       std::vector<int64_t>& columns) {
   const int64_t whole_periods = shape.kv_len / grid.period;
-  std::vector<int64_t> columns;
+  columns.clear();
   const int64_t lowest = floor_div(first_phase - grid.band + 1, kLatticeSpans) * kLatticeSpans;
   for (int64_t group = lowest; group <= last_phase; group += kLatticeSpans) {
     const int64_t first_residue = floor_mod(group, grid.period);
@@ -143,10 +149,11 @@ void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanSha
     }
   }
   std::sort(columns.begin(), columns.end());
-  for (const int64_t key : columns) builder.add_column(key);
 }
 
-void build_bands_pass(PlanBuilder& builder, const GridMask& grid, const PlanShape& shape) {
+// Passes 1 and 2 (see the top of the file); `rest` gets tiles only with lattices.
+void build_bands_passes(PlanBuilder& builder, PlanBuilder& rest, const GridMask& grid,
+                        const PlanShape& shape) {
   const int64_t offset = shape.causal_offset();
   const int64_t periods_per_tile = std::max<int64_t>(1, shape.tile_rows / grid.phases);
   // Periods holding aligned positions of queries: [first_period, last_period].
@@ -180,11 +187,20 @@ void build_bands_pass(PlanBuilder& builder, const GridMask& grid, const PlanShap
   }
 
   builder.begin_head(order);
+  if (grid.lattice) {
+    rest.begin_head(order);
+  } else {
+    rest.begin_head();
+  }
+  std::vector<int64_t> columns;
   for (const Tile& tile : tiles) {
     builder.begin_tile(tile.begin, tile.end, mask);
     const int64_t keys_end = std::min(shape.kv_len, tile.highest_aligned - grid.local + 1);
     if (grid.lattice) {
-      add_band_lattices(builder, grid, shape, tile.first_phase, tile.last_phase, keys_end);
+      add_band_lattices(builder, grid, shape, tile.first_phase, tile.last_phase, keys_end, columns);
+      if (columns.empty()) continue;
+      rest.begin_tile(tile.begin, tile.end, mask);
+      for (const int64_t key : columns) rest.add_column(key);
       continue;
     }
     int64_t previous_end = grid.sink;  // ranges of neighbouring periods may touch
@@ -207,7 +223,7 @@ void build_grid_mask(std::span<PlanBuilder> passes, const PatternSpec& spec,
                      const HeadContext& context) {
   const GridMask grid = read_params(spec, context.shape);
   build_window_pass(passes[0], grid, context.shape);
-  build_bands_pass(passes[1], grid, context.shape);
+  build_bands_passes(passes[1], passes[2], grid, context.shape);
 }
 
 Params grid_mask_params(int64_t) {
@@ -221,10 +237,11 @@ Params grid_mask_params(int64_t) {
 PatternEntry grid_mask_entry() {
   PatternEntry entry{
       {"grid-mask",
-       "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); two "
+       "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); "
        "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
        "lattices copied in boxes (lattice=1, where period is a multiple of 8 >= band + phases + "
-       "14), gathered columns (columns=1) or spans; exact",
+       "14; a third pass gathers the keys no whole box reaches), gathered columns (columns=1) or "
+       "spans; exact",
        "grid-mask:sink=128,local=1024,period=1024,band=64"},
       nullptr,
       grid_mask_params};

@@ -161,9 +161,10 @@ TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchIssue3sMask) {
     SCOPED_TRACE(test_case.spec.to_string() + " q_len=" + std::to_string(shape.q_len) + " kv_len=" +
                  std::to_string(shape.kv_len) + " tile_rows=" + std::to_string(shape.tile_rows));
     const Plan plan = build_plan(test_case.spec, shape);
-    ASSERT_EQ(plan.num_passes(), 2);
+    ASSERT_EQ(plan.num_passes(), 3);
     EXPECT_NO_THROW(check_passes_disjoint(plan));
-    for (const Plan& pass : {std::cref(plan), std::cref(plan.extra_passes[0])}) {
+    for (const Plan& pass :
+         {std::cref(plan), std::cref(plan.extra_passes[0]), std::cref(plan.extra_passes[1])}) {
       for (const QueryTile& tile : pass.tiles) EXPECT_LE(tile.end - tile.begin, shape.tile_rows);
     }
     EXPECT_EQ(materialize_mask(plan, 1), materialize_mask(plan, 0));
@@ -206,6 +207,13 @@ TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
       PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8,phases=8,lattice=1"), shape);
   const Plan& bands = plan.extra_passes.at(0);
   ASSERT_FALSE(bands.strided_spans.empty());
+  // The keys no whole box reaches are the third pass's columns: the bands pass gathers nothing.
+  EXPECT_TRUE(bands.columns.empty());
+  EXPECT_TRUE(bands.spans.empty());
+  const Plan& rest = plan.extra_passes.at(1);
+  EXPECT_FALSE(rest.columns.empty());
+  EXPECT_TRUE(rest.spans.empty());
+  EXPECT_TRUE(rest.strided_spans.empty());
   for (int64_t t = 0; t < bands.num_tiles(); ++t) {
     const int64_t first = bands.tile_strided_offsets[t];
     const int64_t last = bands.tile_strided_offsets[t + 1];
