@@ -1,4 +1,4 @@
-// The grid-like mask (issue 3) as a static pattern of two passes. On aligned positions, query a
+// The grid-like mask (issue 3) as a static pattern of passes merged by LSE. On aligned positions, query a
 // keeps key k <= a when
 //     k < sink,  or  a - k < local,  or  (a - k) mod period < band.
 // No one tile geometry serves both parts: rows of one period share the window but not the bands,
