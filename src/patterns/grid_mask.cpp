@@ -1,5 +1,5 @@
-// The grid-like mask (issue 3) as a static pattern of passes merged by LSE. On aligned positions, query a
-// keeps key k <= a when
+// The grid-like mask (issue 3) as a static pattern of passes merged by LSE. On aligned positions,
+// query a keeps key k <= a when
 //     k < sink,  or  a - k < local,  or  (a - k) mod period < band.
 // No one tile geometry serves both parts: rows of one period share the window but not the bands,
 // rows of one phase (a mod period) share the bands but not the window. So:
