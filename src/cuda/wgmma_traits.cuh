@@ -13,8 +13,7 @@
 namespace mmsparse::cuda {
 
 // kSources_: which key chunks the instantiation loads (ChunkSources, wgmma_params.cuh).
-template <class Element_, int kHeadDim_, int kConsumerWarpgroups_,
-          ChunkSources kSources_ = ChunkSources::kGathers>
+template <class Element_, int kHeadDim_, int kConsumerWarpgroups_, ChunkSources kSources_>
 struct WgmmaTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;

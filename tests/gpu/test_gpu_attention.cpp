@@ -148,23 +148,33 @@ Plan random_plan_with(Random& random, const PlanShape& shape, const RandomPlanOp
   return plan;
 }
 
+// Plans of several strided spans per tile beside a span, under positional masks.
+RandomPlanOptions strided_plan_options() {
+  constexpr int64_t kManyStridedSpans = 6;
+  RandomPlanOptions options;
+  options.masks = MaskMix::kPositional;
+  options.max_extra_spans = 1;
+  options.max_strided_spans = kManyStridedSpans;
+  return options;
+}
+
+// A random plan of `options` redrawn until it holds strided spans.
+Plan random_strided_plan(Random& random, const PlanShape& shape, const RandomPlanOptions& options) {
+  return random_plan_with(random, shape, options,
+                          [](const Plan& drawn) { return !drawn.strided_spans.empty(); });
+}
+
 // Strided spans (a grid head's lines, gathered by index arithmetic) over several chunks, beside
 // columns and spans, under causal, window-with-sink, minimum-distance and periodic-band masks.
 TEST_P(GpuAttention, StridedSpansAcrossChunks) {
-  constexpr int64_t kManyStridedSpans = 6;
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : {int64_t{1}, int64_t{7}}) {
     const ProblemSize size = random_problem(random, GetParam(), 2, group);
     const AttentionInputs inputs = random_inputs(random, size);
-    RandomPlanOptions options;
-    options.masks = MaskMix::kPositional;
+    RandomPlanOptions options = strided_plan_options();
     options.leave_gaps = true;
-    options.max_extra_spans = 1;
-    options.max_strided_spans = kManyStridedSpans;
-    const Plan plan =
-        random_plan_with(random, plan_shape(size, false), options,
-                         [](const Plan& drawn) { return !drawn.strided_spans.empty(); });
+    const Plan plan = random_strided_plan(random, plan_shape(size, false), options);
     ASSERT_FALSE(plan.strided_spans.empty());
     check_plan(random, plan, inputs, size);
   }
@@ -174,23 +184,16 @@ TEST_P(GpuAttention, StridedSpansAcrossChunks) {
 // Strided spans without any column: the upload must still mark the plan as gathering keys, or
 // the kernel of tensor copies only (ChunkSources::kSpans) would read them as consecutive keys.
 TEST_P(GpuAttention, StridedSpansWithoutColumns) {
-  constexpr int64_t kManyStridedSpans = 6;
   Random random;
   SCOPED_TRACE(random.trace());
   const ProblemSize size = random_problem(random, GetParam(), 2, 4);
   const AttentionInputs inputs = random_inputs(random, size);
-  RandomPlanOptions options;
-  options.masks = MaskMix::kPositional;
-  options.max_extra_spans = 1;
+  RandomPlanOptions options = strided_plan_options();
   options.max_columns = 0;
-  options.max_strided_spans = kManyStridedSpans;
-  Plan plan = random_plan_with(random, plan_shape(size, false), options,
-                               [](const Plan& drawn) { return !drawn.strided_spans.empty(); });
+  // The builder lists a one-key strided span as a column: keep the spans alone (fewer pairs).
+  const Plan plan = split_plan(random_strided_plan(random, plan_shape(size, false), options),
+                               /*keep_spans=*/true);
   ASSERT_FALSE(plan.strided_spans.empty());
-  // The builder lists a one-key strided span as a column: drop those (fewer pairs, still valid).
-  plan.columns.clear();
-  plan.tile_column_offsets.assign(plan.tiles.size() + 1, 0);
-  plan.validate();
   EXPECT_TRUE(cuda::DevicePlan(plan, 0, nullptr).layout().gathers);
   check_plan(random, plan, inputs, size);
   expect_wgmma_ran();
