@@ -73,7 +73,16 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   }
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 
-  Mainloop::load_query(storage, params, work, warpgroup, thread);
+  Mainloop::start_query_load(storage, params, work, warpgroup, thread);
+  using Softmax = OnlineSoftmax<Traits>;
+  Softmax softmax(params.scale_log2);
+  float output[Traits::kOutputTiles][4] = {};
+  // The resumed rows' loads wait beside the query's copies, not after them.
+  if (params.accumulate) {
+    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
+                        lane, softmax, output);
+  }
+  Mainloop::complete_query_load();
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, lattice_step, storage, consumer_warp,
                              lane);
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
@@ -82,13 +91,6 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   // Software pipeline over the chunks: chunk j's Q·K^T runs while chunk j-1's P·V is issued, and
   // chunk j's softmax runs while that P·V completes. A chunk's stage is released once its P·V has
   // completed (every wgmma of this warp that read the stage).
-  using Softmax = OnlineSoftmax<Traits>;
-  Softmax softmax(params.scale_log2);
-  float output[Traits::kOutputTiles][4] = {};
-  if (params.accumulate) {
-    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
-                        lane, softmax, output);
-  }
   typename Mainloop::Probabilities probabilities;
   // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in
   // flight, so that `output` is always at the pending chunk's maxima when its P·V is issued.

@@ -177,11 +177,10 @@ class WgmmaMainloop {
 
   // --- Consumers (one warpgroup each) -----------------------------------------------------------
 
-  // Gathers the warpgroup's 64 query rows (storage.row_positions) into its rows of the query tile,
-  // zero-filling rows beyond the tile, and makes them visible to wgmma. The caller then
-  // synchronises the warpgroup.
-  __device__ static void load_query(Storage& storage, const AttentionParams& params,
-                                    const TileWork& work, int warpgroup, int thread) {
+  // Starts gathering the warpgroup's 64 query rows (storage.row_positions) into its rows of the
+  // query tile, zero-filling rows beyond the tile; complete_query_load() waits for them.
+  __device__ static void start_query_load(Storage& storage, const AttentionParams& params,
+                                          const TileWork& work, int warpgroup, int thread) {
     const Element* query = static_cast<const Element*>(params.q.data) +
                            work.batch * params.q.batch_stride + work.head * params.q.head_stride;
     const uint32_t tile = shared_address(storage.query);
@@ -198,6 +197,11 @@ class WgmmaMainloop {
                     valid);
     }
     commit_async_copies();
+  }
+
+  // Waits for this thread's query copies and makes them visible to wgmma. The caller then
+  // synchronises the warpgroup.
+  __device__ static void complete_query_load() {
     wait_all_async_copies();
     fence_proxy_async();  // the rows were written by the generic proxy; wgmma reads them
   }
