@@ -17,8 +17,12 @@
 namespace mmsparse::cuda {
 
 std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream) {
+  // One validation covers every pass (on a large plan it costs nearly as much as building it).
+  plan.validate();
   std::vector<DevicePlan> passes;
-  for (int64_t p = 0; p < plan.num_passes(); ++p) passes.emplace_back(plan, p, stream);
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    passes.push_back(DevicePlan(DevicePlan::Validated{}, plan, p, stream, true));
+  }
   return passes;
 }
 

@@ -131,6 +131,8 @@ class DevicePlan {
   // Pass `pass` of `plan` (the whole plan is validated). merge_lattices false keeps every strided
   // span its own record, as the device builders write them (tests compare records with theirs).
   DevicePlan(const Plan& plan, int64_t pass, void* stream, bool merge_lattices = true);
+  // Every pass of `plan`, validated once for all of them (attention_passes.cu).
+  friend std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream);
   ~DevicePlan();
   DevicePlan(DevicePlan&& other) noexcept;
   DevicePlan& operator=(DevicePlan&& other) noexcept;
@@ -151,6 +153,12 @@ class DevicePlan {
   const DevicePlanLayout& layout() const { return layout_; }
 
  private:
+  // Pass `pass` of a plan the caller has validated.
+  struct Validated {};
+  DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream, bool merge_lattices);
+  // Packs and uploads a validated plan of one pass (both constructors above).
+  void upload(const Plan& plan, void* stream, bool merge_lattices);
+
   // A buffer of `layout` allocated on `stream` for a device builder to fill, its first
   // `zeroed_bytes` zeroed (the identity order's run offsets and the padding between sections, as
   // an upload has them).

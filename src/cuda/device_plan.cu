@@ -242,7 +242,15 @@ DevicePlan::DevicePlan(const Plan& plan, void* stream)
 
 DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream, bool merge_lattices) {
   whole.validate();
-  const Plan& plan = whole.pass(pass);
+  upload(whole.pass(pass), stream, merge_lattices);
+}
+
+DevicePlan::DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream,
+                       bool merge_lattices) {
+  upload(whole.pass(pass), stream, merge_lattices);
+}
+
+void DevicePlan::upload(const Plan& plan, void* stream, bool merge_lattices) {
   check_int32_ranges(plan.shape);
   const HostSections sections = pack_sections(plan, merge_lattices);
 
