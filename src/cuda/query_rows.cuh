@@ -14,10 +14,10 @@ namespace mmsparse::cuda {
 // Original query positions of the order indices first + lane of a head slot (kNoRow at or past
 // `end`), for the 32 lanes of a warp, which all call it with the same arguments. The identity
 // without runs; otherwise the run of `first` is found by narrowing the head's runs 32-fold per
-// step (one load per lane and step: two steps for a grid head's thousand runs, where a binary
-// search per row made ten dependent loads), then each lane counts the runs that begin between
-// `first` and its index among the 32 runs from there. A head's runs begin at strictly increasing
-// order indices (the upload drops empty runs).
+// step (one load per lane and step: three steps for a grid head's 16,384 runs at 128K, where a
+// binary search per row made fourteen dependent loads), then each lane counts the runs that begin
+// between `first` and its index among the 32 runs from there. A head's runs begin at strictly
+// increasing order indices (the upload drops empty runs).
 __device__ inline int32_t warp_query_positions(const PlanView& plan, int32_t head_slot,
                                                int32_t first, int32_t end, int lane) {
   const int32_t index = first + lane;
