@@ -625,5 +625,18 @@ TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   synchronize_device();
 }
 
+// upload_passes validates the whole plan once, before it uploads any pass: a later pass that
+// breaks the plan (a tile naming a mask the pass does not have) is rejected.
+TEST(GpuAttentionErrors, UploadOfPassesRejectsABrokenLaterPass) {
+  Random random;
+  const PlanShape shape = shape_of(random_problem(random, kSmallConfig, 1, 1));
+  Plan plan = dense_plan(shape, true);
+  Plan broken = dense_plan(shape, true);
+  broken.tile_masks.front() = static_cast<int32_t>(broken.masks.size());
+  plan.extra_passes.push_back(broken);
+  EXPECT_EQ(error_code_of([&] { cuda::upload_passes(plan, nullptr); }),
+            ErrorCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace mmsparse::test
