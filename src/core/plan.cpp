@@ -28,6 +28,14 @@ std::string tile_name(int64_t local_tile, int64_t head_slot) {
   return "tile " + std::to_string(local_tile) + " of head slot " + std::to_string(head_slot);
 }
 
+// A tile's name for an error message, formed only when a check fails (validation visits every
+// tile; forming the names up front cost a quarter of a large plan's build).
+struct TileName {
+  int64_t local_tile;
+  int64_t head_slot;
+  std::string operator()() const { return tile_name(local_tile, head_slot); }
+};
+
 void check_shape(const PlanShape& shape) {
   auto require = [](const char* field, int64_t value, int64_t minimum) {
     if (value < minimum) {
@@ -140,20 +148,22 @@ void check_runs(const Plan& plan, int64_t slot, std::vector<uint8_t>& seen) {
   int64_t visited = 0;
   for (int64_t r = first; r < last; ++r) {
     const QueryRun& run = plan.runs[r];
-    const std::string name = "run " + std::to_string(r - first) + " of head slot " +
-                             std::to_string(slot) + " (start " + std::to_string(run.start) +
-                             ", count " + std::to_string(run.count) + ", step " +
-                             std::to_string(run.step) + ")";
-    if (run.count < 0 || run.step <= 0) fail("runs", name + " needs count >= 0 and step > 0");
+    // Formed only for a failure: validation visits every run.
+    const auto name = [&] {
+      return "run " + std::to_string(r - first) + " of head slot " + std::to_string(slot) +
+             " (start " + std::to_string(run.start) + ", count " + std::to_string(run.count) +
+             ", step " + std::to_string(run.step) + ")";
+    };
+    if (run.count < 0 || run.step <= 0) fail("runs", name() + " needs count >= 0 and step > 0");
     if (run.count == 0) continue;
     if (run.start < 0 || run.start + (run.count - 1) * run.step >= q_len) {
-      fail("runs", name + " leaves [0, q_len = " + std::to_string(q_len) + ")");
+      fail("runs", name() + " leaves [0, q_len = " + std::to_string(q_len) + ")");
     }
     for (int64_t i = 0; i < run.count; ++i) {
       const int64_t position = run.start + i * run.step;
       if (seen[position]) {
         fail("runs", "head slot " + std::to_string(slot) + " visits query " +
-                         std::to_string(position) + " twice (again in " + name + ")");
+                         std::to_string(position) + " twice (again in " + name() + ")");
       }
       seen[position] = 1;
     }
@@ -172,19 +182,19 @@ void check_tiles(const Plan& plan, int64_t slot) {
   std::vector<int64_t> by_begin;
   for (int64_t t = first; t < last; ++t) {
     const QueryTile& tile = plan.tiles[t];
-    const std::string name = tile_name(t - first, slot);
+    const TileName name{t - first, slot};
     if (tile.begin < 0 || tile.end > plan.shape.q_len || tile.begin >= tile.end) {
-      fail("tiles", name + " is " + range_string(tile.begin, tile.end) +
+      fail("tiles", name() + " is " + range_string(tile.begin, tile.end) +
                         ", expected a non-empty range inside [0, q_len = " +
                         std::to_string(plan.shape.q_len) + ")");
     }
     if (tile.end - tile.begin > plan.shape.tile_rows) {
-      fail("tiles", name + " has " + std::to_string(tile.end - tile.begin) +
+      fail("tiles", name() + " has " + std::to_string(tile.end - tile.begin) +
                         " rows, more than tile_rows = " + std::to_string(plan.shape.tile_rows));
     }
     const int32_t mask = plan.tile_masks[t];
     if (mask < 0 || mask >= static_cast<int64_t>(plan.masks.size())) {
-      fail("tile_masks", name + " refers to mask " + std::to_string(mask) + ", expected < " +
+      fail("tile_masks", name() + " refers to mask " + std::to_string(mask) + ", expected < " +
                              std::to_string(plan.masks.size()) + " (the size of plan.masks)");
     }
     by_begin.push_back(t);
@@ -215,22 +225,22 @@ int64_t first_on_lattice(int64_t lo, int64_t residue, int64_t step) {
 
 // Strided spans well formed and inside [0, kv_len), disjoint from each other and from the tile's
 // spans (sorted by begin). Leaves `strided` in lattice order: by step, residue, begin.
-void check_tile_strided_spans(const Plan& plan, const std::string& name,
+void check_tile_strided_spans(const Plan& plan, const TileName& name,
                               const std::vector<KeySpan>& spans,
                               std::vector<StridedSpan>& strided) {
   const int64_t kv_len = plan.shape.kv_len;
   for (const StridedSpan& lattice : strided) {
     if (lattice.step < 2) {
-      fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+      fail("strided_spans", name() + " has strided span " + strided_string(lattice) +
                                 ", expected step >= 2 (a step of 1 is a span)");
     }
     if (lattice.begin < 0 || lattice.end > kv_len || lattice.begin >= lattice.end) {
       fail("strided_spans",
-           name + " has strided span " + strided_string(lattice) +
+           name() + " has strided span " + strided_string(lattice) +
                ", expected a non-empty range inside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
     if ((static_cast<int64_t>(lattice.end) - 1 - lattice.begin) % lattice.step != 0) {
-      fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+      fail("strided_spans", name() + " has strided span " + strided_string(lattice) +
                                 ", expected end = its last key + 1");
     }
     // The spans that can hold one of its keys: those starting before its end.
@@ -241,7 +251,7 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
       const int64_t lo = std::max(span->begin, lattice.begin);
       const int64_t hi = std::min(span->end, lattice.end);
       if (lo < hi && first_on_lattice(lo, lattice.begin, lattice.step) < hi) {
-        fail("strided_spans", name + " has strided span " + strided_string(lattice) +
+        fail("strided_spans", name() + " has strided span " + strided_string(lattice) +
                                   " sharing keys with span " +
                                   range_string(span->begin, span->end));
       }
@@ -249,8 +259,8 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
   }
   const auto report_shared = [&](const StridedSpan& a, const StridedSpan& b) {
     const bool a_first = std::tuple(a.begin, a.step) <= std::tuple(b.begin, b.step);
-    fail("strided_spans", name + " has strided spans " + strided_string(a_first ? a : b) + " and " +
-                              strided_string(a_first ? b : a) + " sharing keys");
+    fail("strided_spans", name() + " has strided spans " + strided_string(a_first ? a : b) +
+                              " and " + strided_string(a_first ? b : a) + " sharing keys");
   };
   // Spans of one step share keys only within one residue, where they are ranges of one lattice:
   // sorted by (step, residue, begin), the first overlap on a lattice is between neighbours, so each
@@ -259,9 +269,13 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
   const auto lattice_order = [](const StridedSpan& s) {
     return std::tuple(s.step, s.begin % s.step, s.begin);  // begins are >= 0 (checked above)
   };
-  std::sort(strided.begin(), strided.end(), [&](const StridedSpan& a, const StridedSpan& b) {
+  const auto before = [&](const StridedSpan& a, const StridedSpan& b) {
     return lattice_order(a) < lattice_order(b);
-  });
+  };
+  // Builders mostly write them so already (a grid tile's residues in order): check, sort if not.
+  if (!std::is_sorted(strided.begin(), strided.end(), before)) {
+    std::sort(strided.begin(), strided.end(), before);
+  }
   const auto same_lattice = [](const StridedSpan& a, const StridedSpan& b) {
     return a.step == b.step && a.begin % a.step == b.begin % b.step;
   };
@@ -289,14 +303,14 @@ void check_tile_strided_spans(const Plan& plan, const std::string& name,
 // columns unique, inside [0, kv_len), outside every span and strided span.
 void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeySpan>& spans,
                      std::vector<StridedSpan>& strided, std::vector<int32_t>& columns) {
-  const std::string name = tile_name(t - plan.head_tile_offsets[slot], slot);
+  const TileName name{t - plan.head_tile_offsets[slot], slot};
   const int64_t kv_len = plan.shape.kv_len;
   spans.assign(plan.spans.begin() + plan.tile_span_offsets[t],
                plan.spans.begin() + plan.tile_span_offsets[t + 1]);
   for (const KeySpan& span : spans) {
     if (span.begin < 0 || span.end > kv_len || span.begin >= span.end) {
       fail("spans",
-           name + " has span " + range_string(span.begin, span.end) +
+           name() + " has span " + range_string(span.begin, span.end) +
                ", expected a non-empty range inside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
   }
@@ -304,7 +318,7 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
             [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].begin < spans[i - 1].end) {
-      fail("spans", name + " has overlapping spans " +
+      fail("spans", name() + " has overlapping spans " +
                         range_string(spans[i - 1].begin, spans[i - 1].end) + " and " +
                         range_string(spans[i].begin, spans[i].end));
     }
@@ -316,14 +330,14 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
                  plan.columns.begin() + plan.tile_column_offsets[t + 1]);
   for (int32_t column : columns) {
     if (column < 0 || column >= kv_len) {
-      fail("columns", name + " has column " + std::to_string(column) +
+      fail("columns", name() + " has column " + std::to_string(column) +
                           " outside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
     // The last span starting at or before the column is the only one that can contain it.
     auto after = std::upper_bound(spans.begin(), spans.end(), column,
                                   [](int32_t key, const KeySpan& s) { return key < s.begin; });
     if (after != spans.begin() && std::prev(after)->end > column) {
-      fail("columns", name + " has column " + std::to_string(column) + " inside span " +
+      fail("columns", name() + " has column " + std::to_string(column) + " inside span " +
                           range_string(std::prev(after)->begin, std::prev(after)->end));
     }
     // Per step (tiles hold one or a few), the only strided span that can hold the column: the
@@ -341,8 +355,8 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
       if (after != step_begin) {
         const StridedSpan& lattice = *std::prev(after);
         if (lattice.begin % step == column % step && column < lattice.end) {
-          fail("columns", name + " has column " + std::to_string(column) + " inside strided span " +
-                              strided_string(lattice));
+          fail("columns", name() + " has column " + std::to_string(column) +
+                              " inside strided span " + strided_string(lattice));
         }
       }
       step_begin = step_end;
@@ -351,7 +365,7 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
   std::sort(columns.begin(), columns.end());
   const auto duplicate = std::adjacent_find(columns.begin(), columns.end());
   if (duplicate != columns.end()) {
-    fail("columns", name + " has duplicate column " + std::to_string(*duplicate));
+    fail("columns", name() + " has duplicate column " + std::to_string(*duplicate));
   }
 }
 
