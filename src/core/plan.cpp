@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/parallel.h"
 #include "core/plan_coverage.h"
 #include "mmsparse/status.h"
 
@@ -691,10 +692,12 @@ int64_t count_plan_pairs(const Plan& plan, int64_t head_slot) {
 
 std::vector<int64_t> count_plan_pairs(const Plan& plan) {
   plan.validate();
-  std::vector<int64_t> pairs;
-  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-    pairs.push_back(count_slot_pairs(plan, slot));
-  }
+  // Head slots count apart, on every core: the grid mask at 128K holds ~7e8 pairs per head, counted
+  // key range by key range for each row (seconds per plan on one core).
+  std::vector<int64_t> pairs(static_cast<std::size_t>(plan.head_slots()));
+  detail::parallel_for(plan.head_slots(), 0, [&](int64_t slot) {
+    pairs[static_cast<std::size_t>(slot)] = count_slot_pairs(plan, slot);
+  });
   return pairs;
 }
 
