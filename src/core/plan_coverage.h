@@ -135,8 +135,11 @@ inline int64_t strided_keys_in(const StridedSpan& lattice, int64_t lo, int64_t h
   lo = std::max<int64_t>(lo, lattice.begin);
   hi = std::min<int64_t>(hi, lattice.end);
   if (lo >= hi) return 0;
+  // The first key at or after lo: the span's own first key in the common call, without a division.
   const int64_t first =
-      lattice.begin + (lo - lattice.begin + lattice.step - 1) / lattice.step * lattice.step;
+      lo == lattice.begin
+          ? lo
+          : lattice.begin + (lo - lattice.begin + lattice.step - 1) / lattice.step * lattice.step;
   return first < hi ? (hi - 1 - first) / lattice.step + 1 : 0;
 }
 
@@ -157,10 +160,10 @@ inline int64_t count_strided_kept(const Plan& plan, const MaskPolicy& mask, int6
   }
   const int64_t aligned = query + plan.shape.causal_offset();
   if (mask.period > 0) {
-    // Periodic masks are causal: the kept keys lie at or below `aligned`, where the distance's
-    // phase is that of the span's first key.
-    const int64_t phase = ((aligned - lattice.begin) % mask.period + mask.period) % mask.period;
-    if (phase >= mask.band) return 0;
+    // Periodic masks are causal: the kept keys lie at or below `aligned` (none when the span
+    // starts above it), where the distance's phase is that of the span's first key.
+    const int64_t distance = aligned - lattice.begin;
+    if (distance < 0 || distance % mask.period >= mask.band) return 0;
   }
   int64_t upper = mask.causal ? aligned + 1 : lattice.end;
   if (mask.min_distance > 0) upper = std::min(upper, aligned - mask.min_distance + 1);
