@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -362,6 +363,42 @@ TEST_P(GpuAttention, PermutedOrdersOfThousandsOfRuns) {
   };
   const Plan plan = random_plan_with(random, plan_shape(size, false), options, has_many_runs);
   ASSERT_TRUE(has_many_runs(plan));
+  check_plan(random, plan, inputs, size);
+  expect_wgmma_ran();
+}
+
+// Heads whose runs are far from equally long: the first half of the positions in one run, the rest
+// a run per row in random order. A warp's first index then lies far from where its share of q_len
+// puts it among the runs, so the kernels' run search (query_rows.cuh) misses its first window and
+// narrows; warps of the first half find their run at the head's first.
+TEST_P(GpuAttention, PermutedOrdersOfUnevenRuns) {
+  constexpr int64_t kMinLength = 1300;
+  constexpr int64_t kMaxLength = 1600;
+  constexpr int64_t kMaxExtraKeys = 200;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, GetParam(), 1, 2);
+  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;  // odd: never whole tiles
+  size.kv_len = size.q_len + random.uniform_int(1, kMaxExtraKeys);
+  const AttentionInputs inputs = random_inputs(random, size);
+  RandomPlanOptions options;
+  options.leave_gaps = true;
+  options.max_strided_spans = 0;
+  options.max_columns = 0;
+  Plan plan = random_plan(random, plan_shape(size, false), options);
+  // Tiles cover order indices, so any order of the same positions keeps them valid.
+  const int64_t half = size.q_len / 2;
+  std::vector<int64_t> rest(static_cast<std::size_t>(size.q_len - half));
+  std::iota(rest.begin(), rest.end(), half);
+  plan.runs.clear();
+  plan.head_run_offsets.assign(1, 0);
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    std::shuffle(rest.begin(), rest.end(), random.engine());
+    plan.runs.push_back({.start = 0, .count = half, .step = 1});
+    for (const int64_t position : rest) plan.runs.push_back({.start = position, .count = 1});
+    plan.head_run_offsets.push_back(static_cast<int64_t>(plan.runs.size()));
+  }
+  plan.validate();
   check_plan(random, plan, inputs, size);
   expect_wgmma_ran();
 }
