@@ -370,6 +370,8 @@ PlanView make_plan_view(const DevicePlan& plan) {
   PlanView view{};
   view.head_run_offsets = reinterpret_cast<const int64_t*>(base + layout.head_run_offsets);
   view.runs = reinterpret_cast<const RunRecord*>(base + layout.runs);
+  // An empty section takes no bytes: the next one starts where it does.
+  view.identity_order = layout.runs == layout.tiles;
   view.tiles = reinterpret_cast<const TileRecord*>(base + layout.tiles);
   view.schedule = reinterpret_cast<const int32_t*>(base + layout.schedule);
   view.masks = reinterpret_cast<const MaskRecord*>(base + layout.masks);

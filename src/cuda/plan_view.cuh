@@ -91,6 +91,9 @@ __host__ __device__ inline int32_t token_modality(int32_t info) { return info & 
 struct PlanView {
   const int64_t* head_run_offsets;  // [head_slots + 1] into runs
   const RunRecord* runs;            // [runs]
+  // The plan has no runs (its runs section is empty): every head in the identity order, which a
+  // kernel knows without loading head_run_offsets.
+  bool identity_order;
   const TileRecord* tiles;          // [tiles]
   const int32_t* schedule;          // [tiles] tile of each CTA column (blockIdx.x), heaviest first
   const MaskRecord* masks;          // [masks]
