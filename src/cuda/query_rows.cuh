@@ -17,7 +17,7 @@ __device__ inline RunRecord run_or_past_end(const PlanView& plan, int64_t r, int
 }
 
 // Lane `lane` of the warp gets value[offset + lane] of the 64 values that `near` (0..31) and `far`
-// (32..63) hold across the warp, offset in [0, 32].
+// (32..63) hold across the warp, offset in [0, 32).
 __device__ inline int32_t shift_down_pair(int32_t near, int32_t far, int offset, int lane) {
   const int source = offset + lane;
   const int32_t from_near = __shfl_sync(kFullWarpMask, near, source % kWarpSize);
