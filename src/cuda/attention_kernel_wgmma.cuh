@@ -82,9 +82,10 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
                         lane, softmax, output);
   }
-  Mainloop::complete_query_load();
+  // The rows' bounds (shared memory only) are found while the query copies are in flight.
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, lattice_step, storage, consumer_warp,
                              lane);
+  Mainloop::complete_query_load();
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
 
