@@ -59,7 +59,9 @@ struct TileWork {
 __device__ inline TileWork resolve_tile_work(const AttentionParams& params, int32_t block,
                                              int32_t batch_block) {
   TileWork work;
-  work.tile = params.plan.tiles[params.plan.schedule[block]];
+  const PlanView& plan = params.plan;
+  work.tile =
+      plan.launch_tiles != nullptr ? plan.launch_tiles[block] : plan.tiles[plan.schedule[block]];
   work.mask = params.plan.masks[work.tile.mask];
   work.head = work.tile.head_slot % params.heads;
   work.batch = params.broadcast_plan ? batch_block : work.tile.head_slot / params.heads;

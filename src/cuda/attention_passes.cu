@@ -21,7 +21,8 @@ std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream) {
   plan.validate();
   std::vector<DevicePlan> passes;
   for (int64_t p = 0; p < plan.num_passes(); ++p) {
-    passes.push_back(DevicePlan(DevicePlan::Validated{}, plan, p, stream, /*merge_lattices=*/true));
+    passes.push_back(
+        DevicePlan(DevicePlan::Validated{}, plan, p, stream, RecordForm::kForAttention));
   }
   return passes;
 }

@@ -84,6 +84,9 @@ AttentionArgs make_attention_args(const AttentionProblem& problem, const TensorV
                                   const TensorView& k, const TensorView& v, const TensorView& out,
                                   const TensorView& lse, void* stream);
 
+// DevicePlanLayout::shared_runs of a plan whose heads each have an order of their own.
+inline constexpr int64_t kPerHeadRuns = -1;
+
 // Byte offsets of the plan's arrays inside a DevicePlan's single device buffer.
 struct DevicePlanLayout {
   std::size_t head_run_offsets = 0;  // int64 [head_slots + 1] into runs
@@ -103,6 +106,15 @@ struct DevicePlanLayout {
   // producer warpgroup loads; plans without run an instantiation of tensor copies only
   // (ChunkSources). Builders whose counts live on the device say true.
   bool gathers = true;
+  // Every head slot's query order is runs [0, shared_runs) (0: the identity order, no runs), so a
+  // kernel finds a head's runs without loading its run offsets; kPerHeadRuns where the heads'
+  // orders differ or live on the device (builders with runs).
+  int64_t shared_runs = kPerHeadRuns;
+  // Only an upload for attention (RecordForm::kForAttention) writes this: the tile records again,
+  // in launch order (launch_tiles[i] = tiles[schedule[i]]), so that a CTA reads its tile in one
+  // load instead of two dependent ones.
+  bool has_launch_tiles = false;
+  std::size_t launch_tiles = 0;  // tile records [tiles], when has_launch_tiles
 };
 
 // How many records each section of a buffer built on the device holds.
@@ -118,6 +130,19 @@ struct PlanSectionCounts {
 // arrays (no device builder makes masks that need them).
 DevicePlanLayout plan_layout(const PlanSectionCounts& counts);
 
+// The records an upload writes, each form adding to the one before.
+enum class RecordForm {
+  // Exactly as the device builders write them (tests compare the two record for record): every
+  // strided span its own record.
+  kAsDeviceBuilders,
+  // Groups of strided spans merged into lattice records (plan_view.cuh), which the wgmma kernel
+  // copies as tensor boxes. A per-head config's host section is uploaded so.
+  kLattices,
+  // And what only the attention kernels read: the tile records in launch order
+  // (DevicePlanLayout::launch_tiles). upload_passes uploads so.
+  kForAttention,
+};
+
 // A host Plan uploaded to the device: validated once, its arrays packed into one stream-ordered
 // allocation (cudaMallocAsync) together with derived arrays the kernels need (run prefix counts,
 // per-tile head slots, a heaviest-first launch order, packed token arrays). Reusable across calls
@@ -128,9 +153,8 @@ class DevicePlan {
  public:
   DevicePlan() = default;
   DevicePlan(const Plan& plan, void* stream);  // a plan of one pass; stream: cudaStream_t
-  // Pass `pass` of `plan` (the whole plan is validated). merge_lattices false keeps every strided
-  // span its own record, as the device builders write them (tests compare records with theirs).
-  DevicePlan(const Plan& plan, int64_t pass, void* stream, bool merge_lattices = true);
+  // Pass `pass` of `plan` (the whole plan is validated), its records in `form`.
+  DevicePlan(const Plan& plan, int64_t pass, void* stream, RecordForm form = RecordForm::kLattices);
   // Every pass of `plan`, validated once for all of them (attention_passes.cu).
   friend std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream);
   ~DevicePlan();
@@ -155,9 +179,9 @@ class DevicePlan {
  private:
   // Pass `pass` of a plan the caller has validated.
   struct Validated {};
-  DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream, bool merge_lattices);
+  DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream, RecordForm form);
   // Packs and uploads a validated plan of one pass (both constructors above).
-  void upload(const Plan& plan, void* stream, bool merge_lattices);
+  void upload(const Plan& plan, void* stream, RecordForm form);
 
   // A buffer of `layout` allocated on `stream` for a device builder to fill, its first
   // `zeroed_bytes` zeroed (the identity order's run offsets and the padding between sections, as

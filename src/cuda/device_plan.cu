@@ -147,22 +147,42 @@ struct HostSections {
   std::vector<RunRecord> runs;
   std::vector<TileRecord> tiles;
   std::vector<int32_t> schedule;
+  std::vector<TileRecord> launch_tiles;  // RecordForm::kForAttention only
   std::vector<MaskRecord> masks;
   std::vector<SpanRecord> spans;
   std::vector<int32_t> columns;
   std::vector<int32_t> token_info;
   bool covers_every_row = true;
   int32_t lattice_step = 0;  // of the lattice records; 0 without
+  int64_t shared_runs = kPerHeadRuns;
 };
 
-HostSections pack_sections(const Plan& plan, bool merge_lattices) {
+// The run count every head slot's records share (DevicePlanLayout::shared_runs), or kPerHeadRuns.
+int64_t shared_run_count(const HostSections& sections) {
+  const std::vector<int64_t>& offsets = sections.head_run_offsets;
+  const int64_t first = offsets[1] - offsets[0];
+  const auto same_as_first = [&](std::size_t slot) {
+    if (offsets[slot + 1] - offsets[slot] != first) return false;
+    const auto begin = sections.runs.begin() + offsets[slot];
+    return std::equal(
+        begin, begin + first, sections.runs.begin(), [](const RunRecord& a, const RunRecord& b) {
+          return a.order_begin == b.order_begin && a.start == b.start && a.step == b.step;
+        });
+  };
+  for (std::size_t slot = 1; slot + 1 < offsets.size(); ++slot) {
+    if (!same_as_first(slot)) return kPerHeadRuns;
+  }
+  return first;
+}
+
+HostSections pack_sections(const Plan& plan, RecordForm form) {
   HostSections sections;
   const int64_t slots = plan.head_slots();
   sections.head_run_offsets.reserve(static_cast<std::size_t>(slots) + 1);
   sections.head_run_offsets.push_back(0);
   sections.tiles.reserve(plan.tiles.size());
   sections.spans.reserve(plan.spans.size() + plan.strided_spans.size());
-  LatticeMerger lattices(plan.shape.kv_len, merge_lattices);
+  LatticeMerger lattices(plan.shape.kv_len, form != RecordForm::kAsDeviceBuilders);
   for (int64_t slot = 0; slot < slots; ++slot) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
@@ -196,6 +216,11 @@ HostSections pack_sections(const Plan& plan, bool merge_lattices) {
 
   sections.lattice_step = lattices.step();
   sections.schedule = heaviest_first(plan);
+  if (form == RecordForm::kForAttention) {
+    sections.launch_tiles.reserve(sections.tiles.size());
+    for (const int32_t t : sections.schedule) sections.launch_tiles.push_back(sections.tiles[t]);
+  }
+  sections.shared_runs = slots == 0 ? kPerHeadRuns : shared_run_count(sections);
 
   bool needs_tokens = false;
   for (const MaskPolicy& policy : plan.masks) {
@@ -240,19 +265,18 @@ int64_t only_pass(const Plan& plan) {
 DevicePlan::DevicePlan(const Plan& plan, void* stream)
     : DevicePlan(plan, only_pass(plan), stream) {}
 
-DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream, bool merge_lattices) {
+DevicePlan::DevicePlan(const Plan& whole, int64_t pass, void* stream, RecordForm form) {
   whole.validate();
-  upload(whole.pass(pass), stream, merge_lattices);
+  upload(whole.pass(pass), stream, form);
 }
 
-DevicePlan::DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream,
-                       bool merge_lattices) {
-  upload(whole.pass(pass), stream, merge_lattices);
+DevicePlan::DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream, RecordForm form) {
+  upload(whole.pass(pass), stream, form);
 }
 
-void DevicePlan::upload(const Plan& plan, void* stream, bool merge_lattices) {
+void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   check_int32_ranges(plan.shape);
-  const HostSections sections = pack_sections(plan, merge_lattices);
+  const HostSections sections = pack_sections(plan, form);
 
   std::vector<std::byte> staging;
   layout_.head_run_offsets = append_section(staging, sections.head_run_offsets);
@@ -264,6 +288,10 @@ void DevicePlan::upload(const Plan& plan, void* stream, bool merge_lattices) {
   layout_.columns = append_section(staging, sections.columns);
   layout_.token_info = append_section(staging, sections.token_info);
   layout_.has_token_info = !sections.token_info.empty();
+  // After every section a device builder writes, so that those keep the builders' offsets.
+  layout_.launch_tiles = append_section(staging, sections.launch_tiles);
+  layout_.has_launch_tiles = form == RecordForm::kForAttention;
+  layout_.shared_runs = sections.shared_runs;
   layout_.lattice_step = sections.lattice_step;
   layout_.gathers =
       !sections.columns.empty() ||
@@ -307,6 +335,10 @@ DevicePlanLayout plan_layout(const PlanSectionCounts& counts) {
   layout.columns = section(counts.columns, sizeof(int32_t));
   layout.token_info = section(0, sizeof(int32_t));
   layout.has_token_info = false;
+  layout.launch_tiles = section(0, sizeof(TileRecord));
+  // Runs written on the device may differ from head to head; without runs every head is in the
+  // identity order.
+  layout.shared_runs = counts.runs == 0 ? 0 : kPerHeadRuns;
   layout.bytes = align_section(end);
   return layout;
 }
@@ -370,10 +402,12 @@ PlanView make_plan_view(const DevicePlan& plan) {
   PlanView view{};
   view.head_run_offsets = reinterpret_cast<const int64_t*>(base + layout.head_run_offsets);
   view.runs = reinterpret_cast<const RunRecord*>(base + layout.runs);
-  // An empty section takes no bytes: the next one starts where it does.
-  view.identity_order = layout.runs == layout.tiles;
+  view.shared_runs = static_cast<int32_t>(layout.shared_runs);
   view.tiles = reinterpret_cast<const TileRecord*>(base + layout.tiles);
   view.schedule = reinterpret_cast<const int32_t*>(base + layout.schedule);
+  view.launch_tiles = layout.has_launch_tiles
+                          ? reinterpret_cast<const TileRecord*>(base + layout.launch_tiles)
+                          : nullptr;
   view.masks = reinterpret_cast<const MaskRecord*>(base + layout.masks);
   view.spans = reinterpret_cast<const SpanRecord*>(base + layout.spans);
   view.columns = reinterpret_cast<const int32_t*>(base + layout.columns);

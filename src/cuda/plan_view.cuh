@@ -91,11 +91,12 @@ __host__ __device__ inline int32_t token_modality(int32_t info) { return info & 
 struct PlanView {
   const int64_t* head_run_offsets;  // [head_slots + 1] into runs
   const RunRecord* runs;            // [runs]
-  // The plan has no runs (its runs section is empty): every head in the identity order, which a
-  // kernel knows without loading head_run_offsets.
-  bool identity_order;
+  // Every head's order is runs [0, shared_runs) (0: the identity order), which a kernel knows
+  // without loading head_run_offsets; kPerHeadRuns otherwise (DevicePlanLayout::shared_runs).
+  int32_t shared_runs;
   const TileRecord* tiles;          // [tiles]
   const int32_t* schedule;          // [tiles] tile of each CTA column (blockIdx.x), heaviest first
+  const TileRecord* launch_tiles;   // [tiles] tiles[schedule[i]], or null (not uploaded for it)
   const MaskRecord* masks;          // [masks]
   const SpanRecord* spans;          // [spans] key ranges: the plan's spans and strided spans
   const int32_t* columns;           // [columns] key positions

@@ -40,9 +40,12 @@ __device__ inline int32_t warp_query_positions(const PlanView& plan, int32_t hea
   // How many runs before the estimate the window starts: room for runs of uneven length.
   constexpr int64_t kWindowLead = kWarpSize / 4;
   const int32_t index = first + lane;
-  if (plan.identity_order) return index < end ? index : kNoRow;
-  int64_t low = plan.head_run_offsets[head_slot];
-  const int64_t head_end = plan.head_run_offsets[head_slot + 1];
+  int64_t low = 0;
+  int64_t head_end = plan.shared_runs;
+  if (plan.shared_runs == kPerHeadRuns) {
+    low = plan.head_run_offsets[head_slot];
+    head_end = plan.head_run_offsets[head_slot + 1];
+  }
   if (low == head_end) return index < end ? index : kNoRow;
 
   const int64_t estimate = low + static_cast<int64_t>(first) * (head_end - low) / max(q_len, 1);

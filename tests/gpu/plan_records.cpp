@@ -47,7 +47,7 @@ std::size_t key_range_bytes(const Plan& host) {
 
 void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream) {
   // As the device builders write them: no lattice records.
-  const cuda::DevicePlan uploaded(host, 0, stream, /*merge_lattices=*/false);
+  const cuda::DevicePlan uploaded(host, 0, stream, cuda::RecordForm::kAsDeviceBuilders);
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   EXPECT_EQ(built.shape(), uploaded.shape());
   EXPECT_EQ(built.num_tiles(), uploaded.num_tiles());
@@ -83,7 +83,7 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
                               cudaStream_t stream) {
   // As the device builders write them: no lattice records.
-  const cuda::DevicePlan uploaded(host, 0, stream, /*merge_lattices=*/false);
+  const cuda::DevicePlan uploaded(host, 0, stream, cuda::RecordForm::kAsDeviceBuilders);
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   EXPECT_EQ(built.shape(), uploaded.shape());
   EXPECT_EQ(built.covers_every_row(), uploaded.covers_every_row());
@@ -133,6 +133,29 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   }
   for (std::size_t i = 0; i < schedule_tail.size(); ++i) {
     ASSERT_EQ(schedule_tail[i], static_cast<int32_t>(tiles + i)) << "schedule of the empty tiles";
+  }
+}
+
+void expect_launch_tiles_follow_schedule(const cuda::DevicePlan& plan) {
+  const cuda::DevicePlanLayout& layout = plan.layout();
+  ASSERT_TRUE(layout.has_launch_tiles);
+  const auto tiles = static_cast<std::size_t>(plan.num_tiles());
+  const std::vector<std::byte> records = download(plan, layout.tiles, tiles * kTileRecordBytes);
+  const std::vector<std::byte> launch =
+      download(plan, layout.launch_tiles, tiles * kTileRecordBytes);
+  const std::vector<std::byte> schedule_bytes =
+      download(plan, layout.schedule, tiles * sizeof(int32_t));
+  std::vector<int32_t> schedule(tiles);
+  if (tiles > 0) std::memcpy(schedule.data(), schedule_bytes.data(), schedule_bytes.size());
+  for (std::size_t i = 0; i < tiles; ++i) {
+    ASSERT_GE(schedule[i], 0);
+    ASSERT_LT(static_cast<std::size_t>(schedule[i]), tiles);
+    const auto scheduled =
+        records.begin() +
+        static_cast<std::ptrdiff_t>(static_cast<std::size_t>(schedule[i]) * kTileRecordBytes);
+    const auto launched = launch.begin() + static_cast<std::ptrdiff_t>(i * kTileRecordBytes);
+    ASSERT_TRUE(std::equal(launched, launched + kTileRecordBytes, scheduled))
+        << "launch tile " << i << " is not tile " << schedule[i];
   }
 }
 

@@ -403,6 +403,96 @@ TEST_P(GpuAttention, PermutedOrdersOfUnevenRuns) {
   expect_wgmma_ran();
 }
 
+// The plan with every head slot in head slot 0's order. Tiles cover order indices, so any order
+// of the same positions keeps them valid.
+Plan with_first_order_everywhere(Plan plan) {
+  const std::vector<QueryRun> first(plan.runs.begin(),
+                                    plan.runs.begin() + plan.head_run_offsets[1]);
+  plan.runs.clear();
+  plan.head_run_offsets.assign(1, 0);
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    plan.runs.insert(plan.runs.end(), first.begin(), first.end());
+    plan.head_run_offsets.push_back(static_cast<int64_t>(plan.runs.size()));
+  }
+  plan.validate();
+  return plan;
+}
+
+// Runs of head slot 0 that hold positions: the run records its upload keeps.
+int64_t first_head_run_records(const Plan& plan) {
+  return std::count_if(plan.runs.begin(), plan.runs.begin() + plan.head_run_offsets[1],
+                       [](const QueryRun& run) { return run.count > 0; });
+}
+
+bool first_head_permuted(const Plan& plan) { return first_head_run_records(plan) > 1; }
+
+// Every head in one permuted order (a static pattern's, such as the grid mask's bands): the kernels
+// take every head's runs from the first head's (DevicePlanLayout::shared_runs) without loading run
+// offsets.
+TEST_P(GpuAttention, HeadsSharingOnePermutedOrder) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int64_t group : {int64_t{1}, int64_t{4}}) {
+    const ProblemSize size = random_problem(random, GetParam(), 2, group);
+    const AttentionInputs inputs = random_inputs(random, size);
+    RandomPlanOptions options;
+    options.leave_gaps = true;
+    options.masks = MaskMix::kPositional;
+    const Plan plan = with_first_order_everywhere(
+        random_plan_with(random, plan_shape(size, false), options, first_head_permuted));
+    ASSERT_TRUE(first_head_permuted(plan));
+    EXPECT_EQ(cuda::upload_passes(plan, nullptr)[0].layout().shared_runs,
+              first_head_run_records(plan));
+    check_plan(random, plan, inputs, size);
+  }
+  expect_wgmma_ran();
+}
+
+// What an upload adds for the kernels: the tile records in launch order (upload_passes alone), and
+// whether the heads share one order: the first head's run count where they do (0 without runs),
+// kPerHeadRuns where any differs.
+TEST(GpuPlanUpload, LaunchTilesAndSharedOrders) {
+  constexpr int64_t kHeads = 3;
+  constexpr int64_t kLength = 301;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  PlanShape shape;
+  shape.heads = kHeads;
+  shape.q_len = shape.kv_len = kLength;
+  shape.tile_rows = 64;
+  const Plan shared = with_first_order_everywhere(
+      random_plan_with(random, shape, RandomPlanOptions{}, first_head_permuted));
+  ASSERT_TRUE(first_head_permuted(shared));
+  // The last head in the identity order instead, as one run.
+  Plan differing = shared;
+  differing.runs.resize(static_cast<std::size_t>(differing.head_run_offsets[kHeads - 1]));
+  differing.runs.push_back({.start = 0, .count = kLength, .step = 1});
+  differing.head_run_offsets.back() = static_cast<int64_t>(differing.runs.size());
+  differing.validate();
+  const Plan identity = dense_plan(shape, /*causal=*/true);
+
+  const struct {
+    const char* what;
+    const Plan& plan;
+    int64_t shared_runs;
+  } cases[] = {{"one permuted order", shared, first_head_run_records(shared)},
+               {"orders that differ", differing, cuda::kPerHeadRuns},
+               {"the identity order", identity, 0}};
+  for (const auto& test_case : cases) {
+    SCOPED_TRACE(test_case.what);
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(test_case.plan, nullptr);
+    EXPECT_EQ(passes[0].layout().shared_runs, test_case.shared_runs);
+    expect_launch_tiles_follow_schedule(passes[0]);
+    // Other uploads write no launch tiles (a per-head config's host section, the builders' form).
+    for (const cuda::RecordForm form :
+         {cuda::RecordForm::kLattices, cuda::RecordForm::kAsDeviceBuilders}) {
+      const cuda::DevicePlan other(test_case.plan, 0, nullptr, form);
+      EXPECT_FALSE(other.layout().has_launch_tiles);
+      EXPECT_EQ(other.layout().shared_runs, test_case.shared_runs);
+    }
+  }
+}
+
 // Causal, none and window-with-sink policies per tile, spans only.
 TEST_P(GpuAttention, PositionalMaskPolicies) {
   Random random;
