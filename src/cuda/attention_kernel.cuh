@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     resume_rows<Traits>(params, work, storage.row_positions + warp * Traits::kMmaM, lane, softmax,
                         output);
   }
-  KeyChunkCursor<Traits::kBlockN> cursor(work.tile, params.plan.spans);
+  KeyChunkCursor<Traits::kBlockN> cursor(work.tile, work.first_range, params.plan.spans);
 
   if (!cursor.done()) {
     KeyChunk current = cursor.next();

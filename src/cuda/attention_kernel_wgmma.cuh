@@ -111,8 +111,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending = false;
   };
   IssueTurns<Traits> turns(warpgroup);
-  KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(work.tile,
-                                                                              params.plan.spans);
+  KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
+      work.tile, work.first_range, params.plan.spans);
   PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();

@@ -49,6 +49,7 @@ struct AttentionParams {
 // (blockIdx.x), mapped to a tile through the plan's heaviest-first schedule.
 struct TileWork {
   TileRecord tile;
+  SpanRecord first_range;  // the tile's first key range, when it has one
   MaskRecord mask;
   int32_t batch;
   int32_t head;
@@ -60,8 +61,15 @@ __device__ inline TileWork resolve_tile_work(const AttentionParams& params, int3
                                              int32_t batch_block) {
   TileWork work;
   const PlanView& plan = params.plan;
-  work.tile =
-      plan.launch_tiles != nullptr ? plan.launch_tiles[block] : plan.tiles[plan.schedule[block]];
+  if (plan.launch_records != nullptr) {
+    const LaunchRecord& launch = plan.launch_records[block];
+    work.tile = launch.tile;
+    work.first_range = launch.first_range;
+  } else {
+    work.tile = plan.tiles[plan.schedule[block]];
+    if (work.tile.span_begin < work.tile.span_end)
+      work.first_range = plan.spans[work.tile.span_begin];
+  }
   work.mask = params.plan.masks[work.tile.mask];
   work.head = work.tile.head_slot % params.heads;
   work.batch = params.broadcast_plan ? batch_block : work.tile.head_slot / params.heads;

@@ -110,11 +110,11 @@ struct DevicePlanLayout {
   // kernel finds a head's runs without loading its run offsets; kPerHeadRuns where the heads'
   // orders differ or live on the device (builders with runs).
   int64_t shared_runs = kPerHeadRuns;
-  // Only an upload for attention (RecordForm::kForAttention) writes this: the tile records again,
-  // in launch order (launch_tiles[i] = tiles[schedule[i]]), so that a CTA reads its tile in one
-  // load instead of two dependent ones.
-  bool has_launch_tiles = false;
-  std::size_t launch_tiles = 0;  // tile records [tiles], when has_launch_tiles
+  // Only an upload for attention (RecordForm::kForAttention) writes this: per CTA in launch order
+  // its tile record, tiles[schedule[i]], with the tile's first key range (plan_view.cuh), so that
+  // a CTA starts its query and key copies after one load instead of two or three dependent ones.
+  bool has_launch_records = false;
+  std::size_t launch_records = 0;  // launch records [tiles], when has_launch_records
 };
 
 // How many records each section of a buffer built on the device holds.
@@ -138,8 +138,8 @@ enum class RecordForm {
   // Groups of strided spans merged into lattice records (plan_view.cuh), which the wgmma kernel
   // copies as tensor boxes. A per-head config's host section is uploaded so.
   kLattices,
-  // And what only the attention kernels read: the tile records in launch order
-  // (DevicePlanLayout::launch_tiles). upload_passes uploads so.
+  // And what only the attention kernels read: the tiles in launch order with their first key
+  // ranges (DevicePlanLayout::launch_records). upload_passes uploads so.
   kForAttention,
 };
 

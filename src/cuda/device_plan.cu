@@ -147,7 +147,7 @@ struct HostSections {
   std::vector<RunRecord> runs;
   std::vector<TileRecord> tiles;
   std::vector<int32_t> schedule;
-  std::vector<TileRecord> launch_tiles;  // RecordForm::kForAttention only
+  std::vector<LaunchRecord> launch_records;  // RecordForm::kForAttention only
   std::vector<MaskRecord> masks;
   std::vector<SpanRecord> spans;
   std::vector<int32_t> columns;
@@ -217,8 +217,13 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   sections.lattice_step = lattices.step();
   sections.schedule = heaviest_first(plan);
   if (form == RecordForm::kForAttention) {
-    sections.launch_tiles.reserve(sections.tiles.size());
-    for (const int32_t t : sections.schedule) sections.launch_tiles.push_back(sections.tiles[t]);
+    sections.launch_records.reserve(sections.tiles.size());
+    for (const int32_t t : sections.schedule) {
+      const TileRecord& tile = sections.tiles[t];
+      const bool has_range = tile.span_begin < tile.span_end;
+      sections.launch_records.push_back(
+          {tile, has_range ? sections.spans[tile.span_begin] : SpanRecord{}});
+    }
   }
   sections.shared_runs = slots == 0 ? kPerHeadRuns : shared_run_count(sections);
 
@@ -289,8 +294,8 @@ void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   layout_.token_info = append_section(staging, sections.token_info);
   layout_.has_token_info = !sections.token_info.empty();
   // After every section a device builder writes, so that those keep the builders' offsets.
-  layout_.launch_tiles = append_section(staging, sections.launch_tiles);
-  layout_.has_launch_tiles = form == RecordForm::kForAttention;
+  layout_.launch_records = append_section(staging, sections.launch_records);
+  layout_.has_launch_records = form == RecordForm::kForAttention;
   layout_.shared_runs = sections.shared_runs;
   layout_.lattice_step = sections.lattice_step;
   layout_.gathers =
@@ -335,7 +340,7 @@ DevicePlanLayout plan_layout(const PlanSectionCounts& counts) {
   layout.columns = section(counts.columns, sizeof(int32_t));
   layout.token_info = section(0, sizeof(int32_t));
   layout.has_token_info = false;
-  layout.launch_tiles = section(0, sizeof(TileRecord));
+  layout.launch_records = section(0, sizeof(LaunchRecord));
   // Runs written on the device may differ from head to head; without runs every head is in the
   // identity order.
   layout.shared_runs = counts.runs == 0 ? 0 : kPerHeadRuns;
@@ -405,9 +410,9 @@ PlanView make_plan_view(const DevicePlan& plan) {
   view.shared_runs = static_cast<int32_t>(layout.shared_runs);
   view.tiles = reinterpret_cast<const TileRecord*>(base + layout.tiles);
   view.schedule = reinterpret_cast<const int32_t*>(base + layout.schedule);
-  view.launch_tiles = layout.has_launch_tiles
-                          ? reinterpret_cast<const TileRecord*>(base + layout.launch_tiles)
-                          : nullptr;
+  view.launch_records = layout.has_launch_records
+                            ? reinterpret_cast<const LaunchRecord*>(base + layout.launch_records)
+                            : nullptr;
   view.masks = reinterpret_cast<const MaskRecord*>(base + layout.masks);
   view.spans = reinterpret_cast<const SpanRecord*>(base + layout.spans);
   view.columns = reinterpret_cast<const int32_t*>(base + layout.columns);

@@ -62,13 +62,16 @@ class KeyChunkCursor {
   static_assert(kBlockN % kLatticeWidth == 0, "a lattice chunk holds whole periods");
 
  public:
-  __device__ KeyChunkCursor(const TileRecord& tile, const SpanRecord* spans)
+  // first_range: the tile's first key range, spans[tile.span_begin], read once for the CTA
+  // (TileWork); unused when the tile has none.
+  __device__ KeyChunkCursor(const TileRecord& tile, const SpanRecord& first_range,
+                            const SpanRecord* spans)
       : spans_(spans),
         span_(tile.span_begin),
         span_end_(tile.span_end),
         column_(tile.column_begin),
         column_end_(tile.column_end) {
-    if (span_ < span_end_) enter_range();
+    if (span_ < span_end_) enter_range(first_range);
   }
 
   __device__ bool done() const {
@@ -82,7 +85,7 @@ class KeyChunkCursor {
                            static_cast<int32_t>(span_)};
       next_key_ += (chunk.count >> shift_) * step_;
       remaining_ -= chunk.count;
-      if (remaining_ == 0 && ++span_ < span_end_) enter_range();
+      if (remaining_ == 0 && ++span_ < span_end_) enter_range(spans_[span_]);
       return chunk;
     }
     const KeyChunk chunk{
@@ -93,10 +96,9 @@ class KeyChunkCursor {
   }
 
  private:
-  // Reads key range span_ and counts its keys: once per range, so that a chunk costs no load and
+  // Takes key range span_ and counts its keys: once per range, so that a chunk costs no load and
   // no division (the span path, which dense runs, divides by nothing at all).
-  __device__ void enter_range() {
-    const SpanRecord range = spans_[span_];
+  __device__ void enter_range(const SpanRecord range) {
     next_key_ = range.begin;
     step_ = kGathers || kLattices ? range.step : kConsecutive;
     shift_ = kLattices && range.width > 1 ? kLatticeShift : 0;

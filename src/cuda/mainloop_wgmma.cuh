@@ -42,7 +42,7 @@ class WgmmaMainloop {
     // Without gathers thread 0 loads alone; the others would only wait on the stages.
     if (!Traits::kGathers && thread != 0) return;
     KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
-        work.tile, params.attention.plan.spans);
+        work.tile, work.first_range, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
     if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);

@@ -63,6 +63,17 @@ struct SpanRecord {
   int32_t width = 1;
 };
 
+// What a CTA reads first, in one record of a section in launch order (DevicePlanLayout::
+// launch_records, uploads for attention only): its tile, tiles[schedule[blockIdx.x]], and that
+// tile's first key range (a default record when it has none), so that neither its rows nor its
+// first key copy waits for more than this one load.
+struct LaunchRecord {
+  TileRecord tile;
+  SpanRecord first_range;
+};
+static_assert(sizeof(LaunchRecord) == sizeof(TileRecord) + sizeof(SpanRecord),
+              "launch records are packed (tests read them byte for byte)");
+
 // The width of every lattice record (plan.h's kLatticeSpans): with 128-key chunks, a chunk is 16
 // periods of 8 keys, the geometry a grid-like band of 64 keys per period needs (grid_mask.cpp,
 // docs/perf-notes.md v6).
@@ -96,7 +107,7 @@ struct PlanView {
   int32_t shared_runs;
   const TileRecord* tiles;          // [tiles]
   const int32_t* schedule;          // [tiles] tile of each CTA column (blockIdx.x), heaviest first
-  const TileRecord* launch_tiles;   // [tiles] tiles[schedule[i]], or null (not uploaded for it)
+  const LaunchRecord* launch_records;  // [tiles] in launch order, or null (not uploaded for it)
   const MaskRecord* masks;          // [masks]
   const SpanRecord* spans;          // [spans] key ranges: the plan's spans and strided spans
   const int32_t* columns;           // [columns] key positions

@@ -37,6 +37,10 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
 constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
 constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
 constexpr std::size_t kKeyRangeRecordBytes = 4 * sizeof(int32_t);
+// A launch record is a tile record, then a key range record; a tile's span_begin and span_end
+// follow its four int32.
+constexpr std::size_t kLaunchRecordBytes = kTileRecordBytes + kKeyRangeRecordBytes;
+constexpr std::size_t kTileSpanBeginOffset = 4 * sizeof(int32_t);
 
 // The bytes of the host plan's key ranges on the device: its spans and strided spans.
 std::size_t key_range_bytes(const Plan& host) {
@@ -136,26 +140,36 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   }
 }
 
-void expect_launch_tiles_follow_schedule(const cuda::DevicePlan& plan) {
+void expect_launch_records_follow_schedule(const cuda::DevicePlan& plan) {
   const cuda::DevicePlanLayout& layout = plan.layout();
-  ASSERT_TRUE(layout.has_launch_tiles);
+  ASSERT_TRUE(layout.has_launch_records);
   const auto tiles = static_cast<std::size_t>(plan.num_tiles());
   const std::vector<std::byte> records = download(plan, layout.tiles, tiles * kTileRecordBytes);
   const std::vector<std::byte> launch =
-      download(plan, layout.launch_tiles, tiles * kTileRecordBytes);
+      download(plan, layout.launch_records, tiles * kLaunchRecordBytes);
+  const std::vector<std::byte> ranges = download(plan, layout.spans, layout.columns - layout.spans);
+  std::vector<int32_t> schedule(tiles);
   const std::vector<std::byte> schedule_bytes =
       download(plan, layout.schedule, tiles * sizeof(int32_t));
-  std::vector<int32_t> schedule(tiles);
   if (tiles > 0) std::memcpy(schedule.data(), schedule_bytes.data(), schedule_bytes.size());
   for (std::size_t i = 0; i < tiles; ++i) {
     ASSERT_GE(schedule[i], 0);
     ASSERT_LT(static_cast<std::size_t>(schedule[i]), tiles);
-    const auto scheduled =
-        records.begin() +
-        static_cast<std::ptrdiff_t>(static_cast<std::size_t>(schedule[i]) * kTileRecordBytes);
-    const auto launched = launch.begin() + static_cast<std::ptrdiff_t>(i * kTileRecordBytes);
-    ASSERT_TRUE(std::equal(launched, launched + kTileRecordBytes, scheduled))
-        << "launch tile " << i << " is not tile " << schedule[i];
+    const std::byte* tile =
+        records.data() + static_cast<std::size_t>(schedule[i]) * kTileRecordBytes;
+    const std::byte* launched = launch.data() + i * kLaunchRecordBytes;
+    ASSERT_TRUE(std::equal(tile, tile + kTileRecordBytes, launched))
+        << "launch record " << i << " does not hold tile " << schedule[i];
+    int64_t span_begin = 0;
+    int64_t span_end = 0;
+    std::memcpy(&span_begin, tile + kTileSpanBeginOffset, sizeof(int64_t));
+    std::memcpy(&span_end, tile + kTileSpanBeginOffset + sizeof(int64_t), sizeof(int64_t));
+    if (span_begin == span_end) continue;  // no first range to hold
+    const std::byte* first_range =
+        ranges.data() + static_cast<std::size_t>(span_begin) * kKeyRangeRecordBytes;
+    EXPECT_TRUE(
+        std::equal(first_range, first_range + kKeyRangeRecordBytes, launched + kTileRecordBytes))
+        << "launch record " << i << " does not hold its tile's first key range";
   }
 }
 

@@ -24,9 +24,10 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
 // scheduled last, in order.
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
 
-// An upload for attention (RecordForm::kForAttention) holds launch tiles: launch_tiles[i] equals
-// tiles[schedule[i]] byte for byte, for every tile.
-void expect_launch_tiles_follow_schedule(const cuda::DevicePlan& plan);
+// An upload for attention (RecordForm::kForAttention) holds launch records: launch record i is
+// tile schedule[i]'s record, then (where that tile has key ranges) its first key range, byte for
+// byte.
+void expect_launch_records_follow_schedule(const cuda::DevicePlan& plan);
 
 // The key range records of an uploaded plan, in order: {begin, end, step, width} (width > 1 for a
 // lattice, cuda/plan_view.cuh).

@@ -448,10 +448,10 @@ TEST_P(GpuAttention, HeadsSharingOnePermutedOrder) {
   expect_wgmma_ran();
 }
 
-// What an upload adds for the kernels: the tile records in launch order (upload_passes alone), and
+// What an upload adds for the kernels: launch records (upload_passes alone), and
 // whether the heads share one order: the first head's run count where they do (0 without runs),
 // kPerHeadRuns where any differs.
-TEST(GpuPlanUpload, LaunchTilesAndSharedOrders) {
+TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
   constexpr int64_t kHeads = 3;
   constexpr int64_t kLength = 301;
   Random random;
@@ -482,12 +482,12 @@ TEST(GpuPlanUpload, LaunchTilesAndSharedOrders) {
     SCOPED_TRACE(test_case.what);
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(test_case.plan, nullptr);
     EXPECT_EQ(passes[0].layout().shared_runs, test_case.shared_runs);
-    expect_launch_tiles_follow_schedule(passes[0]);
-    // Other uploads write no launch tiles (a per-head config's host section, the builders' form).
+    expect_launch_records_follow_schedule(passes[0]);
+    // Other uploads write no launch records (a per-head config's host section, the builders' form).
     for (const cuda::RecordForm form :
          {cuda::RecordForm::kLattices, cuda::RecordForm::kAsDeviceBuilders}) {
       const cuda::DevicePlan other(test_case.plan, 0, nullptr, form);
-      EXPECT_FALSE(other.layout().has_launch_tiles);
+      EXPECT_FALSE(other.layout().has_launch_records);
       EXPECT_EQ(other.layout().shared_runs, test_case.shared_runs);
     }
   }

@@ -98,8 +98,8 @@ void expect_same_layout(const cuda::DevicePlanLayout& a, const cuda::DevicePlanL
   EXPECT_EQ(a.lattice_step, b.lattice_step);
   EXPECT_EQ(a.gathers, b.gathers);
   EXPECT_EQ(a.shared_runs, b.shared_runs);
-  EXPECT_EQ(a.has_launch_tiles, b.has_launch_tiles);
-  EXPECT_EQ(a.launch_tiles, b.launch_tiles);
+  EXPECT_EQ(a.has_launch_records, b.has_launch_records);
+  EXPECT_EQ(a.launch_records, b.launch_records);
 }
 
 // The first differing byte, named by section, so that a failure says which array is wrong.
