@@ -46,7 +46,8 @@ struct AttentionParams {
 };
 
 // What one CTA computes: a plan tile of one batch element. `block` is the CTA's column
-// (blockIdx.x), mapped to a tile through the plan's heaviest-first schedule.
+// (blockIdx.x), mapped to a tile through the plan's heaviest-first schedule: its launch record
+// where the upload wrote them (one load), else the schedule, the tile and its first key range.
 struct TileWork {
   TileRecord tile;
   SpanRecord first_range;  // the tile's first key range, when it has one
