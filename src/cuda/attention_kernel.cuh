@@ -18,12 +18,12 @@ namespace mmsparse::cuda {
 
 // Original positions of the tile's rows (kNoRow past its end), one thread per row, whole warps.
 template <class Traits>
-__device__ void gather_row_positions(const PlanView& plan, const TileRecord& tile, int32_t q_len,
+__device__ void gather_row_positions(const PlanView& plan, const TileWork& work, int32_t q_len,
                                      int32_t* row_positions /* [kBlockM] shared */) {
   static_assert(Traits::kBlockM % kWarpSize == 0, "rows are looked up a warp at a time");
   const int row = static_cast<int>(threadIdx.x);
   if (row >= Traits::kBlockM) return;
-  row_positions[row] = tile_row_position(plan, tile, row, q_len);
+  row_positions[row] = tile_row_position(plan, work.tile, work.rows, row, q_len);
 }
 
 template <class Traits>
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
   const TileWork work =
       resolve_tile_work(params, static_cast<int32_t>(blockIdx.x), static_cast<int32_t>(blockIdx.y));
-  gather_row_positions<Traits>(params.plan, work.tile, params.q_len, storage.row_positions);
+  gather_row_positions<Traits>(params.plan, work, params.q_len, storage.row_positions);
   __syncthreads();  // the row positions steer every thread's query loads and masks
 
   Mainloop mainloop(storage, params, work);

@@ -68,7 +68,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   // Original positions of the warpgroup's rows, one thread per row, whole warps.
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
   if (thread < Traits::kWarpgroupRows) {
-    rows[thread] = tile_row_position(params.plan, work.tile,
+    rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
   }
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks

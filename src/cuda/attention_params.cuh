@@ -51,6 +51,7 @@ struct AttentionParams {
 struct TileWork {
   TileRecord tile;
   SpanRecord first_range;  // the tile's first key range, when it has one
+  RowLattice rows;         // the tile's rows as arithmetic, or width 0 (query_rows.cuh)
   MaskRecord mask;
   int32_t batch;
   int32_t head;
@@ -66,6 +67,7 @@ __device__ inline TileWork resolve_tile_work(const AttentionParams& params, int3
     const LaunchRecord& launch = plan.launch_records[block];
     work.tile = launch.tile;
     work.first_range = launch.first_range;
+    work.rows = launch.rows;
   } else {
     work.tile = plan.tiles[plan.schedule[block]];
     if (work.tile.span_begin < work.tile.span_end)

@@ -1,6 +1,7 @@
 // Uploads a host Plan as one device buffer of kernel records (see plan_view.cuh).
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -157,6 +158,29 @@ struct HostSections {
   int64_t shared_runs = kPerHeadRuns;
 };
 
+// Rows [begin, end) of a head's order (its positions, `order`) as a RowLattice (plan_view.cuh), or
+// width 0 where they have no such form or its products would not fit int32.
+RowLattice row_lattice(const std::vector<int64_t>& order, int64_t begin, int64_t end) {
+  const int64_t count = end - begin;
+  if (count <= 0) return {};
+  const int64_t start = order[begin];
+  const int64_t inner = count > 1 ? order[begin + 1] - start : 1;
+  int64_t width = 1;
+  while (width < count && order[begin + width] - order[begin + width - 1] == inner) ++width;
+  const int64_t outer = width < count ? order[begin + width] - start : 0;
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  // The kernels form (r / width) · outer and (r mod width) · inner in int32.
+  if (std::abs(outer) * ((count - 1) / width) > kInt32Max ||
+      std::abs(inner) * (width - 1) > kInt32Max) {
+    return {};
+  }
+  for (int64_t r = width; r < count; ++r) {
+    if (order[begin + r] != start + r / width * outer + r % width * inner) return {};
+  }
+  return {static_cast<int32_t>(start), static_cast<int32_t>(width), static_cast<int32_t>(inner),
+          static_cast<int32_t>(outer)};
+}
+
 // The run count every head slot's records share (DevicePlanLayout::shared_runs), or kPerHeadRuns.
 int64_t shared_run_count(const HostSections& sections) {
   const std::vector<int64_t>& offsets = sections.head_run_offsets;
@@ -183,7 +207,15 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   sections.tiles.reserve(plan.tiles.size());
   sections.spans.reserve(plan.spans.size() + plan.strided_spans.size());
   LatticeMerger lattices(plan.shape.kv_len, form != RecordForm::kAsDeviceBuilders);
+  // Per tile of a permuted head, its rows as arithmetic (launch records only).
+  std::vector<RowLattice> tile_rows(form == RecordForm::kForAttention ? plan.tiles.size() : 0);
   for (int64_t slot = 0; slot < slots; ++slot) {
+    if (!tile_rows.empty() && plan.head_run_offsets[slot + 1] > plan.head_run_offsets[slot]) {
+      const std::vector<int64_t> order = plan.query_order(slot);
+      for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
+        tile_rows[t] = row_lattice(order, plan.tiles[t].begin, plan.tiles[t].end);
+      }
+    }
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
       const QueryRun& run = plan.runs[r];
@@ -222,7 +254,7 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
       const TileRecord& tile = sections.tiles[t];
       const bool has_range = tile.span_begin < tile.span_end;
       sections.launch_records.push_back(
-          {tile, has_range ? sections.spans[tile.span_begin] : SpanRecord{}});
+          {tile, has_range ? sections.spans[tile.span_begin] : SpanRecord{}, tile_rows[t]});
     }
   }
   sections.shared_runs = slots == 0 ? kPerHeadRuns : shared_run_count(sections);

@@ -63,15 +63,29 @@ struct SpanRecord {
   int32_t width = 1;
 };
 
+// A tile's rows as arithmetic, where they allow it: row r (< end - begin) of the tile lies at
+// position start + (r / width) · outer_step + (r mod width) · inner_step. A grid head's tile is
+// `phases` consecutive positions in each of several periods (width = phases, inner_step 1,
+// outer_step the period). width 0: the rows have no such form, the kernels look them up in the
+// runs (query_rows.cuh).
+struct RowLattice {
+  int32_t start = 0;
+  int32_t width = 0;
+  int32_t inner_step = 0;
+  int32_t outer_step = 0;
+};
+
 // What a CTA reads first, in one record of a section in launch order (DevicePlanLayout::
-// launch_records, uploads for attention only): its tile, tiles[schedule[blockIdx.x]], and that
-// tile's first key range (a default record when it has none), so that neither its rows nor its
-// first key copy waits for more than this one load.
+// launch_records, uploads for attention only): its tile, tiles[schedule[blockIdx.x]], that tile's
+// first key range (a default record when it has none) and, for a permuted head, its rows as a
+// RowLattice, so that neither its query rows nor its first key copy waits for more than this one
+// load.
 struct LaunchRecord {
   TileRecord tile;
   SpanRecord first_range;
+  RowLattice rows;
 };
-static_assert(sizeof(LaunchRecord) == sizeof(TileRecord) + sizeof(SpanRecord),
+static_assert(sizeof(LaunchRecord) == sizeof(TileRecord) + sizeof(SpanRecord) + sizeof(RowLattice),
               "launch records are packed (tests read them byte for byte)");
 
 // The width of every lattice record (plan.h's kLatticeSpans): with 128-key chunks, a chunk is 16

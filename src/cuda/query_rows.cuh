@@ -88,9 +88,15 @@ __device__ inline int32_t warp_query_positions(const PlanView& plan, int32_t hea
 }
 
 // The original position of row `row` of a tile (kNoRow past its end), called by whole warps for
-// the rows 32·w .. 32·w + 31 of the tile.
-__device__ inline int32_t tile_row_position(const PlanView& plan, const TileRecord& tile, int row,
-                                            int32_t q_len) {
+// the rows 32·w .. 32·w + 31 of the tile: by arithmetic where the tile's rows have a RowLattice
+// (no load), else from the plan's order.
+__device__ inline int32_t tile_row_position(const PlanView& plan, const TileRecord& tile,
+                                            const RowLattice& rows, int row, int32_t q_len) {
+  if (rows.width > 0) {
+    return row < tile.end - tile.begin ? rows.start + row / rows.width * rows.outer_step +
+                                             row % rows.width * rows.inner_step
+                                       : kNoRow;
+  }
   const int lane = row % kWarpSize;
   return warp_query_positions(plan, tile.head_slot, tile.begin + row - lane, tile.end, q_len, lane);
 }

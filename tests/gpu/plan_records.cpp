@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,9 +38,10 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
 constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
 constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
 constexpr std::size_t kKeyRangeRecordBytes = 4 * sizeof(int32_t);
-// A launch record is a tile record, then a key range record; a tile's span_begin and span_end
-// follow its four int32.
-constexpr std::size_t kLaunchRecordBytes = kTileRecordBytes + kKeyRangeRecordBytes;
+// A launch record is a tile record, a key range record and a row lattice (four int32); a tile's
+// span_begin and span_end follow its four int32.
+constexpr std::size_t kLaunchRecordBytes =
+    kTileRecordBytes + kKeyRangeRecordBytes + 4 * sizeof(int32_t);
 constexpr std::size_t kTileSpanBeginOffset = 4 * sizeof(int32_t);
 
 // The bytes of the host plan's key ranges on the device: its spans and strided spans.
@@ -140,9 +142,10 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   }
 }
 
-void expect_launch_records_follow_schedule(const cuda::DevicePlan& plan) {
+int64_t expect_launch_records_follow_schedule(const cuda::DevicePlan& plan, const Plan& host) {
   const cuda::DevicePlanLayout& layout = plan.layout();
-  ASSERT_TRUE(layout.has_launch_records);
+  EXPECT_TRUE(layout.has_launch_records);
+  if (!layout.has_launch_records) return 0;
   const auto tiles = static_cast<std::size_t>(plan.num_tiles());
   const std::vector<std::byte> records = download(plan, layout.tiles, tiles * kTileRecordBytes);
   const std::vector<std::byte> launch =
@@ -152,25 +155,49 @@ void expect_launch_records_follow_schedule(const cuda::DevicePlan& plan) {
   const std::vector<std::byte> schedule_bytes =
       download(plan, layout.schedule, tiles * sizeof(int32_t));
   if (tiles > 0) std::memcpy(schedule.data(), schedule_bytes.data(), schedule_bytes.size());
+  int64_t arithmetic_tiles = 0;
   for (std::size_t i = 0; i < tiles; ++i) {
-    ASSERT_GE(schedule[i], 0);
-    ASSERT_LT(static_cast<std::size_t>(schedule[i]), tiles);
-    const std::byte* tile =
-        records.data() + static_cast<std::size_t>(schedule[i]) * kTileRecordBytes;
+    EXPECT_GE(schedule[i], 0);
+    EXPECT_LT(static_cast<std::size_t>(schedule[i]), tiles);
+    if (schedule[i] < 0 || static_cast<std::size_t>(schedule[i]) >= tiles) return arithmetic_tiles;
+    const auto t = static_cast<std::size_t>(schedule[i]);
+    const std::byte* tile = records.data() + t * kTileRecordBytes;
     const std::byte* launched = launch.data() + i * kLaunchRecordBytes;
-    ASSERT_TRUE(std::equal(tile, tile + kTileRecordBytes, launched))
-        << "launch record " << i << " does not hold tile " << schedule[i];
+    EXPECT_TRUE(std::equal(tile, tile + kTileRecordBytes, launched))
+        << "launch record " << i << " does not hold tile " << t;
     int64_t span_begin = 0;
     int64_t span_end = 0;
     std::memcpy(&span_begin, tile + kTileSpanBeginOffset, sizeof(int64_t));
     std::memcpy(&span_end, tile + kTileSpanBeginOffset + sizeof(int64_t), sizeof(int64_t));
-    if (span_begin == span_end) continue;  // no first range to hold
-    const std::byte* first_range =
-        ranges.data() + static_cast<std::size_t>(span_begin) * kKeyRangeRecordBytes;
-    EXPECT_TRUE(
-        std::equal(first_range, first_range + kKeyRangeRecordBytes, launched + kTileRecordBytes))
-        << "launch record " << i << " does not hold its tile's first key range";
+    if (span_begin < span_end) {
+      const std::byte* first_range =
+          ranges.data() + static_cast<std::size_t>(span_begin) * kKeyRangeRecordBytes;
+      EXPECT_TRUE(
+          std::equal(first_range, first_range + kKeyRangeRecordBytes, launched + kTileRecordBytes))
+          << "launch record " << i << " does not hold its tile's first key range";
+    }
+    // {start, width, inner step, outer step}: where width > 0, every row of the tile.
+    std::array<int32_t, 4> rows{};
+    std::memcpy(rows.data(), launched + kTileRecordBytes + kKeyRangeRecordBytes, sizeof(rows));
+    const auto [start, width, inner, outer] = rows;
+    if (width == 0) continue;
+    ++arithmetic_tiles;
+    const QueryTile& host_tile = host.tiles[t];
+    const auto slot = static_cast<int64_t>(std::upper_bound(host.head_tile_offsets.begin(),
+                                                            host.head_tile_offsets.end(),
+                                                            static_cast<int64_t>(t)) -
+                                           host.head_tile_offsets.begin() - 1);
+    for (int64_t r = 0; r < host_tile.end - host_tile.begin; ++r) {
+      const int64_t position = int64_t{start} + r / width * outer + r % width * inner;
+      const int64_t expected = host.query_position(slot, host_tile.begin + r);
+      if (position != expected) {
+        ADD_FAILURE() << "launch record " << i << " (tile " << t << ") row " << r << " at "
+                      << position << ", the plan has " << expected;
+        return arithmetic_tiles;
+      }
+    }
   }
+  return arithmetic_tiles;
 }
 
 std::vector<std::array<int32_t, 4>> uploaded_key_ranges(const cuda::DevicePlan& plan) {

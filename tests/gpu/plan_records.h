@@ -24,10 +24,11 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
 // scheduled last, in order.
 void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream);
 
-// An upload for attention (RecordForm::kForAttention) holds launch records: launch record i is
-// tile schedule[i]'s record, then (where that tile has key ranges) its first key range, byte for
-// byte.
-void expect_launch_records_follow_schedule(const cuda::DevicePlan& plan);
+// An upload for attention (RecordForm::kForAttention) of `host` (one pass) holds launch records:
+// launch record i is tile schedule[i]'s record, then (where that tile has key ranges) its first
+// key range, byte for byte, and where it gives the tile's rows as arithmetic, every row's position
+// is the host plan's. Returns how many tiles have that arithmetic.
+int64_t expect_launch_records_follow_schedule(const cuda::DevicePlan& plan, const Plan& host);
 
 // The key range records of an uploaded plan, in order: {begin, end, step, width} (width > 1 for a
 // lattice, cuda/plan_view.cuh).

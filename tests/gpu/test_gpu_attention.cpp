@@ -448,9 +448,9 @@ TEST_P(GpuAttention, HeadsSharingOnePermutedOrder) {
   expect_wgmma_ran();
 }
 
-// What an upload adds for the kernels: launch records (upload_passes alone), and
-// whether the heads share one order: the first head's run count where they do (0 without runs),
-// kPerHeadRuns where any differs.
+// What an upload adds for the kernels: launch records (upload_passes alone), with a permuted
+// tile's rows as arithmetic where they allow it, and whether the heads share one order: the first
+// head's run count where they do (0 without runs), kPerHeadRuns where any differs.
 TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
   constexpr int64_t kHeads = 3;
   constexpr int64_t kLength = 301;
@@ -482,7 +482,9 @@ TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
     SCOPED_TRACE(test_case.what);
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(test_case.plan, nullptr);
     EXPECT_EQ(passes[0].layout().shared_runs, test_case.shared_runs);
-    expect_launch_records_follow_schedule(passes[0]);
+    const int64_t arithmetic = expect_launch_records_follow_schedule(passes[0], test_case.plan);
+    // Identity tiles need no arithmetic: the kernels know them from shared_runs or the offsets.
+    if (test_case.shared_runs == 0) EXPECT_EQ(arithmetic, 0);
     // Other uploads write no launch records (a per-head config's host section, the builders' form).
     for (const cuda::RecordForm form :
          {cuda::RecordForm::kLattices, cuda::RecordForm::kAsDeviceBuilders}) {
@@ -491,6 +493,18 @@ TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
       EXPECT_EQ(other.layout().shared_runs, test_case.shared_runs);
     }
   }
+
+  // The grid mask's band pass: every tile is `phases` consecutive positions in each of its periods
+  // (queries aligned with keys, whole periods), so every launch record has its rows as arithmetic.
+  PlanShape grid_shape = shape;
+  grid_shape.q_len = grid_shape.kv_len = 20 * 32;
+  const Plan grid = build_plan(
+      PatternSpec::parse("grid-mask:sink=8,local=40,period=32,band=6,phases=4"), grid_shape);
+  const std::vector<cuda::DevicePlan> grid_passes = cuda::upload_passes(grid, nullptr);
+  ASSERT_GE(grid_passes.size(), 2u);
+  EXPECT_EQ(grid_passes[1].layout().shared_runs, first_head_run_records(grid.pass(1)));
+  EXPECT_EQ(expect_launch_records_follow_schedule(grid_passes[1], grid.pass(1)),
+            grid.pass(1).num_tiles());
 }
 
 // Causal, none and window-with-sink policies per tile, spans only.
