@@ -335,24 +335,42 @@ TEST_P(GpuAttention, RandomSpansWithPermutedQueries) {
   expect_wgmma_ran();
 }
 
+// A problem long enough for query orders of thousands of runs (1300-1600 queries, odd: never whole
+// tiles; a few more keys) with options for plans of spans that leave some rows out.
+struct LongOrderProblem {
+  static constexpr int64_t kMinLength = 1300;
+  static constexpr int64_t kMaxLength = 1600;
+  static constexpr int64_t kMaxExtraKeys = 200;
+
+  LongOrderProblem(Random& random, const KernelConfig& config)
+      : size(long_size(random, config)), inputs(random_inputs(random, size)) {
+    options.leave_gaps = true;
+    options.max_strided_spans = 0;
+    options.max_columns = 0;
+  }
+
+  ProblemSize size;
+  AttentionInputs inputs;
+  RandomPlanOptions options;
+
+ private:
+  static ProblemSize long_size(Random& random, const KernelConfig& config) {
+    ProblemSize drawn = random_problem(random, config, 1, 2);
+    drawn.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;
+    drawn.kv_len = drawn.q_len + random.uniform_int(1, kMaxExtraKeys);
+    return drawn;
+  }
+};
+
 // Heads whose query order has thousands of runs (an arbitrary permutation: a run per row), where
 // the kernels' warp-wide run search (query_rows.cuh) narrows in several steps and every row of a
 // warp may lie in another run; tiles start anywhere in a run.
 TEST_P(GpuAttention, PermutedOrdersOfThousandsOfRuns) {
-  constexpr int64_t kMinLength = 1300;
-  constexpr int64_t kMaxLength = 1600;
-  constexpr int64_t kMaxExtraKeys = 200;
   constexpr int64_t kManyRuns = 1100;  // more than 32² runs: at least three narrowing steps
   Random random;
   SCOPED_TRACE(random.trace());
-  ProblemSize size = random_problem(random, GetParam(), 1, 2);
-  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;  // odd: never whole tiles
-  size.kv_len = size.q_len + random.uniform_int(1, kMaxExtraKeys);
-  const AttentionInputs inputs = random_inputs(random, size);
-  RandomPlanOptions options;
-  options.leave_gaps = true;
-  options.max_strided_spans = 0;
-  options.max_columns = 0;
+  const LongOrderProblem problem(random, GetParam());
+  const auto& [size, inputs, options] = problem;
   const auto has_many_runs = [](const Plan& drawn) {
     for (std::size_t slot = 0; slot + 1 < drawn.head_run_offsets.size(); ++slot) {
       if (drawn.head_run_offsets[slot + 1] - drawn.head_run_offsets[slot] >= kManyRuns) {
@@ -372,19 +390,10 @@ TEST_P(GpuAttention, PermutedOrdersOfThousandsOfRuns) {
 // puts it among the runs, so the kernels' run search (query_rows.cuh) misses its first window and
 // narrows; warps of the first half find their run at the head's first.
 TEST_P(GpuAttention, PermutedOrdersOfUnevenRuns) {
-  constexpr int64_t kMinLength = 1300;
-  constexpr int64_t kMaxLength = 1600;
-  constexpr int64_t kMaxExtraKeys = 200;
   Random random;
   SCOPED_TRACE(random.trace());
-  ProblemSize size = random_problem(random, GetParam(), 1, 2);
-  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;  // odd: never whole tiles
-  size.kv_len = size.q_len + random.uniform_int(1, kMaxExtraKeys);
-  const AttentionInputs inputs = random_inputs(random, size);
-  RandomPlanOptions options;
-  options.leave_gaps = true;
-  options.max_strided_spans = 0;
-  options.max_columns = 0;
+  const LongOrderProblem problem(random, GetParam());
+  const auto& [size, inputs, options] = problem;
   Plan plan = random_plan(random, plan_shape(size, false), options);
   // Tiles cover order indices, so any order of the same positions keeps them valid.
   const int64_t half = size.q_len / 2;
