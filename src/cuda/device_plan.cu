@@ -257,7 +257,7 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
           {tile, has_range ? sections.spans[tile.span_begin] : SpanRecord{}, tile_rows[t]});
     }
   }
-  sections.shared_runs = slots == 0 ? kPerHeadRuns : shared_run_count(sections);
+  sections.shared_runs = shared_run_count(sections);  // a valid shape has a head slot
 
   bool needs_tokens = false;
   for (const MaskPolicy& policy : plan.masks) {
