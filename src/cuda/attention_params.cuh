@@ -70,8 +70,9 @@ __device__ inline TileWork resolve_tile_work(const AttentionParams& params, int3
     work.rows = launch.rows;
   } else {
     work.tile = plan.tiles[plan.schedule[block]];
-    if (work.tile.span_begin < work.tile.span_end)
+    if (work.tile.span_begin < work.tile.span_end) {
       work.first_range = plan.spans[work.tile.span_begin];
+    }
   }
   work.mask = params.plan.masks[work.tile.mask];
   work.head = work.tile.head_slot % params.heads;
