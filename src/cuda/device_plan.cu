@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -209,9 +210,21 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   LatticeMerger lattices(plan.shape.kv_len, form != RecordForm::kAsDeviceBuilders);
   // Per tile of a permuted head, its rows as arithmetic (launch records only).
   std::vector<RowLattice> tile_rows(form == RecordForm::kForAttention ? plan.tiles.size() : 0);
+  // The positions of the last order materialised, reused by the heads that share it (a static
+  // pattern's heads all do).
+  std::vector<int64_t> order;
+  int64_t order_slot = -1;
+  const auto runs_of = [&](int64_t slot) {
+    return std::span(plan.runs).subspan(
+        static_cast<std::size_t>(plan.head_run_offsets[slot]),
+        static_cast<std::size_t>(plan.head_run_offsets[slot + 1] - plan.head_run_offsets[slot]));
+  };
   for (int64_t slot = 0; slot < slots; ++slot) {
-    if (!tile_rows.empty() && plan.head_run_offsets[slot + 1] > plan.head_run_offsets[slot]) {
-      const std::vector<int64_t> order = plan.query_order(slot);
+    if (!tile_rows.empty() && !runs_of(slot).empty()) {
+      if (order_slot < 0 || !std::ranges::equal(runs_of(slot), runs_of(order_slot))) {
+        order = plan.query_order(slot);
+        order_slot = slot;
+      }
       for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
         tile_rows[t] = row_lattice(order, plan.tiles[t].begin, plan.tiles[t].end);
       }

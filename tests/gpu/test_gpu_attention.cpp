@@ -505,8 +505,10 @@ TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
 
   // The grid mask's band pass: every tile is `phases` consecutive positions in each of its periods
   // (queries aligned with keys, whole periods), so every launch record has its rows as arithmetic.
+  constexpr int64_t kGridPeriod = 32;  // the spec's period
+  constexpr int64_t kGridPeriods = 20;
   PlanShape grid_shape = shape;
-  grid_shape.q_len = grid_shape.kv_len = 20 * 32;
+  grid_shape.q_len = grid_shape.kv_len = kGridPeriods * kGridPeriod;
   const Plan grid = build_plan(
       PatternSpec::parse("grid-mask:sink=8,local=40,period=32,band=6,phases=4"), grid_shape);
   const std::vector<cuda::DevicePlan> grid_passes = cuda::upload_passes(grid, nullptr);
