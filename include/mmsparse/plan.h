@@ -81,11 +81,12 @@ struct StridedSpan {
 // the tile's gathered keys then fill whole chunks, as one column list would.
 inline constexpr int64_t kGatherChunkKeys = 128;
 // The CUDA upload turns kLatticeSpans strided spans of a tile in a row, with one step, consecutive
-// begins and one count that is a multiple of kGatherChunkKeys / kLatticeSpans, into a lattice (a
-// band kLatticeSpans keys wide repeating every step) that the wgmma kernel copies in whole chunks
-// of 16 periods × 8 keys by tensor copies, like a span, instead of gathering it.
+// begins and one count, inside the whole periods (of the step) of kv_len, into a lattice (a band
+// kLatticeSpans keys wide repeating every step) that the wgmma kernel copies in chunks of 16
+// periods × 8 keys by tensor copies, like a span, instead of gathering it.
 inline constexpr int64_t kLatticeSpans = 8;
-// The periods of one lattice chunk: a lattice's strided spans hold a multiple of this many keys.
+// The periods of one lattice chunk. A lattice's count is best a multiple of it: its last chunk is
+// computed whole, whatever part of it the lattice holds.
 inline constexpr int64_t kLatticePeriodsPerChunk = kGatherChunkKeys / kLatticeSpans;
 
 // Whether two strided spans have a key in common.

@@ -306,15 +306,15 @@ class WarpgroupMask {
     return lattice_band_;
   }
 
-  // A lattice chunk's periods: it is always whole (lattices hold whole kGatherChunkKeys chunks).
+  // The periods of a whole lattice chunk (a lattice's last chunk may hold fewer).
   static constexpr int32_t kChunkPeriods = Traits::kBlockN / kLatticeWidth;
   static_assert((kChunkPeriods & (kChunkPeriods - 1)) == 0, "periods found by bisection");
 
   // The number of the chunk's slots whose keys lie below `key` (a lattice's keys ascend with the
-  // slot: kLatticeWidth consecutive keys per period, periods `step` apart). The key's period in
-  // the chunk is found by bisection over the kChunkPeriods periods, not by a division: every
-  // product stays inside the chunk's keys, and past its last period the clamp to kLatticeWidth
-  // counts the whole chunk.
+  // slot: kLatticeWidth consecutive keys per period, periods `step` apart), counted over a whole
+  // chunk's kChunkPeriods periods (the callers bound a partial chunk by its count). The key's
+  // period in the chunk is found by bisection, not by a division: every product stays below
+  // kChunkPeriods periods, and past the last period the clamp to kLatticeWidth counts them all.
   __device__ static int32_t lattice_slots_below(const KeyChunk& chunk, int32_t key) {
     const int32_t offset = key - static_cast<int32_t>(chunk.first);
     if (offset <= 0) return 0;
@@ -328,8 +328,9 @@ class WarpgroupMask {
 
   // The slots of a lattice chunk that this thread's row `row` keeps, as bits. Keys ascend with the
   // slot, so every distance term (causal, minimum distance, window, sink) is an interval of
-  // slots; the band, when lattice_bits_, keeps the same slots of every period: the row's byte of
-  // the current lattice (enter_lattice), repeated.
+  // slots, and so are the chunk's own slots (a lattice's last chunk may end early: the box still
+  // copies whole periods past it); the band, when lattice_bits_, keeps the same slots of every
+  // period: the row's byte of the current lattice (enter_lattice), repeated.
   __device__ void lattice_keep_bits(const KeyChunk& chunk, int row,
                                     uint32_t (&keep)[kSlotWords]) const {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
@@ -338,8 +339,9 @@ class WarpgroupMask {
     if (policy_.min_distance > 0) {
       farthest_kept = min(farthest_kept, aligned_[row] - policy_.min_distance);
     }
-    const int32_t end =
-        farthest_kept == kMaxInt ? chunk.count : lattice_slots_below(chunk, farthest_kept + 1);
+    const int32_t end = farthest_kept == kMaxInt
+                            ? chunk.count
+                            : min(chunk.count, lattice_slots_below(chunk, farthest_kept + 1));
 #pragma unroll
     for (int word = 0; word < kSlotWords; ++word) keep[word] = slot_bits(0, end, word);
     if (policy_.window > 0) {

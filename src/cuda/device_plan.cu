@@ -89,8 +89,9 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
 }
 
 // Merges a tile's strided spans into lattice records (plan_view.cuh) where kLatticeWidth of them in
-// a row have one step, consecutive begins and one count of whole chunks' periods, and lie in the
-// whole periods of kv_len (the kernel's 5-D views end there) without crossing a period's end. The
+// a row have one step, consecutive begins and one count, and lie in the whole periods of kv_len
+// (the kernel's 5-D views end there) without crossing a period's end. A count that is not whole
+// chunks' periods leaves the lattice's last chunk partial, which the kernels mask. The
 // first such group fixes the plan's lattice step; groups of another step stay strided spans, since
 // the kernel has views of one period.
 class LatticeMerger {
@@ -124,8 +125,7 @@ class LatticeMerger {
     if (!merge_ || last - s < kLatticeWidth) return false;
     const StridedSpan& lead = spans[s];
     const int64_t count = lead.count();
-    if ((step_ != 0 && lead.step != step_) || count % kLatticePeriodsPerChunk != 0 ||
-        lead.begin % lead.step + kLatticeWidth > lead.step ||
+    if ((step_ != 0 && lead.step != step_) || lead.begin % lead.step + kLatticeWidth > lead.step ||
         lead.begin / lead.step + count > kv_len_ / lead.step) {
       return false;
     }

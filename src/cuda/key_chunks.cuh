@@ -1,7 +1,7 @@
 #pragma once
 // A tile's keys as a sequence of chunks of at most kBlockN keys: each key range (a span, then the
 // strided spans and lattices) cut into consecutive chunks (the last one partial, any alignment;
-// a lattice's chunks are whole), then the gathered columns kBlockN at a time. Every thread of the
+// a lattice's in whole periods), then the gathered columns kBlockN at a time. Every thread of the
 // CTA walks the same sequence, so chunk decisions are uniform without communication.
 
 #include <cstdint>

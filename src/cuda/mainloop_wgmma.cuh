@@ -94,8 +94,10 @@ class WgmmaMainloop {
     }
   }
 
-  // A lattice chunk (always whole: kBlockN / kLatticeWidth periods of kLatticeWidth keys) as one
-  // box per column block of the 5-D views, whose rows land as a span chunk's would.
+  // A lattice chunk as one box per column block of the 5-D views (kBlockN / kLatticeWidth periods
+  // of kLatticeWidth keys), whose rows land as a span chunk's would. The box is whole even for a
+  // lattice's last, partial chunk: the periods past the lattice land as the next keys, or as zeros
+  // past the view's last whole period, and are masked out like any partial chunk's slots.
   __device__ static void copy_lattice_chunk(const WgmmaAttentionParams& params,
                                             const TileWork& work, const KeyChunk& chunk,
                                             uint32_t keys, uint32_t values, uint32_t loaded) {

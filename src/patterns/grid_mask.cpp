@@ -19,13 +19,16 @@
 //    the default where the period allows (a multiple of 8 of at least band + phases + 14; spans
 //    otherwise), lattices (`lattice=1`): the tile's residues mod period, widened to whole groups
 //    of kLatticeSpans, each with its keys in every earlier period as one strided span, a group
-//    over one range of whole 16-period chunks, which the CUDA upload copies as tensor boxes of 16
-//    periods × 8 keys (plan.h); 1.27x the useful pairs at 128K, most chunks without an element
-//    mask (36 ms on an H100 at 128K, docs/perf-notes.md, v6). columns=1 overrides lattice.
-//  * pass 2, with lattices only: the few band keys a lattice's whole chunks cannot reach (a
-//    residue's periods past the last whole chunk that fits before the end of kv_len) as gathered
-//    columns of the same tiles, so that pass 1 holds lattices alone and runs the kernel without
-//    gather paths (docs/perf-notes.md, v11). Empty otherwise.
+//    over one range of whole 16-period chunks (the last one cut at the last whole period of
+//    kv_len), which the CUDA upload copies as tensor boxes of 16 periods × 8 keys (plan.h); 1.27x
+//    the useful pairs at 128K, most chunks without an element mask (36 ms on an H100 at 128K,
+//    docs/perf-notes.md, v6). columns=1 overrides lattice.
+//  * pass 2, with lattices only: the band keys no lattice reaches (in a group that straddles the
+//    sink, its residues past the sink in the first period; past the whole periods of kv_len, keys
+//    less than a period from their rows, which the bands keep only where local < band) as
+//    gathered columns of the same tiles, so that pass 1 holds lattices alone and runs the kernel
+//    without gather paths (docs/perf-notes.md, v11 and v14). Empty when the sink is a multiple of
+//    kLatticeSpans and local >= band, as in issue 3's mask.
 //
 // The passes are disjoint (passes 1 and 2 keep keys >= sink at distance >= local, all of which
 // pass 0's window and sink leave out, and pass 2 only keys pass 1 does not list) and their union
@@ -107,7 +110,7 @@ void build_window_pass(PlanBuilder& builder, const GridMask& grid, const PlanSha
 
 // The keys of a band tile (residues [first_phase - band + 1, last_phase] mod period, keys in
 // [sink, keys_end)) as lattices: per group of kLatticeSpans residues, one strided span per residue
-// over one period range of whole chunks, inside the whole periods of kv_len, starting where every
+// over one period range of whole chunks, cut at the whole periods of kv_len, starting where every
 // residue of the group is past the sink; a residue's keys outside that range go to `columns`,
 // ascending. Keys the range adds beyond keys_end are left out by the mask's minimum distance.
 void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanShape& shape,
@@ -129,10 +132,10 @@ void add_band_lattices(PlanBuilder& builder, const GridMask& grid, const PlanSha
     const int64_t lattice_begin = *std::max_element(begin.begin(), begin.end());
     const int64_t needed = *std::max_element(end.begin(), end.end()) - lattice_begin;
     const int64_t room = std::max<int64_t>(0, whole_periods - lattice_begin);
-    const int64_t periods = needed <= 0 ? 0
-                                        : std::min(ceil_div(needed, kLatticePeriodsPerChunk),
-                                                   room / kLatticePeriodsPerChunk) *
-                                              kLatticePeriodsPerChunk;
+    const int64_t periods =
+        needed <= 0
+            ? 0
+            : std::min(ceil_div(needed, kLatticePeriodsPerChunk) * kLatticePeriodsPerChunk, room);
     const int64_t lattice_end = lattice_begin + periods;
     for (int64_t j = 0; j < kLatticeSpans && periods > 0; ++j) {
       const int64_t residue = first_residue + j;
@@ -240,7 +243,7 @@ PatternEntry grid_mask_entry() {
        "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); "
        "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
        "lattices copied in boxes (lattice=1, where period is a multiple of 8 >= band + phases + "
-       "14; a third pass gathers the keys no whole box reaches), gathered columns (columns=1) or "
+       "14; a third pass gathers the keys no lattice reaches), gathered columns (columns=1) or "
        "spans; exact",
        "grid-mask:sink=128,local=1024,period=1024,band=64"},
       nullptr,

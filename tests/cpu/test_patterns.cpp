@@ -196,24 +196,39 @@ TEST(StaticPatterns, GridMaskRejectsBadParameters) {
 }
 
 // The bands as lattices: a tile's keys are groups of kLatticeSpans strided spans of the period,
-// with consecutive begins and whole chunks' periods (what the CUDA upload copies as boxes), and the
+// with consecutive begins and one count, inside the whole periods of kv_len (what the CUDA upload
+// copies as boxes), in whole chunks' periods except where a lattice is cut at the last whole
+// period. The third pass gathers only the keys no lattice reaches: with a sink of whole groups
+// none; with a group straddling the sink, its residues past the sink in the first period. The
 // plan keeps issue 3's mask (StaticPatterns above checks it on random parameters).
-TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
+TEST(StaticPatterns, GridMaskLatticesReachTheWholePeriods) {
   constexpr int64_t kPeriods = 40;
   constexpr int64_t kPeriod = 64;
-  const PlanShape shape{
-      .q_len = kPeriods * kPeriod, .kv_len = kPeriods * kPeriod, .tile_rows = 128};
+  constexpr int64_t kPartialPeriod = 37;  // keys past the whole periods
+  constexpr int64_t kSink = 12;           // inside the group of residues [8, 16)
+  constexpr int64_t kGroupEnd = 16;
+  PlanShape shape{.q_len = kPeriods * kPeriod, .kv_len = kPeriods * kPeriod, .tile_rows = 128};
+  EXPECT_EQ(build_plan(PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8"), shape)
+                .extra_passes.at(1)
+                .num_tiles(),
+            0);
+
+  shape.q_len = shape.kv_len = kPeriods * kPeriod + kPartialPeriod;
   const Plan plan = build_plan(
-      PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8,phases=8,lattice=1"), shape);
+      PatternSpec::parse("grid-mask:sink=12,local=64,period=64,band=8,phases=8,lattice=1"), shape);
   const Plan& bands = plan.extra_passes.at(0);
   ASSERT_FALSE(bands.strided_spans.empty());
-  // The keys no whole box reaches are the third pass's columns: the bands pass gathers nothing.
+  // The lattices' pass gathers nothing.
   EXPECT_TRUE(bands.columns.empty());
   EXPECT_TRUE(bands.spans.empty());
   const Plan& rest = plan.extra_passes.at(1);
   EXPECT_FALSE(rest.columns.empty());
   EXPECT_TRUE(rest.spans.empty());
   EXPECT_TRUE(rest.strided_spans.empty());
+  for (const int32_t key : rest.columns) {
+    EXPECT_TRUE(key >= kSink && key < kGroupEnd) << "key " << key;
+  }
+  int64_t cut_lattices = 0;
   for (int64_t t = 0; t < bands.num_tiles(); ++t) {
     const int64_t first = bands.tile_strided_offsets[t];
     const int64_t last = bands.tile_strided_offsets[t + 1];
@@ -225,11 +240,14 @@ TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
       EXPECT_EQ(span.step, kPeriod);
       EXPECT_EQ(span.begin, lead.begin + (s - first) % kLatticeSpans);
       EXPECT_EQ(span.count(), lead.count());
-      EXPECT_EQ(span.count() % kLatticePeriodsPerChunk, 0);
+      const bool cut = span.begin / kPeriod + span.count() == kPeriods;
+      EXPECT_TRUE(span.count() % kLatticePeriodsPerChunk == 0 || cut) << "tile " << t;
+      cut_lattices += cut && span.count() % kLatticePeriodsPerChunk != 0 ? 1 : 0;
       EXPECT_LE(span.begin / kPeriod + span.count(), kPeriods);
       EXPECT_LE(span.begin % kPeriod + kLatticeSpans - (s - first) % kLatticeSpans, kPeriod);
     }
   }
+  EXPECT_GT(cut_lattices, 0);  // the case the kernels' partial lattice chunks serve
   // A period that no group of 8 divides keeps the bands as spans, with the same pairs.
   const Plan spans =
       build_plan(PatternSpec::parse("grid-mask:sink=16,local=64,period=60,band=8"), shape);
@@ -238,7 +256,7 @@ TEST(StaticPatterns, GridMaskLatticesAreWholeGroups) {
   const std::vector<uint8_t> mask = materialize_mask(plan, 0);
   for (int64_t q = 0; q < shape.q_len; q += 5) {
     for (int64_t k = 0; k < shape.kv_len; ++k) {
-      const bool expected = k <= q && (k < 16 || q - k < 64 || (q - k) % kPeriod < 8);
+      const bool expected = k <= q && (k < kSink || q - k < 64 || (q - k) % kPeriod < 8);
       ASSERT_EQ(mask[q * shape.kv_len + k] != 0, expected) << "query " << q << ", key " << k;
     }
   }

@@ -183,8 +183,8 @@ void add_random_keys(Random& random, PlanBuilder& builder, const PlanShape& shap
   for (int64_t g = 0; g < groups && kv_len >= kLatticePeriodsPerChunk * kLatticeSpans; ++g) {
     const int64_t step = random.uniform_int(kLatticeSpans, kv_len / kLatticePeriodsPerChunk);
     const int64_t whole_periods = kv_len / step;
-    const int64_t periods =
-        kLatticePeriodsPerChunk * random.uniform_int(1, whole_periods / kLatticePeriodsPerChunk);
+    // Whole chunks' periods or not: a lattice's last chunk may be partial.
+    const int64_t periods = random.uniform_int(1, whole_periods);
     const int64_t first = random.uniform_int(0, whole_periods - periods) * step +
                           random.uniform_int(0, step - kLatticeSpans);
     const auto key_of = [&](int64_t period, int64_t t) { return first + period * step + t; };

@@ -27,7 +27,7 @@ struct RandomPlanOptions {
   MaskMix masks = MaskMix::kCausal;
   int64_t max_extra_spans = 3;  // random spans beside the one around the tile's diagonal
   int64_t max_strided_spans = 2;  // every step-th key from a random one, on uncovered keys
-  // Groups of kLatticeSpans strided spans of one step over consecutive keys and whole chunks'
+  // Groups of kLatticeSpans strided spans of one step over consecutive keys and one count of
   // periods (plan.h), which the CUDA upload merges into lattices, on uncovered keys.
   int64_t max_lattice_groups = 0;
   int64_t max_columns = 96;

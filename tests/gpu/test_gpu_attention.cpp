@@ -205,11 +205,13 @@ int32_t uploaded_lattice_step(const Plan& plan, int64_t pass) {
   return cuda::DevicePlan(plan, pass, nullptr).layout().lattice_step;
 }
 
-// Lattices (plan.h: kLatticeSpans strided spans of one step over consecutive keys and whole
-// chunks' periods; tensor boxes on the wgmma kernel, gathers on mma.sync): random groups of random
-// steps beside spans, strided spans and columns under random positional masks (a band's period
-// seldom divides the step: per-score masks), then the grid mask's bands as lattices (the band's
-// period is the step: bit-set masks and the phase classification of whole chunks).
+// Lattices (plan.h: kLatticeSpans strided spans of one step over consecutive keys and one count of
+// periods; tensor boxes on the wgmma kernel, gathers on mma.sync): random groups of random steps
+// and counts (last chunks often partial, their boxes copying keys past the lattice) beside spans,
+// strided spans and columns under random positional masks (a band's period seldom divides the
+// step: per-score masks), then the grid mask's bands as lattices (the band's period is the step:
+// bit-set masks and the phase classification of its chunks; kv_len's partial last period cuts
+// lattices short and leaves its keys to the third pass).
 TEST_P(GpuAttention, LatticeChunks) {
   constexpr int64_t kLatticeGroups = 3;
   constexpr int64_t kMinLength = 600;
@@ -241,10 +243,10 @@ TEST_P(GpuAttention, LatticeChunks) {
 }
 
 // The upload merges kLatticeSpans strided spans into one lattice record only when they qualify
-// (device_plan.cu): one step, consecutive begins, equal counts of whole kLatticePeriodsPerChunk
-// periods, inside one period, within the whole periods of kv_len, and the plan's first lattice
-// step. Any other group stays strided records (gathered: correct, only slower), and the plan keeps
-// the lattice step of its first group.
+// (device_plan.cu): one step, consecutive begins, equal counts (whole kLatticePeriodsPerChunk
+// periods or not), inside one period, within the whole periods of kv_len, and the plan's first
+// lattice step. Any other group stays strided records (gathered: correct, only slower), and the
+// plan keeps the lattice step of its first group.
 TEST(GpuPlanUpload, LatticeGroupsMergeOnlyWhenTheyQualify) {
   constexpr int64_t kStep = 32;
   constexpr int64_t kWholePeriods = 40;
@@ -270,7 +272,8 @@ TEST(GpuPlanUpload, LatticeGroupsMergeOnlyWhenTheyQualify) {
        10,
        {false},
        0},
-      {"part of a chunk's periods", {Group{.periods = kPeriods - 1}}, 0, {false}, 0},
+      {"part of a chunk's periods", {Group{.periods = kPeriods - 1}}, 0, {true}, kStep},
+      {"a chunk and a part", {Group{.periods = kPeriods + 3}}, 0, {true}, kStep},
       {"begins not consecutive", {Group{.gap = 1}}, 0, {false}, 0},
       {"a second step after the first",
        {Group{}, Group{.step = 2 * kStep, .first = 16}},
