@@ -206,7 +206,7 @@ TEST(StaticPatterns, GridMaskLatticesReachTheWholePeriods) {
   constexpr int64_t kPeriod = 64;
   constexpr int64_t kPartialPeriod = 37;  // keys past the whole periods
   constexpr int64_t kSink = 12;           // inside the group of residues [8, 16)
-  constexpr int64_t kGroupEnd = 16;
+  constexpr int64_t kGroupEnd = (kSink / kLatticeSpans + 1) * kLatticeSpans;
   PlanShape shape{.q_len = kPeriods * kPeriod, .kv_len = kPeriods * kPeriod, .tile_rows = 128};
   EXPECT_EQ(build_plan(PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8"), shape)
                 .extra_passes.at(1)

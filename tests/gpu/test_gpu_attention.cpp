@@ -211,7 +211,7 @@ int32_t uploaded_lattice_step(const Plan& plan, int64_t pass) {
 // strided spans and columns under random positional masks (a band's period seldom divides the
 // step: per-score masks), then the grid mask's bands as lattices (the band's period is the step:
 // bit-set masks and the phase classification of its chunks; kv_len's partial last period cuts
-// lattices short and leaves its keys to the third pass).
+// lattices short of whole chunks).
 TEST_P(GpuAttention, LatticeChunks) {
   constexpr int64_t kLatticeGroups = 3;
   constexpr int64_t kMinLength = 600;
