@@ -496,7 +496,9 @@ TEST(GpuPlanUpload, LaunchRecordsAndSharedOrders) {
     EXPECT_EQ(passes[0].layout().shared_runs, test_case.shared_runs);
     const int64_t arithmetic = expect_launch_records_follow_schedule(passes[0], test_case.plan);
     // Identity tiles need no arithmetic: the kernels know them from shared_runs or the offsets.
-    if (test_case.shared_runs == 0) EXPECT_EQ(arithmetic, 0);
+    if (test_case.shared_runs == 0) {
+      EXPECT_EQ(arithmetic, 0);
+    }
     // Other uploads write no launch records (a per-head config's host section, the builders' form).
     for (const cuda::RecordForm form :
          {cuda::RecordForm::kLattices, cuda::RecordForm::kAsDeviceBuilders}) {
