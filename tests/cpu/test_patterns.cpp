@@ -207,15 +207,16 @@ TEST(StaticPatterns, GridMaskLatticesReachTheWholePeriods) {
   constexpr int64_t kPartialPeriod = 37;  // keys past the whole periods
   constexpr int64_t kSink = 12;           // inside the group of residues [8, 16)
   constexpr int64_t kGroupEnd = (kSink / kLatticeSpans + 1) * kLatticeSpans;
+  const auto grid_mask = [&](int64_t sink) {
+    return PatternSpec::parse("grid-mask:sink=" + std::to_string(sink) + ",local=64,period=" +
+                              std::to_string(kPeriod) + ",band=8,phases=8,lattice=1");
+  };
   PlanShape shape{.q_len = kPeriods * kPeriod, .kv_len = kPeriods * kPeriod, .tile_rows = 128};
-  EXPECT_EQ(build_plan(PatternSpec::parse("grid-mask:sink=16,local=64,period=64,band=8"), shape)
-                .extra_passes.at(1)
-                .num_tiles(),
-            0);
+  // A sink of whole groups, in whole periods: every band key is in a lattice.
+  EXPECT_EQ(build_plan(grid_mask(kGroupEnd), shape).extra_passes.at(1).num_tiles(), 0);
 
   shape.q_len = shape.kv_len = kPeriods * kPeriod + kPartialPeriod;
-  const Plan plan = build_plan(
-      PatternSpec::parse("grid-mask:sink=12,local=64,period=64,band=8,phases=8,lattice=1"), shape);
+  const Plan plan = build_plan(grid_mask(kSink), shape);
   const Plan& bands = plan.extra_passes.at(0);
   ASSERT_FALSE(bands.strided_spans.empty());
   // The lattices' pass gathers nothing.
