@@ -12,6 +12,12 @@ Inputs are random bf16 tensors (N(0, 1)): timings do not depend on values, and a
 against the peers, not against a model. Times are CUDA-event medians after warm-up; TFLOP/s count
 only computed pairs (4 * pairs * head_dim).
 
+Every implementation is timed in each of --rounds rounds, the order rotated from round to round, so
+that none always runs first or last in the GPU's power and clock history (an H100 under its power
+cap moves its clock by 20% within a second). A ratio is taken within each round (mmsparse and its
+peer timed minutes apart would compare clocks, not kernels) and reported as the median over the
+rounds with its range; each row's time is its median over the rounds.
+
     python3 bench/peers.py --mmsparse build/tools/cli/mmsparse --seq-lens 32768 131072 --out results.json
 """
 
@@ -19,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,6 +114,21 @@ def max_abs_error(actual, expected):
     return float((actual.float() - expected.float()).abs().max())
 
 
+class Timed:
+    """One implementation on one pattern: `run()` times it and returns (ms, its output)."""
+
+    def __init__(self, impl, pattern, pairs, run, note="", reference=None):
+        self.impl, self.pattern, self.pairs, self.run = impl, pattern, pairs, run
+        self.note, self.reference = note, reference  # reference: the peer whose output it is compared with
+        self.round_ms, self.out = [], None
+
+
+def ratio_summary(numerators, denominators):
+    """Per-round ratios numerator / denominator: their median, minimum and maximum."""
+    ratios = [n / d for n, d in zip(numerators, denominators)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mmsparse", required=True, help="path to the mmsparse binary")
@@ -116,6 +138,8 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times every implementation is timed, in an order rotated per round")
     parser.add_argument("--skip-flex", action="store_true", help="no FlexAttention (compile time)")
     parser.add_argument("--masks", nargs="+", default=["a-shape", "grid"], choices=["a-shape", "grid"],
                         help="the sparse masks to compare")
@@ -123,6 +147,10 @@ def main():
                         help="no dense rows (the ratios then use the first row of each length)")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
+    for name in ("warmup", "repeats", "rounds"):
+        minimum = 0 if name == "warmup" else 1
+        if getattr(args, name) < minimum:
+            parser.error(f"--{name} must be at least {minimum}, got {getattr(args, name)}")
 
     torch.manual_seed(0)
     gpu = torch.cuda.get_device_name(0)
@@ -142,75 +170,112 @@ def main():
             group = args.heads // args.kv_heads
             kt_full, vt_full = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
 
-            def record(impl, pattern, ms, pairs, out=None, reference=None, note=""):
-                tflops = 4.0 * pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12
-                compared = out is not None and reference is not None
-                error = relative_error(out, reference) if compared else None
-                max_error = max_abs_error(out, reference) if compared else None
-                rows.append({"seq_len": seq_len, "impl": impl, "pattern": pattern, "ms": ms,
-                             "tflops": tflops, "rel_err_vs_peer": error,
-                             "max_abs_err_vs_peer": max_error, "note": note})
-                print(f"{seq_len:>8} {impl:<22} {pattern:<10} {ms:>10.2f} ms {tflops:>8.1f} TFLOP/s"
-                      + (f"  rel err {error:.2e}  max abs err {max_error:.2e}" if compared else "")
-                      + (f"  {note}" if note else ""),
-                      flush=True)
+            def sdpa(backend, **kwargs):
+                def work():
+                    return torch.nn.functional.scaled_dot_product_attention(qt, **kwargs, is_causal=True)
+
+                def run():
+                    with sdpa_kernel(backend):
+                        return median_ms(work, args.warmup, args.repeats), work()
+                return run
+
+            def mmsparse(spec):
+                def run():
+                    ms, out = run_mmsparse(args.mmsparse, tensor_file, spec, args)
+                    return ms, out.transpose(1, 2)
+                return run
+
+            def flex(block_mask):
+                def work():
+                    return compiled_flex(qt, kt, vt, block_mask=block_mask, enable_gqa=True)
+                return lambda: (median_ms(work, args.warmup, args.repeats), work())
 
             dense_pairs = causal_pairs(seq_len)
-            cudnn_out = None
+            timed = []
             if not args.skip_dense:
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    cudnn_out = torch.nn.functional.scaled_dot_product_attention(qt, kt_full, vt_full, is_causal=True)
-                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                        qt, kt_full, vt_full, is_causal=True), args.warmup, args.repeats)
-                record("sdpa-cudnn", "dense", ms, dense_pairs, note="K/V expanded to 28 heads")
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    ms = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                        qt, kt, vt, is_causal=True, enable_gqa=True), args.warmup, args.repeats)
-                record("sdpa-flash2", "dense", ms, dense_pairs)
-                ms, out = run_mmsparse(args.mmsparse, tensor_file, "dense", args)
-                record("mmsparse", "dense", ms, dense_pairs, out.transpose(1, 2), cudnn_out)
+                timed += [Timed("sdpa-cudnn", "dense", dense_pairs,
+                                sdpa(SDPBackend.CUDNN_ATTENTION, key=kt_full, value=vt_full),
+                                note="K/V expanded to 28 heads"),
+                          Timed("sdpa-flash2", "dense", dense_pairs,
+                                sdpa(SDPBackend.FLASH_ATTENTION, key=kt, value=vt, enable_gqa=True)),
+                          Timed("mmsparse", "dense", dense_pairs, mmsparse("dense"), reference="sdpa-cudnn")]
 
             masks = [("a-shape", a_shape_mask, a_shape_pairs(seq_len, A_SHAPE_SINK, A_SHAPE_LOCAL),
                       f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}"),
                      ("grid", grid_mask, grid_pairs(seq_len, GRID_SINK, GRID_LOCAL, GRID_STRIDE, GRID_WIDTH),
                       f"grid-mask:sink={GRID_SINK},local={GRID_LOCAL},period={GRID_STRIDE},band={GRID_WIDTH}")]
             masks = [mask for mask in masks if mask[0] in args.masks]
-            flex_outputs = {}
             if not args.skip_flex:
                 dense = [] if args.skip_dense else [("dense", causal_mask, dense_pairs, None)]
                 for name, mask_mod, pairs, _ in dense + masks:
                     # _compile evaluates the mask block by block instead of materialising N x N.
                     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device="cuda",
                                                    BLOCK_SIZE=FLEX_BLOCK, _compile=True)
-                    flex = lambda: compiled_flex(qt, kt, vt, block_mask=block_mask, enable_gqa=True)
-                    flex_outputs[name] = flex()
-                    ms = median_ms(flex, args.warmup, args.repeats)
-                    record("flexattention", name, ms, pairs)
-            for name, _, pairs, spec in masks:
-                ms, out = run_mmsparse(args.mmsparse, tensor_file, spec, args)
-                record("mmsparse", name, ms, pairs, out.transpose(1, 2), flex_outputs.get(name))
-            del q, k, v, qt, kt, vt, kt_full, vt_full, cudnn_out, flex_outputs
+                    timed.append(Timed("flexattention", name, pairs, flex(block_mask)))
+            reference_of_mask = None if args.skip_flex else "flexattention"
+            timed += [Timed("mmsparse", name, pairs, mmsparse(spec), reference=reference_of_mask)
+                      for name, _, pairs, spec in masks]
+
+            # Outputs are kept (from the first round) only where a comparison reads them.
+            compared = {(e.reference, e.pattern) for e in timed if e.reference} | {
+                (e.impl, e.pattern) for e in timed if e.reference}
+            for round_index in range(args.rounds):
+                shift = round_index % len(timed)
+                for entry in timed[shift:] + timed[:shift]:
+                    ms, out = entry.run()
+                    entry.round_ms.append(ms)
+                    if entry.out is None and (entry.impl, entry.pattern) in compared:
+                        entry.out = out
+                    del out
+                    print(f"{seq_len:>8} round {round_index + 1}/{args.rounds} {entry.impl:<14} "
+                          f"{entry.pattern:<8} {ms:>10.2f} ms", flush=True)
+
+            print()
+            for entry in timed:
+                peer = next((p for p in timed if p.impl == entry.reference and p.pattern == entry.pattern), None)
+                ms = statistics.median(entry.round_ms)
+                tflops = 4.0 * entry.pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12
+                error = relative_error(entry.out, peer.out) if peer is not None else None
+                max_error = max_abs_error(entry.out, peer.out) if peer is not None else None
+                rows.append({"seq_len": seq_len, "impl": entry.impl, "pattern": entry.pattern, "ms": ms,
+                             "round_ms": entry.round_ms, "tflops": tflops, "rel_err_vs_peer": error,
+                             "max_abs_err_vs_peer": max_error, "note": entry.note})
+                spread = f"[{min(entry.round_ms):.2f}-{max(entry.round_ms):.2f}]"
+                print(f"{seq_len:>8} {entry.impl:<22} {entry.pattern:<10} {ms:>10.2f} ms {spread:>17} "
+                      f"{tflops:>8.1f} TFLOP/s"
+                      + (f"  rel err {error:.2e}  max abs err {max_error:.2e}" if peer is not None else "")
+                      + (f"  {entry.note}" if entry.note else ""),
+                      flush=True)
+            del q, k, v, qt, kt, vt, kt_full, vt_full, timed
             torch.cuda.empty_cache()
 
     report = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "command": " ".join(sys.argv), "heads": args.heads, "kv_heads": args.kv_heads,
-              "head_dim": args.head_dim, "dtype": "bfloat16", "rows": rows}
-    print("\nratios vs sdpa-cudnn dense (time of cuDNN / time of impl):")
+              "head_dim": args.head_dim, "dtype": "bfloat16", "rounds": args.rounds, "rows": rows,
+              "ratios": []}
+
+    def print_ratios(title, pairs_of_rows, kind):
+        print(f"\n{title} (median over {args.rounds} rounds of the same round's ratio [min-max]):")
+        for seq_len, pattern, numerator, denominator, label in pairs_of_rows:
+            mid, low, high = ratio_summary(numerator["round_ms"], denominator["round_ms"])
+            report["ratios"].append({"kind": kind, "seq_len": seq_len, "pattern": pattern, "label": label,
+                                     "median": mid, "min": low, "max": high})
+            print(f"{seq_len:>8} {label:<34} {mid:>7.3f}x  [{low:.3f}-{high:.3f}]")
+
+    dense_ratios, flex_ratios = [], []
     for seq_len in args.seq_lens:
-        base = next((r["ms"] for r in rows if r["seq_len"] == seq_len and r["impl"] == "sdpa-cudnn"),
-                    next(r["ms"] for r in rows if r["seq_len"] == seq_len))
-        for r in rows:
-            if r["seq_len"] == seq_len:
-                print(f"{seq_len:>8} {r['impl']:<22} {r['pattern']:<10} {base / r['ms']:>7.2f}x")
-    print("\nmmsparse against FlexAttention on the same mask (time of Flex / time of mmsparse):")
-    for seq_len in args.seq_lens:
-        for r in rows:
-            if r["seq_len"] != seq_len or r["impl"] != "flexattention":
-                continue
-            ours = next((o for o in rows if o["seq_len"] == seq_len and o["impl"] == "mmsparse"
-                         and o["pattern"] == r["pattern"]), None)
+        of_length = [r for r in rows if r["seq_len"] == seq_len]
+        base = next((r for r in of_length if r["impl"] == "sdpa-cudnn"), of_length[0])
+        dense_ratios += [(seq_len, r["pattern"], base, r, f"{r['impl']} {r['pattern']}") for r in of_length]
+        for peer in (r for r in of_length if r["impl"] == "flexattention"):
+            ours = next((o for o in of_length if o["impl"] == "mmsparse" and o["pattern"] == peer["pattern"]),
+                        None)
             if ours is not None:
-                print(f"{seq_len:>8} {r['pattern']:<10} {r['ms'] / ours['ms']:>7.2f}x")
+                flex_ratios.append((seq_len, peer["pattern"], peer, ours, peer["pattern"]))
+    print_ratios(f"ratios vs {'sdpa-cudnn dense' if not args.skip_dense else 'the first row'} "
+                 "(time of the base / time of the impl)", dense_ratios, "vs-dense-base")
+    print_ratios("mmsparse against FlexAttention on the same mask (time of Flex / time of mmsparse)",
+                 flex_ratios, "mmsparse-vs-flex")
     if args.out:
         with open(args.out, "w") as file:
             json.dump(report, file, indent=2)
