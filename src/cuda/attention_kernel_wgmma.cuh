@@ -152,17 +152,25 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
       fold_scores();
-      warpgroup_wait<0>();
-      pin_accumulators(output);
+      // The wait for the P·V sits in each arm of a branch that depends on the softmax: ptxas
+      // otherwise schedules it ahead of the softmax within one block, and the softmax would
+      // start only once the P·V has completed (docs/perf-notes.md, v16).
+      if (Softmax::moved(corrections)) {
+        warpgroup_wait<0>();
+        pin_accumulators(output);
+        Softmax::rescale(output, corrections);
+      } else {
+        warpgroup_wait<0>();
+        pin_accumulators(output);
+      }
       Mainloop::pin_fragments(probabilities);
       release(pending_stage);
     } else {
       turns.pass();
       warpgroup_wait<0>();
       fold_scores();
+      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
     }
-    // Out of turn, with no product in flight: the other warpgroup's products run meanwhile.
-    Softmax::rescale(output, corrections);
     Mainloop::pack_probabilities(scores, probabilities);
     pending = true;
     pending_stage = stage;

@@ -44,7 +44,7 @@ class OnlineSoftmax {
                          float (&output)[Traits::kOutputTiles][4]) {
     float corrections[kRowsPerThread];
     fold(scores, corrections);
-    rescale(output, corrections);
+    if (moved(corrections)) rescale(output, corrections);
   }
 
   // update() in two halves, so that a kernel can fold a chunk while the previous chunk's P·V is
@@ -86,14 +86,17 @@ class OnlineSoftmax {
     }
   }
 
-  __device__ static void rescale(float (&output)[Traits::kOutputTiles][4],
-                                 const float (&corrections)[kRowsPerThread]) {
-    // Once the first chunks have set them, row maxima rarely move: skip the multiplies when no
-    // row of the warp changed (a factor of exactly 1 is the identity, so this is exact).
+  // Whether any row of the warp has a new maximum (a factor other than exactly 1). Once the first
+  // chunks have set them, row maxima rarely move, and rescale() can be skipped.
+  __device__ static bool moved(const float (&corrections)[kRowsPerThread]) {
     bool unchanged = true;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) unchanged = unchanged && corrections[r] == 1.0f;
-    if (__all_sync(kFullWarpMask, unchanged)) return;
+    return !__all_sync(kFullWarpMask, unchanged);
+  }
+
+  __device__ static void rescale(float (&output)[Traits::kOutputTiles][4],
+                                 const float (&corrections)[kRowsPerThread]) {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
