@@ -54,7 +54,10 @@ def main():
     parser.add_argument("binary", help="an executable, library or cubin holding the wgmma kernels")
     parser.add_argument("--cuobjdump", default="cuobjdump", help="the cuobjdump to run")
     args = parser.parse_args()
-    result = subprocess.run([args.cuobjdump, "-sass", args.binary], capture_output=True, text=True)
+    try:
+        result = subprocess.run([args.cuobjdump, "-sass", args.binary], capture_output=True, text=True)
+    except FileNotFoundError:
+        sys.exit(f"--cuobjdump {args.cuobjdump}: no such program (scripts/install-sass-tools.sh installs one)")
     if result.returncode != 0:
         sys.exit(f"{args.cuobjdump} -sass {args.binary} failed:\n{result.stderr}")
     checked, failed = 0, 0
