@@ -198,7 +198,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_attention_kernel(const __grid_constant__ WgmmaAttentionParams params) {
   extern __shared__ unsigned char dynamic_shared[];
   WgmmaSharedStorage<Traits>& storage = aligned_wgmma_storage<Traits>(dynamic_shared);
-  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  // Broadcast from lane 0: ptxas then treats the index as warp-uniform and keeps what derives from
+  // it (the query tile's wgmma descriptors) in uniform registers, not moved there per wgmma.
+  const int warpgroup =
+      __shfl_sync(kFullWarpMask, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
   const TileWork work = resolve_tile_work(params.attention, static_cast<int32_t>(blockIdx.x),
                                           static_cast<int32_t>(blockIdx.y));
