@@ -26,33 +26,32 @@ enum class ChunkCoverage {
 __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t row_lowest,
                                                int32_t row_highest, int32_t key_lowest,
                                                int32_t key_highest, bool element_mask_needed) {
+  // Every term is evaluated and the verdicts combined without branches: this runs once per chunk
+  // on the path to the warpgroup's next wgmma, where a chain of dependent branches costs more than
+  // the few comparisons it would skip.
+  const bool causal = policy.causal != 0;
   const bool windowed = policy.window > 0;
+  const bool banded = policy.period > 0;
+  const bool min_distanced = policy.min_distance > 0;
   // The chunk's pairs have distances (aligned - key) in [nearest, farthest].
   const int32_t nearest = row_lowest - key_highest;
   const int32_t farthest = row_highest - key_lowest;
-  if (policy.causal && farthest < 0) return ChunkCoverage::kNone;
-  if (windowed && key_lowest >= policy.window_sink && nearest >= policy.window) {
-    return ChunkCoverage::kNone;
-  }
-  if (policy.min_distance > 0 && farthest < policy.min_distance) return ChunkCoverage::kNone;
   // Periodic masks are causal, so negative distances are the causal test's; the band sees the
   // distances from max(nearest, 0) on, which start at `phase` within their period.
   const int32_t band_nearest = max(nearest, 0);
-  const int32_t phase = policy.period > 0 ? band_nearest % policy.period : 0;
-  if (policy.period > 0 && phase >= policy.band &&
-      phase + (farthest - band_nearest) < policy.period) {
-    return ChunkCoverage::kNone;  // every distance falls in the gap between two bands
-  }
-  if (element_mask_needed) return ChunkCoverage::kPartial;
-  if (policy.causal && nearest < 0) return ChunkCoverage::kPartial;
-  if (windowed && key_highest >= policy.window_sink && farthest >= policy.window) {
-    return ChunkCoverage::kPartial;
-  }
-  if (policy.min_distance > 0 && nearest < policy.min_distance) return ChunkCoverage::kPartial;
-  if (policy.period > 0 && (nearest < 0 || phase + (farthest - nearest) >= policy.band)) {
-    return ChunkCoverage::kPartial;
-  }
-  return ChunkCoverage::kFull;
+  const int32_t phase = banded ? band_nearest % policy.period : 0;
+  const bool none =
+      (causal & (farthest < 0)) |
+      (windowed & (key_lowest >= policy.window_sink) & (nearest >= policy.window)) |
+      (min_distanced & (farthest < policy.min_distance)) |
+      // every distance falls in the gap between two bands
+      (banded & (phase >= policy.band) & (phase + (farthest - band_nearest) < policy.period));
+  const bool partial =
+      element_mask_needed | (causal & (nearest < 0)) |
+      (windowed & (key_highest >= policy.window_sink) & (farthest >= policy.window)) |
+      (min_distanced & (nearest < policy.min_distance)) |
+      (banded & ((nearest < 0) | (phase + (farthest - nearest) >= policy.band)));
+  return none ? ChunkCoverage::kNone : (partial ? ChunkCoverage::kPartial : ChunkCoverage::kFull);
 }
 
 // Whether `policy`'s positional terms keep the pair of a query at aligned position `aligned` and
