@@ -154,8 +154,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       fold_scores();
       // The wait for the P·V sits in each arm of a branch that depends on the softmax: ptxas
       // otherwise schedules it ahead of the softmax within one block, and the softmax would
-      // start only once the P·V has completed (docs/perf-notes.md, v16).
-      if (Softmax::moved(corrections)) {
+      // start only once the P·V has completed (docs/perf-notes.md, v16). wgmma.wait_group is
+      // .aligned: all four warps must run the same one, so the decision is the warpgroup's.
+      if (named_barrier_any(barrier, kWarpgroupThreads, Softmax::thread_moved(corrections))) {
         warpgroup_wait<0>();
         pin_accumulators(output);
         Softmax::rescale(output, corrections);
