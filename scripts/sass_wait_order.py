@@ -9,9 +9,15 @@ script shows where it went. For each wgmma attention kernel it prints the float 
 FADD, FMUL, MUFU) between a scores wait and the next P·V wait: about 200 when the softmax sits
 between them (66 exponentials, their multiply-adds and sums per thread), a handful when it does not.
 
+It also fails a kernel whose P·V wait is reached through a branch on a warp vote (VOTE.ALL/ANY):
+`wgmma.wait_group` is .aligned, so the four warps of a warpgroup must run the same wait, and a
+per-warp decision lets them run different ones (v16's branch did; compute-sanitizer synccheck
+reports it on a GPU as a "Warpgroup MMA sequence error"). A warpgroup-wide decision (bar.red) passes.
+
     python3 scripts/sass_wait_order.py build/bench/mmsparse_engine_bench [--cuobjdump PATH]
 
-Exit status 1 when a kernel has no scores wait followed by a softmax-sized gap.
+Exit status 1 when a kernel has no scores wait followed by a softmax-sized gap, or a P·V wait
+behind a per-warp branch.
 """
 
 import argparse
@@ -49,6 +55,40 @@ def float_ops_between_waits(instructions):
     return gaps
 
 
+def guard_and_destination(instruction):
+    """(the predicate guarding `instruction` or None, its first operand: the destination)."""
+    guard = None
+    if instruction.startswith("@"):
+        guard, instruction = instruction.split(None, 1)
+        guard = guard.lstrip("@!")
+    parts = instruction.split(None, 1)
+    destination = parts[1].split(",")[0].strip() if len(parts) > 1 else None
+    return guard, parts[0], destination
+
+
+def waits_behind_warp_votes(instructions):
+    """Per scores wait: whether the last conditional branch before the next wait tests a warp vote."""
+    verdicts = []
+    for i, instruction in enumerate(instructions):
+        if SCORES_WAIT not in instruction:
+            continue
+        gap = []
+        for following in instructions[i + 1:]:
+            if ANY_WAIT in following:
+                break
+            gap.append(following)
+        branches = [j for j, g in enumerate(gap)
+                    if g.startswith("@") and guard_and_destination(g)[1] == "BRA"]
+        if not branches:
+            verdicts.append(False)
+            continue
+        predicate = guard_and_destination(gap[branches[-1]])[0]
+        writer = next((g for g in reversed(gap[:branches[-1]])
+                       if guard_and_destination(g)[2] == predicate), "")
+        verdicts.append(guard_and_destination(writer)[1].startswith("VOTE"))
+    return verdicts
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("binary", help="an executable, library or cubin holding the wgmma kernels")
@@ -66,9 +106,12 @@ def main():
             continue
         gaps = float_ops_between_waits(instructions)
         overlapped = any(gap >= SOFTMAX_MIN_FLOAT_OPS for gap in gaps)
+        per_warp = any(waits_behind_warp_votes(instructions))
         checked += 1
-        failed += not overlapped
-        print(f"{'ok  ' if overlapped else 'FAIL'} float instructions between the waits {gaps}  {name}")
+        failed += not overlapped or per_warp
+        note = "  P·V wait behind a per-warp branch (.aligned)" if per_warp else ""
+        verdict = "ok  " if overlapped and not per_warp else "FAIL"
+        print(f"{verdict} float instructions between the waits {gaps}{note}  {name}")
     if checked == 0:
         sys.exit(f"no wgmma attention kernel in {args.binary}")
     sys.exit(1 if failed else 0)
