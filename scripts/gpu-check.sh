@@ -21,7 +21,8 @@ test_binary=$build/tests/gpu/test_gpu
 # both element types and head dims, both kernels (mma.sync and wgmma, 64- and 128-row tiles), merge,
 # the vertical-slash index builder (estimate, top-k, conversion; Q-boundary groups and runs; 2D key
 # spaces and the bitmap conversion), the grid index builder (search, conversion, empty capacity
-# tiles), the per-head config builder (sections, concatenation, schedule).
+# tiles), the per-head config builder (sections, concatenation, schedule), and every static
+# pattern on the two-warpgroup wgmma kernel (its grid masks run the lattice kernels).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -40,6 +41,7 @@ sanitizer_tests=(
   'GpuConfigBuild.EdgeShapesMatchTheHostPlan'
   'GpuConfigBuild.GridSectionsMatchTheHostPlan'
   'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d128_wgmma128'
+  'Kernels/GpuAttention.StaticPatterns/bf16_d128_wgmma128'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)
