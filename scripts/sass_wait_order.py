@@ -66,6 +66,15 @@ def guard_and_destination(instruction):
     return guard, parts[0], destination
 
 
+def writes(instruction, predicate):
+    """Whether `instruction` sets `predicate`: as its destination, or as a barrier reduction's
+    answer (BAR.RED returns the warpgroup's verdict in its predicate operand, listed last)."""
+    _, opcode, destination = guard_and_destination(instruction)
+    if opcode.startswith("BAR.RED"):
+        return instruction.rstrip().split(",")[-1].strip().lstrip("!") == predicate
+    return destination == predicate
+
+
 def waits_behind_warp_votes(instructions):
     """Per scores wait: whether the last conditional branch before the next wait tests a warp vote."""
     verdicts = []
@@ -83,8 +92,7 @@ def waits_behind_warp_votes(instructions):
             verdicts.append(False)
             continue
         predicate = guard_and_destination(gap[branches[-1]])[0]
-        writer = next((g for g in reversed(gap[:branches[-1]])
-                       if guard_and_destination(g)[2] == predicate), "")
+        writer = next((g for g in reversed(gap[:branches[-1]]) if writes(g, predicate)), "")
         verdicts.append(guard_and_destination(writer)[1].startswith("VOTE"))
     return verdicts
 
