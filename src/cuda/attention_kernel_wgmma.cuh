@@ -152,18 +152,13 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
       fold_scores();
-      // The wait for the P·V sits in each arm of a branch that depends on the softmax: ptxas
-      // otherwise schedules it ahead of the softmax within one block, and the softmax would
-      // start only once the P·V has completed (docs/perf-notes.md, v16). wgmma.wait_group is
-      // .aligned: all four warps must run the same one, so the decision is the warpgroup's.
-      if (named_barrier_any(barrier, kWarpgroupThreads, Softmax::thread_moved(corrections))) {
-        warpgroup_wait<0>();
-        pin_accumulators(output);
-        Softmax::rescale(output, corrections);
-      } else {
-        warpgroup_wait<0>();
-        pin_accumulators(output);
-      }
+      // ptxas schedules this wait ahead of the softmax (the softmax then starts once the P·V has
+      // completed). Keeping it after needs a branch around it, and wgmma.wait_group is .aligned:
+      // only a warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
+      // (docs/perf-notes.md, v16, v18 and v19a).
+      warpgroup_wait<0>();
+      pin_accumulators(output);
+      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
       Mainloop::pin_fragments(probabilities);
       release(pending_stage);
     } else {

@@ -118,23 +118,6 @@ __device__ inline void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// bar.red.or over `threads` threads on hardware barrier `id`: whether `predicate` holds in any of
-// them. Every participant waits for the others and gets the same answer.
-__device__ inline bool named_barrier_any(int id, int threads, bool predicate) {
-  uint32_t any;
-  asm volatile(
-      "{\n"
-      ".reg .pred p, q;\n"
-      "setp.ne.u32 p, %1, 0;\n"
-      "bar.red.or.pred q, %2, %3, p;\n"
-      "selp.u32 %0, 1, 0, q;\n"
-      "}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(predicate)), "r"(id), "r"(threads)
-      : "memory");
-  return any != 0;
-}
-
 template <int kRegisters>
 __device__ inline void raise_register_limit() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
