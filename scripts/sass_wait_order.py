@@ -13,7 +13,7 @@ synccheck reports it on a GPU as a "Warpgroup MMA sequence error"). A warpgroup-
 What it reports: the float instructions (FFMA, FADD, FMUL, MUFU) between a scores wait and the next
 P·V wait, about 200 when the softmax sits between them (66 exponentials, their multiply-adds and
 sums per thread) and a handful when ptxas scheduled the P·V wait ahead of it. The kernels accept
-the latter since v19a (docs/perf-notes.md: the only legal way to keep the softmax between the
+the latter since v19 (docs/perf-notes.md: the only legal way to keep the softmax between the
 waits, a warpgroup barrier per chunk, cost more than the overlap); `--require-overlap` fails a
 kernel without the gap, for experiments that try to win it back.
 
@@ -96,9 +96,26 @@ def waits_behind_warp_votes(instructions):
             verdicts.append(False)
             continue
         predicate = guard_and_destination(gap[branches[-1]])[0]
-        writer = next((g for g in reversed(gap[:branches[-1]]) if writes(g, predicate)), "")
-        verdicts.append(guard_and_destination(writer)[1].startswith("VOTE"))
+        # The predicate's last writer, looked for before the scores wait too (set there, it still
+        # decides the branch); none when it comes from outside the function's straight line.
+        before_branch = instructions[:i + 1] + gap[:branches[-1]]
+        writer = next((g for g in reversed(before_branch) if writes(g, predicate)), None)
+        verdicts.append(writer is not None and guard_and_destination(writer)[1].startswith("VOTE"))
     return verdicts
+
+
+def check(sass, require_overlap=False):
+    """Per wgmma attention kernel in `sass` (cuobjdump -sass text): (name, fails, gaps, per_warp)."""
+    results = []
+    for name, instructions in kernels(sass):
+        if "wgmma_attention_kernel" not in name:
+            continue
+        gaps = float_ops_between_waits(instructions)
+        overlapped = any(gap >= SOFTMAX_MIN_FLOAT_OPS for gap in gaps)
+        per_warp = any(waits_behind_warp_votes(instructions))
+        fails = per_warp or (require_overlap and not overlapped)
+        results.append((name, fails, gaps, per_warp))
+    return results
 
 
 def main():
@@ -114,22 +131,14 @@ def main():
         sys.exit(f"--cuobjdump {args.cuobjdump}: no such program (scripts/install-sass-tools.sh installs one)")
     if result.returncode != 0:
         sys.exit(f"{args.cuobjdump} -sass {args.binary} failed:\n{result.stderr}")
-    checked, failed = 0, 0
-    for name, instructions in kernels(result.stdout):
-        if "wgmma_attention_kernel" not in name:
-            continue
-        gaps = float_ops_between_waits(instructions)
-        overlapped = any(gap >= SOFTMAX_MIN_FLOAT_OPS for gap in gaps)
-        per_warp = any(waits_behind_warp_votes(instructions))
-        fails = per_warp or (args.require_overlap and not overlapped)
-        checked += 1
-        failed += fails
+    results = check(result.stdout, args.require_overlap)
+    for name, fails, gaps, per_warp in results:
         note = "  P·V wait behind a per-warp branch (.aligned)" if per_warp else ""
         verdict = "FAIL" if fails else "ok  "
         print(f"{verdict} float instructions between the waits {gaps}{note}  {name}")
-    if checked == 0:
+    if not results:
         sys.exit(f"no wgmma attention kernel in {args.binary}")
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if any(fails for _, fails, _, _ in results) else 0)
 
 
 if __name__ == "__main__":

@@ -155,7 +155,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       // ptxas schedules this wait ahead of the softmax (the softmax then starts once the P·V has
       // completed). Keeping it after needs a branch around it, and wgmma.wait_group is .aligned:
       // only a warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
-      // (docs/perf-notes.md, v16, v18 and v19a).
+      // (docs/perf-notes.md, v16 to v19).
       warpgroup_wait<0>();
       pin_accumulators(output);
       if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
