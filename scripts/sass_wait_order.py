@@ -44,19 +44,23 @@ def kernels(sass):
         yield name, instructions
 
 
-def float_ops_between_waits(instructions):
-    """Per scores wait: the float instructions up to the next wait of any kind."""
-    gaps = []
+def gaps_after_scores_waits(instructions):
+    """Per scores wait: (its index, the instructions after it up to the next wait of any kind)."""
     for i, instruction in enumerate(instructions):
         if SCORES_WAIT not in instruction:
             continue
-        count = 0
+        gap = []
         for following in instructions[i + 1:]:
             if ANY_WAIT in following:
                 break
-            count += any(op in following for op in FLOAT_OPS)
-        gaps.append(count)
-    return gaps
+            gap.append(following)
+        yield i, gap
+
+
+def float_ops_between_waits(instructions):
+    """Per scores wait: the float instructions up to the next wait of any kind."""
+    return [sum(any(op in g for op in FLOAT_OPS) for g in gap)
+            for _, gap in gaps_after_scores_waits(instructions)]
 
 
 def guard_and_destination(instruction):
@@ -82,14 +86,7 @@ def writes(instruction, predicate):
 def waits_behind_warp_votes(instructions):
     """Per scores wait: whether the last conditional branch before the next wait tests a warp vote."""
     verdicts = []
-    for i, instruction in enumerate(instructions):
-        if SCORES_WAIT not in instruction:
-            continue
-        gap = []
-        for following in instructions[i + 1:]:
-            if ANY_WAIT in following:
-                break
-            gap.append(following)
+    for i, gap in gaps_after_scores_waits(instructions):
         branches = [j for j, g in enumerate(gap)
                     if g.startswith("@") and guard_and_destination(g)[1] == "BRA"]
         if not branches:

@@ -86,18 +86,13 @@ class OnlineSoftmax {
     }
   }
 
-  // Whether one of this thread's rows has a new maximum (a factor other than exactly 1).
-  __device__ static bool thread_moved(const float (&corrections)[kRowsPerThread]) {
+  // Whether any row of the warp has a new maximum (a factor other than exactly 1). Once the first
+  // chunks have set them, row maxima rarely move, and rescale() can be skipped.
+  __device__ static bool moved(const float (&corrections)[kRowsPerThread]) {
     bool unchanged = true;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) unchanged = unchanged && corrections[r] == 1.0f;
-    return !unchanged;
-  }
-
-  // Whether any row of the warp has a new maximum. Once the first chunks have set them, row maxima
-  // rarely move, and rescale() can be skipped.
-  __device__ static bool moved(const float (&corrections)[kRowsPerThread]) {
-    return __any_sync(kFullWarpMask, thread_moved(corrections));
+    return __any_sync(kFullWarpMask, !unchanged);
   }
 
   __device__ static void rescale(float (&output)[Traits::kOutputTiles][4],
