@@ -7,8 +7,8 @@
 // those left of each block gathered, 2048 per tile on average; and, as a diagnostic, the 2048 keys
 // just left of each block as columns), A-shape with the grid mask's window (sink 128, local 1024:
 // the grid mask's first pass alone) and the grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod
-// 1024 < 64: the grid-mask pattern, two passes merged by LSE, see src/patterns/grid_mask.cpp; its
-// bands as spans, as columns with 8 or 16 phases per tile in grid-columns-128k and
+// 1024 < 64: the grid-mask pattern, two passes merged by LSE, see src/methods/static/grid_mask.cpp;
+// its bands as spans, as columns with 8 or 16 phases per tile in grid-columns-128k and
 // grid-p16-128k, and as lattices copied in boxes of 16 periods × 8 keys in grid-lattice-128k).
 // TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also runs once more on
 // fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "core/plan_coverage.h"
-#include "cuda/cuda_engine.h"
+#include "cuda/runtime/engine.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"

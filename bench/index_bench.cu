@@ -1,4 +1,4 @@
-// Times the GPU index builders (cuda/index_builders.h) against attention over the plan they build:
+// Times the GPU index builders (methods/estimate/index_builders.h) against attention over the plan they build:
 // vertical-slash, and the grid head (every head as a grid head), estimated from device Q and K for
 // every head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC
 // workload "video-qwen2.5vl-128k" (28 query heads over 4 KV heads, head_dim 128;
@@ -33,13 +33,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_engine.h"
-#include "cuda/index_builders.h"
-#include "cuda/index_kernels.h"
-#include "cuda/plan_view.cuh"
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/estimate/index_kernels.h"
+#include "cuda/runtime/plan_view.cuh"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS mmsparse EXPORT mmsparseTargets
+install(TARGETS mmsparse mmsparse_tools EXPORT mmsparseTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/mmsparse DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -11,10 +11,10 @@
 
 #include "cpu/reference_attention.h"
 #ifdef MMSPARSE_WITH_CUDA
-#include "cuda/config_builder.h"
-#include "cuda/cuda_engine.h"
-#include "cuda/index_builders.h"
-#include "cuda/plan_builders.h"
+#include "cuda/runtime/config_builder.h"
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/static/static_device.h"
 #endif
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"

@@ -1,7 +1,7 @@
 #include "mmsparse/build_info.h"
 
 #ifdef MMSPARSE_WITH_CUDA
-#include "cuda/device_query.h"
+#include "cuda/runtime/device_query.h"
 #endif
 
 namespace mmsparse {

@@ -12,10 +12,10 @@
 #include "core/plan_coverage.h"
 #include "cpu/dot.h"
 #include "mmsparse/layout.h"
-#include "mmsparse/metrics.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/metrics.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse::test {
 

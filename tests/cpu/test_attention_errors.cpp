@@ -18,7 +18,7 @@
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
-#include "mmsparse/metrics.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 

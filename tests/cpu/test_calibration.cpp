@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "mmsparse/metrics.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/metrics.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse {
 namespace {

@@ -22,10 +22,10 @@
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
-#include "patterns/estimation.h"
-#include "patterns/grid.h"
-#include "patterns/tile_keys.h"
-#include "patterns/vertical_slash.h"
+#include "methods/estimate/estimation.h"
+#include "methods/grid/grid.h"
+#include "methods/estimate/tile_keys.h"
+#include "methods/vertical_slash/vertical_slash.h"
 
 namespace mmsparse {
 namespace {

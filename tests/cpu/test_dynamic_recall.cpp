@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cpu/dynamic_helpers.h"
-#include "mmsparse/metrics.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/metrics.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse {
 namespace {

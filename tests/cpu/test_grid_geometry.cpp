@@ -1,6 +1,6 @@
-// The GPU grid builder's index arithmetic (cuda/grid_geometry.h, plain C++) against the host
-// builder it stands for: for random shapes, parameters and lines, every run, tile, span and column
-// the arithmetic gives equals the host plan of the same lines (GridPattern through
+// The GPU grid builder's index arithmetic (methods/grid/grid_geometry.h, plain C++) against the
+// host builder it stands for: for random shapes, parameters and lines, every run, tile, span and
+// column the arithmetic gives equals the host plan of the same lines (GridPattern through
 // build_dynamic_head), and the capacity bounds the device plan is sized by hold.
 
 #include <gtest/gtest.h>
@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "common/random.h"
-#include "cuda/grid_geometry.h"
+#include "methods/estimate/dynamic_head.h"
+#include "methods/grid/grid.h"
+#include "methods/grid/grid_geometry.h"
+#include "methods/registry.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
-#include "patterns/dynamic_head.h"
-#include "patterns/grid.h"
-#include "patterns/pattern_registry.h"
 
 namespace mmsparse {
 namespace {

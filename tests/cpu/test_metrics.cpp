@@ -14,8 +14,8 @@
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/metrics.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/tools/metrics.h"
 
 namespace mmsparse {
 namespace {

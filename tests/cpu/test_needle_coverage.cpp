@@ -13,10 +13,10 @@
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/metrics.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse {
 namespace {

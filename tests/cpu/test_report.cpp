@@ -15,7 +15,7 @@
 #include "common/errors.h"
 #include "layers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 #include "report.h"
 
 namespace mmsparse::cli {

@@ -14,7 +14,7 @@
 
 #include "common/random.h"
 #include "common/errors.h"
-#include "mmsparse/io.h"
+#include "mmsparse/tools/io.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse {

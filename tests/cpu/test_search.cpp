@@ -15,10 +15,10 @@
 #include "common/random.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
-#include "mmsparse/io.h"
+#include "mmsparse/tools/io.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/search.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/search.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse {
 namespace {

@@ -18,10 +18,10 @@
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/metrics.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/viz.h"
-#include "viz/attention_map.h"
+#include "mmsparse/tools/viz.h"
+#include "tools/viz/attention_map.h"
 
 namespace mmsparse {
 namespace {

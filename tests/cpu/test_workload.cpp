@@ -16,7 +16,7 @@
 #include "common/errors.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/status.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/random.h"
-#include "cuda/cuda_engine.h"
+#include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"

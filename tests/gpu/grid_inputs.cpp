@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "patterns/dynamic_head.h"
-#include "patterns/estimation.h"
-#include "patterns/modality_boundary.h"
+#include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/estimation.h"
+#include "methods/estimate/modality_boundary.h"
 
 namespace mmsparse::test {
 namespace {

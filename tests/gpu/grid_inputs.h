@@ -9,9 +9,9 @@
 
 #include "attention_harness.h"
 #include "common/random.h"
+#include "methods/grid/grid.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
-#include "patterns/grid.h"
 
 namespace mmsparse::test {
 

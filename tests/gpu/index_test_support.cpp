@@ -8,8 +8,8 @@
 #include <functional>
 
 #include "device_buffer.h"
-#include "patterns/estimation.h"
-#include "patterns/modality_boundary.h"
+#include "methods/estimate/estimation.h"
+#include "methods/estimate/modality_boundary.h"
 
 namespace mmsparse::test {
 

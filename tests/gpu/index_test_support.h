@@ -59,7 +59,7 @@ ProblemSize oracle_problem(Random& random, const ProblemLimits& limits, DType dt
 // heads each, head_dim 64.
 ProblemSize error_case_size();
 
-// The host estimate's column (vertical) and diagonal (slash) scores (patterns/estimation.h) of the
+// The host estimate's column (vertical) and diagonal (slash) scores (methods/estimate/estimation.h) of the
 // last `last_q` queries, all keys as the key space, for the head slots of the query heads `heads`
 // of every batch element (all heads when empty), in batch-major order.
 struct HostScores {

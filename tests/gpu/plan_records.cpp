@@ -33,8 +33,8 @@ int64_t first_difference(const std::vector<std::byte>& a, const std::vector<std:
              : static_cast<int64_t>(mismatch.first - a.begin());
 }
 
-// Record sizes of the device plan (cuda/plan_view.cuh, a CUDA header): a run is three int32, a tile
-// four int32 and four int64, a key range (span, strided span or lattice) four int32.
+// Record sizes of the device plan (cuda/runtime/plan_view.cuh, a CUDA header): a run is three
+// int32, a tile four int32 and four int64, a key range (span, strided span or lattice) four int32.
 constexpr std::size_t kRunRecordBytes = 3 * sizeof(int32_t);
 constexpr std::size_t kTileRecordBytes = 4 * sizeof(int32_t) + 4 * sizeof(int64_t);
 constexpr std::size_t kKeyRangeRecordBytes = 4 * sizeof(int32_t);

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/cuda_engine.h"
+#include "cuda/runtime/engine.h"
 #include "mmsparse/plan.h"
 
 namespace mmsparse::test {
@@ -31,7 +31,7 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host, c
 int64_t expect_launch_records_follow_schedule(const cuda::DevicePlan& plan, const Plan& host);
 
 // The key range records of an uploaded plan, in order: {begin, end, step, width} (width > 1 for a
-// lattice, cuda/plan_view.cuh).
+// lattice, cuda/runtime/plan_view.cuh).
 std::vector<std::array<int32_t, 4>> uploaded_key_ranges(const cuda::DevicePlan& plan);
 
 }  // namespace mmsparse::test

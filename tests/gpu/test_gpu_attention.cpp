@@ -14,7 +14,7 @@
 
 #include "attention_harness.h"
 #include "common/random.h"
-#include "cuda/cuda_engine.h"
+#include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"

@@ -1,4 +1,4 @@
-// Per-head configs built on the GPU (cuda/config_builder.h) against the host: on random mixes of
+// Per-head configs built on the GPU (cuda/runtime/config_builder.h) against the host: on random mixes of
 // static heads (built by kernels), vertical-slash heads of every boundary mode and grid heads
 // with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with clear
 // top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp) and
@@ -25,19 +25,19 @@
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
-#include "cuda/config_builder.h"
-#include "cuda/cuda_engine.h"
-#include "cuda/index_builders.h"
+#include "cuda/runtime/config_builder.h"
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
 #include "device_buffer.h"
 #include "grid_inputs.h"
 #include "index_test_support.h"
-#include "patterns/modality_boundary.h"
+#include "methods/estimate/modality_boundary.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
-#include "patterns/estimation.h"
+#include "methods/estimate/estimation.h"
 #include "plan_generators.h"
 #include "plan_records.h"
 #include "stream_test.h"

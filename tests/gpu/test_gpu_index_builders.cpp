@@ -1,4 +1,4 @@
-// Dynamic patterns estimated on the GPU (cuda/index_builders.h) against the host builders, their
+// Dynamic patterns estimated on the GPU (methods/estimate/index_builders.h) against the host builders, their
 // oracle: on random inputs whose top-k cuts are clear (rounding cannot reorder the lines at the
 // cut), every record of the device-built plan equals the uploaded host plan's; attention through
 // the device-built plan matches the fp64 oracle; prepare_pattern with device inputs serves the
@@ -22,20 +22,20 @@
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
-#include "cuda/cuda_engine.h"
-#include "cuda/index_builders.h"
-#include "cuda/index_kernels.h"
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/estimate/index_kernels.h"
 #include "device_buffer.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
-#include "mmsparse/workload.h"
-#include "patterns/estimation.h"
-#include "patterns/grid.h"
-#include "patterns/modality_boundary.h"
-#include "patterns/pattern_registry.h"
+#include "mmsparse/tools/workload.h"
+#include "methods/estimate/estimation.h"
+#include "methods/grid/grid.h"
+#include "methods/estimate/modality_boundary.h"
+#include "methods/registry.h"
 #include "grid_inputs.h"
 #include "index_test_support.h"
 #include "plan_records.h"

@@ -12,7 +12,7 @@
 #include "attention_harness.h"
 #include "common/compare.h"
 #include "common/random.h"
-#include "cuda/cuda_engine.h"
+#include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "merge_tolerances.h"
 #include "mmsparse/attention.h"

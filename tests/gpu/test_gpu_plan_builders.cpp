@@ -1,7 +1,7 @@
-// Static patterns built on the device (cuda/plan_builders.h) against the host path: the device
-// buffer must be byte-identical to uploading the host-built plan, attention through the two plans
-// must agree bit for bit, and prepare_pattern must serve what prepare_plan(build_plan) serves.
-// Also reports host and device build times of a long-context plan.
+// Static patterns built on the device (methods/static/static_device.h) against the host path: the
+// device buffer must be byte-identical to uploading the host-built plan, attention through the two
+// plans must agree bit for bit, and prepare_pattern must serve what prepare_plan(build_plan)
+// serves. Also reports host and device build times of a long-context plan.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,9 +19,9 @@
 
 #include "attention_harness.h"
 #include "common/random.h"
-#include "cuda/cuda_engine.h"
-#include "cuda/plan_builders.h"
+#include "cuda/runtime/engine.h"
 #include "device_buffer.h"
+#include "methods/static/static_device.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/layout.h"

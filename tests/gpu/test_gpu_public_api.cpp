@@ -29,7 +29,7 @@
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
-#include "mmsparse/search.h"
+#include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
 #include "plan_generators.h"
 

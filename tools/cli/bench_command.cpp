@@ -12,7 +12,7 @@
 #include "executor.h"
 #include "layers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/metrics.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "report.h"

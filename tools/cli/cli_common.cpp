@@ -7,7 +7,7 @@
 #include <fmt/core.h>
 
 #include "mmsparse/build_info.h"
-#include "mmsparse/search.h"
+#include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cli {

@@ -9,10 +9,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "mmsparse/io.h"
+#include "mmsparse/tools/io.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/tensor.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse::cli {
 

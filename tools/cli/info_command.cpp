@@ -8,7 +8,7 @@
 
 #include "mmsparse/build_info.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse::cli {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "mmsparse/io.h"
 #include "mmsparse/patterns.h"
+#include "mmsparse/tools/io.h"
 
 namespace mmsparse::cli {
 

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "executor.h"
-#include "mmsparse/io.h"
-#include "mmsparse/metrics.h"
+#include "mmsparse/tools/io.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
-#include "mmsparse/workload.h"
+#include "mmsparse/tools/workload.h"
 
 namespace mmsparse::cli {
 

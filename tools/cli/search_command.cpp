@@ -14,7 +14,7 @@
 #include "executor.h"
 #include "layers.h"
 #include "mmsparse/build_info.h"
-#include "mmsparse/search.h"
+#include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cli {

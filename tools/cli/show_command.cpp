@@ -13,7 +13,7 @@
 
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
-#include "mmsparse/viz.h"
+#include "mmsparse/tools/viz.h"
 
 namespace mmsparse::cli {
 namespace {

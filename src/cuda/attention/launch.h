@@ -1,0 +1,28 @@
+#pragma once
+// Launchers of the attention kernel instantiations, one per (element type, head_dim) for the
+// mma.sync kernel and per (element type, head_dim, consumer warpgroups) for the wgmma kernel.
+// Declared here, defined in cuda/attention/sm80/launch.cuh / cuda/attention/sm90/launch.cuh and
+// explicitly instantiated in attention_{bf16,fp16}.cu / attention_wgmma_{bf16,fp16}.cu, so only
+// those files compile the kernel bodies.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/sm90/params.cuh"
+
+namespace mmsparse::cuda {
+
+// grid: one CTA per (tile, batch block); batch_blocks is the batch for a broadcast plan, else 1.
+template <class Element, int kHeadDim>
+void launch_planned_attention(const AttentionParams& params, int32_t num_tiles,
+                              int32_t batch_blocks, cudaStream_t stream);
+
+// The wgmma kernel: 64 query rows per consumer warpgroup, so plan tiles of up to
+// 64 * kConsumerWarpgroups rows; kSources: the key chunks the plan has (ChunkSources).
+template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources>
+void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
+                            int32_t batch_blocks, cudaStream_t stream);
+
+}  // namespace mmsparse::cuda

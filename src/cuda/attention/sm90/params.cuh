@@ -1,0 +1,33 @@
+#pragma once
+// Parameters of the wgmma attention kernel: the mma.sync kernel's, plus the tensor maps through
+// which the producer copies K/V chunks. Passed by value as a __grid_constant__, which is where
+// tensor copies may read a tensor map from.
+
+#include <cuda.h>
+
+#include "cuda/attention/params.cuh"
+
+namespace mmsparse::cuda {
+
+// Which key chunks a wgmma kernel instantiation loads: span chunks always, lattice boxes for plans
+// with lattice records (DevicePlanLayout::lattice_step), row gathers for plans with columns or
+// strided spans (DevicePlanLayout::gathers). Without gathers the producer is a single thread
+// issuing tensor copies, and the gather and column paths are not compiled in: each path costs the
+// others' mainloop when merely present (docs/perf-notes.md, v6 and v11).
+enum class ChunkSources { kSpans, kGathers, kLattices, kLatticesAndGathers };
+
+struct WgmmaAttentionParams {
+  AttentionParams attention;
+  // 4-D views [batch][kv_len][kv_heads][head_dim] (innermost last), box [1][kBlockN][1][64]
+  // with 128-byte swizzle; rows past kv_len read as zeros.
+  CUtensorMap keys;
+  CUtensorMap values;
+  // 5-D views of the same K/V cut into periods of DevicePlan::lattice_step rows, box of
+  // kBlockN / kLatticeWidth periods × kLatticeWidth rows (tensor_map.h); unset when the plan has
+  // no lattice records.
+  CUtensorMap lattice_keys;
+  CUtensorMap lattice_values;
+  int32_t lattice_step;  // the views' period; 0 without lattice records
+};
+
+}  // namespace mmsparse::cuda

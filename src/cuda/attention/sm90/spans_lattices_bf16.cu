@@ -1,0 +1,14 @@
+// The bfloat16 instantiations of the wgmma attention kernel for plans of spans and lattice records
+// without gathered keys (the grid mask's bands; head_dim 128; one consumer warpgroup for tiles of
+// up to 64 rows, two for tiles of up to 128).
+
+#include "cuda/attention/sm90/launch.cuh"
+
+namespace mmsparse::cuda {
+
+template void launch_wgmma_attention<__nv_bfloat16, 128, 1, ChunkSources::kLattices>(
+    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+template void launch_wgmma_attention<__nv_bfloat16, 128, 2, ChunkSources::kLattices>(
+    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,34 @@
+#include "cuda/runtime/device_query.h"
+
+#include <cuda_runtime.h>
+
+namespace mmsparse::cuda {
+
+std::string toolkit_version() {
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
+}
+
+std::vector<GpuInfo> list_gpus() {
+  std::vector<GpuInfo> gpus;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
+    return gpus;
+  }
+  constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+  for (int index = 0; index < count; ++index) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, index) != cudaSuccess) continue;
+    GpuInfo info;
+    info.index = index;
+    info.name = properties.name;
+    info.compute_major = properties.major;
+    info.compute_minor = properties.minor;
+    info.multiprocessors = properties.multiProcessorCount;
+    info.memory_gib = static_cast<double>(properties.totalGlobalMem) / kBytesPerGiB;
+    gpus.push_back(info);
+  }
+  return gpus;
+}
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,196 @@
+// The pattern table: listing, spec resolution, and building plans head slot by head slot.
+
+#include "methods/registry.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+#include <vector>
+
+#include "mmsparse/status.h"
+#include "methods/estimate/estimation.h"
+#include "methods/pattern_names.h"
+
+namespace mmsparse {
+
+namespace detail {
+
+int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t minimum) {
+  const int64_t value = spec.params.at(key);
+  if (value < minimum) {
+    throw_invalid_argument(spec.name + " parameter " + key, ">= " + std::to_string(minimum),
+                           std::to_string(value));
+  }
+  return value;
+}
+
+bool checked_flag(const PatternSpec& spec, const std::string& key) {
+  const int64_t value = spec.params.at(key);
+  if (value != 0 && value != 1) {
+    throw_invalid_argument(spec.name + " parameter " + key, "0 or 1", std::to_string(value));
+  }
+  return value == 1;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Tokens per frame for the SF patterns when no layout with a video gives it.
+constexpr int64_t kDefaultTokensPerFrame = 256;
+
+const std::vector<detail::PatternEntry>& pattern_table() {
+  static const std::vector<detail::PatternEntry> table = [] {
+    std::vector<detail::PatternEntry> entries = detail::static_pattern_entries();
+    entries.push_back(detail::vertical_slash_entry());
+    entries.push_back(detail::grid_entry());
+    entries.push_back(detail::grid_mask_entry());
+    return entries;
+  }();
+  return table;
+}
+
+const detail::PatternEntry* find_pattern(std::string_view name) {
+  for (const detail::PatternEntry& entry : pattern_table()) {
+    if (entry.info.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+const detail::PatternEntry& known_pattern(std::string_view name) {
+  const detail::PatternEntry* entry = find_pattern(name);
+  if (entry == nullptr) {
+    throw_invalid_argument("pattern", "one of " + known_pattern_names(),
+                           "\"" + std::string(name) + "\"");
+  }
+  return *entry;
+}
+
+}  // namespace
+
+bool is_known_pattern(std::string_view name) { return find_pattern(name) != nullptr; }
+
+std::string known_pattern_names() {
+  std::string names;
+  for (const detail::PatternEntry& entry : pattern_table()) {
+    names += (names.empty() ? "" : ", ") + entry.info.name;
+  }
+  return names;
+}
+
+const std::vector<PatternInfo>& known_patterns() {
+  static const std::vector<PatternInfo> infos = [] {
+    std::vector<PatternInfo> list;
+    for (const detail::PatternEntry& entry : pattern_table()) list.push_back(entry.info);
+    return list;
+  }();
+  return infos;
+}
+
+bool is_dynamic(const PatternSpec& spec) {
+  const std::vector<PatternInfo>& known = known_patterns();
+  return std::any_of(known.begin(), known.end(), [&](const PatternInfo& info) {
+    return info.dynamic && info.name == spec.name;
+  });
+}
+
+PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout) {
+  const detail::PatternEntry& entry = known_pattern(spec.name);
+  const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
+  PatternSpec resolved{spec.name,
+                       entry.defaults(frame_tokens > 0 ? frame_tokens : kDefaultTokensPerFrame)};
+  for (const auto& [key, value] : spec.params) {
+    if (resolved.params.count(key) == 0) {
+      std::string names;
+      for (const auto& known : resolved.params) names += (names.empty() ? "" : ", ") + known.first;
+      throw_invalid_argument(spec.name, "parameters " + (names.empty() ? "none" : names),
+                             "\"" + key + "\"");
+    }
+    resolved.params[key] = value;
+  }
+  return resolved;
+}
+
+void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const PlanShape& shape,
+                         const ModalityLayout* layout, const PatternInputs* inputs,
+                         int64_t head_slot) {
+  const detail::PatternEntry& entry = known_pattern(spec.name);
+  if (entry.passes != 1) {
+    throw Error(ErrorCode::kUnsupported,
+                "append_pattern_head: " + spec.name + " builds " + std::to_string(entry.passes) +
+                    " passes, which one builder cannot hold; use build_plan");
+  }
+  detail::KeyCache keys;
+  entry.build(builder, resolve_pattern(spec, layout), {shape, layout, inputs, head_slot, &keys});
+}
+
+namespace {
+
+// build_plan and build_plan_timed in one: head_seconds (nullable) receives each slot's build time.
+Plan build_plan_with_timing(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                            const ModalityLayout* layout, const PatternInputs* inputs,
+                            std::vector<double>* head_seconds) {
+  const auto count = static_cast<int64_t>(specs.size());
+  if (count != 1 && count != shape.heads) {
+    throw_invalid_argument("specs",
+                           "1 or heads = " + std::to_string(shape.heads) + " pattern specs",
+                           std::to_string(count));
+  }
+  // Resolved once, not per batch element.
+  std::vector<PatternSpec> resolved;
+  for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec, layout));
+  if (head_seconds != nullptr) {
+    head_seconds->assign(static_cast<std::size_t>(shape.head_slots()), 0.0);
+  }
+  // One builder per pass of the specs' pattern with the most; heads of patterns with fewer passes
+  // get no tiles in the others.
+  int64_t passes = 1;
+  for (const PatternSpec& spec : resolved)
+    passes = std::max(passes, known_pattern(spec.name).passes);
+  std::vector<PlanBuilder> builders(static_cast<std::size_t>(passes), PlanBuilder(shape));
+  detail::KeyCache keys;  // head slots run in order, so a GQA group's query heads reuse one K
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const PatternSpec& spec = resolved[count == 1 ? 0 : slot % shape.heads];
+    const detail::PatternEntry& entry = known_pattern(spec.name);
+    const auto start = std::chrono::steady_clock::now();
+    const detail::HeadContext context{shape, layout, inputs, slot, &keys};
+    if (entry.passes == 1) {
+      entry.build(builders.front(), spec, context);
+    } else {
+      entry.build_passes(std::span(builders).first(static_cast<std::size_t>(entry.passes)), spec,
+                         context);
+    }
+    for (auto p = static_cast<std::size_t>(entry.passes); p < builders.size(); ++p) {
+      builders[p].begin_head();
+    }
+    if (head_seconds != nullptr) {
+      (*head_seconds)[slot] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  Plan plan = builders.front().finish();
+  // finish() validated each pass, and they share the shape: no need to validate them again.
+  for (std::size_t p = 1; p < builders.size(); ++p)
+    plan.extra_passes.push_back(builders[p].finish());
+  return plan;
+}
+
+}  // namespace
+
+Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                const ModalityLayout* layout, const PatternInputs* inputs) {
+  return build_plan_with_timing(specs, shape, layout, inputs, nullptr);
+}
+
+Plan build_plan_timed(const std::vector<PatternSpec>& specs, const PlanShape& shape,
+                      const ModalityLayout* layout, const PatternInputs* inputs,
+                      std::vector<double>& head_seconds) {
+  return build_plan_with_timing(specs, shape, layout, inputs, &head_seconds);
+}
+
+Plan build_plan(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout* layout,
+                const PatternInputs* inputs) {
+  return build_plan(std::vector<PatternSpec>{spec}, shape, layout, inputs);
+}
+
+}  // namespace mmsparse

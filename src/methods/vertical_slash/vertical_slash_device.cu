@@ -1,0 +1,534 @@
+// Vertical-slash on the GPU: estimate -> top-k lines -> tiles, the host builder's conversion
+// (vertical_slash.cpp, tile_keys.cpp, dynamic_head.cpp) for boundary none/K, where one group holds
+// every query row in the identity order, cut into tiles of tile_rows, and for boundary Q, where
+// each query modality is a group estimated from its own last rows, its runs of rows one after
+// another in the query order, each run cut into tiles. Every group reads all keys, and a tile's
+// rows are consecutive query positions:
+//   tile rows [begin, end) have the frontiers [lo, hi] (f(r) = clamp(r + offset + 1, 0, kv_len),
+//   lo >= 1; consecutive rows give consecutive or equal frontiers, so one run);
+//   every selected diagonal d < hi gives the band [max(0, lo - 1 - d), hi - d), bands merged where
+//   they overlap or touch; every selected vertical < hi outside the bands is a column.
+// A warp per tile ranks the merged spans and the kept verticals (see tile_keys). Counting and
+// writing share that code (as the static builders do): count, scan, write, then the upload's
+// heaviest-first schedule by a stable radix sort.
+// Boundary 2D arranges the rows as Q does, but each group reads one key space per key modality in
+// compact coordinates, a (group, space) pair per estimate and selection; its tiles are converted
+// by methods/vertical_slash/key_spaces_device.cu (a block per tile) between the same scans and sort.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda/common/cub_storage.cuh"
+#include "cuda/common/cuda_check.h"
+#include "methods/estimate/index_kernels.h"
+#include "methods/vertical_slash/lines_device.cuh"
+#include "mmsparse/status.h"
+#include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/modality_boundary.h"
+#include "methods/vertical_slash/vertical_slash.h"
+
+namespace mmsparse::cuda::index {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+constexpr int kWarpLanes = 32;
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The tiles of a head slot: by arithmetic in the identity order (boundary none/K), or listed
+// (boundary Q: device memory, [tiles_per_head]).
+struct TileGeometry {
+  int64_t q_len, kv_len, tile_rows, offset, tiles_per_head;
+  const VerticalSlashTile* listed;
+
+  __host__ __device__ int64_t frontier(int64_t row) const {
+    const int64_t aligned_end = row + offset + 1;
+    return aligned_end < 0 ? 0 : (aligned_end > kv_len ? kv_len : aligned_end);
+  }
+  // The tile of consecutive query positions [first, last] at order indices [begin, end).
+  __host__ __device__ VerticalSlashTile tile_of(int64_t begin, int64_t end, int64_t first,
+                                                int64_t last, int32_t group) const {
+    const int64_t low = frontier(first);
+    return {begin, end, low > 1 ? low : 1, frontier(last), group};
+  }
+  __host__ __device__ VerticalSlashTile tile(int64_t t) const {
+    if (listed != nullptr) return listed[t];
+    const int64_t begin = t * tile_rows;
+    const int64_t end = begin + tile_rows < q_len ? begin + tile_rows : q_len;
+    return tile_of(begin, end, begin, end - 1, 0);
+  }
+};
+
+__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
+
+struct TileCounts {
+  int64_t spans = 0;
+  int64_t columns = 0;
+  int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
+};
+
+// A tile's merged spans and columns, computed by one warp, exactly as TileKeys::write hands them to
+// PlanBuilder; written when `spans` and `columns` are not null. In ascending begin order, band j is
+// diagonal slashes[below - 1 - j]; begins and ends both ascend with j, so band j opens a new span
+// exactly when it starts after the previous band's end, and span k ends where the band before span
+// k + 1's first band ends. A vertical v is inside a span when some band holds it, i.e. some selected
+// diagonal d has lo - 1 - v <= d < hi - v: a binary search. The warp takes 32 bands or verticals at
+// a time and ranks them with ballots.
+__device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& lines,
+                                SpanRecord* spans, int32_t* columns) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  TileCounts counts;
+  if (rows.high < 1) return counts;
+  const int32_t below = lower_bound(lines.slashes, lines.slash_count, rows.high);
+  int64_t lane_keys = 0;
+  for (int32_t first = 0; first < below; first += kWarpLanes) {
+    const int32_t band = first + lane;
+    bool opens = false;
+    int64_t begin = 0;
+    int64_t previous_end = 0;
+    if (band < below) {
+      const int64_t diagonal = lines.slashes[below - 1 - band];
+      begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
+      previous_end = band > 0 ? rows.high - lines.slashes[below - band] : 0;
+      opens = band == 0 || begin > previous_end;
+    }
+    const unsigned openers = __ballot_sync(kAllLanes, opens);
+    if (opens) {
+      const int64_t span = counts.spans + __popc(openers & lanes_below(lane));
+      // Length = end - begin, summed over spans: this span's -begin, the previous span's +end.
+      lane_keys += (band > 0 ? previous_end : 0) - begin;
+      if (spans != nullptr) {
+        spans[span].begin = static_cast<int32_t>(begin);
+        spans[span].step = 1;
+        spans[span].width = 1;
+        if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
+      }
+    }
+    counts.spans += __popc(openers);
+  }
+  if (below > 0 && lane == 0) {
+    const int64_t last_end = rows.high - lines.slashes[0];
+    lane_keys += last_end;
+    if (spans != nullptr) spans[counts.spans - 1].end = static_cast<int32_t>(last_end);
+  }
+
+  const int32_t visible = lower_bound(lines.verticals, lines.vertical_count, rows.high);
+  for (int32_t first = 0; first < visible; first += kWarpLanes) {
+    const int32_t index = first + lane;
+    bool kept = false;
+    int32_t vertical = 0;
+    if (index < visible) {
+      vertical = lines.verticals[index];
+      const int32_t holder =
+          lower_bound(lines.slashes, below, rows.low - 1 - static_cast<int64_t>(vertical));
+      kept = holder == below || lines.slashes[holder] >= rows.high - vertical;
+    }
+    const unsigned keepers = __ballot_sync(kAllLanes, kept);
+    if (kept && columns != nullptr) {
+      columns[counts.columns + __popc(keepers & lanes_below(lane))] = vertical;
+    }
+    counts.columns += __popc(keepers);
+  }
+  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
+  }
+  counts.keys = lane_keys + counts.columns;
+  return counts;
+}
+
+__device__ inline int64_t warp_index() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
+}
+
+// One warp per tile of every head slot, head slot major (the host builder's order).
+__global__ void count_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
+                                   int64_t* span_counts, int64_t* column_counts) {
+  const int64_t index = warp_index();
+  if (index >= tiles) return;
+  const VerticalSlashTile tile = geometry.tile(index % geometry.tiles_per_head);
+  const TileCounts counts =
+      tile_keys(tile, selected.of(tile.group, index / geometry.tiles_per_head), nullptr, nullptr);
+  if (threadIdx.x % kWarpLanes == 0) {
+    span_counts[index] = counts.spans;
+    column_counts[index] = counts.columns;
+  }
+}
+
+__global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
+                                  FillTargets out) {
+  const int64_t index = warp_index();
+  if (index >= tiles) return;
+  const int64_t slot = index / geometry.tiles_per_head;
+  const VerticalSlashTile rows = geometry.tile(index % geometry.tiles_per_head);
+  const int64_t span_begin = out.span_offsets[index];
+  const int64_t column_begin = out.column_offsets[index];
+  const TileCounts counts =
+      tile_keys(rows, selected.of(rows.group, slot), out.sections.spans + span_begin,
+                out.sections.columns + column_begin);
+  if (threadIdx.x % kWarpLanes != 0) return;
+  out.write_tile(index, slot, index % geometry.tiles_per_head, geometry.tiles_per_head, tiles, rows,
+                 counts.spans, counts.columns, counts.keys);
+}
+
+// The identity order's tiles, by arithmetic.
+TileGeometry tile_geometry(const PlanShape& shape) {
+  return {shape.q_len,
+          shape.kv_len,
+          shape.tile_rows,
+          shape.causal_offset(),
+          ceil_div(shape.q_len, shape.tile_rows),
+          nullptr};
+}
+
+// A 2D tile's frontiers in `space`: the distinct frontiers >= 1 of its consecutive query positions
+// [first, last] (the host's tile_frontiers). They form one run: a tile lies inside one run of its
+// modality's rows (every row has its own token, kv_len >= q_len), so in the group's own space each
+// row's token is the next key, and in another space no key lies between the rows.
+SpaceFrontiers space_frontiers(const detail::KeySpace& space, int64_t first, int64_t last,
+                               int64_t offset) {
+  return {std::max<int64_t>(space.frontier(first + offset), 1), space.frontier(last + offset)};
+}
+
+// Boundary Q and 2D (the host's build_dynamic_head with query_groups): each query modality's runs
+// of rows one after another in the query order, each run cut into tiles, and the group's last
+// rows; for 2D also the key spaces (the same for every group) and each tile's frontiers in them.
+void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout* layout,
+                          detail::BoundaryMode mode, VerticalSlashBuild& build) {
+  const PlanShape& shape = build.shape;
+  const TileGeometry geometry = tile_geometry(shape);
+  detail::RowOrder order;
+  const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
+  const bool two_d = mode == detail::BoundaryMode::kTwoD;
+  if (two_d && !groups.empty()) build.spaces = groups.front().key_spaces;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (two_d) build.own_space.push_back(static_cast<int32_t>(groups[g].primary));
+    for (const detail::IndexRange& rows : groups[g].rows) {
+      const auto first_tile = order.tiles.size();
+      const auto first = static_cast<int64_t>(order.positions.size());
+      order.append_run({rows.begin, rows.end - rows.begin, 1});
+      order.tile_from(first, shape.tile_rows);
+      for (std::size_t t = first_tile; t < order.tiles.size(); ++t) {
+        const detail::IndexRange& tile = order.tiles[t];
+        const int64_t first_row = rows.begin + tile.begin - first;
+        const int64_t last_row = rows.begin + tile.end - 1 - first;
+        build.head_tiles.push_back(
+            geometry.tile_of(tile.begin, tile.end, first_row, last_row, static_cast<int32_t>(g)));
+        for (const detail::KeySpace& space : build.spaces) {
+          build.tile_frontiers.push_back(
+              space_frontiers(space, first_row, last_row, shape.causal_offset()));
+        }
+      }
+    }
+    build.group_rows.push_back(groups[g].last_rows(build.last_q));
+  }
+  if (!order.is_identity()) build.order_runs = order.runs;
+  build.tiles_per_head = static_cast<int64_t>(build.head_tiles.size());
+}
+
+// A 2D head slot's capacities: the sums over its tiles and spaces of what one space's lines can
+// give a tile with compact frontiers [lo, hi] (band = hi - lo + 1):
+//   spans   the merged bands' bound of one key space (see plan_vertical_slash), each split once
+//           at every range boundary below hi;
+//   columns at most hi (the keys below it), and at most the verticals plus, in a compact space,
+//           the keys of the narrow bands: bands of diagonals below lo - 1 are `band` wide, those
+//           from lo - 1 on are hi - d wide (distinct widths 1 ... band), and only widths below
+//           kNarrowBandKeys are read as columns.
+void two_d_capacities(VerticalSlashBuild& build, int64_t& spans_per_head,
+                      int64_t& columns_per_head) {
+  const auto space_count = static_cast<std::size_t>(build.space_count());
+  for (std::size_t i = 0; i < build.tile_frontiers.size(); ++i) {
+    const SpaceFrontiers& rows = build.tile_frontiers[i];
+    if (rows.high < 1) continue;
+    const std::size_t s = i % space_count;
+    const std::vector<int64_t>& prefix = build.spaces[s].prefix();
+    const auto ranges_below = static_cast<int64_t>(
+        std::lower_bound(prefix.begin(), prefix.end() - 1, rows.high) - prefix.begin());
+    const int64_t band = rows.high - rows.low + 1;
+    const int64_t slash_lines = std::min(build.slash, rows.high);
+    spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1)) + ranges_below - 1;
+    int64_t narrow = 0;
+    if (!build.spaces[s].is_identity()) {
+      const int64_t widths = std::min(band, detail::kNarrowBandKeys - 1);
+      narrow = widths * (widths + 1) / 2;
+      if (band < detail::kNarrowBandKeys) narrow += std::min(slash_lines, rows.low - 1) * band;
+    }
+    columns_per_head += std::min(rows.high, std::min(build.vertical, rows.high) + narrow);
+  }
+}
+
+// Copies `values` into device memory at `target` in stream order. From pageable memory the copy
+// returns once `values` has been read.
+template <class T>
+void copy_to_device(T* target, const std::vector<T>& values, cudaStream_t stream,
+                    const char* what) {
+  if (values.empty()) return;
+  check_cuda(cudaMemcpyAsync(target, values.data(), values.size() * sizeof(T),
+                             cudaMemcpyHostToDevice, stream),
+             what);
+}
+
+// Every head slot's runs (the same order) and their offsets, as the upload packs them.
+void write_runs(const VerticalSlashBuild& build, const PlanSections& sections,
+                cudaStream_t stream) {
+  if (build.order_runs.empty()) return;  // identity order: the zeroed offsets say no runs
+  const int64_t slots = build.shape.head_slots();
+  const auto per_slot = static_cast<int64_t>(build.order_runs.size());
+  std::vector<int64_t> offsets;
+  std::vector<RunRecord> runs;
+  for (int64_t slot = 0; slot <= slots; ++slot) offsets.push_back(slot * per_slot);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    int32_t order_begin = 0;
+    for (const QueryRun& run : build.order_runs) {
+      runs.push_back(
+          {order_begin, static_cast<int32_t>(run.start), static_cast<int32_t>(run.step)});
+      order_begin += static_cast<int32_t>(run.count);
+    }
+  }
+  copy_to_device(sections.head_run_offsets, offsets, stream,
+                 "vertical-slash index: cudaMemcpyAsync run offsets");
+  copy_to_device(sections.runs, runs, stream, "vertical-slash index: cudaMemcpyAsync runs");
+}
+
+}  // namespace
+
+VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                       const ModalityLayout* layout) {
+  VerticalSlashBuild build;
+  build.shape = shape;
+  const detail::VerticalSlashBudgets budgets = detail::vertical_slash_budgets(resolved_spec);
+  build.vertical = budgets.vertical;
+  build.slash = budgets.slash;
+  build.sink = budgets.sink;
+  build.local = budgets.local;
+  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kTwoD);
+  build.last_q = checked_estimate_queries(resolved_spec, shape);
+  const TileGeometry geometry = tile_geometry(shape);
+  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD) {
+    arrange_query_groups(resolved_spec, layout, mode, build);
+  } else {
+    build.tiles_per_head = geometry.tiles_per_head;
+  }
+  if (!build.spaces.empty()) {
+    int64_t spans_per_head = 0;
+    int64_t columns_per_head = 0;
+    two_d_capacities(build, spans_per_head, columns_per_head);
+    build.span_capacity = spans_per_head * shape.head_slots();
+    build.column_capacity = columns_per_head * shape.head_slots();
+    return build;
+  }
+
+  // Capacities: a tile with frontiers [lo, hi] reads keys below hi only, so at most
+  // min(vertical lines, hi) columns; its merged spans are disjoint, do not touch, and all but the
+  // first (clipped at key 0) are at least one band (hi - lo + 1 keys) long, so at most
+  // 1 + (hi - 1) / (hi - lo + 2) of them, and never more than the slash lines.
+  const int64_t keys = shape.q_len > 0 ? shape.kv_len : 0;
+  const int64_t vertical_lines = std::min(build.vertical, keys);
+  const int64_t slash_lines = std::min(build.slash, keys);
+  int64_t spans_per_head = 0;
+  int64_t columns_per_head = 0;
+  for (int64_t t = 0; t < build.tiles_per_head; ++t) {
+    const VerticalSlashTile rows =
+        build.head_tiles.empty() ? geometry.tile(t) : build.head_tiles[static_cast<std::size_t>(t)];
+    if (rows.high < 1) continue;
+    const int64_t band = rows.high - rows.low + 1;
+    spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1));
+    columns_per_head += std::min(vertical_lines, rows.high);
+  }
+  build.span_capacity = spans_per_head * shape.head_slots();
+  build.column_capacity = columns_per_head * shape.head_slots();
+  return build;
+}
+
+bool fits_estimate(const VerticalSlashBuild& build) {
+  return std::all_of(build.group_rows.begin(), build.group_rows.end(),
+                     [](const std::vector<int64_t>& rows) { return fits_estimate(rows); });
+}
+
+void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperands& operands,
+                          const PlanSections& sections, cudaStream_t stream) {
+  const int64_t tiles = build.tiles();
+  if (tiles == 0) return;
+  const int64_t groups = build.groups();
+  const int64_t spaces = build.space_count();
+  const bool two_d = !build.spaces.empty();
+  // One estimate per selection: (group g, space s) at g * spaces + s.
+  std::vector<EstimateExtents> extents;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t s = 0; s < spaces; ++s) {
+      if (two_d) {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           build.spaces[static_cast<std::size_t>(s)],
+                                           build.own_space[static_cast<std::size_t>(g)] == s,
+                                           "vertical-slash"));
+      } else if (build.group_rows.empty()) {
+        extents.push_back(estimate_extents(operands, build.last_q));
+      } else {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           "vertical-slash"));
+      }
+    }
+  }
+  const int64_t slots = extents.front().slots;
+  int64_t scores = 0;  // the longest score array of the selections
+  for (const EstimateExtents& selection : extents) scores = std::max(scores, selection.scores);
+  const int64_t vertical_capacity = std::min(build.vertical, scores);
+  const int64_t slash_capacity = std::min(build.slash, scores);
+  const int64_t selections = build.selections() * slots;
+  const auto item_count = static_cast<int>(tiles);
+  const int sort_bits =
+      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(build.shape.kv_len))));
+
+  const std::size_t scan_bytes =
+      scan_storage_bytes(item_count, stream, "vertical-slash index: scan storage");
+  const std::size_t sort_bytes = sort_storage_bytes<uint32_t>(item_count, sort_bits, stream,
+                                                              "vertical-slash index: sort storage");
+
+  // The 2D key spaces' ranges: every space's range begins, then every space's prefixes.
+  std::vector<int64_t> range_begins;
+  std::vector<int64_t> range_prefixes;
+  for (const detail::KeySpace& space : build.spaces) {
+    for (const detail::IndexRange& range : space.ranges()) range_begins.push_back(range.begin);
+    range_prefixes.insert(range_prefixes.end(), space.prefix().begin(), space.prefix().end());
+  }
+
+  ScratchLayout layout;
+  std::vector<EstimateRegions> estimate_at;
+  for (const EstimateExtents& selection : extents) {
+    estimate_at.push_back(add_estimate_regions(layout, selection, false));
+  }
+  const std::size_t verticals_at = layout.add<int32_t>(selections * vertical_capacity);
+  const std::size_t slashes_at = layout.add<int32_t>(selections * slash_capacity);
+  const std::size_t line_counts_at = layout.add<int32_t>(2 * selections);  // verticals, slashes
+  const std::size_t listed_tiles_at =
+      layout.add<VerticalSlashTile>(static_cast<int64_t>(build.head_tiles.size()));
+  const std::size_t frontiers_at =
+      layout.add<SpaceFrontiers>(static_cast<int64_t>(build.tile_frontiers.size()));
+  const std::size_t range_begins_at =
+      layout.add<int64_t>(static_cast<int64_t>(range_begins.size()));
+  const std::size_t range_prefixes_at =
+      layout.add<int64_t>(static_cast<int64_t>(range_prefixes.size()));
+  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
+  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
+  const std::size_t keys_at = layout.add<uint32_t>(tiles);
+  const std::size_t sorted_keys_at = layout.add<uint32_t>(tiles);
+  const std::size_t indices_at = layout.add<int32_t>(tiles);
+  const std::size_t temp_at = layout.add<std::byte>(
+      static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
+
+  const StreamScratch scratch(layout.bytes(), stream,
+                              "vertical-slash index: cudaMallocAsync scratch");
+  std::byte* base = scratch.base();
+  // A slot selects no line when no estimate row sees a key (the selection then does not run).
+  auto* line_counts = region<int32_t>(base, line_counts_at);
+  check_cuda(cudaMemsetAsync(line_counts, 0, 2 * selections * sizeof(int32_t), stream),
+             "vertical-slash index: cudaMemsetAsync line counts");
+  auto* listed_tiles = region<VerticalSlashTile>(base, listed_tiles_at);
+  copy_to_device(listed_tiles, build.head_tiles, stream,
+                 "vertical-slash index: cudaMemcpyAsync tiles");
+  auto* frontiers = region<SpaceFrontiers>(base, frontiers_at);
+  copy_to_device(frontiers, build.tile_frontiers, stream,
+                 "vertical-slash index: cudaMemcpyAsync tile frontiers");
+  auto* begins = region<int64_t>(base, range_begins_at);
+  auto* prefixes = region<int64_t>(base, range_prefixes_at);
+  copy_to_device(begins, range_begins, stream, "vertical-slash index: cudaMemcpyAsync ranges");
+  copy_to_device(prefixes, range_prefixes, stream,
+                 "vertical-slash index: cudaMemcpyAsync range prefixes");
+  write_runs(build, sections, stream);
+
+  // The key spaces on the device; all keys (no ranges) without a 2D boundary.
+  KeySpaceTiles space_tiles{
+      listed_tiles, frontiers, build.tiles_per_head, static_cast<int32_t>(build.spaces.size()), {}};
+  int64_t first_range = 0;
+  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
+    const detail::KeySpace& space = build.spaces[s];
+    const auto ranges = static_cast<int64_t>(space.ranges().size());
+    if (!space.is_identity()) {
+      space_tiles.space[s] = {begins + first_range, prefixes + first_range + s,
+                              static_cast<int32_t>(ranges), true};
+    }
+    first_range += ranges;
+  }
+
+  auto* verticals = region<int32_t>(base, verticals_at);
+  auto* slashes = region<int32_t>(base, slashes_at);
+  int32_t* vertical_counts = line_counts;
+  int32_t* slash_counts = line_counts + selections;
+  for (std::size_t e = 0; e < extents.size(); ++e) {
+    const EstimateExtents& selection = extents[e];
+    const EstimateScratch estimate = estimate_scratch(base, estimate_at[e]);
+    const KeySpaceView keys =
+        two_d ? space_tiles.space[e % static_cast<std::size_t>(spaces)] : KeySpaceView{};
+    launch_estimate(operands, selection, estimate, stream, keys);
+    if (selection.scores == 0) continue;
+    const int64_t first = static_cast<int64_t>(e) * slots;
+    launch_select_lines(
+        {estimate.column_sums, selection.scores, build.vertical, build.sink,
+         verticals + first * vertical_capacity, vertical_capacity, vertical_counts + first},
+        {estimate.diagonal_sums, selection.scores, build.slash, build.local,
+         slashes + first * slash_capacity, slash_capacity, slash_counts + first},
+        slots, stream);
+  }
+
+  TileGeometry geometry = tile_geometry(build.shape);
+  if (!build.head_tiles.empty()) {
+    geometry.listed = listed_tiles;
+    geometry.tiles_per_head = build.tiles_per_head;
+  }
+  const SelectedLines selected{slots,   verticals,      vertical_capacity, vertical_counts,
+                               slashes, slash_capacity, slash_counts};
+  auto* span_counts = region<int64_t>(base, span_counts_at);
+  auto* column_counts = region<int64_t>(base, column_counts_at);
+  auto* span_offsets = region<int64_t>(base, span_offsets_at);
+  auto* column_offsets = region<int64_t>(base, column_offsets_at);
+  void* temp = base + temp_at;
+  const auto blocks =
+      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
+  if (two_d) {
+    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
+  } else {
+    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
+                                                                span_counts, column_counts);
+    check_launch("vertical-slash index: count_tiles_kernel");
+  }
+  std::size_t temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
+                                           item_count, stream),
+             "vertical-slash index: span scan");
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
+                                           item_count, stream),
+             "vertical-slash index: column scan");
+
+  FillTargets targets{sections,
+                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
+                      span_offsets,
+                      column_offsets,
+                      region<uint32_t>(base, keys_at),
+                      region<int32_t>(base, indices_at)};
+  if (two_d) {
+    launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
+  } else {
+    fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
+    check_launch("vertical-slash index: fill_tiles_kernel");
+  }
+
+  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
+  temp_bytes = sort_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 temp, temp_bytes, targets.tile_keys,
+                 region<uint32_t>(base, sorted_keys_at), targets.tile_indices,
+                 sections.schedule, item_count, 0, sort_bits, stream),
+             "vertical-slash index: schedule sort");
+}
+
+}  // namespace mmsparse::cuda::index

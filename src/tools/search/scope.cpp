@@ -1,0 +1,230 @@
+#include "tools/search/scope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/plan_coverage.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/tools/metrics.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse::detail {
+namespace {
+
+bool contains(ModalitySet set, Modality modality) { return (set & modality_bit(modality)) != 0; }
+
+// Rows [seq_len, head_dim] of one head of a [1, seq_len, heads, head_dim] view, as fp32.
+Tensor head_rows(const TensorView& view, int64_t head) {
+  const int64_t seq_len = view.shape[1], head_dim = view.shape[3];
+  Tensor rows(DType::kFloat32, {seq_len, head_dim});
+  float* out = rows.data_as<float>();
+  for (int64_t position = 0; position < seq_len; ++position) {
+    const int64_t row = position * view.strides[1] + head * view.strides[2];
+    for (int64_t d = 0; d < head_dim; ++d) {
+      out[position * head_dim + d] = load_float(view, row + d * view.strides[3]);
+    }
+  }
+  return rows;
+}
+
+// The rows `positions` of a [seq_len, head_dim] tensor as a [1, positions, 1, head_dim] problem.
+Tensor gather_rows(const Tensor& rows, const std::vector<int64_t>& positions) {
+  const int64_t head_dim = rows.shape()[1];
+  Tensor gathered(DType::kFloat32, {1, static_cast<int64_t>(positions.size()), 1, head_dim});
+  const float* source = rows.data_as<float>();
+  float* target = gathered.data_as<float>();
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    std::copy_n(source + positions[i] * head_dim, head_dim, target + i * head_dim);
+  }
+  return gathered;
+}
+
+// The layout of the kept tokens, in order: their modalities and the grids of their media.
+ModalityLayout kept_layout(const ModalityLayout& layout, const std::vector<uint8_t>& types,
+                           const std::vector<int64_t>& kept) {
+  std::vector<uint8_t> kept_types(kept.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) kept_types[i] = types[kept[i]];
+  std::vector<Grid> image_grids, video_grids;
+  std::vector<bool> media_kept(layout.media().size(), false);
+  const std::vector<int32_t> token_media = layout.token_media();
+  for (int64_t position : kept) {
+    if (token_media[position] >= 0) media_kept[token_media[position]] = true;
+  }
+  for (std::size_t m = 0; m < layout.media().size(); ++m) {
+    if (!media_kept[m]) continue;
+    const Media& media = layout.media()[m];
+    (media.modality == Modality::kImage ? image_grids : video_grids).push_back(media.grid);
+  }
+  return ModalityLayout::from_token_types(kept_types, image_grids, video_grids);
+}
+
+}  // namespace
+
+HeadTensors head_tensors(const TensorView& q, const TensorView& k, const TensorView& v,
+                         int64_t q_head) {
+  const int64_t kv_head = q_head / (q.shape[2] / k.shape[2]);
+  return {head_rows(q, q_head), head_rows(k, kv_head), head_rows(v, kv_head)};
+}
+
+Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& layout,
+             ModalitySet kept, ModalitySet query, ModalitySet keys, int64_t tile_rows,
+             const SearchOptions& options)
+    : name_(std::move(name)), tile_rows_(tile_rows), scale_(options.scale),
+      num_threads_(options.num_threads) {
+  const std::vector<uint8_t> types = layout.token_types();
+  std::vector<int64_t> kept_positions;
+  std::vector<int64_t> scope_index(types.size(), -1);  // original position -> scope position
+  for (std::size_t position = 0; position < types.size(); ++position) {
+    if (!contains(kept, static_cast<Modality>(types[position]))) continue;
+    scope_index[position] = static_cast<int64_t>(kept_positions.size());
+    kept_positions.push_back(static_cast<int64_t>(position));
+  }
+  uint16_t pairs = 0;
+  for (int query_code = 0; query_code < kNumModalities; ++query_code) {
+    for (int key_code = 0; key_code < kNumModalities; ++key_code) {
+      const auto query_modality = static_cast<Modality>(query_code);
+      const auto key_modality = static_cast<Modality>(key_code);
+      if (contains(query, query_modality) && contains(keys, key_modality)) {
+        pairs |= modality_pair_bit(query_modality, key_modality);
+      }
+    }
+  }
+  ModalitySet present = 0;
+  for (uint8_t type : types) present |= modality_bit(static_cast<Modality>(type));
+  const bool all_tokens = kept_positions.size() == types.size();
+  is_full_ = all_tokens && (query & present) == present && (keys & present) == present;
+  modality_pairs_ = is_full_ ? kAllModalityPairs : pairs;
+  layout_ = all_tokens ? layout : kept_layout(layout, types, kept_positions);
+  q_ = gather_rows(head.q, kept_positions);
+  k_ = gather_rows(head.k, kept_positions);
+  v_ = gather_rows(head.v, kept_positions);
+  const int64_t tokens = static_cast<int64_t>(kept_positions.size());
+  const int64_t head_dim = head.q.shape()[1];
+  out_ = Tensor(DType::kFloat32, {1, tokens, 1, head_dim});
+  lse_ = Tensor(DType::kFloat32, {1, 1, tokens});
+
+  // Sampled rows: spread over the query rows, plus the tails of the query segments.
+  std::vector<int64_t> query_rows;
+  for (int64_t i = 0; i < tokens; ++i) {
+    if (contains(query, static_cast<Modality>(types[kept_positions[i]]))) query_rows.push_back(i);
+  }
+  if (query_rows.empty()) return;
+  for (int64_t index : sample_rows(static_cast<int64_t>(query_rows.size()),
+                                   std::min<int64_t>(options.sample_rows,
+                                                     static_cast<int64_t>(query_rows.size())))) {
+    rows_.push_back(query_rows[index]);
+  }
+  for (const Segment& segment : layout.segments()) {
+    if (!contains(query, segment.modality)) continue;
+    for (int64_t position = std::max(segment.begin, segment.end - options.segment_tail_rows);
+         position < segment.end; ++position) {
+      if (scope_index[position] >= 0) rows_.push_back(scope_index[position]);
+    }
+  }
+  std::sort(rows_.begin(), rows_.end());
+  rows_.erase(std::unique(rows_.begin(), rows_.end()), rows_.end());
+
+  // The dense reference; rows that see no key of the scored pairs have nothing to recall.
+  attend(build_plan(PatternSpec{"dense", {}}, shape()));
+  std::vector<int64_t> scored_rows;
+  for (int64_t row : rows_) {
+    const float lse = lse_.data_as<float>()[row];
+    if (!std::isfinite(lse)) continue;
+    scored_rows.push_back(row);
+    dense_lse_.push_back(lse);
+    const float* out = out_.data_as<float>() + row * head_dim;
+    dense_out_.insert(dense_out_.end(), out, out + head_dim);
+  }
+  rows_ = std::move(scored_rows);
+}
+
+PlanShape Scope::shape() const {
+  const int64_t tokens = layout_.length();
+  return {1, 1, tokens, tokens, tile_rows_};
+}
+
+std::optional<Plan> Scope::build(const PatternSpec& spec) const {
+  const PatternInputs inputs{q_.view(), k_.view(), scale_};
+  try {
+    return build_plan(spec, shape(), &layout_, &inputs);
+  } catch (const Error&) {
+    // The pattern's parameters do not fit this scope (e.g. a grid stride longer than a short
+    // text segment): the candidate is not applicable here, which the caller counts.
+    return std::nullopt;
+  }
+}
+
+double Scope::cost(const Plan& plan, CostModel& model) {
+  return model.cost(plan, cost_inputs(model));
+}
+
+double Scope::index_cost(const PatternSpec& spec, CostModel& model) {
+  return model.index_cost(spec, shape(), layout_, scale_, cost_inputs(model));
+}
+
+const CostInputs& Scope::cost_inputs(CostModel& model) {
+  if (!cost_inputs_) cost_inputs_ = model.prepare(q_.view(), k_.view(), v_.view());
+  return *cost_inputs_;
+}
+
+Plan Scope::sampled_rows_plan(const Plan& plan) const {
+  // Pass by pass: a row's keys in every pass stay in its one-row tile of that pass.
+  std::vector<Plan> passes;
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    const Plan& pass = plan.pass(p);
+    const std::vector<int64_t> tile_of = tile_of_rows(pass, 0);
+    PlanBuilder builder(pass.shape);
+    builder.begin_head();
+    for (int64_t row : rows_) {
+      const int64_t t = tile_of[row];
+      if (t < 0) continue;  // the pass computes nothing for this row
+      MaskPolicy mask = pass.masks[pass.tile_masks[t]];
+      mask.modality_pairs &= modality_pairs_;
+      builder.begin_tile(row, row + 1, mask);
+      for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
+        builder.add_span(pass.spans[s].begin, pass.spans[s].end);
+      }
+      for (int64_t s = pass.tile_strided_offsets[t]; s < pass.tile_strided_offsets[t + 1]; ++s) {
+        const StridedSpan& lattice = pass.strided_spans[s];
+        builder.add_strided_span(lattice.begin, lattice.end, lattice.step);
+      }
+      for (int64_t c = pass.tile_column_offsets[t]; c < pass.tile_column_offsets[t + 1]; ++c) {
+        builder.add_column(pass.columns[c]);
+      }
+    }
+    builder.attach_layout(layout_);
+    passes.push_back(builder.finish());
+  }
+  Plan sampled = std::move(passes.front());
+  for (std::size_t p = 1; p < passes.size(); ++p) add_pass(sampled, std::move(passes[p]));
+  return sampled;
+}
+
+void Scope::attend(const Plan& plan) {
+  AttentionOptions options;
+  options.scale = scale_;
+  options.num_threads = num_threads_;
+  attention_planned(sampled_rows_plan(plan), q_.view(), k_.view(), v_.view(), out_.view(),
+                    lse_.view(), options);
+}
+
+Accuracy Scope::score(const Plan& plan) {
+  attend(plan);
+  const int64_t head_dim = q_.shape()[3];
+  double recall_sum = 0.0, error_squares = 0.0, dense_squares = 0.0;
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const float lse = lse_.data_as<float>()[rows_[i]];
+    recall_sum += std::isfinite(lse) ? std::exp(static_cast<double>(lse) - dense_lse_[i]) : 0.0;
+    const float* out = out_.data_as<float>() + rows_[i] * head_dim;
+    const float* dense = dense_out_.data() + i * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      error_squares += (static_cast<double>(out[d]) - dense[d]) * (out[d] - dense[d]);
+      dense_squares += static_cast<double>(dense[d]) * dense[d];
+    }
+  }
+  return {recall_sum / static_cast<double>(rows_.size()),
+          dense_squares > 0.0 ? std::sqrt(error_squares / dense_squares) : 0.0};
+}
+
+}  // namespace mmsparse::detail

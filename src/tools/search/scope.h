@@ -1,0 +1,93 @@
+#pragma once
+// What one stage of the search scores on (MMInference Alg. 4): the tokens of one modality
+// (intra-modality), of a (query modality, key modality) pair (cross-modality), or the whole
+// sequence (inter-modality), as a problem of its own for one query head, with its sampled query
+// rows and their dense reference. Candidates are built on the scope's tokens and layout, so
+// dynamic patterns estimate from the scope's own last queries.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/tools/search.h"
+#include "mmsparse/tensor.h"
+
+namespace mmsparse::detail {
+
+// One query head of the layer and its KV head, as contiguous fp32.
+struct HeadTensors {
+  Tensor q;  // [seq_len, head_dim]
+  Tensor k;  // [seq_len, head_dim]
+  Tensor v;  // [seq_len, head_dim]
+};
+HeadTensors head_tensors(const TensorView& q, const TensorView& k, const TensorView& v,
+                         int64_t q_head);
+
+// Bit m set: modality m.
+using ModalitySet = uint8_t;
+constexpr ModalitySet modality_bit(Modality modality) {
+  return static_cast<ModalitySet>(1u << static_cast<int>(modality));
+}
+inline constexpr ModalitySet kAllModalities = (1u << kNumModalities) - 1;
+
+struct Accuracy {
+  double recall = 0.0;
+  double output_error = 0.0;
+};
+
+class Scope {
+ public:
+  // The tokens of `kept` modalities, scoring the rows of `query` modalities against keys of `keys`
+  // modalities (pairs outside query × keys are masked out of both the candidate and the dense
+  // reference). Rows: options.sample_rows spread over the query rows plus the last
+  // options.segment_tail_rows of each query segment; rows that see no key are dropped.
+  Scope(std::string name, const HeadTensors& head, const ModalityLayout& layout, ModalitySet kept,
+        ModalitySet query, ModalitySet keys, int64_t tile_rows, const SearchOptions& options);
+
+  const std::string& name() const { return name_; }
+  bool is_full() const { return is_full_; }       // every token kept and every pair scored
+  bool has_rows() const { return !rows_.empty(); }  // false: nothing here to score
+  const ModalityLayout& layout() const { return layout_; }
+  PlanShape shape() const;
+
+  // The candidate's plan on the scope's tokens; empty when the pattern cannot be built there
+  // (too few tokens for its parameters, a boundary mode on a single modality, ...).
+  std::optional<Plan> build(const PatternSpec& spec) const;
+  // Recall and output error of the plan on the sampled rows, against dense.
+  Accuracy score(const Plan& plan);
+  // The cost of running the plan (built by build()) on the scope's tokens. The scope's inputs are
+  // prepared for `model` on the first call; every call must pass the same model.
+  double cost(const Plan& plan, CostModel& model);
+  // The cost of building the spec's plan from the scope's q and k (CostModel::index_cost).
+  double index_cost(const PatternSpec& spec, CostModel& model);
+
+ private:
+  std::string name_;
+  ModalityLayout layout_;
+  bool is_full_ = false;
+  uint16_t modality_pairs_ = kAllModalityPairs;
+  int64_t tile_rows_ = kDefaultTileRows;
+  float scale_ = 0.0f;
+  int num_threads_ = 0;
+  Tensor q_, k_, v_;             // [1, tokens, 1, head_dim] fp32
+  std::vector<int64_t> rows_;    // scored rows (scope positions), ascending
+  std::vector<float> dense_lse_;  // [rows]
+  std::vector<float> dense_out_;  // [rows, head_dim]
+  Tensor out_, lse_;             // scratch for attention: [1, tokens, 1, head_dim], [1, 1, tokens]
+  // q_, k_, v_ prepared for the cost model (device copies for a measured cost); declared last, so
+  // destroyed before the tensors it was prepared from.
+  std::unique_ptr<CostInputs> cost_inputs_;
+
+  // The plan's coverage of the sampled rows only: one single-row tile per row, holding the keys
+  // of the row's tile in `plan`, restricted to the scored modality pairs.
+  Plan sampled_rows_plan(const Plan& plan) const;
+  const CostInputs& cost_inputs(CostModel& model);
+  void attend(const Plan& plan);
+};
+
+}  // namespace mmsparse::detail

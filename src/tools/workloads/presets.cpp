@@ -1,0 +1,293 @@
+// Preset layouts: Qwen2.5-VL-like token sequences for the synthetic workloads.
+//
+// A preset is a recipe of units: the system prompt, video frames (one temporal step of merged
+// tokens each), images with captions, text documents, the final question. A requested length is
+// met exactly: whole units are added while they fit, and the remainder goes to text the recipe can
+// stretch (the final question of the video presets, the captions of the multi-image preset, the
+// last document — or the question — of the mixed preset). docs/workloads.md lists what each preset
+// looks like at its own length and how it scales.
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mmsparse/status.h"
+#include "mmsparse/tools/workload.h"
+#include "tools/workloads/presets.h"
+
+namespace mmsparse {
+namespace {
+
+// Qwen2.5-VL's chat template before the user content ("<|im_start|>system\nYou are a helpful
+// assistant.<|im_end|>\n<|im_start|>user\n") is about 20 tokens.
+constexpr int64_t kSystemPromptTokens = 20;
+// The shortest final question, with the template's "<|im_end|>\n<|im_start|>assistant\n" tail.
+constexpr int64_t kMinQuestionTokens = 32;
+// MM-NIAH's counting tasks plant several needles; four keeps each in its own stretch of media.
+constexpr int64_t kMixedPresetNeedles = 4;
+// One vision_start and one vision_end token around every media item.
+constexpr int64_t kMarkerPair = 2;
+constexpr int64_t kMarkerTokens = 1;
+// The lengths the presets are named after.
+constexpr int64_t kLength128k = 131072;
+constexpr int64_t kLength1m = 1048576;
+// Requests beyond this are refused: every generated tensor is linear in the length, and at 16M
+// tokens one head of fp32 rows already takes 8 GiB.
+constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
+
+// One temporal step of 448×784-px frames: Qwen2.5-VL merges 2 frames × 28×28 px into one token,
+// so a step is 16×28 tokens.
+constexpr Grid kVideoStep128k{1, 16, 28};
+// Hour-long videos are sampled at lower resolution to fit Qwen2.5-VL's total pixel budget:
+// 336×560 px, 12×20 tokens per step.
+constexpr Grid kVideoStep1m{1, 12, 20};
+
+// BlindSight runs Qwen with 1280..5120 tokens per image; a cycle of sizes and aspect ratios in
+// that range (mean about 2870 tokens).
+constexpr std::array<Grid, 6> kImageGrids{{{1, 32, 40},
+                                           {1, 48, 64},
+                                           {1, 36, 48},
+                                           {1, 64, 80},
+                                           {1, 56, 56},
+                                           {1, 40, 72}}};
+// "Picture 3:" label and newline before every image.
+constexpr int64_t kImageCaptionTokens = 8;
+// With fewer images the preset would not be multi-image: short requests shrink the grids instead.
+constexpr int64_t kMinImages = 4;
+// Grids shrink by halving until this side length; smaller images have no spatial structure.
+constexpr int64_t kMinImageSide = 4;
+
+// MM-NIAH-style mixing: clips of one video, text documents after every clip, an image after every
+// third document. Documents cycle through lengths so that text is about 25% of the tokens.
+constexpr int64_t kMixedClipSteps = 8;
+constexpr std::array<int64_t, 4> kMixedDocuments{1024, 1792, 768, 1536};
+constexpr int64_t kMixedImageEvery = 3;
+constexpr Grid kMixedImage{1, 32, 32};
+
+[[noreturn]] void throw_too_short(std::string_view preset, int64_t minimum, int64_t seq_len) {
+  throw_invalid_argument("seq_len",
+                         ">= " + std::to_string(minimum) + " for preset '" + std::string(preset) +
+                             "' (its smallest form)",
+                         std::to_string(seq_len));
+}
+
+// System prompt, one video of as many steps as fit, the question taking the rest.
+ModalityLayout video_layout(std::string_view preset, Grid step, int64_t seq_len) {
+  const int64_t fixed = kSystemPromptTokens + kMarkerPair + kMinQuestionTokens;
+  const int64_t steps = (seq_len - fixed) / step.frame_tokens();
+  if (seq_len < fixed || steps < 1) throw_too_short(preset, fixed + step.frame_tokens(), seq_len);
+  const int64_t question =
+      seq_len - kSystemPromptTokens - kMarkerPair - steps * step.frame_tokens();
+  return LayoutBuilder()
+      .text(kSystemPromptTokens)
+      .video(Grid{steps, step.h, step.w})
+      .text(question)
+      .build();
+}
+
+// The image grids that fit in `budget` tokens (with captions and markers), taken from the cycle
+// with every side divided by `shrink`.
+std::vector<Grid> images_that_fit(int64_t budget, int64_t shrink, int64_t& used) {
+  std::vector<Grid> grids;
+  used = 0;
+  for (std::size_t i = 0;; ++i) {
+    const Grid& base = kImageGrids[i % kImageGrids.size()];
+    const Grid grid{1, std::max(kMinImageSide, base.h / shrink),
+                    std::max(kMinImageSide, base.w / shrink)};
+    const int64_t cost = kImageCaptionTokens + kMarkerPair + grid.tokens();
+    if (used + cost > budget) return grids;
+    grids.push_back(grid);
+    used += cost;
+  }
+}
+
+// BlindSight-style: system prompt, captioned images, the question. The remainder is spread over
+// the captions (and the question) so that the images keep their sizes.
+ModalityLayout multi_image_layout(std::string_view preset, int64_t seq_len) {
+  const int64_t budget = seq_len - kSystemPromptTokens - kMinQuestionTokens;
+  // Once every side is at its minimum, halving further changes nothing.
+  int64_t max_shrink = 1;
+  for (const Grid& grid : kImageGrids) {
+    while (std::max(grid.h, grid.w) / max_shrink > kMinImageSide) max_shrink *= 2;
+  }
+  std::vector<Grid> grids;
+  int64_t used = 0;
+  for (int64_t shrink = 1; shrink <= max_shrink; shrink *= 2) {
+    grids = images_that_fit(budget, shrink, used);
+    if (static_cast<int64_t>(grids.size()) >= kMinImages) break;
+  }
+  if (grids.empty()) {
+    throw_too_short(preset,
+                    kSystemPromptTokens + kMinQuestionTokens + kImageCaptionTokens + kMarkerPair +
+                        kMinImageSide * kMinImageSide,
+                    seq_len);
+  }
+  const int64_t count = static_cast<int64_t>(grids.size());
+  const int64_t remainder = budget - used;
+  LayoutBuilder builder;
+  builder.text(kSystemPromptTokens);
+  for (const Grid& grid : grids) builder.text(kImageCaptionTokens + remainder / count).image(grid);
+  return builder.text(kMinQuestionTokens + remainder % count).build();
+}
+
+// Explicit segments for what LayoutBuilder cannot express: one video whose frames are interrupted
+// by documents and images.
+class SegmentWriter {
+ public:
+  int64_t length() const { return length_; }
+
+  void text(int64_t length) {
+    if (!segments_.empty() && segments_.back().modality == Modality::kText) {
+      segments_.back().end += length;
+    } else {
+      segments_.push_back(Segment{Modality::kText, length_, length_ + length, -1, 0});
+    }
+    length_ += length;
+  }
+
+  // A video whose grid.t grows with every frame appended; its start marker comes first.
+  int32_t begin_video(Grid step) {
+    media_.push_back(Media{Modality::kVideo, Grid{0, step.h, step.w}, length_, -1});
+    text(kMarkerTokens);
+    return static_cast<int32_t>(media_.size() - 1);
+  }
+
+  void frame(int32_t video) {
+    Media& media = media_[video];
+    const bool continues = !segments_.empty() && segments_.back().media == video;
+    if (continues) {
+      segments_.back().end += media.grid.frame_tokens();
+    } else {
+      segments_.push_back(Segment{Modality::kVideo, length_, length_ + media.grid.frame_tokens(),
+                                  video, media.grid.t});
+    }
+    length_ += media.grid.frame_tokens();
+    ++media.grid.t;
+  }
+
+  void end_video(int32_t video) {
+    media_[video].end_marker = length_;
+    text(kMarkerTokens);
+  }
+
+  void image(Grid grid) {
+    const auto index = static_cast<int32_t>(media_.size());
+    media_.push_back(Media{Modality::kImage, grid, length_, -1});
+    text(kMarkerTokens);
+    segments_.push_back(Segment{Modality::kImage, length_, length_ + grid.tokens(), index, 0});
+    length_ += grid.tokens();
+    media_[index].end_marker = length_;
+    text(kMarkerTokens);
+  }
+
+  ModalityLayout build() const { return ModalityLayout(segments_, media_); }
+
+ private:
+  std::vector<Segment> segments_;
+  std::vector<Media> media_;
+  int64_t length_ = 0;
+};
+
+// MM-NIAH-style: one long video interrupted, clip by clip, by text documents and captioned images
+// (about 25% text). Units are appended while they fit; a document that does not fit is cut to the
+// space left, otherwise the question takes the remainder.
+ModalityLayout mixed_layout(std::string_view preset, int64_t seq_len) {
+  const Grid step = kVideoStep128k;
+  const int64_t reserve = kMarkerTokens + kMinQuestionTokens;  // video end marker, question
+  const int64_t minimum = kSystemPromptTokens + kMarkerTokens + step.frame_tokens() + reserve;
+  if (seq_len < minimum) throw_too_short(preset, minimum, seq_len);
+  SegmentWriter writer;
+  writer.text(kSystemPromptTokens);
+  const int32_t video = writer.begin_video(step);
+  const auto space = [&] { return seq_len - reserve - writer.length(); };
+  // Appends block `block`: a clip, a document, every third time an image. False once full.
+  const auto append_block = [&](int64_t block) {
+    for (int64_t s = 0; s < kMixedClipSteps; ++s) {
+      if (space() < step.frame_tokens()) return false;
+      writer.frame(video);
+    }
+    const int64_t document = kMixedDocuments[block % kMixedDocuments.size()];
+    if (space() <= document) {
+      if (space() > 0) writer.text(space());
+      return false;
+    }
+    writer.text(document);
+    if (block % kMixedImageEvery == kMixedImageEvery - 1) {
+      if (space() < kImageCaptionTokens + kMarkerPair + kMixedImage.tokens()) return false;
+      writer.text(kImageCaptionTokens);
+      writer.image(kMixedImage);
+    }
+    return true;
+  };
+  for (int64_t block = 0; append_block(block); ++block) {
+  }
+  writer.end_video(video);
+  writer.text(seq_len - writer.length());
+  return writer.build();
+}
+
+struct Preset {
+  PresetInfo info;
+  std::function<ModalityLayout(std::string_view, int64_t)> build;  // (name, seq_len)
+};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> kPresets{
+      {{"video-qwen2.5vl-128k",
+        "Qwen2.5-VL-like video prompt: system text, one video of 292 steps x 16x28 tokens "
+        "(448x784 px, 584 frames), question",
+        kLength128k},
+       [](std::string_view name, int64_t n) { return video_layout(name, kVideoStep128k, n); }},
+      {{"video-qwen2.5vl-1m",
+        "Qwen2.5-VL-like hour-long video: system text, 4368 steps x 12x20 tokens (336x560 px), "
+        "question",
+        kLength1m},
+       [](std::string_view name, int64_t n) { return video_layout(name, kVideoStep1m, n); }},
+      {{"multi-image",
+        "BlindSight-style multi-image prompt: 45 captioned images of 1280..5120 tokens, question",
+        kLength128k},
+       multi_image_layout},
+      {{"mixed-interleaved",
+        "MM-NIAH-style: one video (16x28 tokens per step) interrupted every 8 steps by text "
+        "documents and every third time by an image; about 25% text; a needle task",
+        kLength128k, kMixedPresetNeedles},
+       mixed_layout},
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+const std::vector<PresetInfo>& workload_presets() {
+  static const std::vector<PresetInfo> kInfos = [] {
+    std::vector<PresetInfo> infos;
+    for (const Preset& preset : presets()) infos.push_back(preset.info);
+    return infos;
+  }();
+  return kInfos;
+}
+
+namespace detail {
+
+ModalityLayout build_preset_layout(std::string_view name, int64_t seq_len) {
+  if (seq_len < 0 || seq_len > kMaxSeqLen) {
+    throw_invalid_argument("seq_len",
+                           std::string("in [0, ")
+                               .append(std::to_string(kMaxSeqLen))
+                               .append("] (0: the preset's length)"),
+                           std::to_string(seq_len));
+  }
+  std::string known;
+  for (const Preset& preset : presets()) {
+    if (preset.info.name == name) {
+      return preset.build(name, seq_len == 0 ? preset.info.seq_len : seq_len);
+    }
+    known.append(known.empty() ? "" : ", ").append(preset.info.name);
+  }
+  throw_invalid_argument("preset", "one of " + known, std::string("'").append(name).append("'"));
+}
+
+}  // namespace detail
+}  // namespace mmsparse
