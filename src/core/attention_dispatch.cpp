@@ -1,7 +1,6 @@
 // Public attention entry points: validate every argument (errors name the argument, the expected
 // value and what was given), then hand the work to the backend of the tensors' device.
 
-#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
