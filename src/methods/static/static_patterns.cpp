@@ -2,11 +2,15 @@
 // the pattern changes, so masks stay exact) with key spans and columns. The mask policy does the
 // element-wise work inside partially covered tiles: causal always, a window for A-shape.
 
+#include "methods/static/static_patterns.h"
+
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <utility>
 
-#include "mmsparse/patterns.h"
 #include "methods/registry.h"
+#include "mmsparse/patterns.h"
 
 namespace mmsparse::detail {
 
@@ -168,8 +172,9 @@ Params sf_strided_params(int64_t frame) { return {{"local", frame}, {"stride", f
 
 }  // namespace
 
-std::vector<PatternEntry> static_pattern_entries() {
-  return {
+PatternEntry& static_pattern_entry(StaticPattern pattern) {
+  // Indexed by StaticPattern.
+  static std::array<PatternEntry, kStaticPatterns.size()> entries = {{
       {{"dense", "causal attention over every key", "dense"}, build_dense, no_params},
       {{"a-shape", "sink keys plus a local window (StreamingLLM); exact",
         "a-shape:sink=128,local=4096"},
@@ -187,7 +192,8 @@ std::vector<PatternEntry> static_pattern_entries() {
         "bands (a superset of the lines); both default to tokens per frame (256 without video)",
         "sf-strided"},
        build_sf_strided, sf_strided_params},
-  };
+  }};
+  return entries[static_cast<std::size_t>(pattern)];
 }
 
 }  // namespace mmsparse::detail

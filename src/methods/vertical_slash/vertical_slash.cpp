@@ -106,8 +106,8 @@ VerticalSlashLines select_vertical_slash(const Estimate& estimate, int64_t verti
           top_k(estimate.diagonal_sums(), slash, local)};
 }
 
-PatternEntry vertical_slash_entry() {
-  return {{"vertical-slash",
+PatternEntry& vertical_slash_entry() {
+  static PatternEntry entry{{"vertical-slash",
            "MInference: top `vertical` key columns and `slash` diagonals of the last-q estimate "
            "(first `sink` keys and `local` diagonals always kept); diagonals become tile-wide "
            "bands (a superset of the lines, as MInference converts them); `boundary` 0 none, "
@@ -115,6 +115,7 @@ PatternEntry vertical_slash_entry() {
            "vertical-slash:vertical=1000,slash=6096", true},
           build_vertical_slash,
           vertical_slash_params};
+  return entry;
 }
 
 }  // namespace mmsparse::detail
