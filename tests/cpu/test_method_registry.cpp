@@ -85,6 +85,24 @@ TEST(MethodRegistry, CudaBuildsAttachTheMethodsDeviceBuilders) {
   }
   EXPECT_EQ(detail::grid_mask_entry().device, nullptr);  // built on the host only
 }
+
+// Heads go to their entry's builder; estimating builders only with device q and k at hand.
+TEST(MethodRegistry, CudaBuildsRouteHeadsToTheirBuilders) {
+  const PlanShape shape{1, 4, 512, 512, 64};
+  const auto route = [&](const std::string& text, bool device_inputs) {
+    return detail::device_builder_for(resolve_pattern(PatternSpec::parse(text)), shape, nullptr,
+                                      device_inputs);
+  };
+  const detail::DeviceBuilder* dense =
+      detail::static_pattern_entry(detail::StaticPattern::kDense).device;
+  EXPECT_EQ(route("dense", false), dense);
+  EXPECT_EQ(route("a-shape", true), dense);  // one builder serves every static pattern
+  EXPECT_EQ(route("vertical-slash", false), nullptr);
+  EXPECT_EQ(route("vertical-slash", true), detail::vertical_slash_entry().device);
+  EXPECT_EQ(route("grid", false), nullptr);
+  EXPECT_EQ(route("grid", true), detail::grid_entry().device);
+  EXPECT_EQ(route("grid-mask", true), nullptr);
+}
 #else
 TEST(MethodRegistry, CpuOnlyBuildsHaveNoDeviceBuilders) {
   for (const detail::PatternEntry* entry : detail::pattern_entries()) {
