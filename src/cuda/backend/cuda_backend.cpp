@@ -13,8 +13,8 @@
 #include "cuda/runtime/device_memory.h"
 #include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
+#include "methods/device_builder.h"
 #include "methods/estimate/index_builders.h"
-#include "methods/static/static_device.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -59,32 +59,30 @@ Plan dense_plan(const AttentionProblem& problem) {
   return builder.finish();
 }
 
-// One spec for every head slot: static patterns built by kernels, dynamic ones estimated by
-// kernels from device inputs; std::nullopt for the host builders.
+// One spec for every head slot, built by its method's device builder (methods/device_builder.h):
+// static patterns by kernels, dynamic ones estimated by kernels from device inputs; std::nullopt
+// for the host builders.
 std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
                                                     const PlanShape& shape,
                                                     const ModalityLayout* layout, void* stream,
                                                     const PatternInputs* inputs) {
-  const bool estimate_on_device = inputs != nullptr && cuda::inputs_on_device(*inputs) &&
-                                  !cuda::builds_on_device(resolved.name);
-  if (!estimate_on_device && !cuda::builds_on_device(resolved.name)) return std::nullopt;
-  auto state = std::make_unique<CudaPreparedState>();
-  if (estimate_on_device) {
-    if (!cuda::builds_dynamic_on_device(resolved, shape, layout) &&
-        !cuda::builds_grid_on_device(resolved, shape, layout)) {
-      throw Error(ErrorCode::kUnsupported,
-                  "prepare_pattern: " + resolved.to_string() +
-                      " is not built on the GPU (vertical-slash and grid heads are, unless a "
-                      "Q/2D-boundary query group's last rows form more than 16 runs); pass host "
-                      "inputs to build it on the host");
-    }
-    state->device_passes.push_back(cuda::build_dynamic_plan_on_device(
-        resolved, shape, layout, cuda::make_estimate_operands(resolved.name, *inputs, shape),
-        stream));
-    return built_pattern(std::move(state), true);
+  const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
+  const detail::DeviceBuilder* builder =
+      detail::device_builder_for(resolved, shape, layout, device_inputs);
+  if (builder == nullptr) {
+    if (!device_inputs) return std::nullopt;
+    throw Error(ErrorCode::kUnsupported,
+                "prepare_pattern: " + resolved.to_string() +
+                    " is not built on the GPU (vertical-slash and grid heads are, unless a "
+                    "Q/2D-boundary query group's last rows form more than 16 runs); pass host "
+                    "inputs to build it on the host");
   }
-  state->device_passes.push_back(cuda::build_static_plan_on_device(resolved, shape, stream));
-  return built_pattern(std::move(state), false);
+  std::optional<cuda::EstimateOperands> operands;
+  if (builder->estimates()) operands = cuda::make_estimate_operands(resolved.name, *inputs, shape);
+  auto state = std::make_unique<CudaPreparedState>();
+  state->device_passes.push_back(
+      builder->build(resolved, shape, layout, operands ? &*operands : nullptr, stream).plan);
+  return built_pattern(std::move(state), builder->estimates());
 }
 
 // One spec per head slot: every head built where the config builder builds it (kernels for
@@ -98,8 +96,9 @@ BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
   std::optional<cuda::EstimateOperands> operands;
   const auto estimated =
       std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
-        return !cuda::builds_on_device(spec.name) &&
-               cuda::builds_head_on_device(spec, shape, layout, device_inputs);
+        const detail::DeviceBuilder* builder =
+            detail::device_builder_for(spec, shape, layout, device_inputs);
+        return builder != nullptr && builder->estimates();
       });
   // Errors in the inputs name the first head's pattern that estimates from them.
   if (estimated != resolved.end()) {
@@ -114,10 +113,12 @@ BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
   auto state = std::make_unique<CudaPreparedState>();
   state->device_passes.push_back(std::move(build.plan));
   state->build_timer = std::move(build.timer);
-  // The inputs of dynamic heads are not kept, so there is no host copy to build later.
+  // Heads that no kernel builds without inputs (estimated ones, host-built dynamic ones) keep no
+  // inputs, so there is no host copy to build later.
   const bool estimated_on_device =
-      std::any_of(resolved.begin(), resolved.end(),
-                  [](const PatternSpec& spec) { return !cuda::builds_on_device(spec.name); });
+      std::any_of(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
+        return detail::device_builder_for(spec, shape, layout, false) == nullptr;
+      });
   return built_pattern(std::move(state), estimated_on_device);
 }
 
@@ -175,9 +176,7 @@ class CudaBackend final : public Backend {
 
   bool builds_pattern(const PatternSpec& resolved, const PlanShape& shape,
                       const ModalityLayout* layout) const override {
-    return cuda::builds_on_device(resolved.name) ||
-           cuda::builds_dynamic_on_device(resolved, shape, layout) ||
-           cuda::builds_grid_on_device(resolved, shape, layout);
+    return detail::device_builder_for(resolved, shape, layout, /*device_inputs=*/true) != nullptr;
   }
 
   std::optional<BuiltPattern> prepare_pattern(const PatternSpec& resolved, const PlanShape& shape,
