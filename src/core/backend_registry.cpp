@@ -56,7 +56,8 @@ bool is_known_type(DeviceType type) {
 }
 
 [[noreturn]] void throw_no_memory(const char* what, Device device) {
-  throw_invalid_argument(std::string(what) + " device", "a device with memory of its own (cuda:N)",
+  throw_invalid_argument(std::string(what) + " device",
+                         "a CUDA device (cuda:N), which has memory of its own",
                          device_name(device));
 }
 
