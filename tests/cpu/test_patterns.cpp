@@ -13,6 +13,7 @@
 #include "common/masked_oracle.h"
 #include "common/random.h"
 #include "common/errors.h"
+#include "core/engine_chunks.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"

@@ -14,6 +14,7 @@
 
 #include "attention_harness.h"
 #include "common/random.h"
+#include "core/engine_chunks.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "mmsparse/attention.h"
@@ -205,12 +206,12 @@ int32_t uploaded_lattice_step(const Plan& plan, int64_t pass) {
   return cuda::DevicePlan(plan, pass, nullptr).layout().lattice_step;
 }
 
-// Lattices (plan.h: kLatticeSpans strided spans of one step over consecutive keys and one count of
-// periods; tensor boxes on the wgmma kernel, gathers on mma.sync): random groups of random steps
-// and counts (last chunks often partial, their boxes copying keys past the lattice) beside spans,
-// strided spans and columns under random positional masks (a band's period seldom divides the
-// step: per-score masks), then the grid mask's bands as lattices (the band's period is the step:
-// bit-set masks and the phase classification of its chunks; kv_len's partial last period cuts
+// Lattices (engine_chunks.h: kLatticeSpans strided spans of one step over consecutive keys and one
+// count of periods; tensor boxes on the wgmma kernel, gathers on mma.sync): random groups of random
+// steps and counts (last chunks often partial, their boxes copying keys past the lattice) beside
+// spans, strided spans and columns under random positional masks (a band's period seldom divides
+// the step: per-score masks), then the grid mask's bands as lattices (the band's period is the
+// step: bit-set masks and the phase classification of its chunks; kv_len's partial last period cuts
 // lattices short of whole chunks).
 TEST_P(GpuAttention, LatticeChunks) {
   constexpr int64_t kLatticeGroups = 3;
