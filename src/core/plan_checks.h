@@ -1,17 +1,15 @@
 #pragma once
 // Checks and error helpers that plan validation (plan_validation.cpp) shares with the plan's
 // accessors, the builder and the coverage functions (plan.cpp), so that every plan error reads the
-// same way.
+// same way. Ranges in messages are layout_internal.h's range_string, as in the layout's errors.
 
 #include <cstdint>
 #include <string>
 
+#include "core/layout_internal.h"
 #include "mmsparse/plan.h"
 
 namespace mmsparse::detail {
-
-// "[begin, end)" for error messages.
-std::string range_string(int64_t begin, int64_t end);
 
 // Throws kInvalidArgument "plan.<field>: <message>".
 [[noreturn]] void fail(const std::string& field, const std::string& message);

@@ -18,12 +18,6 @@ namespace mmsparse {
 
 namespace detail {
 
-std::string range_string(int64_t begin, int64_t end) {
-  std::string text = "[";  // appended piecewise: "[" + to_string(...) trips GCC 12's -Wrestrict
-  text.append(std::to_string(begin)).append(", ").append(std::to_string(end)).append(")");
-  return text;
-}
-
 [[noreturn]] void fail(const std::string& field, const std::string& message) {
   throw Error(ErrorCode::kInvalidArgument, "plan." + field + ": " + message);
 }
