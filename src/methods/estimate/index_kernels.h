@@ -38,6 +38,8 @@ inline constexpr int64_t kEstimateChunkKeys = 64;
 // Bounds of the estimate kernels' shared memory (one K chunk, one Q tile, one row of diagonal sums
 // per estimate row plus a chunk).
 inline constexpr int64_t kMaxEstimateRows = 1024;
+// Diagonal entries a block holds per key chunk: every estimate row's plus a chunk's.
+inline constexpr int64_t kMaxEstimateDiagonals = kMaxEstimateRows + kEstimateChunkKeys - 1;
 inline constexpr int64_t kMaxEstimateHeadDim = 128;
 inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
 // Operand rows load as 16-byte vectors of 16-bit elements.
