@@ -43,12 +43,23 @@ struct PatternSpec {
   int64_t param(const std::string& key, int64_t fallback) const;
 };
 
+// A parameter whose default is set for MMInference's 128K-token sequences: scale_spec_to_length
+// (mmsparse/tools/search.h) scales it in proportion to shorter sequences, never below `minimum`
+// nor below the value of the parameter `minimum_param` when one is named.
+struct LengthScaledParam {
+  std::string key;
+  int64_t minimum = 0;
+  std::string minimum_param = {};
+};
+
 // Names of the patterns build_plan knows, with one line of description each.
 struct PatternInfo {
   std::string name;
   std::string description;
   std::string default_spec;
   bool dynamic = false;  // estimated from PatternInputs (build_plan needs them)
+  // Parameters scaled to the sequence length; the pattern's defaults must not depend on a layout.
+  std::vector<LengthScaledParam> length_scaled = {};
 };
 const std::vector<PatternInfo>& known_patterns();
 // Whether the spec names a dynamic pattern (PatternInfo::dynamic: build_plan needs PatternInputs);

@@ -1,7 +1,6 @@
 // Public attention entry points: validate every argument (errors name the argument, the expected
 // value and what was given), then hand the work to the backend of the tensors' device.
 
-#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -9,13 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/reference_attention.h"
-#ifdef MMSPARSE_WITH_CUDA
-#include "cuda/runtime/config_builder.h"
-#include "cuda/runtime/engine.h"
-#include "methods/estimate/index_builders.h"
-#include "methods/static/static_device.h"
-#endif
+#include "core/backend.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
@@ -107,54 +100,6 @@ void check_options(const AttentionOptions& options) {
 // Nothing to compute; validation has run, so the call is a defined no-op (see attention.h).
 bool is_empty(const AttentionProblem& problem) { return problem.batch == 0 || problem.q_len == 0; }
 
-[[noreturn]] void no_cuda_backend(const char* entry_point, Device device, const char* why) {
-  throw Error(ErrorCode::kUnsupported, std::string(entry_point) + ": tensors on " +
-                                           device_name(device) + " " + why +
-                                           "; pass host tensors to run the CPU reference");
-}
-
-// The single point where the device chooses the backend: `cpu` runs the reference backend,
-// `gpu` the CUDA engine (absent from CPU-only builds).
-template <class CpuCall, class GpuCall>
-void dispatch(const char* entry_point, Device device, const CpuCall& cpu, const GpuCall& gpu) {
-  switch (device.type) {
-    case DeviceType::kCPU:
-      cpu();
-      return;
-    case DeviceType::kCUDA:
-#ifdef MMSPARSE_WITH_CUDA
-      gpu();
-      return;
-#else
-      (void)gpu;
-      no_cuda_backend(entry_point, device, "need the CUDA engine, which this build does not have");
-#endif
-  }
-  throw_invalid_argument(std::string(entry_point) + " device", "cpu or cuda", device_name(device));
-}
-
-#ifdef MMSPARSE_WITH_CUDA
-// Dense attention as a plan for the engine: one span per tile, to the diagonal when causal.
-Plan dense_plan(const AttentionProblem& problem) {
-  const int64_t tile_rows = preferred_tile_rows(problem.device, problem.head_dim);
-  PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, tile_rows});
-  const MaskPolicy mask{.causal = problem.causal};
-  for (int64_t head = 0; head < problem.q_heads; ++head) {
-    builder.begin_head();
-    for (int64_t begin = 0; begin < problem.q_len; begin += tile_rows) {
-      const int64_t end = std::min(problem.q_len, begin + tile_rows);
-      const int64_t keys_end =
-          problem.causal ? std::clamp<int64_t>(end - 1 + problem.causal_offset() + 1, 0,
-                                               problem.kv_len)
-                         : problem.kv_len;
-      builder.begin_tile(begin, end, mask);
-      builder.add_span(0, keys_end);
-    }
-  }
-  return builder.finish();
-}
-#endif
-
 void check_plan(const PlanShape& shape, const AttentionProblem& problem) {
   check_extent("plan heads", shape.heads, problem.q_heads, " (q_heads of q)");
   check_extent("plan q_len", shape.q_len, problem.q_len, " (q_len of q)");
@@ -229,15 +174,8 @@ void attention_dense(const TensorView& q, const TensorView& k, const TensorView&
   const AttentionProblem problem = describe_attention(q, k, v, options);
   check_outputs(problem, out, lse);
   if (is_empty(problem)) return;
-  dispatch(
-      "attention_dense", problem.device,
-      [&] { cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads); },
-      [&] {
-#ifdef MMSPARSE_WITH_CUDA
-        cuda::attention_planned(dense_plan(problem),
-                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
-#endif
-      });
+  backend_for_tensors("attention_dense", problem.device)
+      .attention_dense(problem, q, k, v, out, lse, options);
 }
 
 void attention_planned(const Plan& plan, const TensorView& q, const TensorView& k,
@@ -247,32 +185,13 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
   check_outputs(problem, out, lse);
   check_plan(plan.shape, problem);
   if (is_empty(problem)) return;
-  dispatch(
-      "attention_planned", problem.device,
-      [&] {
-        // The oracle walks the plan's arrays directly, so it proves them consistent first.
-        plan.validate();
-        cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads);
-      },
-      [&] {
-#ifdef MMSPARSE_WITH_CUDA
-        // The upload validates the plan.
-        cuda::attention_planned(plan,
-                                cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
-#endif
-      });
+  backend_for_tensors("attention_planned", problem.device)
+      .attention_planned(problem, plan, q, k, v, out, lse, options);
 }
 
 int64_t preferred_tile_rows(Device device, int64_t head_dim) {
-#ifdef MMSPARSE_WITH_CUDA
-  if (device.type == DeviceType::kCUDA && head_dim == cuda::kWgmmaHeadDim) {
-    return cuda::kMaxTileRows;
-  }
-#else
-  (void)device;
-  (void)head_dim;
-#endif
-  return kDefaultTileRows;
+  const Backend* backend = find_backend(device.type);
+  return backend != nullptr ? backend->preferred_tile_rows(head_dim) : kDefaultTileRows;
 }
 
 struct PreparedPlan::Impl {
@@ -285,11 +204,22 @@ struct PreparedPlan::Impl {
   std::vector<PatternSpec> device_built_specs;  // resolved: one for every head, or one per head
   // A dynamic plan from device tensors, or a per-head config with dynamic heads: no host copy.
   bool estimated_on_device = false;
-#ifdef MMSPARSE_WITH_CUDA
-  std::vector<cuda::DevicePlan> device_passes;                // the device copy, one entry per pass
-  std::shared_ptr<const cuda::ConfigBuildTimer> build_timer;  // per-head configs on the device
-#endif
+  // The backend's own state (a device copy, build timings); never null.
+  std::unique_ptr<PreparedState> state;
 };
+
+namespace {
+
+std::unique_ptr<PreparedPlan::Impl> make_impl(const PlanShape& shape, Device device,
+                                              std::unique_ptr<PreparedState> state) {
+  auto impl = std::make_unique<PreparedPlan::Impl>();
+  impl->shape = shape;
+  impl->device = device;
+  impl->state = std::move(state);
+  return impl;
+}
+
+}  // namespace
 
 PreparedPlan::PreparedPlan() = default;
 PreparedPlan::~PreparedPlan() = default;
@@ -316,9 +246,10 @@ const Plan& PreparedPlan::plan() const {
 
 PlanBuildTimes PreparedPlan::build_times() const {
   (void)shape();  // throws for an empty plan
-#ifdef MMSPARSE_WITH_CUDA
-  if (impl_->build_timer) return cuda::config_build_times(*impl_->build_timer);
-#endif
+  // A prepared plan's backend is registered (prepare_* found it).
+  std::optional<PlanBuildTimes> times =
+      find_backend(impl_->device.type)->build_times(*impl_->state);
+  if (times) return *std::move(times);
   throw Error(ErrorCode::kUnsupported,
               "PreparedPlan::build_times: recorded only for plans prepare_pattern builds from "
               "per-head specs on a CUDA device");
@@ -335,19 +266,10 @@ const PlanShape& PreparedPlan::shape() const {
 Device PreparedPlan::device() const { return impl_ ? impl_->device : Device{}; }
 
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
+  std::unique_ptr<PreparedState> state =
+      backend_for_tensors("prepare_plan", device).prepare_plan(plan, device, stream);
   PreparedPlan prepared;
-  prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
-  prepared.impl_->shape = plan.shape;
-  prepared.impl_->device = device;
-  dispatch(
-      "prepare_plan", device, [&] { plan.validate(); },
-      [&] {
-#ifdef MMSPARSE_WITH_CUDA
-        // The upload validates the plan.
-        prepared.impl_->device_passes = cuda::upload_passes(plan, stream);
-#endif
-      });
-  (void)stream;
+  prepared.impl_ = make_impl(plan.shape, device, std::move(state));
   prepared.impl_->plan = std::move(plan);
   return prepared;
 }
@@ -355,53 +277,38 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream) {
 bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
                            const ModalityLayout* layout, Device device) {
   const PatternSpec resolved = resolve_pattern(spec, layout);
-#ifdef MMSPARSE_WITH_CUDA
-  return device.type == DeviceType::kCUDA &&
-         (cuda::builds_on_device(resolved.name) ||
-          cuda::builds_dynamic_on_device(resolved, shape, layout) ||
-          cuda::builds_grid_on_device(resolved, shape, layout));
-#else
-  (void)shape;
-  (void)device;
-  return false;
-#endif
+  const Backend* backend = find_backend(device.type);
+  return backend != nullptr && backend->builds_pattern(resolved, shape, layout);
 }
+
+namespace {
+
+// A plan the backend built itself from `resolved` (one spec for every head, or one per head).
+std::unique_ptr<PreparedPlan::Impl> built_impl(BuiltPattern built,
+                                               std::vector<PatternSpec> resolved,
+                                               const PlanShape& shape, Device device) {
+  std::unique_ptr<PreparedPlan::Impl> impl = make_impl(shape, device, std::move(built.state));
+  impl->estimated_on_device = built.estimated_on_device;
+  impl->device_built_specs = std::move(resolved);
+  return impl;
+}
+
+}  // namespace
 
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream,
                              const PatternInputs* inputs) {
   PatternSpec resolved = resolve_pattern(spec, layout);
-#ifdef MMSPARSE_WITH_CUDA
-  const bool estimate_on_device = inputs != nullptr && cuda::inputs_on_device(*inputs) &&
-                                  !cuda::builds_on_device(resolved.name);
-  if (device.type == DeviceType::kCUDA &&
-      (estimate_on_device || cuda::builds_on_device(resolved.name))) {
-    PreparedPlan prepared;
-    prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
-    prepared.impl_->shape = shape;
-    prepared.impl_->device = device;
-    if (estimate_on_device) {
-      if (!cuda::builds_dynamic_on_device(resolved, shape, layout) &&
-          !cuda::builds_grid_on_device(resolved, shape, layout)) {
-        throw Error(ErrorCode::kUnsupported,
-                    "prepare_pattern: " + resolved.to_string() +
-                        " is not built on the GPU (vertical-slash and grid heads are, unless a "
-                        "Q/2D-boundary query group's last rows form more than 16 runs); pass host "
-                        "inputs to build it on the host");
-      }
-      prepared.impl_->device_passes.push_back(cuda::build_dynamic_plan_on_device(
-          resolved, shape, layout, cuda::make_estimate_operands(resolved.name, *inputs, shape),
-          stream));
-      prepared.impl_->estimated_on_device = true;
-    } else {
-      prepared.impl_->device_passes.push_back(
-          cuda::build_static_plan_on_device(resolved, shape, stream));
-    }
-    prepared.impl_->device_built_specs = {std::move(resolved)};
-    return prepared;
+  // Without a backend for the device, prepare_plan says so.
+  Backend* backend = find_backend(device.type);
+  std::optional<BuiltPattern> built;
+  if (backend != nullptr) {
+    built = backend->prepare_pattern(resolved, shape, layout, device, stream, inputs);
   }
-#endif
-  return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
+  if (!built) return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
+  PreparedPlan prepared;
+  prepared.impl_ = built_impl(*std::move(built), {std::move(resolved)}, shape, device);
+  return prepared;
 }
 
 PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanShape& shape,
@@ -415,41 +322,15 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
   }
   std::vector<PatternSpec> resolved;
   for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec, layout));
-#ifdef MMSPARSE_WITH_CUDA
-  if (device.type == DeviceType::kCUDA) {
-    const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
-    std::optional<cuda::EstimateOperands> operands;
-    const auto estimated =
-        std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
-          return !cuda::builds_on_device(spec.name) &&
-                 cuda::builds_head_on_device(spec, shape, layout, device_inputs);
-        });
-    // Errors in the inputs name the first head's pattern that estimates from them.
-    if (estimated != resolved.end()) {
-      operands = cuda::make_estimate_operands(estimated->name, *inputs, shape);
-    }
-    cuda::ConfigInputs config_inputs;
-    config_inputs.layout = layout;
-    config_inputs.device = operands ? &*operands : nullptr;
-    config_inputs.host = device_inputs ? host_inputs : inputs;
-    cuda::ConfigBuild build =
-        cuda::build_config_plan_on_device(resolved, shape, config_inputs, stream);
-    PreparedPlan prepared;
-    prepared.impl_ = std::make_unique<PreparedPlan::Impl>();
-    prepared.impl_->shape = shape;
-    prepared.impl_->device = device;
-    prepared.impl_->device_passes.push_back(std::move(build.plan));
-    prepared.impl_->build_timer = std::move(build.timer);
-    // The inputs of dynamic heads are not kept, so there is no host copy to build later.
-    prepared.impl_->estimated_on_device =
-        std::any_of(resolved.begin(), resolved.end(),
-                    [](const PatternSpec& spec) { return !cuda::builds_on_device(spec.name); });
-    prepared.impl_->device_built_specs = std::move(resolved);
-    return prepared;
+  Backend* backend = find_backend(device.type);
+  std::optional<BuiltPattern> built;
+  if (backend != nullptr) {
+    built = backend->prepare_pattern(resolved, shape, layout, device, stream, inputs, host_inputs);
   }
-#endif
-  (void)host_inputs;
-  return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
+  if (!built) return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
+  PreparedPlan prepared;
+  prepared.impl_ = built_impl(*std::move(built), std::move(resolved), shape, device);
+  return prepared;
 }
 
 void attention_planned(const PreparedPlan& prepared, const TensorView& q, const TensorView& k,
@@ -460,22 +341,13 @@ void attention_planned(const PreparedPlan& prepared, const TensorView& q, const 
   check_outputs(problem, out, lse);
   check_plan(shape, problem);
   if (!(prepared.device() == problem.device)) {
-    throw_invalid_argument("prepared plan device", device_name(problem.device) + " (the device of q)",
+    throw_invalid_argument("prepared plan device",
+                           device_name(problem.device) + " (the device of q)",
                            device_name(prepared.device()));
   }
   if (is_empty(problem)) return;
-  dispatch(
-      "attention_planned", problem.device,
-      [&] {
-        cpu::attention_planned(problem, prepared.plan(), q, k, v, out, lse, options.num_threads);
-      },
-      [&] {
-#ifdef MMSPARSE_WITH_CUDA
-        cuda::attention_passes(
-            prepared.impl_->device_passes,
-            cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
-#endif
-      });
+  backend_for_tensors("attention_planned", problem.device)
+      .attention_prepared(problem, prepared, *prepared.impl_->state, q, k, v, out, lse, options);
 }
 
 void attention_masked(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -494,13 +366,8 @@ void attention_masked(const TensorView& q, const TensorView& k, const TensorView
   check_shape("mask", mask, {mask.shape[0], problem.q_heads, problem.q_len, problem.kv_len},
               " ([batch or 1, q_heads, q_len, kv_len])");
   if (is_empty(problem)) return;
-  dispatch(
-      "attention_masked", problem.device,
-      [&] { cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads); },
-      [&] {
-        no_cuda_backend("attention_masked", problem.device,
-                        "are not served: the masked-dense oracle is CPU-only");
-      });
+  backend_for_tensors("attention_masked", problem.device)
+      .attention_masked(problem, q, k, v, mask, out, lse, options);
 }
 
 void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
@@ -532,15 +399,7 @@ void merge_partials(std::span<const TensorView> outs, std::span<const TensorView
     check_device(lse_name, lses[p], out.device, " (the device of out)");
   }
   if (out.numel() == 0 && lse.numel() == 0) return;
-  dispatch(
-      "merge_partials", out.device,
-      [&] { cpu::merge_partials(outs, lses, out, lse, options.num_threads); },
-      [&] {
-#ifdef MMSPARSE_WITH_CUDA
-        const std::vector<cuda::MergePart> parts = cuda::make_merge_parts(outs, lses);
-        cuda::merge_partials(cuda::make_merge_args(parts, out, lse, options.stream));
-#endif
-      });
+  backend_for_tensors("merge_partials", out.device).merge_partials(outs, lses, out, lse, options);
 }
 
 }  // namespace mmsparse

@@ -1,8 +1,6 @@
 #include "mmsparse/build_info.h"
 
-#ifdef MMSPARSE_WITH_CUDA
-#include "cuda/runtime/device_query.h"
-#endif
+#include "core/backend.h"
 
 namespace mmsparse {
 
@@ -16,21 +14,20 @@ BuildInfo build_info() {
 #else
   info.compiler = "unknown";
 #endif
-  info.backends.push_back("cpu-reference");
-#ifdef MMSPARSE_WITH_CUDA
-  info.cuda_enabled = true;
-  info.cuda_version = cuda::toolkit_version();
-  info.backends.push_back("cuda-sm90a");
-#endif
+  for (const Backend* backend : registered_backends()) {
+    info.backends.push_back(backend->name());
+    backend->describe(info);
+  }
   return info;
 }
 
 std::vector<GpuInfo> visible_gpus() {
-#ifdef MMSPARSE_WITH_CUDA
-  return cuda::list_gpus();
-#else
-  return {};
-#endif
+  std::vector<GpuInfo> gpus;
+  for (const Backend* backend : registered_backends()) {
+    const std::vector<GpuInfo> found = backend->visible_gpus();
+    gpus.insert(gpus.end(), found.begin(), found.end());
+  }
+  return gpus;
 }
 
 }  // namespace mmsparse

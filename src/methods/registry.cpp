@@ -7,9 +7,12 @@
 #include <string_view>
 #include <vector>
 
-#include "mmsparse/status.h"
 #include "methods/estimate/estimation.h"
+#include "methods/grid/grid.h"
 #include "methods/pattern_names.h"
+#include "methods/static/static_patterns.h"
+#include "methods/vertical_slash/vertical_slash.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse {
 
@@ -32,6 +35,25 @@ bool checked_flag(const PatternSpec& spec, const std::string& key) {
   return value == 1;
 }
 
+const std::vector<const PatternEntry*>& pattern_entries() {
+  static const std::vector<const PatternEntry*> table = [] {
+    std::vector<const PatternEntry*> entries;
+    for (StaticPattern pattern : kStaticPatterns) entries.push_back(&static_pattern_entry(pattern));
+    entries.push_back(&vertical_slash_entry());
+    entries.push_back(&grid_entry());
+    entries.push_back(&grid_mask_entry());
+    return entries;
+  }();
+  return table;
+}
+
+const PatternEntry* find_pattern_entry(std::string_view name) {
+  for (const PatternEntry* entry : pattern_entries()) {
+    if (entry->info.name == name) return entry;
+  }
+  return nullptr;
+}
+
 }  // namespace detail
 
 namespace {
@@ -39,26 +61,8 @@ namespace {
 // Tokens per frame for the SF patterns when no layout with a video gives it.
 constexpr int64_t kDefaultTokensPerFrame = 256;
 
-const std::vector<detail::PatternEntry>& pattern_table() {
-  static const std::vector<detail::PatternEntry> table = [] {
-    std::vector<detail::PatternEntry> entries = detail::static_pattern_entries();
-    entries.push_back(detail::vertical_slash_entry());
-    entries.push_back(detail::grid_entry());
-    entries.push_back(detail::grid_mask_entry());
-    return entries;
-  }();
-  return table;
-}
-
-const detail::PatternEntry* find_pattern(std::string_view name) {
-  for (const detail::PatternEntry& entry : pattern_table()) {
-    if (entry.info.name == name) return &entry;
-  }
-  return nullptr;
-}
-
 const detail::PatternEntry& known_pattern(std::string_view name) {
-  const detail::PatternEntry* entry = find_pattern(name);
+  const detail::PatternEntry* entry = detail::find_pattern_entry(name);
   if (entry == nullptr) {
     throw_invalid_argument("pattern", "one of " + known_pattern_names(),
                            "\"" + std::string(name) + "\"");
@@ -68,12 +72,12 @@ const detail::PatternEntry& known_pattern(std::string_view name) {
 
 }  // namespace
 
-bool is_known_pattern(std::string_view name) { return find_pattern(name) != nullptr; }
+bool is_known_pattern(std::string_view name) { return detail::find_pattern_entry(name) != nullptr; }
 
 std::string known_pattern_names() {
   std::string names;
-  for (const detail::PatternEntry& entry : pattern_table()) {
-    names += (names.empty() ? "" : ", ") + entry.info.name;
+  for (const detail::PatternEntry* entry : detail::pattern_entries()) {
+    names += (names.empty() ? "" : ", ") + entry->info.name;
   }
   return names;
 }
@@ -81,7 +85,7 @@ std::string known_pattern_names() {
 const std::vector<PatternInfo>& known_patterns() {
   static const std::vector<PatternInfo> infos = [] {
     std::vector<PatternInfo> list;
-    for (const detail::PatternEntry& entry : pattern_table()) list.push_back(entry.info);
+    for (const detail::PatternEntry* entry : detail::pattern_entries()) list.push_back(entry->info);
     return list;
   }();
   return infos;

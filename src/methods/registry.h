@@ -1,12 +1,22 @@
 #pragma once
-// The table of patterns build_plan knows. Each pattern family (static_patterns.cpp,
-// vertical_slash.cpp, grid.cpp) contributes its entries; methods/registry.cpp resolves specs
-// against the table and drives the builders head slot by head slot.
+// The table of patterns build_plan knows. Each method folder contributes its entries (one
+// function in the method's own header returns each: static_pattern_entry, grid_mask_entry,
+// vertical_slash_entry, grid_entry); methods/registry.cpp lists them, resolves specs against them
+// and drives the host builders head slot by head slot.
+//
+// Device builders. An entry's `device` slot holds the method's device builder
+// (methods/device_builder.h), or null where the method builds on the host only. The host library
+// never references device code: in CUDA builds the method's device file fills the slot during
+// static initialisation (a DeviceBuilderRegistration naming the entry through that function), and
+// in a CPU-only build nothing fills it, so every head is built on the host. Entries live in
+// function-local statics, so a registration may run before or after the table is first used.
+// Adding a method: docs/adding-a-method.md.
 
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mmsparse/patterns.h"
@@ -14,6 +24,7 @@
 namespace mmsparse::detail {
 
 class KeyCache;
+class DeviceBuilder;
 
 // What a head builder may read besides its resolved spec.
 struct HeadContext {
@@ -37,13 +48,18 @@ struct PatternEntry {
   DefaultParams defaults;
   int64_t passes = 1;
   PassesHeadBuilder build_passes = nullptr;  // patterns of more than one pass
+  // The method's device builder; filled by its device file in CUDA builds (see above).
+  const DeviceBuilder* device = nullptr;
 };
 
-// The families' entries, in the order known_patterns() lists them.
-std::vector<PatternEntry> static_pattern_entries();
-PatternEntry vertical_slash_entry();
-PatternEntry grid_entry();
-PatternEntry grid_mask_entry();
+// Every entry, in the order known_patterns() lists them.
+const std::vector<const PatternEntry*>& pattern_entries();
+// The entry named `name`, or null.
+const PatternEntry* find_pattern_entry(std::string_view name);
+// Whether `spec` names `entry`'s pattern.
+inline bool is_spec_of(const PatternSpec& spec, const PatternEntry& entry) {
+  return spec.name == entry.info.name;
+}
 
 // Reads a parameter of a resolved spec (resolve_pattern filled every default in); throws naming
 // "<pattern> parameter <key>" when it is below `minimum`.

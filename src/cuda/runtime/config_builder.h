@@ -8,11 +8,12 @@
 // device the runs and tiles sections are capacities too (as a grid plan's, index_builders.h): the
 // real tiles of every head slot first, then empty tiles (no rows, no keys) scheduled last.
 //
-// Sections: one per distinct static spec (built for a single head and replicated onto every head
-// slot that uses it), one per distinct vertical-slash or grid spec with boundary 0 or 1 estimated
-// from device q and k over just its query heads, and one for every other head (vertical-slash and
-// grid with boundary 2 or 3, or dynamic heads without device inputs), built on the host and
-// uploaded.
+// Sections: one per distinct spec whose method's device builder builds it
+// (methods/device_builder.h, detail::device_builder_for): a replicating builder (the static
+// patterns) for a single head slot, replicated onto every head slot that uses the spec; an
+// estimating one (vertical-slash, grid) from device q and k over just its query heads. Every other
+// head (one a device builder does not take for its shape and layout, or a dynamic head without
+// device inputs) is built in one host section and uploaded.
 // Only the host section reads host memory; the device sections and the concatenation take their
 // sizes from the shape and the budgets, with no host synchronisation.
 
@@ -27,9 +28,9 @@
 
 namespace mmsparse::cuda {
 
-// Whether a head of `resolved_spec` is built by kernels: static patterns always, vertical-slash
-// and grid heads the GPU estimate builds (builds_dynamic_on_device, builds_grid_on_device) when
-// device q and k are at hand.
+// Whether a head of `resolved_spec` is built by kernels: detail::device_builder_for is not null
+// (static patterns always; vertical-slash and grid heads the GPU estimate builds when device q and
+// k are at hand).
 bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout, bool device_inputs);
 

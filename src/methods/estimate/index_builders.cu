@@ -16,13 +16,13 @@
 #include "cuda/runtime/plan_view.cuh"
 #include "mmsparse/status.h"
 #include "methods/estimate/modality_boundary.h"
+#include "methods/grid/grid.h"
+#include "methods/vertical_slash/vertical_slash.h"
 
 namespace mmsparse::cuda {
 namespace {
 
 constexpr int kOperandDims = 4;
-constexpr char kVerticalSlash[] = "vertical-slash";
-constexpr char kGrid[] = "grid";
 // Grid dimension y of the estimate kernels: KV heads of the batch, and head slots.
 constexpr int64_t kMaxGridY = 65535;
 
@@ -175,7 +175,7 @@ detail::BoundaryMode spec_boundary(const PatternSpec& resolved_spec) {
 
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout) {
-  if (resolved_spec.name != kVerticalSlash) return false;
+  if (!detail::is_spec_of(resolved_spec, detail::vertical_slash_entry())) return false;
   switch (spec_boundary(resolved_spec)) {
     case detail::BoundaryMode::kNone:
     case detail::BoundaryMode::kKey:
@@ -193,7 +193,7 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
 
 bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout) {
-  if (resolved_spec.name != kGrid) return false;
+  if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) return false;
   switch (spec_boundary(resolved_spec)) {
     case detail::BoundaryMode::kNone:
     case detail::BoundaryMode::kKey:
@@ -261,14 +261,16 @@ index::PlanSections plan_sections(void* buffer, const DevicePlanLayout& layout) 
 DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                         const ModalityLayout* layout,
                                         const EstimateOperands& operands, void* stream) {
-  if (resolved_spec.name == kGrid) {
+  const detail::PatternEntry& vertical_slash = detail::vertical_slash_entry();
+  const detail::PatternEntry& grid = detail::grid_entry();
+  if (detail::is_spec_of(resolved_spec, grid)) {
     return build_grid_plan_on_device(resolved_spec, shape, layout, operands, stream);
   }
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
-  if (resolved_spec.name != kVerticalSlash) {
+  if (!detail::is_spec_of(resolved_spec, vertical_slash)) {
     throw Error(ErrorCode::kUnsupported, "build_dynamic_plan_on_device pattern: expected " +
-                                             std::string(kVerticalSlash) + " or " + kGrid +
+                                             vertical_slash.info.name + " or " + grid.info.name +
                                              ", got \"" + resolved_spec.name + "\"");
   }
   check_estimated_heads(operands, shape);
@@ -291,10 +293,10 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
                                      void* stream, detail::GridLines* chosen) {
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
-  if (resolved_spec.name != kGrid) {
+  if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) {
     throw Error(ErrorCode::kUnsupported, "build_grid_plan_on_device pattern: expected " +
-                                             std::string(kGrid) + ", got \"" + resolved_spec.name +
-                                             "\"");
+                                             detail::grid_entry().info.name + ", got \"" +
+                                             resolved_spec.name + "\"");
   }
   check_estimated_heads(operands, shape);
   const index::GridBuild build = index::plan_grid(resolved_spec, shape, layout);

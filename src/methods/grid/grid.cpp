@@ -281,8 +281,8 @@ GridLines search_grid(const Estimate& estimate, const GridOptions& options, doub
   return best.best.lines;
 }
 
-PatternEntry grid_entry() {
-  return {
+PatternEntry& grid_entry() {
+  static PatternEntry entry{
       {"grid",
        "MMInference grid head (Alg. 1): vertical, horizontal and slash lines of stride `stride` "
        "(0: searched up to max_stride on the last-q estimate) plus sink keys and a local "
@@ -292,6 +292,7 @@ PatternEntry grid_entry() {
        "grid:stride=0,hline=1,vline=1,slash=1,max_stride=1024", true},
       build_grid,
       grid_params};
+  return entry;
 }
 
 }  // namespace mmsparse::detail

@@ -42,6 +42,7 @@
 
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/estimation.h"
+#include "methods/registry.h"
 #include "mmsparse/patterns.h"
 
 namespace mmsparse::detail {
@@ -93,5 +94,8 @@ GridLines search_grid(const Estimate& estimate, const GridOptions& options,
 GridOptions grid_options(const PatternSpec& resolved_spec);
 // The grid of the given lines, e.g. to build the host plan of lines found elsewhere.
 std::unique_ptr<KeyPattern> make_grid_pattern(GridLines lines, const GridOptions& options);
+
+// The registry entry (its device builder: grid_device_builder.cu).
+PatternEntry& grid_entry();
 
 }  // namespace mmsparse::detail

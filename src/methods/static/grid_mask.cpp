@@ -42,6 +42,7 @@
 #include "core/engine_chunks.h"
 #include "methods/estimate/tile_keys.h"
 #include "methods/registry.h"
+#include "methods/static/static_patterns.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
@@ -238,8 +239,9 @@ Params grid_mask_params(int64_t) {
 
 }  // namespace
 
-PatternEntry grid_mask_entry() {
-  PatternEntry entry{
+PatternEntry& grid_mask_entry() {
+  static PatternEntry entry = [] {
+    PatternEntry grid_mask{
       {"grid-mask",
        "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); "
        "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
@@ -247,10 +249,12 @@ PatternEntry grid_mask_entry() {
        "14; a third pass gathers the keys no lattice reaches), gathered columns (columns=1) or "
        "spans; exact",
        "grid-mask:sink=128,local=1024,period=1024,band=64"},
-      nullptr,
-      grid_mask_params};
-  entry.passes = kPasses;
-  entry.build_passes = build_grid_mask;
+        nullptr,
+        grid_mask_params};
+    grid_mask.passes = kPasses;
+    grid_mask.build_passes = build_grid_mask;
+    return grid_mask;
+  }();
   return entry;
 }
 

@@ -12,7 +12,6 @@
 //           which is the host upload's heaviest-first stable sort.
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -27,8 +26,10 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_scratch.h"
 #include "cuda/runtime/plan_view.cuh"
+#include "methods/device_builder.h"
 #include "methods/registry.h"
 #include "methods/static/static_device.h"
+#include "methods/static/static_patterns.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -36,17 +37,7 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 
-enum class StaticPattern : int32_t { kDense, kAShape, kTriShape, kSfFixed, kSfStrided };
-
-struct PatternName {
-  const char* name;
-  StaticPattern pattern;
-};
-constexpr std::array<PatternName, 5> kPatternNames = {{{"dense", StaticPattern::kDense},
-                                                       {"a-shape", StaticPattern::kAShape},
-                                                       {"tri-shape", StaticPattern::kTriShape},
-                                                       {"sf-fixed", StaticPattern::kSfFixed},
-                                                       {"sf-strided", StaticPattern::kSfStrided}}};
+using detail::StaticPattern;
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t floor_div(int64_t a, int64_t b) {
@@ -312,18 +303,22 @@ __global__ void fill_tiles_kernel(TileGeometry geometry, MaskTable mask_table, F
   out.tile_indices[sort_item] = static_cast<int32_t>(index);
 }
 
-StaticPattern static_pattern(const std::string& name) {
-  for (const PatternName& entry : kPatternNames) {
-    if (name == entry.name) return entry.pattern;
+// The static pattern whose registry entry `spec` names.
+StaticPattern static_pattern(const PatternSpec& spec) {
+  std::string names;
+  for (std::size_t p = 0; p < detail::kStaticPatterns.size(); ++p) {
+    const detail::PatternEntry& entry = detail::static_pattern_entry(detail::kStaticPatterns[p]);
+    if (detail::is_spec_of(spec, entry)) return detail::kStaticPatterns[p];
+    const bool last = p + 1 == detail::kStaticPatterns.size();
+    names += (p == 0 ? "" : (last ? " or " : ", ")) + entry.info.name;
   }
-  throw_invalid_argument("build_static_plan_on_device pattern",
-                         "dense, a-shape, tri-shape, sf-fixed or sf-strided", "\"" + name + "\"");
+  throw_invalid_argument("build_static_plan_on_device pattern", names, "\"" + spec.name + "\"");
 }
 
 // The pattern's parameters (checked as the host builder checks them), tiling and mask table.
 TileGeometry make_geometry(const PatternSpec& spec, const PlanShape& shape,
                            std::vector<MaskPolicy>& masks) {
-  TileGeometry geometry{static_pattern(spec.name), shape.q_len, shape.kv_len, shape.tile_rows,
+  TileGeometry geometry{static_pattern(spec), shape.q_len, shape.kv_len, shape.tile_rows,
                         shape.causal_offset()};
   const int64_t q_len = shape.q_len;
   const int64_t rows = shape.tile_rows;
@@ -385,8 +380,8 @@ TileGeometry make_geometry(const PatternSpec& spec, const PlanShape& shape,
 }  // namespace
 
 bool builds_on_device(std::string_view pattern_name) {
-  return std::any_of(kPatternNames.begin(), kPatternNames.end(),
-                     [&](const PatternName& entry) { return pattern_name == entry.name; });
+  const detail::PatternEntry* entry = detail::find_pattern_entry(pattern_name);
+  return entry != nullptr && entry->device != nullptr && !entry->device->estimates();
 }
 
 std::vector<MaskPolicy> static_plan_masks(const PatternSpec& resolved_spec,

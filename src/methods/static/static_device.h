@@ -16,8 +16,8 @@ namespace mmsparse::cuda {
 // Tri-shape uses two mask policies (A-shape rows, then dense bottom rows); the others use one.
 inline constexpr int kMaxStaticMasks = 2;
 
-// Whether build_static_plan_on_device builds `pattern_name` (dense, a-shape, tri-shape, sf-fixed,
-// sf-strided).
+// Whether `pattern_name`'s registry entry has a device builder that needs no device inputs: the
+// patterns build_static_plan_on_device builds (dense, a-shape, tri-shape, sf-fixed, sf-strided).
 bool builds_on_device(std::string_view pattern_name);
 
 // `resolved_spec` comes from resolve_pattern (every parameter present; the layout only supplies

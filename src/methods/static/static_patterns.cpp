@@ -2,11 +2,15 @@
 // the pattern changes, so masks stay exact) with key spans and columns. The mask policy does the
 // element-wise work inside partially covered tiles: causal always, a window for A-shape.
 
+#include "methods/static/static_patterns.h"
+
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <utility>
 
-#include "mmsparse/patterns.h"
 #include "methods/registry.h"
+#include "mmsparse/patterns.h"
 
 namespace mmsparse::detail {
 
@@ -16,6 +20,9 @@ namespace {
 constexpr int64_t kDefaultSink = 128;
 constexpr int64_t kDefaultLocal = 4096;
 constexpr int64_t kDefaultBottom = 128;
+// Windows scaled to shorter sequences never shrink below one engine key chunk's worth of
+// neighbours.
+constexpr int64_t kMinScaledWindow = 64;
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
@@ -168,26 +175,38 @@ Params sf_strided_params(int64_t frame) { return {{"local", frame}, {"stride", f
 
 }  // namespace
 
-std::vector<PatternEntry> static_pattern_entries() {
-  return {
+PatternEntry& static_pattern_entry(StaticPattern pattern) {
+  // Indexed by StaticPattern.
+  static std::array<PatternEntry, kStaticPatterns.size()> entries = {{
       {{"dense", "causal attention over every key", "dense"}, build_dense, no_params},
-      {{"a-shape", "sink keys plus a local window (StreamingLLM); exact",
-        "a-shape:sink=128,local=4096"},
-       build_a_shape, a_shape_params},
-      {{"tri-shape", "a-shape, with the last `bottom` queries attending densely (causal); exact",
-        "tri-shape:sink=128,local=4096,bottom=128"},
-       build_tri_shape, tri_shape_params},
+      {{"a-shape",
+        "sink keys plus a local window (StreamingLLM); exact",
+        "a-shape:sink=128,local=4096",
+        false,
+        {{"local", kMinScaledWindow}}},
+       build_a_shape,
+       a_shape_params},
+      {{"tri-shape",
+        "a-shape, with the last `bottom` queries attending densely (causal); exact",
+        "tri-shape:sink=128,local=4096,bottom=128",
+        false,
+        {{"local", kMinScaledWindow}}},
+       build_tri_shape,
+       tri_shape_params},
       {{"sf-fixed",
         "Sparse Transformer fixed: own segment plus every vline_stride-th key; both default to "
         "tokens per frame (256 without video); exact",
         "sf-fixed"},
-       build_sf_fixed, sf_fixed_params},
+       build_sf_fixed,
+       sf_fixed_params},
       {{"sf-strided",
         "Sparse Transformer strided: local window plus every stride-th diagonal, as tile-wide "
         "bands (a superset of the lines); both default to tokens per frame (256 without video)",
         "sf-strided"},
-       build_sf_strided, sf_strided_params},
-  };
+       build_sf_strided,
+       sf_strided_params},
+  }};
+  return entries[static_cast<std::size_t>(pattern)];
 }
 
 }  // namespace mmsparse::detail

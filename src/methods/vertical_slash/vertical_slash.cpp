@@ -106,15 +106,20 @@ VerticalSlashLines select_vertical_slash(const Estimate& estimate, int64_t verti
           top_k(estimate.diagonal_sums(), slash, local)};
 }
 
-PatternEntry vertical_slash_entry() {
-  return {{"vertical-slash",
-           "MInference: top `vertical` key columns and `slash` diagonals of the last-q estimate "
-           "(first `sink` keys and `local` diagonals always kept); diagonals become tile-wide "
-           "bands (a superset of the lines, as MInference converts them); `boundary` 0 none, "
-           "1 K, 2 Q, 3 2D (MMInference §3.2)",
-           "vertical-slash:vertical=1000,slash=6096", true},
-          build_vertical_slash,
-          vertical_slash_params};
+PatternEntry& vertical_slash_entry() {
+  static PatternEntry entry{
+      {"vertical-slash",
+       "MInference: top `vertical` key columns and `slash` diagonals of the last-q estimate "
+       "(first `sink` keys and `local` diagonals always kept); diagonals become tile-wide "
+       "bands (a superset of the lines, as MInference converts them); `boundary` 0 none, "
+       "1 K, 2 Q, 3 2D (MMInference §3.2)",
+       "vertical-slash:vertical=1000,slash=6096",
+       true,
+       // The budgets count the lines always kept; they stay at least that large.
+       {{"vertical", 0, "sink"}, {"slash", 0, "local"}}},
+      build_vertical_slash,
+      vertical_slash_params};
+  return entry;
 }
 
 }  // namespace mmsparse::detail

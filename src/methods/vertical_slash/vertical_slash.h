@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "methods/estimate/estimation.h"
+#include "methods/registry.h"
 #include "mmsparse/patterns.h"
 
 namespace mmsparse::detail {
@@ -39,6 +40,9 @@ struct VerticalSlashBudgets {
   int64_t local = 0;
 };
 VerticalSlashBudgets vertical_slash_budgets(const PatternSpec& resolved_spec);
+
+// The registry entry (its device builder: vertical_slash_device_builder.cu).
+PatternEntry& vertical_slash_entry();
 
 VerticalSlashLines select_vertical_slash(const Estimate& estimate, int64_t vertical, int64_t slash,
                                          int64_t sink, int64_t local);

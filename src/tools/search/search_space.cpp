@@ -12,8 +12,6 @@ namespace {
 
 // The length the paper's Table 2/3 values are set for.
 constexpr int64_t kPaperSeqLen = 131072;
-// Scaled windows never shrink below one engine key chunk's worth of neighbours.
-constexpr int64_t kMinScaledWindow = 64;
 // Table 3's grid maximum stride.
 constexpr int64_t kGridMaxStride = 1024;
 // Grid stride 0: the stride is searched online from the input (Alg. 1).
@@ -60,20 +58,21 @@ PatternSpec grid_spec(int64_t stride, GridLines lines) {
 }  // namespace
 
 PatternSpec scale_spec_to_length(const PatternSpec& spec, int64_t seq_len) {
-  const bool window = spec.name == "a-shape" || spec.name == "tri-shape";
-  const bool lines = spec.name == "vertical-slash";
-  if (seq_len >= kPaperSeqLen || (!window && !lines)) return spec;
-  // These patterns' defaults do not depend on a layout, so they resolve without one.
+  const std::vector<PatternInfo>& known = known_patterns();
+  const auto info = std::find_if(known.begin(), known.end(), [&](const PatternInfo& pattern) {
+    return pattern.name == spec.name;
+  });
+  if (seq_len >= kPaperSeqLen || info == known.end() || info->length_scaled.empty()) return spec;
+  // Their defaults do not depend on a layout (PatternInfo::length_scaled), so they resolve without
+  // one.
   PatternSpec scaled = resolve_pattern(spec);
-  const auto scale = [&](const std::string& key, int64_t minimum) {
-    int64_t& value = scaled.params.at(key);
+  for (const LengthScaledParam& param : info->length_scaled) {
+    int64_t minimum = param.minimum;
+    if (!param.minimum_param.empty()) {
+      minimum = std::max(minimum, scaled.params.at(param.minimum_param));
+    }
+    int64_t& value = scaled.params.at(param.key);
     value = std::max(minimum, value * seq_len / kPaperSeqLen);
-  };
-  if (window) scale("local", kMinScaledWindow);
-  if (lines) {
-    // The budgets count the lines vertical-slash always keeps; they stay at least that large.
-    scale("vertical", scaled.params.at("sink"));
-    scale("slash", scaled.params.at("local"));
   }
   return scaled;
 }
@@ -108,7 +107,8 @@ std::vector<PatternSpec> search_space(const ModalityLayout& layout, int64_t seq_
     candidates.push_back({"a-shape", {{"sink", kAShapeSink}, {"local", local}}});
   }
   for (const VerticalSlash& sizes : kVerticalSlashSizes) {
-    candidates.push_back({"vertical-slash", {{"vertical", sizes.vertical}, {"slash", sizes.slash}}});
+    candidates.push_back(
+        {"vertical-slash", {{"vertical", sizes.vertical}, {"slash", sizes.slash}}});
   }
 
   std::vector<PatternSpec> space;

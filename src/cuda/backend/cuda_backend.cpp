@@ -1,0 +1,224 @@
+// The CUDA engine (sm_90a) behind the Backend interface (src/core/backend.h). It registers itself
+// at static initialisation, so this object must be linked whole: mmsparse::cuda links the
+// mmsparse_cuda library so. Plain C++: the engine's host interfaces carry no CUDA types.
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "cuda/runtime/config_builder.h"
+#include "cuda/runtime/device_memory.h"
+#include "cuda/runtime/device_query.h"
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/static/static_device.h"
+#include "mmsparse/status.h"
+
+namespace mmsparse::cuda {
+namespace {
+
+// A prepared plan on the GPU.
+class CudaPreparedState final : public PreparedState {
+ public:
+  std::vector<DevicePlan> device_passes;                // the device copy, one entry per pass
+  std::shared_ptr<const ConfigBuildTimer> build_timer;  // per-head configs on the device
+};
+
+const CudaPreparedState& cuda_state(const PreparedState& state) {
+  // The entry points hand a backend only the states it made (the prepared plan's device type).
+  return static_cast<const CudaPreparedState&>(state);
+}
+
+BuiltPattern built_pattern(std::unique_ptr<CudaPreparedState> state, bool estimated_on_device) {
+  BuiltPattern built;
+  built.state = std::move(state);
+  built.estimated_on_device = estimated_on_device;
+  return built;
+}
+
+// Dense attention as a plan for the engine: one span per tile, to the diagonal when causal.
+Plan dense_plan(const AttentionProblem& problem) {
+  const int64_t tile_rows = preferred_tile_rows(problem.device, problem.head_dim);
+  PlanBuilder builder({1, problem.q_heads, problem.q_len, problem.kv_len, tile_rows});
+  const MaskPolicy mask{.causal = problem.causal};
+  for (int64_t head = 0; head < problem.q_heads; ++head) {
+    builder.begin_head();
+    for (int64_t begin = 0; begin < problem.q_len; begin += tile_rows) {
+      const int64_t end = std::min(problem.q_len, begin + tile_rows);
+      const int64_t keys_end =
+          problem.causal
+              ? std::clamp<int64_t>(end - 1 + problem.causal_offset() + 1, 0, problem.kv_len)
+              : problem.kv_len;
+      builder.begin_tile(begin, end, mask);
+      builder.add_span(0, keys_end);
+    }
+  }
+  return builder.finish();
+}
+
+// One spec for every head slot: static patterns built by kernels, dynamic ones estimated by
+// kernels from device inputs; std::nullopt for the host builders.
+std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
+                                                    const PlanShape& shape,
+                                                    const ModalityLayout* layout, void* stream,
+                                                    const PatternInputs* inputs) {
+  const bool estimate_on_device = inputs != nullptr && cuda::inputs_on_device(*inputs) &&
+                                  !cuda::builds_on_device(resolved.name);
+  if (!estimate_on_device && !cuda::builds_on_device(resolved.name)) return std::nullopt;
+  auto state = std::make_unique<CudaPreparedState>();
+  if (estimate_on_device) {
+    if (!cuda::builds_dynamic_on_device(resolved, shape, layout) &&
+        !cuda::builds_grid_on_device(resolved, shape, layout)) {
+      throw Error(ErrorCode::kUnsupported,
+                  "prepare_pattern: " + resolved.to_string() +
+                      " is not built on the GPU (vertical-slash and grid heads are, unless a "
+                      "Q/2D-boundary query group's last rows form more than 16 runs); pass host "
+                      "inputs to build it on the host");
+    }
+    state->device_passes.push_back(cuda::build_dynamic_plan_on_device(
+        resolved, shape, layout, cuda::make_estimate_operands(resolved.name, *inputs, shape),
+        stream));
+    return built_pattern(std::move(state), true);
+  }
+  state->device_passes.push_back(cuda::build_static_plan_on_device(resolved, shape, stream));
+  return built_pattern(std::move(state), false);
+}
+
+// One spec per head slot: every head built where the config builder builds it (kernels for
+// static heads and for dynamic heads with device inputs, the host for the others), concatenated
+// on the GPU.
+BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
+                                    const PlanShape& shape, const ModalityLayout* layout,
+                                    void* stream, const PatternInputs* inputs,
+                                    const PatternInputs* host_inputs) {
+  const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
+  std::optional<cuda::EstimateOperands> operands;
+  const auto estimated =
+      std::find_if(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
+        return !cuda::builds_on_device(spec.name) &&
+               cuda::builds_head_on_device(spec, shape, layout, device_inputs);
+      });
+  // Errors in the inputs name the first head's pattern that estimates from them.
+  if (estimated != resolved.end()) {
+    operands = cuda::make_estimate_operands(estimated->name, *inputs, shape);
+  }
+  cuda::ConfigInputs config_inputs;
+  config_inputs.layout = layout;
+  config_inputs.device = operands ? &*operands : nullptr;
+  config_inputs.host = device_inputs ? host_inputs : inputs;
+  cuda::ConfigBuild build =
+      cuda::build_config_plan_on_device(resolved, shape, config_inputs, stream);
+  auto state = std::make_unique<CudaPreparedState>();
+  state->device_passes.push_back(std::move(build.plan));
+  state->build_timer = std::move(build.timer);
+  // The inputs of dynamic heads are not kept, so there is no host copy to build later.
+  const bool estimated_on_device =
+      std::any_of(resolved.begin(), resolved.end(),
+                  [](const PatternSpec& spec) { return !cuda::builds_on_device(spec.name); });
+  return built_pattern(std::move(state), estimated_on_device);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  std::string name() const override { return "cuda-sm90a"; }
+
+  void describe(BuildInfo& info) const override {
+    info.cuda_enabled = true;
+    info.cuda_version = cuda::toolkit_version();
+  }
+
+  std::vector<GpuInfo> visible_gpus() const override { return cuda::list_gpus(); }
+
+  int64_t preferred_tile_rows(int64_t head_dim) const override {
+    return head_dim == cuda::kWgmmaHeadDim ? cuda::kMaxTileRows : kDefaultTileRows;
+  }
+
+  void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& out, const TensorView& lse,
+                       const AttentionOptions& options) override {
+    cuda::attention_planned(dense_plan(problem),
+                            cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+  }
+
+  void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
+                         const TensorView& k, const TensorView& v, const TensorView& out,
+                         const TensorView& lse, const AttentionOptions& options) override {
+    // The upload validates the plan.
+    cuda::attention_planned(plan,
+                            cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+  }
+
+  void attention_prepared(const AttentionProblem& problem, const PreparedPlan&,
+                          const PreparedState& state, const TensorView& q, const TensorView& k,
+                          const TensorView& v, const TensorView& out, const TensorView& lse,
+                          const AttentionOptions& options) override {
+    cuda::attention_passes(cuda_state(state).device_passes,
+                           cuda::make_attention_args(problem, q, k, v, out, lse, options.stream));
+  }
+
+  void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,
+                      const TensorView& out, const TensorView& lse,
+                      const AttentionOptions& options) override {
+    const std::vector<cuda::MergePart> parts = cuda::make_merge_parts(outs, lses);
+    cuda::merge_partials(cuda::make_merge_args(parts, out, lse, options.stream));
+  }
+
+  std::unique_ptr<PreparedState> prepare_plan(const Plan& plan, Device, void* stream) override {
+    auto state = std::make_unique<CudaPreparedState>();
+    // The upload validates the plan.
+    state->device_passes = cuda::upload_passes(plan, stream);
+    return state;
+  }
+
+  bool builds_pattern(const PatternSpec& resolved, const PlanShape& shape,
+                      const ModalityLayout* layout) const override {
+    return cuda::builds_on_device(resolved.name) ||
+           cuda::builds_dynamic_on_device(resolved, shape, layout) ||
+           cuda::builds_grid_on_device(resolved, shape, layout);
+  }
+
+  std::optional<BuiltPattern> prepare_pattern(const PatternSpec& resolved, const PlanShape& shape,
+                                              const ModalityLayout* layout, Device, void* stream,
+                                              const PatternInputs* inputs) override {
+    return build_pattern_on_device(resolved, shape, layout, stream, inputs);
+  }
+
+  std::optional<BuiltPattern> prepare_pattern(const std::vector<PatternSpec>& resolved,
+                                              const PlanShape& shape, const ModalityLayout* layout,
+                                              Device, void* stream, const PatternInputs* inputs,
+                                              const PatternInputs* host_inputs) override {
+    return build_config_on_device(resolved, shape, layout, stream, inputs, host_inputs);
+  }
+
+  std::optional<PlanBuildTimes> build_times(const PreparedState& state) const override {
+    const CudaPreparedState& prepared = cuda_state(state);
+    if (!prepared.build_timer) return std::nullopt;
+    return cuda::config_build_times(*prepared.build_timer);
+  }
+
+  void* allocate(const char*, std::size_t bytes, Device device) override {
+    return cuda::allocate_device_memory(bytes, device);
+  }
+  void release(void* data, Device) noexcept override { cuda::free_device_memory(data); }
+  void copy_to_device(void* device_data, const void* host, std::size_t bytes,
+                      Device device) override {
+    cuda::copy_host_to_device(device_data, host, bytes, device);
+  }
+  void copy_to_host(void* host, const void* device_data, std::size_t bytes,
+                    Device device) override {
+    cuda::copy_device_to_host(host, device_data, bytes, device);
+  }
+  void synchronize(Device device) override { cuda::synchronize_device(device); }
+  double median_device_milliseconds(const std::function<void()>& work, int warmup, int repeats,
+                                    Device device) override {
+    return cuda::median_event_milliseconds(work, warmup, repeats, device);
+  }
+};
+
+const BackendRegistration registration(DeviceType::kCUDA, std::make_unique<CudaBackend>());
+
+}  // namespace
+}  // namespace mmsparse::cuda

@@ -1,0 +1,92 @@
+#pragma once
+// A method's device builder: builds the plan of a resolved spec into a cuda::DevicePlan with
+// kernels, as a whole plan (prepare_pattern) or as one section of a per-head config
+// (cuda/runtime/config_builder.h), and tells the concatenation what it needs besides the records.
+// Plain C++ (streams are cudaStream_t passed as void*), so that host code may hold and query one.
+//
+// Registration. The registry entry (methods/registry.h) owns the builder through its `device`
+// slot. The method's device file, compiled only in CUDA builds (the DEVICE sources of
+// mmsparse_method_sources), defines the builder and a DeviceBuilderRegistration naming the entry
+// through the function of the method's own header that returns it:
+//
+//   const VerticalSlashDeviceBuilder kBuilder;
+//   const DeviceBuilderRegistration kRegistration(vertical_slash_entry(), kBuilder);
+//
+// Nothing references that object file; it lives in the mmsparse_cuda library, which consumers link
+// whole (mmsparse::cuda, src/CMakeLists.txt), so the registration is kept. A CPU-only build
+// compiles no device file: every slot stays null and every head is built on the host.
+//
+// Contract (docs/adding-a-method.md): every record of the plan equals the upload of the host
+// builder's plan (build_plan), except where the method's data-dependent sections are sized as
+// capacities (index_builders.h): spans and columns then hold the real records at their front, and
+// a builder whose tile count is data-dependent stores each head slot's real tiles slot by slot,
+// followed by empty tiles (no rows) that belong to no head slot.
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/registry.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::detail {
+
+// A device-built plan and what the concatenation of a per-head config needs besides its records.
+struct DeviceSection {
+  cuda::DevicePlan plan;
+  // Run records the concatenation copies: 0 for the identity query order, the real count or, where
+  // it is data-dependent, the capacity.
+  int64_t runs = 0;
+  // The most tiles one head slot has (the capacity where it is data-dependent): sizes the position
+  // field of the schedule's sort keys.
+  int64_t max_slot_tiles = 0;
+};
+
+class DeviceBuilder {
+ public:
+  virtual ~DeviceBuilder() = default;
+
+  // Whether the builder estimates from device q and k (cuda::EstimateOperands); false: the spec
+  // and the shape alone decide the plan.
+  virtual bool estimates() const = 0;
+  // Whether every head slot of its plan is the same, so that a per-head config builds one head
+  // slot (batch 1, heads 1) and replicates it onto every slot of the heads that share the spec.
+  virtual bool replicates_one_head() const = 0;
+  // Whether it builds a head of `resolved_spec` (a spec of its entry) for this shape and layout,
+  // given device q and k when estimates(). Specs whose layout does not suit them answer true, so
+  // that the build reports the layout's error.
+  virtual bool builds(const PatternSpec& resolved_spec, const PlanShape& shape,
+                      const ModalityLayout* layout) const = 0;
+  // The plan of every head slot of `shape`. `operands`: when estimates(), device q and k of the
+  // shape's query heads (select_heads restricts them to a section's heads), else null. Throws like
+  // the host builder on bad parameters, shapes and layouts; asynchronous on `stream`.
+  virtual DeviceSection build(const PatternSpec& resolved_spec, const PlanShape& shape,
+                              const ModalityLayout* layout, const cuda::EstimateOperands* operands,
+                              void* stream) const = 0;
+  // The mask policies every head slot of that plan uses, in first-use order (PlanBuilder's
+  // numbering); the same for every slot.
+  virtual std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,
+                                                const PlanShape& shape) const = 0;
+};
+
+// Attaches `builder` to `entry` during static initialisation (see above).
+class DeviceBuilderRegistration {
+ public:
+  DeviceBuilderRegistration(PatternEntry& entry, const DeviceBuilder& builder) {
+    entry.device = &builder;
+  }
+};
+
+// The builder that builds a head of `resolved_spec` on the device, or null when the head is built
+// on the host: its entry has no device builder, the builder estimates and `device_inputs` is false
+// (no device q and k at hand), or it does not build this spec for this shape and layout.
+const DeviceBuilder* device_builder_for(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                        const ModalityLayout* layout, bool device_inputs);
+
+// The mask policies of an estimated plan: PlanBuilder's default (causal) wherever it has tiles.
+std::vector<MaskPolicy> estimated_plan_masks(const PlanShape& shape);
+
+}  // namespace mmsparse::detail

@@ -1,0 +1,115 @@
+// The method registry (src/methods/registry.h): every entry resolves its defaults, names the
+// parameters it scales with the sequence length, and owns a device builder exactly in CUDA builds
+// (docs/adding-a-method.md). MMSPARSE_TEST_WITH_CUDA tells which build this is.
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "methods/device_builder.h"
+#include "methods/grid/grid.h"
+#include "methods/registry.h"
+#include "methods/static/static_patterns.h"
+#include "methods/vertical_slash/vertical_slash.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
+
+namespace mmsparse {
+namespace {
+
+// Without a video the SF patterns default to this many tokens per frame (registry.cpp).
+constexpr int64_t kDefaultTokensPerFrame = 256;
+
+TEST(MethodRegistry, ListsEveryEntryOnceInTheOrderOfKnownPatterns) {
+  const std::vector<const detail::PatternEntry*>& entries = detail::pattern_entries();
+  const std::vector<PatternInfo>& known = known_patterns();
+  ASSERT_EQ(entries.size(), known.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i]->info.name, known[i].name);
+    EXPECT_EQ(detail::find_pattern_entry(known[i].name), entries[i]);
+  }
+  EXPECT_EQ(detail::find_pattern_entry("no-such-pattern"), nullptr);
+  EXPECT_EQ(detail::find_pattern_entry("vertical-slash"), &detail::vertical_slash_entry());
+  EXPECT_EQ(detail::find_pattern_entry("grid"), &detail::grid_entry());
+  EXPECT_EQ(detail::find_pattern_entry("grid-mask"), &detail::grid_mask_entry());
+  EXPECT_EQ(detail::find_pattern_entry("sf-fixed"),
+            &detail::static_pattern_entry(detail::StaticPattern::kSfFixed));
+}
+
+TEST(MethodRegistry, EveryEntryResolvesItsDefaults) {
+  const Grid frames{4, 8, 16};
+  const ModalityLayout video = LayoutBuilder().text(32).video(frames).text(16).build();
+  for (const detail::PatternEntry* entry : detail::pattern_entries()) {
+    SCOPED_TRACE(entry->info.name);
+    const PatternSpec bare{entry->info.name, {}};
+    EXPECT_EQ(resolve_pattern(bare).params, entry->defaults(kDefaultTokensPerFrame));
+    EXPECT_EQ(resolve_pattern(bare, &video).params, entry->defaults(frames.frame_tokens()));
+    // The listed default spec is a spec of the entry, with known parameters only.
+    const PatternSpec listed = PatternSpec::parse(entry->info.default_spec);
+    EXPECT_EQ(listed.name, entry->info.name);
+    EXPECT_NO_THROW((void)resolve_pattern(listed));
+    EXPECT_EQ(is_dynamic(bare), entry->info.dynamic);
+    EXPECT_TRUE(entry->passes == 1 ? entry->build != nullptr : entry->build_passes != nullptr);
+  }
+}
+
+TEST(MethodRegistry, LengthScaledParametersAreParametersOfTheirPattern) {
+  for (const PatternInfo& info : known_patterns()) {
+    const PatternSpec resolved = resolve_pattern(PatternSpec{info.name, {}});
+    for (const LengthScaledParam& param : info.length_scaled) {
+      SCOPED_TRACE(info.name + " " + param.key);
+      EXPECT_EQ(resolved.params.count(param.key), 1u);
+      if (!param.minimum_param.empty()) EXPECT_EQ(resolved.params.count(param.minimum_param), 1u);
+    }
+  }
+}
+
+#if MMSPARSE_TEST_WITH_CUDA
+// The device files registered their builders, and the link kept them although this test
+// references none of their symbols (mmsparse_method_sources' DEVICE_BUILDER anchors).
+TEST(MethodRegistry, CudaBuildsAttachTheMethodsDeviceBuilders) {
+  for (detail::StaticPattern pattern : detail::kStaticPatterns) {
+    const detail::DeviceBuilder* builder = detail::static_pattern_entry(pattern).device;
+    ASSERT_NE(builder, nullptr) << detail::static_pattern_entry(pattern).info.name;
+    EXPECT_FALSE(builder->estimates());
+    EXPECT_TRUE(builder->replicates_one_head());
+  }
+  for (const detail::PatternEntry* entry :
+       {&detail::vertical_slash_entry(), &detail::grid_entry()}) {
+    ASSERT_NE(entry->device, nullptr) << entry->info.name;
+    EXPECT_TRUE(entry->device->estimates());
+    EXPECT_FALSE(entry->device->replicates_one_head());
+  }
+  EXPECT_EQ(detail::grid_mask_entry().device, nullptr);  // built on the host only
+}
+
+// Heads go to their entry's builder; estimating builders only with device q and k at hand.
+TEST(MethodRegistry, CudaBuildsRouteHeadsToTheirBuilders) {
+  const PlanShape shape{1, 4, 512, 512, 64};
+  const auto route = [&](const std::string& text, bool device_inputs) {
+    return detail::device_builder_for(resolve_pattern(PatternSpec::parse(text)), shape, nullptr,
+                                      device_inputs);
+  };
+  const detail::DeviceBuilder* dense =
+      detail::static_pattern_entry(detail::StaticPattern::kDense).device;
+  EXPECT_EQ(route("dense", false), dense);
+  EXPECT_EQ(route("a-shape", true), dense);  // one builder serves every static pattern
+  EXPECT_EQ(route("vertical-slash", false), nullptr);
+  EXPECT_EQ(route("vertical-slash", true), detail::vertical_slash_entry().device);
+  EXPECT_EQ(route("grid", false), nullptr);
+  EXPECT_EQ(route("grid", true), detail::grid_entry().device);
+  EXPECT_EQ(route("grid-mask", true), nullptr);
+}
+#else
+TEST(MethodRegistry, CpuOnlyBuildsHaveNoDeviceBuilders) {
+  for (const detail::PatternEntry* entry : detail::pattern_entries()) {
+    EXPECT_EQ(entry->device, nullptr) << entry->info.name;
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace mmsparse
