@@ -262,6 +262,64 @@ struct Timing {
   float lse_difference = 0.0f;
 };
 
+// The arguments of one bench case: bf16 q, k, v [1, length, heads, kHeadDim], contiguous, and
+// out and lse strides of the same layout (the caller sets kernel, out and lse).
+cuda::AttentionArgs bench_args(int64_t length, const DeviceArray& q, const DeviceArray& k,
+                               const DeviceArray& v) {
+  cuda::AttentionArgs args;
+  args.dtype = DType::kBFloat16;
+  args.batch = 1;
+  args.q_len = length;
+  args.kv_len = length;
+  args.q_heads = kQueryHeads;
+  args.kv_heads = kKeyValueHeads;
+  args.head_dim = kHeadDim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  args.q = q.data;
+  args.q_strides = {length * kQueryHeads * kHeadDim, kQueryHeads * kHeadDim, kHeadDim, 1};
+  args.k = k.data;
+  args.k_strides = {length * kKeyValueHeads * kHeadDim, kKeyValueHeads * kHeadDim, kHeadDim, 1};
+  args.v = v.data;
+  args.v_strides = args.k_strides;
+  args.out_strides = args.q_strides;
+  args.lse_strides = {kQueryHeads * length, length, 1};
+  return args;
+}
+
+// The median event time of kRepeats runs after kWarmups, each behind a write of the flush buffer
+// (so that no run finds the last one's operands in L2).
+float median_milliseconds(const std::function<void()>& run, const DeviceArray& flush,
+                          cudaEvent_t start, cudaEvent_t stop) {
+  std::vector<float> samples;
+  for (int r = 0; r < kWarmups + kRepeats; ++r) {
+    check(cudaMemsetAsync(flush.data, r, flush.bytes), "cudaMemsetAsync");
+    check(cudaEventRecord(start), "cudaEventRecord");
+    run();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float milliseconds = 0.0f;
+    check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
+    if (r >= kWarmups) samples.push_back(milliseconds);
+  }
+  std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
+  return samples[kRepeats / 2];
+}
+
+// One table row: the case, its pairs, each kernel's time and TFLOP/s, the first kernel's time over
+// the last's, and each later kernel's largest differences from the first.
+void print_case_row(const std::string& name, double pairs, const Timing (&timings)[kKernelCount]) {
+  std::printf("%-23s %10.3e", name.c_str(), pairs);
+  for (int i = 0; i < kKernelCount; ++i) {
+    std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
+  }
+  std::printf(" | %5.2fx", timings[0].milliseconds / timings[kKernelCount - 1].milliseconds);
+  for (int i = 1; i < kKernelCount; ++i) {
+    std::printf(" | %.1e %.1e", timings[i].out_difference, timings[i].lse_difference);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 void run_case(const Case& c) {
   const int64_t length = c.length;
   const std::size_t q_elements = static_cast<std::size_t>(length * kQueryHeads * kHeadDim);
@@ -284,23 +342,7 @@ void run_case(const Case& c) {
                                                     static_cast<int64_t>(kv_elements), kSeeds[2]);
   check(cudaGetLastError(), "fill_random_kernel");
 
-  cuda::AttentionArgs args;
-  args.dtype = DType::kBFloat16;
-  args.batch = 1;
-  args.q_len = length;
-  args.kv_len = length;
-  args.q_heads = kQueryHeads;
-  args.kv_heads = kKeyValueHeads;
-  args.head_dim = kHeadDim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  args.q = q.data;
-  args.q_strides = {length * kQueryHeads * kHeadDim, kQueryHeads * kHeadDim, kHeadDim, 1};
-  args.k = k.data;
-  args.k_strides = {length * kKeyValueHeads * kHeadDim, kKeyValueHeads * kHeadDim, kHeadDim, 1};
-  args.v = v.data;
-  args.v_strides = args.k_strides;
-  args.out_strides = args.q_strides;
-  args.lse_strides = {kQueryHeads * length, length, 1};
+  cuda::AttentionArgs args = bench_args(length, q, k, v);
 
   Timing timings[kKernelCount];
   double pairs = 0.0;
@@ -322,20 +364,8 @@ void run_case(const Case& c) {
     args.kernel = kKernels[i].kernel;
     args.out = reference ? reference_out.data : out.data;
     args.lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
-    const auto run_plans = [&] { cuda::attention_passes(passes, args); };
-    std::vector<float> samples;
-    for (int r = 0; r < kWarmups + kRepeats; ++r) {
-      check(cudaMemsetAsync(flush.data, r, flush.bytes), "cudaMemsetAsync");
-      check(cudaEventRecord(start), "cudaEventRecord");
-      run_plans();
-      check(cudaEventRecord(stop), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float milliseconds = 0.0f;
-      check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
-      if (r >= kWarmups) samples.push_back(milliseconds);
-    }
-    std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
-    timings[i].milliseconds = samples[kRepeats / 2];
+    timings[i].milliseconds = median_milliseconds(
+        [&] { cuda::attention_passes(passes, args); }, flush, start, stop);
     timings[i].tflops = kFlopsPerPairPerDim * pairs * static_cast<double>(kHeadDim) /
                         (timings[i].milliseconds / kMillisecondsPerSecond) / kTera;
     if (!reference) {
@@ -347,17 +377,7 @@ void run_case(const Case& c) {
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-
-  std::printf("%-23s %10.3e", c.name.c_str(), pairs);
-  for (int i = 0; i < kKernelCount; ++i) {
-    std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
-  }
-  std::printf(" | %5.2fx", timings[0].milliseconds / timings[kKernelCount - 1].milliseconds);
-  for (int i = 1; i < kKernelCount; ++i) {
-    std::printf(" | %.1e %.1e", timings[i].out_difference, timings[i].lse_difference);
-  }
-  std::printf("\n");
-  std::fflush(stdout);
+  print_case_row(c.name, pairs, timings);
 }
 
 }  // namespace

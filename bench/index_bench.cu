@@ -187,6 +187,85 @@ void time_stages(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& s
   });
 }
 
+// Index build times of one spec and shape, the last build left in `plan`: with the memory pool
+// releasing its memory after every build (fresh) and keeping it (kept), and the host's time to
+// queue the kept build.
+struct BuildTimes {
+  double fresh_milliseconds = 0.0;
+  double kept_milliseconds = 0.0;
+  double host_milliseconds = 0.0;
+};
+
+BuildTimes time_builds(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& shape,
+                       const cuda::EstimateOperands& operands, const DeviceCopy& chosen,
+                       cudaMemPool_t pool, cudaStream_t stream, cuda::DevicePlan& plan) {
+  const bool grid = spec.name == kGrid;
+  BuildTimes times;
+  const auto time_build = [&] {
+    return median_milliseconds(
+        stream, [&] { plan.release(stream); },
+        [&] {
+          const auto host_start = std::chrono::steady_clock::now();
+          plan = grid ? cuda::build_grid_plan_on_device(
+                            spec, shape, nullptr, operands, stream,
+                            static_cast<mmsparse::detail::GridLines*>(chosen.data))
+                      : cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
+          times.host_milliseconds = std::chrono::duration<double, std::milli>(
+                                        std::chrono::steady_clock::now() - host_start)
+                                        .count();
+        });
+  };
+  uint64_t release_threshold = 0;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+        "cudaMemPoolSetAttribute");
+  times.fresh_milliseconds = time_build();
+  release_threshold = std::numeric_limits<uint64_t>::max();
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+        "cudaMemPoolSetAttribute");
+  times.kept_milliseconds = time_build();
+  return times;
+}
+
+// The strides the grid build chose per head (* marks the workload's grid heads) and the plan
+// buffer's size against the columns it really holds.
+void print_grid_strides(const mmsparse::Workload& workload, int64_t q_heads,
+                        const DeviceCopy& chosen, const cuda::DevicePlan& plan,
+                        const PlanReads& reads) {
+  std::vector<mmsparse::detail::GridLines> lines(static_cast<std::size_t>(q_heads));
+  check(cudaMemcpy(lines.data(), chosen.data, chosen.bytes, cudaMemcpyDeviceToHost),
+        "cudaMemcpy strides");
+  std::string strides;
+  for (int64_t head = 0; head < q_heads; ++head) {
+    const bool grid_head = workload.behaviour(head) == mmsparse::HeadBehaviour::kGrid;
+    strides += (head > 0 ? " " : "") + std::to_string(lines[head].stride) + (grid_head ? "*" : "");
+  }
+  std::printf(
+      "    strides: %s\n    plan buffer %.1f MB (column capacity over the candidate "
+      "strides %.1f MB), real columns %.1f MB\n",
+      strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
+      static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
+      static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
+}
+
+// The device, the workload (q [1, length, q_heads, head_dim], k and v with kv_heads) and the
+// table's header.
+void print_header(const mmsparse::Workload& workload, int64_t length, double generate_seconds,
+                  const mmsparse::Workload::Tensors& tensors) {
+  const int64_t q_heads = tensors.q.shape()[2];
+  const int64_t kv_heads = tensors.k.shape()[2];
+  const int64_t head_dim = tensors.q.shape()[3];
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+  std::printf(
+      "mmsparse_index_bench on %s: SYNTHETIC %s at %lld tokens (generated in %.1f s), bf16, %lld q "
+      "heads / %lld kv heads, d%lld; median of %d after %d warm-up(s)\n",
+      properties.name, workload.spec().preset.c_str(), static_cast<long long>(length),
+      generate_seconds, static_cast<long long>(q_heads), static_cast<long long>(kv_heads),
+      static_cast<long long>(head_dim), kRepeats, kWarmups);
+  std::printf("%-40s %4s | %9s %9s %9s %9s %7s | %9s | %6s | %s\n", "spec", "rows", "index ms",
+              "kept pool", "estimate", "top-k", "host ms", "attn ms", "index%", "read density");
+}
+
 void run(int64_t length, const std::string& only) {
   mmsparse::WorkloadSpec workload_spec;
   workload_spec.seq_len = length;
@@ -196,8 +275,6 @@ void run(int64_t length, const std::string& only) {
   const double generate_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - generate_start).count();
   const int64_t q_heads = tensors.q.shape()[2];
-  const int64_t kv_heads = tensors.k.shape()[2];
-  const int64_t head_dim = tensors.q.shape()[3];
   const DeviceCopy q(tensors.q);
   const DeviceCopy k(tensors.k);
   const DeviceCopy v(tensors.v);
@@ -224,16 +301,7 @@ void run(int64_t length, const std::string& only) {
       mmsparse::describe_attention(q_view, k_view, v_view, {}), q_view, k_view, v_view, out_view,
       lse_view, stream);
 
-  cudaDeviceProp properties{};
-  check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
-  std::printf(
-      "mmsparse_index_bench on %s: SYNTHETIC %s at %lld tokens (generated in %.1f s), bf16, %lld q "
-      "heads / %lld kv heads, d%lld; median of %d after %d warm-up(s)\n",
-      properties.name, workload.spec().preset.c_str(), static_cast<long long>(length),
-      generate_seconds, static_cast<long long>(q_heads), static_cast<long long>(kv_heads),
-      static_cast<long long>(head_dim), kRepeats, kWarmups);
-  std::printf("%-40s %4s | %9s %9s %9s %9s %7s | %9s | %6s | %s\n", "spec", "rows", "index ms",
-              "kept pool", "estimate", "top-k", "host ms", "attn ms", "index%", "read density");
+  print_header(workload, length, generate_seconds, tensors);
   const double causal_pairs =
       static_cast<double>(q_heads) * static_cast<double>(length) * (length + 1) / 2.0;
   cudaMemPool_t pool;
@@ -249,30 +317,10 @@ void run(int64_t length, const std::string& only) {
       const cuda::EstimateOperands operands =
           cuda::make_estimate_operands(spec.name, {q_view, k_view, args.scale}, shape);
       cuda::DevicePlan plan;
-      double host_milliseconds = 0.0;
-      const auto time_build = [&] {
-        return median_milliseconds(
-            stream, [&] { plan.release(stream); },
-            [&] {
-              const auto host_start = std::chrono::steady_clock::now();
-              plan =
-                  grid ? cuda::build_grid_plan_on_device(
-                             spec, shape, nullptr, operands, stream,
-                             static_cast<mmsparse::detail::GridLines*>(chosen.data))
-                       : cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
-              host_milliseconds = std::chrono::duration<double, std::milli>(
-                                      std::chrono::steady_clock::now() - host_start)
-                                      .count();
-            });
-      };
-      uint64_t release_threshold = 0;
-      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
-            "cudaMemPoolSetAttribute");
-      const double fresh_milliseconds = time_build();
-      release_threshold = std::numeric_limits<uint64_t>::max();
-      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
-            "cudaMemPoolSetAttribute");
-      const double kept_milliseconds = time_build();
+      const BuildTimes build = time_builds(spec, shape, operands, chosen, pool, stream, plan);
+      const double fresh_milliseconds = build.fresh_milliseconds;
+      const double kept_milliseconds = build.kept_milliseconds;
+      const double host_milliseconds = build.host_milliseconds;
 
       double estimate_milliseconds = 0.0;
       double select_milliseconds = 0.0;
@@ -291,23 +339,7 @@ void run(int64_t length, const std::string& only) {
                   stage_columns.c_str(), host_milliseconds, attention_milliseconds,
                   100.0 * kept_milliseconds / (kept_milliseconds + attention_milliseconds),
                   100.0 * reads.pairs / causal_pairs);
-      if (grid) {
-        std::vector<mmsparse::detail::GridLines> lines(static_cast<std::size_t>(q_heads));
-        check(cudaMemcpy(lines.data(), chosen.data, chosen.bytes, cudaMemcpyDeviceToHost),
-              "cudaMemcpy strides");
-        std::string strides;
-        for (int64_t head = 0; head < q_heads; ++head) {
-          const bool grid_head = workload.behaviour(head) == mmsparse::HeadBehaviour::kGrid;
-          strides +=
-              (head > 0 ? " " : "") + std::to_string(lines[head].stride) + (grid_head ? "*" : "");
-        }
-        std::printf(
-            "    strides: %s\n    plan buffer %.1f MB (column capacity over the candidate "
-            "strides %.1f MB), real columns %.1f MB\n",
-            strides.c_str(), static_cast<double>(plan.layout().bytes) / kMegabyte,
-            static_cast<double>(plan.num_columns() * sizeof(int32_t)) / kMegabyte,
-            static_cast<double>(reads.columns * sizeof(int32_t)) / kMegabyte);
-      }
+      if (grid) print_grid_strides(workload, q_heads, chosen, plan, reads);
       std::fflush(stdout);
     }
   }

@@ -6,16 +6,15 @@ The consumer loop of every wgmma kernel waits twice per chunk: for the chunk's s
 
 The check that fails a build: no P·V wait may be reached through a branch on a warp vote
 (VOTE.ALL/ANY). `wgmma.wait_group` is .aligned, so the four warps of a warpgroup must run the same
-wait, and a per-warp decision lets them run different ones (v16's branch did; compute-sanitizer
-synccheck reports it on a GPU as a "Warpgroup MMA sequence error"). A warpgroup-wide decision
-(bar.red) passes.
+wait, and a per-warp decision lets them run different ones (compute-sanitizer synccheck reports
+it on a GPU as a "Warpgroup MMA sequence error"). A warpgroup-wide decision (bar.red) passes.
 
 What it reports: the float instructions (FFMA, FADD, FMUL, MUFU) between a scores wait and the next
 P·V wait, about 200 when the softmax sits between them (66 exponentials, their multiply-adds and
 sums per thread) and a handful when ptxas scheduled the P·V wait ahead of it. The kernels accept
-the latter since v19 (docs/perf-notes.md: the only legal way to keep the softmax between the
-waits, a warpgroup barrier per chunk, cost more than the overlap); `--require-overlap` fails a
-kernel without the gap, for experiments that try to win it back.
+the latter because the only legal way to keep the softmax between the waits, a warpgroup barrier
+per chunk, cost more than the overlap (measurements in docs/history/perf-notes.md);
+`--require-overlap` fails a kernel without the gap, for experiments that try to win it back.
 
     python3 scripts/sass_wait_order.py build/bench/mmsparse_engine_bench [--cuobjdump PATH]
         [--require-overlap]

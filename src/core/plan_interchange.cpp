@@ -54,6 +54,90 @@ struct BlockKeys {
   std::vector<int32_t> columns;
 };
 
+// The lists' sizes and fields against q_len and kv_len, and a partial mask the plan can hold.
+void check_block_lists(const BlockLists& lists, int64_t q_len, int64_t kv_len,
+                       const MaskPolicy& partial_mask) {
+  require_at_least("BlockLists.batch", lists.batch, 1);
+  require_at_least("BlockLists.heads", lists.heads, 1);
+  require_at_least("BlockLists.block_q", lists.block_q, 1);
+  require_at_least("BlockLists.block_k", lists.block_k, 1);
+  require_at_least("q_len", q_len, 0);
+  require_at_least("kv_len", kv_len, 0);
+  if (partial_mask.needs_token_arrays()) {
+    throw_invalid_argument("partial_mask",
+                           "a policy without same_media or modality_pairs "
+                           "(block lists carry no token arrays)",
+                           "one that needs them");
+  }
+  const int64_t nq = ceil_div(q_len, lists.block_q);
+  const int64_t nk = ceil_div(kv_len, lists.block_k);
+  if (lists.num_q_blocks != nq) {
+    throw_invalid_argument("BlockLists.num_q_blocks",
+                           std::to_string(nq) + " (ceil(q_len / block_q))",
+                           std::to_string(lists.num_q_blocks));
+  }
+  if (lists.num_kv_blocks != nk) {
+    throw_invalid_argument("BlockLists.num_kv_blocks",
+                           std::to_string(nk) + " (ceil(kv_len / block_k))",
+                           std::to_string(lists.num_kv_blocks));
+  }
+  const int64_t slots = lists.batch * lists.heads;
+  require_size("BlockLists.kv_num_blocks", lists.kv_num_blocks.size(), slots * nq,
+               "[batch, heads, num_q_blocks]");
+  require_size("BlockLists.full_kv_num_blocks", lists.full_kv_num_blocks.size(), slots * nq,
+               "[batch, heads, num_q_blocks]");
+  require_size("BlockLists.kv_indices", lists.kv_indices.size(), slots * nq * nk,
+               "[batch, heads, num_q_blocks, num_kv_blocks]");
+  require_size("BlockLists.full_kv_indices", lists.full_kv_indices.size(), slots * nq * nk,
+               "[batch, heads, num_q_blocks, num_kv_blocks]");
+}
+
+// The key blocks of list `list` (one query block of one head slot), checking its count and block
+// indices.
+std::vector<int32_t> read_block_list(const BlockLists& lists, const char* counts_field,
+                                     const std::vector<int32_t>& counts, const char* indices_field,
+                                     const std::vector<int32_t>& indices, int64_t list) {
+  const int64_t nk = lists.num_kv_blocks;
+  const int32_t count = counts[list];
+  if (count < 0 || count > nk) {
+    throw_invalid_argument(std::string(counts_field) + " entry " + std::to_string(list),
+                           "[0, num_kv_blocks = " + std::to_string(nk) + "]",
+                           std::to_string(count));
+  }
+  std::vector<int32_t> blocks(indices.begin() + list * nk, indices.begin() + list * nk + count);
+  for (int32_t block : blocks) {
+    if (block < 0 || block >= nk) {
+      throw_invalid_argument(std::string(indices_field) + " entry " + std::to_string(list),
+                             "key blocks in [0, " + std::to_string(nk) + ")",
+                             std::to_string(block));
+    }
+  }
+  return blocks;
+}
+
+// One mask serves the whole tile, so every full block of list `list` must survive it untouched
+// for every query of the block's rows [q_begin, q_end).
+void check_full_blocks_kept(const Plan& geometry, const MaskPolicy& mask, const BlockLists& lists,
+                            int64_t list, int64_t q_begin, int64_t q_end,
+                            const std::vector<int32_t>& full) {
+  const int64_t kv_len = geometry.shape.kv_len;
+  for (int32_t kb : full) {
+    const int64_t k_begin = kb * lists.block_k;
+    const int64_t k_end = std::min(kv_len, k_begin + lists.block_k);
+    for (int64_t query = q_begin; query < q_end; ++query) {
+      int64_t kept = 0;
+      detail::for_each_kept_range(geometry, mask, query, k_begin, k_end,
+                                  [&](int64_t b, int64_t e) { kept += e - b; });
+      if (kept != k_end - k_begin) {
+        throw_invalid_argument("BlockLists.full_kv_indices entry " + std::to_string(list),
+                               "full blocks the tile's mask keeps whole",
+                               "key block " + std::to_string(kb) + ", which query " +
+                                   std::to_string(query) + " only partly sees");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // --- MInference ----------------------------------------------------------------------------------
@@ -259,95 +343,28 @@ BlockLists to_block_lists(const Plan& plan, int64_t block_q, int64_t block_k) {
 
 Plan from_block_lists(const BlockLists& lists, int64_t q_len, int64_t kv_len,
                       MaskPolicy partial_mask) {
-  require_at_least("BlockLists.batch", lists.batch, 1);
-  require_at_least("BlockLists.heads", lists.heads, 1);
-  require_at_least("BlockLists.block_q", lists.block_q, 1);
-  require_at_least("BlockLists.block_k", lists.block_k, 1);
-  require_at_least("q_len", q_len, 0);
-  require_at_least("kv_len", kv_len, 0);
-  if (partial_mask.needs_token_arrays()) {
-    throw_invalid_argument("partial_mask",
-                           "a policy without same_media or modality_pairs "
-                           "(block lists carry no token arrays)",
-                           "one that needs them");
-  }
+  check_block_lists(lists, q_len, kv_len, partial_mask);
   const int64_t nq = ceil_div(q_len, lists.block_q);
-  const int64_t nk = ceil_div(kv_len, lists.block_k);
-  if (lists.num_q_blocks != nq) {
-    throw_invalid_argument("BlockLists.num_q_blocks",
-                           std::to_string(nq) + " (ceil(q_len / block_q))",
-                           std::to_string(lists.num_q_blocks));
-  }
-  if (lists.num_kv_blocks != nk) {
-    throw_invalid_argument("BlockLists.num_kv_blocks",
-                           std::to_string(nk) + " (ceil(kv_len / block_k))",
-                           std::to_string(lists.num_kv_blocks));
-  }
   const int64_t slots = lists.batch * lists.heads;
-  require_size("BlockLists.kv_num_blocks", lists.kv_num_blocks.size(), slots * nq,
-               "[batch, heads, num_q_blocks]");
-  require_size("BlockLists.full_kv_num_blocks", lists.full_kv_num_blocks.size(), slots * nq,
-               "[batch, heads, num_q_blocks]");
-  require_size("BlockLists.kv_indices", lists.kv_indices.size(), slots * nq * nk,
-               "[batch, heads, num_q_blocks, num_kv_blocks]");
-  require_size("BlockLists.full_kv_indices", lists.full_kv_indices.size(), slots * nq * nk,
-               "[batch, heads, num_q_blocks, num_kv_blocks]");
-
   const PlanShape shape{lists.batch, lists.heads, q_len, kv_len, lists.block_q};
   Plan geometry;  // only its shape: the mask arithmetic needs the causal offset
   geometry.shape = shape;
   const MaskPolicy causal_only{};
   PlanBuilder builder(shape);
-
-  // Reads one list of a query block, checking counts and block indices.
-  auto read_list = [&](const char* counts_field, const std::vector<int32_t>& counts,
-                       const char* indices_field, const std::vector<int32_t>& indices,
-                       int64_t list) {
-    const int32_t count = counts[list];
-    if (count < 0 || count > nk) {
-      throw_invalid_argument(std::string(counts_field) + " entry " + std::to_string(list),
-                             "[0, num_kv_blocks = " + std::to_string(nk) + "]",
-                             std::to_string(count));
-    }
-    std::vector<int32_t> blocks(indices.begin() + list * nk, indices.begin() + list * nk + count);
-    for (int32_t block : blocks) {
-      if (block < 0 || block >= nk) {
-        throw_invalid_argument(std::string(indices_field) + " entry " + std::to_string(list),
-                               "key blocks in [0, " + std::to_string(nk) + ")",
-                               std::to_string(block));
-      }
-    }
-    return blocks;
-  };
-
   for (int64_t slot = 0; slot < slots; ++slot) {
     builder.begin_head();
     for (int64_t qb = 0; qb < nq; ++qb) {
       const int64_t list = slot * nq + qb;
-      std::vector<int32_t> partial = read_list("BlockLists.kv_num_blocks", lists.kv_num_blocks,
-                                               "BlockLists.kv_indices", lists.kv_indices, list);
+      std::vector<int32_t> partial =
+          read_block_list(lists, "BlockLists.kv_num_blocks", lists.kv_num_blocks,
+                          "BlockLists.kv_indices", lists.kv_indices, list);
       const std::vector<int32_t> full =
-          read_list("BlockLists.full_kv_num_blocks", lists.full_kv_num_blocks,
-                    "BlockLists.full_kv_indices", lists.full_kv_indices, list);
+          read_block_list(lists, "BlockLists.full_kv_num_blocks", lists.full_kv_num_blocks,
+                          "BlockLists.full_kv_indices", lists.full_kv_indices, list);
       const MaskPolicy& mask = partial.empty() ? causal_only : partial_mask;
       const int64_t q_begin = qb * lists.block_q;
       const int64_t q_end = std::min(q_len, q_begin + lists.block_q);
-      // One mask serves the whole tile, so a full block must survive it untouched.
-      for (int32_t kb : full) {
-        const int64_t k_begin = kb * lists.block_k;
-        const int64_t k_end = std::min(kv_len, k_begin + lists.block_k);
-        for (int64_t query = q_begin; query < q_end; ++query) {
-          int64_t kept = 0;
-          detail::for_each_kept_range(geometry, mask, query, k_begin, k_end,
-                                      [&](int64_t b, int64_t e) { kept += e - b; });
-          if (kept != k_end - k_begin) {
-            throw_invalid_argument("BlockLists.full_kv_indices entry " + std::to_string(list),
-                                   "full blocks the tile's mask keeps whole",
-                                   "key block " + std::to_string(kb) + ", which query " +
-                                       std::to_string(query) + " only partly sees");
-          }
-        }
-      }
+      check_full_blocks_kept(geometry, mask, lists, list, q_begin, q_end, full);
       builder.begin_tile(q_begin, q_end, mask);
       partial.insert(partial.end(), full.begin(), full.end());
       std::sort(partial.begin(), partial.end());

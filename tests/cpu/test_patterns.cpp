@@ -13,6 +13,7 @@
 #include "common/masked_oracle.h"
 #include "common/random.h"
 #include "common/errors.h"
+#include "core/engine_chunks.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -151,7 +152,7 @@ TEST(StaticPatterns, MasksMatchElementwiseDefinitions) {
   }
 }
 
-TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchIssue3sMask) {
+TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchTheMask) {
   test::Random random;
   SCOPED_TRACE(random.trace());
   std::mt19937_64& rng = random.engine();
@@ -169,7 +170,8 @@ TEST(StaticPatterns, GridMaskPassesAreDisjointAndMatchIssue3sMask) {
     }
     EXPECT_EQ(materialize_mask(plan, 1), materialize_mask(plan, 0));
   }
-  // Issue 3's mask with its defaults, four periods long.
+  // The mask with its defaults (sink 128, local window 1024, a 64-key band every 1024 keys), four
+  // periods long.
   constexpr int64_t kPeriods = 4;
   const PlanShape shape{.q_len = kPeriods * 1024, .kv_len = kPeriods * 1024, .tile_rows = 128};
   const Plan plan = build_plan(PatternSpec::parse("grid-mask"), shape);
@@ -200,7 +202,7 @@ TEST(StaticPatterns, GridMaskRejectsBadParameters) {
 // copies as boxes), in whole chunks' periods except where a lattice is cut at the last whole
 // period. The third pass gathers only the keys no lattice reaches: with a sink of whole groups
 // none; with a group straddling the sink, its residues past the sink in the first period. The
-// plan keeps issue 3's mask (StaticPatterns above checks it on random parameters).
+// plan keeps the grid-like mask (StaticPatterns above checks it on random parameters).
 TEST(StaticPatterns, GridMaskLatticesReachTheWholePeriods) {
   constexpr int64_t kPeriods = 40;
   constexpr int64_t kPeriod = 64;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/random.h"
+#include "core/engine_chunks.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/plan.h"
 

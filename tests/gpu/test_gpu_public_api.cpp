@@ -1,7 +1,7 @@
 // The public API on device memory, as a user calls it: DeviceTensor holds the operands, the entry
 // points of attention.h dispatch to the CUDA engine because the tensors are on the device, and the
 // results come back to the host to be checked against the CPU reference and the fp64 oracle. Also
-// DeviceTensor's copies and errors, event timing, and PreparedPlan on the device.
+// event timing and PreparedPlan on the device (DeviceTensor itself: test_gpu_device_tensor.cpp).
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -32,6 +32,7 @@
 #include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
 #include "plan_generators.h"
+#include "tensor_bits.h"
 
 namespace mmsparse::test {
 namespace {
@@ -42,8 +43,6 @@ constexpr Device kCuda{DeviceType::kCUDA, 0};
 constexpr Device kCpu{DeviceType::kCPU, 0};
 constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};  // GQA ratios, 7 being the awkward one
 constexpr int64_t kBatched = 2;  // batch of the batched cases; the others keep the oracle cheap
-// All bytes 0xFF: NaN in float32, float16 and bfloat16, so an unwritten element never passes.
-constexpr int kNaNByte = 0xFF;
 // Slack of the rule against the CPU reference (the harness's values): the rounding noise of one
 // output element in 16-bit precision, and the float32 noise of an LSE.
 constexpr double kOutputSlack = 1e-3;
@@ -69,10 +68,6 @@ AttentionOptions options_of(const ProblemSize& size, bool causal = true) {
   options.scale = size.scale;
   options.causal = causal;
   return options;
-}
-
-void poison(Tensor& host) {
-  if (host.nbytes() > 0) std::memset(host.data(), kNaNByte, host.nbytes());
 }
 
 DeviceTensor poisoned_device(DType dtype, std::vector<int64_t> shape) {
@@ -110,27 +105,6 @@ struct DeviceOutputs {
 
   DeviceTensor out, lse;
 };
-
-// Bit-for-bit equality of two host views of one dtype and shape, element by element (any
-// strides): NaN payloads and the sign of zero count.
-int64_t differing_elements(const TensorView& a, const TensorView& b) {
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.shape_vector(), b.shape_vector());
-  std::vector<int64_t> offsets_a;
-  std::vector<int64_t> offsets_b;
-  for_each_offset(a, [&](int64_t, int64_t offset) { offsets_a.push_back(offset); });
-  for_each_offset(b, [&](int64_t, int64_t offset) { offsets_b.push_back(offset); });
-  if (offsets_a.size() != offsets_b.size()) return std::max<int64_t>(1, offsets_a.size());
-  const std::size_t element = dtype_size(a.dtype);
-  const auto* bytes_a = static_cast<const std::byte*>(a.data);
-  const auto* bytes_b = static_cast<const std::byte*>(b.data);
-  int64_t differing = 0;
-  for (std::size_t i = 0; i < offsets_a.size(); ++i) {
-    differing += std::memcmp(bytes_a + offsets_a[i] * element, bytes_b + offsets_b[i] * element,
-                             element) != 0;
-  }
-  return differing;
-}
 
 void expect_bit_identical(const AttentionResult& actual, const AttentionResult& expected) {
   EXPECT_EQ(differing_elements(actual.out.view, expected.out.view), 0)
@@ -343,8 +317,6 @@ TEST(GpuPublicApiEdges, NoQueriesIsANoOp) {
 
 // --- merge_partials ----------------------------------------------------------------------------
 
-
-
 struct MergeCase {
   DType part_dtype;
   DType out_dtype;
@@ -430,124 +402,6 @@ TEST(GpuPublicApiMerge, MergePartialsOnTheDeviceMatchesTheCpu) {
           << "row 0 has no keys in any part, element " << d;
     }
   }
-}
-
-// --- DeviceTensor ------------------------------------------------------------------------------
-
-// Random bits in every byte of the storage (padding included): any dtype, NaNs and all, so that
-// only a bit-exact copy passes.
-void fill_random_bytes(Random& random, Tensor& storage) {
-  constexpr int64_t kByteValues = 256;
-  for (std::size_t i = 0; i < storage.nbytes(); ++i) {
-    storage.data()[i] = static_cast<std::byte>(random.uniform_int(0, kByteValues - 1));
-  }
-}
-
-TEST(GpuDeviceTensor, RoundTripKeepsEveryBitInEveryLayout) {
-  Random random;
-  SCOPED_TRACE(random.trace());
-  constexpr int64_t kBatch = 2;
-  constexpr int64_t kHeads = 3;
-  constexpr int64_t kDim = 5;  // odd: rows not multiples of 16 bytes
-  constexpr int64_t kMaxSeq = 41;
-  constexpr std::array<OperandLayout, 3> kLayouts = {
-      OperandLayout::kContiguous, OperandLayout::kHeadMajor, OperandLayout::kPaddedRows};
-  for (const DType dtype :
-       {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kUInt8}) {
-    const int64_t seq = random.uniform_int(1, kMaxSeq);
-    for (const OperandLayout source_layout : kLayouts) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " seq=" + std::to_string(seq) +
-                   " source=" + layout_name(source_layout));
-      HostOperand source(dtype, kBatch, seq, kHeads, kDim, source_layout);
-      fill_random_bytes(random, source.storage);
-      const DeviceTensor device = DeviceTensor::from_host(source.view, kCuda);
-      const TensorView view = device.view();
-      EXPECT_EQ(view.dtype, dtype);
-      EXPECT_EQ(device_name(view.device), device_name(kCuda));
-      EXPECT_EQ(view.shape_vector(), source.view.shape_vector());
-      EXPECT_TRUE(view.is_contiguous());
-      for (const OperandLayout destination_layout : kLayouts) {
-        SCOPED_TRACE(std::string("destination=") + layout_name(destination_layout));
-        HostOperand back(dtype, kBatch, seq, kHeads, kDim, destination_layout);
-        poison(back.storage);
-        device.copy_to_host(back.view);
-        EXPECT_EQ(differing_elements(back.view, source.view), 0);
-      }
-    }
-  }
-}
-
-TEST(GpuDeviceTensor, CopyFromHostOverwritesAndMovesKeepTheMemory) {
-  Random random;
-  SCOPED_TRACE(random.trace());
-  constexpr int64_t kRows = 7;
-  constexpr int64_t kColumns = 13;
-  Tensor first(DType::kBFloat16, {kRows, kColumns});
-  Tensor second(DType::kBFloat16, {kRows, kColumns});
-  fill_random_bytes(random, first);
-  fill_random_bytes(random, second);
-  DeviceTensor device(DType::kBFloat16, {kRows, kColumns}, kCuda);
-  device.copy_from_host(first.view());
-  device.copy_from_host(second.view());
-  DeviceTensor moved(std::move(device));
-  DeviceTensor assigned(DType::kFloat32, {1}, kCuda);
-  assigned = std::move(moved);
-  Tensor back(DType::kBFloat16, {kRows, kColumns});
-  assigned.copy_to_host(back.view());
-  EXPECT_EQ(differing_elements(back.view(), second.view()), 0);
-}
-
-TEST(GpuDeviceTensorErrors, MismatchedHostViewsAreRejected) {
-  constexpr int64_t kRows = 3;
-  constexpr int64_t kColumns = 5;
-  const DeviceTensor device(DType::kBFloat16, {kRows, kColumns}, kCuda);
-  const Tensor other_dtype(DType::kFloat32, {kRows, kColumns});
-  const Tensor other_shape(DType::kBFloat16, {kColumns, kRows});
-  Tensor on_device(DType::kBFloat16, {kRows, kColumns});
-  TensorView claims_device = on_device.view();
-  claims_device.device = kCuda;  // host memory that says it is device memory
-  Tensor destination(DType::kFloat32, {kRows, kColumns});
-
-  DeviceTensor target(DType::kBFloat16, {kRows, kColumns}, kCuda);
-  expect_error([&] { target.copy_from_host(other_dtype.view()); }, ErrorCode::kInvalidArgument,
-               {"copy_from_host source dtype", "bfloat16", "float32"});
-  expect_error([&] { target.copy_from_host(other_shape.view()); }, ErrorCode::kInvalidArgument,
-               {"copy_from_host source shape", "[3, 5]", "[5, 3]"});
-  expect_error([&] { target.copy_from_host(claims_device); }, ErrorCode::kInvalidArgument,
-               {"copy_from_host source", "a host tensor", device_name(kCuda)});
-  expect_error([&] { device.copy_to_host(destination.view()); }, ErrorCode::kInvalidArgument,
-               {"copy_to_host destination dtype", "bfloat16", "float32"});
-  expect_error([&] { device.copy_to_host(other_shape.view()); }, ErrorCode::kInvalidArgument,
-               {"copy_to_host destination shape", "[3, 5]", "[5, 3]"});
-  expect_error([&] { device.copy_to_host(claims_device); }, ErrorCode::kInvalidArgument,
-               {"copy_to_host destination", "a host tensor", device_name(kCuda)});
-}
-
-TEST(GpuDeviceTensorErrors, HostDevicesAreRejected) {
-  const Tensor host(DType::kFloat16, {2, 3});
-  expect_error(
-      [&] {
-        [[maybe_unused]] const DeviceTensor tensor(DType::kFloat16, {2, 3}, kCpu);
-      },
-      ErrorCode::kInvalidArgument, {"device", "a CUDA device", device_name(kCpu)});
-  expect_error([&] { (void)DeviceTensor::from_host(host.view(), kCpu); },
-               ErrorCode::kInvalidArgument, {"device", "a CUDA device", device_name(kCpu)});
-  expect_error([&] { synchronize(kCpu); }, ErrorCode::kInvalidArgument,
-               {"device", "a CUDA device", device_name(kCpu)});
-}
-
-// Like Tensor, DeviceTensor must reject negative extents by name, before any CUDA call (a negative
-// extent would otherwise wrap to a huge allocation size).
-TEST(GpuDeviceTensorErrors, NegativeExtentsAreRejected) {
-  constexpr int64_t kNegative = -3;
-  expect_error(
-      [&] {
-        [[maybe_unused]] const DeviceTensor tensor(DType::kFloat32, {2, kNegative}, kCuda);
-      },
-      ErrorCode::kInvalidArgument, {"shape", std::to_string(kNegative)});
-  // Without the check, cudaMalloc fails and the runtime keeps that error as its last one; clear it
-  // so that later checks of cudaGetLastError in this process do not inherit it.
-  (void)cudaGetLastError();
 }
 
 // --- Timing ------------------------------------------------------------------------------------

@@ -173,35 +173,40 @@ RunSummary summarize(const RunReport& run) {
   return summary;
 }
 
-RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
-                      const TensorView& out, const TensorView& lse) {
-  const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
-  const int64_t heads = inputs.q.shape[2], head_dim = inputs.q.shape[3];
-  const int64_t kv_len = inputs.k.shape[1];
-  const PatternInputs pattern_inputs{inputs.q, inputs.k};
-  RunReport report{run, {}, 0.0, std::nullopt, 0.0, 0};
+namespace {
 
-  const PlanShape shape{inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows};
-  std::vector<double> head_seconds;
-  std::vector<std::string> head_built;
+// A run's prepared plan, how long each head slot's index took and where it was built, and the plan
+// the metrics read when the prepared one has no host copy.
+struct RunPlan {
   PreparedPlan prepared;
-  // The plan the metrics read: the prepared one's host copy, or for a plan estimated on the GPU
-  // (no host copy) the host builder's, untimed (docs/dynamic_patterns.md: the same selection
-  // wherever the top-k cut is clear).
+  std::vector<double> head_seconds;
+  std::vector<std::string> head_built;  // "gpu" or "host", per head slot
+  // For a plan estimated on the GPU (no host copy) the host builder's, untimed
+  // (docs/dynamic_patterns.md: the same selection wherever the top-k cut is clear).
   std::optional<Plan> host_plan;
+};
+
+// Builds and prepares the run's plan where the executor runs: on the GPU one pattern at once or a
+// per-head config head by head, on the CPU on the host. Fills the report's index (and assembly)
+// times.
+RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
+                       const PlanShape& shape, int64_t head_dim, RunReport& report) {
+  const PatternInputs pattern_inputs{inputs.q, inputs.k};
+  RunPlan result;
   if (executor.gpu() && run.specs.size() == 1) {
     Executor::PatternPlan built;
     report.index_seconds = executor.median_build_seconds([&] {
       built = executor.prepare_pattern_plan(run.specs.front(), shape, inputs.layout, pattern_inputs,
                                             head_dim);
     });
-    prepared = std::move(built.prepared);
+    result.prepared = std::move(built.prepared);
     // One build for every head slot: each is given an equal share.
     const int64_t slots = shape.head_slots();
-    head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
-    head_built.assign(static_cast<std::size_t>(slots), built.built_on_device ? "gpu" : "host");
+    result.head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
+    result.head_built.assign(static_cast<std::size_t>(slots),
+                             built.built_on_device ? "gpu" : "host");
     if (built.estimated_on_device) {
-      host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
+      result.host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
     }
   } else if (executor.gpu()) {
     Executor::ConfigPlan built;
@@ -210,21 +215,40 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
           executor.prepare_config_plan(run.specs, shape, inputs.layout, pattern_inputs, head_dim);
     });
     report.assembly_seconds = built.times.assembly_seconds;
-    prepared = std::move(built.prepared);
+    result.prepared = std::move(built.prepared);
     for (const HeadBuildTime& head : built.times.heads) {
-      head_seconds.push_back(head.seconds);
-      head_built.push_back(head.on_device ? "gpu" : "host");
+      result.head_seconds.push_back(head.seconds);
+      result.head_built.push_back(head.on_device ? "gpu" : "host");
     }
     if (any_dynamic(run.specs)) {
-      host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
+      result.host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
     }
   } else {
     const auto index_start = std::chrono::steady_clock::now();
-    prepared = executor.prepare(
-        executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &head_seconds));
+    result.prepared = executor.prepare(executor.build(run.specs, shape, inputs.layout,
+                                                      &pattern_inputs, head_dim,
+                                                      &result.head_seconds));
     report.index_seconds = seconds_since(index_start);
-    head_built.assign(head_seconds.size(), "host");
+    result.head_built.assign(result.head_seconds.size(), "host");
   }
+  return result;
+}
+
+}  // namespace
+
+RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
+                      const TensorView& out, const TensorView& lse) {
+  const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
+  const int64_t heads = inputs.q.shape[2], head_dim = inputs.q.shape[3];
+  const int64_t kv_len = inputs.k.shape[1];
+  RunReport report{run, {}, 0.0, std::nullopt, 0.0, 0};
+
+  const PlanShape shape{inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows};
+  const RunPlan built = build_run_plan(executor, run, inputs, shape, head_dim, report);
+  const PreparedPlan& prepared = built.prepared;
+  const std::vector<double>& head_seconds = built.head_seconds;
+  const std::vector<std::string>& head_built = built.head_built;
+  const std::optional<Plan>& host_plan = built.host_plan;
   report.attention_seconds = executor.run(prepared, out, lse);
 
   const Plan& plan = host_plan ? *host_plan : prepared.plan();

@@ -1,5 +1,5 @@
 #pragma once
-// The runtime report of `bench` and `run` (issue 4.5): per head, per pattern run, per layer and for
+// The runtime report of `bench` and `run`: per head, per pattern run, per layer and for
 // the whole model. Measuring fills these records; printing and JSON read them, so the tables and
 // the JSON always say the same thing. docs/report.md defines every column.
 

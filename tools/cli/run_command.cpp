@@ -82,6 +82,48 @@ struct LayerOutput {
   Tensor out, lse;
 };
 
+// The pattern run of one layer: the config's specs for its heads, or the one --pattern (dense
+// when none is given).
+PatternRun layer_run(const RunFlags& flags, const std::optional<PatternConfig>& config,
+                     int64_t layer, int64_t heads) {
+  if (config) {
+    return {"config", flags.config_path + " layer " + std::to_string(layer),
+            config->layer_specs(layer, heads)};
+  }
+  const PatternSpec spec = PatternSpec::parse(flags.pattern.empty() ? "dense" : flags.pattern);
+  return {spec.name, spec.to_string(), {spec}};
+}
+
+// The human-readable report: each layer's summary (and per-head) tables, then the layer table.
+void print_tables(const RunFlags& flags, const std::vector<LayerReport>& reports, int64_t needles,
+                  const std::string& device_label) {
+  fmt::print("mmsparse run  {}: {} layer{}, device {}\n", flags.input, reports.size(),
+             reports.size() == 1 ? "" : "s", device_label);
+  for (const LayerReport& report : reports) {
+    fmt::print("\nlayer {} ({})\n", report.layer, report.source);
+    print_summary_table(report, needles);
+    if (flags.per_head) print_per_head_tables(report);
+  }
+  if (reports.size() > 1 || !flags.layers.empty()) print_layer_table(reports);
+  if (!flags.compare) fmt::print("\n(recall, output error and speedup need --compare)\n");
+}
+
+// --output: every layer's out and lse, with the version, the input, each layer's pattern and the
+// layout (when the input has one) as metadata.
+void write_outputs(const RunFlags& flags, const std::vector<LayerOutput>& outputs,
+                   const std::vector<LayerReport>& reports, const ModalityLayout* layout) {
+  std::map<std::string, std::string> metadata = {{"mmsparse.version", build_info().version},
+                                                 {"mmsparse.input", flags.input}};
+  std::map<std::string, TensorView> tensors;
+  for (std::size_t l = 0; l < outputs.size(); ++l) {
+    tensors[outputs[l].prefix + "out"] = outputs[l].out.view();
+    tensors[outputs[l].prefix + "lse"] = outputs[l].lse.view();
+    metadata[outputs[l].prefix + "mmsparse.pattern"] = reports[l].runs.front().run.spec_text;
+  }
+  if (layout != nullptr) metadata[kLayoutMetadataKey] = layout->to_json();
+  write_safetensors(flags.output, tensors, metadata);
+}
+
 int run_attention(const RunFlags& flags) {
   if (!flags.pattern.empty() && !flags.config_path.empty()) {
     throw_invalid_argument("--pattern/--config", "one of them", "both");
@@ -109,14 +151,7 @@ int run_attention(const RunFlags& flags) {
     const Tensor& v = attention_input(input, selected.prefix + "v", flags.input);
     const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
     head_dim = q.shape()[3];
-    PatternRun run;
-    if (config) {
-      run = {"config", flags.config_path + " layer " + std::to_string(selected.layer),
-             config->layer_specs(selected.layer, heads)};
-    } else {
-      const PatternSpec spec = PatternSpec::parse(flags.pattern.empty() ? "dense" : flags.pattern);
-      run = {spec.name, spec.to_string(), {spec}};
-    }
+    const PatternRun run = layer_run(flags, config, selected.layer, heads);
     progress.step(fmt::format("layer {} ({}q/k/v, q {}): {} on {}", selected.layer,
                               selected.prefix, q.view().shape_string(), run.spec_text,
                               executor.device_label()));
@@ -162,29 +197,9 @@ int run_attention(const RunFlags& flags) {
     outputs.push_back(std::move(output));
   }
 
-  if (flags.exec.json_path != "-") {
-    fmt::print("mmsparse run  {}: {} layer{}, device {}\n", flags.input, layers.size(),
-               layers.size() == 1 ? "" : "s", executor.device_label());
-    for (const LayerReport& report : reports) {
-      fmt::print("\nlayer {} ({})\n", report.layer, report.source);
-      print_summary_table(report, needles);
-      if (flags.per_head) print_per_head_tables(report);
-    }
-    if (layers.size() > 1 || !flags.layers.empty()) print_layer_table(reports);
-    if (!flags.compare) fmt::print("\n(recall, output error and speedup need --compare)\n");
-  }
-
+  if (flags.exec.json_path != "-") print_tables(flags, reports, needles, executor.device_label());
   if (!flags.output.empty()) {
-    std::map<std::string, std::string> metadata = {{"mmsparse.version", build_info().version},
-                                                   {"mmsparse.input", flags.input}};
-    std::map<std::string, TensorView> tensors;
-    for (std::size_t l = 0; l < outputs.size(); ++l) {
-      tensors[outputs[l].prefix + "out"] = outputs[l].out.view();
-      tensors[outputs[l].prefix + "lse"] = outputs[l].lse.view();
-      metadata[outputs[l].prefix + "mmsparse.pattern"] = reports[l].runs.front().run.spec_text;
-    }
-    if (has_layout) metadata[kLayoutMetadataKey] = layout.to_json();
-    write_safetensors(flags.output, tensors, metadata);
+    write_outputs(flags, outputs, reports, has_layout ? &layout : nullptr);
   }
   nlohmann::json report = layers_json(reports, head_dim);
   report["input"] = flags.input;

@@ -190,22 +190,13 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
   }
 }
 
-int run_search(const SearchFlags& flags) {
-  const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
-  const bool gpu = use_gpu(flags.exec.device_choice());
-  const auto started = std::chrono::steady_clock::now();
-  Progress progress(2, progress_enabled);
-
-  progress.step(flags.input.empty() ? "SYNTHETIC calibration workload '" + flags.workload.preset +
-                                          "' (generated layer by layer)"
-                                    : "reading " + flags.input);
-  const CalibrationInput input = load_input(flags);
-  progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
-                            input.layout.length(), input.layers.size()));
-
+// The search options of the flags: a GPU search makes configs to run on the GPU (no head whose
+// index the host would build, unless --host-index), and with progress each scope's result goes to
+// stderr as it is done.
+SearchOptions search_options(const SearchFlags& flags, bool gpu, bool progress_enabled,
+                             std::chrono::steady_clock::time_point started) {
   SearchOptions options = flags.options;
   options.scale_to_length = !flags.unscaled;
-  // A GPU search makes configs to run on the GPU: no head whose index the host would build.
   if (gpu && !flags.host_index) options.index_device = Device{DeviceType::kCUDA, 0};
   options.num_threads = flags.exec.threads;
   if (progress_enabled) {
@@ -220,6 +211,60 @@ int run_search(const SearchFlags& flags) {
       std::fflush(stderr);
     };
   }
+  return options;
+}
+
+// One scope's search in the JSON report: its budget, counts, winner and every scored candidate.
+nlohmann::json scope_json(const ScopeSearch& search) {
+  nlohmann::json json = {{"stage", search.stage},
+                         {"scope", search.scope},
+                         {"budget_cost", search.budget_cost},
+                         {"over_budget", search.over_budget},
+                         {"not_applicable", search.not_applicable},
+                         {"host_index", search.host_index}};
+  if (search.winner) json["winner"] = score_json(*search.winner);
+  for (const CandidateScore& score : search.scored) json["scored"].push_back(score_json(score));
+  return json;
+}
+
+// One layer's search in the JSON report: its budget, search space and every head's choice.
+nlohmann::json layer_json(const LayerSearchResult& result, int64_t layer,
+                          const CalibrationInput& input) {
+  nlohmann::json json = {{"layer", layer},
+                         {"budget_spec", result.budget_spec.to_string()},
+                         {"budget_cost", result.budget_cost}};
+  for (const PatternSpec& spec : result.space) json["search_space"].push_back(spec.to_string());
+  for (const HeadSearchResult& head : result.heads) {
+    nlohmann::json head_json = {{"head", head.q_head},
+                                {"chosen", score_json(head.chosen)},
+                                {"budget_cost", head.budget_cost},
+                                {"dense_fallback", head.dense_fallback},
+                                {"fallback_reason", head.fallback_reason},
+                                {"over_budget", head.over_budget}};
+    if (head.within_budget) head_json["within_budget"] = score_json(*head.within_budget);
+    if (input.workload) {
+      head_json["behaviour"] = head_behaviour_name(input.workload->behaviour(head.q_head));
+    }
+    for (const ScopeSearch& search : head.scopes) head_json["scopes"].push_back(scope_json(search));
+    json["heads"].push_back(head_json);
+  }
+  return json;
+}
+
+int run_search(const SearchFlags& flags) {
+  const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
+  const bool gpu = use_gpu(flags.exec.device_choice());
+  const auto started = std::chrono::steady_clock::now();
+  Progress progress(2, progress_enabled);
+
+  progress.step(flags.input.empty() ? "SYNTHETIC calibration workload '" + flags.workload.preset +
+                                          "' (generated layer by layer)"
+                                    : "reading " + flags.input);
+  const CalibrationInput input = load_input(flags);
+  progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
+                            input.layout.length(), input.layers.size()));
+
+  const SearchOptions options = search_options(flags, gpu, progress_enabled, started);
 
   if (flags.exec.json_path != "-") {
     fmt::print("mmsparse search  {}; {} tokens, {} layer(s)\n", input.description,
@@ -242,38 +287,12 @@ int run_search(const SearchFlags& flags) {
         layer_views(input, layer_index, flags.exec.data_type(), synthetic_tensors);
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
-    nlohmann::json layer_json = {{"layer", layer.layer},
-                                 {"budget_spec", result.budget_spec.to_string()},
-                                 {"budget_cost", result.budget_cost}};
-    for (const PatternSpec& spec : result.space) layer_json["search_space"].push_back(spec.to_string());
     for (const HeadSearchResult& head : result.heads) {
       config.head_specs[layer.layer][head.q_head] = head.chosen.spec;
       config.head_scores[layer.layer][head.q_head] = {head.chosen.recall, head.chosen.output_error,
                                                       head.chosen.cost};
-      nlohmann::json head_json = {{"head", head.q_head},
-                                  {"chosen", score_json(head.chosen)},
-                                  {"budget_cost", head.budget_cost},
-                                  {"dense_fallback", head.dense_fallback},
-                                  {"fallback_reason", head.fallback_reason},
-                                  {"over_budget", head.over_budget}};
-      if (head.within_budget) head_json["within_budget"] = score_json(*head.within_budget);
-      if (input.workload) head_json["behaviour"] = head_behaviour_name(input.workload->behaviour(head.q_head));
-      for (const ScopeSearch& search : head.scopes) {
-        nlohmann::json scope_json = {{"stage", search.stage},
-                                     {"scope", search.scope},
-                                     {"budget_cost", search.budget_cost},
-                                     {"over_budget", search.over_budget},
-                                     {"not_applicable", search.not_applicable},
-                                     {"host_index", search.host_index}};
-        if (search.winner) scope_json["winner"] = score_json(*search.winner);
-        for (const CandidateScore& score : search.scored) {
-          scope_json["scored"].push_back(score_json(score));
-        }
-        head_json["scopes"].push_back(scope_json);
-      }
-      layer_json["heads"].push_back(head_json);
     }
-    report["layers"].push_back(layer_json);
+    report["layers"].push_back(layer_json(result, layer.layer, input));
     if (!config.search) {
       config.search = SearchProvenance{input.description, utc_now(), build_info().version,
                                        cost_model->measured() ? "measured" : "modelled",

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/engine_chunks.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "mmsparse/plan.h"
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/engine_chunks.h"
 #include "cuda/runtime/engine.h"
 
 namespace mmsparse::cuda {
@@ -88,9 +89,9 @@ struct LaunchRecord {
 static_assert(sizeof(LaunchRecord) == sizeof(TileRecord) + sizeof(SpanRecord) + sizeof(RowLattice),
               "launch records are packed (tests read them byte for byte)");
 
-// The width of every lattice record (plan.h's kLatticeSpans): with 128-key chunks, a chunk is 16
-// periods of 8 keys, the geometry a grid-like band of 64 keys per period needs (grid_mask.cpp,
-// docs/perf-notes.md v6).
+// The width of every lattice record (engine_chunks.h's kLatticeSpans): with 128-key chunks, a
+// chunk is 16 periods of 8 keys, the geometry a grid-like band of 64 keys per period needs
+// (grid_mask.cpp; measurements in docs/history/perf-notes.md).
 inline constexpr int32_t kLatticeWidth = static_cast<int32_t>(kLatticeSpans);
 
 // The number of keys of a key range.

@@ -1,14 +1,22 @@
 #pragma once
-// The kernel steps of the GPU index builders (index_builders.h), one file each, launched in stream
-// order by the builder:
-//   methods/estimate/estimate_device.cu   last-q estimate -> column sums and diagonal sums of every head slot
-//   methods/estimate/top_k_device.cu     top-k of each score array with forced lines and the host's tie order
-//   methods/vertical_slash/vertical_slash_device.cu   selected lines -> tiles, spans, columns, schedule (and the driver)
-//   methods/vertical_slash/key_spaces_device.cu the same conversion for 2D-boundary tiles, which read several key spaces
-//   methods/grid/grid_device.cu       softmax rows -> stride and phase search -> runs, tiles, spans, columns,
-//                       schedule (and the driver)
-//   methods/grid/grid_groups_device.cu  the grid's arrangement and conversion for Q/2D boundary, whose query
-//                       groups hold several runs of rows and may read several key spaces
+// The kernel steps of the GPU index builders (index_builders.h), launched in stream order by the
+// builder:
+//   methods/estimate/estimate_extents.cu  which rows an estimate takes and the scratch it needs
+//   methods/estimate/estimate_device.cu   last-q estimate -> column sums and diagonal sums of every
+//                                         head slot
+//   methods/estimate/top_k_device.cu      top-k of each score array with forced lines and the
+//                                         host's tie order
+//   methods/vertical_slash/vertical_slash_device.cu  selected lines -> tiles, spans, columns,
+//                                         schedule (and the driver)
+//   methods/vertical_slash/key_spaces_device.cu  the same conversion for 2D-boundary tiles, which
+//                                         read several key spaces
+//   methods/grid/grid_search_device.cu    softmax rows -> stride and phase search
+//   methods/grid/grid_device.cu           the lines -> runs, tiles, spans, columns, schedule (and
+//                                         the driver)
+//   methods/grid/grid_groups_device.cu    the grid's arrangement for Q/2D boundary, whose query
+//                                         groups hold several runs of rows and may read several
+//                                         key spaces (and its driver)
+//   methods/grid/grid_group_tiles_device.cu  their tiles' conversion
 
 #include <cuda_runtime.h>
 
@@ -38,6 +46,8 @@ inline constexpr int64_t kEstimateChunkKeys = 64;
 // Bounds of the estimate kernels' shared memory (one K chunk, one Q tile, one row of diagonal sums
 // per estimate row plus a chunk).
 inline constexpr int64_t kMaxEstimateRows = 1024;
+// Diagonal entries a block holds per key chunk: every estimate row's plus a chunk's.
+inline constexpr int64_t kMaxEstimateDiagonals = kMaxEstimateRows + kEstimateChunkKeys - 1;
 inline constexpr int64_t kMaxEstimateHeadDim = 128;
 inline constexpr int64_t kEstimateHeadDimStep = 16;  // the MMA's k extent
 // Operand rows load as 16-byte vectors of 16-bit elements.
@@ -327,7 +337,8 @@ bool fits_estimate(const GridBuild& build);
 void build_grid(const GridBuild& build, const EstimateOperands& operands,
                 const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream);
 
-// The stride and phase search of one estimate (methods/grid/grid_device.cu): every head slot's best lines.
+// The stride and phase search of one estimate (methods/grid/grid_search_device.cu): every head
+// slot's best lines.
 struct GridSearch {
   const EstimateExtents* extents = nullptr;
   const float* probabilities = nullptr;  // the estimate's softmax rows [slots, rows, scores]

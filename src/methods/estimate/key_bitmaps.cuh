@@ -1,6 +1,7 @@
 #pragma once
 // A tile's keys as bitmaps, for the conversions whose tiles read keys no closed form lists
-// (methods/vertical_slash/key_spaces_device.cu: 2D-boundary vertical-slash; methods/grid/grid_groups_device.cu: Q/2D-boundary grid).
+// (methods/vertical_slash/key_spaces_device.cu: 2D-boundary vertical-slash;
+// methods/grid/grid_group_tiles_device.cu: Q/2D-boundary grid).
 // A block marks the keys its tile reads in two shared-memory bitmaps over original positions, span
 // keys and column keys, one window of kWindowKeys keys at a time, and reads the plan records off
 // them: the maximal runs of span keys are the merged spans (TileKeys::write merges spans that

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/engine_chunks.h"
 #include "mmsparse/plan.h"
 #include "methods/estimate/estimation.h"
 

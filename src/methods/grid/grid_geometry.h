@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/engine_chunks.h"
 #include "methods/grid/grid.h"
 #include "mmsparse/plan.h"
 

@@ -39,6 +39,7 @@
 #include <span>
 #include <vector>
 
+#include "core/engine_chunks.h"
 #include "methods/estimate/tile_keys.h"
 #include "methods/registry.h"
 #include "methods/static/static_patterns.h"

@@ -297,6 +297,217 @@ void write_runs(const VerticalSlashBuild& build, const PlanSections& sections,
   copy_to_device(sections.runs, runs, stream, "vertical-slash index: cudaMemcpyAsync runs");
 }
 
+// One estimate per selection, (group g, space s) at g * space_count() + s. They throw for groups
+// whose rows do not fit the estimate, so they are all taken before anything is queued.
+std::vector<EstimateExtents> selection_extents(const VerticalSlashBuild& build,
+                                               const EstimateOperands& operands) {
+  const int64_t spaces = build.space_count();
+  const bool two_d = !build.spaces.empty();
+  std::vector<EstimateExtents> extents;
+  for (int64_t g = 0; g < build.groups(); ++g) {
+    for (int64_t s = 0; s < spaces; ++s) {
+      if (two_d) {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           build.spaces[static_cast<std::size_t>(s)],
+                                           build.own_space[static_cast<std::size_t>(g)] == s,
+                                           "vertical-slash"));
+      } else if (build.group_rows.empty()) {
+        extents.push_back(estimate_extents(operands, build.last_q));
+      } else {
+        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
+                                           "vertical-slash"));
+      }
+    }
+  }
+  return extents;
+}
+
+// The 2D key spaces' ranges: every space's range begins, then every space's prefixes.
+struct KeySpaceArrays {
+  std::vector<int64_t> range_begins;
+  std::vector<int64_t> range_prefixes;
+};
+
+KeySpaceArrays key_space_arrays(const VerticalSlashBuild& build) {
+  KeySpaceArrays arrays;
+  for (const detail::KeySpace& space : build.spaces) {
+    for (const detail::IndexRange& range : space.ranges()) {
+      arrays.range_begins.push_back(range.begin);
+    }
+    arrays.range_prefixes.insert(arrays.range_prefixes.end(), space.prefix().begin(),
+                                 space.prefix().end());
+  }
+  return arrays;
+}
+
+// How many lines of each kind one head slot's selection keeps at most.
+struct LineCapacities {
+  int64_t vertical = 0, slash = 0;
+};
+
+// The offsets of the build's arrays in its scratch allocation.
+struct VerticalSlashRegions {
+  std::vector<EstimateRegions> estimates;  // one per selection
+  std::size_t verticals, slashes, line_counts;
+  std::size_t listed_tiles, frontiers, range_begins, range_prefixes;
+  std::size_t span_counts, column_counts, span_offsets, column_offsets;
+  std::size_t keys, sorted_keys, indices, temp;
+};
+
+VerticalSlashRegions add_vertical_slash_regions(ScratchLayout& layout,
+                                                const VerticalSlashBuild& build,
+                                                const std::vector<EstimateExtents>& extents,
+                                                const LineCapacities& capacity,
+                                                const KeySpaceArrays& arrays,
+                                                std::size_t temp_bytes) {
+  const int64_t tiles = build.tiles();
+  const int64_t selections = build.selections() * extents.front().slots;
+  VerticalSlashRegions at;
+  for (const EstimateExtents& selection : extents) {
+    at.estimates.push_back(add_estimate_regions(layout, selection, false));
+  }
+  at.verticals = layout.add<int32_t>(selections * capacity.vertical);
+  at.slashes = layout.add<int32_t>(selections * capacity.slash);
+  at.line_counts = layout.add<int32_t>(2 * selections);  // verticals, slashes
+  at.listed_tiles = layout.add<VerticalSlashTile>(static_cast<int64_t>(build.head_tiles.size()));
+  at.frontiers = layout.add<SpaceFrontiers>(static_cast<int64_t>(build.tile_frontiers.size()));
+  at.range_begins = layout.add<int64_t>(static_cast<int64_t>(arrays.range_begins.size()));
+  at.range_prefixes = layout.add<int64_t>(static_cast<int64_t>(arrays.range_prefixes.size()));
+  at.span_counts = layout.add<int64_t>(tiles);
+  at.column_counts = layout.add<int64_t>(tiles);
+  at.span_offsets = layout.add<int64_t>(tiles);
+  at.column_offsets = layout.add<int64_t>(tiles);
+  at.keys = layout.add<uint32_t>(tiles);
+  at.sorted_keys = layout.add<uint32_t>(tiles);
+  at.indices = layout.add<int32_t>(tiles);
+  at.temp = layout.add<std::byte>(static_cast<int64_t>(temp_bytes));
+  return at;
+}
+
+// The key spaces on the device over the listed tiles and their frontiers; all keys (no ranges)
+// without a 2D boundary. `begins` and `prefixes` are the device copies of key_space_arrays.
+KeySpaceTiles key_space_tiles(const VerticalSlashBuild& build,
+                              const VerticalSlashTile* listed_tiles,
+                              const SpaceFrontiers* frontiers, const int64_t* begins,
+                              const int64_t* prefixes) {
+  KeySpaceTiles space_tiles{
+      listed_tiles, frontiers, build.tiles_per_head, static_cast<int32_t>(build.spaces.size()), {}};
+  int64_t first_range = 0;
+  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
+    const detail::KeySpace& space = build.spaces[s];
+    const auto ranges = static_cast<int64_t>(space.ranges().size());
+    if (!space.is_identity()) {
+      space_tiles.space[s] = {begins + first_range, prefixes + first_range + s,
+                              static_cast<int32_t>(ranges), true};
+    }
+    first_range += ranges;
+  }
+  return space_tiles;
+}
+
+// Where the selections write their lines: [selections, slots, capacity] line arrays and
+// [selections, slots] counts of each kind.
+struct LineArrays {
+  int32_t* verticals;
+  int32_t* slashes;
+  int32_t* vertical_counts;
+  int32_t* slash_counts;
+};
+
+// Each selection's estimate, then its slots' top vertical and slash lines.
+void estimate_and_select(const VerticalSlashBuild& build, const EstimateOperands& operands,
+                         const std::vector<EstimateExtents>& extents,
+                         const VerticalSlashRegions& at, const KeySpaceTiles& space_tiles,
+                         std::byte* base, const LineCapacities& capacity, const LineArrays& lines,
+                         cudaStream_t stream) {
+  const bool two_d = !build.spaces.empty();
+  const auto spaces = static_cast<std::size_t>(build.space_count());
+  const int64_t slots = extents.front().slots;
+  for (std::size_t e = 0; e < extents.size(); ++e) {
+    const EstimateExtents& selection = extents[e];
+    const EstimateScratch estimate = estimate_scratch(base, at.estimates[e]);
+    const KeySpaceView keys = two_d ? space_tiles.space[e % spaces] : KeySpaceView{};
+    launch_estimate(operands, selection, estimate, stream, keys);
+    if (selection.scores == 0) continue;
+    const int64_t first = static_cast<int64_t>(e) * slots;
+    launch_select_lines(
+        {estimate.column_sums, selection.scores, build.vertical, build.sink,
+         lines.verticals + first * capacity.vertical, capacity.vertical,
+         lines.vertical_counts + first},
+        {estimate.diagonal_sums, selection.scores, build.slash, build.local,
+         lines.slashes + first * capacity.slash, capacity.slash, lines.slash_counts + first},
+        slots, stream);
+  }
+}
+
+// CUB storage sizes and the sort's key bits of one build.
+struct SortAndScan {
+  std::size_t scan_bytes, sort_bytes;
+  int sort_bits;
+};
+
+// Each tile's spans and columns from the selected lines: counted (a warp per tile, or a block per
+// tile over 2D key spaces), scanned into offsets, written, and the tiles sorted into the upload's
+// heaviest-first schedule.
+void write_tiles(const VerticalSlashBuild& build, const PlanSections& sections,
+                 const KeySpaceTiles& space_tiles, const SelectedLines& selected,
+                 const VerticalSlashTile* listed_tiles, const VerticalSlashRegions& at,
+                 std::byte* base, const SortAndScan& sizes, cudaStream_t stream) {
+  const int64_t tiles = build.tiles();
+  const bool two_d = !build.spaces.empty();
+  const auto item_count = static_cast<int>(tiles);
+  const std::size_t scan_bytes = sizes.scan_bytes;
+  const std::size_t sort_bytes = sizes.sort_bytes;
+  const int sort_bits = sizes.sort_bits;
+  TileGeometry geometry = tile_geometry(build.shape);
+  if (!build.head_tiles.empty()) {
+    geometry.listed = listed_tiles;
+    geometry.tiles_per_head = build.tiles_per_head;
+  }
+  auto* span_counts = region<int64_t>(base, at.span_counts);
+  auto* column_counts = region<int64_t>(base, at.column_counts);
+  auto* span_offsets = region<int64_t>(base, at.span_offsets);
+  auto* column_offsets = region<int64_t>(base, at.column_offsets);
+  void* temp = base + at.temp;
+  const auto blocks =
+      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
+  if (two_d) {
+    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
+  } else {
+    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
+                                                                span_counts, column_counts);
+    check_launch("vertical-slash index: count_tiles_kernel");
+  }
+  std::size_t temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, item_count,
+                                           stream),
+             "vertical-slash index: span scan");
+  temp_bytes = scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
+                                           item_count, stream),
+             "vertical-slash index: column scan");
+
+  FillTargets targets{sections,
+                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
+                      span_offsets,
+                      column_offsets,
+                      region<uint32_t>(base, at.keys),
+                      region<int32_t>(base, at.indices)};
+  if (two_d) {
+    launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
+  } else {
+    fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
+    check_launch("vertical-slash index: fill_tiles_kernel");
+  }
+
+  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
+  temp_bytes = sort_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                 temp, temp_bytes, targets.tile_keys, region<uint32_t>(base, at.sorted_keys),
+                 targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
+             "vertical-slash index: schedule sort");
+}
+
 }  // namespace
 
 VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape,
@@ -356,179 +567,56 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
                           const PlanSections& sections, cudaStream_t stream) {
   const int64_t tiles = build.tiles();
   if (tiles == 0) return;
-  const int64_t groups = build.groups();
-  const int64_t spaces = build.space_count();
-  const bool two_d = !build.spaces.empty();
-  // One estimate per selection: (group g, space s) at g * spaces + s.
-  std::vector<EstimateExtents> extents;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t s = 0; s < spaces; ++s) {
-      if (two_d) {
-        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
-                                           build.spaces[static_cast<std::size_t>(s)],
-                                           build.own_space[static_cast<std::size_t>(g)] == s,
-                                           "vertical-slash"));
-      } else if (build.group_rows.empty()) {
-        extents.push_back(estimate_extents(operands, build.last_q));
-      } else {
-        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
-                                           "vertical-slash"));
-      }
-    }
-  }
+  const std::vector<EstimateExtents> extents = selection_extents(build, operands);
   const int64_t slots = extents.front().slots;
   int64_t scores = 0;  // the longest score array of the selections
   for (const EstimateExtents& selection : extents) scores = std::max(scores, selection.scores);
-  const int64_t vertical_capacity = std::min(build.vertical, scores);
-  const int64_t slash_capacity = std::min(build.slash, scores);
+  const LineCapacities capacity{std::min(build.vertical, scores), std::min(build.slash, scores)};
   const int64_t selections = build.selections() * slots;
   const auto item_count = static_cast<int>(tiles);
   const int sort_bits =
       std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(build.shape.kv_len))));
-
   const std::size_t scan_bytes =
       scan_storage_bytes(item_count, stream, "vertical-slash index: scan storage");
   const std::size_t sort_bytes = sort_storage_bytes<uint32_t>(item_count, sort_bits, stream,
                                                               "vertical-slash index: sort storage");
-
-  // The 2D key spaces' ranges: every space's range begins, then every space's prefixes.
-  std::vector<int64_t> range_begins;
-  std::vector<int64_t> range_prefixes;
-  for (const detail::KeySpace& space : build.spaces) {
-    for (const detail::IndexRange& range : space.ranges()) range_begins.push_back(range.begin);
-    range_prefixes.insert(range_prefixes.end(), space.prefix().begin(), space.prefix().end());
-  }
+  const KeySpaceArrays arrays = key_space_arrays(build);
 
   ScratchLayout layout;
-  std::vector<EstimateRegions> estimate_at;
-  for (const EstimateExtents& selection : extents) {
-    estimate_at.push_back(add_estimate_regions(layout, selection, false));
-  }
-  const std::size_t verticals_at = layout.add<int32_t>(selections * vertical_capacity);
-  const std::size_t slashes_at = layout.add<int32_t>(selections * slash_capacity);
-  const std::size_t line_counts_at = layout.add<int32_t>(2 * selections);  // verticals, slashes
-  const std::size_t listed_tiles_at =
-      layout.add<VerticalSlashTile>(static_cast<int64_t>(build.head_tiles.size()));
-  const std::size_t frontiers_at =
-      layout.add<SpaceFrontiers>(static_cast<int64_t>(build.tile_frontiers.size()));
-  const std::size_t range_begins_at =
-      layout.add<int64_t>(static_cast<int64_t>(range_begins.size()));
-  const std::size_t range_prefixes_at =
-      layout.add<int64_t>(static_cast<int64_t>(range_prefixes.size()));
-  const std::size_t span_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t column_counts_at = layout.add<int64_t>(tiles);
-  const std::size_t span_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t column_offsets_at = layout.add<int64_t>(tiles);
-  const std::size_t keys_at = layout.add<uint32_t>(tiles);
-  const std::size_t sorted_keys_at = layout.add<uint32_t>(tiles);
-  const std::size_t indices_at = layout.add<int32_t>(tiles);
-  const std::size_t temp_at = layout.add<std::byte>(
-      static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
-
+  const VerticalSlashRegions at = add_vertical_slash_regions(
+      layout, build, extents, capacity, arrays, std::max(scan_bytes, sort_bytes));
   const StreamScratch scratch(layout.bytes(), stream,
                               "vertical-slash index: cudaMallocAsync scratch");
   std::byte* base = scratch.base();
   // A slot selects no line when no estimate row sees a key (the selection then does not run).
-  auto* line_counts = region<int32_t>(base, line_counts_at);
+  auto* line_counts = region<int32_t>(base, at.line_counts);
   check_cuda(cudaMemsetAsync(line_counts, 0, 2 * selections * sizeof(int32_t), stream),
              "vertical-slash index: cudaMemsetAsync line counts");
-  auto* listed_tiles = region<VerticalSlashTile>(base, listed_tiles_at);
+  auto* listed_tiles = region<VerticalSlashTile>(base, at.listed_tiles);
   copy_to_device(listed_tiles, build.head_tiles, stream,
                  "vertical-slash index: cudaMemcpyAsync tiles");
-  auto* frontiers = region<SpaceFrontiers>(base, frontiers_at);
+  auto* frontiers = region<SpaceFrontiers>(base, at.frontiers);
   copy_to_device(frontiers, build.tile_frontiers, stream,
                  "vertical-slash index: cudaMemcpyAsync tile frontiers");
-  auto* begins = region<int64_t>(base, range_begins_at);
-  auto* prefixes = region<int64_t>(base, range_prefixes_at);
-  copy_to_device(begins, range_begins, stream, "vertical-slash index: cudaMemcpyAsync ranges");
-  copy_to_device(prefixes, range_prefixes, stream,
+  auto* begins = region<int64_t>(base, at.range_begins);
+  auto* prefixes = region<int64_t>(base, at.range_prefixes);
+  copy_to_device(begins, arrays.range_begins, stream,
+                 "vertical-slash index: cudaMemcpyAsync ranges");
+  copy_to_device(prefixes, arrays.range_prefixes, stream,
                  "vertical-slash index: cudaMemcpyAsync range prefixes");
   write_runs(build, sections, stream);
 
-  // The key spaces on the device; all keys (no ranges) without a 2D boundary.
-  KeySpaceTiles space_tiles{
-      listed_tiles, frontiers, build.tiles_per_head, static_cast<int32_t>(build.spaces.size()), {}};
-  int64_t first_range = 0;
-  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
-    const detail::KeySpace& space = build.spaces[s];
-    const auto ranges = static_cast<int64_t>(space.ranges().size());
-    if (!space.is_identity()) {
-      space_tiles.space[s] = {begins + first_range, prefixes + first_range + s,
-                              static_cast<int32_t>(ranges), true};
-    }
-    first_range += ranges;
-  }
+  const KeySpaceTiles space_tiles =
+      key_space_tiles(build, listed_tiles, frontiers, begins, prefixes);
+  const LineArrays lines{region<int32_t>(base, at.verticals), region<int32_t>(base, at.slashes),
+                         line_counts, line_counts + selections};
+  estimate_and_select(build, operands, extents, at, space_tiles, base, capacity, lines, stream);
 
-  auto* verticals = region<int32_t>(base, verticals_at);
-  auto* slashes = region<int32_t>(base, slashes_at);
-  int32_t* vertical_counts = line_counts;
-  int32_t* slash_counts = line_counts + selections;
-  for (std::size_t e = 0; e < extents.size(); ++e) {
-    const EstimateExtents& selection = extents[e];
-    const EstimateScratch estimate = estimate_scratch(base, estimate_at[e]);
-    const KeySpaceView keys =
-        two_d ? space_tiles.space[e % static_cast<std::size_t>(spaces)] : KeySpaceView{};
-    launch_estimate(operands, selection, estimate, stream, keys);
-    if (selection.scores == 0) continue;
-    const int64_t first = static_cast<int64_t>(e) * slots;
-    launch_select_lines(
-        {estimate.column_sums, selection.scores, build.vertical, build.sink,
-         verticals + first * vertical_capacity, vertical_capacity, vertical_counts + first},
-        {estimate.diagonal_sums, selection.scores, build.slash, build.local,
-         slashes + first * slash_capacity, slash_capacity, slash_counts + first},
-        slots, stream);
-  }
-
-  TileGeometry geometry = tile_geometry(build.shape);
-  if (!build.head_tiles.empty()) {
-    geometry.listed = listed_tiles;
-    geometry.tiles_per_head = build.tiles_per_head;
-  }
-  const SelectedLines selected{slots,   verticals,      vertical_capacity, vertical_counts,
-                               slashes, slash_capacity, slash_counts};
-  auto* span_counts = region<int64_t>(base, span_counts_at);
-  auto* column_counts = region<int64_t>(base, column_counts_at);
-  auto* span_offsets = region<int64_t>(base, span_offsets_at);
-  auto* column_offsets = region<int64_t>(base, column_offsets_at);
-  void* temp = base + temp_at;
-  const auto blocks =
-      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
-  if (two_d) {
-    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
-  } else {
-    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
-                                                                span_counts, column_counts);
-    check_launch("vertical-slash index: count_tiles_kernel");
-  }
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets,
-                                           item_count, stream),
-             "vertical-slash index: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
-                                           item_count, stream),
-             "vertical-slash index: column scan");
-
-  FillTargets targets{sections,
-                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
-                      span_offsets,
-                      column_offsets,
-                      region<uint32_t>(base, keys_at),
-                      region<int32_t>(base, indices_at)};
-  if (two_d) {
-    launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
-  } else {
-    fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
-    check_launch("vertical-slash index: fill_tiles_kernel");
-  }
-
-  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
-  temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.tile_keys,
-                 region<uint32_t>(base, sorted_keys_at), targets.tile_indices,
-                 sections.schedule, item_count, 0, sort_bits, stream),
-             "vertical-slash index: schedule sort");
+  const SelectedLines selected{
+      slots,         lines.verticals, capacity.vertical, lines.vertical_counts,
+      lines.slashes, capacity.slash,  lines.slash_counts};
+  write_tiles(build, sections, space_tiles, selected, listed_tiles, at, base,
+              {scan_bytes, sort_bytes, sort_bits}, stream);
 }
 
 }  // namespace mmsparse::cuda::index

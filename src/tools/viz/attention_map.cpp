@@ -154,9 +154,13 @@ PooledGrid pool_plan_mask(const Plan& plan, int64_t head_slot, int64_t cells, Ro
   return grid;
 }
 
-HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
-                                      int64_t batch_index, int64_t head, const Plan& plan,
-                                      int64_t head_slot, const AttentionMapOptions& options) {
+namespace {
+
+// The attention problem of q and k, checked for the maps: host tensors, indices in range, and a
+// plan of their lengths.
+AttentionProblem checked_map_problem(const TensorView& q, const TensorView& k,
+                                     int64_t batch_index, int64_t head, const Plan& plan,
+                                     int64_t head_slot, const AttentionMapOptions& options) {
   AttentionOptions attention_options;
   attention_options.scale = options.scale;
   attention_options.num_threads = options.num_threads;
@@ -175,7 +179,32 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
                            "q_len " + std::to_string(plan.shape.q_len) + ", kv_len " +
                                std::to_string(plan.shape.kv_len));
   }
+  return problem;
+}
 
+// The softmax probabilities of one query row (query_row [head_dim]) over its first `visible` keys
+// (keys [kv_len, head_dim]) into weights[0, visible): scaled dot products in float, their
+// exponentials summed in double, as the CPU reference computes them.
+void softmax_row(const float* query_row, const float* keys, int64_t head_dim, float scale,
+                 int64_t visible, std::vector<float>& weights) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t key = 0; key < visible; ++key) {
+    weights[key] = scale * cpu::dot(query_row, &keys[key * head_dim], head_dim);
+    max_score = std::max(max_score, weights[key]);
+  }
+  double sum = 0.0;
+  for (int64_t key = 0; key < visible; ++key) {
+    weights[key] = std::exp(weights[key] - max_score);
+    sum += weights[key];
+  }
+  const float inverse_sum = static_cast<float>(1.0 / sum);
+  for (int64_t key = 0; key < visible; ++key) weights[key] *= inverse_sum;
+}
+
+// The maps of the plan's mask, with zero attention grids to pool into; with the rows also in the
+// plan's query order when it is not the identity.
+HeadAttentionMaps mask_maps(const Plan& plan, int64_t head_slot, const AttentionProblem& problem,
+                            const AttentionMapOptions& options) {
   HeadAttentionMaps maps;
   maps.pool = options.pool;
   maps.mask = pool_plan_mask(plan, head_slot, options.cells);
@@ -183,14 +212,43 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
   maps.kept = maps.attention;
   maps.density = plan_density(plan, head_slot);
   std::vector<int64_t> order = plan.query_order(head_slot);
-  const bool permuted = !std::is_sorted(order.begin(), order.end());  // sorted = the identity
-  const std::vector<int64_t> order_index = permuted ? viz::inverse_permutation(order)
-                                                    : std::vector<int64_t>{};
-  if (permuted) {
+  if (!std::is_sorted(order.begin(), order.end())) {  // sorted = the identity
     maps.attention_permuted = maps.attention;
     maps.mask_permuted = pool_plan_mask(plan, head_slot, options.cells, RowOrder::kQueryOrder);
     maps.query_order = std::move(order);
   }
+  return maps;
+}
+
+// The mean and minimum recall over the rows that see keys (NaN marks those that see none).
+void summarise_recall(const std::vector<double>& row_recall, HeadAttentionMaps& maps) {
+  double recall_sum = 0.0;
+  int64_t rows_with_keys = 0;
+  maps.recall_min = 1.0;
+  for (double recall : row_recall) {
+    if (std::isnan(recall)) continue;
+    recall_sum += recall;
+    ++rows_with_keys;
+    maps.recall_min = std::min(maps.recall_min, recall);
+  }
+  if (rows_with_keys == 0) {
+    maps.recall_min = 0.0;
+  } else {
+    maps.recall_mean = recall_sum / static_cast<double>(rows_with_keys);
+  }
+}
+
+}  // namespace
+
+HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
+                                      int64_t batch_index, int64_t head, const Plan& plan,
+                                      int64_t head_slot, const AttentionMapOptions& options) {
+  const AttentionProblem problem =
+      checked_map_problem(q, k, batch_index, head, plan, head_slot, options);
+  HeadAttentionMaps maps = mask_maps(plan, head_slot, problem, options);
+  const bool permuted = !maps.query_order.empty();
+  const std::vector<int64_t> order_index =
+      permuted ? viz::inverse_permutation(maps.query_order) : std::vector<int64_t>{};
 
   const int64_t head_dim = problem.head_dim;
   const int64_t kv_len = problem.kv_len;
@@ -223,23 +281,10 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
       const int64_t visible = std::clamp<int64_t>(query + problem.causal_offset() + 1, 0, kv_len);
       if (visible == 0) continue;
       pairs += visible;
-      const float* query_row = &queries[query * head_dim];
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t key = 0; key < visible; ++key) {
-        weights[key] = problem.scale * cpu::dot(query_row, &keys[key * head_dim], head_dim);
-        max_score = std::max(max_score, weights[key]);
-      }
-      double sum = 0.0;
-      for (int64_t key = 0; key < visible; ++key) {
-        weights[key] = std::exp(weights[key] - max_score);
-        sum += weights[key];
-      }
-      const float inverse_sum = static_cast<float>(1.0 / sum);
+      softmax_row(&queries[query * head_dim], keys.data(), head_dim, problem.scale, visible,
+                  weights);
       std::fill(pooled.begin(), pooled.end(), 0.0);
-      for (int64_t key = 0; key < visible; ++key) {
-        weights[key] *= inverse_sum;  // now the softmax probability
-        combine(mode, pooled[key_cell[key]], weights[key]);
-      }
+      for (int64_t key = 0; key < visible; ++key) combine(mode, pooled[key_cell[key]], weights[key]);
 
       std::fill(pooled_kept.begin(), pooled_kept.end(), 0.0);
       double recall = 0.0;
@@ -268,20 +313,7 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
   finish_mean(mode, maps.attention);
   finish_mean(mode, maps.kept);
   finish_mean(mode, maps.attention_permuted);
-  double recall_sum = 0.0;
-  int64_t rows_with_keys = 0;
-  maps.recall_min = 1.0;
-  for (double recall : row_recall) {
-    if (std::isnan(recall)) continue;
-    recall_sum += recall;
-    ++rows_with_keys;
-    maps.recall_min = std::min(maps.recall_min, recall);
-  }
-  if (rows_with_keys == 0) {
-    maps.recall_min = 0.0;
-  } else {
-    maps.recall_mean = recall_sum / static_cast<double>(rows_with_keys);
-  }
+  summarise_recall(row_recall, maps);
   return maps;
 }
 

@@ -321,6 +321,88 @@ void draw_strip(Canvas& canvas, const std::vector<uint8_t>& modality, int64_t x,
   }
 }
 
+// The picture's panels: attention, plan mask and kept attention, then attention and mask in the
+// plan's query order when it is not the identity.
+std::vector<Panel> picture_panels(const HeadAttentionMaps& maps) {
+  std::vector<Panel> panels = {
+      {"attention (" + std::string(pool_mode_name(maps.pool)) + "-pooled)", &maps.attention,
+       PanelKind::kAttention, false},
+      {"plan mask, density " + fixed(100.0 * maps.density, 2) + "%", &maps.mask, PanelKind::kMask,
+       false},
+      {"kept: recall " + fixed(maps.recall_mean, 4) + " (min " + fixed(maps.recall_min, 4) + ")",
+       &maps.kept, PanelKind::kKept, false}};
+  if (!maps.query_order.empty()) {
+    panels.push_back({"attention, plan query order", &maps.attention_permuted,
+                      PanelKind::kAttention, true});
+    panels.push_back({"mask, plan query order", &maps.mask_permuted, PanelKind::kMask, true});
+  }
+  return panels;
+}
+
+// A legend item: a swatch or the colour bar, then a label, at (x, line) once wrapped.
+struct LegendItem {
+  Rgb swatch;
+  std::string label;
+  bool colour_bar = false;
+  int64_t x = 0, line = 0;
+};
+
+// The colour bar, the mask's colours and, with modality strips, the modalities' colours.
+std::vector<LegendItem> legend_items(const LogScale& scale, bool strips) {
+  std::vector<LegendItem> legend = {
+      {{}, "log10 p from " + fixed(scale.low, 1) + " to " + fixed(scale.high, 1), true},
+      {kMaskFull, "computed (lighter: part of the pixel)"},
+      {kNotComputed, "skipped"},
+      {kAboveDiagonal, "above the diagonal"}};
+  if (strips) {
+    for (int m = 0; m < kNumModalities; ++m) {
+      legend.push_back({kModalityColours[m], std::string(modality_name(static_cast<Modality>(m)))});
+    }
+    legend.push_back({kBoundary, "modality boundary"});
+  }
+  return legend;
+}
+
+// Places the items on as many lines as a picture `width` pixels wide needs; returns the lines.
+int64_t wrap_legend(std::vector<LegendItem>& legend, int64_t font, int64_t width) {
+  int64_t legend_lines = 1;
+  for (int64_t x = kMargin; LegendItem& item : legend) {
+    const int64_t item_width = (item.colour_bar ? kLegendBarWidth : kLegendSwatch * font) +
+                               kTextGap + text_width(item.label, font);
+    if (x > kMargin && x + item_width > width - kMargin) {
+      x = kMargin;
+      ++legend_lines;
+    }
+    item.x = x;
+    item.line = legend_lines - 1;
+    x += item_width + kLegendItemGap;
+  }
+  return legend_lines;
+}
+
+// Draws the wrapped legend, its first line at y = legend_y.
+void draw_legend(Canvas& canvas, const std::vector<LegendItem>& legend, int64_t legend_y,
+                 int64_t font) {
+  const int64_t line_height = kFontLineHeight * font;
+  const int64_t legend_line_height = line_height + kTextGap;
+  for (const LegendItem& item : legend) {
+    const int64_t y = legend_y + item.line * legend_line_height;
+    int64_t x = item.x;
+    if (item.colour_bar) {
+      for (int64_t i = 0; i < kLegendBarWidth; ++i) {
+        canvas.fill(x + i, y, 1, line_height,
+                    viridis(static_cast<double>(i) / static_cast<double>(kLegendBarWidth - 1)));
+      }
+      x += kLegendBarWidth;
+    } else {
+      canvas.fill(x, y, kLegendSwatch * font, line_height, item.swatch);
+      canvas.frame(x, y, kLegendSwatch * font, line_height, kFrame);
+      x += kLegendSwatch * font;
+    }
+    canvas.text(x + kTextGap, y, item.label, font);
+  }
+}
+
 }  // namespace
 }  // namespace viz
 
@@ -341,18 +423,7 @@ Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptio
       permuted ? pool_causal_mask(grid.q_len, grid.kv_len, cells, maps.query_order) : PooledGrid{};
   const LogScale scale = LogScale::of(maps.attention, causal);
 
-  std::vector<Panel> panels = {
-      {"attention (" + std::string(pool_mode_name(maps.pool)) + "-pooled)", &maps.attention,
-       PanelKind::kAttention, false},
-      {"plan mask, density " + fixed(100.0 * maps.density, 2) + "%", &maps.mask, PanelKind::kMask,
-       false},
-      {"kept: recall " + fixed(maps.recall_mean, 4) + " (min " + fixed(maps.recall_min, 4) + ")",
-       &maps.kept, PanelKind::kKept, false}};
-  if (permuted) {
-    panels.push_back({"attention, plan query order", &maps.attention_permuted,
-                      PanelKind::kAttention, true});
-    panels.push_back({"mask, plan query order", &maps.mask_permuted, PanelKind::kMask, true});
-  }
+  const std::vector<Panel> panels = picture_panels(maps);
 
   const AxisModalities axes = axis_modalities(maps, options.layout);
   const bool strips = !axes.keys.empty();
@@ -368,37 +439,8 @@ Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptio
   const int64_t count = static_cast<int64_t>(panels.size());
   const int64_t width = 2 * kMargin + count * block + (count - 1) * kPanelGap;
 
-  // Legend items (a swatch or the colour bar, then a label), wrapped onto as many lines as the
-  // picture's width needs.
-  struct LegendItem {
-    Rgb swatch;
-    std::string label;
-    bool colour_bar = false;
-    int64_t x = 0, line = 0;
-  };
-  std::vector<LegendItem> legend = {
-      {{}, "log10 p from " + fixed(scale.low, 1) + " to " + fixed(scale.high, 1), true},
-      {kMaskFull, "computed (lighter: part of the pixel)"},
-      {kNotComputed, "skipped"},
-      {kAboveDiagonal, "above the diagonal"}};
-  if (strips) {
-    for (int m = 0; m < kNumModalities; ++m) {
-      legend.push_back({kModalityColours[m], std::string(modality_name(static_cast<Modality>(m)))});
-    }
-    legend.push_back({kBoundary, "modality boundary"});
-  }
-  int64_t legend_lines = 1;
-  for (int64_t x = kMargin; LegendItem& item : legend) {
-    const int64_t item_width = (item.colour_bar ? kLegendBarWidth : kLegendSwatch * font) +
-                               kTextGap + text_width(item.label, font);
-    if (x > kMargin && x + item_width > width - kMargin) {
-      x = kMargin;
-      ++legend_lines;
-    }
-    item.x = x;
-    item.line = legend_lines - 1;
-    x += item_width + kLegendItemGap;
-  }
+  std::vector<LegendItem> legend = legend_items(scale, strips);
+  const int64_t legend_lines = wrap_legend(legend, font, width);
 
   const std::vector<std::string> title = wrap_text(options.title, font, width - 2 * kMargin);
   const int64_t title_y = kMargin;
@@ -430,22 +472,7 @@ Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptio
                panel_y, size);
     canvas.frame(x, panel_y, size, size, kFrame);
   }
-  for (const LegendItem& item : legend) {
-    const int64_t y = legend_y + item.line * legend_line_height;
-    int64_t x = item.x;
-    if (item.colour_bar) {
-      for (int64_t i = 0; i < kLegendBarWidth; ++i) {
-        canvas.fill(x + i, y, 1, line_height,
-                    viridis(static_cast<double>(i) / static_cast<double>(kLegendBarWidth - 1)));
-      }
-      x += kLegendBarWidth;
-    } else {
-      canvas.fill(x, y, kLegendSwatch * font, line_height, item.swatch);
-      canvas.frame(x, y, kLegendSwatch * font, line_height, kFrame);
-      x += kLegendSwatch * font;
-    }
-    canvas.text(x + kTextGap, y, item.label, font);
-  }
+  draw_legend(canvas, legend, legend_y, font);
   return canvas.take();
 }
 

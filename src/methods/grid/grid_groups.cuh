@@ -1,0 +1,92 @@
+#pragma once
+// What the grouped grid's (Q/2D boundary) two halves share: the arrangement of each slot's query
+// order and tiles (grid_groups_device.cu) writes what the tile conversion
+// (grid_group_tiles_device.cu) reads. These are the blocks their kernels take as parameters, and
+// the conversion's launcher.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "methods/estimate/index_kernels.h"
+#include "methods/grid/grid_geometry.h"
+
+namespace mmsparse::cuda::index::grouped {
+
+inline constexpr int kMaxGroups = kNumModalities;
+
+// A group as the kernels read it.
+struct GroupView {
+  int64_t first_range = 0, range_count = 0;
+  int64_t order_begin = 0;
+  int32_t own_space = 0;
+};
+
+// One run of a slot's query order: rows start + i·step (i < count) at order indices
+// order_begin + i.
+struct OrderRun {
+  int64_t order_begin, start, count, step;
+};
+
+// The rows of phase p in a group's run of rows `range` under stride s: their first row, and
+// how many there are.
+__device__ inline int64_t phase_run_rows(const GridRange& range, int64_t phase, int64_t stride,
+                                         int64_t& start) {
+  start = range.begin + grid::floor_mod(phase - range.coordinate, stride);
+  return start < range.end ? (range.end - 1 - start) / stride + 1 : 0;
+}
+
+// What the arrangement writes and the conversion reads, per head slot.
+struct Arrangement {
+  int64_t slots, groups, spaces, tile_rows;
+  int64_t phase_capacity;  // the most phases of a group + 1
+  int64_t runs_per_head;
+  GroupView group[kMaxGroups];
+  const GridRange* ranges;         // every group's runs of rows, group by group
+  const detail::GridLines* lines;  // [selections, slots]
+  int64_t* phase_rows;             // [slots, groups, phase_capacity] exclusive sums over phases,
+  int64_t* phase_tiles;            //   the group's total at index s
+  int64_t* phase_runs;
+  OrderRun* runs;        // [slots, runs_per_head]
+  int64_t* group_tiles;  // [slots, groups + 1] the slot's tiles before each group
+  int64_t* group_runs;   // [slots, groups + 1] likewise for runs
+  int64_t* run_counts;   // [slots + 1] runs the plan stores (0: identity order)
+  int64_t* tile_counts;  // [slots + 1]
+
+  __device__ int64_t stride(int64_t g, int64_t slot) const {
+    return lines[(g * spaces + group[g].own_space) * slots + slot].stride;
+  }
+  __device__ int64_t phase_base(int64_t slot, int64_t g) const {
+    return (slot * groups + g) * phase_capacity;
+  }
+};
+
+// What the conversion reads besides the arrangement.
+struct Conversion {
+  Arrangement a;
+  const int64_t* tile_offsets;  // [slots + 1] real tiles, packed slot by slot
+  int64_t tiles;                // capacity
+  int64_t causal_offset;
+  detail::GridOptions options;
+  KeySpaceView space[kMaxKeySpaces];
+  int64_t space_keys[kMaxKeySpaces];  // each space's size (all keys: kv_len)
+};
+
+// Where the fill writes.
+struct GroupedTargets {
+  PlanSections sections;
+  MaskRecord mask;                // the one policy: causal
+  const int64_t* span_offsets;    // [tiles]
+  const int64_t* column_offsets;  // [tiles]
+  uint64_t* sort_keys;            // [tiles]
+  int32_t* tile_indices;          // [tiles]
+  int64_t* span_counts;           // count pass: [tiles]
+  int64_t* column_counts;         // count pass: [tiles]
+};
+
+// Launches the conversion: a block per tile of the capacity, counting each tile's records
+// (fill false; the caller scans the counts) or writing them (fill true).
+void launch_grouped_grid_tiles(const Conversion& convert, const GroupedTargets& targets, bool fill,
+                               cudaStream_t stream);
+
+}  // namespace mmsparse::cuda::index::grouped
