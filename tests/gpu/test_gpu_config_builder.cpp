@@ -27,17 +27,18 @@
 #include "common/random.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
-#include "methods/estimate/index_builders.h"
 #include "device_buffer.h"
 #include "grid_inputs.h"
 #include "index_test_support.h"
+#include "methods/device_builder.h"
+#include "methods/estimate/estimation.h"
+#include "methods/estimate/index_builders.h"
 #include "methods/estimate/modality_boundary.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
-#include "methods/estimate/estimation.h"
 #include "plan_generators.h"
 #include "plan_records.h"
 #include "stream_test.h"
@@ -488,7 +489,7 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     const PatternSpec spec = resolve_pattern(mix.specs[slot % shape.heads], layout);
-    EXPECT_EQ(times.heads[slot].on_device, cuda::builds_head_on_device(spec, shape, layout, true))
+    EXPECT_EQ(times.heads[slot].on_device, detail::device_builder_for(spec, shape, layout, true) != nullptr)
         << "head slot " << slot;
     EXPECT_GE(times.heads[slot].seconds, 0.0);
   }

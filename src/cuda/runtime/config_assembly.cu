@@ -24,6 +24,7 @@
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/math.h"
 #include "cuda/common/stream_scratch.h"
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -32,12 +33,9 @@ namespace mmsparse::cuda {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
-constexpr int kWarpLanes = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
 // Mask records written per launch of write_masks_kernel, passed by value.
 constexpr int kMasksPerLaunch = 32;
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct SectionView {
   const TileRecord* tiles;

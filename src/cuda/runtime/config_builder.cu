@@ -144,11 +144,6 @@ PlanBuildTimes config_build_times(const ConfigBuildTimer& timer) {
   return times;
 }
 
-bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                           const ModalityLayout* layout, bool device_inputs) {
-  return detail::device_builder_for(resolved_spec, shape, layout, device_inputs) != nullptr;
-}
-
 namespace {
 
 void check_section_sizes(const std::vector<Section>& sections, const Section& host) {

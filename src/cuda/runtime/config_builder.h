@@ -28,12 +28,6 @@
 
 namespace mmsparse::cuda {
 
-// Whether a head of `resolved_spec` is built by kernels: detail::device_builder_for is not null
-// (static patterns always; vertical-slash and grid heads the GPU estimate builds when device q and
-// k are at hand).
-bool builds_head_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                           const ModalityLayout* layout, bool device_inputs);
-
 struct ConfigInputs {
   const ModalityLayout* layout = nullptr;    // host-built heads' layout (boundary modes)
   const EstimateOperands* device = nullptr;  // device q and k for heads estimated on the GPU

@@ -27,12 +27,13 @@
 #include <span>
 #include <string>
 
-#include "cuda/common/cuda_check.h"
-#include "methods/estimate/index_kernels.h"
 #include "cuda/attention/sm80/ptx.cuh"
-#include "mmsparse/status.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/index_kernels.h"
 #include "methods/registry.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cuda::index {
 namespace {
@@ -392,7 +393,6 @@ __global__ void gather_diagonals_kernel(const EstimateParams params) {
   params.scratch.diagonal_sums[slot * params.scores + d] = sum;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 EstimateParams make_params(const EstimateOperands& operands, const EstimateExtents& extents,
                            const EstimateScratch& scratch) {

@@ -12,15 +12,15 @@
 #include <string>
 
 #include "cuda/common/cuda_check.h"
-#include "methods/estimate/index_kernels.h"
-#include "mmsparse/status.h"
+#include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/index_kernels.h"
 #include "methods/registry.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cuda::index {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The GPU index builders' entry points (index_builders.h): operand checks, the plan buffer's layout
-// and allocation, and the patterns' kernels (methods/vertical_slash/vertical_slash_device.cu, methods/grid/grid_device.cu,
-// methods/grid/grid_groups_device.cu).
+// and allocation, and the patterns' kernels (methods/vertical_slash/*_device.cu,
+// methods/grid/*_device.cu).
 
 #include "methods/estimate/index_builders.h"
 
@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
-#include "methods/estimate/index_kernels.h"
 #include "cuda/runtime/plan_view.cuh"
-#include "mmsparse/status.h"
+#include "methods/estimate/index_kernels.h"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid.h"
 #include "methods/vertical_slash/vertical_slash.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
 namespace {

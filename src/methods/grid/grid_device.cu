@@ -20,6 +20,7 @@
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
 #include "methods/estimate/modality_boundary.h"
@@ -31,8 +32,6 @@ namespace {
 
 // Threads per block of every conversion kernel.
 constexpr int kThreads = 256;
-constexpr int kWarpLanes = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 using grid::ceil_div;
 using grid::GridRows;

@@ -8,20 +8,16 @@
 #include <cstdint>
 
 #include "core/engine_chunks.h"
+#include "cuda/common/math.h"
 #include "methods/grid/grid.h"
 #include "mmsparse/plan.h"
 
-#ifdef __CUDACC__
-#define MMSPARSE_HOST_DEVICE __host__ __device__
-#else
-#define MMSPARSE_HOST_DEVICE
-#endif
 
 namespace mmsparse::cuda::index::grid {
 
 MMSPARSE_HOST_DEVICE inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 MMSPARSE_HOST_DEVICE inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-MMSPARSE_HOST_DEVICE inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using cuda::ceil_div;
 MMSPARSE_HOST_DEVICE inline int64_t floor_div(int64_t a, int64_t b) {  // b > 0
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
 #include "methods/estimate/modality_boundary.h"
@@ -30,9 +31,7 @@ namespace {
 
 // Threads per block of every search kernel.
 constexpr int kThreads = 256;
-constexpr int kWarpLanes = 32;
 constexpr int kWarps = kThreads / kWarpLanes;
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 using grid::ceil_div;
 using grid::floor_mod;

@@ -1,4 +1,4 @@
-// The grid-like mask (issue 3) as a static pattern of passes merged by LSE. On aligned positions,
+// The grid-like mask (a sink, a local window and a band every period) as a static pattern of passes merged by LSE. On aligned positions,
 // query a keeps key k <= a when
 //     k < sink,  or  a - k < local,  or  (a - k) mod period < band.
 // No one tile geometry serves both parts: rows of one period share the window but not the bands,
@@ -15,20 +15,20 @@
 //    (`columns=0`, the default: one per 128-key chunk, so about half the computed pairs are
 //    masked out, but span chunks load by tensor copies and mask cheaply) or gathered columns
 //    (`columns=1`: they pack the chunks fully, 1.2x the useful pairs, but their masks cost more;
-//    on an H100 the spans ran 51 ms and the columns 63 ms at 128K, docs/perf-notes.md, v5), or,
+//    on an H100 the spans ran 51 ms and the columns 63 ms at 128K, docs/history/perf-notes.md), or,
 //    the default where the period allows (a multiple of 8 of at least band + phases + 14; spans
 //    otherwise), lattices (`lattice=1`): the tile's residues mod period, widened to whole groups
 //    of kLatticeSpans, each with its keys in every earlier period as one strided span, a group
 //    over one range of whole 16-period chunks (the last one cut at the last whole period of
 //    kv_len), which the CUDA upload copies as tensor boxes of 16 periods × 8 keys (plan.h); 1.27x
 //    the useful pairs at 128K, most chunks without an element mask (36 ms on an H100 at 128K,
-//    docs/perf-notes.md, v6). columns=1 overrides lattice.
+//    docs/history/perf-notes.md). columns=1 overrides lattice.
 //  * pass 2, with lattices only: the band keys no lattice reaches (in a group that straddles the
 //    sink, its residues past the sink in the first period; past the whole periods of kv_len, keys
 //    less than a period from their rows, which the bands keep only where local < band) as
 //    gathered columns of the same tiles, so that pass 1 holds lattices alone and runs the kernel
-//    without gather paths (docs/perf-notes.md, v11 and v14). Empty when the sink is a multiple of
-//    kLatticeSpans and local >= band, as in issue 3's mask.
+//    without gather paths (docs/history/perf-notes.md). Empty when the sink is a multiple of
+//    kLatticeSpans and local >= band, as with the defaults.
 //
 // The passes are disjoint (passes 1 and 2 keep keys >= sink at distance >= local, all of which
 // pass 0's window and sink leave out, and pass 2 only keys pass 1 does not list) and their union
@@ -56,7 +56,7 @@ constexpr int64_t kDefaultLocal = 1024;
 constexpr int64_t kDefaultPeriod = 1024;
 constexpr int64_t kDefaultBand = 64;
 // 8 phases × 16 periods per 128-row tile: the key range per period is 8 + 64 - 1 = 71 keys, 90%
-// of them in each row's band (docs/perf-notes.md, v5).
+// of them in each row's band (docs/history/perf-notes.md).
 constexpr int64_t kDefaultPhases = 8;
 constexpr int64_t kDefaultColumns = 0;
 constexpr int64_t kDefaultLattice = 1;
@@ -243,7 +243,7 @@ PatternEntry& grid_mask_entry() {
   static PatternEntry entry = [] {
     PatternEntry grid_mask{
       {"grid-mask",
-       "keys k < sink, a - k < local or (a - k) mod period < band (issue 3's grid-like mask); "
+       "keys k < sink, a - k < local or (a - k) mod period < band; "
        "passes merged by LSE: sink + window, then the bands with `phases` phases per tile, as "
        "lattices copied in boxes (lattice=1, where period is a multiple of 8 >= band + phases + "
        "14; a third pass gathers the keys no lattice reaches), gathered columns (columns=1) or "

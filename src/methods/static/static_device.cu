@@ -24,6 +24,7 @@
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/math.h"
 #include "cuda/common/stream_scratch.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/device_builder.h"
@@ -39,7 +40,6 @@ constexpr int kThreadsPerBlock = 256;
 
 using detail::StaticPattern;
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t floor_div(int64_t a, int64_t b) {
   return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
 }
@@ -378,11 +378,6 @@ TileGeometry make_geometry(const PatternSpec& spec, const PlanShape& shape,
 }
 
 }  // namespace
-
-bool builds_on_device(std::string_view pattern_name) {
-  const detail::PatternEntry* entry = detail::find_pattern_entry(pattern_name);
-  return entry != nullptr && entry->device != nullptr && !entry->device->estimates();
-}
 
 std::vector<MaskPolicy> static_plan_masks(const PatternSpec& resolved_spec,
                                           const PlanShape& shape) {

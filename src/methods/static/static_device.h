@@ -4,7 +4,6 @@
 // host computes the buffer layout, allocates it in stream order, and kernels fill it tile by tile.
 // The buffer is byte-identical to DevicePlan(build_plan(spec, shape, layout), stream).
 
-#include <string_view>
 #include <vector>
 
 #include "cuda/runtime/engine.h"
@@ -15,10 +14,6 @@ namespace mmsparse::cuda {
 
 // Tri-shape uses two mask policies (A-shape rows, then dense bottom rows); the others use one.
 inline constexpr int kMaxStaticMasks = 2;
-
-// Whether `pattern_name`'s registry entry has a device builder that needs no device inputs: the
-// patterns build_static_plan_on_device builds (dense, a-shape, tri-shape, sf-fixed, sf-strided).
-bool builds_on_device(std::string_view pattern_name);
 
 // `resolved_spec` comes from resolve_pattern (every parameter present; the layout only supplies
 // defaults, so it is not needed here). Every head slot of `shape` gets the pattern. Throws like the

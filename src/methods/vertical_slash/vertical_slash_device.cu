@@ -27,21 +27,19 @@
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
-#include "methods/estimate/index_kernels.h"
-#include "methods/vertical_slash/lines_device.cuh"
-#include "mmsparse/status.h"
+#include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/index_kernels.h"
 #include "methods/estimate/modality_boundary.h"
+#include "methods/vertical_slash/lines_device.cuh"
 #include "methods/vertical_slash/vertical_slash.h"
+#include "mmsparse/status.h"
 
 namespace mmsparse::cuda::index {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
-constexpr int kWarpLanes = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The tiles of a head slot: by arithmetic in the identity order (boundary none/K), or listed
 // (boundary Q: device memory, [tiles_per_head]).
