@@ -386,45 +386,39 @@ std::vector<MaskPolicy> static_plan_masks(const PatternSpec& resolved_spec,
   return policies;
 }
 
-DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                       void* stream) {
-  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
-  check_int32_ranges(shape);
-  std::vector<MaskPolicy> policies;
-  const TileGeometry geometry = make_geometry(resolved_spec, shape, policies);
-  MaskTable mask_table{};
-  mask_table.count = static_cast<int32_t>(policies.size());
+namespace {
+
+MaskTable make_mask_table(const std::vector<MaskPolicy>& policies, int64_t kv_len) {
+  MaskTable table{};
+  table.count = static_cast<int32_t>(policies.size());
   for (std::size_t m = 0; m < policies.size(); ++m) {
-    mask_table.records[m] = make_mask_record(policies[m], shape.kv_len);
+    table.records[m] = make_mask_record(policies[m], kv_len);
   }
+  return table;
+}
 
-  // Sizes of one head; every head slot repeats it.
-  int64_t spans_per_head = 0;
-  int64_t columns_per_head = 0;
+// Spans and columns of one head; every head slot repeats them.
+struct HeadRecordCounts {
+  int64_t spans = 0;
+  int64_t columns = 0;
+};
+
+HeadRecordCounts count_head_records(const TileGeometry& geometry) {
+  HeadRecordCounts counts;
   for (int64_t t = 0; t < geometry.tiles; ++t) {
-    const CountEmit counts = count_tile(geometry, t);
-    spans_per_head += counts.spans;
-    columns_per_head += counts.columns;
+    const CountEmit tile = count_tile(geometry, t);
+    counts.spans += tile.spans;
+    counts.columns += tile.columns;
   }
-  const int64_t slots = shape.head_slots();
-  const int64_t tiles = slots * geometry.tiles;
-  if (tiles > std::numeric_limits<int32_t>::max()) {
-    throw Error(ErrorCode::kUnsupported, "build_static_plan_on_device: " + std::to_string(tiles) +
-                                             " tiles; the schedule indexes tiles in int32");
-  }
+  return counts;
+}
 
-  // The upload's layout (device_plan.cu): sections in the same order, empty ones included; static
-  // patterns keep the identity order (no runs) and every pattern tiles every row. All of it
-  // zeroed: the identity order's run offsets, and the padding between sections as the upload has
-  // it.
-  DevicePlanLayout layout = plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()),
-                                         slots * spans_per_head, slots * columns_per_head});
-  layout.gathers = columns_per_head > 0;  // static patterns write no strided spans
-  DevicePlan plan(shape, layout, tiles, slots * columns_per_head, true, layout.bytes, stream);
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (tiles == 0) return plan;
-
-  auto* base = static_cast<std::byte*>(plan.buffer_);
+// Writes every record of the plan buffer at `base` (laid out as `layout`) by kernels: the tiles'
+// counts scanned into offsets, the tiles, masks, spans and columns filled, and the schedule sorted
+// heaviest first. `tiles` > 0.
+void fill_static_plan(std::byte* base, const DevicePlanLayout& layout, const TileGeometry& geometry,
+                      const MaskTable& mask_table, const HeadRecordCounts& per_head,
+                      const PlanShape& shape, int64_t tiles, cudaStream_t cuda_stream) {
   const auto item_count = static_cast<int>(tiles);
   const auto head_tiles = static_cast<int>(geometry.tiles);
   // Sort on the key bits that can be set: a tile covers at most kv_len keys.
@@ -480,9 +474,9 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   targets.tile_indices = tile_indices;
   targets.span_offsets = span_offsets;
   targets.column_offsets = column_offsets;
-  targets.spans_per_head = spans_per_head;
-  targets.columns_per_head = columns_per_head;
-  targets.head_slots = slots;
+  targets.spans_per_head = per_head.spans;
+  targets.columns_per_head = per_head.columns;
+  targets.head_slots = shape.head_slots();
   const auto fill_blocks = static_cast<unsigned>(ceil_div(tiles, kThreadsPerBlock));
   fill_tiles_kernel<<<fill_blocks, kThreadsPerBlock, 0, cuda_stream>>>(geometry, mask_table,
                                                                        targets);
@@ -496,6 +490,36 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
                  tile_indices, reinterpret_cast<int32_t*>(base + layout.schedule), item_count, 0,
                  sort_bits, cuda_stream),
              "build_static_plan_on_device: schedule sort");
+}
+
+}  // namespace
+
+DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                       void* stream) {
+  PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
+  check_int32_ranges(shape);
+  std::vector<MaskPolicy> policies;
+  const TileGeometry geometry = make_geometry(resolved_spec, shape, policies);
+  const MaskTable mask_table = make_mask_table(policies, shape.kv_len);
+  const HeadRecordCounts per_head = count_head_records(geometry);
+  const int64_t slots = shape.head_slots();
+  const int64_t tiles = slots * geometry.tiles;
+  if (tiles > std::numeric_limits<int32_t>::max()) {
+    throw Error(ErrorCode::kUnsupported, "build_static_plan_on_device: " + std::to_string(tiles) +
+                                             " tiles; the schedule indexes tiles in int32");
+  }
+
+  // The upload's layout (device_plan.cu): sections in the same order, empty ones included; static
+  // patterns keep the identity order (no runs) and every pattern tiles every row. All of it
+  // zeroed: the identity order's run offsets, and the padding between sections as the upload has
+  // it.
+  DevicePlanLayout layout = plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()),
+                                         slots * per_head.spans, slots * per_head.columns});
+  layout.gathers = per_head.columns > 0;  // static patterns write no strided spans
+  DevicePlan plan(shape, layout, tiles, slots * per_head.columns, true, layout.bytes, stream);
+  if (tiles == 0) return plan;
+  fill_static_plan(static_cast<std::byte*>(plan.buffer_), layout, geometry, mask_table, per_head,
+                   shape, tiles, static_cast<cudaStream_t>(stream));
   return plan;
 }
 
