@@ -44,8 +44,8 @@ struct MaskRecord {
   int32_t period;        // > 0: keep pairs with (aligned_query - key) mod period < band (causal)
   int32_t band;
   int32_t same_media;
-  uint32_t modality_pairs;  // bit query_modality * kNumModalities + key_modality
-  int32_t needs_tokens;     // the policy reads token_info (MaskPolicy::needs_token_arrays)
+  uint32_t modality_pairs;      // bit query_modality * kNumModalities + key_modality
+  int32_t needs_tokens;         // the policy reads token_info (MaskPolicy::needs_token_arrays)
   int32_t media_bidirectional;  // pairs of one media item skip causal and the window
   // The interface of core/mask_rule.h's Policy.
   __host__ __device__ bool needs_token_arrays() const { return needs_tokens != 0; }

@@ -59,7 +59,7 @@ __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t
 // positional terms remove: such a chunk is masked element by element, never skipped.
 __device__ inline ChunkCoverage lift_skips(const MaskRecord& policy, ChunkCoverage coverage) {
   return policy.media_bidirectional && coverage == ChunkCoverage::kNone ? ChunkCoverage::kPartial
-                                                                       : coverage;
+                                                                        : coverage;
 }
 
 template <class Traits>

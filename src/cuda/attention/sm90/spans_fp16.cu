@@ -7,17 +7,13 @@
 
 namespace mmsparse::cuda {
 
-template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kSpans,
-                                     MaskTerms::kPositional>(
+template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kSpans, MaskTerms::kPositional>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kSpans,
-                                     MaskTerms::kPositional>(
+template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kSpans, MaskTerms::kPositional>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kSpans,
-                                     MaskTerms::kTokens>(
+template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kSpans, MaskTerms::kTokens>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kSpans,
-                                     MaskTerms::kTokens>(
+template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kSpans, MaskTerms::kTokens>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
 
 }  // namespace mmsparse::cuda

@@ -7,16 +7,14 @@
 namespace mmsparse::cuda {
 
 template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kGathers,
-                                     MaskTerms::kPositional>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
 template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kGathers,
-                                     MaskTerms::kPositional>(
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
+template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kGathers, MaskTerms::kTokens>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kGathers,
-                                     MaskTerms::kTokens>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kGathers,
-                                     MaskTerms::kTokens>(
+template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kGathers, MaskTerms::kTokens>(
     const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
 
 }  // namespace mmsparse::cuda

@@ -7,10 +7,10 @@
 namespace mmsparse::cuda {
 
 template void launch_wgmma_attention<__half, 128, 1, ChunkSources::kLattices,
-                                     MaskTerms::kPositional>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
 template void launch_wgmma_attention<__half, 128, 2, ChunkSources::kLattices,
-                                     MaskTerms::kPositional>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
 
 }  // namespace mmsparse::cuda
