@@ -2,7 +2,8 @@
 // on the wgmma kernel: every plan here must run on it (the test fails otherwise), against the fp64
 // oracle and the CPU reference, on fresh random inputs, outputs poisoned before the run, odd
 // lengths, GQA ratios, tiles of 64 and 128 rows, bfloat16 and float16, span-only plans (the span
-// instantiations) and plans with gathered keys (the gather instantiations).
+// instantiations) and plans with gathered keys (the gather instantiations). Plans with lattice
+// records fall back to the mma.sync kernel.
 
 #include <gtest/gtest.h>
 
@@ -13,11 +14,15 @@
 #include <vector>
 
 #include "attention_harness.h"
+#include "common/errors.h"
 #include "common/random.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
+#include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/status.h"
 #include "plan_generators.h"
 
 namespace mmsparse::test {
@@ -215,6 +220,62 @@ TEST_P(GpuTokenMasks, BidirectionalImages) {
 }
 
 constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
+
+// Token masks are not compiled into the wgmma kernel's lattice instantiations: a plan whose upload
+// has lattice records (the grid mask's bands, every policy restricted to same-media here) runs on
+// the mma.sync kernel, correctly, and forcing the wgmma kernel throws kUnsupported.
+TEST(GpuTokenMaskFallback, LatticePlansRunOnMmaSync) {
+  constexpr int64_t kMinLength = 600;
+  constexpr int64_t kMaxLength = 900;
+  constexpr int64_t kMaxExtraKeys = 100;
+  const char* grid_mask = "grid-mask:sink=8,local=40,period=32,band=6,phases=4,lattice=1";
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, kWgmma, kDefaultTileRows};
+  ProblemSize size = random_problem(random, config, 1, 2);
+  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;  // odd: no multiple of 64
+  size.kv_len = size.q_len + 2 * random.uniform_int(0, kMaxExtraKeys);
+  const AttentionInputs inputs = random_inputs(random, size);
+  PlanShape shape;
+  shape.heads = size.q_heads();
+  shape.q_len = size.q_len;
+  shape.kv_len = size.kv_len;
+  Plan plan = build_plan(PatternSpec::parse(grid_mask), shape);
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    Plan& pass = p == 0 ? plan : plan.extra_passes[static_cast<std::size_t>(p - 1)];
+    for (MaskPolicy& policy : pass.masks) policy.same_media = true;
+  }
+  plan.attach_layout(mixed_layout(random, size.kv_len, one_token_runs(size.kv_len)));
+  plan.validate();
+
+  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+  ASSERT_TRUE(std::any_of(passes.begin(), passes.end(), [](const cuda::DevicePlan& pass) {
+    return pass.layout().lattice_step > 0 && pass.layout().has_token_info;
+  }));
+  EXPECT_FALSE(runs_on_wgmma(passes, size));
+  // run_gpu asks for kAuto where the wgmma kernel does not serve.
+  expect_matches_oracle(plan, inputs, size,
+                        run_gpu(passes, inputs, size, OperandLayout::kContiguous));
+
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const DeviceOperand v(inputs.v);
+  DeviceOperand out(inputs.q);
+  DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
+                   sizeof(float));
+  const TensorView lse_view =
+      TensorView::contiguous(lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len},
+                             {DeviceType::kCUDA, 0});
+  AttentionOptions options;
+  options.scale = size.scale;
+  const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
+  cuda::AttentionArgs args =
+      cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+  args.kernel = kWgmma;
+  EXPECT_EQ(testing::capture_error([&] { cuda::attention_passes(passes, args); }).code(),
+            ErrorCode::kUnsupported);
+  synchronize_device();
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Wgmma, GpuTokenMasks,
