@@ -61,8 +61,10 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                        const AttentionOptions& options = {});
 
 // The query-tile height a backend runs fastest: 128 on the CUDA engine for head_dim 128 (its wgmma
-// kernel, spans and gathered columns), otherwise kDefaultTileRows. On the CUDA engine, plans with
-// token masks (same-media, modality pairs) need tiles of at most kDefaultTileRows rows.
+// kernel, spans and gathered columns, under positional and token masks alike), otherwise
+// kDefaultTileRows. On the CUDA engine, plans whose masks read tokens (same-media, modality pairs,
+// bidirectional media) and that have lattice records (strided spans the upload merges) run on the
+// mma.sync kernel, which needs tiles of at most kDefaultTileRows rows.
 int64_t preferred_tile_rows(Device device, int64_t head_dim);
 
 // How prepare_pattern with per-head specs built each head slot's part of the plan, and how long

@@ -17,8 +17,9 @@
 //  * per tile, a mask policy applied to every (query, key) pair the tile covers: causal on original
 //    positions (bottom-right aligned when kv_len > q_len), and optionally a window (with sink keys
 //    exempt from it), a minimum distance, a periodic band, same-media, and modality-pair
-//    restrictions (these need the token arrays). Policies live in a small table; tiles refer to
-//    them by index.
+//    restrictions, and bidirectional attention inside each media item (these need the token
+//    arrays). Policies live in a small table; tiles refer to them by index. The rule itself is
+//    src/core/mask_rule.h, shared by every backend.
 //  * optionally, further passes: plans over the same shape, each with its own query order and
 //    tiles, that cover pairs disjoint from this plan's and from each other's. A row's attention is
 //    over the union of what every pass covers; backends run the passes apart and merge their
@@ -99,7 +100,16 @@ struct MaskPolicy {
   int64_t band = 0;
   bool same_media = false;  // keep pairs where both tokens belong to the same media item
   uint16_t modality_pairs = kAllModalityPairs;  // allowed (query, key) modality pairs
-  bool needs_token_arrays() const { return same_media || modality_pairs != kAllModalityPairs; }
+  // Keep the pairs whose tokens belong to one media item whatever causal and the window say:
+  // attention inside an image is bidirectional, causal elsewhere (Gemma 3). same_media and
+  // modality_pairs still apply. Needs min_distance 0 and no period (passes use those to stay
+  // disjoint, which lifted pairs would break). The tile's key lists must hold the keys past the
+  // diagonal that the lift keeps.
+  bool media_bidirectional = false;
+  // constexpr: the mask rule (src/core/mask_rule.h), host and device code, calls it.
+  constexpr bool needs_token_arrays() const {
+    return same_media || media_bidirectional || modality_pairs != kAllModalityPairs;
+  }
   bool operator==(const MaskPolicy&) const = default;
 };
 

@@ -215,9 +215,12 @@ std::vector<uint8_t> materialize_mask(const Plan& plan, int64_t head_slot) {
   check_head_slot(plan, head_slot);
   const int64_t kv_len = plan.shape.kv_len;
   std::vector<uint8_t> mask(static_cast<size_t>(plan.shape.q_len * kv_len), 0);
-  detail::for_each_covered_range(plan, head_slot, [&](int64_t query, int64_t begin, int64_t end) {
-    std::fill(mask.begin() + query * kv_len + begin, mask.begin() + query * kv_len + end, 1);
-  });
+  // Key by key through the mask rule, as the CPU reference computes: count_plan_pairs, which
+  // counts key ranges, is checked against it.
+  const detail::RowCoverage coverage(plan, head_slot);
+  for (int64_t query = 0; query < plan.shape.q_len; ++query) {
+    coverage.for_each_kept_key(query, [&](int64_t key) { mask[query * kv_len + key] = 1; });
+  }
   return mask;
 }
 

@@ -1,40 +1,34 @@
 #pragma once
-// Which keys a plan computes, row by row. materialize_mask, count_plan_pairs and the interchange
-// converters all read coverage through these helpers, so the mask semantics have one definition.
-// They work on key ranges, not elements, so pair counts stay cheap at long contexts; only the
-// token-array restrictions (same-media, modality pairs) are evaluated key by key.
+// Which keys a plan computes, row by row. The mask semantics have one definition, the rule of
+// core/mask_rule.h: the CPU reference and materialize_mask apply it key by key (for_each_tile_key,
+// mask_keeps); count_plan_pairs, the interchange converters and the pictures read coverage as key
+// ranges derived from it (for_each_kept_range), so pair counts stay cheap at long contexts. Only
+// the token terms are evaluated key by key there too.
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "core/mask_rule.h"
 #include "mmsparse/plan.h"
 
 namespace mmsparse::detail {
 
-// The token-array restrictions of `mask` for an aligned query position and a key.
-inline bool tokens_allow(const Plan& plan, const MaskPolicy& mask, int64_t aligned, int64_t key) {
-  if (aligned < 0) return false;  // only when kv_len < q_len: the query has no token to read
-  if (mask.same_media) {
-    const int32_t media = plan.token_media[aligned];
-    if (media < 0 || plan.token_media[key] != media) return false;
-  }
-  if (mask.modality_pairs != kAllModalityPairs) {
-    const uint16_t bit = modality_pair_bit(static_cast<Modality>(plan.token_modality[aligned]),
-                                           static_cast<Modality>(plan.token_modality[key]));
-    if ((mask.modality_pairs & bit) == 0) return false;
-  }
-  return true;
+// The packed token (mask_rule.h) of position `position` of the plan's token arrays; kNoToken for a
+// position before every key (a query when kv_len < q_len).
+inline int32_t plan_token(const Plan& plan, int64_t position) {
+  if (position < 0) return mask_rule::kNoToken;
+  return mask_rule::pack_token(plan.token_media[position], plan.token_modality[position]);
 }
 
-// Whether `mask` keeps the pair (query at original position `query`, key).
+// Whether `mask` keeps the pair (query at original position `query`, key): the rule of
+// mask_rule.h on the plan's positions and tokens.
 inline bool mask_keeps(const Plan& plan, const MaskPolicy& mask, int64_t query, int64_t key) {
   const int64_t aligned = query + plan.shape.causal_offset();
-  if (mask.causal && key > aligned) return false;
-  if (mask.window > 0 && key >= mask.window_sink && aligned - key >= mask.window) return false;
-  if (mask.min_distance > 0 && aligned - key < mask.min_distance) return false;
-  if (mask.period > 0 && (aligned - key) % mask.period >= mask.band) return false;
-  return !mask.needs_token_arrays() || tokens_allow(plan, mask, aligned, key);
+  if (!mask.needs_token_arrays()) {
+    return mask_rule::keeps(mask, aligned, key, mask_rule::kNoToken, mask_rule::kNoToken);
+  }
+  return mask_rule::keeps(mask, aligned, key, plan_token(plan, aligned), plan_token(plan, key));
 }
 
 // Calls emit(lo, hi) for each maximal range of keys in [lo, hi) whose distance to `aligned` lies
@@ -63,18 +57,13 @@ template <class Emit>
 void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query, int64_t begin,
                          int64_t end, Emit&& emit) {
   const int64_t aligned = query + plan.shape.causal_offset();
-  int64_t upper = mask.causal ? std::min(end, aligned + 1) : end;
-  if (mask.min_distance > 0) upper = std::min(upper, aligned - mask.min_distance + 1);
-  if (begin >= upper) return;
-
-  auto emit_tokens = [&](int64_t lo, int64_t hi) {
-    if (!mask.needs_token_arrays()) {
-      emit(lo, hi);
-      return;
-    }
+  // Keys by the rule, `positions_kept` standing for the positional verdict: as maximal runs.
+  const auto emit_by_rule = [&](int64_t lo, int64_t hi, bool positions_kept) {
+    const int32_t query_token = plan_token(plan, aligned);
     int64_t run_begin = -1;
     for (int64_t key = lo; key < hi; ++key) {
-      if (tokens_allow(plan, mask, aligned, key)) {
+      const bool positions = positions_kept || mask_rule::positions_keep(mask, aligned, key);
+      if (mask_rule::tokens_keep(mask, positions, query_token, plan_token(plan, key))) {
         if (run_begin < 0) run_begin = key;
       } else if (run_begin >= 0) {
         emit(run_begin, key);
@@ -82,6 +71,22 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
       }
     }
     if (run_begin >= 0) emit(run_begin, hi);
+  };
+  // The lift reaches past every positional bound: key by key over the whole range.
+  if (mask.media_bidirectional) {
+    emit_by_rule(begin, end, false);
+    return;
+  }
+  int64_t upper = mask.causal ? std::min(end, aligned + 1) : end;
+  if (mask.min_distance > 0) upper = std::min(upper, aligned - mask.min_distance + 1);
+  if (begin >= upper) return;
+
+  auto emit_tokens = [&](int64_t lo, int64_t hi) {
+    if (mask.needs_token_arrays()) {
+      emit_by_rule(lo, hi, true);
+    } else {
+      emit(lo, hi);
+    }
   };
   auto emit_piece = [&](int64_t lo, int64_t hi) {
     for_each_band_range(mask, aligned, lo, hi, emit_tokens);
@@ -128,6 +133,31 @@ void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit
       for_each_kept_range(plan, mask, query, key, key + 1, emit);
     }
   }
+}
+
+// Calls visit(key) for every key tile `t` lists (spans, strided spans, columns), before its mask.
+template <class Visit>
+void for_each_tile_key(const Plan& plan, int64_t t, Visit&& visit) {
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) visit(key);
+  }
+  for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+    const StridedSpan& lattice = plan.strided_spans[s];
+    for (int64_t key = lattice.begin; key < lattice.end; key += lattice.step) visit(key);
+  }
+  for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+    visit(static_cast<int64_t>(plan.columns[c]));
+  }
+}
+
+// Calls visit(key) for every key tile `t` computes for the query at original position `query`:
+// its listed keys that the rule keeps (mask_keeps), one by one. The plan must be valid.
+template <class Visit>
+void for_each_tile_kept_key(const Plan& plan, int64_t t, int64_t query, Visit&& visit) {
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  for_each_tile_key(plan, t, [&](int64_t key) {
+    if (mask_keeps(plan, mask, query, key)) visit(key);
+  });
 }
 
 // The keys of a strided span in [lo, hi).
@@ -239,6 +269,15 @@ class RowCoverage {
     for (std::size_t p = 0; p < tile_of_.size(); ++p) {
       const int64_t t = tile_of_[p][query];
       if (t >= 0) for_each_tile_range(plan_.pass(static_cast<int64_t>(p)), t, query, emit);
+    }
+  }
+  // Calls visit(key) for every key the passes compute for the query at `query`, by the rule
+  // applied key by key (for_each_tile_kept_key): the CPU reference's definition.
+  template <class Visit>
+  void for_each_kept_key(int64_t query, Visit&& visit) const {
+    for (std::size_t p = 0; p < tile_of_.size(); ++p) {
+      const int64_t t = tile_of_[p][query];
+      if (t >= 0) for_each_tile_kept_key(plan_.pass(static_cast<int64_t>(p)), t, query, visit);
     }
   }
 

@@ -65,7 +65,7 @@ void check_block_lists(const BlockLists& lists, int64_t q_len, int64_t kv_len,
   require_at_least("kv_len", kv_len, 0);
   if (partial_mask.needs_token_arrays()) {
     throw_invalid_argument("partial_mask",
-                           "a policy without same_media or modality_pairs "
+                           "a policy without same_media, media_bidirectional or modality_pairs "
                            "(block lists carry no token arrays)",
                            "one that needs them");
   }

@@ -119,6 +119,12 @@ void check_masks(const Plan& plan) {
                         ") without causal, expected causal = true (the band is defined on "
                         "non-negative distances)");
     }
+    if (mask.media_bidirectional && (mask.min_distance > 0 || mask.period > 0)) {
+      fail("masks", name + " has media_bidirectional with min_distance " +
+                        std::to_string(mask.min_distance) + " and period " +
+                        std::to_string(mask.period) +
+                        ", expected both 0 (lifted pairs would cross the passes' boundaries)");
+    }
   }
 }
 

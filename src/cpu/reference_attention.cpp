@@ -152,17 +152,16 @@ void attention_planned(const AttentionProblem& problem, const Plan& plan, const 
                        const TensorView& k, const TensorView& v, const TensorView& out,
                        const TensorView& lse, int num_threads) {
   // Every pass's keys go into one softmax: the oracle computes the union exactly, without the
-  // merge the engine uses. The mask semantics have one definition (core/plan_coverage.h), shared
-  // with materialize_mask and count_plan_pairs.
+  // merge the engine uses. Each listed key is judged by the one mask rule (core/mask_rule.h), which
+  // the kernels' element masks and materialize_mask apply too.
   std::vector<detail::RowCoverage> coverage;  // [head_slots]
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) coverage.emplace_back(plan, slot);
   const bool broadcast = plan.shape.batch == 1;
   attend_all_rows(problem, q, k, v, out, lse, num_threads,
                   [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
                     const int64_t slot = (broadcast ? 0 : b) * plan.shape.heads + head;
-                    coverage[slot].for_each_range(position, [&](int64_t begin, int64_t end) {
-                      for (int64_t key = begin; key < end; ++key) row.add_key(key);
-                    });
+                    coverage[slot].for_each_kept_key(position,
+                                                     [&](int64_t key) { row.add_key(key); });
                   });
 }
 

@@ -131,6 +131,7 @@ class RandomPlan {
         mask.window_sink = random_.uniform_int(0, 8);
       }
       mask.same_media = random_.bernoulli(0.3);
+      mask.media_bidirectional = random_.bernoulli(0.25);
       if (random_.bernoulli(0.4)) {
         mask.modality_pairs = static_cast<uint16_t>(random_.uniform_int(1, kAllModalityPairs));
       }
@@ -235,16 +236,17 @@ class RandomPlan {
 
 // The mask policy as the plan header defines it, written independently of the library.
 bool policy_keeps(const Plan& plan, const MaskPolicy& mask, int64_t aligned, int64_t key) {
-  if (mask.causal && key > aligned) return false;
   const bool in_window = mask.window == 0 || aligned - key < mask.window || key < mask.window_sink;
-  if (!in_window) return false;
-  const bool needs_tokens = mask.same_media || mask.modality_pairs != kAllModalityPairs;
-  if (!needs_tokens) return true;
+  const bool positions = !(mask.causal && key > aligned) && in_window;
+  const bool needs_tokens =
+      mask.same_media || mask.media_bidirectional || mask.modality_pairs != kAllModalityPairs;
+  if (!needs_tokens) return positions;
   if (aligned < 0) return false;  // a query before every key has no token to compare
-  if (mask.same_media) {
-    const int32_t media = plan.token_media[aligned];
-    if (media == -1 || media != plan.token_media[key]) return false;
-  }
+  const int32_t media = plan.token_media[aligned];
+  const bool one_media = media != -1 && media == plan.token_media[key];
+  // Bidirectional media: pairs inside one media item whatever causal and the window say.
+  if (!positions && !(mask.media_bidirectional && one_media)) return false;
+  if (mask.same_media && !one_media) return false;
   const int bit = plan.token_modality[aligned] * kNumModalities + plan.token_modality[key];
   return (mask.modality_pairs >> bit) & 1;
 }

@@ -52,12 +52,12 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
     expect_matches_oracle(plan, inputs, size, run_gpu(passes, inputs, size, out_layout));
   }
 
-  // Plans with token masks run on the mma.sync kernel alone, which holds 64 rows a tile:
-  // configurations of taller tiles skip them (the 64-row wgmma configurations check that such
-  // plans fall back to it).
+  // Plans whose masks read tokens and whose upload has lattice records run on the mma.sync kernel
+  // alone (wgmma_serves), which holds 64 rows a tile: configurations of taller tiles skip them (the
+  // 64-row wgmma configurations check that such plans fall back to it).
   static bool needs_mma_sync(const Plan& plan) {
-    return std::any_of(plan.masks.begin(), plan.masks.end(),
-                       [](const MaskPolicy& policy) { return policy.needs_token_arrays(); });
+    const cuda::DevicePlan uploaded(plan, nullptr);
+    return uploaded.layout().has_token_info && uploaded.layout().lattice_step > 0;
   }
   static bool has_mma_sync_tiles() { return GetParam().tile_rows <= cuda::kMmaSyncTileRows; }
 
@@ -462,8 +462,9 @@ TEST_P(GpuAttention, PositionalMaskPolicies) {
   expect_wgmma_ran();
 }
 
+// Every policy, token masks among them, on plans without lattice records: every configuration's
+// kernel serves them (tests/gpu/test_gpu_token_masks.cpp holds more for the wgmma kernel).
 TEST_P(GpuAttention, MixedMaskPolicies) {
-  if (!has_mma_sync_tiles()) GTEST_SKIP() << "token masks need 64-row tiles";
   Random random;
   SCOPED_TRACE(random.trace());
   for (int64_t group : {int64_t{1}, int64_t{4}}) {

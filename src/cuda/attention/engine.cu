@@ -237,23 +237,30 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles.
-template <class Element, ChunkSources kSources>
+template <class Element, ChunkSources kSources, MaskTerms kMaskTerms = MaskTerms::kPositional>
 void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan& plan,
                            int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
   if (plan.shape().tile_rows <= kWarpgroupTileRows) {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, kSources>(params, num_tiles, batch_blocks,
-                                                                stream);
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, kSources, kMaskTerms>(params, num_tiles,
+                                                                            batch_blocks, stream);
   } else {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, kSources>(params, num_tiles, batch_blocks,
-                                                                stream);
+    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, kSources, kMaskTerms>(params, num_tiles,
+                                                                            batch_blocks, stream);
   }
 }
 
-// The instantiation for the key chunks the plan has (ChunkSources).
+// The instantiation for the key chunks the plan has (ChunkSources) and its mask terms (MaskTerms;
+// plans with token masks have no lattice records: wgmma_serves).
 template <class Element>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
                   int32_t batch_blocks, cudaStream_t stream) {
-  if (plan.layout().lattice_step > 0 && plan.layout().gathers) {
+  if (plan.layout().has_token_info && plan.layout().gathers) {
+    launch_wgmma_for_rows<Element, ChunkSources::kGathers, MaskTerms::kTokens>(
+        params, plan, num_tiles, batch_blocks, stream);
+  } else if (plan.layout().has_token_info) {
+    launch_wgmma_for_rows<Element, ChunkSources::kSpans, MaskTerms::kTokens>(
+        params, plan, num_tiles, batch_blocks, stream);
+  } else if (plan.layout().lattice_step > 0 && plan.layout().gathers) {
     launch_wgmma_for_rows<Element, ChunkSources::kLatticesAndGathers>(params, plan, num_tiles,
                                                                       batch_blocks, stream);
   } else if (plan.layout().lattice_step > 0) {
@@ -281,8 +288,10 @@ void launch_for_head_dim(const AttentionParams& params, const AttentionArgs& arg
 }  // namespace
 
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args) {
+  // Token masks are compiled for span and gather instantiations only (MaskTerms).
+  const bool masks_served = !plan.layout().has_token_info || plan.layout().lattice_step == 0;
   return supports_attention(args.dtype, args.head_dim) && args.head_dim == kWgmmaHeadDim &&
-         plan.shape().tile_rows <= kMaxTileRows && !plan.layout().has_token_info;
+         plan.shape().tile_rows <= kMaxTileRows && masks_served;
 }
 
 bool supports_attention(DType dtype, int64_t head_dim) {
@@ -330,10 +339,11 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
       (args.kernel == AttentionKernel::kWgmma || plan.shape().tile_rows > kMmaSyncTileRows)) {
     throw Error(ErrorCode::kUnsupported,
                 "attention: the wgmma kernel serves head_dim " + to_text(kWgmmaHeadDim) +
-                    " plans without token masks whose K/V views the tensor-map encoder accepts, "
-                    "and only it runs tiles of more than " +
+                    " plans whose K/V views the tensor-map encoder accepts, without lattice "
+                    "records where masks read tokens, and only it runs tiles of more than " +
                     to_text(kMmaSyncTileRows) + " rows; got head_dim " + to_text(args.head_dim) +
                     ", token masks " + (plan.layout().has_token_info ? "yes" : "no") +
+                    ", lattice records " + (plan.layout().lattice_step > 0 ? "yes" : "no") +
                     ", tile_rows " + to_text(plan.shape().tile_rows));
   }
   const auto stream = static_cast<cudaStream_t>(args.stream);

@@ -20,8 +20,10 @@ void launch_planned_attention(const AttentionParams& params, int32_t num_tiles,
                               int32_t batch_blocks, cudaStream_t stream);
 
 // The wgmma kernel: 64 query rows per consumer warpgroup, so plan tiles of up to
-// 64 * kConsumerWarpgroups rows; kSources: the key chunks the plan has (ChunkSources).
-template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources>
+// 64 * kConsumerWarpgroups rows; kSources: the key chunks the plan has (ChunkSources); kMaskTerms:
+// whether its masks read tokens (MaskTerms).
+template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources,
+          MaskTerms kMaskTerms>
 void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
                             int32_t batch_blocks, cudaStream_t stream);
 

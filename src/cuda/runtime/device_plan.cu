@@ -51,6 +51,7 @@ MaskRecord make_mask_record(const MaskPolicy& policy, int64_t kv_len) {
   record.same_media = policy.same_media ? 1 : 0;
   record.modality_pairs = policy.modality_pairs;
   record.needs_tokens = policy.needs_token_arrays() ? 1 : 0;
+  record.media_bidirectional = policy.media_bidirectional ? 1 : 0;
   return record;
 }
 
@@ -281,7 +282,8 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   if (needs_tokens) {
     sections.token_info.resize(static_cast<std::size_t>(plan.shape.kv_len));
     for (std::size_t key = 0; key < sections.token_info.size(); ++key) {
-      sections.token_info[key] = pack_token_info(plan.token_media[key], plan.token_modality[key]);
+      sections.token_info[key] =
+          mask_rule::pack_token(plan.token_media[key], plan.token_modality[key]);
     }
   }
   return sections;

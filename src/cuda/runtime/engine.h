@@ -234,8 +234,9 @@ std::vector<DevicePlan> upload_passes(const Plan& plan, void* stream);
 void attention_passes(std::span<const DevicePlan> passes, const AttentionArgs& args);
 
 // Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows (key
-// spans and gathered columns alike) and masks without token arrays (causal, window). Tiles of more
-// than kMmaSyncTileRows rows run on no other kernel.
+// spans and gathered columns alike), any positional mask, and masks that read tokens (same-media,
+// modality pairs, bidirectional media) on plans without lattice records. Tiles of more than
+// kMmaSyncTileRows rows run on no other kernel.
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args);
 
 // One partial (O, LSE) result for merge_partials.

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/engine_chunks.h"
+#include "core/mask_rule.h"
 #include "cuda/runtime/engine.h"
 
 namespace mmsparse::cuda {
@@ -44,8 +45,11 @@ struct MaskRecord {
   int32_t period;        // > 0: keep pairs with (aligned_query - key) mod period < band (causal)
   int32_t band;
   int32_t same_media;
-  uint32_t modality_pairs;  // bit query_modality * kNumModalities + key_modality
-  int32_t needs_tokens;     // same_media or a modality restriction: read token_info
+  uint32_t modality_pairs;      // bit query_modality * kNumModalities + key_modality
+  int32_t needs_tokens;         // the policy reads token_info (MaskPolicy::needs_token_arrays)
+  int32_t media_bidirectional;  // pairs of one media item skip causal and the window
+  // The interface of core/mask_rule.h's Policy.
+  __host__ __device__ bool needs_token_arrays() const { return needs_tokens != 0; }
 };
 
 // A tile's key range: keys begin, begin + step, ... below end. A plan's span is step 1, its
@@ -101,18 +105,9 @@ __host__ __device__ inline int64_t range_keys(const SpanRecord& range) {
   return periods * range.width;
 }
 
-// token_info packs a token's media index and modality: ((media + 1) << kModalityBits) | modality.
-inline constexpr int kModalityBits = 2;
-inline constexpr int32_t kModalityMask = (1 << kModalityBits) - 1;
-static_assert(kNumModalities <= (1 << kModalityBits), "modality codes must fit kModalityBits");
-// The token of a query that precedes every key (kv_len < q_len): no policy on tokens admits it.
-inline constexpr int32_t kNoToken = -1;
-
-__host__ __device__ inline int32_t pack_token_info(int32_t media, int32_t modality) {
-  return ((media + 1) << kModalityBits) | modality;
-}
-__host__ __device__ inline int32_t token_media(int32_t info) { return (info >> kModalityBits) - 1; }
-__host__ __device__ inline int32_t token_modality(int32_t info) { return info & kModalityMask; }
+// token_info packs each token as core/mask_rule.h does (mask_rule::pack_token), the form the mask
+// rule reads; kNoToken stands for the token of a query that precedes every key.
+using mask_rule::kNoToken;
 
 struct PlanView {
   const int64_t* head_run_offsets;  // [head_slots + 1] into runs

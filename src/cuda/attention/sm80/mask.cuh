@@ -1,12 +1,13 @@
 #pragma once
 // A tile's MaskPolicy as seen by one warp: which chunks it can skip, which need no element mask at
-// all, and the element mask for the rest. The pair semantics are those of the CPU reference
-// (src/cpu/reference_attention.cpp, PairMask): the query is taken at its aligned position
-// (query + kv_len - q_len), where the causal diagonal and the token arrays are indexed.
+// all, and the element mask for the rest. The element mask is the rule of core/mask_rule.h, which
+// the CPU reference applies too: the query is taken at its aligned position (query + kv_len -
+// q_len), where the causal diagonal and the token arrays are indexed.
 
 #include <cstdint>
 #include <cuda/std/limits>
 
+#include "core/mask_rule.h"
 #include "cuda/attention/key_chunks.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/sm80/traits.cuh"
@@ -54,14 +55,11 @@ __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t
   return none ? ChunkCoverage::kNone : (partial ? ChunkCoverage::kPartial : ChunkCoverage::kFull);
 }
 
-// Whether `policy`'s positional terms keep the pair of a query at aligned position `aligned` and
-// `key` (the token terms are the caller's). Both kernels' element masks use it.
-__device__ inline bool positions_allow(const MaskRecord& policy, int32_t aligned, int32_t key) {
-  const int32_t distance = aligned - key;
-  if (policy.causal && distance < 0) return false;
-  if (policy.window > 0 && key >= policy.window_sink && distance >= policy.window) return false;
-  if (policy.min_distance > 0 && distance < policy.min_distance) return false;
-  return policy.period == 0 || distance % policy.period < policy.band;
+// classify_chunk's verdict for a policy whose media_bidirectional lift may keep pairs that the
+// positional terms remove: such a chunk is masked element by element, never skipped.
+__device__ inline ChunkCoverage lift_skips(const MaskRecord& policy, ChunkCoverage coverage) {
+  return policy.media_bidirectional && coverage == ChunkCoverage::kNone ? ChunkCoverage::kPartial
+                                                                        : coverage;
 }
 
 template <class Traits>
@@ -108,8 +106,10 @@ class TileMask {
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
     if (chunk.from_columns()) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
-    return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
-                          chunk.count < Traits::kBlockN || policy_.needs_tokens);
+    const ChunkCoverage coverage =
+        classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
+                       chunk.count < Traits::kBlockN || policy_.needs_tokens);
+    return lift_skips(policy_, coverage);
   }
 
   // Sets the scores of removed pairs and of empty chunk slots to -inf.
@@ -154,16 +154,7 @@ class TileMask {
   }
 
   __device__ bool allows(int row, int32_t key, int32_t key_token) const {
-    if (!positions_allow(policy_, aligned_[row], key)) return false;
-    if (!policy_.needs_tokens) return true;
-    const int32_t query_token = query_tokens_[row];
-    if (query_token == kNoToken) return false;
-    if (policy_.same_media) {
-      const int32_t media = token_media(query_token);
-      if (media < 0 || media != token_media(key_token)) return false;
-    }
-    const int bit = token_modality(query_token) * kNumModalities + token_modality(key_token);
-    return ((policy_.modality_pairs >> bit) & 1u) != 0;
+    return mask_rule::keeps(policy_, aligned_[row], key, query_tokens_[row], key_token);
   }
 
   MaskRecord policy_;

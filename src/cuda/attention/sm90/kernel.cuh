@@ -1,6 +1,7 @@
 #pragma once
 // The plan-driven attention kernel on wgmma (sm_90a), for plans of spans, gathered columns and
-// positional masks: one CTA per (plan tile, batch element), warp-specialised. Warpgroup 0 is the
+// lattices under positional masks, and of spans and gathered columns under masks that read tokens
+// (Traits::kTokens): one CTA per (plan tile, batch element), warp-specialised. Warpgroup 0 is the
 // producer (one thread issues the tensor copies of span chunks, all of it gathers column chunks;
 // most of its registers go to the consumers); warpgroups 1.. are consumers of 64 query rows each,
 // which skip, compute unmasked or compute masked each chunk and release its stage.
@@ -83,8 +84,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
                         lane, softmax, output);
   }
   // The rows' bounds (shared memory only) are found while the query copies are in flight.
-  WarpgroupMask<Traits> mask(work, rows, params.plan.columns, lattice_step, storage, consumer_warp,
-                             lane);
+  WarpgroupMask<Traits> mask(work, rows, params.plan.columns, params.plan.token_info, lattice_step,
+                             storage, consumer_warp, lane);
   Mainloop::complete_query_load();
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);

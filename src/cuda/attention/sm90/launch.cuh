@@ -8,10 +8,11 @@
 
 namespace mmsparse::cuda {
 
-template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources>
+template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources,
+          MaskTerms kMaskTerms>
 void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
                             int32_t batch_blocks, cudaStream_t stream) {
-  using Traits = WgmmaTraits<Element, kHeadDim, kConsumerWarpgroups, kSources>;
+  using Traits = WgmmaTraits<Element, kHeadDim, kConsumerWarpgroups, kSources, kMaskTerms>;
   static_assert(kWgmmaSharedBytes<Traits> <= kMaxSharedBytesPerBlock,
                 "the stages, the query tile and the barriers must fit one block's shared memory");
   const auto kernel = wgmma_attention_kernel<Traits>;

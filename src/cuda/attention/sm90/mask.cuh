@@ -1,11 +1,14 @@
 #pragma once
-// A tile's positional MaskPolicy (causal on aligned positions, window with window_sink, minimum
-// distance, periodic band) as seen by one consumer warpgroup of the wgmma kernel, over span and
+// A tile's MaskPolicy as seen by one consumer warpgroup of the wgmma kernel, over span, lattice and
 // column chunks (gathered keys are masked by their original positions, wherever they lie). Chunk
 // decisions are uniform over the warpgroup (its 64 rows' bounds), because wgmma is issued by all
-// four warps together; element masks use each thread's own rows. Policies that read tokens run on
-// the mma.sync kernel instead.
-// Pair semantics: those of the CPU reference, as in cuda/attention/sm80/mask.cuh.
+// four warps together; element masks use each thread's own rows.
+// Pair semantics: the rule of core/mask_rule.h, as on the CPU reference and the mma.sync kernel.
+// Gathered keys are judged by its terms score by score; consecutive keys and lattices by the
+// intervals of slots that its positional terms keep (bit sets, cheaper than a test per score).
+// Instantiations with Traits::kTokens also serve policies that read tokens (same-media, modality
+// pairs, bidirectional media): their chunks are never full, and every score of such a chunk is
+// judged by the whole rule, with the keys' tokens loaded beside the keys.
 
 #include <cstdint>
 #include <cuda/std/limits>
@@ -37,14 +40,18 @@ class WarpgroupMask {
                 "bit tile·2 + e%2 of a word holds each of a row's scores");
 
   // `rows`: the warpgroup's kWarpgroupRows original positions (kNoRow past the tile); `columns`:
-  // the plan's; `lattice_step`: the step of every lattice record of the plan (0 without any).
+  // the plan's; `token_info`: the plan's [kv_len] packed tokens (null without token masks; read
+  // only with Traits::kTokens); `lattice_step`: the step of every lattice record of the plan (0
+  // without any).
   // Publishes the warp's bounds in `storage`; gather_bounds() reads them after a warpgroup
   // barrier.
   template <class Storage>
   __device__ WarpgroupMask(const TileWork& work, const int32_t* rows, const int32_t* columns,
-                           int32_t lattice_step, Storage& storage, int consumer_warp, int lane)
+                           const int32_t* token_info, int32_t lattice_step, Storage& storage,
+                           int consumer_warp, int lane)
       : policy_(work.mask),
         columns_(columns),
+        token_info_(token_info),
         lattice_bits_(Traits::kLattices &&
                       (policy_.period == 0 || lattice_step % policy_.period == 0)) {
     constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
@@ -60,6 +67,11 @@ class WarpgroupMask {
           rows[warp_in_group * Traits::kRowsPerWarp + lane / kThreadsPerRow + r * kRowHalf];
       aligned_[r] = position + work.causal_offset;
       row_phases_[r] = policy_.period > 0 ? phase_of(aligned_[r]) : 0;
+      if constexpr (Traits::kTokens) {
+        // aligned < kv_len always; below 0 the query precedes every key and has no token.
+        const bool readable = policy_.needs_tokens && position != kNoRow && aligned_[r] >= 0;
+        query_tokens_[r] = readable ? __ldg(token_info_ + aligned_[r]) : kNoToken;
+      }
       if (position != kNoRow) {
         lowest = min(lowest, aligned_[r]);
         highest = max(highest, aligned_[r]);
@@ -105,6 +117,9 @@ class WarpgroupMask {
   __device__ ChunkCoverage classify(const Storage& storage, int warpgroup, const KeyChunk& chunk,
                                     int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
+    if constexpr (Traits::kTokens) {
+      if (policy_.needs_tokens) return classify_with_tokens(chunk, lane);
+    }
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
     const bool lattice_bits = chunk.lattice() && lattice_bits_;
@@ -115,7 +130,7 @@ class WarpgroupMask {
       if (chunk.range != lattice_range_) enter_lattice(storage, warpgroup, chunk);
       return classify_lattice(chunk, key_lowest, key_highest);
     }
-    // Token masks never reach this kernel (wgmma_serves), so only short chunks need elements.
+    // Policies that read tokens took the branch above, so only short chunks need elements.
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN);
   }
@@ -123,6 +138,12 @@ class WarpgroupMask {
   // Sets the scores of removed pairs and of slots past the chunk's end to -inf.
   __device__ void apply(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
                         int lane) const {
+    if constexpr (Traits::kTokens) {
+      if (policy_.needs_tokens) {
+        apply_with_tokens(scores, chunk, lane);
+        return;
+      }
+    }
     if (chunk.consecutive() || (chunk.lattice() && lattice_bits_)) {
       // Consecutive keys, or periods of them: each row's kept slots as a bit set built from
       // intervals, shifted so that this thread's scores sit at bits known at compile time (tile·8
@@ -174,18 +195,59 @@ class WarpgroupMask {
 
  private:
   // Whether the pair of `key` (of phase key_phase = key mod period, when the policy has a period)
-  // in `slot` and this thread's row `row` is left out: positions_allow, with the band's modulo
-  // taken from the phases, which are cheap to step, instead of a division per score.
+  // in `slot` and this thread's row `row` is left out: the positional terms of the mask rule, the
+  // band's modulo taken from the phases, which are cheap to step, instead of a division per score.
   __device__ bool removes(int slot, int32_t count, int32_t key, int32_t key_phase, int row) const {
-    const int32_t distance = aligned_[row] - key;
-    if (slot >= count || (policy_.causal && distance < 0)) return true;
-    if (policy_.window > 0 && key >= policy_.window_sink && distance >= policy_.window) return true;
-    if (policy_.min_distance > 0 && distance < policy_.min_distance) return true;
+    const bool kept = mask_rule::distance_keeps(policy_, aligned_[row] - key, key);
+    if (slot >= count || !kept) return true;
     if (policy_.period == 0) return false;
     // Periodic masks are causal, so distance >= 0 here and its phase is the phases' difference.
     int32_t phase = row_phases_[row] - key_phase;
     if (phase < 0) phase += policy_.period;
-    return phase >= policy_.band;
+    return !mask_rule::band_keeps(policy_, phase);
+  }
+
+  // classify() for a policy that reads tokens: loads the lane's keys and their tokens (slots lane
+  // + i·32) for apply_with_tokens, and classifies by the key bounds, never kFull (proving a chunk
+  // whole under token terms costs more than masking it) and never kNone where the media lift may
+  // keep pairs that the positional terms remove.
+  __device__ ChunkCoverage classify_with_tokens(const KeyChunk& chunk, int lane) {
+    int32_t key_lowest;
+    int32_t key_highest;
+    load_column_keys(chunk, lane, key_lowest, key_highest);
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+      const bool valid = lane + i * kWarpSize < chunk.count;
+      key_tokens_[i] = valid ? __ldg(token_info_ + column_keys_[i]) : kNoToken;
+    }
+    return lift_skips(policy_, classify_chunk(policy_, row_lowest_, row_highest_, key_lowest,
+                                              key_highest, /*element_mask_needed=*/true));
+  }
+
+  // apply() for a policy that reads tokens: every score by the whole rule, from the keys and tokens
+  // classify_with_tokens loaded, shared by shuffles as in the gathered path.
+  __device__ void apply_with_tokens(float (&scores)[Traits::kScoreTiles][4], const KeyChunk& chunk,
+                                    int lane) const {
+    uint32_t removed_bits[kRowsPerThread] = {};
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+#pragma unroll 1
+      for (int j = 0; j < kScoresPerLaneGroup; ++j) {
+        const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
+        const int32_t key = __shfl_sync(kFullWarpMask, column_keys_[i], in_group);
+        const int32_t key_token = __shfl_sync(kFullWarpMask, key_tokens_[i], in_group);
+        const bool valid = i * kWarpSize + in_group < chunk.count;
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+          const bool removed =
+              !valid || !mask_rule::keeps(policy_, aligned_[r], key, query_tokens_[r], key_token);
+          removed_bits[r] |= static_cast<uint32_t>(removed) << (i * kScoresPerLaneGroup + j);
+        }
+      }
+    }
+    remove_scores(scores, lane, [&](int tile, int e, int) {
+      return ((removed_bits[e / 2] >> (tile * 2 + e % 2)) & 1u) != 0;
+    });
   }
 
   // `position` mod the policy's period, in [0, period) also for negative positions.
@@ -419,6 +481,7 @@ class WarpgroupMask {
 
   MaskRecord policy_;
   const int32_t* columns_;              // the plan's columns, for gathered chunks
+  const int32_t* token_info_;           // the plan's packed tokens (Traits::kTokens)
   int32_t aligned_[kRowsPerThread];     // aligned positions of this thread's rows
   int32_t row_phases_[kRowsPerThread];  // their phases mod the policy's period (0 without one)
   int32_t row_lowest_ = 0;              // bounds of the warpgroup's valid aligned positions
@@ -436,6 +499,10 @@ class WarpgroupMask {
   // The current gathered chunk's keys of slots lane + i·32 and their phases (see classify).
   int32_t column_keys_[kColumnKeysPerLane] = {};
   int32_t column_phases_[kColumnKeysPerLane] = {};
+  // With Traits::kTokens and a policy that reads tokens: the packed tokens of this thread's rows
+  // (kNoToken for none) and of the current chunk's keys in column_keys_.
+  int32_t query_tokens_[kRowsPerThread] = {};
+  int32_t key_tokens_[kColumnKeysPerLane] = {};
 };
 
 }  // namespace mmsparse::cuda

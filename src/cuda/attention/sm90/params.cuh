@@ -16,6 +16,12 @@ namespace mmsparse::cuda {
 // others' mainloop when merely present (docs/perf-notes.md, v6 and v11).
 enum class ChunkSources { kSpans, kGathers, kLattices, kLatticesAndGathers };
 
+// Which mask terms a wgmma kernel instantiation evaluates: positional ones only (causal, window,
+// minimum distance, band), or also those that read the plan's token array (same-media, modality
+// pairs, bidirectional media: DevicePlanLayout::has_token_info). Plans without token masks run the
+// positional instantiations, which compile no token path.
+enum class MaskTerms { kPositional, kTokens };
+
 struct WgmmaAttentionParams {
   AttentionParams attention;
   // 4-D views [batch][kv_len][kv_heads][head_dim] (innermost last), box [1][kBlockN][1][64]

@@ -6,9 +6,11 @@
 
 namespace mmsparse::cuda {
 
-template void launch_wgmma_attention<__nv_bfloat16, 128, 1, ChunkSources::kLatticesAndGathers>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
-template void launch_wgmma_attention<__nv_bfloat16, 128, 2, ChunkSources::kLatticesAndGathers>(
-    const WgmmaAttentionParams&, int32_t, int32_t, cudaStream_t);
+template void launch_wgmma_attention<__nv_bfloat16, 128, 1, ChunkSources::kLatticesAndGathers,
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
+template void launch_wgmma_attention<__nv_bfloat16, 128, 2, ChunkSources::kLatticesAndGathers,
+                                     MaskTerms::kPositional>(const WgmmaAttentionParams&, int32_t,
+                                                             int32_t, cudaStream_t);
 
 }  // namespace mmsparse::cuda

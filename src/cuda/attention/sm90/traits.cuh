@@ -12,9 +12,10 @@
 
 namespace mmsparse::cuda {
 
-// kSources_: which key chunks the instantiation loads (ChunkSources,
-// cuda/attention/sm90/params.cuh).
-template <class Element_, int kHeadDim_, int kConsumerWarpgroups_, ChunkSources kSources_>
+// kSources_: which key chunks the instantiation loads (ChunkSources); kMaskTerms_: which mask terms
+// it evaluates (MaskTerms; both in cuda/attention/sm90/params.cuh).
+template <class Element_, int kHeadDim_, int kConsumerWarpgroups_, ChunkSources kSources_,
+          MaskTerms kMaskTerms_ = MaskTerms::kPositional>
 struct WgmmaTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -23,6 +24,8 @@ struct WgmmaTraits {
       kSources_ == ChunkSources::kLattices || kSources_ == ChunkSources::kLatticesAndGathers;
   static constexpr bool kGathers =
       kSources_ == ChunkSources::kGathers || kSources_ == ChunkSources::kLatticesAndGathers;
+  static constexpr bool kTokens = kMaskTerms_ == MaskTerms::kTokens;
+  static_assert(!kTokens || !kLattices, "token masks run on span and gather instantiations only");
 
   static constexpr int kWarpgroupRows = 64;  // M of every wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kWarpgroupRows;
