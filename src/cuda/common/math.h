@@ -5,10 +5,12 @@
 
 #include <cstdint>
 
+#ifndef MMSPARSE_HOST_DEVICE
 #ifdef __CUDACC__
 #define MMSPARSE_HOST_DEVICE __host__ __device__
 #else
 #define MMSPARSE_HOST_DEVICE
+#endif
 #endif
 
 namespace mmsparse::cuda {
