@@ -56,8 +56,10 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
   // alone (wgmma_serves), which holds 64 rows a tile: configurations of taller tiles skip them (the
   // 64-row wgmma configurations check that such plans fall back to it).
   static bool needs_mma_sync(const Plan& plan) {
-    const cuda::DevicePlan uploaded(plan, nullptr);
-    return uploaded.layout().has_token_info && uploaded.layout().lattice_step > 0;
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+    return std::any_of(passes.begin(), passes.end(), [](const cuda::DevicePlan& pass) {
+      return pass.layout().has_token_info && pass.layout().lattice_step > 0;
+    });
   }
   static bool has_mma_sync_tiles() { return GetParam().tile_rows <= cuda::kMmaSyncTileRows; }
 
