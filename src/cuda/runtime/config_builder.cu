@@ -451,10 +451,11 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
   // The column count is an upper bound where a section was estimated.
-  result.plan = DevicePlan(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
-                           sizes.covers_every_row, sizes.layout.spans, cuda_stream);
+  result.plan =
+      DevicePlan::for_builder(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
+                              sizes.covers_every_row, sizes.layout.spans, cuda_stream);
   assemble_sections(sections, shape, masks,
-                    {static_cast<std::byte*>(result.plan.buffer_), sizes.layout, sizes.tiles,
+                    {static_cast<std::byte*>(result.plan.builder_data()), sizes.layout, sizes.tiles,
                      sizes.max_slot_tiles},
                     cuda_stream);
   timer->assembly_last = timer->record(cuda_stream);

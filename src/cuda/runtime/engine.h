@@ -19,18 +19,7 @@
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"
 
-namespace mmsparse {
-struct PatternSpec;
-}
-namespace mmsparse::detail {
-struct GridLines;  // methods/grid/grid.h
-}
-
 namespace mmsparse::cuda {
-
-struct EstimateOperands;  // index_builders.h
-struct ConfigInputs;      // config_builder.h
-struct ConfigBuild;       // config_builder.h
 
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
@@ -176,6 +165,19 @@ class DevicePlan {
   const void* data() const { return buffer_; }  // device buffer described by layout()
   const DevicePlanLayout& layout() const { return layout_; }
 
+  // For device builders (the methods' *_device.cu, the per-head config assembly): a buffer of
+  // `layout` allocated on `stream` (cudaStream_t) for kernels to fill instead of an upload, its
+  // first `zeroed_bytes` zeroed (the identity order's run offsets and the padding between
+  // sections, as an upload has them). `num_columns` may be a capacity (see num_columns()).
+  static DevicePlan for_builder(const PlanShape& shape, const DevicePlanLayout& layout,
+                                int64_t num_tiles, int64_t num_columns, bool covers_every_row,
+                                std::size_t zeroed_bytes, void* stream) {
+    return DevicePlan(shape, layout, num_tiles, num_columns, covers_every_row, zeroed_bytes,
+                      stream);
+  }
+  // The buffer a device builder fills, ordered on the stream it was allocated on.
+  void* builder_data() { return buffer_; }
+
  private:
   // Pass `pass` of a plan the caller has validated.
   struct Validated {};
@@ -183,29 +185,9 @@ class DevicePlan {
   // Packs and uploads a validated plan of one pass (both constructors above).
   void upload(const Plan& plan, void* stream, RecordForm form);
 
-  // A buffer of `layout` allocated on `stream` for a device builder to fill, its first
-  // `zeroed_bytes` zeroed (the identity order's run offsets and the padding between sections, as
-  // an upload has them).
+  // The buffer of `for_builder`.
   DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
              int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes, void* stream);
-
-  // Fills the buffer with kernels instead of uploading a host plan
-  // (methods/static/static_device.cu).
-  friend DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec,
-                                                const PlanShape& shape, void* stream);
-  // Fills it from estimates of device Q and K (index_builders.cu).
-  friend DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec,
-                                                 const PlanShape& shape,
-                                                 const ModalityLayout* layout,
-                                                 const EstimateOperands& operands, void* stream);
-  friend DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec,
-                                              const PlanShape& shape, const ModalityLayout* layout,
-                                              const EstimateOperands& operands, void* stream,
-                                              detail::GridLines* chosen);
-  // Concatenates the sections of a per-head config (config_builder.cu).
-  friend ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
-                                                 const PlanShape& shape, const ConfigInputs& inputs,
-                                                 void* stream);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;

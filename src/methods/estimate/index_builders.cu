@@ -282,8 +282,9 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
       dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);
   // The column count is an upper bound (the real one lives on the device); the groups tile every
   // row.
-  DevicePlan plan(shape, buffer, tiles, build.column_capacity, true, buffer.spans, stream);
-  index::build_vertical_slash(build, operands, plan_sections(plan.buffer_, buffer),
+  DevicePlan plan = DevicePlan::for_builder(shape, buffer, tiles, build.column_capacity, true,
+                                            buffer.spans, stream);
+  index::build_vertical_slash(build, operands, plan_sections(plan.builder_data(), buffer),
                               static_cast<cudaStream_t>(stream));
   return plan;
 }
@@ -307,8 +308,9 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
       dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);
   // Tiles and columns at capacity (the tiles beyond the real ones are empty); the groups tile
   // every row.
-  DevicePlan plan(shape, buffer, tiles, build.column_capacity, true, buffer.spans, stream);
-  index::build_grid(build, operands, plan_sections(plan.buffer_, buffer), chosen,
+  DevicePlan plan = DevicePlan::for_builder(shape, buffer, tiles, build.column_capacity, true,
+                                            buffer.spans, stream);
+  index::build_grid(build, operands, plan_sections(plan.builder_data(), buffer), chosen,
                     static_cast<cudaStream_t>(stream));
   return plan;
 }

@@ -516,9 +516,10 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   DevicePlanLayout layout = plan_layout({slots, 0, tiles, static_cast<int64_t>(policies.size()),
                                          slots * per_head.spans, slots * per_head.columns});
   layout.gathers = per_head.columns > 0;  // static patterns write no strided spans
-  DevicePlan plan(shape, layout, tiles, slots * per_head.columns, true, layout.bytes, stream);
+  DevicePlan plan = DevicePlan::for_builder(shape, layout, tiles, slots * per_head.columns, true,
+                                            layout.bytes, stream);
   if (tiles == 0) return plan;
-  fill_static_plan(static_cast<std::byte*>(plan.buffer_), layout, geometry, mask_table, per_head,
+  fill_static_plan(static_cast<std::byte*>(plan.builder_data()), layout, geometry, mask_table, per_head,
                    shape, tiles, static_cast<cudaStream_t>(stream));
   return plan;
 }
