@@ -24,6 +24,9 @@ if [[ -z "$compiler" ]]; then
   echo "scripts/fuzz.sh: no clang++ found; run scripts/install-fuzz-deps.sh" >&2
   exit 2
 fi
+# CMake drops every -D of a build directory whose compiler changes: start such a one afresh.
+cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+if [[ -n "$cached" && "$cached" != "$compiler" ]]; then rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"; fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -49,7 +52,7 @@ for target in "${targets[@]}"; do
     -max_len="$max_len" -timeout=10 -print_final_stats=1 -artifact_prefix="$findings/" \
     "$corpus" >"$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-  echo "$target: ${runs:-?} executions in ${seconds} s, corpus $(ls "$corpus" | wc -l) inputs"
+  echo "$target: ${runs:-?} executions, corpus $(ls "$corpus" | wc -l) inputs"
   if ((status != 0)); then
     failed+=("$target")
     echo "$target FAILED (exit $status); input kept in $findings/, log: $log" >&2
