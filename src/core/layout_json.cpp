@@ -180,7 +180,8 @@ ModalityLayout ModalityLayout::from_json(const std::string& json_text) {
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {
+    // Not only parse_error: a number beyond double's range ("1e400") throws out_of_range.
     throw_json_error("layout", "valid JSON", error.what());
   }
   if (!root.is_object()) throw_json_error("layout", "a JSON object", root.type_name());

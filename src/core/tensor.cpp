@@ -139,12 +139,29 @@ float bfloat16_to_float(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
+namespace {
+// IEEE half precision, converted by the compiler (round to nearest even). GCC has the arithmetic
+// type _Float16 on x86-64; clang before 15 has only the storage type __fp16, which a function
+// cannot return (hence memcpy rather than std::bit_cast).
+#if defined(__clang__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+static_assert(sizeof(Half) == sizeof(uint16_t));
+}  // namespace
+
 uint16_t float_to_half(float value) {
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+  const Half half = static_cast<Half>(value);
+  uint16_t bits = 0;
+  std::memcpy(&bits, &half, sizeof(bits));
+  return bits;
 }
 
 float half_to_float(uint16_t bits) {
-  return static_cast<float>(std::bit_cast<_Float16>(bits));
+  Half half;
+  std::memcpy(&half, &bits, sizeof(half));
+  return static_cast<float>(half);
 }
 
 float load_float(const TensorView& view, int64_t offset) {

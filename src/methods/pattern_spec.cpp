@@ -211,7 +211,8 @@ PatternConfig PatternConfig::from_json(const std::string& json_text) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {
+    // Not only parse_error: a number beyond double's range ("1e400") throws out_of_range.
     parse_error(std::string("pattern config: invalid JSON: ") + error.what());
   }
   if (!root.is_object()) parse_error("pattern config: expected a JSON object, got " + root.dump());

@@ -234,7 +234,8 @@ Json read_header(std::ifstream& file, uint64_t file_size, const std::string& pat
                        std::string("header: expected a JSON object, got ") + header.type_name());
     }
     return header;
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {
+    // Not only parse_error: a number beyond double's range ("1e400") throws out_of_range.
     throw_file_error(ErrorCode::kParseError, path, std::string("bad JSON header: ") + error.what());
   }
 }
