@@ -1,6 +1,7 @@
 #include "mmsparse/layout.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <iterator>
 #include <limits>
 
@@ -60,6 +61,10 @@ namespace {
 constexpr int64_t kNoFrame = -1;
 // Marker tokens (vision_start / vision_end) are single text tokens.
 constexpr int64_t kMarkerTokens = 1;
+// Segments a layout may hold: far more than any prompt has (a video of 10,000 frames with a
+// timestamp before each makes 20,000), and few enough that a malformed layout (a video of 10^8
+// one-token frames with separators) fails in milliseconds instead of allocating gigabytes.
+constexpr std::size_t kMaxSegments = std::size_t{1} << 20;
 
 void validate_media_items(const std::vector<Media>& media) {
   for (std::size_t m = 0; m < media.size(); ++m) {
@@ -350,6 +355,12 @@ void LayoutBuilder::push(Modality modality, int64_t length, int32_t media, int64
       segments_.back().modality == Modality::kText) {
     segments_.back().end += length;
   } else {
+    if (segments_.size() >= kMaxSegments) {
+      throw_invalid_argument("layout segments",
+                             "at most " + std::to_string(kMaxSegments) +
+                                 " runs of one modality (frames with separators count one each)",
+                             "more");
+    }
     segments_.push_back(Segment{modality, length_, length_ + length, media, first_frame});
   }
   length_ += length;

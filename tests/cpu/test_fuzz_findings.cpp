@@ -22,6 +22,17 @@ namespace {
 using testing::capture_error;
 using ::testing::HasSubstr;
 
+// Found by reading the fuzz target's parser: 80 bytes of layout JSON asked for one segment per
+// frame of 10^8 one-token frames (gigabytes); the layout now refuses more than 2^20 segments.
+TEST(FuzzFindings, LayoutJsonWithTooManyFramesFailsFast) {
+  const Error error = capture_error([] {
+    ModalityLayout::from_json(
+        R"({"segments": [{"type": "video", "grid": [100000000, 1, 1], "frame_separator": 1}]})");
+  });
+  EXPECT_EQ(error.code(), ErrorCode::kParseError);  // the JSON reader reports it as a bad layout
+  EXPECT_THAT(error.what(), HasSubstr("layout segments"));
+}
+
 // A JSON number beyond double's range: nlohmann::json throws out_of_range, not parse_error.
 constexpr const char* kHugeNumber = "1e400";
 
