@@ -318,6 +318,23 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
   }
 }
 
+void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
+  fmt::print(
+      "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over rows and "
+      "heads; min rec: the lowest recall of any row of any head; out err: ||O - O_dense|| / "
+      "||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
+      "speedup: dense time / (index + attention time){}; {}.\n",
+      needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
+      gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
+                        "alike; index time is the build on the GPU of static patterns and of "
+                        "vertical-slash and grid heads whose query groups fit the estimate (a "
+                        "config: those heads built by kernels, the others on the host and "
+                        "uploaded, all concatenated on the GPU; the built column says which), "
+                        "else host building plus upload",
+                        timing.repeats, timing.warmup)
+          : "CPU times: one run of the reference backend, every plan built on the host");
+}
+
 void print_per_head_tables(const LayerReport& layer) {
   for (const RunReport& run : layer.runs) {
     if (run.heads.empty()) continue;
@@ -363,11 +380,14 @@ void print_per_head_tables(const LayerReport& layer) {
             kPercent * kNeedleKeptShare);
       }
     }
+    const bool any_gpu_built = std::any_of(run.heads.begin(), run.heads.end(),
+                                           [](const HeadReport& head) { return head.index_built == "gpu"; });
     line += fmt::format(
-        "; index {:.2f} ms (whole plan, host clock; per head: built by gpu "
-        "kernels, GPU-event time shared by the heads of its builder, or on the "
-        "host, host clock; one spec for every head: an equal share of one build)",
-        milliseconds(run.index_seconds));
+        "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
+        any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
+                        "its builder, or on the host, host clock; one spec for every head: an "
+                        "equal share of one build"
+                      : "every head built on the host");
     if (run.assembly_seconds) {
       line += fmt::format(", concatenation {:.2f} ms (GPU events)",
                           milliseconds(*run.assembly_seconds));

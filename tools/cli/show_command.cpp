@@ -3,7 +3,6 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -65,20 +64,13 @@ struct HeadTensors {
 Source load_source(const ShowFlags& flags) {
   Source source;
   if (!flags.input.empty()) {
-    source.file = read_safetensors(flags.input);
-    const Tensor& q = attention_input(*source.file, "q", flags.input);
-    const Tensor& k = attention_input(*source.file, "k", flags.input);
+    source.file = read_input_file(flags.input);
+    const AttentionInputs tensors = checked_attention_inputs(*source.file, "", flags.input, false);
     source.label = flags.input;
-    source.q_len = q.shape()[1];
-    source.kv_len = k.shape()[1];
-    source.q_heads = q.shape()[2];
-    source.kv_heads = k.shape()[2];
-    if (source.kv_heads < 1 || source.q_heads % source.kv_heads != 0) {
-      throw_invalid_argument("--input " + flags.input + " tensor 'q' heads",
-                             "a multiple of the heads of 'k' (" + std::to_string(source.kv_heads) +
-                                 ", GQA)",
-                             std::to_string(source.q_heads));
-    }
+    source.q_len = tensors.q->shape()[1];
+    source.kv_len = tensors.k->shape()[1];
+    source.q_heads = tensors.q->shape()[2];
+    source.kv_heads = tensors.k->shape()[2];
     if (source.file->has_layout()) source.layout = source.file->layout();
     return source;
   }
@@ -150,16 +142,8 @@ std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
 }
 
 PatternSpec chosen_pattern(const ShowFlags& flags, const Source& source) {
-  if (!flags.pattern.empty()) {
-    return resolve_pattern(PatternSpec::parse(flags.pattern), source.layout_or_null());
-  }
-  for (const PatternInfo& info : known_patterns()) {
-    if (info.name == kDefaultPattern) {
-      return resolve_pattern(scaled_default_spec(info, source.kv_len), source.layout_or_null());
-    }
-  }
-  throw Error(ErrorCode::kUnsupported, std::string("--pattern: default '") + kDefaultPattern +
-                                           "' is not among the known patterns");
+  return resolve_pattern_flag(flags.pattern.empty() ? kDefaultPattern : flags.pattern,
+                              source.layout_or_null(), source.q_len, source.kv_len);
 }
 
 std::filesystem::path prepare_output_dir(const std::string& dir) {
@@ -280,8 +264,7 @@ Command add_show_command(CLI::App& app) {
   command->add_option("--output-dir", flags->output_dir,
                       "directory for the PNGs and show.json (created if missing)")
       ->capture_default_str();
-  command->add_option("--threads", flags->threads, "CPU threads (0: all cores)")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  add_threads_option(*command, flags->threads);
   command->add_flag("--quiet", flags->quiet, "no progress lines");
   return {command, [flags] { return run_show(*flags); }};
 }
