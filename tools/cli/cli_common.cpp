@@ -217,8 +217,7 @@ AttentionInputs checked_attention_inputs(const TensorFile& file, const std::stri
 TensorFile read_input_file(const std::string& path, const std::string& flag) {
   TensorFile file = read_safetensors(path);
   if (file.has_layout()) {
-    with_context(flag + " " + path + " metadata '" + kLayoutMetadataKey + "'",
-                 [&] { return file.layout(); });
+    with_context(flag + " " + path, [&] { return file.layout(); });
   }
   return file;
 }

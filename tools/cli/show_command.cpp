@@ -34,8 +34,7 @@ struct ShowFlags {
   int64_t size = kDefaultPictureSize;
   std::string pool = "max";
   std::string output_dir = ".";
-  int threads = 0;
-  bool quiet = false;
+  ExecutionFlags exec;  // the maps are computed on the host, whatever the device
 };
 
 // Where q and k come from: a synthetic workload (generated one head at a time, so 128K tokens
@@ -95,7 +94,7 @@ TensorView head_slice(const TensorView& x, int64_t head) {
   return slice;
 }
 
-HeadTensors head_tensors(const Source& source, int64_t head) {
+HeadTensors head_tensors(const Source& source, int64_t head, DType dtype) {
   HeadTensors tensors;
   const int64_t kv_head = head / (source.q_heads / source.kv_heads);
   if (source.file) {
@@ -113,6 +112,10 @@ HeadTensors head_tensors(const Source& source, int64_t head) {
   std::vector<float> values(static_cast<std::size_t>(length * head_dim));  // maps need no V
   workload.generate_q(head, positions, tensors.q_rows.data_as<float>());
   workload.generate_kv(kv_head, tensors.k_rows.data_as<float>(), values.data());
+  if (dtype != DType::kFloat32) {  // the rounding of the inputs bench and run read
+    tensors.q_rows = to_contiguous(tensors.q_rows.view(), dtype);
+    tensors.k_rows = to_contiguous(tensors.k_rows.view(), dtype);
+  }
   tensors.q = tensors.q_rows.view();
   tensors.k = tensors.k_rows.view();
   return tensors;
@@ -157,7 +160,11 @@ std::filesystem::path prepare_output_dir(const std::string& dir) {
 }
 
 int run_show(const ShowFlags& flags) {
-  const bool progress_enabled = !flags.quiet;
+  if (flags.exec.device_choice() == DeviceChoice::kCuda) {
+    throw_invalid_argument("--device", "auto or cpu (show computes its maps on the host)", "cuda");
+  }
+  check_output_path(flags.exec.json_path, "--json");
+  const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
   const PoolMode pool = pool_mode_from_name(flags.pool);
   const std::filesystem::path output_dir = prepare_output_dir(flags.output_dir);
 
@@ -175,6 +182,7 @@ int run_show(const ShowFlags& flags) {
                            {"kv_len", source.kv_len},
                            {"pattern", spec.to_string()},
                            {"pool", pool_mode_name(pool)},
+                           {"dtype", dtype_name(flags.exec.data_type())},
                            {"size", flags.size},
                            {"heads", nlohmann::json::array()}};
   Progress progress(static_cast<int>(heads.size()), progress_enabled);
@@ -184,7 +192,7 @@ int run_show(const ShowFlags& flags) {
         fmt::format("head {}{}", head, behaviour.empty() ? "" : " (" + behaviour + ")");
     progress.step(head_label + ": plan, attention map, mask and picture");
     const auto started = std::chrono::steady_clock::now();
-    const HeadTensors tensors = head_tensors(source, head);
+    const HeadTensors tensors = head_tensors(source, head, flags.exec.data_type());
     // A one-head plan per head: dynamic patterns estimate it from this head's q and k alone.
     const PatternInputs inputs{tensors.q, tensors.k};
     const Plan plan = build_plan(spec, {1, 1, source.q_len, source.kv_len, kDefaultTileRows},
@@ -193,7 +201,7 @@ int run_show(const ShowFlags& flags) {
     AttentionMapOptions options;
     options.cells = flags.size;
     options.pool = pool;
-    options.num_threads = flags.threads;
+    options.num_threads = flags.exec.threads;
     int reported_step = 0;
     if (progress_enabled && source.q_len >= kMapProgressMinSeqLen) {
       options.progress = [&](int64_t done, int64_t total) {
@@ -220,8 +228,10 @@ int run_show(const ShowFlags& flags) {
     write_png(path.string(), render_attention_picture(maps, picture));
     progress.done(fmt::format("{:.2f} s", seconds_since(started)));
 
-    fmt::print("{}: recall {:.4f} (min {:.4f}), density {:.2f}% -> {}\n", head_label,
-               maps.recall_mean, maps.recall_min, 100.0 * maps.density, path.string());
+    if (flags.exec.json_path != "-") {
+      fmt::print("{}: recall {:.4f} (min {:.4f}), density {:.2f}% -> {}\n", head_label,
+                 maps.recall_mean, maps.recall_min, 100.0 * maps.density, path.string());
+    }
     nlohmann::json entry = {{"head", head},
                             {"recall_mean", maps.recall_mean},
                             {"recall_min", maps.recall_min},
@@ -235,6 +245,7 @@ int run_show(const ShowFlags& flags) {
   std::ofstream file(sidecar);
   if (!file) throw Error(ErrorCode::kIoError, "--output-dir: cannot write '" + sidecar.string() + "'");
   file << report.dump(2) << '\n';
+  write_json_output(flags.exec.json_path, report.dump(2));
   return 0;
 }
 
@@ -264,8 +275,7 @@ Command add_show_command(CLI::App& app) {
   command->add_option("--output-dir", flags->output_dir,
                       "directory for the PNGs and show.json (created if missing)")
       ->capture_default_str();
-  add_threads_option(*command, flags->threads);
-  command->add_flag("--quiet", flags->quiet, "no progress lines");
+  flags->exec.add_to(*command);
   return {command, [flags] { return run_show(*flags); }};
 }
 
