@@ -55,30 +55,38 @@ std::vector<PatternSpec> distinct_specs(const std::vector<PatternSpec>& specs) {
   return distinct;
 }
 
-// A layer's pattern runs, resolved and checked (check_patterns_build) before any attention runs.
-std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const std::optional<PatternConfig>& config,
-                                     int64_t layer, const ModalityLayout& layout, int64_t heads) {
-  const int64_t seq_len = layout.length();
-  std::vector<PatternRun> runs;
-  for (const std::string& text : flags.patterns) {
-    const PatternSpec spec = resolve_pattern_flag(text, &layout, seq_len, seq_len);
-    runs.push_back({spec.name, spec.to_string(), {spec}});
-  }
-  if (config) {
-    const std::string source = flags.config_path + " layer " + std::to_string(layer);
-    std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
-    check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, "--config " + source);
-    runs.push_back({"config", source, std::move(specs)});
-  }
-  if (runs.empty()) {
+// The --pattern runs (every static pattern when neither --pattern nor --config is given),
+// resolved and checked once: layers differ only by seed, so they share the layout.
+std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
+                                  const ModalityLayout& layout) {
+  std::vector<std::string> texts = flags.patterns;
+  if (texts.empty() && !with_config) {
     // Dynamic patterns stay out of the default runs: their metrics read a host-built plan (even
     // where kernels estimate the timed one), which takes seconds per head at 128K. They run when
     // named with --pattern.
     for (const PatternInfo& info : known_patterns()) {
-      if (info.name == "dense" || info.dynamic) continue;
-      const PatternSpec spec = resolve_pattern_flag(info.name, &layout, seq_len, seq_len);
-      runs.push_back({spec.name, spec.to_string(), {spec}});
+      if (info.name != "dense" && !info.dynamic) texts.push_back(info.name);
     }
+  }
+  const int64_t seq_len = layout.length();
+  std::vector<PatternRun> runs;
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, &layout, seq_len, seq_len)) {
+    runs.push_back({spec.name, spec.to_string(), {spec}});
+  }
+  return runs;
+}
+
+// A layer's pattern runs: the --pattern runs, then the config's layer, checked (distinct specs
+// built once for one head) before any attention runs.
+std::vector<PatternRun> pattern_runs(const BenchFlags& flags, std::vector<PatternRun> runs,
+                                     const std::optional<PatternConfig>& config, int64_t layer,
+                                     const ModalityLayout& layout, int64_t heads) {
+  if (config) {
+    const int64_t seq_len = layout.length();
+    const std::string source = flags.config_path + " layer " + std::to_string(layer);
+    std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
+    check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, "--config " + source);
+    runs.push_back({"config", source, std::move(specs)});
   }
   return runs;
 }
@@ -173,9 +181,12 @@ int run_bench(const BenchFlags& flags) {
   // Creating the workload generates no tensors, so bad specs fail here in milliseconds.
   const Workload reference = Workload::create(spec);
   const WorkloadSpec& resolved = reference.spec();
+  const std::vector<PatternRun> common_runs =
+      flag_runs(flags, config.has_value(), reference.layout());
   std::vector<std::vector<PatternRun>> layer_runs;
   for (int64_t layer : layers) {
-    layer_runs.push_back(pattern_runs(flags, config, layer, reference.layout(), resolved.q_heads));
+    layer_runs.push_back(
+        pattern_runs(flags, common_runs, config, layer, reference.layout(), resolved.q_heads));
   }
 
   Executor executor(gpu, flags.exec.threads, flags.timing);

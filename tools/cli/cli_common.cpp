@@ -222,21 +222,29 @@ TensorFile read_input_file(const std::string& path, const std::string& flag) {
   return file;
 }
 
-PatternSpec resolve_pattern_flag(const std::string& text, const ModalityLayout* layout,
-                                 int64_t q_len, int64_t kv_len, const std::string& flag) {
-  const std::string context = flag + " '" + text + "'";
-  const PatternSpec resolved = with_context(context, [&] {
-    const PatternSpec given = PatternSpec::parse(text);
-    PatternSpec merged = given;
-    for (const PatternInfo& info : known_patterns()) {
-      if (info.name != given.name) continue;
-      merged = scaled_default_spec(info, kv_len);
-      for (const auto& [key, value] : given.params) merged.params[key] = value;
+std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
+                                               const ModalityLayout* layout, int64_t q_len,
+                                               int64_t kv_len, const std::string& flag) {
+  std::vector<PatternSpec> resolved;
+  for (const std::string& text : texts) {
+    resolved.push_back(with_context(flag + " '" + text + "'", [&] {
+      const PatternSpec given = PatternSpec::parse(text);
+      PatternSpec merged = given;
+      for (const PatternInfo& info : known_patterns()) {
+        if (info.name != given.name) continue;
+        merged = scaled_default_spec(info, kv_len);
+        for (const auto& [key, value] : given.params) merged.params[key] = value;
+      }
+      // An unknown name or parameter throws here, naming the known ones.
+      return resolve_pattern(merged, layout);
+    }));
+  }
+  for (const bool dynamic : {false, true}) {
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      if (is_dynamic(resolved[i]) != dynamic) continue;
+      check_pattern_build(resolved[i], layout, q_len, kv_len, flag + " '" + texts[i] + "'");
     }
-    // An unknown name or parameter throws here, naming the known ones.
-    return resolve_pattern(merged, layout);
-  });
-  check_pattern_build(resolved, layout, q_len, kv_len, context);
+  }
   return resolved;
 }
 

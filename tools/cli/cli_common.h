@@ -86,13 +86,15 @@ void write_json_output(const std::string& path, const std::string& json_text);
 // the sequence so that the patterns stay sparse at CPU sizes.
 PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len);
 
-// The one resolution of a --pattern value that run, bench, search and show share: parsed, the
+// The one resolution of --pattern values that run, bench, search and show share: each parsed, the
 // defaults of the parameters not given scaled to the sequence length (scaled_default_spec), the
-// rest from the layout (resolve_pattern), then checked by check_patterns_build. Errors name `flag`
-// and the text the user typed.
-PatternSpec resolve_pattern_flag(const std::string& text, const ModalityLayout* layout,
-                                 int64_t q_len, int64_t kv_len,
-                                 const std::string& flag = "--pattern");
+// rest from the layout (resolve_pattern); then all checked by a build for one head (static
+// patterns first, as they check in milliseconds; dynamic ones take up to ~2 s at 128K on the CPU),
+// so that no error waits for another spec's check. Errors name `flag` and the text the user typed.
+std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
+                                               const ModalityLayout* layout, int64_t q_len,
+                                               int64_t kv_len,
+                                               const std::string& flag = "--pattern");
 
 // Builds each spec once for one head of the real shape (dynamic patterns estimate from zero
 // inputs of a narrow head) so that parameters out of range fail before any attention runs, with

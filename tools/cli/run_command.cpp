@@ -108,8 +108,7 @@ std::vector<PatternRun> layer_runs(const RunFlags& flags, const std::optional<Pa
   }
   const std::vector<std::string> texts =
       flags.patterns.empty() ? std::vector<std::string>{"dense"} : flags.patterns;
-  for (const std::string& text : texts) {
-    const PatternSpec spec = resolve_pattern_flag(text, layout, q_len, kv_len);
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, layout, q_len, kv_len)) {
     runs.push_back({spec.name, spec.to_string(), {spec}});
   }
   return runs;

@@ -145,8 +145,9 @@ std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
 }
 
 PatternSpec chosen_pattern(const ShowFlags& flags, const Source& source) {
-  return resolve_pattern_flag(flags.pattern.empty() ? kDefaultPattern : flags.pattern,
-                              source.layout_or_null(), source.q_len, source.kv_len);
+  return resolve_pattern_flags({flags.pattern.empty() ? kDefaultPattern : flags.pattern},
+                               source.layout_or_null(), source.q_len, source.kv_len)
+      .front();
 }
 
 std::filesystem::path prepare_output_dir(const std::string& dir) {
