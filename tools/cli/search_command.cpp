@@ -98,6 +98,16 @@ CalibrationInput load_input(const SearchFlags& flags) {
   return input;
 }
 
+// --budget-spec, checked once the layout is known and before any head is searched.
+void check_budget_spec(const std::string& text, const ModalityLayout& layout) {
+  const std::string flag = "--budget-spec";
+  if (is_dynamic(PatternSpec::parse(text))) {
+    throw_invalid_argument(flag, "a static pattern spec such as a-shape:sink=128,local=4096",
+                           "'" + text + "' (estimated from the inputs)");
+  }
+  (void)resolve_pattern_flags({text}, &layout, layout.length(), layout.length(), flag);
+}
+
 // Layer `layer`'s q, k, v; `storage` keeps a synthetic layer's tensors alive.
 CalibrationLayer layer_views(const CalibrationInput& input, int64_t layer, DType dtype,
                              std::optional<Workload::Tensors>& storage) {
@@ -263,6 +273,7 @@ int run_search(const SearchFlags& flags) {
                                           "' (generated layer by layer)"
                                     : "reading " + flags.input);
   const CalibrationInput input = load_input(flags);
+  check_budget_spec(flags.options.budget_spec, input.layout);
   progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
                             input.layout.length(), input.layers.size()));
 
