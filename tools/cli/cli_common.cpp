@@ -179,7 +179,8 @@ const Tensor& attention_input(const TensorFile& file, const std::string& name,
   if (found == file.tensors.end()) {
     std::string names;
     for (const auto& entry : file.tensors) names += (names.empty() ? "" : ", ") + entry.first;
-    throw_invalid_argument("--input " + path, "a tensor '" + name + "' (the file has " + names + ")",
+    throw_invalid_argument("--input " + path,
+                           "a tensor '" + name + "' (the file has " + names + ")",
                            "no tensor '" + name + "'");
   }
   const Tensor& tensor = found->second;
@@ -201,10 +202,11 @@ AttentionInputs checked_attention_inputs(const TensorFile& file, const std::stri
   const std::vector<int64_t>& k = inputs.k->shape();
   const std::string k_name = "--input " + path + " tensor '" + prefix + "k'";
   if (k[0] != q[0] || k[3] != q[3] || k[2] < 1 || q[2] % k[2] != 0) {
-    throw_invalid_argument(k_name,
-                           fmt::format("[{}, kv_len, heads dividing {} (GQA), {}] to match '{}q' {}",
-                                       q[0], q[2], q[3], prefix, inputs.q->view().shape_string()),
-                           inputs.k->view().shape_string());
+    throw_invalid_argument(
+        k_name,
+        fmt::format("[{}, kv_len, heads dividing {} (GQA), {}] to match '{}q' {}", q[0], q[2], q[3],
+                    prefix, inputs.q->view().shape_string()),
+        inputs.k->view().shape_string());
   }
   if (need_v && inputs.v->shape() != k) {
     throw_invalid_argument("--input " + path + " tensor '" + prefix + "v'",

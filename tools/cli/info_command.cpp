@@ -72,9 +72,10 @@ Command add_info_command(CLI::App& app) {
   auto json_path = std::make_shared<std::string>();
   CLI::App* command = app.add_subcommand("info", "build, backends and visible GPUs");
   // --json alone (the former switch) prints to stdout, as --json - does.
-  CLI::Option* json = command->add_option("--json", *json_path,
-                                          "write the report as JSON to a file, or - for stdout")
-                          ->expected(0, 1);
+  CLI::Option* json =
+      command
+          ->add_option("--json", *json_path, "write the report as JSON to a file, or - for stdout")
+          ->expected(0, 1);
   return {command, [json_path, json] {
             const std::string path = json->count() > 0 && json_path->empty() ? "-" : *json_path;
             check_output_path(path, "--json");

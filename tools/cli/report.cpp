@@ -309,8 +309,8 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
   if (layer.dense_seconds) {
     fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
                "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
-               milliseconds(*layer.dense_seconds),
-               1.0, with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
+               milliseconds(*layer.dense_seconds), 1.0,
+               with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
   }
   for (const RunReport& run : layer.runs) {
     const RunSummary summary = summarize(run);
@@ -320,8 +320,7 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
                                              run.attention_seconds))
             : "-";
     fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
-               run.run.label, run.run.spec_text, spec_width,
-               kPercent * summary.density,
+               run.run.label, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
@@ -359,13 +358,12 @@ void print_per_head_tables(const LayerReport& layer) {
     const bool behaviours = !run.heads.front().behaviour.empty();
     fmt::print("\nlayer {} ({}), {}: {}\n", layer.layer, layer.source, run.run.label,
                run.run.spec_text);
-    const std::size_t spec_width = column_width(
-        run.heads, kHeadSpecColumnWidth, [](const HeadReport& head) { return head.spec; });
+    const std::size_t spec_width = column_width(run.heads, kHeadSpecColumnWidth,
+                                                [](const HeadReport& head) { return head.spec; });
     fmt::print("{}{:>5} {}{:<{}} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
                batched ? fmt::format("{:>5} ", "batch") : "", "head",
-               behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", spec_width,
-               "density", "recall",
-               "min rec", "out err", "needles", "ndl mass", "index ms", "built");
+               behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", spec_width, "density",
+               "recall", "min rec", "out err", "needles", "ndl mass", "index ms", "built");
     for (const HeadReport& head : run.heads) {
       const bool compared = head.accuracy.has_value();
       const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
@@ -373,8 +371,7 @@ void print_per_head_tables(const LayerReport& layer) {
       fmt::print("{}{:>5} {}{:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f} {:>5}\n",
                  batched ? fmt::format("{:>5} ", head.batch) : "", head.head,
                  behaviours ? fmt::format("{:<9} ", head.behaviour) : "", head.spec, spec_width,
-                 kPercent * head.density,
-                 optional_number(compared, accuracy.recall_mean, "{:.4f}"),
+                 kPercent * head.density, optional_number(compared, accuracy.recall_mean, "{:.4f}"),
                  optional_number(compared, accuracy.recall_min, "{:.4f}"),
                  optional_number(compared, accuracy.output_error, "{:.2e}"),
                  head.needles ? needles_text(head.needles->covered, head.needles->needles) : "-",
@@ -398,8 +395,9 @@ void print_per_head_tables(const LayerReport& layer) {
             kPercent * kNeedleKeptShare);
       }
     }
-    const bool any_gpu_built = std::any_of(run.heads.begin(), run.heads.end(),
-                                           [](const HeadReport& head) { return head.index_built == "gpu"; });
+    const bool any_gpu_built =
+        std::any_of(run.heads.begin(), run.heads.end(),
+                    [](const HeadReport& head) { return head.index_built == "gpu"; });
     line += fmt::format(
         "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
         any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
@@ -426,20 +424,22 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
   for (const LayerReport& layer : layers) {
     for (const RunReport& run : layer.runs) {
       const RunSummary summary = summarize(run);
-      fmt::print("{:>5}  {:<22} {:<14} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
-                 "{:>8}\n",
-                 layer.layer, clipped(layer.source, kSourceColumnWidth), run.run.label, kPercent * summary.density,
-                 optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
-                 optional_number(summary.compared, summary.recall_min, "{:.4f}"),
-                 optional_number(summary.compared, summary.output_error, "{:.2e}"),
-                 needles_text(summary.needles_covered, summary.needles),
-                 milliseconds(run.index_seconds), milliseconds(run.attention_seconds),
-                 optional_number(layer.dense_seconds.has_value(),
-                                 milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
-                 layer.dense_seconds ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds,
-                                                                      run.index_seconds,
-                                                                      run.attention_seconds))
-                                     : "-");
+      fmt::print(
+          "{:>5}  {:<22} {:<14} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+          "{:>8}\n",
+          layer.layer, clipped(layer.source, kSourceColumnWidth), run.run.label,
+          kPercent * summary.density,
+          optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
+          optional_number(summary.compared, summary.recall_min, "{:.4f}"),
+          optional_number(summary.compared, summary.output_error, "{:.2e}"),
+          needles_text(summary.needles_covered, summary.needles), milliseconds(run.index_seconds),
+          milliseconds(run.attention_seconds),
+          optional_number(layer.dense_seconds.has_value(),
+                          milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
+          layer.dense_seconds
+              ? fmt::format("{:.2f}x",
+                            speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds))
+              : "-");
     }
   }
   const std::optional<double> dense = total_dense_seconds(layers);

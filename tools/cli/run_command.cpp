@@ -85,9 +85,9 @@ struct LayerOutput {
 
 // A layer's pattern runs, resolved and checked before any attention runs: the config's specs for
 // its heads, or each --pattern (dense when none is given) resolved as bench resolves them.
-std::vector<PatternRun> layer_runs(const RunFlags& flags, const std::optional<PatternConfig>& config,
-                                   int64_t layer, const AttentionInputs& tensors,
-                                   const ModalityLayout* layout) {
+std::vector<PatternRun> layer_runs(const RunFlags& flags,
+                                   const std::optional<PatternConfig>& config, int64_t layer,
+                                   const AttentionInputs& tensors, const ModalityLayout* layout) {
   const int64_t heads = tensors.q->shape()[2];
   const int64_t q_len = tensors.q->shape()[1], kv_len = tensors.k->shape()[1];
   std::vector<PatternRun> runs;
@@ -172,8 +172,8 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
     dense_lse_view = dense_lse.view();
     report.dense_seconds = executor.run(
         executor.prepare(executor.build({PatternSpec{"dense", {}}},
-                                        {1, heads, q_len, k.shape()[1], kDefaultTileRows},
-                                        nullptr, nullptr, head_dim)),
+                                        {1, heads, q_len, k.shape()[1], kDefaultTileRows}, nullptr,
+                                        nullptr, head_dim)),
         dense_out_view, dense_lse_view);
     report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
   }
@@ -220,8 +220,14 @@ int run_attention(const RunFlags& flags) {
   std::vector<PreparedLayer> layers;
   for (const InputLayer& selected : input_layers(flags, input)) {
     const AttentionInputs tensors = checked_attention_inputs(input, selected.prefix, flags.input);
-    layers.push_back(
-        {selected, tensors, layer_runs(flags, config, selected.layer, tensors, layout_ptr)});
+    // --pattern runs depend only on the shapes: layers of the same shapes share one check.
+    const bool same_shapes = !layers.empty() && !config &&
+                             layers.back().tensors.q->shape() == tensors.q->shape() &&
+                             layers.back().tensors.k->shape() == tensors.k->shape();
+    layers.push_back({selected, tensors,
+                      same_shapes
+                          ? layers.back().runs
+                          : layer_runs(flags, config, selected.layer, tensors, layout_ptr)});
   }
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
@@ -236,12 +242,11 @@ int run_attention(const RunFlags& flags) {
                               layer.selected.prefix, layer.tensors.q->view().shape_string(), specs,
                               executor.device_label()));
     LayerOutput output{layer.selected.prefix, Tensor(), Tensor()};
-    LayerReport report =
-        run_layer(flags, layer, input, layout_ptr, executor, needles, output);
-    progress.done(fmt::format("{:.3f} ms{}", 1000.0 * report.runs.front().attention_seconds,
-                              report.dense_seconds
-                                  ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
-                                  : ""));
+    LayerReport report = run_layer(flags, layer, input, layout_ptr, executor, needles, output);
+    progress.done(fmt::format(
+        "{:.3f} ms{}", 1000.0 * report.runs.front().attention_seconds,
+        report.dense_seconds ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
+                             : ""));
     reports.push_back(std::move(report));
     outputs.push_back(std::move(output));
   }

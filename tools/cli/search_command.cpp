@@ -335,7 +335,8 @@ int run_search(const SearchFlags& flags) {
   if (!flags.out_path.empty()) {
     std::ofstream file(flags.out_path);
     if (!file) {
-      throw Error(ErrorCode::kIoError, "--output: cannot open '" + flags.out_path + "' for writing");
+      throw Error(ErrorCode::kIoError,
+                  "--output: cannot open '" + flags.out_path + "' for writing");
     }
     file << config.to_json() << '\n';
     if (flags.exec.json_path != "-") fmt::print("wrote {}\n", flags.out_path);

@@ -273,8 +273,9 @@ Command add_show_command(CLI::App& app) {
   command->add_option("--pool", flags->pool, "max or mean pooling of probabilities per pixel")
       ->check(CLI::IsMember({"max", "mean"}))
       ->capture_default_str();
-  command->add_option("--output-dir,-o", flags->output_dir,
-                      "directory for the PNGs and show.json (created if missing)")
+  command
+      ->add_option("--output-dir,-o", flags->output_dir,
+                   "directory for the PNGs and show.json (created if missing)")
       ->capture_default_str();
   flags->exec.add_to(*command);
   return {command, [flags] { return run_show(*flags); }};

@@ -290,8 +290,8 @@ ModalityLayout TensorFile::layout() const {
   try {
     return ModalityLayout::from_json(found->second);
   } catch (const Error& error) {
-    throw Error(error.code(), std::string("metadata ") + in_quotes(kLayoutMetadataKey) + ": " +
-                                  error.what());
+    throw Error(error.code(),
+                std::string("metadata ") + in_quotes(kLayoutMetadataKey) + ": " + error.what());
   }
 }
 
