@@ -105,7 +105,7 @@ void ExecutionFlags::add_to(CLI::App& command) {
   command.add_option("--device", device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  command.add_option("--dtype", dtype, "input dtype: bf16, fp16 or fp32")
+  dtype_option = command.add_option("--dtype", dtype, "input dtype: bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}))
       ->capture_default_str();
   add_threads_option(command, threads);

@@ -47,6 +47,7 @@ std::string head_mix_note(const WorkloadSpec& spec);
 struct ExecutionFlags {
   std::string device = "auto";
   std::string dtype = "bf16";
+  CLI::Option* dtype_option = nullptr;  // count() 0: --dtype not given
   int threads = 0;
   std::string json_path;  // "" none, "-" stdout
   bool quiet = false;

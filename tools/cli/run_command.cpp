@@ -220,6 +220,13 @@ int run_attention(const RunFlags& flags) {
   std::vector<PreparedLayer> layers;
   for (const InputLayer& selected : input_layers(flags, input)) {
     const AttentionInputs tensors = checked_attention_inputs(input, selected.prefix, flags.input);
+    // run computes in the dtype of the file's tensors; --dtype may only confirm it.
+    if (flags.exec.dtype_option->count() > 0 &&
+        flags.exec.data_type() != tensors.q->dtype()) {
+      throw_invalid_argument("--dtype", fmt::format("the dtype of --input {} ({}, or no --dtype)",
+                                                    flags.input, dtype_name(tensors.q->dtype())),
+                             flags.exec.dtype);
+    }
     // --pattern runs depend only on the shapes: layers of the same shapes share one check.
     const bool same_shapes = !layers.empty() && !config &&
                              layers.back().tensors.q->shape() == tensors.q->shape() &&
