@@ -30,7 +30,7 @@ mkdir -p "$out"
 read -r -a extra_workload <<<"${MMSPARSE_E2E_WORKLOAD:-}"
 workload=(--seq-len "$seq_len" --needles 4 --device cuda "${extra_workload[@]}")
 
-"$cli" search "${workload[@]}" "${search_flags[@]}" --out "$out/config.json" \
+"$cli" search "${workload[@]}" "${search_flags[@]}" --output "$out/config.json" \
   --json "$out/search.json" | tee "$out/search.txt"
 "$cli" bench "${workload[@]}" --config "$out/config.json" --per-head --json "$out/bench.json" \
   | tee "$out/bench.txt"

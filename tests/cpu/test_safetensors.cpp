@@ -325,7 +325,9 @@ TEST(TensorFile, AccessorsNameWhatIsMissing) {
   file.tensors.emplace("v", Tensor(DType::kFloat32, {1}));
   Error error = capture_error([&] { file.at("q"); });
   EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
-  EXPECT_THAT(error.what(), HasSubstr("tensor name: expected one of [k, v], got 'q'"));
+  EXPECT_THAT(
+      error.what(),
+      HasSubstr("tensor 'q': expected a tensor of that name (the file has [k, v]), got none"));
 
   error = capture_error([&] { file.layout(); });
   EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
@@ -334,7 +336,7 @@ TEST(TensorFile, AccessorsNameWhatIsMissing) {
   file.metadata[kLayoutMetadataKey] = "{";
   error = capture_error([&] { file.layout(); });
   EXPECT_EQ(error.code(), ErrorCode::kParseError);
-  EXPECT_THAT(error.what(), HasSubstr("layout JSON"));
+  EXPECT_THAT(error.what(), HasSubstr("metadata 'mmsparse.layout': layout JSON"));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "bench_command.h"
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -42,26 +43,50 @@ std::optional<PatternConfig> read_config(const std::string& path) {
   return PatternConfig::from_json(text.str());
 }
 
-std::vector<PatternRun> pattern_runs(const BenchFlags& flags, const std::optional<PatternConfig>& config,
-                                     int64_t layer, const ModalityLayout& layout, int64_t heads) {
-  std::vector<PatternRun> runs;
-  for (const std::string& text : flags.patterns) {
-    const PatternSpec spec = resolve_pattern(PatternSpec::parse(text), &layout);
-    runs.push_back({spec.name, spec.to_string(), {spec}});
+// Distinct specs of a run, each checked once.
+std::vector<PatternSpec> distinct_specs(const std::vector<PatternSpec>& specs) {
+  std::vector<PatternSpec> distinct;
+  for (const PatternSpec& spec : specs) {
+    const bool seen = std::any_of(distinct.begin(), distinct.end(), [&](const PatternSpec& other) {
+      return other.to_string() == spec.to_string();
+    });
+    if (!seen) distinct.push_back(spec);
   }
-  if (config) {
-    runs.push_back({"config", flags.config_path + " layer " + std::to_string(layer),
-                    config->layer_specs(layer, heads)});
-  }
-  if (runs.empty()) {
+  return distinct;
+}
+
+// The --pattern runs (every static pattern when neither --pattern nor --config is given),
+// resolved and checked once: layers differ only by seed, so they share the layout.
+std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
+                                  const ModalityLayout& layout) {
+  std::vector<std::string> texts = flags.patterns;
+  if (texts.empty() && !with_config) {
     // Dynamic patterns stay out of the default runs: their metrics read a host-built plan (even
     // where kernels estimate the timed one), which takes seconds per head at 128K. They run when
     // named with --pattern.
     for (const PatternInfo& info : known_patterns()) {
-      if (info.name == "dense" || info.dynamic) continue;
-      const PatternSpec spec = resolve_pattern(scaled_default_spec(info, layout.length()), &layout);
-      runs.push_back({spec.name, spec.to_string(), {spec}});
+      if (info.name != "dense" && !info.dynamic) texts.push_back(info.name);
     }
+  }
+  const int64_t seq_len = layout.length();
+  std::vector<PatternRun> runs;
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, &layout, seq_len, seq_len)) {
+    runs.push_back({spec.name, spec.to_string(), {spec}});
+  }
+  return runs;
+}
+
+// A layer's pattern runs: the --pattern runs, then the config's layer, checked (distinct specs
+// built once for one head) before any attention runs.
+std::vector<PatternRun> pattern_runs(const BenchFlags& flags, std::vector<PatternRun> runs,
+                                     const std::optional<PatternConfig>& config, int64_t layer,
+                                     const ModalityLayout& layout, int64_t heads) {
+  if (config) {
+    const int64_t seq_len = layout.length();
+    const std::string source = flags.config_path + " layer " + std::to_string(layer);
+    std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
+    check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, "--config " + source);
+    runs.push_back({"config", source, std::move(specs)});
   }
   return runs;
 }
@@ -94,8 +119,8 @@ struct BenchLayer {
   NeedleTask needles;          // needle keys depend on the seed, so on the layer
 };
 
-BenchLayer bench_layer(const BenchFlags& flags, const std::optional<PatternConfig>& config,
-                       int64_t layer, WorkloadSpec spec, Executor& executor, Progress& progress) {
+BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& runs, int64_t layer,
+                       WorkloadSpec spec, Executor& executor, Progress& progress) {
   spec.seed = synthetic_layer_seed(spec.seed, layer);
   const DType dtype = flags.exec.data_type();
   progress.step(fmt::format("layer {}: synthetic workload '{}', seed {}", layer, spec.preset,
@@ -132,7 +157,7 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::optional<PatternConfi
   for (int64_t head = 0; head < heads; ++head) {
     inputs.behaviours.emplace_back(head_behaviour_name(workload.behaviour(head)));
   }
-  for (const PatternRun& run : pattern_runs(flags, config, layer, workload.layout(), heads)) {
+  for (const PatternRun& run : runs) {
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});
     Tensor lse(DType::kFloat32, {1, heads, seq_len});
     result.report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
@@ -149,18 +174,27 @@ int run_bench(const BenchFlags& flags) {
   WorkloadSpec spec = flags.workload.spec();
   if (!gpu && spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
   const DType dtype = flags.exec.data_type();
+  check_output_path(flags.exec.json_path, "--json");
   const std::optional<PatternConfig> config = read_config(flags.config_path);
   const std::vector<int64_t> layers = selected_layers(flags, config);
+  // Layers differ only by seed: the shape, the layout and the needle count are the first layer's.
+  // Creating the workload generates no tensors, so bad specs fail here in milliseconds.
+  const Workload reference = Workload::create(spec);
+  const WorkloadSpec& resolved = reference.spec();
+  const std::vector<PatternRun> common_runs =
+      flag_runs(flags, config.has_value(), reference.layout());
+  std::vector<std::vector<PatternRun>> layer_runs;
+  for (int64_t layer : layers) {
+    layer_runs.push_back(
+        pattern_runs(flags, common_runs, config, layer, reference.layout(), resolved.q_heads));
+  }
 
   Executor executor(gpu, flags.exec.threads, flags.timing);
   Progress progress(static_cast<int>(layers.size()), progress_enabled);
   std::vector<BenchLayer> measured;
-  for (int64_t layer : layers) {
-    measured.push_back(bench_layer(flags, config, layer, spec, executor, progress));
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    measured.push_back(bench_layer(flags, layer_runs[l], layers[l], spec, executor, progress));
   }
-  // Layers differ only by seed: the shape and the needle count are the first layer's.
-  const Workload reference = Workload::create(spec);
-  const WorkloadSpec& resolved = reference.spec();
   const int64_t needles = resolved.needles;
   std::vector<LayerReport> reports;
   for (const BenchLayer& layer : measured) reports.push_back(layer.report);
@@ -188,20 +222,7 @@ int run_bench(const BenchFlags& flags) {
       if (flags.per_head) print_per_head_tables(layer.report);
     }
     if (several_layers) print_layer_table(reports);
-    fmt::print(
-        "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over "
-        "rows and heads; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: "
-        "building the plan (the index of dynamic patterns); speedup: dense time / (index + "
-        "attention time){}; {}.\n",
-        needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
-        gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
-                          "alike; index time is the build on the GPU of static patterns and "
-                          "of vertical-slash and grid heads whose query groups fit the "
-                          "estimate (a config: those heads built by kernels, the others on "
-                          "the host and uploaded, all concatenated on the GPU; the built column "
-                          "says which), else host building plus upload",
-                          flags.timing.repeats, flags.timing.warmup)
-            : "CPU times: one run of the reference backend");
+    print_column_footer(needles, gpu, flags.timing);
   }
 
   nlohmann::json report = layers_json(reports, resolved.head_dim);
@@ -255,12 +276,7 @@ Command add_bench_command(CLI::App& app) {
   command->add_option("--recall-target", flags->recall_target, "recall for the oracle density")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measurement")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs per measurement (median)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measurement");
   return {command, [flags] { return run_bench(*flags); }};
 }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -15,6 +17,35 @@ namespace mmsparse::cli {
 namespace {
 constexpr const char* kCudaBackend = "cuda-sm90a";
 constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
+// Dynamic patterns estimate from q and k; a check of their parameters needs only a narrow head.
+constexpr int64_t kCheckHeadDim = 8;
+
+// Runs `body`, prefixing any mmsparse error with `context` (the flag or file the user typed).
+template <typename Body>
+auto with_context(const std::string& context, Body&& body) {
+  try {
+    return body();
+  } catch (const Error& error) {
+    throw Error(error.code(), context + ": " + error.what());
+  }
+}
+// Builds `spec` for one head of the real shape; dynamic patterns estimate from zero inputs of a
+// narrow head. Errors get `context` in front.
+void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, int64_t q_len,
+                         int64_t kv_len, const std::string& context) {
+  std::optional<Tensor> q, k;
+  PatternInputs inputs;
+  if (is_dynamic(spec)) {
+    q.emplace(DType::kFloat32, std::vector<int64_t>{1, q_len, 1, kCheckHeadDim});
+    k.emplace(DType::kFloat32, std::vector<int64_t>{1, kv_len, 1, kCheckHeadDim});
+    inputs = {q->view(), k->view()};
+  }
+  with_context(context, [&] {
+    return build_plan(spec, {1, 1, q_len, kv_len, kDefaultTileRows}, layout,
+                      is_dynamic(spec) ? &inputs : nullptr);
+  });
+}
+
 }  // namespace
 
 void WorkloadFlags::add_to(CLI::App& command) {
@@ -74,10 +105,10 @@ void ExecutionFlags::add_to(CLI::App& command) {
   command.add_option("--device", device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  command.add_option("--dtype", dtype, "input dtype: bf16, fp16 or fp32")
+  dtype_option = command.add_option("--dtype", dtype, "input dtype: bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}))
       ->capture_default_str();
-  command.add_option("--threads", threads, "CPU threads (0: all cores)");
+  add_threads_option(command, threads);
   command.add_option("--json", json_path, "write results as JSON to a file, or - for stdout");
   command.add_flag("--quiet", quiet, "no progress lines");
 }
@@ -144,13 +175,128 @@ PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len) {
 
 const Tensor& attention_input(const TensorFile& file, const std::string& name,
                               const std::string& path) {
-  const Tensor& tensor = file.at(name);
+  const auto found = file.tensors.find(name);
+  if (found == file.tensors.end()) {
+    std::string names;
+    for (const auto& entry : file.tensors) names += (names.empty() ? "" : ", ") + entry.first;
+    throw_invalid_argument("--input " + path,
+                           "a tensor '" + name + "' (the file has " + names + ")",
+                           "no tensor '" + name + "'");
+  }
+  const Tensor& tensor = found->second;
   if (tensor.shape().size() != kAttentionInputDims) {
     throw_invalid_argument("--input " + path + " tensor '" + name + "'",
                            "4 dimensions [batch, seq, heads, head_dim]",
                            tensor.view().shape_string());
   }
   return tensor;
+}
+
+AttentionInputs checked_attention_inputs(const TensorFile& file, const std::string& prefix,
+                                         const std::string& path, bool need_v) {
+  AttentionInputs inputs;
+  inputs.q = &attention_input(file, prefix + "q", path);
+  inputs.k = &attention_input(file, prefix + "k", path);
+  if (need_v) inputs.v = &attention_input(file, prefix + "v", path);
+  const std::vector<int64_t>& q = inputs.q->shape();
+  const std::vector<int64_t>& k = inputs.k->shape();
+  const std::string k_name = "--input " + path + " tensor '" + prefix + "k'";
+  if (k[0] != q[0] || k[3] != q[3] || k[2] < 1 || q[2] % k[2] != 0) {
+    throw_invalid_argument(
+        k_name,
+        fmt::format("[{}, kv_len, heads dividing {} (GQA), {}] to match '{}q' {}", q[0], q[2], q[3],
+                    prefix, inputs.q->view().shape_string()),
+        inputs.k->view().shape_string());
+  }
+  if (need_v && inputs.v->shape() != k) {
+    throw_invalid_argument("--input " + path + " tensor '" + prefix + "v'",
+                           "the shape of '" + prefix + "k', " + inputs.k->view().shape_string(),
+                           inputs.v->view().shape_string());
+  }
+  return inputs;
+}
+
+TensorFile read_input_file(const std::string& path, const std::string& flag) {
+  TensorFile file = read_safetensors(path);
+  if (file.has_layout()) {
+    with_context(flag + " " + path, [&] { return file.layout(); });
+  }
+  return file;
+}
+
+std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
+                                               const ModalityLayout* layout, int64_t q_len,
+                                               int64_t kv_len, const std::string& flag) {
+  std::vector<PatternSpec> resolved;
+  for (const std::string& text : texts) {
+    resolved.push_back(with_context(flag + " '" + text + "'", [&] {
+      const PatternSpec given = PatternSpec::parse(text);
+      PatternSpec merged = given;
+      for (const PatternInfo& info : known_patterns()) {
+        if (info.name != given.name) continue;
+        merged = scaled_default_spec(info, kv_len);
+        for (const auto& [key, value] : given.params) merged.params[key] = value;
+      }
+      // An unknown name or parameter throws here, naming the known ones.
+      return resolve_pattern(merged, layout);
+    }));
+  }
+  for (const bool dynamic : {false, true}) {
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      if (is_dynamic(resolved[i]) != dynamic) continue;
+      check_pattern_build(resolved[i], layout, q_len, kv_len, flag + " '" + texts[i] + "'");
+    }
+  }
+  return resolved;
+}
+
+void check_patterns_build(const std::vector<PatternSpec>& specs, const ModalityLayout* layout,
+                          int64_t q_len, int64_t kv_len, const std::string& what) {
+  for (const PatternSpec& spec : specs) {
+    check_pattern_build(spec, layout, q_len, kv_len, what + " '" + spec.to_string() + "'");
+  }
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty() || path == "-") return;
+  const std::filesystem::path target(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(target, error)) {
+    throw_invalid_argument(flag, "a file path", "the directory '" + path + "'");
+  }
+  const std::filesystem::path parent =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(parent, error)) {
+    throw Error(ErrorCode::kIoError, flag + ": cannot write '" + path + "': directory '" +
+                                         parent.string() + "' does not exist");
+  }
+  // Opened for appending (a new file is removed again): the one test that also holds for root
+  // and for read-only mounts.
+  const bool exists = std::filesystem::exists(target, error);
+  const bool writable = static_cast<bool>(std::ofstream(path, std::ios::app));
+  if (!exists) std::filesystem::remove(target, error);
+  if (!writable) {
+    throw Error(ErrorCode::kIoError,
+                flag + ": cannot write '" + path + "' (" +
+                    (exists ? "the file" : "directory '" + parent.string() + "'") +
+                    " is not writable)");
+  }
+}
+
+CLI::Option* add_threads_option(CLI::App& command, int& threads) {
+  return command
+      .add_option("--threads", threads,
+                  "CPU threads (0: all cores; at most " + std::to_string(kMaxThreads) + ")")
+      ->check(CLI::Range(0, kMaxThreads));
+}
+
+void add_timing_options(CLI::App& command, int& warmup, int& repeats, const std::string& what) {
+  command.add_option("--warmup", warmup, "GPU warm-up runs " + what)
+      ->check(CLI::Range(0, kMaxTimingRuns))
+      ->capture_default_str();
+  command.add_option("--repeats", repeats, "GPU timed runs " + what + " (median)")
+      ->check(CLI::Range(1, kMaxTimingRuns))
+      ->capture_default_str();
 }
 
 }  // namespace mmsparse::cli

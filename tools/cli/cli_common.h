@@ -47,6 +47,7 @@ std::string head_mix_note(const WorkloadSpec& spec);
 struct ExecutionFlags {
   std::string device = "auto";
   std::string dtype = "bf16";
+  CLI::Option* dtype_option = nullptr;  // count() 0: --dtype not given
   int threads = 0;
   std::string json_path;  // "" none, "-" stdout
   bool quiet = false;
@@ -85,6 +86,49 @@ void write_json_output(const std::string& path, const std::string& json_text);
 // verticals and 6096 slashes) are set for 128K tokens, and shorter runs keep the same fraction of
 // the sequence so that the patterns stay sparse at CPU sizes.
 PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len);
+
+// The one resolution of --pattern values that run, bench, search and show share: each parsed, the
+// defaults of the parameters not given scaled to the sequence length (scaled_default_spec), the
+// rest from the layout (resolve_pattern); then all checked by a build for one head (static
+// patterns first, as they check in milliseconds; dynamic ones take up to ~2 s at 128K on the CPU),
+// so that no error waits for another spec's check. Errors name `flag` and the text the user typed.
+std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
+                                               const ModalityLayout* layout, int64_t q_len,
+                                               int64_t kv_len,
+                                               const std::string& flag = "--pattern");
+
+// Builds each spec once for one head of the real shape (dynamic patterns estimate from zero
+// inputs of a narrow head) so that parameters out of range fail before any attention runs, with
+// `what` (the flag or file the spec came from) in the message. Costs milliseconds, even at 128K.
+void check_patterns_build(const std::vector<PatternSpec>& specs, const ModalityLayout* layout,
+                          int64_t q_len, int64_t kv_len, const std::string& what);
+
+// Fails unless `path` can be written: its directory exists and is writable. Checked before the
+// computation whose result goes there; "" and "-" (stdout) always pass.
+void check_output_path(const std::string& path, const std::string& flag);
+
+// --threads: 0 (all cores) up to kMaxThreads.
+inline constexpr int kMaxThreads = 4096;
+CLI::Option* add_threads_option(CLI::App& command, int& threads);
+
+// --warmup and --repeats (GPU timing), each at most kMaxTimingRuns; `what` ends their help text.
+inline constexpr int kMaxTimingRuns = 10000;
+void add_timing_options(CLI::App& command, int& warmup, int& repeats, const std::string& what);
+
+// The q, k, v tensors of one layer (`prefix` "" or "layers.<L>."), each checked for presence and
+// [batch, seq, heads, head_dim], k against q (batch, head_dim, GQA heads) and v against k. Errors
+// name the file and the tensor.
+struct AttentionInputs {
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+};
+AttentionInputs checked_attention_inputs(const TensorFile& file, const std::string& prefix,
+                                         const std::string& path, bool need_v = true);
+
+// read_safetensors with its layout (when it has one) parsed at once: errors name the file and the
+// metadata key.
+TensorFile read_input_file(const std::string& path, const std::string& flag = "--input");
 
 // Tensor `name` of an input file, checked to be [batch, seq, heads, head_dim] (errors name the file).
 const Tensor& attention_input(const TensorFile& file, const std::string& name,

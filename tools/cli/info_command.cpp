@@ -13,11 +13,12 @@
 namespace mmsparse::cli {
 namespace {
 
-int run_info(bool as_json) {
+// `json_path`: "" for the text report, "-" for JSON on stdout, else the JSON file.
+int run_info(const std::string& json_path) {
   const BuildInfo info = build_info();
   const std::vector<GpuInfo> gpus = visible_gpus();
   const unsigned threads = std::thread::hardware_concurrency();
-  if (as_json) {
+  if (!json_path.empty()) {
     nlohmann::json report = {{"version", info.version},         {"compiler", info.compiler},
                              {"cuda_compiled", info.cuda_enabled}, {"cuda_version", info.cuda_version},
                              {"backends", info.backends},       {"cpu_threads", threads},
@@ -30,7 +31,7 @@ int run_info(bool as_json) {
                                 {"multiprocessors", gpu.multiprocessors},
                                 {"memory_gib", gpu.memory_gib}});
     }
-    fmt::print("{}\n", report.dump(2));
+    write_json_output(json_path, report.dump(2));
     return 0;
   }
   fmt::print("mmsparse {}\n", info.version);
@@ -68,10 +69,18 @@ int run_patterns() {
 }  // namespace
 
 Command add_info_command(CLI::App& app) {
-  auto as_json = std::make_shared<bool>(false);
+  auto json_path = std::make_shared<std::string>();
   CLI::App* command = app.add_subcommand("info", "build, backends and visible GPUs");
-  command->add_flag("--json", *as_json, "print as JSON");
-  return {command, [as_json] { return run_info(*as_json); }};
+  // --json alone (the former switch) prints to stdout, as --json - does.
+  CLI::Option* json =
+      command
+          ->add_option("--json", *json_path, "write the report as JSON to a file, or - for stdout")
+          ->expected(0, 1);
+  return {command, [json_path, json] {
+            const std::string path = json->count() > 0 && json_path->empty() ? "-" : *json_path;
+            check_output_path(path, "--json");
+            return run_info(path);
+          }};
 }
 
 Command add_presets_command(CLI::App& app) {

@@ -7,6 +7,7 @@
 
 #include "bench_command.h"
 #include "info_command.h"
+#include "mmsparse/build_info.h"
 #include "mmsparse/status.h"
 #include "run_command.h"
 #include "search_command.h"
@@ -22,7 +23,8 @@ constexpr int kExitError = 1;
 int main(int argc, char** argv) {
   using namespace mmsparse::cli;
   CLI::App app{"mmsparse: sparse attention for long-context VLM prefill"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", mmsparse::build_info().version);
   const std::vector<Command> commands = {
       add_bench_command(app),   add_run_command(app),     add_generate_command(app),
       add_info_command(app),    add_presets_command(app), add_patterns_command(app),
@@ -32,6 +34,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
+  }
+  if (app.get_subcommands().empty()) {
+    // A bare `mmsparse` prints the help and exits as --help does.
+    fmt::print("{}", app.help());
+    return 0;
   }
   try {
     for (const Command& command : commands) {

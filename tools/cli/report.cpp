@@ -18,14 +18,25 @@ namespace {
 
 constexpr double kMillisecondsPerSecond = 1000.0;
 constexpr double kPercent = 100.0;
-constexpr int kSpecColumnWidth = 42;
-constexpr int kHeadSpecColumnWidth = 30;
+// Narrowest spec columns; they widen to the longest spec, which is never cut.
+constexpr std::size_t kSpecColumnWidth = 42;
+constexpr std::size_t kHeadSpecColumnWidth = 30;
+constexpr std::size_t kSourceColumnWidth = 22;
 constexpr double kTeraFlops = 1e12;
 
 double milliseconds(double seconds) { return kMillisecondsPerSecond * seconds; }
 
-std::string clipped(const std::string& text, int width) {
-  return text.substr(0, static_cast<std::size_t>(width));
+// `text` cut to `width` characters, the last one "~" when it was cut.
+std::string clipped(const std::string& text, std::size_t width) {
+  return text.size() <= width ? text : text.substr(0, width - 1) + "~";
+}
+
+// The width of a column of `texts`: the longest, at least `minimum`.
+template <typename Range, typename Text>
+std::size_t column_width(const Range& rows, std::size_t minimum, Text text) {
+  std::size_t width = minimum;
+  for (const auto& row : rows) width = std::max(width, text(row).size());
+  return width;
 }
 
 // "k/N", or "-" without a needle task.
@@ -290,13 +301,16 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
 
 void print_summary_table(const LayerReport& layer, int64_t needles) {
   const bool with_needles = needles > 0;
-  fmt::print("{:<14} {:<42} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}\n", "pattern", "spec",
-             "density", "recall", "min rec", "out err", "index ms", "attn ms", "speedup",
-             with_needles ? fmt::format(" {:>8}", "needles") : "");
+  const std::size_t spec_width = column_width(
+      layer.runs, kSpecColumnWidth, [](const RunReport& run) { return run.run.spec_text; });
+  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}\n", "pattern", "spec",
+             spec_width, "density", "recall", "min rec", "out err", "index ms", "attn ms",
+             "speedup", with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<14} {:<42} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
-               "dense", "dense", kPercent, 1.0, 1.0, 0.0, "-", milliseconds(*layer.dense_seconds),
-               1.0, with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
+               "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
+               milliseconds(*layer.dense_seconds), 1.0,
+               with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
   }
   for (const RunReport& run : layer.runs) {
     const RunSummary summary = summarize(run);
@@ -305,9 +319,8 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
             ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds, run.index_seconds,
                                              run.attention_seconds))
             : "-";
-    fmt::print("{:<14} {:<42} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
-               run.run.label, clipped(run.run.spec_text, kSpecColumnWidth),
-               kPercent * summary.density,
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
+               run.run.label, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
@@ -316,6 +329,24 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
                    ? fmt::format(" {:>8}", needles_text(summary.needles_covered, summary.needles))
                    : "");
   }
+}
+
+void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
+  fmt::print(
+      "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over rows and "
+      "heads; min rec: the lowest recall of any row of any head; out err: ||O - O_dense|| / "
+      "||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
+      "speedup: dense time / (index + attention time){}; per head: ndl mass: the needles' share of "
+      "the dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
+      needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
+      gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
+                        "alike; index time is the build on the GPU of static patterns and of "
+                        "vertical-slash and grid heads whose query groups fit the estimate (a "
+                        "config: those heads built by kernels, the others on the host and "
+                        "uploaded, all concatenated on the GPU; the built column says which), "
+                        "else host building plus upload",
+                        timing.repeats, timing.warmup)
+          : "CPU times: one run of the reference backend, every plan built on the host");
 }
 
 void print_per_head_tables(const LayerReport& layer) {
@@ -327,19 +358,20 @@ void print_per_head_tables(const LayerReport& layer) {
     const bool behaviours = !run.heads.front().behaviour.empty();
     fmt::print("\nlayer {} ({}), {}: {}\n", layer.layer, layer.source, run.run.label,
                run.run.spec_text);
-    fmt::print("{}{:>5} {}{:<30} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
+    const std::size_t spec_width = column_width(run.heads, kHeadSpecColumnWidth,
+                                                [](const HeadReport& head) { return head.spec; });
+    fmt::print("{}{:>5} {}{:<{}} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
                batched ? fmt::format("{:>5} ", "batch") : "", "head",
-               behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", "density", "recall",
-               "min rec", "out err", "needles", "ndl mass", "index ms", "built");
+               behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", spec_width, "density",
+               "recall", "min rec", "out err", "needles", "ndl mass", "index ms", "built");
     for (const HeadReport& head : run.heads) {
       const bool compared = head.accuracy.has_value();
       const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
       const bool mass = head.needles && !std::isnan(head.needles->mass_kept);
-      fmt::print("{}{:>5} {}{:<30} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f} {:>5}\n",
+      fmt::print("{}{:>5} {}{:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>9} {:>9.2f} {:>5}\n",
                  batched ? fmt::format("{:>5} ", head.batch) : "", head.head,
-                 behaviours ? fmt::format("{:<9} ", head.behaviour) : "",
-                 clipped(head.spec, kHeadSpecColumnWidth), kPercent * head.density,
-                 optional_number(compared, accuracy.recall_mean, "{:.4f}"),
+                 behaviours ? fmt::format("{:<9} ", head.behaviour) : "", head.spec, spec_width,
+                 kPercent * head.density, optional_number(compared, accuracy.recall_mean, "{:.4f}"),
                  optional_number(compared, accuracy.recall_min, "{:.4f}"),
                  optional_number(compared, accuracy.output_error, "{:.2e}"),
                  head.needles ? needles_text(head.needles->covered, head.needles->needles) : "-",
@@ -363,11 +395,15 @@ void print_per_head_tables(const LayerReport& layer) {
             kPercent * kNeedleKeptShare);
       }
     }
+    const bool any_gpu_built =
+        std::any_of(run.heads.begin(), run.heads.end(),
+                    [](const HeadReport& head) { return head.index_built == "gpu"; });
     line += fmt::format(
-        "; index {:.2f} ms (whole plan, host clock; per head: built by gpu "
-        "kernels, GPU-event time shared by the heads of its builder, or on the "
-        "host, host clock; one spec for every head: an equal share of one build)",
-        milliseconds(run.index_seconds));
+        "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
+        any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
+                        "its builder, or on the host, host clock; one spec for every head: an "
+                        "equal share of one build"
+                      : "every head built on the host");
     if (run.assembly_seconds) {
       line += fmt::format(", concatenation {:.2f} ms (GPU events)",
                           milliseconds(*run.assembly_seconds));
@@ -388,20 +424,22 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
   for (const LayerReport& layer : layers) {
     for (const RunReport& run : layer.runs) {
       const RunSummary summary = summarize(run);
-      fmt::print("{:>5}  {:<22} {:<14} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
-                 "{:>8}\n",
-                 layer.layer, clipped(layer.source, 22), run.run.label, kPercent * summary.density,
-                 optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
-                 optional_number(summary.compared, summary.recall_min, "{:.4f}"),
-                 optional_number(summary.compared, summary.output_error, "{:.2e}"),
-                 needles_text(summary.needles_covered, summary.needles),
-                 milliseconds(run.index_seconds), milliseconds(run.attention_seconds),
-                 optional_number(layer.dense_seconds.has_value(),
-                                 milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
-                 layer.dense_seconds ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds,
-                                                                      run.index_seconds,
-                                                                      run.attention_seconds))
-                                     : "-");
+      fmt::print(
+          "{:>5}  {:<22} {:<14} {:>7.2f}% {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+          "{:>8}\n",
+          layer.layer, clipped(layer.source, kSourceColumnWidth), run.run.label,
+          kPercent * summary.density,
+          optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
+          optional_number(summary.compared, summary.recall_min, "{:.4f}"),
+          optional_number(summary.compared, summary.output_error, "{:.2e}"),
+          needles_text(summary.needles_covered, summary.needles), milliseconds(run.index_seconds),
+          milliseconds(run.attention_seconds),
+          optional_number(layer.dense_seconds.has_value(),
+                          milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
+          layer.dense_seconds
+              ? fmt::format("{:.2f}x",
+                            speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds))
+              : "-");
     }
   }
   const std::optional<double> dense = total_dense_seconds(layers);

@@ -115,6 +115,8 @@ void print_summary_table(const LayerReport& layer, int64_t needles);
 void print_per_head_tables(const LayerReport& layer);
 // One line per layer and run, then the whole-model total per run (index + attention vs dense).
 void print_layer_table(const std::vector<LayerReport>& layers);
+// The footer that explains every column of the summary tables, and how times were taken.
+void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing);
 
 // JSON: "layers" (each with "dense" and "patterns", each pattern with "heads") and "model" (the
 // totals per pattern over layers).

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -26,7 +27,7 @@ namespace {
 struct RunFlags {
   std::string input;
   std::string output;
-  std::string pattern;
+  std::vector<std::string> patterns;
   std::string config_path;
   int64_t layer = 0;
   std::string layers;  // --layers: "all" or a list; empty: --layer alone
@@ -82,30 +83,50 @@ struct LayerOutput {
   Tensor out, lse;
 };
 
-// The pattern run of one layer: the config's specs for its heads, or the one --pattern (dense
-// when none is given).
-PatternRun layer_run(const RunFlags& flags, const std::optional<PatternConfig>& config,
-                     int64_t layer, int64_t heads) {
+// A layer's pattern runs, resolved and checked before any attention runs: the config's specs for
+// its heads, or each --pattern (dense when none is given) resolved as bench resolves them.
+std::vector<PatternRun> layer_runs(const RunFlags& flags,
+                                   const std::optional<PatternConfig>& config, int64_t layer,
+                                   const AttentionInputs& tensors, const ModalityLayout* layout) {
+  const int64_t heads = tensors.q->shape()[2];
+  const int64_t q_len = tensors.q->shape()[1], kv_len = tensors.k->shape()[1];
+  std::vector<PatternRun> runs;
   if (config) {
-    return {"config", flags.config_path + " layer " + std::to_string(layer),
-            config->layer_specs(layer, heads)};
+    const std::string source = flags.config_path + " layer " + std::to_string(layer);
+    std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
+    std::vector<PatternSpec> distinct;
+    for (const PatternSpec& spec : specs) {
+      if (std::find_if(distinct.begin(), distinct.end(), [&](const PatternSpec& seen) {
+            return seen.to_string() == spec.to_string();
+          }) == distinct.end()) {
+        distinct.push_back(spec);
+      }
+    }
+    check_patterns_build(distinct, layout, q_len, kv_len, "--config " + source);
+    runs.push_back({"config", source, std::move(specs)});
+    return runs;
   }
-  const PatternSpec spec = PatternSpec::parse(flags.pattern.empty() ? "dense" : flags.pattern);
-  return {spec.name, spec.to_string(), {spec}};
+  const std::vector<std::string> texts =
+      flags.patterns.empty() ? std::vector<std::string>{"dense"} : flags.patterns;
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, layout, q_len, kv_len)) {
+    runs.push_back({spec.name, spec.to_string(), {spec}});
+  }
+  return runs;
 }
 
 // The human-readable report: each layer's summary (and per-head) tables, then the layer table.
 void print_tables(const RunFlags& flags, const std::vector<LayerReport>& reports, int64_t needles,
-                  const std::string& device_label) {
-  fmt::print("mmsparse run  {}: {} layer{}, device {}\n", flags.input, reports.size(),
-             reports.size() == 1 ? "" : "s", device_label);
+                  const std::string& device_label, std::string_view dtype, bool gpu) {
+  fmt::print("mmsparse run  {}: {} layer{}, device {}, dtype {}\n", flags.input, reports.size(),
+             reports.size() == 1 ? "" : "s", device_label, dtype);
   for (const LayerReport& report : reports) {
     fmt::print("\nlayer {} ({})\n", report.layer, report.source);
     print_summary_table(report, needles);
     if (flags.per_head) print_per_head_tables(report);
   }
   if (reports.size() > 1 || !flags.layers.empty()) print_layer_table(reports);
-  if (!flags.compare) fmt::print("\n(recall, output error and speedup need --compare)\n");
+  print_column_footer(needles, gpu, flags.timing);
+  if (!flags.compare) fmt::print("(recall, min rec, output error and speedup need --compare)\n");
 }
 
 // --output: every layer's out and lse, with the version, the input, each layer's pattern and the
@@ -124,84 +145,125 @@ void write_outputs(const RunFlags& flags, const std::vector<LayerOutput>& output
   write_safetensors(flags.output, tensors, metadata);
 }
 
+// One layer's inputs and pattern runs, all checked before the first attention runs.
+struct PreparedLayer {
+  InputLayer selected;
+  AttentionInputs tensors;
+  std::vector<PatternRun> runs;
+};
+
+LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const TensorFile& input,
+                      const ModalityLayout* layout, Executor& executor, int64_t& needles,
+                      LayerOutput& output) {
+  const Tensor& q = *layer.tensors.q;
+  const Tensor& k = *layer.tensors.k;
+  const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
+  const int64_t head_dim = q.shape()[3];
+  executor.set_inputs(q.view(), k.view(), layer.tensors.v->view());
+  LayerReport report;
+  report.layer = layer.selected.layer;
+  report.source = layer.selected.prefix + "q/k/v";
+  Tensor dense_out, dense_lse;
+  TensorView dense_out_view, dense_lse_view;
+  if (flags.compare) {
+    dense_out = Tensor(q.dtype(), q.shape());
+    dense_lse = Tensor(DType::kFloat32, {batch, heads, q_len});
+    dense_out_view = dense_out.view();
+    dense_lse_view = dense_lse.view();
+    report.dense_seconds = executor.run(
+        executor.prepare(executor.build({PatternSpec{"dense", {}}},
+                                        {1, heads, q_len, k.shape()[1], kDefaultTileRows}, nullptr,
+                                        nullptr, head_dim)),
+        dense_out_view, dense_lse_view);
+    report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
+  }
+  const NeedleTask task = needle_task_from_metadata(
+      input, layer.selected.prefix.empty() ? -1 : layer.selected.layer, q_len);
+  needles = std::max<int64_t>(needles, static_cast<int64_t>(task.keys.size()));
+  for (const PatternRun& run : layer.runs) {
+    // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
+    const LayerInputs inputs{q.view(),
+                             k.view(),
+                             layout,
+                             any_dynamic(run.specs) ? batch : 1,
+                             flags.compare ? &dense_out_view : nullptr,
+                             flags.compare ? &dense_lse_view : nullptr,
+                             &task,
+                             {}};
+    // --output keeps the first run's out and lse.
+    Tensor out(q.dtype(), q.shape()), lse(DType::kFloat32, {batch, heads, q_len});
+    report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
+    if (report.runs.size() == 1) {
+      output.out = std::move(out);
+      output.lse = std::move(lse);
+    }
+  }
+  return report;
+}
+
 int run_attention(const RunFlags& flags) {
-  if (!flags.pattern.empty() && !flags.config_path.empty()) {
+  if (!flags.patterns.empty() && !flags.config_path.empty()) {
     throw_invalid_argument("--pattern/--config", "one of them", "both");
   }
+  check_output_path(flags.output, "--output");
+  check_output_path(flags.exec.json_path, "--json");
   const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
 
-  const TensorFile input = read_safetensors(flags.input);
+  const TensorFile input = read_input_file(flags.input);
   const bool has_layout = input.has_layout();
   const ModalityLayout layout = has_layout ? input.layout() : ModalityLayout{};
+  const ModalityLayout* layout_ptr = has_layout ? &layout : nullptr;
   const std::optional<PatternConfig> config =
       flags.config_path.empty()
           ? std::nullopt
           : std::optional(PatternConfig::from_json(read_text_file(flags.config_path, "--config")));
-  const std::vector<InputLayer> layers = input_layers(flags, input);
+  std::vector<PreparedLayer> layers;
+  for (const InputLayer& selected : input_layers(flags, input)) {
+    const AttentionInputs tensors = checked_attention_inputs(input, selected.prefix, flags.input);
+    // run computes in the dtype of the file's tensors; --dtype may only confirm it.
+    if (flags.exec.dtype_option->count() > 0 &&
+        flags.exec.data_type() != tensors.q->dtype()) {
+      throw_invalid_argument("--dtype", fmt::format("the dtype of --input {} ({}, or no --dtype)",
+                                                    flags.input, dtype_name(tensors.q->dtype())),
+                             flags.exec.dtype);
+    }
+    // --pattern runs depend only on the shapes: layers of the same shapes share one check.
+    const bool same_shapes = !layers.empty() && !config &&
+                             layers.back().tensors.q->shape() == tensors.q->shape() &&
+                             layers.back().tensors.k->shape() == tensors.k->shape();
+    layers.push_back({selected, tensors,
+                      same_shapes
+                          ? layers.back().runs
+                          : layer_runs(flags, config, selected.layer, tensors, layout_ptr)});
+  }
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
   Progress progress(static_cast<int>(layers.size()), progress_enabled);
   std::vector<LayerReport> reports;
   std::vector<LayerOutput> outputs;
   int64_t needles = 0;
-  int64_t head_dim = 0;
-  for (const InputLayer& selected : layers) {
-    const Tensor& q = attention_input(input, selected.prefix + "q", flags.input);
-    const Tensor& k = attention_input(input, selected.prefix + "k", flags.input);
-    const Tensor& v = attention_input(input, selected.prefix + "v", flags.input);
-    const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
-    head_dim = q.shape()[3];
-    const PatternRun run = layer_run(flags, config, selected.layer, heads);
-    progress.step(fmt::format("layer {} ({}q/k/v, q {}): {} on {}", selected.layer,
-                              selected.prefix, q.view().shape_string(), run.spec_text,
+  for (const PreparedLayer& layer : layers) {
+    std::string specs;
+    for (const PatternRun& run : layer.runs) specs += (specs.empty() ? "" : ", ") + run.spec_text;
+    progress.step(fmt::format("layer {} ({}q/k/v, q {}): {} on {}", layer.selected.layer,
+                              layer.selected.prefix, layer.tensors.q->view().shape_string(), specs,
                               executor.device_label()));
-    executor.set_inputs(q.view(), k.view(), v.view());
-
-    LayerReport report;
-    report.layer = selected.layer;
-    report.source = selected.prefix + "q/k/v";
-    Tensor dense_out, dense_lse;
-    TensorView dense_out_view, dense_lse_view;
-    if (flags.compare) {
-      dense_out = Tensor(q.dtype(), q.shape());
-      dense_lse = Tensor(DType::kFloat32, {batch, heads, q_len});
-      dense_out_view = dense_out.view();
-      dense_lse_view = dense_lse.view();
-      report.dense_seconds = executor.run(
-          executor.prepare(executor.build({PatternSpec{"dense", {}}},
-                                          {1, heads, q_len, k.shape()[1], kDefaultTileRows},
-                                          nullptr, nullptr, head_dim)),
-          dense_out_view, dense_lse_view);
-      report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
-    }
-    const NeedleTask task = needle_task_from_metadata(
-        input, selected.prefix.empty() ? -1 : selected.layer, q_len);
-    needles = std::max<int64_t>(needles, static_cast<int64_t>(task.keys.size()));
-    // Dynamic patterns are estimated per batch element: their plan has a head slot per element.
-    const LayerInputs inputs{q.view(),
-                             k.view(),
-                             has_layout ? &layout : nullptr,
-                             any_dynamic(run.specs) ? batch : 1,
-                             flags.compare ? &dense_out_view : nullptr,
-                             flags.compare ? &dense_lse_view : nullptr,
-                             &task,
-                             {}};
-    LayerOutput output{selected.prefix, Tensor(q.dtype(), q.shape()),
-                       Tensor(DType::kFloat32, {batch, heads, q_len})};
-    report.runs.push_back(measure_run(executor, run, inputs, output.out.view(), output.lse.view()));
-    progress.done(fmt::format("{:.3f} ms{}", 1000.0 * report.runs.back().attention_seconds,
-                              report.dense_seconds
-                                  ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
-                                  : ""));
+    LayerOutput output{layer.selected.prefix, Tensor(), Tensor()};
+    LayerReport report = run_layer(flags, layer, input, layout_ptr, executor, needles, output);
+    progress.done(fmt::format(
+        "{:.3f} ms{}", 1000.0 * report.runs.front().attention_seconds,
+        report.dense_seconds ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
+                             : ""));
     reports.push_back(std::move(report));
     outputs.push_back(std::move(output));
   }
 
-  if (flags.exec.json_path != "-") print_tables(flags, reports, needles, executor.device_label());
-  if (!flags.output.empty()) {
-    write_outputs(flags, outputs, reports, has_layout ? &layout : nullptr);
+  if (flags.exec.json_path != "-") {
+    print_tables(flags, reports, needles, executor.device_label(),
+                 dtype_name(layers.front().tensors.q->dtype()), executor.gpu());
   }
-  nlohmann::json report = layers_json(reports, head_dim);
+  if (!flags.output.empty()) write_outputs(flags, outputs, reports, layout_ptr);
+  nlohmann::json report = layers_json(reports, layers.front().tensors.q->shape()[3]);
   report["input"] = flags.input;
   report["device"] = executor.device_label();
   write_json_output(flags.exec.json_path, report.dump(2));
@@ -216,6 +278,7 @@ struct GenerateFlags {
 };
 
 int run_generate(const GenerateFlags& flags) {
+  check_output_path(flags.output, "--output");
   const WorkloadSpec base = flags.workload.spec();
   std::vector<int64_t> layers;
   if (!flags.layers.empty()) {
@@ -279,7 +342,9 @@ Command add_run_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--output,-o", flags->output, "safetensors file to write out and lse to");
-  command->add_option("--pattern", flags->pattern, "pattern spec for every head (default dense)");
+  command->add_option("--pattern", flags->patterns,
+                      "pattern spec for every head, repeatable (default dense; --output keeps the "
+                      "first); defaults scaled to the sequence length as in bench");
   command->add_option("--config", flags->config_path, "per-model pattern config (JSON)");
   CLI::Option* layer =
       command
@@ -295,10 +360,7 @@ Command add_run_command(CLI::App& app) {
   command->add_flag("--per-head", flags->per_head,
                     "print a table with one row per head (and batch element)");
   flags->exec.add_to(*command);
-  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs")->capture_default_str();
-  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs (median)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measurement");
   return {command, [flags] { return run_attention(*flags); }};
 }
 
@@ -307,7 +369,9 @@ Command add_generate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "generate", "write a synthetic workload's q, k, v and layout to a safetensors file");
   flags->workload.add_to(*command);
-  command->add_option("--dtype", flags->dtype, "bf16, fp16 or fp32")->capture_default_str();
+  command->add_option("--dtype", flags->dtype, "bf16, fp16 or fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}))
+      ->capture_default_str();
   command->add_option("--output,-o", flags->output, "safetensors file to write")->required();
   command->add_option("--layers", flags->layers,
                       "write layers.<L>.q/k/v for these layers (0,1,2), each with seed + layer");

@@ -65,7 +65,7 @@ std::vector<int64_t> chosen_layers(const SearchFlags& flags, const std::vector<i
 CalibrationInput load_input(const SearchFlags& flags) {
   CalibrationInput input;
   if (!flags.input.empty()) {
-    input.file = read_safetensors(flags.input);
+    input.file = read_input_file(flags.input);
     input.layout = input.file->layout();
     input.file_layers = calibration_layers(*input.file, "--input " + flags.input);
     std::vector<int64_t> available;
@@ -96,6 +96,16 @@ CalibrationInput load_input(const SearchFlags& flags) {
       layer_seeds ? " (layer L: seed + L)" : "", resolved.q_heads, head_mix_note(resolved),
       resolved.kv_heads, resolved.head_dim);
   return input;
+}
+
+// --budget-spec, checked once the layout is known and before any head is searched.
+void check_budget_spec(const std::string& text, const ModalityLayout& layout) {
+  const std::string flag = "--budget-spec";
+  if (is_dynamic(PatternSpec::parse(text))) {
+    throw_invalid_argument(flag, "a static pattern spec such as a-shape:sink=128,local=4096",
+                           "'" + text + "' (estimated from the inputs)");
+  }
+  (void)resolve_pattern_flags({text}, &layout, layout.length(), layout.length(), flag);
 }
 
 // Layer `layer`'s q, k, v; `storage` keeps a synthetic layer's tensors alive.
@@ -253,6 +263,8 @@ nlohmann::json layer_json(const LayerSearchResult& result, int64_t layer,
 
 int run_search(const SearchFlags& flags) {
   const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
+  check_output_path(flags.out_path, "--output");
+  check_output_path(flags.exec.json_path, "--json");
   const bool gpu = use_gpu(flags.exec.device_choice());
   const auto started = std::chrono::steady_clock::now();
   Progress progress(2, progress_enabled);
@@ -261,6 +273,7 @@ int run_search(const SearchFlags& flags) {
                                           "' (generated layer by layer)"
                                     : "reading " + flags.input);
   const CalibrationInput input = load_input(flags);
+  check_budget_spec(flags.options.budget_spec, input.layout);
   progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
                             input.layout.length(), input.layers.size()));
 
@@ -321,7 +334,10 @@ int run_search(const SearchFlags& flags) {
   }
   if (!flags.out_path.empty()) {
     std::ofstream file(flags.out_path);
-    if (!file) throw Error(ErrorCode::kIoError, "--out: cannot open '" + flags.out_path + "' for writing");
+    if (!file) {
+      throw Error(ErrorCode::kIoError,
+                  "--output: cannot open '" + flags.out_path + "' for writing");
+    }
     file << config.to_json() << '\n';
     if (flags.exec.json_path != "-") fmt::print("wrote {}\n", flags.out_path);
   }
@@ -337,16 +353,21 @@ Command add_search_command(CLI::App& app) {
       "search", "offline modality-aware pattern search (MMInference Alg. 4) -> pattern config");
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
-  command->add_option("--input", flags->input,
-                      "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
-                      "(default: a SYNTHETIC preset)");
+  command
+      ->add_option("--input,-i", flags->input,
+                   "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
+                   "(default: a SYNTHETIC preset)")
+      ->check(CLI::ExistingFile);
   command->add_option("--layers", flags->layers,
                       "layers to search: all or a list such as 0,3 (default: all of --input; "
                       "synthetic: 0, layer L seeded seed + L)");
   command->add_option("--head", flags->search_heads,
                       "query heads to search, comma-separated (default: all)")
       ->delimiter(',');
-  command->add_option("--out", flags->out_path, "pattern config (JSON) to write");
+  CLI::Option* output =
+      command->add_option("--output,-o", flags->out_path, "pattern config (JSON) to write");
+  // The former spelling, kept out of the help.
+  command->add_option("--out", flags->out_path)->group("")->excludes(output);
   command->add_option("--sample-rows", flags->options.sample_rows,
                       "query rows scored per stage scope, spread evenly")
       ->check(CLI::PositiveNumber)
@@ -380,12 +401,7 @@ Command add_search_command(CLI::App& app) {
                    "layer's mean recall reaches this (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  command->add_option("--warmup", flags->timing.warmup, "GPU warm-up runs per measured cost")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--repeats", flags->timing.repeats, "GPU timed runs per measured cost (median)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measured cost");
   return {command, [flags] { return run_search(*flags); }};
 }
 

@@ -3,7 +3,6 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -35,8 +34,7 @@ struct ShowFlags {
   int64_t size = kDefaultPictureSize;
   std::string pool = "max";
   std::string output_dir = ".";
-  int threads = 0;
-  bool quiet = false;
+  ExecutionFlags exec;  // the maps are computed on the host, whatever the device
 };
 
 // Where q and k come from: a synthetic workload (generated one head at a time, so 128K tokens
@@ -65,20 +63,13 @@ struct HeadTensors {
 Source load_source(const ShowFlags& flags) {
   Source source;
   if (!flags.input.empty()) {
-    source.file = read_safetensors(flags.input);
-    const Tensor& q = attention_input(*source.file, "q", flags.input);
-    const Tensor& k = attention_input(*source.file, "k", flags.input);
+    source.file = read_input_file(flags.input);
+    const AttentionInputs tensors = checked_attention_inputs(*source.file, "", flags.input, false);
     source.label = flags.input;
-    source.q_len = q.shape()[1];
-    source.kv_len = k.shape()[1];
-    source.q_heads = q.shape()[2];
-    source.kv_heads = k.shape()[2];
-    if (source.kv_heads < 1 || source.q_heads % source.kv_heads != 0) {
-      throw_invalid_argument("--input " + flags.input + " tensor 'q' heads",
-                             "a multiple of the heads of 'k' (" + std::to_string(source.kv_heads) +
-                                 ", GQA)",
-                             std::to_string(source.q_heads));
-    }
+    source.q_len = tensors.q->shape()[1];
+    source.kv_len = tensors.k->shape()[1];
+    source.q_heads = tensors.q->shape()[2];
+    source.kv_heads = tensors.k->shape()[2];
     if (source.file->has_layout()) source.layout = source.file->layout();
     return source;
   }
@@ -103,7 +94,7 @@ TensorView head_slice(const TensorView& x, int64_t head) {
   return slice;
 }
 
-HeadTensors head_tensors(const Source& source, int64_t head) {
+HeadTensors head_tensors(const Source& source, int64_t head, DType dtype) {
   HeadTensors tensors;
   const int64_t kv_head = head / (source.q_heads / source.kv_heads);
   if (source.file) {
@@ -121,6 +112,10 @@ HeadTensors head_tensors(const Source& source, int64_t head) {
   std::vector<float> values(static_cast<std::size_t>(length * head_dim));  // maps need no V
   workload.generate_q(head, positions, tensors.q_rows.data_as<float>());
   workload.generate_kv(kv_head, tensors.k_rows.data_as<float>(), values.data());
+  if (dtype != DType::kFloat32) {  // the rounding of the inputs bench and run read
+    tensors.q_rows = to_contiguous(tensors.q_rows.view(), dtype);
+    tensors.k_rows = to_contiguous(tensors.k_rows.view(), dtype);
+  }
   tensors.q = tensors.q_rows.view();
   tensors.k = tensors.k_rows.view();
   return tensors;
@@ -150,16 +145,9 @@ std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
 }
 
 PatternSpec chosen_pattern(const ShowFlags& flags, const Source& source) {
-  if (!flags.pattern.empty()) {
-    return resolve_pattern(PatternSpec::parse(flags.pattern), source.layout_or_null());
-  }
-  for (const PatternInfo& info : known_patterns()) {
-    if (info.name == kDefaultPattern) {
-      return resolve_pattern(scaled_default_spec(info, source.kv_len), source.layout_or_null());
-    }
-  }
-  throw Error(ErrorCode::kUnsupported, std::string("--pattern: default '") + kDefaultPattern +
-                                           "' is not among the known patterns");
+  return resolve_pattern_flags({flags.pattern.empty() ? kDefaultPattern : flags.pattern},
+                               source.layout_or_null(), source.q_len, source.kv_len)
+      .front();
 }
 
 std::filesystem::path prepare_output_dir(const std::string& dir) {
@@ -173,7 +161,11 @@ std::filesystem::path prepare_output_dir(const std::string& dir) {
 }
 
 int run_show(const ShowFlags& flags) {
-  const bool progress_enabled = !flags.quiet;
+  if (flags.exec.device_choice() == DeviceChoice::kCuda) {
+    throw_invalid_argument("--device", "auto or cpu (show computes its maps on the host)", "cuda");
+  }
+  check_output_path(flags.exec.json_path, "--json");
+  const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
   const PoolMode pool = pool_mode_from_name(flags.pool);
   const std::filesystem::path output_dir = prepare_output_dir(flags.output_dir);
 
@@ -191,6 +183,7 @@ int run_show(const ShowFlags& flags) {
                            {"kv_len", source.kv_len},
                            {"pattern", spec.to_string()},
                            {"pool", pool_mode_name(pool)},
+                           {"dtype", dtype_name(flags.exec.data_type())},
                            {"size", flags.size},
                            {"heads", nlohmann::json::array()}};
   Progress progress(static_cast<int>(heads.size()), progress_enabled);
@@ -200,7 +193,7 @@ int run_show(const ShowFlags& flags) {
         fmt::format("head {}{}", head, behaviour.empty() ? "" : " (" + behaviour + ")");
     progress.step(head_label + ": plan, attention map, mask and picture");
     const auto started = std::chrono::steady_clock::now();
-    const HeadTensors tensors = head_tensors(source, head);
+    const HeadTensors tensors = head_tensors(source, head, flags.exec.data_type());
     // A one-head plan per head: dynamic patterns estimate it from this head's q and k alone.
     const PatternInputs inputs{tensors.q, tensors.k};
     const Plan plan = build_plan(spec, {1, 1, source.q_len, source.kv_len, kDefaultTileRows},
@@ -209,7 +202,7 @@ int run_show(const ShowFlags& flags) {
     AttentionMapOptions options;
     options.cells = flags.size;
     options.pool = pool;
-    options.num_threads = flags.threads;
+    options.num_threads = flags.exec.threads;
     int reported_step = 0;
     if (progress_enabled && source.q_len >= kMapProgressMinSeqLen) {
       options.progress = [&](int64_t done, int64_t total) {
@@ -236,8 +229,10 @@ int run_show(const ShowFlags& flags) {
     write_png(path.string(), render_attention_picture(maps, picture));
     progress.done(fmt::format("{:.2f} s", seconds_since(started)));
 
-    fmt::print("{}: recall {:.4f} (min {:.4f}), density {:.2f}% -> {}\n", head_label,
-               maps.recall_mean, maps.recall_min, 100.0 * maps.density, path.string());
+    if (flags.exec.json_path != "-") {
+      fmt::print("{}: recall {:.4f} (min {:.4f}), density {:.2f}% -> {}\n", head_label,
+                 maps.recall_mean, maps.recall_min, 100.0 * maps.density, path.string());
+    }
     nlohmann::json entry = {{"head", head},
                             {"recall_mean", maps.recall_mean},
                             {"recall_min", maps.recall_min},
@@ -251,6 +246,7 @@ int run_show(const ShowFlags& flags) {
   std::ofstream file(sidecar);
   if (!file) throw Error(ErrorCode::kIoError, "--output-dir: cannot write '" + sidecar.string() + "'");
   file << report.dump(2) << '\n';
+  write_json_output(flags.exec.json_path, report.dump(2));
   return 0;
 }
 
@@ -277,12 +273,11 @@ Command add_show_command(CLI::App& app) {
   command->add_option("--pool", flags->pool, "max or mean pooling of probabilities per pixel")
       ->check(CLI::IsMember({"max", "mean"}))
       ->capture_default_str();
-  command->add_option("--output-dir", flags->output_dir,
-                      "directory for the PNGs and show.json (created if missing)")
+  command
+      ->add_option("--output-dir,-o", flags->output_dir,
+                   "directory for the PNGs and show.json (created if missing)")
       ->capture_default_str();
-  command->add_option("--threads", flags->threads, "CPU threads (0: all cores)")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
-  command->add_flag("--quiet", flags->quiet, "no progress lines");
+  flags->exec.add_to(*command);
   return {command, [flags] { return run_show(*flags); }};
 }
 

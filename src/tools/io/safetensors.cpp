@@ -276,7 +276,8 @@ const Tensor& TensorFile::at(const std::string& name) const {
   if (found == tensors.end()) {
     std::string names;
     for (const auto& item : tensors) names.append(names.empty() ? "" : ", ").append(item.first);
-    throw_invalid_argument("tensor name", "one of [" + names + "]", in_quotes(name));
+    throw_invalid_argument("tensor " + in_quotes(name),
+                           "a tensor of that name (the file has [" + names + "])", "none");
   }
   return found->second;
 }
@@ -287,7 +288,12 @@ ModalityLayout TensorFile::layout() const {
     throw_invalid_argument(std::string("metadata ") + in_quotes(kLayoutMetadataKey), "a layout",
                            "none");
   }
-  return ModalityLayout::from_json(found->second);
+  try {
+    return ModalityLayout::from_json(found->second);
+  } catch (const Error& error) {
+    throw Error(error.code(),
+                std::string("metadata ") + in_quotes(kLayoutMetadataKey) + ": " + error.what());
+  }
 }
 
 TensorFile read_safetensors(const std::string& path) {
