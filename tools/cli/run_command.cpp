@@ -18,7 +18,9 @@
 #include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "progress.h"
 #include "report.h"
+#include "warnings.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -124,6 +126,24 @@ void write_outputs(const RunFlags& flags, const std::vector<LayerOutput>& output
   write_safetensors(flags.output, tensors, metadata);
 }
 
+// Warnings before the work: a config searched on another length or layout, a CPU run that takes
+// long. Returns the estimated seconds of one layer's dense attention on the CPU (0 on a GPU).
+double warn_before_run(const RunFlags& flags, const TensorFile& input, const std::string& prefix,
+                       const std::optional<PatternConfig>& config, const ModalityLayout* layout,
+                       bool gpu, int64_t layers) {
+  const Tensor& q = attention_input(input, prefix + "q", flags.input);
+  const Tensor& k = attention_input(input, prefix + "k", flags.input);
+  const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
+  if (config) {
+    print_config_mismatch_warnings(*config, "--config " + flags.config_path, q_len, layout);
+  }
+  if (gpu) return 0.0;
+  // Without --compare the run is one sparse (or dense) pass: dense bounds it from above.
+  return estimate_dense_on_cpu(flags.exec.threads,
+                               causal_pair_count(q_len, k.shape()[1]) * heads * batch,
+                               q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
+}
+
 int run_attention(const RunFlags& flags) {
   if (!flags.pattern.empty() && !flags.config_path.empty()) {
     throw_invalid_argument("--pattern/--config", "one of them", "both");
@@ -141,6 +161,11 @@ int run_attention(const RunFlags& flags) {
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
   Progress progress(static_cast<int>(layers.size()), progress_enabled);
+  StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
+  executor.set_attention_progress(steps.fraction_callback());
+  const double dense_estimate = warn_before_run(flags, input, layers.front().prefix, config,
+                                                has_layout ? &layout : nullptr, executor.gpu(),
+                                                static_cast<int64_t>(layers.size()));
   std::vector<LayerReport> reports;
   std::vector<LayerOutput> outputs;
   int64_t needles = 0;
@@ -167,11 +192,13 @@ int run_attention(const RunFlags& flags) {
       dense_lse = Tensor(DType::kFloat32, {batch, heads, q_len});
       dense_out_view = dense_out.view();
       dense_lse_view = dense_lse.view();
+      steps.begin(fmt::format("layer {}: dense reference", selected.layer), dense_estimate);
       report.dense_seconds = executor.run(
           executor.prepare(executor.build({PatternSpec{"dense", {}}},
                                           {1, heads, q_len, k.shape()[1], kDefaultTileRows},
                                           nullptr, nullptr, head_dim)),
           dense_out_view, dense_lse_view);
+      steps.end();
       report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
     }
     const NeedleTask task = needle_task_from_metadata(
@@ -188,7 +215,9 @@ int run_attention(const RunFlags& flags) {
                              {}};
     LayerOutput output{selected.prefix, Tensor(q.dtype(), q.shape()),
                        Tensor(DType::kFloat32, {batch, heads, q_len})};
+    steps.begin(fmt::format("layer {}: {}", selected.layer, run.spec_text));
     report.runs.push_back(measure_run(executor, run, inputs, output.out.view(), output.lse.view()));
+    steps.end();
     progress.done(fmt::format("{:.3f} ms{}", 1000.0 * report.runs.back().attention_seconds,
                               report.dense_seconds
                                   ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)
