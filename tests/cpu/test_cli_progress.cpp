@@ -124,14 +124,26 @@ TEST(ConfigMismatch, NamesTheCalibrationLengthAndLayout) {
   const ModalityLayout layout = ModalityLayout::text_only(4096);
   const PatternConfig config = searched_config(4096, layout);
   EXPECT_TRUE(config_mismatch_warnings(config, "--config c.json", 4096, &layout).empty());
+  // Another length of the same kind of layout: the length only.
   const ModalityLayout shorter = ModalityLayout::text_only(2048);
+  EXPECT_EQ(config_mismatch_warnings(config, "--config c.json", 2048, &shorter).size(), 1u);
+  const ModalityLayout with_image({{Modality::kText, 0, 16, -1, 0},
+                                   {Modality::kImage, 16, 32, 0, 0},
+                                   {Modality::kText, 32, 2048, -1, 0}},
+                                  {{Modality::kImage, {1, 4, 4}, -1, -1}});
   const std::vector<std::string> warnings =
-      config_mismatch_warnings(config, "--config c.json", 2048, &shorter);
+      config_mismatch_warnings(config, "--config c.json", 2048, &with_image);
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find("--config c.json was searched on 4096 tokens"), std::string::npos)
       << warnings[0];
   EXPECT_NE(warnings[0].find("the input has 2048"), std::string::npos) << warnings[0];
-  EXPECT_NE(warnings[1].find("another modality layout"), std::string::npos) << warnings[1];
+  EXPECT_NE(warnings[1].find("(calibration: text; input: text image[4x4] text)"), std::string::npos)
+      << warnings[1];
+  // The same length with another layout: the layout only.
+  EXPECT_EQ(
+      config_mismatch_warnings(searched_config(2048, shorter), "--config c.json", 2048, &with_image)
+          .size(),
+      1u);
   // The record survives the JSON round trip.
   EXPECT_EQ(PatternConfig::from_json(config.to_json()).search, config.search);
 }

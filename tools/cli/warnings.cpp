@@ -46,6 +46,25 @@ CpuRate measured_cpu_rate(int threads, int64_t head_dim) {
           fmt::format("measured on a {}-token dense problem", kCalibrationTokens)};
 }
 
+// The order of modalities along the sequence, runs merged, with each media item's frame size (what
+// grid strides follow): "text video[12x20] text". Layouts of one kind at two lengths differ in
+// every position but keep this.
+std::string modality_order(const ModalityLayout& layout) {
+  std::string order;
+  std::string last;
+  for (const Segment& segment : layout.segments()) {
+    std::string name(modality_name(segment.modality));
+    if (segment.media >= 0) {
+      const Grid& grid = layout.media()[static_cast<std::size_t>(segment.media)].grid;
+      name += fmt::format("[{}x{}]", grid.h, grid.w);
+    }
+    if (name == last) continue;
+    order += (order.empty() ? "" : " ") + name;
+    last = name;
+  }
+  return order;
+}
+
 }  // namespace
 
 CpuRate cpu_rate(int threads, int64_t head_dim) {
@@ -115,12 +134,18 @@ std::vector<std::string> config_mismatch_warnings(const PatternConfig& config,
         "search's (search again at this length: mmsparse search --seq-len {})",
         flag, *length, config.search->calibration, input_length, input_length));
   }
-  if (config.search && !config.search->layout.empty() && input_layout != nullptr &&
-      ModalityLayout::from_json(config.search->layout) != *input_layout) {
+  if (!config.search || config.search->layout.empty() || input_layout == nullptr) return warnings;
+  // At another length the positions differ anyway: then only another order of modalities counts.
+  const ModalityLayout searched = ModalityLayout::from_json(config.search->layout);
+  const bool same_length = searched.length() == input_layout->length();
+  const std::string searched_order = modality_order(searched);
+  const std::string input_order = modality_order(*input_layout);
+  if (same_length ? searched != *input_layout : searched_order != input_order) {
     warnings.push_back(fmt::format(
-        "warning: {} was searched on another modality layout than the input's ({}): grid strides "
-        "and boundary modes follow the calibration input's frames and segments",
-        flag, config.search->calibration));
+        "warning: {} was searched on another modality layout than the input's (calibration: {}; "
+        "input: {}): grid strides and boundary modes follow the calibration input's frames and "
+        "segments",
+        flag, searched_order, input_order));
   }
   return warnings;
 }
