@@ -193,8 +193,10 @@ std::string low_recall_warning(const std::vector<LowRecallHead>& heads, double t
       "warning: {} head(s) recall far below the target {:.2f} with their best sparse pattern "
       "(< {:.2f}): {}; {}",
       heads.size(), target, threshold, list,
-      any_kept ? "kept sparse (--keep-low-recall-sparse); without it they would be dense"
-               : "raised to dense (--keep-low-recall-sparse keeps them sparse)");
+      any_kept
+          ? "kept sparse (by default, without --keep-low-recall-sparse or --dense-below-recall, "
+            "they would be dense)"
+          : "raised to dense (--keep-low-recall-sparse keeps them sparse)");
 }
 
 }  // namespace mmsparse::cli
