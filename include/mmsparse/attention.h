@@ -12,6 +12,7 @@
 // gives every row O = 0 and LSE = -inf. heads and head_dim must be positive.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -29,6 +30,13 @@ struct AttentionOptions {
   bool causal = true;     // dense attention only; a plan carries its own mask policy
   void* stream = nullptr;  // cudaStream_t for CUDA tensors
   int num_threads = 0;    // CPU backend threads; 0 = hardware concurrency
+  // Optional progress of a long call, for progress bars: called with the fraction of the call's
+  // query rows done, in (0, 1], from the calling thread only (while the backend's own threads
+  // work), at most once every progress_interval_ms and once more with 1.0 at the end. Only the CPU
+  // reference backend calls it (attention_dense, attention_planned, attention_masked); the CUDA
+  // engine's calls are asynchronous and never do. Unset, it costs nothing.
+  std::function<void(double fraction)> on_progress;
+  int progress_interval_ms = 200;  // >= 1
 };
 
 struct AttentionProblem {

@@ -120,6 +120,9 @@ struct SearchProvenance {
   std::string gpu;           // the GPU a measured cost ran on; empty when modelled
   std::string budget_spec;   // the pattern whose cost is the budget
   double budget_cost = 0.0;  // its cost, in cost_unit
+  // The calibration input's shape, so that a run on another length or layout can say so:
+  int64_t seq_len = 0;     // tokens; 0: not recorded (configs written before it was)
+  std::string layout;      // ModalityLayout::to_json(); empty: not recorded
   bool operator==(const SearchProvenance&) const = default;
 };
 

@@ -95,6 +95,10 @@ void check_options(const AttentionOptions& options) {
     throw_invalid_argument("options.num_threads", ">= 0 (0 = hardware concurrency)",
                            std::to_string(options.num_threads));
   }
+  if (options.progress_interval_ms < 1) {
+    throw_invalid_argument("options.progress_interval_ms", ">= 1",
+                           std::to_string(options.progress_interval_ms));
+  }
 }
 
 // Nothing to compute; validation has run, so the call is a defined no-op (see attention.h).

@@ -18,7 +18,7 @@ class CpuBackend final : public Backend {
   void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options) override {
-    cpu::attention_dense(problem, q, k, v, out, lse, options.num_threads);
+    cpu::attention_dense(problem, q, k, v, out, lse, options);
   }
 
   void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
@@ -26,7 +26,7 @@ class CpuBackend final : public Backend {
                          const TensorView& lse, const AttentionOptions& options) override {
     // The oracle walks the plan's arrays directly, so it proves them consistent first.
     plan.validate();
-    cpu::attention_planned(problem, plan, q, k, v, out, lse, options.num_threads);
+    cpu::attention_planned(problem, plan, q, k, v, out, lse, options);
   }
 
   void attention_prepared(const AttentionProblem& problem, const PreparedPlan& prepared,
@@ -34,13 +34,13 @@ class CpuBackend final : public Backend {
                           const TensorView& v, const TensorView& out, const TensorView& lse,
                           const AttentionOptions& options) override {
     // prepare_plan validated the plan.
-    cpu::attention_planned(problem, prepared.plan(), q, k, v, out, lse, options.num_threads);
+    cpu::attention_planned(problem, prepared.plan(), q, k, v, out, lse, options);
   }
 
   void attention_masked(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
                         const TensorView& v, const TensorView& mask, const TensorView& out,
                         const TensorView& lse, const AttentionOptions& options) override {
-    cpu::attention_masked(problem, q, k, v, mask, out, lse, options.num_threads);
+    cpu::attention_masked(problem, q, k, v, mask, out, lse, options);
   }
 
   void merge_partials(std::span<const TensorView> outs, std::span<const TensorView> lses,

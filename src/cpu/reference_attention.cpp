@@ -1,6 +1,7 @@
 #include "cpu/reference_attention.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -93,19 +94,59 @@ class RowAttention {
   std::vector<float> scores_;
 };
 
+// A call's progress for AttentionOptions::on_progress: the call runs `loops` parallel loops of
+// `items_per_loop` items each, one after the other; reports go out at most every
+// progress_interval_ms, then once with 1.0 from finish(). Inert when on_progress is unset.
+class CallProgress {
+ public:
+  CallProgress(const AttentionOptions& options, int64_t loops, int64_t items_per_loop)
+      : options_(options),
+        interval_(options.progress_interval_ms),
+        total_items_(loops * items_per_loop),
+        items_per_loop_(items_per_loop) {}
+
+  // The hook for loop number `index`; nullptr (nothing counted) without a callback.
+  const detail::LoopProgress* loop(int64_t index) {
+    if (!options_.on_progress) return nullptr;
+    hook_.interval = interval_;
+    hook_.report = [this, index](int64_t done_items) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report_ < interval_ || total_items_ == 0) return;
+      last_report_ = now;
+      options_.on_progress(static_cast<double>(index * items_per_loop_ + done_items) /
+                           static_cast<double>(total_items_));
+    };
+    return &hook_;
+  }
+
+  void finish() {
+    if (options_.on_progress) options_.on_progress(1.0);
+  }
+
+ private:
+  const AttentionOptions& options_;
+  std::chrono::milliseconds interval_;
+  int64_t total_items_;
+  int64_t items_per_loop_;
+  std::chrono::steady_clock::time_point last_report_ = std::chrono::steady_clock::now();
+  detail::LoopProgress hook_;
+};
+
 // Runs every query row of every (batch, query head) and stores its output and LSE. For each batch
 // element and KV head, the KV head is converted once and the rows of its query heads run in
 // parallel. offer_keys(batch, head, position, row) calls row.add_key() for each key the row sees.
 template <class OfferKeys>
 void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
                      const TensorView& v, const TensorView& out, const TensorView& lse,
-                     int num_threads, const OfferKeys& offer_keys) {
+                     const AttentionOptions& options, const OfferKeys& offer_keys) {
   const int64_t group = problem.group_size();
   const int64_t row_blocks = (problem.q_len + kRowsPerItem - 1) / kRowsPerItem;
+  CallProgress progress(options, problem.batch * problem.kv_heads, group * row_blocks);
   for (int64_t b = 0; b < problem.batch; ++b) {
     for (int64_t kv_head = 0; kv_head < problem.kv_heads; ++kv_head) {
       const KvHead kv(k, v, b, kv_head);
-      detail::parallel_for(group * row_blocks, num_threads, [&](int64_t item) {
+      const detail::LoopProgress* loop_progress = progress.loop(b * problem.kv_heads + kv_head);
+      detail::parallel_for(group * row_blocks, options.num_threads, [&](int64_t item) {
         const int64_t head = kv_head * group + item / row_blocks;
         const int64_t row_begin = (item % row_blocks) * kRowsPerItem;
         const int64_t row_end = std::min(problem.q_len, row_begin + kRowsPerItem);
@@ -127,18 +168,19 @@ void attend_all_rows(const AttentionProblem& problem, const TensorView& q, const
           lse.data_as<float>()[b * lse.strides[0] + head * lse.strides[1] +
                                position * lse.strides[2]] = row_lse;
         }
-      });
+      }, loop_progress);
     }
   }
+  progress.finish();
 }
 
 }  // namespace
 
 void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
                      const TensorView& v, const TensorView& out, const TensorView& lse,
-                     int num_threads) {
+                     const AttentionOptions& options) {
   const int64_t offset = problem.causal_offset();
-  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+  attend_all_rows(problem, q, k, v, out, lse, options,
                   [&](int64_t, int64_t, int64_t position, RowAttention& row) {
                     const int64_t visible =
                         problem.causal
@@ -150,14 +192,14 @@ void attention_dense(const AttentionProblem& problem, const TensorView& q, const
 
 void attention_planned(const AttentionProblem& problem, const Plan& plan, const TensorView& q,
                        const TensorView& k, const TensorView& v, const TensorView& out,
-                       const TensorView& lse, int num_threads) {
+                       const TensorView& lse, const AttentionOptions& options) {
   // Every pass's keys go into one softmax: the oracle computes the union exactly, without the
   // merge the engine uses. Each listed key is judged by the one mask rule (core/mask_rule.h), which
   // the kernels' element masks and materialize_mask apply too.
   std::vector<detail::RowCoverage> coverage;  // [head_slots]
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) coverage.emplace_back(plan, slot);
   const bool broadcast = plan.shape.batch == 1;
-  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+  attend_all_rows(problem, q, k, v, out, lse, options,
                   [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
                     const int64_t slot = (broadcast ? 0 : b) * plan.shape.heads + head;
                     coverage[slot].for_each_kept_key(position,
@@ -167,10 +209,10 @@ void attention_planned(const AttentionProblem& problem, const Plan& plan, const 
 
 void attention_masked(const AttentionProblem& problem, const TensorView& q, const TensorView& k,
                       const TensorView& v, const TensorView& mask, const TensorView& out,
-                      const TensorView& lse, int num_threads) {
+                      const TensorView& lse, const AttentionOptions& options) {
   const bool broadcast = mask.shape[0] == 1;
   const auto* keep = mask.data_as<const uint8_t>();
-  attend_all_rows(problem, q, k, v, out, lse, num_threads,
+  attend_all_rows(problem, q, k, v, out, lse, options,
                   [&](int64_t b, int64_t head, int64_t position, RowAttention& row) {
                     const int64_t mask_row = (broadcast ? 0 : b) * mask.strides[0] +
                                              head * mask.strides[1] + position * mask.strides[2];

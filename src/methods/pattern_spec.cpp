@@ -119,7 +119,7 @@ SearchProvenance read_provenance(const nlohmann::json& value) {
   require_object(value, path);
   reject_unknown_keys(value, path,
                       {"calibration", "date_utc", "tool_version", "cost_source", "cost_unit", "gpu",
-                       "budget_spec", "budget_cost"});
+                       "budget_spec", "budget_cost", "seq_len", "layout"});
   SearchProvenance provenance;
   provenance.calibration = string_field(value, path, "calibration");
   provenance.date_utc = string_field(value, path, "date_utc");
@@ -133,6 +133,20 @@ SearchProvenance read_provenance(const nlohmann::json& value) {
   provenance.gpu = string_field(value, path, "gpu");
   provenance.budget_spec = string_field(value, path, "budget_spec");
   provenance.budget_cost = number_field(value, path, "budget_cost");
+  if (value.contains("seq_len")) {
+    const nlohmann::json& seq_len = value["seq_len"];
+    if (!seq_len.is_number_integer() || seq_len.get<int64_t>() < 0) {
+      config_error(path + ".seq_len", "expected an integer >= 0, got " + seq_len.dump());
+    }
+    provenance.seq_len = seq_len.get<int64_t>();
+  }
+  if (value.contains("layout")) {
+    const nlohmann::json& layout = value["layout"];
+    if (!layout.is_object()) {
+      config_error(path + ".layout", "expected an object, got " + layout.dump());
+    }
+    provenance.layout = layout.dump();
+  }
   return provenance;
 }
 
@@ -283,6 +297,10 @@ std::string PatternConfig::to_json() const {
                       {"gpu", search->gpu},
                       {"budget_spec", search->budget_spec},
                       {"budget_cost", search->budget_cost}};
+    if (search->seq_len > 0) root["search"]["seq_len"] = search->seq_len;
+    if (!search->layout.empty()) {
+      root["search"]["layout"] = nlohmann::ordered_json::parse(search->layout);
+    }
   }
   root["default"] = default_spec.to_string();
   std::set<int64_t> layers;

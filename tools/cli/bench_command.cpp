@@ -16,7 +16,9 @@
 #include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "progress.h"
 #include "report.h"
+#include "warnings.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -120,7 +122,8 @@ struct BenchLayer {
 };
 
 BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& runs, int64_t layer,
-                       WorkloadSpec spec, Executor& executor, Progress& progress) {
+                       WorkloadSpec spec, Executor& executor, Progress& progress,
+                       StepProgress& steps, double dense_estimate) {
   spec.seed = synthetic_layer_seed(spec.seed, layer);
   const DType dtype = flags.exec.data_type();
   progress.step(fmt::format("layer {}: synthetic workload '{}', seed {}", layer, spec.preset,
@@ -140,15 +143,20 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   const PreparedPlan dense_plan = executor.prepare(executor.build(
       {PatternSpec{"dense", {}}}, {1, heads, seq_len, seq_len, kDefaultTileRows}, nullptr, nullptr,
       resolved.head_dim));
+  steps.begin(fmt::format("layer {}: dense reference", layer), dense_estimate);
   result.report.dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
+  steps.end();
   result.report.dense_pairs = causal_pair_count(seq_len, seq_len) * heads;
 
   const std::vector<int64_t> rows = sample_rows(seq_len, flags.oracle_rows);
+  steps.begin(fmt::format("layer {}: oracle density", layer));
   for (int64_t head = 0; head < heads; ++head) {
     result.oracle.push_back(oracle_density(tensors.q.view(), tensors.k.view(), 0, head,
                                            flags.recall_target, rows, 0.0f, flags.exec.threads)
                                 .density);
+    steps.update(static_cast<double>(head + 1) / static_cast<double>(heads));
   }
+  steps.end();
 
   result.needles = workload_needle_task(workload);
   const TensorView dense_out_view = dense_out.view(), dense_lse_view = dense_lse.view();
@@ -160,7 +168,9 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   for (const PatternRun& run : runs) {
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});
     Tensor lse(DType::kFloat32, {1, heads, seq_len});
+    steps.begin(fmt::format("layer {}: {}", layer, run.spec_text));
     result.report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
+    steps.end();
   }
   progress.done(fmt::format("dense {:.2f} ms, {} pattern runs, oracle density {:.2f}%",
                             1000.0 * *result.report.dense_seconds, result.report.runs.size(),
@@ -189,11 +199,26 @@ int run_bench(const BenchFlags& flags) {
         pattern_runs(flags, common_runs, config, layer, reference.layout(), resolved.q_heads));
   }
 
+  if (config) {
+    print_config_mismatch_warnings(*config, "--config " + flags.config_path, reference.seq_len(),
+                                   &reference.layout());
+  }
+  const double dense_estimate =
+      gpu ? 0.0
+          : estimate_dense_on_cpu(
+                flags.exec.threads, causal_pair_count(reference.seq_len(), reference.seq_len()) *
+                                        resolved.q_heads,
+                resolved.head_dim, static_cast<int64_t>(layers.size()),
+                static_cast<int64_t>(layer_runs.empty() ? 0 : layer_runs.front().size()));
+
   Executor executor(gpu, flags.exec.threads, flags.timing);
   Progress progress(static_cast<int>(layers.size()), progress_enabled);
+  StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
+  executor.set_attention_progress(steps.fraction_callback());
   std::vector<BenchLayer> measured;
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    measured.push_back(bench_layer(flags, layer_runs[l], layers[l], spec, executor, progress));
+    measured.push_back(bench_layer(flags, layer_runs[l], layers[l], spec, executor, progress, steps,
+                                   dense_estimate));
   }
   const int64_t needles = resolved.needles;
   std::vector<LayerReport> reports;

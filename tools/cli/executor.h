@@ -71,6 +71,11 @@ class Executor {
   // seconds (the median over repeats on the GPU).
   double run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse);
 
+  // AttentionOptions::on_progress for the runs that follow (the CPU reference backend reports).
+  void set_attention_progress(std::function<void(double)> on_progress) {
+    options_.on_progress = std::move(on_progress);
+  }
+
   bool gpu() const { return gpu_; }
   std::string device_label() const;
 

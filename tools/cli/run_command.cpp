@@ -19,7 +19,9 @@
 #include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "progress.h"
 #include "report.h"
+#include "warnings.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -153,8 +155,8 @@ struct PreparedLayer {
 };
 
 LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const TensorFile& input,
-                      const ModalityLayout* layout, Executor& executor, int64_t& needles,
-                      LayerOutput& output) {
+                      const ModalityLayout* layout, Executor& executor, StepProgress& steps,
+                      double dense_estimate, int64_t& needles, LayerOutput& output) {
   const Tensor& q = *layer.tensors.q;
   const Tensor& k = *layer.tensors.k;
   const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
@@ -170,11 +172,13 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
     dense_lse = Tensor(DType::kFloat32, {batch, heads, q_len});
     dense_out_view = dense_out.view();
     dense_lse_view = dense_lse.view();
+    steps.begin(fmt::format("layer {}: dense reference", layer.selected.layer), dense_estimate);
     report.dense_seconds = executor.run(
         executor.prepare(executor.build({PatternSpec{"dense", {}}},
                                         {1, heads, q_len, k.shape()[1], kDefaultTileRows}, nullptr,
                                         nullptr, head_dim)),
         dense_out_view, dense_lse_view);
+    steps.end();
     report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
   }
   const NeedleTask task = needle_task_from_metadata(
@@ -192,13 +196,33 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
                              {}};
     // --output keeps the first run's out and lse.
     Tensor out(q.dtype(), q.shape()), lse(DType::kFloat32, {batch, heads, q_len});
+    steps.begin(fmt::format("layer {}: {}", layer.selected.layer, run.spec_text));
     report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
+    steps.end();
     if (report.runs.size() == 1) {
       output.out = std::move(out);
       output.lse = std::move(lse);
     }
   }
   return report;
+}
+
+// Warnings before the work: a config searched on another length or layout, a CPU run that takes
+// long. Returns the estimated seconds of one layer's dense attention on the CPU (0 on a GPU).
+double warn_before_run(const RunFlags& flags, const TensorFile& input, const std::string& prefix,
+                       const std::optional<PatternConfig>& config, const ModalityLayout* layout,
+                       bool gpu, int64_t layers) {
+  const Tensor& q = attention_input(input, prefix + "q", flags.input);
+  const Tensor& k = attention_input(input, prefix + "k", flags.input);
+  const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
+  if (config) {
+    print_config_mismatch_warnings(*config, "--config " + flags.config_path, q_len, layout);
+  }
+  if (gpu) return 0.0;
+  // Without --compare the run is one sparse (or dense) pass: dense bounds it from above.
+  return estimate_dense_on_cpu(flags.exec.threads,
+                               causal_pair_count(q_len, k.shape()[1]) * heads * batch,
+                               q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
 }
 
 int run_attention(const RunFlags& flags) {
@@ -239,6 +263,11 @@ int run_attention(const RunFlags& flags) {
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
   Progress progress(static_cast<int>(layers.size()), progress_enabled);
+  StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
+  executor.set_attention_progress(steps.fraction_callback());
+  const double dense_estimate = warn_before_run(flags, input, layers.front().selected.prefix, config,
+                                                has_layout ? &layout : nullptr, executor.gpu(),
+                                                static_cast<int64_t>(layers.size()));
   std::vector<LayerReport> reports;
   std::vector<LayerOutput> outputs;
   int64_t needles = 0;
@@ -249,7 +278,8 @@ int run_attention(const RunFlags& flags) {
                               layer.selected.prefix, layer.tensors.q->view().shape_string(), specs,
                               executor.device_label()));
     LayerOutput output{layer.selected.prefix, Tensor(), Tensor()};
-    LayerReport report = run_layer(flags, layer, input, layout_ptr, executor, needles, output);
+    LayerReport report = run_layer(flags, layer, input, layout_ptr, executor, steps,
+                                     dense_estimate, needles, output);
     progress.done(fmt::format(
         "{:.3f} ms{}", 1000.0 * report.runs.front().attention_seconds,
         report.dense_seconds ? fmt::format(" (dense {:.3f} ms)", 1000.0 * *report.dense_seconds)

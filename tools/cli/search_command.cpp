@@ -16,6 +16,8 @@
 #include "mmsparse/build_info.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
+#include "progress.h"
+#include "warnings.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -33,6 +35,7 @@ struct SearchFlags {
   SearchOptions options;
   bool unscaled = false;
   bool host_index = false;  // --host-index: a GPU search may choose heads built on the host
+  bool keep_low_recall_sparse = false;  // --keep-low-recall-sparse: no dense_below_recall default
 };
 
 // What the search calibrates on: a file's layers, or one synthetic workload per layer (layer L
@@ -201,26 +204,19 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
 }
 
 // The search options of the flags: a GPU search makes configs to run on the GPU (no head whose
-// index the host would build, unless --host-index), and with progress each scope's result goes to
-// stderr as it is done.
-SearchOptions search_options(const SearchFlags& flags, bool gpu, bool progress_enabled,
-                             std::chrono::steady_clock::time_point started) {
+// index the host would build, unless --host-index); heads whose best sparse candidate recalls far
+// below the target get dense unless --keep-low-recall-sparse (low_recall_threshold); `progress`
+// counts the heads done.
+SearchOptions search_options(const SearchFlags& flags, bool gpu, SearchProgress& progress) {
   SearchOptions options = flags.options;
   options.scale_to_length = !flags.unscaled;
   if (gpu && !flags.host_index) options.index_device = Device{DeviceType::kCUDA, 0};
   options.num_threads = flags.exec.threads;
-  if (progress_enabled) {
-    options.on_scope_done = [started](int64_t q_head, const ScopeSearch& search) {
-      fmt::print(stderr,
-                 "      head {:>3} {:<5} {:<13} {:>3} scored, {:>3} over budget, {:>3} n/a"
-                 "{}  -> {}  ({:.1f} s elapsed)\n",
-                 q_head, search.stage, search.scope, search.scored.size(), search.over_budget,
-                 search.not_applicable,
-                 search.host_index > 0 ? fmt::format(", {} host index", search.host_index) : "",
-                 search.winner ? search.winner->spec.to_string() : "-", seconds_since(started));
-      std::fflush(stderr);
-    };
+  if (options.dense_below_recall < 0.0) {
+    options.dense_below_recall =
+        flags.keep_low_recall_sparse ? 0.0 : low_recall_threshold(options.target_mean_recall);
   }
+  options.on_scope_done = progress.scope_callback();
   return options;
 }
 
@@ -277,7 +273,11 @@ int run_search(const SearchFlags& flags) {
   progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
                             input.layout.length(), input.layers.size()));
 
-  const SearchOptions options = search_options(flags, gpu, progress_enabled, started);
+  StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
+  SearchProgress search_progress(steps);
+  const SearchOptions options = search_options(flags, gpu, search_progress);
+  const double low_recall = low_recall_threshold(options.target_mean_recall);
+  std::vector<LowRecallHead> low_recall_found;
 
   if (flags.exec.json_path != "-") {
     fmt::print("mmsparse search  {}; {} tokens, {} layer(s)\n", input.description,
@@ -298,8 +298,19 @@ int run_search(const SearchFlags& flags) {
     std::optional<Workload::Tensors> synthetic_tensors;
     const CalibrationLayer layer =
         layer_views(input, layer_index, flags.exec.data_type(), synthetic_tensors);
+    search_progress.begin_layer(
+        fmt::format("layer {}: search", layer.layer),
+        flags.search_heads.empty() ? layer.q.shape[2]
+                                   : static_cast<int64_t>(flags.search_heads.size()));
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
+    search_progress.end_layer(fmt::format("mean recall {:.4f}", mean_recall(result.heads)));
+    for (LowRecallHead& head : low_recall_heads(result, layer.layer, low_recall)) {
+      if (input.workload) {
+        head.behaviour = head_behaviour_name(input.workload->behaviour(head.q_head));
+      }
+      low_recall_found.push_back(head);
+    }
     for (const HeadSearchResult& head : result.heads) {
       config.head_specs[layer.layer][head.q_head] = head.chosen.spec;
       config.head_scores[layer.layer][head.q_head] = {head.chosen.recall, head.chosen.output_error,
@@ -310,7 +321,8 @@ int run_search(const SearchFlags& flags) {
       config.search = SearchProvenance{input.description, utc_now(), build_info().version,
                                        cost_model->measured() ? "measured" : "modelled",
                                        cost_model->unit(), cost_model->gpu(),
-                                       result.budget_spec.to_string(), result.budget_cost};
+                                       result.budget_spec.to_string(), result.budget_cost,
+                                       input.layout.length(), input.layout.to_json()};
     }
     if (flags.exec.json_path != "-") {
       print_summary(result, layer.layer, *cost_model, input, layer.q.shape[3]);
@@ -323,6 +335,18 @@ int run_search(const SearchFlags& flags) {
   report["cost_unit"] = provenance.cost_unit;
   report["gpu"] = provenance.gpu;
   report["seconds"] = seconds_since(started);
+  const std::string low_recall_text = low_recall_warning(
+      low_recall_found, low_recall,
+      options.target_mean_recall > 0.0 ? options.target_mean_recall : kDefaultSearchRecallTarget);
+  for (const LowRecallHead& head : low_recall_found) {
+    report["low_recall_heads"].push_back({{"layer", head.layer},
+                                          {"head", head.q_head},
+                                          {"best_sparse_recall", head.best_sparse_recall},
+                                          {"dense", head.raised_to_dense}});
+  }
+  if (!low_recall_text.empty()) {
+    fmt::print(flags.exec.json_path == "-" ? stderr : stdout, "\n{}\n", low_recall_text);
+  }
   if (flags.exec.json_path != "-") {
     fmt::print("\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over sampled rows; "
                "out err: ||O - O_dense|| / ||O_dense|| over the same rows; dropped: candidates "
@@ -381,10 +405,18 @@ Command add_search_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--unscaled", flags->unscaled,
                     "Table 3's 128K values as they are (default: scaled to the sequence length)");
-  command->add_option("--dense-below-recall", flags->options.dense_below_recall,
-                      "choose dense when the best candidate recalls less (0: never)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+  flags->options.dense_below_recall = -1.0;  // not given: low_recall_threshold
+  CLI::Option* dense_below =
+      command
+          ->add_option("--dense-below-recall", flags->options.dense_below_recall,
+                       "choose dense when the best candidate recalls less (0: never; default: "
+                       "the recall target (--target-mean-recall, else 0.95) - 0.2)")
+          ->check(CLI::Range(0.0, 1.0));
+  command
+      ->add_flag("--keep-low-recall-sparse", flags->keep_low_recall_sparse,
+                 "keep the best sparse pattern for heads that recall far below the target "
+                 "(default: dense for them; they are reported either way)")
+      ->excludes(dense_below);
   command
       ->add_option("--boundary-modes", flags->options.boundary_modes,
                    "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
