@@ -173,9 +173,12 @@ detail::BoundaryMode spec_boundary(const PatternSpec& resolved_spec) {
 
 }  // namespace
 
-bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                              const ModalityLayout* layout) {
-  if (!detail::is_spec_of(resolved_spec, detail::vertical_slash_entry())) return false;
+namespace {
+
+// Boundary none/K always fit the estimate; Q/2D where the query groups' last rows do (`plan_of`
+// makes the method's geometry; a spec or layout it rejects is the build's error to report).
+template <class PlanOf>
+bool fits_boundary_mode(const PatternSpec& resolved_spec, const PlanOf& plan_of) {
   switch (spec_boundary(resolved_spec)) {
     case detail::BoundaryMode::kNone:
     case detail::BoundaryMode::kKey:
@@ -183,7 +186,7 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
     case detail::BoundaryMode::kQuery:
     case detail::BoundaryMode::kTwoD:
       try {
-        return index::fits_estimate(index::plan_vertical_slash(resolved_spec, shape, layout));
+        return index::fits_estimate(plan_of());
       } catch (const Error&) {
         return true;  // the build reports the spec's or the layout's error
       }
@@ -191,23 +194,24 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
   return false;  // an out-of-range mode: the host build reports it
 }
 
+}  // namespace
+
+bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                              const ModalityLayout* layout) {
+  if (!detail::is_spec_of(resolved_spec, detail::vertical_slash_entry())) return false;
+  return fits_boundary_mode(
+      resolved_spec, [&] { return index::plan_vertical_slash(resolved_spec, shape, layout); });
+}
+
 bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout) {
   if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) return false;
-  switch (spec_boundary(resolved_spec)) {
-    case detail::BoundaryMode::kNone:
-    case detail::BoundaryMode::kKey:
-      return true;
-    case detail::BoundaryMode::kQuery:
-    case detail::BoundaryMode::kTwoD:
-      if (shape.tile_rows > index::kMaxGroupedGridTileRows) return false;
-      try {
-        return index::fits_estimate(index::plan_grid(resolved_spec, shape, layout));
-      } catch (const Error&) {
-        return true;  // the build reports the spec's or the layout's error
-      }
-  }
-  return false;  // an out-of-range mode: the host build reports it
+  const detail::BoundaryMode mode = spec_boundary(resolved_spec);
+  const bool grouped =
+      mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD;
+  if (grouped && shape.tile_rows > index::kMaxGroupedGridTileRows) return false;
+  return fits_boundary_mode(resolved_spec,
+                            [&] { return index::plan_grid(resolved_spec, shape, layout); });
 }
 
 int64_t grid_selections(const PatternSpec& resolved_spec, const PlanShape& shape,
