@@ -247,7 +247,7 @@ int run_bench(const BenchFlags& flags) {
       if (flags.per_head) print_per_head_tables(layer.report);
     }
     if (several_layers) print_layer_table(reports);
-    print_column_footer(needles, gpu, flags.timing);
+    print_column_footer(needles, gpu, flags.timing.for_device(gpu));
   }
 
   nlohmann::json report = layers_json(reports, resolved.head_dim);
@@ -301,7 +301,7 @@ Command add_bench_command(CLI::App& app) {
   command->add_option("--recall-target", flags->recall_target, "recall for the oracle density")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measurement");
+  add_timing_options(*command, flags->timing, "per measurement");
   return {command, [flags] { return run_bench(*flags); }};
 }
 

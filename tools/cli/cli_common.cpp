@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "executor.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
@@ -290,13 +291,27 @@ CLI::Option* add_threads_option(CLI::App& command, int& threads) {
       ->check(CLI::Range(0, kMaxThreads));
 }
 
-void add_timing_options(CLI::App& command, int& warmup, int& repeats, const std::string& what) {
-  command.add_option("--warmup", warmup, "GPU warm-up runs " + what)
-      ->check(CLI::Range(0, kMaxTimingRuns))
-      ->capture_default_str();
-  command.add_option("--repeats", repeats, "GPU timed runs " + what + " (median)")
-      ->check(CLI::Range(1, kMaxTimingRuns))
-      ->capture_default_str();
+void add_timing_options(CLI::App& command, TimingFlags& timing, const std::string& what) {
+  command
+      .add_option_function<int>(
+          "--warmup",
+          [&timing](int runs) {
+            timing.warmup = runs;
+            timing.warmup_given = true;
+          },
+          "warm-up runs " + what + " (default " + std::to_string(timing.warmup) +
+              " on the GPU, " + std::to_string(TimingFlags::kCpuDefaultWarmup) + " on the CPU)")
+      ->check(CLI::Range(0, kMaxTimingRuns));
+  command
+      .add_option_function<int>(
+          "--repeats",
+          [&timing](int runs) {
+            timing.repeats = runs;
+            timing.repeats_given = true;
+          },
+          "timed runs " + what + ", median (default " + std::to_string(timing.repeats) +
+              " on the GPU, " + std::to_string(TimingFlags::kCpuDefaultRepeats) + " on the CPU)")
+      ->check(CLI::Range(1, kMaxTimingRuns));
 }
 
 }  // namespace mmsparse::cli

@@ -16,6 +16,8 @@
 
 namespace mmsparse::cli {
 
+struct TimingFlags;  // executor.h
+
 // Sizes that keep the CPU reference backend well under a minute for the default bench.
 inline constexpr int64_t kCpuDefaultSeqLen = 4096;
 
@@ -111,9 +113,10 @@ void check_output_path(const std::string& path, const std::string& flag);
 inline constexpr int kMaxThreads = 4096;
 CLI::Option* add_threads_option(CLI::App& command, int& threads);
 
-// --warmup and --repeats (GPU timing), each at most kMaxTimingRuns; `what` ends their help text.
+// --warmup and --repeats into `timing` (recording that the user gave them), each at most
+// kMaxTimingRuns; `what` ends their help text.
 inline constexpr int kMaxTimingRuns = 10000;
-void add_timing_options(CLI::App& command, int& warmup, int& repeats, const std::string& what);
+void add_timing_options(CLI::App& command, TimingFlags& timing, const std::string& what);
 
 // The q, k, v tensors of one layer (`prefix` "" or "layers.<L>."), each checked for presence and
 // [batch, seq, heads, head_dim], k against q (batch, head_dim, GQA heads) and v against k. Errors

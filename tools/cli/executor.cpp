@@ -12,12 +12,18 @@ namespace mmsparse::cli {
 
 namespace {
 constexpr double kMillisecondsPerSecond = 1000.0;
+
+// The upper median of at least one value.
+double median(std::vector<double>& values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
 }  // namespace
 
 Executor::Executor(bool gpu, int threads, TimingFlags timing)
     : gpu_(gpu),
       device_(gpu ? Device{DeviceType::kCUDA, 0} : Device{}),
-      timing_(timing) {
+      timing_(timing.for_device(gpu)) {
   options_.num_threads = threads;
 }
 
@@ -98,15 +104,19 @@ double Executor::median_build_seconds(const std::function<void()>& build) const 
     build();
     seconds.push_back(seconds_since(start));
   }
-  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-  return seconds[seconds.size() / 2];
+  return median(seconds);
 }
 
 double Executor::run(const PreparedPlan& plan, const TensorView& out, const TensorView& lse) {
   if (!gpu_) {
-    const auto start = std::chrono::steady_clock::now();
-    attention_planned(plan, q_, k_, v_, out, lse, options_);
-    return seconds_since(start);
+    for (int i = 0; i < timing_.warmup; ++i) attention_planned(plan, q_, k_, v_, out, lse, options_);
+    std::vector<double> seconds;
+    for (int i = 0; i < timing_.repeats; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      attention_planned(plan, q_, k_, v_, out, lse, options_);
+      seconds.push_back(seconds_since(start));
+    }
+    return median(seconds);
   }
   DeviceTensor device_out(out.dtype, out.shape_vector(), device_);
   DeviceTensor device_lse(lse.dtype, lse.shape_vector(), device_);

@@ -16,9 +16,23 @@
 
 namespace mmsparse::cli {
 
+// --warmup and --repeats. The GPU defaults apply on the GPU; the CPU reference runs each
+// measurement once unless the user gives a count, because one CPU run can take minutes.
 struct TimingFlags {
-  int warmup = 2;   // GPU only
-  int repeats = 5;  // GPU only; the CPU reference runs once
+  static constexpr int kCpuDefaultWarmup = 0;
+  static constexpr int kCpuDefaultRepeats = 1;
+  int warmup = 2;
+  int repeats = 5;
+  bool warmup_given = false;   // set by add_timing_options' parse callbacks
+  bool repeats_given = false;
+  // The counts a measurement on this device uses.
+  TimingFlags for_device(bool gpu) const {
+    if (gpu) return *this;
+    TimingFlags cpu = *this;
+    if (!warmup_given) cpu.warmup = kCpuDefaultWarmup;
+    if (!repeats_given) cpu.repeats = kCpuDefaultRepeats;
+    return cpu;
+  }
 };
 
 class Executor {

@@ -346,7 +346,12 @@ void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
                         "uploaded, all concatenated on the GPU; the built column says which), "
                         "else host building plus upload",
                         timing.repeats, timing.warmup)
-          : "CPU times: one run of the reference backend, every plan built on the host");
+          : fmt::format("CPU times: the reference backend, every plan built on the host; {}",
+                        timing.repeats == 1 && timing.warmup == 0
+                            ? "one run each, so differences of a few tens of percent can be "
+                              "noise (--warmup 1 --repeats 5 gives a median)"
+                            : fmt::format("median of {} after {} warm-up runs", timing.repeats,
+                                          timing.warmup)));
 }
 
 void print_per_head_tables(const LayerReport& layer) {

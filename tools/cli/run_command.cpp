@@ -127,7 +127,7 @@ void print_tables(const RunFlags& flags, const std::vector<LayerReport>& reports
     if (flags.per_head) print_per_head_tables(report);
   }
   if (reports.size() > 1 || !flags.layers.empty()) print_layer_table(reports);
-  print_column_footer(needles, gpu, flags.timing);
+  print_column_footer(needles, gpu, flags.timing.for_device(gpu));
   if (!flags.compare) fmt::print("(recall, min rec, output error and speedup need --compare)\n");
 }
 
@@ -390,7 +390,7 @@ Command add_run_command(CLI::App& app) {
   command->add_flag("--per-head", flags->per_head,
                     "print a table with one row per head (and batch element)");
   flags->exec.add_to(*command);
-  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measurement");
+  add_timing_options(*command, flags->timing, "per measurement");
   return {command, [flags] { return run_attention(*flags); }};
 }
 

@@ -433,7 +433,7 @@ Command add_search_command(CLI::App& app) {
                    "layer's mean recall reaches this (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  add_timing_options(*command, flags->timing.warmup, flags->timing.repeats, "per measured cost");
+  add_timing_options(*command, flags->timing, "per measured cost");
   return {command, [flags] { return run_search(*flags); }};
 }
 
