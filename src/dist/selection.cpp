@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -58,27 +59,28 @@ void select_and_pack_host(const TensorView& query_q, const TensorView& block_k,
   }
 }
 
-// Mean of the query block's Q over its rows and each KV head's query group: [kv_heads][head_dim].
-std::vector<std::vector<double>> mean_query(const TensorView& query_q, int64_t kv_heads) {
+// Mean of the query block's Q over its rows and each KV head's query group: [kv_heads][head_dim],
+// fp32 summed row by row, then head by head in the group, as the device selection sums, so that
+// both select the same keys bit for bit.
+std::vector<std::vector<float>> mean_query(const TensorView& query_q, int64_t kv_heads) {
   const int64_t query_len = query_q.shape[1];
   const int64_t q_heads = query_q.shape[2];
   const int64_t head_dim = query_q.shape[3];
   const int64_t group = q_heads / kv_heads;
-  std::vector<std::vector<double>> mean(static_cast<std::size_t>(kv_heads),
-                                        std::vector<double>(static_cast<std::size_t>(head_dim)));
-  for (int64_t i = 0; i < query_len; ++i) {
-    for (int64_t h = 0; h < q_heads; ++h) {
-      for (int64_t d = 0; d < head_dim; ++d) {
-        const int64_t offset =
-            i * query_q.strides[1] + h * query_q.strides[2] + d * query_q.strides[3];
-        mean[static_cast<std::size_t>(h / group)][static_cast<std::size_t>(d)] +=
-            load_float(query_q, offset);
+  std::vector<std::vector<float>> mean(static_cast<std::size_t>(kv_heads),
+                                       std::vector<float>(static_cast<std::size_t>(head_dim)));
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t d = 0; d < head_dim; ++d) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < query_len; ++i) {
+        for (int64_t g = 0; g < group; ++g) {
+          sum += load_float(query_q, i * query_q.strides[1] + (h * group + g) * query_q.strides[2] +
+                                         d * query_q.strides[3]);
+        }
       }
+      mean[static_cast<std::size_t>(h)][static_cast<std::size_t>(d)] =
+          sum / static_cast<float>(query_len * group);
     }
-  }
-  const double rows = static_cast<double>(query_len * group);
-  for (auto& head : mean) {
-    for (double& value : head) value /= rows;
   }
   return mean;
 }
@@ -147,7 +149,7 @@ std::vector<std::vector<int64_t>> select_essential(const TensorView& query_q,
     throw_invalid_argument("query_q", "[1, >= 1, a multiple of kv_heads, head_dim]",
                            query_q.shape_string());
   }
-  const std::vector<std::vector<double>> mean = detail::mean_query(query_q, kv_heads);
+  const std::vector<std::vector<float>> mean = detail::mean_query(query_q, kv_heads);
   const int64_t reach = pool_width / 2;
   std::vector<std::vector<int64_t>> selected(static_cast<std::size_t>(kv_heads));
   std::vector<float> scores(static_cast<std::size_t>(len));
@@ -155,14 +157,16 @@ std::vector<std::vector<int64_t>> select_essential(const TensorView& query_q,
   std::vector<int64_t> order(static_cast<std::size_t>(len));
   for (int64_t h = 0; h < kv_heads; ++h) {
     for (int64_t j = 0; j < len; ++j) {
-      double score = 0.0;
+      // fp32 fused multiply-adds in dimension order, as the device selection computes.
+      float score = 0.0f;
+      const std::vector<float>& head_mean = mean[static_cast<std::size_t>(h)];
       for (int64_t d = 0; d < head_dim; ++d) {
         const int64_t offset =
             j * block_k.strides[1] + h * block_k.strides[2] + d * block_k.strides[3];
-        score += load_float(block_k, offset) *
-                 mean[static_cast<std::size_t>(h)][static_cast<std::size_t>(d)];
+        score =
+            std::fma(load_float(block_k, offset), head_mean[static_cast<std::size_t>(d)], score);
       }
-      scores[static_cast<std::size_t>(j)] = static_cast<float>(score);
+      scores[static_cast<std::size_t>(j)] = score;
     }
     for (int64_t j = 0; j < len; ++j) {
       float best = -std::numeric_limits<float>::infinity();
