@@ -55,6 +55,13 @@ int64_t passing_row_bytes(const Rank& rank) {
 
 const Segment& query_segment(const Rank& rank) { return rank.layout.back(); }
 
+// Parts of the gathered query buffer start on this boundary: the CUDA engine reads and writes
+// 16-byte vectors, and NCCL is fastest on aligned buffers.
+constexpr int64_t kPartAlignment = 256;
+int64_t align_bytes(int64_t bytes) {
+  return (bytes + kPartAlignment - 1) / kPartAlignment * kPartAlignment;
+}
+
 AttentionOptions with_causal(const AttentionOptions& options, bool causal) {
   AttentionOptions copy = options;
   copy.causal = causal;
@@ -100,9 +107,9 @@ struct QueryBuffer {
 QueryBuffer query_buffer(Rank& rank) {
   const int64_t query_len = query_segment(rank).len;
   QueryBuffer buffer;
-  buffer.lse_bytes = rank.q_heads * query_len * static_cast<int64_t>(sizeof(float));
-  buffer.out_bytes =
-      query_len * rank.q_heads * rank.head_dim * static_cast<int64_t>(dtype_size(rank.q.dtype));
+  buffer.lse_bytes = align_bytes(rank.q_heads * query_len * static_cast<int64_t>(sizeof(float)));
+  buffer.out_bytes = align_bytes(query_len * rank.q_heads * rank.head_dim *
+                                 static_cast<int64_t>(dtype_size(rank.q.dtype)));
   // LSEs first: their fp32 parts keep every part 4-byte aligned whatever the output dtype.
   buffer.rank_bytes = kQueryParts * (buffer.lse_bytes + buffer.out_bytes);
   buffer.data =

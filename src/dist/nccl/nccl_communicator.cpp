@@ -90,16 +90,15 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     for (auto& [ticket, event] : pending_) cudaEventDestroy(event);
+    // An aborted communicator is gone already (ncclCommAbort frees it).
     if (owned_ && !aborted_) {
-      // Finalize flushes outstanding work; a peer that is gone makes it fail or time out.
+      // Finalize flushes outstanding work; a peer that is gone makes it fail or time out, which
+      // aborts.
       try {
         check_nccl(ncclCommFinalize(comm_), "ncclCommFinalize");
         ncclCommDestroy(comm_);
       } catch (const Error&) {
-        ncclCommAbort(comm_);
       }
-    } else if (owned_) {
-      ncclCommDestroy(comm_);  // aborted communicators only need their resources freed
     }
     cudaFree(barrier_word_);
     cudaEventDestroy(ordered_);
