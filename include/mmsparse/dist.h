@@ -46,8 +46,10 @@ struct DistConfig {
   int64_t passing_len = kUseDefault;
   int64_t tile = kDefaultTile;  // alignment of the anchor and of block boundaries (kernel tile)
   int64_t pool_width = 5;       // max-pool width over selection scores (odd)
-  // Sparse attention inside each rank: a pattern for the local block attention (over [anchor |
-  // block], causal), planned per rank for its local shape. Empty: dense.
+  // Sparse attention inside each rank: a pattern spec (patterns.h) for each block's own keys (a
+  // square causal plan, built per rank for its block's shape; dynamic patterns estimate from the
+  // block's q and k, on the GPU for CUDA tensors). Anchor and passing keys stay dense. Empty:
+  // dense.
   std::string local_pattern;
 };
 

@@ -14,12 +14,14 @@
 #include "dist/approximate.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dist/selection.h"
 #include "dist/views.h"
 #include "dist/workspace.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::dist::detail {
@@ -190,6 +192,20 @@ void anchor_attention(Rank& rank) {
                   rows(rank.out, 0, anchor), lse, with_causal(rank.options, true));
 }
 
+// The local pattern's plan over a block's own keys (square, causal), for this rank's shape; built
+// from the block's q and k where the pattern is dynamic, on the device when they are CUDA tensors.
+// Its device memory is freed in stream order on the rank's stream, after the attention using it.
+PreparedPlan local_block_plan(const Rank& rank, const TensorView& block_q,
+                              const TensorView& block_k) {
+  const PatternSpec spec = PatternSpec::parse(rank.config.local_pattern);
+  const int64_t len = block_q.shape[1];
+  const PlanShape shape{1, rank.q_heads, len, len,
+                        preferred_tile_rows(rank.q.device, rank.head_dim)};
+  const PatternInputs inputs{block_q, block_k, rank.options.scale};
+  return prepare_pattern(spec, shape, nullptr, rank.q.device, rank.options.stream,
+                         is_dynamic(spec) ? &inputs : nullptr);
+}
+
 // Block `slot` of this rank: passing rows of earlier hosts, the anchor and the block (causal).
 void block_attention(Rank& rank, std::size_t slot) {
   const int host = rank.split.rank_hosts[static_cast<std::size_t>(rank.rank)][slot];
@@ -198,6 +214,7 @@ void block_attention(Rank& rank, std::size_t slot) {
   struct Part {
     TensorView k, v;
     bool causal;
+    const PreparedPlan* plan = nullptr;  // the local pattern over the block's own keys
   };
   std::vector<Part> parts;
   const int64_t passing_rows = rank.passing_offset[static_cast<std::size_t>(host)];
@@ -209,23 +226,39 @@ void block_attention(Rank& rank, std::size_t slot) {
                      false});
   }
   const int64_t anchor = rank.split.anchor_len;
-  if (block.local_begin == anchor) {
+  const TensorView block_k = rows(rank.k, block.local_begin, block.len);
+  const TensorView block_v = rows(rank.v, block.local_begin, block.len);
+  const bool sparse = !rank.config.local_pattern.empty();
+  std::optional<PreparedPlan> local_plan;
+  if (block.local_begin == anchor && !sparse) {
     // Adjacent to the anchor: one causal call, bottom-right aligned, covers both.
     parts.push_back(
         {rows(rank.k, 0, anchor + block.len), rows(rank.v, 0, anchor + block.len), true});
   } else {
     if (anchor > 0) parts.push_back({rows(rank.k, 0, anchor), rows(rank.v, 0, anchor), false});
-    parts.push_back({rows(rank.k, block.local_begin, block.len),
-                     rows(rank.v, block.local_begin, block.len), true});
+    if (sparse) {
+      local_plan.emplace(
+          local_block_plan(rank, rows(rank.q, block.local_begin, block.len), block_k));
+      parts.push_back({block_k, block_v, true, &*local_plan});
+    } else {
+      parts.push_back({block_k, block_v, true});
+    }
   }
   const TensorView block_q = rows(rank.q, block.local_begin, block.len);
   const TensorView block_out = rows(rank.out, block.local_begin, block.len);
   const std::string name = "block" + std::to_string(slot);
   const TensorView lse = rank.workspace.tensor(name + "_lse", DType::kFloat32,
                                                {1, rank.q_heads, block.len}, rank.q.device);
+  const auto attend = [&](const Part& part, const TensorView& out, const TensorView& part_lse) {
+    if (part.plan != nullptr) {
+      attention_planned(*part.plan, block_q, part.k, part.v, out, part_lse, rank.options);
+    } else {
+      attention_dense(block_q, part.k, part.v, out, part_lse,
+                      with_causal(rank.options, part.causal));
+    }
+  };
   if (parts.size() == 1) {
-    attention_dense(block_q, parts[0].k, parts[0].v, block_out, lse,
-                    with_causal(rank.options, parts[0].causal));
+    attend(parts[0], block_out, lse);
     return;
   }
   const TensorView part_outs = rank.workspace.tensor(
@@ -245,8 +278,7 @@ void block_attention(Rank& rank, std::size_t slot) {
                                  rank.q.device));
     lses.push_back(lse_view(static_cast<float*>(part_lses.data) + index * rank.q_heads * block.len,
                             rank.q_heads, block.len, rank.q.device));
-    attention_dense(block_q, parts[p].k, parts[p].v, outs.back(), lses.back(),
-                    with_causal(rank.options, parts[p].causal));
+    attend(parts[p], outs.back(), lses.back());
   }
   merge_partials(outs, lses, block_out, lse, rank.options);
 }

@@ -91,11 +91,6 @@ void attention(const DistConfig& config, const SequenceSplit& split, Communicato
         "k, v", "a contiguous last dimension (rows are gathered as they are)",
         "strides " + std::to_string(k.strides[3]) + ", " + std::to_string(v.strides[3]));
   }
-  if (!config.local_pattern.empty()) {
-    throw Error(
-        ErrorCode::kUnsupported,
-        "local_pattern: sparse attention inside each rank is not built yet; leave it empty");
-  }
   describe_attention(q, k, v, options);  // dtypes, GQA ratio, head_dim
   Workspace local_workspace;
   Workspace::Impl& scratch = workspace != nullptr ? workspace->impl() : local_workspace.impl();

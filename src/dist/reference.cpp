@@ -7,6 +7,8 @@
 
 #include "dist/views.h"
 #include "mmsparse/dist.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::dist {
@@ -26,6 +28,22 @@ class Mask {
   int64_t total_;
   Tensor tensor_;
 };
+
+// The pairs the local pattern keeps among a block's own keys, per query head ([len * len] each,
+// row-major), from the pattern's host plan over the block; empty without a local pattern (causal).
+std::vector<std::vector<uint8_t>> own_block_pairs(const DistConfig& config, const TensorView& q,
+                                                  const TensorView& k, const VirtualHost& host,
+                                                  int64_t q_heads, float scale) {
+  if (config.local_pattern.empty() || host.len == 0) return {};
+  const PatternSpec spec = PatternSpec::parse(config.local_pattern);
+  const PlanShape shape{1, q_heads, host.len, host.len, preferred_tile_rows(Device{}, q.shape[3])};
+  const PatternInputs inputs{detail::rows(q, host.begin, host.len),
+                             detail::rows(k, host.begin, host.len), scale};
+  const Plan plan = build_plan(spec, shape, nullptr, is_dynamic(spec) ? &inputs : nullptr);
+  std::vector<std::vector<uint8_t>> pairs;
+  for (int64_t h = 0; h < q_heads; ++h) pairs.push_back(materialize_mask(plan, h));
+  return pairs;
+}
 
 }  // namespace
 
@@ -54,10 +72,16 @@ void reference_attention(const DistConfig& config, const SequenceSplit& split, c
     // passing[h] = global positions every later host sees for KV head h.
     std::vector<std::vector<int64_t>> passing(static_cast<std::size_t>(k.shape[2]));
     for (const VirtualHost& host : split.hosts) {
+      const std::vector<std::vector<uint8_t>> own =
+          own_block_pairs(config, q, k, host, q_heads, options.scale);
       for (int64_t row = host.begin; row < host.begin + host.len; ++row) {
         for (int64_t h = 0; h < q_heads; ++h) {
           for (int64_t key = 0; key < split.anchor_len; ++key) mask.keep(h, row, key);
-          for (int64_t key = host.begin; key <= row; ++key) mask.keep(h, row, key);
+          for (int64_t key = host.begin; key <= row; ++key) {
+            const std::size_t pair =
+                static_cast<std::size_t>((row - host.begin) * host.len + key - host.begin);
+            if (own.empty() || own[static_cast<std::size_t>(h)][pair]) mask.keep(h, row, key);
+          }
           for (int64_t key : passing[static_cast<std::size_t>(h / group)]) mask.keep(h, row, key);
         }
       }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mmsparse/dist.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::dist {
@@ -56,6 +57,9 @@ void check_config(const DistConfig& config, int64_t context_len, int64_t query_l
   if (config.passing_len < kUseDefault) {
     throw_invalid_argument("passing_len", ">= 0 or -1 (default)",
                            std::to_string(config.passing_len));
+  }
+  if (!config.local_pattern.empty()) {
+    resolve_pattern(PatternSpec::parse(config.local_pattern));  // throws naming the bad part
   }
   const bool approximate = config.scheme != Scheme::kZigzagRing;
   if (approximate && query_len < 1) {

@@ -188,6 +188,37 @@ TEST(Dist, ExactnessSettingsAndTheRingEqualDenseAttention) {
   }
 }
 
+TEST(Dist, SparseAttentionInsideEachRankEqualsItsReference) {
+  Random random;
+  // Blocks of 240-480 keys: longer than the vertical-slash bands (tile-wide) reach.
+  const Problem problem{1501, 5, 4, 2, 16};
+  for (const std::string pattern :
+       {"a-shape:sink=4,local=16", "vertical-slash:vertical=2,slash=2,last_q=8,sink=1,local=1"}) {
+    for (const Scheme scheme : {Scheme::kSpava, Scheme::kApb}) {
+      DistConfig config;
+      config.scheme = scheme;
+      config.anchor_len = 12;
+      config.passing_len = 5;
+      config.tile = 16;
+      config.local_pattern = pattern;
+      SCOPED_TRACE(std::string(scheme_name(scheme)) + " " + pattern + " " + random.trace());
+      const SequenceSplit split = split_sequence(config, problem.context_len, problem.query_len, 3);
+      const Inputs inputs = random_inputs(random, problem);
+      const Tensor actual = run_distributed(config, split, inputs);
+      const auto diff = compare(actual.view(), reference(config, split, inputs).view());
+      EXPECT_LE(diff.max_abs, kFp32Tolerance) << diff;
+      // The pattern drops pairs: the result differs from the same scheme without it.
+      DistConfig dense_inside = config;
+      dense_inside.local_pattern.clear();
+      EXPECT_GT(compare(actual.view(), reference(dense_inside, split, inputs).view()).max_abs,
+                1e-3);
+    }
+  }
+  DistConfig bad;
+  bad.local_pattern = "no-such-pattern";
+  EXPECT_THROW(split_sequence(bad, 100, 4, 2), Error);
+}
+
 TEST(Dist, BFloat16RanksTrackTheReference) {
   Random random;
   const Problem problem{181, 6, 4, 2, 32};

@@ -15,6 +15,8 @@ struct BenchOptions {
   std::vector<std::string> schemes;                 // spava, zigzag-ring, star, apb, dense
   int64_t anchor_len = -1;
   int64_t passing_len = -1;
+  // Sparse attention inside each rank for the schemes named with "+sparse" (spava+sparse, ...).
+  std::string local_pattern;
   int warmup = 2;
   int repeats = 5;
   bool check = false;            // correctness mode instead of timing

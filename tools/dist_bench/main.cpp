@@ -182,6 +182,9 @@ void add_options(CLI::App& app, BenchOptions& options) {
       ->delimiter(',');
   app.add_option("--anchor", options.anchor_len, "anchor tokens (-1: the scheme's default)");
   app.add_option("--passing", options.passing_len, "passing KVs per host (-1: default)");
+  app.add_option("--local-pattern", options.local_pattern,
+                 "pattern spec for each rank's block attention in the schemes named with "
+                 "\"+sparse\" (added after spava when no --schemes are given)");
   app.add_option("--warmup", options.warmup, "untimed runs per scheme");
   app.add_option("--repeats", options.repeats, "timed runs per scheme (median reported)");
   app.add_flag("--check", options.check, "compare every scheme with single-GPU references");

@@ -16,6 +16,7 @@ namespace mmsparse::dist_bench {
 namespace {
 
 constexpr const char* kExactSuffix = "-exact";
+constexpr const char* kSparseSuffix = "+sparse";
 // Passing lengths are clipped to each block: this passes whole blocks (Spava's exactness setting).
 constexpr int64_t kWholeBlocks = int64_t{1} << 40;
 // bf16 outputs of split computations against fp32 or bf16 references: a few bf16 roundings.
@@ -108,14 +109,27 @@ LocalProblem upload_local(const Workload::Tensors& host, const dist::SequenceSpl
 }
 
 dist::DistConfig config_for(const std::string& name, const BenchOptions& options) {
-  const bool exact = name.size() > std::strlen(kExactSuffix) && name.ends_with(kExactSuffix);
-  const std::string base = exact ? name.substr(0, name.size() - std::strlen(kExactSuffix)) : name;
+  std::string base = name;
+  const auto strip = [&](const char* suffix) {
+    const std::size_t length = std::strlen(suffix);
+    const bool found = base.size() > length && base.ends_with(suffix);
+    if (found) base.resize(base.size() - length);
+    return found;
+  };
+  const bool sparse = strip(kSparseSuffix);
+  const bool exact = strip(kExactSuffix);
   dist::DistConfig config;
   config.scheme = dist::scheme_from_name(base, "--schemes");
   if (config.scheme == dist::Scheme::kZigzagRing) return config;
   config.anchor_len = options.anchor_len;
   if (config.scheme != dist::Scheme::kStar) {
     config.passing_len = exact ? kWholeBlocks : options.passing_len;
+  }
+  if (sparse) {
+    if (options.local_pattern.empty()) {
+      throw_invalid_argument("--local-pattern", "a pattern spec for " + name, "none");
+    }
+    config.local_pattern = options.local_pattern;
   }
   return config;
 }
@@ -145,7 +159,8 @@ SchemeResult check_scheme(const std::string& name, const BenchOptions& options,
   SchemeResult result;
   result.name = name;
   const dist::DistConfig config = config_for(name, options);
-  const bool exact = config.scheme == dist::Scheme::kZigzagRing || name.ends_with(kExactSuffix);
+  const bool exact = config.scheme == dist::Scheme::kZigzagRing ||
+                     (name.ends_with(kExactSuffix) && config.local_pattern.empty());
   const dist::SequenceSplit split =
       dist::split_sequence(config, context_len, query_len, communicator.world_size());
   if (!exact && split.total_len() > options.check_max_len) {
