@@ -12,7 +12,8 @@ struct BenchOptions {
   int64_t length = 131072;                      // tokens in all: context, then the query block
   int64_t query_len = 0;  // query tokens at the end; 0: the workload's final question
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;  // 0: the preset's
-  std::vector<std::string> schemes;                 // spava, zigzag-ring, star, apb, dense
+  int64_t needles = -1;  // retrieval keys planted in the media; -1: the preset's default
+  std::vector<std::string> schemes;  // spava, zigzag-ring, star, apb, dense
   int64_t anchor_len = -1;
   int64_t passing_len = -1;
   // Sparse attention inside each rank for the schemes named with "+sparse" (spava+sparse, ...).

@@ -34,6 +34,7 @@ constexpr const char* kDense = "dense";
 
 struct Problem {
   Workload::Tensors host;  // [1, length, heads, head_dim] bf16
+  std::vector<Needle> needles;
   int64_t context_len = 0;
   int64_t query_len = 0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
@@ -47,6 +48,13 @@ Problem make_problem(const BenchOptions& options) {
   spec.q_heads = options.q_heads;
   spec.kv_heads = options.kv_heads;
   spec.head_dim = options.head_dim;
+  if (options.needles >= 0) {
+    spec.needles = options.needles;
+  } else {
+    for (const PresetInfo& info : workload_presets()) {
+      if (info.name == options.preset) spec.needles = info.default_needles;
+    }
+  }
   const Workload workload = Workload::create(spec);
   Problem problem;
   const int64_t question = workload.seq_len() - workload.question_begin();
@@ -56,6 +64,7 @@ Problem make_problem(const BenchOptions& options) {
   problem.kv_heads = workload.spec().kv_heads;
   problem.head_dim = workload.spec().head_dim;
   problem.host = workload.materialize(DType::kBFloat16);
+  problem.needles = workload.needles();
   return problem;
 }
 
@@ -217,6 +226,10 @@ int run_rank(const BenchOptions& options, const RankIdentity& identity) {
     }
     results.push_back(time_scheme(name, options, problem, *communicator, stream, first_timed));
     first_timed = false;
+  }
+  if (identity.rank == 0 && !problem.needles.empty()) {
+    print_needles_kept(options, problem.host, problem.needles, problem.context_len,
+                       problem.query_len, identity.world);
   }
   bool all_passed = true;
   for (const SchemeResult& result : results) all_passed = all_passed && result.passed;

@@ -69,6 +69,14 @@ Tensor assemble_output(const dist::SequenceSplit& split, const TensorView& local
   return global;
 }
 
+// Rows [begin, begin + count) of a host [1, seq, heads, dim] view.
+TensorView row_slice(TensorView view, int64_t begin, int64_t count) {
+  view.data = static_cast<std::byte*>(view.data) +
+              begin * view.strides[1] * static_cast<int64_t>(dtype_size(view.dtype));
+  view.shape[1] = count;
+  return view;
+}
+
 Tensor dense_reference(const Workload::Tensors& host, Device device) {
   const DeviceTensor q = DeviceTensor::from_host(host.q.view(), device);
   const DeviceTensor k = DeviceTensor::from_host(host.k.view(), device);
@@ -200,6 +208,51 @@ void print_checks(const std::vector<SchemeResult>& results) {
                result.max_abs_error, result.reference);
   }
   fmt::print("tolerance: relative L2 error <= {}\n", kRelativeTolerance);
+}
+
+void print_needles_kept(const BenchOptions& options, const Workload::Tensors& host,
+                        const std::vector<Needle>& needles, int64_t context_len, int64_t query_len,
+                        int world) {
+  const TensorView query_q = row_slice(host.q.view(), context_len, query_len);
+  const int64_t kv_heads = host.k.shape()[2];
+  fmt::print(
+      "needles the passing blocks keep for later hosts ({} needles x {} KV heads; the "
+      "query itself attends exactly; synthetic):\n",
+      needles.size(), kv_heads);
+  for (const char* scheme : {"spava", "apb"}) {
+    const dist::DistConfig base = config_for(scheme, options);
+    const int64_t passing =
+        dist::split_sequence(base, context_len, query_len, world).hosts.front().passing;
+    for (const int64_t scaled : {passing / 2, passing, 2 * passing}) {
+      dist::DistConfig config = base;
+      config.passing_len = scaled;
+      const dist::SequenceSplit split = dist::split_sequence(config, context_len, query_len, world);
+      int64_t kept = 0, candidates = 0;
+      // The last host's passing rows have no reader.
+      for (std::size_t h = 0; h + 1 < split.hosts.size(); ++h) {
+        const dist::VirtualHost& block = split.hosts[h];
+        std::vector<int64_t> inside;
+        for (const Needle& needle : needles) {
+          if (needle.key >= block.begin && needle.key < block.begin + block.len) {
+            inside.push_back(needle.key - block.begin);
+          }
+        }
+        if (inside.empty()) continue;
+        candidates += static_cast<int64_t>(inside.size()) * kv_heads;
+        if (block.passing == 0) continue;
+        const auto selected =
+            dist::select_essential(query_q, row_slice(host.k.view(), block.begin, block.len),
+                                   block.passing, config.pool_width);
+        for (int64_t position : inside) {
+          for (const std::vector<int64_t>& head : selected) {
+            kept += std::binary_search(head.begin(), head.end(), position) ? 1 : 0;
+          }
+        }
+      }
+      fmt::print("  {:<6} anchor {:>7} passing {:>7}: {} of {} (needle, KV head) pairs kept\n",
+                 scheme, split.anchor_len, scaled, kept, candidates);
+    }
+  }
 }
 
 }  // namespace mmsparse::dist_bench

@@ -69,4 +69,12 @@ SchemeResult check_scheme(const std::string& name, const BenchOptions& options,
                           dist::Communicator& communicator, cudaStream_t stream);
 void print_checks(const std::vector<SchemeResult>& results);
 
+// How many needles (planted keys the query reads) the passing blocks keep, per KV head, for Spava
+// and APB-style at the run's anchor and passing lengths and at half and twice the passing length:
+// a needle in the anchor or in a rank's own block is always seen; one elsewhere only if selected.
+// Host-side selection over the global tensors (the device selection picks the same keys).
+void print_needles_kept(const BenchOptions& options, const Workload::Tensors& host,
+                        const std::vector<Needle>& needles, int64_t context_len, int64_t query_len,
+                        int world);
+
 }  // namespace mmsparse::dist_bench
