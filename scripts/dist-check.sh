@@ -25,6 +25,7 @@ lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(131072 262144 524288)
 repeats=${MMSPARSE_DIST_REPEATS:-3}
 bench=$build/tools/dist_bench/mmsparse-dist-bench
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # no NVLink multicast on shared hosts
 mkdir -p "$results"
 summary=()
 failed=0

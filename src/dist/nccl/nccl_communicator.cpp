@@ -83,7 +83,13 @@ class NcclCommunicator final : public Communicator {
         rank_(rank),
         world_(world) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "stream");
+    // The highest priority: the scheduler places a collective's blocks as soon as attention
+    // blocks retire, so communication overlaps instead of queueing behind a whole kernel.
+    int lowest = 0;
+    int highest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "stream priorities");
+    check_cuda(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, highest),
+               "stream");
     check_cuda(cudaEventCreateWithFlags(&ordered_, cudaEventDisableTiming), "event");
     check_cuda(cudaMalloc(&barrier_word_, sizeof(int32_t)), "cudaMalloc");
   }
