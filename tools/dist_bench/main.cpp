@@ -208,6 +208,9 @@ void add_options(CLI::App& app, BenchOptions& options) {
 
 int main(int argc, char** argv) {
   using namespace mmsparse::dist_bench;
+  // NVLink multicast (NVLS) stays off unless the caller turns it on: on shared hosts a fault in it
+  // can take every GPU of the host out of service, and these collectives are too small to need it.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   CLI::App app{
       "mmsparse-dist-bench: sequence-parallel attention across GPUs (synthetic workloads)"};
   BenchOptions options;
