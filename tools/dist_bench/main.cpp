@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
         options.check
             ? std::vector<std::string>{"spava", "spava-exact", "apb", "star", "zigzag-ring"}
             : std::vector<std::string>{"spava", "zigzag-ring", "star", "apb", "dense"};
+    if (!options.local_pattern.empty()) options.schemes.push_back("spava+sparse");
   }
   try {
     if (const auto identity = identity_from_environment()) {
