@@ -24,9 +24,9 @@ struct BenchOptions {
   int64_t check_max_len = 4096;  // the CPU reference of the approximations is O(n^2) memory
   std::string json_path;
   std::string id_file;
-  double timeout_seconds = 120.0;
-  int gpus = 0;              // launcher: ranks to start (0: every visible GPU)
-  int fault_kill_rank = -1;  // fault test: this rank kills itself after the warm-up
+  double timeout_seconds = 300.0;  // covers the ranks materialising 1M-token workloads apart
+  int gpus = 0;                    // launcher: ranks to start (0: every visible GPU)
+  int fault_kill_rank = -1;        // fault test: this rank kills itself after the warm-up
   double fault_bound_seconds = 60.0;
 };
 

@@ -23,7 +23,7 @@ namespace mmsparse::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kPollInterval = std::chrono::microseconds(200);
+constexpr auto kPollInterval = std::chrono::microseconds(20);  // timing granularity of synchronize
 constexpr auto kFilePollInterval = std::chrono::milliseconds(10);
 
 void check_cuda(cudaError_t result, const std::string& what) {
