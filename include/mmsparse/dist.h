@@ -134,11 +134,12 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
 };
 
-// Runs `body(communicator)` on `world` threads sharing memory (host tensors, the CPU backend): the
-// in-process transport the tests use. The first exception of any rank aborts the others and is
-// rethrown after every thread has ended.
+// Runs `body(communicator)` on `world` threads sharing memory: the in-process transport the tests
+// use. On `device` (default: the host) the ranks share it: one GPU runs W virtual ranks, taking
+// turns between operations, which copy through host memory (a test transport). The first exception
+// of any rank aborts the others and is rethrown after every thread has ended.
 void run_in_process(int world, const std::function<void(Communicator&)>& body,
-                    double timeout_seconds = 60.0);
+                    double timeout_seconds = 60.0, Device device = {});
 
 // Checks that every rank runs the same config and shapes (one all-gather of a fingerprint);
 // throws kInvalidArgument naming the first rank that differs, on every rank.

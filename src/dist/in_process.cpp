@@ -2,6 +2,11 @@
 // rendezvous (publish, barrier, copy from the peers, barrier), so tickets are complete on return.
 // A fault on any rank (an exception, a timeout, mismatched sizes) aborts the group: every waiting
 // and later operation throws with the first reason.
+//
+// On a device (W ranks sharing one GPU, for the GPU tests of the algorithm), each operation first
+// waits for the device, copies through the backend (staged in host memory: a test transport, not
+// a fast one), and the ranks take turns on the device between operations, so that no two threads
+// drive the engine at once.
 
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend.h"
+#include "mmsparse/device.h"
 #include "mmsparse/dist.h"
 #include "mmsparse/status.h"
 
@@ -34,6 +41,7 @@ class Group {
 
   int world() const { return world_; }
   Published& published(int rank) { return published_[static_cast<std::size_t>(rank)]; }
+  std::mutex& device_turn() { return device_turn_; }
 
   void barrier(int rank) {
     std::unique_lock lock(mutex_);
@@ -75,6 +83,7 @@ class Group {
   const int world_;
   const std::chrono::duration<double> timeout_;
   std::vector<Published> published_;
+  std::mutex device_turn_;
   std::mutex mutex_;
   std::condition_variable changed_;
   int arrived_ = 0;
@@ -85,11 +94,14 @@ class Group {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(Group& group, int rank) : group_(group), rank_(rank) {}
+  InProcessCommunicator(Group& group, int rank, Device device)
+      : group_(group), rank_(rank), device_(device) {
+    if (on_device()) turn_ = std::unique_lock(group_.device_turn());
+  }
 
   int rank() const override { return rank_; }
   int world_size() const override { return group_.world(); }
-  Device device() const override { return {}; }
+  Device device() const override { return device_; }
 
   Ticket all_gather(const void* send, int64_t send_bytes, void* recv,
                     std::span<const GatherSlot> slots, void* /*stream*/) override {
@@ -97,8 +109,7 @@ class InProcessCommunicator final : public Communicator {
       group_.abort("rank " + std::to_string(rank_) + " passed " + std::to_string(slots.size()) +
                    " gather slots for " + std::to_string(group_.world()) + " ranks");
     }
-    group_.published(rank_) = {send, send_bytes, -1};
-    group_.barrier(rank_);
+    const Rendezvous rendezvous(*this, {send, send_bytes, -1});
     for (int peer = 0; peer < group_.world(); ++peer) {
       const Published& from = group_.published(peer);
       const GatherSlot& slot = slots[static_cast<std::size_t>(peer)];
@@ -109,17 +120,14 @@ class InProcessCommunicator final : public Communicator {
                      (from.to != -1 ? " in a send_recv" : ""));
         group_.barrier(rank_);  // throws
       }
-      std::byte* target = static_cast<std::byte*>(recv) + slot.offset;
-      if (target != from.send && slot.bytes > 0) std::memmove(target, from.send, slot.bytes);
+      copy(static_cast<std::byte*>(recv) + slot.offset, from.send, slot.bytes);
     }
-    group_.barrier(rank_);
     return next_ticket_++;
   }
 
   Ticket send_recv(const void* send, int64_t send_bytes, int to, void* recv, int64_t recv_bytes,
                    int from, void* /*stream*/) override {
-    group_.published(rank_) = {send, send_bytes, to};
-    group_.barrier(rank_);
+    const Rendezvous rendezvous(*this, {send, send_bytes, to});
     const Published& source = group_.published(from);
     if (source.to != rank_ || source.bytes != recv_bytes) {
       group_.abort("send_recv on rank " + std::to_string(rank_) + " expected " +
@@ -128,26 +136,69 @@ class InProcessCommunicator final : public Communicator {
                    std::to_string(source.to));
       group_.barrier(rank_);  // throws
     }
-    if (recv_bytes > 0) std::memcpy(recv, source.send, recv_bytes);
-    group_.barrier(rank_);
+    copy(recv, source.send, recv_bytes);
     return next_ticket_++;
   }
 
   void wait(Ticket /*ticket*/, void* /*stream*/) override {}
-  void synchronize(void* /*stream*/) override {}
-  void barrier() override { group_.barrier(rank_); }
+  void synchronize(void* /*stream*/) override {
+    if (on_device()) mmsparse::synchronize(device_);
+  }
+  void barrier() override { const Rendezvous rendezvous(*this, {}); }
   void abort(const std::string& reason) override { group_.abort(reason); }
 
  private:
+  // One operation: publish, wait for every rank, (the caller copies), wait again so that no
+  // buffer is reused while a peer reads it. On a device, the rank's work is finished first and
+  // its turn on the device is given up while it waits.
+  class Rendezvous {
+   public:
+    Rendezvous(InProcessCommunicator& self, Published published) : self_(self) {
+      if (self_.on_device()) {
+        mmsparse::synchronize(self_.device_);
+        self_.turn_.unlock();
+      }
+      self_.group_.published(self_.rank_) = published;
+      self_.group_.barrier(self_.rank_);
+    }
+    ~Rendezvous() noexcept(false) {
+      if (std::uncaught_exceptions() > 0) return;
+      self_.group_.barrier(self_.rank_);
+      if (self_.on_device()) self_.turn_.lock();
+    }
+    Rendezvous(const Rendezvous&) = delete;
+    Rendezvous& operator=(const Rendezvous&) = delete;
+
+   private:
+    InProcessCommunicator& self_;
+  };
+
+  bool on_device() const { return device_.type != DeviceType::kCPU; }
+
+  void copy(void* target, const void* source, int64_t bytes) {
+    if (bytes == 0 || target == source) return;
+    if (!on_device()) {
+      std::memmove(target, source, static_cast<std::size_t>(bytes));
+      return;
+    }
+    Backend& backend = backend_for_memory("in-process communicator", device_);
+    staging_.resize(static_cast<std::size_t>(bytes));
+    backend.copy_to_host(staging_.data(), source, staging_.size(), device_);
+    backend.copy_to_device(target, staging_.data(), staging_.size(), device_);
+  }
+
   Group& group_;
   int rank_;
+  Device device_;
+  std::unique_lock<std::mutex> turn_;
+  std::vector<std::byte> staging_;
   Ticket next_ticket_ = 0;
 };
 
 }  // namespace
 
 void run_in_process(int world, const std::function<void(Communicator&)>& body,
-                    double timeout_seconds) {
+                    double timeout_seconds, Device device) {
   if (world < 1) throw_invalid_argument("world", ">= 1 rank", std::to_string(world));
   if (!(timeout_seconds > 0.0)) {
     throw_invalid_argument("timeout_seconds", "> 0", std::to_string(timeout_seconds));
@@ -158,7 +209,7 @@ void run_in_process(int world, const std::function<void(Communicator&)>& body,
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
-      InProcessCommunicator communicator(group, rank);
+      InProcessCommunicator communicator(group, rank, device);
       try {
         body(communicator);
       } catch (const std::exception& error) {
