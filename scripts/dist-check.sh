@@ -50,7 +50,7 @@ fi
 nvidia-smi -L >"$results/gpus.txt" 2>&1
 date -u +%Y-%m-%dT%H:%M:%SZ >"$results/date.txt"
 
-step gpu_selection "$build/tests/gpu/test_gpu" --gtest_filter='GpuDistSelection.*'
+step gpu_dist_tests "$build/tests/gpu/test_gpu" --gtest_filter='GpuDist*'
 step single_gpu_check "$bench" --gpus 1 --check --length 3001 --query 37 --heads 8 --kv-heads 2 \
   --head-dim 128
 step multi_gpu_ctests ctest --test-dir "$build" -L multi_gpu --output-on-failure
