@@ -121,8 +121,10 @@ TEST(GpuDist, VirtualRanksOnOneGpuMatchTheOracle) {
       {dist::Scheme::kApb, 2, 999, 7, 8, 4, 48, 40, "", false},
       {dist::Scheme::kStar, 3, 1100, 3, 8, 2, dist::kUseDefault, dist::kUseDefault, "", false},
       {dist::Scheme::kSpava, 2, 1701, 6, 8, 2, 64, 40, "a-shape:sink=16,local=128", false},
-      {dist::Scheme::kSpava, 2, 1701, 6, 8, 2, 64, 40,
-       "vertical-slash:vertical=32,slash=64,last_q=16,sink=4,local=32", false},
+      // Static patterns only: a dynamic one estimated on the device may break near-ties apart from
+      // the host estimate the oracle uses (the CPU tests cover dynamic patterns inside ranks).
+      {dist::Scheme::kApb, 3, 1701, 6, 8, 2, 64, 40, "tri-shape:sink=16,local=128,bottom=32",
+       false},
       {dist::Scheme::kZigzagRing, 2, 1333, 0, 8, 2, 0, 0, "", true},
       {dist::Scheme::kZigzagRing, 3, 1001, 11, 4, 4, 0, 0, "", true},
   };
