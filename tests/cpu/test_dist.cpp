@@ -138,6 +138,7 @@ DistConfig config_of(const Case& c) {
 TEST(Dist, ApproximationsEqualTheirSingleProcessReference) {
   Random random;
   const std::vector<Case> cases = {
+      {Scheme::kSpava, 1, {90, 3, 2, 1, 8}, 8, 4, 16},  // one rank: both hosts local
       {Scheme::kSpava, 2, {203, 7, 4, 2, 16}, 19, 5, 16},
       {Scheme::kSpava, 3, {301, 5, 6, 2, 8}, kUseDefault, 9, 32},
       {Scheme::kSpava, 4, {257, 3, 2, 1, 16}, 13, 4, 8},

@@ -30,6 +30,8 @@ namespace {
 
 constexpr int kExitError = 1;
 constexpr auto kReapInterval = std::chrono::milliseconds(20);
+// How long the other ranks may take to end on their own once one failed (outside fault tests).
+constexpr double kFailureGraceSeconds = 60.0;
 
 std::optional<int> env_int(const char* name) {
   const char* value = std::getenv(name);
@@ -136,7 +138,11 @@ int launch(const BenchOptions& options, int world, char** argv) {
   const auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  std::optional<double> killed_at;
+  std::optional<double> killed_at;  // the fault test's victim
+  std::optional<double> failed_at;  // the first rank that ended abnormally
+  // Once a rank failed, the others end on their own (NCCL errors, timeouts) or are killed.
+  const double grace =
+      options.fault_kill_rank >= 0 ? options.fault_bound_seconds : kFailureGraceSeconds;
   std::size_t remaining = children.size();
   while (remaining > 0) {
     int status = 0;
@@ -146,14 +152,22 @@ int launch(const BenchOptions& options, int world, char** argv) {
         if (child.pid != pid) continue;
         child = {pid, child.rank, true, status, seconds()};
         if (child.rank == options.fault_kill_rank) killed_at = child.ended_at;
+        const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!clean && !failed_at) failed_at = child.ended_at;
         --remaining;
       }
       continue;
     }
-    if (killed_at && seconds() - *killed_at > options.fault_bound_seconds) {
+    if (failed_at && seconds() - *failed_at > grace) {
       for (Child& child : children) {
-        if (!child.done) kill(child.pid, SIGKILL);  // our own children, by pid
+        if (child.done) continue;
+        fmt::print(stderr,
+                   "mmsparse-dist-bench: rank {} still running {:.0f} s after a rank "
+                   "failed: killing it\n",
+                   child.rank, grace);
+        kill(child.pid, SIGKILL);  // our own children, by pid
       }
+      failed_at = seconds();  // give the kills time to land before reporting again
     }
     std::this_thread::sleep_for(kReapInterval);
   }
