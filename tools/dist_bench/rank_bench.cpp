@@ -120,6 +120,7 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
         false);
     result.median_ms = gather_doubles(communicator, {ms})[0];
     result.compute_only_ms = result.median_ms;
+    result.compute_min_ms = result.median_ms;
     return result;
   }
   const dist::DistConfig config = config_for(name, options);
@@ -138,9 +139,11 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   const double compute_ms = time_runs(
       communicator, stream, options, [&] { run(silent); }, false);
   const std::vector<double> all = gather_doubles(communicator, {ms, compute_ms});
+  result.compute_min_ms = all[1];
   for (int r = 0; r < communicator.world_size(); ++r) {
     result.median_ms = std::max(result.median_ms, all[2 * r]);
     result.compute_only_ms = std::max(result.compute_only_ms, all[2 * r + 1]);
+    result.compute_min_ms = std::min(result.compute_min_ms, all[2 * r + 1]);
   }
   return result;
 }
@@ -160,16 +163,21 @@ void print_table(const std::vector<SchemeResult>& results, const Problem& proble
   };
   const SchemeResult* dense = find(kDense);
   const SchemeResult* ring = find("zigzag-ring");
-  fmt::print("{:<12} {:>12} {:>14} {:>14} {:>12} {:>12}\n", "scheme", "median ms", "no-comm ms",
-             "exposed comm", "vs dense", "vs ring");
+  fmt::print("{:<13} {:>11} {:>11} {:>13} {:>10} {:>9} {:>9}\n", "scheme", "median ms",
+             "no-comm ms", "exposed comm", "imbalance", "vs dense", "vs ring");
   for (const SchemeResult& result : results) {
     const double exposed =
         result.median_ms > 0 ? 1.0 - result.compute_only_ms / result.median_ms : 0.0;
-    fmt::print("{:<12} {:>12.2f} {:>14.2f} {:>13.1f}% {:>11.2f}x {:>11.2f}x\n", result.name,
+    const double imbalance =
+        result.compute_only_ms > 0 ? 1.0 - result.compute_min_ms / result.compute_only_ms : 0.0;
+    fmt::print("{:<13} {:>11.2f} {:>11.2f} {:>12.1f}% {:>9.1f}% {:>8.2f}x {:>8.2f}x\n", result.name,
                result.median_ms, result.compute_only_ms, 100.0 * std::max(0.0, exposed),
-               dense ? dense->median_ms / result.median_ms : 0.0,
+               100.0 * imbalance, dense ? dense->median_ms / result.median_ms : 0.0,
                ring ? ring->median_ms / result.median_ms : 0.0);
   }
+  fmt::print(
+      "exposed comm = 1 - (the slowest rank's time with no data moved) / (its time); "
+      "imbalance = 1 - fastest / slowest rank's compute\n");
 }
 
 void write_json(const BenchOptions& options, const std::vector<SchemeResult>& results,
@@ -186,6 +194,7 @@ void write_json(const BenchOptions& options, const std::vector<SchemeResult>& re
     document["schemes"].push_back({{"name", result.name},
                                    {"median_ms", result.median_ms},
                                    {"compute_only_ms", result.compute_only_ms},
+                                   {"compute_min_ms", result.compute_min_ms},
                                    {"checked", result.checked},
                                    {"passed", result.passed},
                                    {"relative_error", result.relative_error},

@@ -18,6 +18,7 @@ struct SchemeResult {
   std::string name;
   double median_ms = 0.0;        // max over ranks of each rank's median
   double compute_only_ms = 0.0;  // the same without communication (data not exchanged)
+  double compute_min_ms = 0.0;   // the fastest rank's compute alone: load balance
   bool checked = false;
   bool passed = true;
   double relative_error = 0.0;
