@@ -29,8 +29,8 @@ namespace {
 
 // Query partials per rank: its anchor slice, its context blocks, the query's own keys.
 constexpr int64_t kQueryParts = 3;
-constexpr int64_t kMaxBlockParts =
-    3;  // passing, anchor, block (anchor and block fused if adjacent)
+// Block partials: passing rows, anchor, the block itself (the last two fused where adjacent).
+constexpr int64_t kMaxBlockParts = 3;
 
 struct Rank {
   const DistConfig& config;
@@ -112,7 +112,7 @@ QueryBuffer query_buffer(Rank& rank) {
   buffer.lse_bytes = align_bytes(rank.q_heads * query_len * static_cast<int64_t>(sizeof(float)));
   buffer.out_bytes = align_bytes(query_len * rank.q_heads * rank.head_dim *
                                  static_cast<int64_t>(dtype_size(rank.q.dtype)));
-  // LSEs first: their fp32 parts keep every part 4-byte aligned whatever the output dtype.
+  // A rank's slot: its LSE parts, then its output parts, each on a kPartAlignment boundary.
   buffer.rank_bytes = kQueryParts * (buffer.lse_bytes + buffer.out_bytes);
   buffer.data =
       rank.workspace.bytes("query_parts", rank.split.world * buffer.rank_bytes, rank.q.device);
