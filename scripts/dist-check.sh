@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The multi-GPU check of sequence-parallel attention in one call, on a build made before (it builds
+# nothing): the GPU selection test, the multi_gpu ctests (checks against single-GPU references, a
+# fault test that kills a rank), then mmsparse-dist-bench timing Spava, ZigZag ring, StarAttention,
+# APB-style and single-GPU dense at each length, on every visible GPU (CUDA_VISIBLE_DEVICES limits
+# them). Everything goes to the results directory; a summary is printed last. Non-zero exit when a
+# step fails.
+#
+#   scripts/dist-check.sh BUILD_DIR RESULTS_DIR [LENGTH ...]
+#   default lengths: 131072 262144 524288 (synthetic video preset; add 1048576 for 1M)
+#   MMSPARSE_DIST_LOCAL_PATTERN=spec   also time spava+sparse with this pattern inside each GPU
+#   MMSPARSE_DIST_REPEATS=n            timed runs per scheme (default 3)
+#   MMSPARSE_DIST_NSYS=1               also profile Spava at the first length under nsys (timeline:
+#                                      NCCL kernels on the communication stream beside attention)
+set -uo pipefail
+
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 BUILD_DIR RESULTS_DIR [LENGTH ...]" >&2
+  exit 2
+fi
+build=$(cd "$1" && pwd)
+results=$2
+shift 2
+lengths=("$@")
+[[ ${#lengths[@]} -eq 0 ]] && lengths=(131072 262144 524288)
+repeats=${MMSPARSE_DIST_REPEATS:-3}
+bench=$build/tools/dist_bench/mmsparse-dist-bench
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # no NVLink multicast on shared hosts
+mkdir -p "$results"
+summary=()
+failed=0
+
+step() {  # step NAME COMMAND...: runs it, logs to RESULTS/NAME.log, records the verdict
+  local name=$1
+  shift
+  echo "== $name: $*"
+  if "$@" >"$results/$name.log" 2>&1; then
+    summary+=("PASS  $name")
+  else
+    summary+=("FAIL  $name (see $results/$name.log)")
+    failed=1
+  fi
+  tail -n 25 "$results/$name.log"
+}
+
+if [[ ! -x $bench ]]; then
+  echo "no $bench: configure a CUDA build with NCCL (see docs/dist.md)" >&2
+  exit 1
+fi
+nvidia-smi -L >"$results/gpus.txt" 2>&1
+date -u +%Y-%m-%dT%H:%M:%SZ >"$results/date.txt"
+
+step gpu_dist_tests "$build/tests/gpu/test_gpu" --gtest_filter='GpuDist*'
+step single_gpu_check "$bench" --gpus 1 --check --length 3001 --query 37 --heads 8 --kv-heads 2 \
+  --head-dim 128
+step multi_gpu_ctests ctest --test-dir "$build" -L multi_gpu --output-on-failure
+sparse=()
+schemes=spava,zigzag-ring,star,apb,dense
+if [[ -n ${MMSPARSE_DIST_LOCAL_PATTERN:-} ]]; then
+  schemes+=,spava+sparse
+  sparse=(--local-pattern "$MMSPARSE_DIST_LOCAL_PATTERN")
+fi
+for length in "${lengths[@]}"; do
+  step "bench_$length" "$bench" --length "$length" --warmup 1 --repeats "$repeats" \
+    --schemes "$schemes" "${sparse[@]}" --json "$results/bench_$length.json"
+done
+
+# Needles the passing blocks keep at the paper's l_a, l_p and at half and twice l_p (synthetic).
+step "needles_${lengths[0]}" "$bench" --length "${lengths[0]}" --needles 8 --schemes spava \
+  --warmup 0 --repeats 1
+if [[ ${MMSPARSE_DIST_NSYS:-0} == 1 ]] && command -v nsys >/dev/null; then
+  step nsys_spava nsys profile --trace=cuda,nvtx --trace-fork-before-exec=true --force-overwrite=true \
+    -o "$results/spava_${lengths[0]}" "$bench" --length "${lengths[0]}" --schemes spava \
+    --warmup 1 --repeats 2
+  step nsys_stats nsys stats --report cuda_gpu_trace --format csv \
+    -o "$results/spava_${lengths[0]}" "$results/spava_${lengths[0]}.nsys-rep"
+fi
+
+echo
+echo "== summary ($(wc -l <"$results/gpus.txt") GPUs, results in $results)"
+printf '%s\n' "${summary[@]}"
+exit $failed

@@ -1,0 +1,20 @@
+#pragma once
+// The schemes' per-rank bodies behind dist::attention.
+
+#include "dist/workspace.h"
+#include "mmsparse/dist.h"
+
+namespace mmsparse::dist::detail {
+
+// Spava, APB-style and StarAttention (approximate.cpp).
+void approximate_attention(const DistConfig& config, const SequenceSplit& split,
+                           Communicator& communicator, const TensorView& q, const TensorView& k,
+                           const TensorView& v, const TensorView& out,
+                           const AttentionOptions& options, Workspace::Impl& workspace);
+
+// Exact ZigZag ring attention (ring.cpp).
+void ring_attention(const SequenceSplit& split, Communicator& communicator, const TensorView& q,
+                    const TensorView& k, const TensorView& v, const TensorView& out,
+                    const AttentionOptions& options, Workspace::Impl& workspace);
+
+}  // namespace mmsparse::dist::detail
