@@ -15,6 +15,7 @@
 #include "common/random.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
 
@@ -171,6 +172,48 @@ TEST(VecSearch, CalibratedAlphasHoldOutOfSampleInAMixedConfig) {
   const PlanShape shape{1, kHeads, kCalibrationLength, kCalibrationLength, kDefaultTileRows};
   const Plan plan = build_plan(specs, shape, nullptr, &inputs);
   EXPECT_EQ(plan.head_slots(), kHeads);
+}
+
+// `mmsparse search --vec-alphas`: vec candidates join Table 3's space as a family of their own,
+// are scored in every stage beside grid, A-shape and vertical-slash, and reach stage 3; the
+// modelled index cost counts the pooled blocks against every key.
+TEST(VecSearch, MixedSearchScoresVecCandidatesBesideMMInference) {
+  const Workload workload = synthetic(0);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions search_options;
+  search_options.num_threads = 1;
+  search_options.vec_alphas = {600000, 1000001};
+  // A budget vec's 64-row tiles fit at this short length (a sink, a diagonal and a column chunk
+  // per tile, modelled); the default one is a few chunks per 128 rows.
+  search_options.budget_spec = "a-shape:sink=128,local=65536";
+  const std::vector<int64_t> heads = {0, 1};
+  const LayerSearchResult result =
+      search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost,
+                   search_options, heads);
+  int64_t vec_in_space = 0;
+  for (const PatternSpec& spec : result.space) vec_in_space += spec.name == "vec";
+  EXPECT_EQ(vec_in_space, 2);
+  for (const HeadSearchResult& head : result.heads) {
+    SCOPED_TRACE("head " + std::to_string(head.q_head) + " chose " + head.chosen.spec.to_string());
+    bool vec_in_inter = false;
+    for (const ScopeSearch& scope : head.scopes) {
+      if (scope.stage != "inter") continue;
+      for (const CandidateScore& score : scope.scored) {
+        if (score.spec.name != "vec") continue;
+        vec_in_inter = true;
+        EXPECT_GT(score.recall, 0.0);
+        EXPECT_LE(score.recall, 1.0 + 1e-9);
+      }
+    }
+    EXPECT_TRUE(vec_in_inter);
+  }
+  const PlanShape shape{1, 1, 1000, 1000, 128};
+  const ModalityLayout text = ModalityLayout::text_only(1000);
+  const TensorView none;
+  const std::unique_ptr<CostInputs> inputs = cost->prepare(none, none, none);
+  // 16 pooled blocks of 64 (one 128-row chunk) against 8 key chunks.
+  EXPECT_EQ(cost->index_cost(PatternSpec::parse("vec:pooling=64"), shape, text, 0.0f, *inputs), 8);
 }
 
 TEST(VecSearch, BadOptionsAreNamed) {

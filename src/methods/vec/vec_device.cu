@@ -130,20 +130,29 @@ struct SelectShared {
   BlockKeys keys[kRows];
   int32_t warp_kept[kRows][kWarps];
   int64_t kept[kRows];  // so far: the count, or the write cursor
-  int32_t key_end;      // past every row's last candidate
 };
 
-// Scores of key `key` against the block's pooled queries: the host's vec_score.
+// Scores of key `key` against the block's pooled queries: the host's vec_score. The key's row is
+// read 16 bytes at a time (make_estimate_operands checks rows are 16-byte aligned and head_dim a
+// multiple of 16); the FMA chain still runs over head_dim in order.
 template <class Element>
 __device__ void score_key(const VecKernelParams& p, const SelectShared& s, const Element* keys,
                           int32_t key, float (&scores)[kRows]) {
+  constexpr int kVector = static_cast<int>(sizeof(uint4) / sizeof(Element));
 #pragma unroll
   for (int r = 0; r < kRows; ++r) scores[r] = 0.0f;
   const Element* row = keys + key * p.k_stride_row;
-  for (int d = 0; d < p.head_dim; ++d) {
-    const float value = to_float(row[d]);
+  for (int d0 = 0; d0 < p.head_dim; d0 += kVector) {
+    const uint4 bits = *reinterpret_cast<const uint4*>(row + d0);
+    const auto* elements = reinterpret_cast<const Element*>(&bits);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) scores[r] = __fmaf_rn(s.pooled[r][d], value, scores[r]);
+    for (int j = 0; j < kVector; ++j) {
+      const float value = to_float(elements[j]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        scores[r] = __fmaf_rn(s.pooled[r][d0 + j], value, scores[r]);
+      }
+    }
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) scores[r] = __fmul_rn(scores[r], p.scale);
@@ -172,11 +181,6 @@ __device__ void load_rows(const VecKernelParams& p, SelectShared& s, int32_t slo
     s.running[r] = -std::numeric_limits<float>::infinity();
     const int64_t tile = static_cast<int64_t>(slot) * p.blocks + block;
     s.kept[r] = kWrite && block < p.blocks ? p.offsets[tile] : 0;
-  }
-  if (threadIdx.x == 0) {
-    int32_t end = 0;
-    for (int r = 0; r < kRows; ++r) end = max(end, s.keys[r].candidate_end);
-    s.key_end = end;
   }
 }
 
@@ -212,7 +216,9 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const VecKernelParams 
   load_rows<kWrite>(p, s, slot, first_block);
   __syncthreads();
   const int32_t sink_end = s.keys[0].sink_end;
-  for (int32_t chunk = sink_end / kThreads * kThreads; chunk < s.key_end; chunk += kThreads) {
+  int32_t key_end = 0;  // past every row's last candidate
+  for (int r = 0; r < kRows; ++r) key_end = max(key_end, s.keys[r].candidate_end);
+  for (int32_t chunk = sink_end / kThreads * kThreads; chunk < key_end; chunk += kThreads) {
     const int32_t key = chunk + static_cast<int32_t>(threadIdx.x);
     float scores[kRows] = {};
     bool candidate[kRows];
@@ -469,8 +475,9 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   check_cuda(cudaStreamSynchronize(stream), "vec index: column count");
 
   const SpanGeometry spans_at = span_geometry(shape, vec, blocks);
-  const DevicePlanLayout layout =
+  DevicePlanLayout layout =
       plan_layout({slots, 0, tiles, 1, slots * spans_at.spans_per_head, columns});
+  layout.gathers = columns > 0;  // known exactly here: without columns the lean kernel runs
   DevicePlan plan =
       DevicePlan::for_builder(shape, layout, tiles, columns, true, layout.spans, stream);
   auto* plan_base = static_cast<std::byte*>(plan.builder_data());
