@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParam
   }
 }
 
-struct SelectShared {
-  float pooled[kRows][kMaxHeadDim];
+struct alignas(16) SelectShared {
+  float pooled[kRows][kMaxHeadDim];       // rows 16-byte aligned for float4 loads
   float tile_max[kRows][kTilesPerChunk];  // then the running maximum at each tile
   float running[kRows];
   BlockKeys keys[kRows];
@@ -145,12 +145,19 @@ __device__ void score_key(const VecKernelParams& p, const SelectShared& s, const
   for (int d0 = 0; d0 < p.head_dim; d0 += kVector) {
     const uint4 bits = *reinterpret_cast<const uint4*>(row + d0);
     const auto* elements = reinterpret_cast<const Element*>(&bits);
+    float values[kVector];
 #pragma unroll
-    for (int j = 0; j < kVector; ++j) {
-      const float value = to_float(elements[j]);
+    for (int j = 0; j < kVector; ++j) values[j] = to_float(elements[j]);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        scores[r] = __fmaf_rn(s.pooled[r][d0 + j], value, scores[r]);
+    for (int r = 0; r < kRows; ++r) {
+      // The pooled values as 16-byte broadcasts (one shared load per four FMAs).
+#pragma unroll
+      for (int j4 = 0; j4 < kVector; j4 += 4) {
+        const float4 pooled = *reinterpret_cast<const float4*>(&s.pooled[r][d0 + j4]);
+        scores[r] = __fmaf_rn(pooled.x, values[j4], scores[r]);
+        scores[r] = __fmaf_rn(pooled.y, values[j4 + 1], scores[r]);
+        scores[r] = __fmaf_rn(pooled.z, values[j4 + 2], scores[r]);
+        scores[r] = __fmaf_rn(pooled.w, values[j4 + 3], scores[r]);
       }
     }
   }
