@@ -11,6 +11,7 @@
 // pairs over the causal pairs.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "mmsparse/layout.h"
@@ -24,7 +25,11 @@ struct VecSearchOptions {
   PatternSpec base{"vec", {}};
   double target_recall = 0.95;  // the bisection's aim per head
   int iterations = 20;          // bisection steps over alpha_ppm in [0, 1000000] (2^20 > 10^6)
-  int64_t sample_rows = 64;     // rows scored per head, spread evenly, the last one included
+  // Denser samples after the bisection, at its alpha times extra_ratio^k for k = 1..extra_samples
+  // (the authors' 8 at 0.9^k), so that the DP can give a head more than its target.
+  int extra_samples = 8;
+  double extra_ratio = 0.8;
+  int64_t sample_rows = 64;  // rows scored per head, spread evenly, the last one included
   int64_t tile_rows = kDefaultTileRows;
   float scale = 0.0f;  // softmax scale; 0 means 1/sqrt(head_dim)
 };
@@ -62,10 +67,11 @@ std::vector<std::size_t> allocate_vec_heads(const std::vector<std::vector<VecSam
                                             double max_mean_density, int64_t density_steps = 200);
 
 // Writes the chosen alpha of each head into `config` as layer `layer`'s head specs: the base spec
-// with alpha_ppm set, every parameter explicit. Other heads and layers of the config (MMInference
-// heads, say) stay as they are.
+// with alpha_ppm set, every parameter explicit. heads[i] is query head head_ids[i] (i itself when
+// head_ids is empty). Other heads and layers of the config (MMInference heads, say) stay as they
+// are.
 void add_vec_heads(PatternConfig& config, int64_t layer, const VecSearchOptions& options,
                    const std::vector<std::vector<VecSample>>& heads,
-                   const std::vector<std::size_t>& chosen);
+                   const std::vector<std::size_t>& chosen, std::span<const int64_t> head_ids = {});
 
 }  // namespace mmsparse

@@ -132,6 +132,10 @@ PatternSpec checked_base(const VecSearchOptions& options) {
   if (base.name != "vec") {
     throw_invalid_argument("VecSearchOptions base", "a vec spec", base.to_string());
   }
+  if (options.extra_ratio <= 0.0 || options.extra_ratio >= 1.0) {
+    throw_invalid_argument("VecSearchOptions extra_ratio", "in (0, 1)",
+                           std::to_string(options.extra_ratio));
+  }
   if (options.target_recall <= 0.0 || options.target_recall > 1.0) {
     throw_invalid_argument("VecSearchOptions target_recall", "in (0, 1]",
                            std::to_string(options.target_recall));
@@ -182,6 +186,14 @@ VecHeadSearch search_vec_head(const TensorView& q, const TensorView& k, const Te
     }
   }
   search.alpha_ppm = reached;
+  double extra = static_cast<double>(reached);
+  for (int k = 0; k < options.extra_samples; ++k) {
+    extra *= options.extra_ratio;
+    const auto alpha = static_cast<int64_t>(extra);
+    const bool seen = std::any_of(search.samples.begin(), search.samples.end(),
+                                  [&](const VecSample& s) { return s.alpha_ppm == alpha; });
+    if (!seen) search.samples.push_back(scorer.score(alpha));
+  }
   std::sort(search.samples.begin(), search.samples.end(),
             [](const VecSample& a, const VecSample& b) { return a.alpha_ppm < b.alpha_ppm; });
   return search;
@@ -237,16 +249,20 @@ std::vector<std::size_t> allocate_vec_heads(const std::vector<std::vector<VecSam
 
 void add_vec_heads(PatternConfig& config, int64_t layer, const VecSearchOptions& options,
                    const std::vector<std::vector<VecSample>>& heads,
-                   const std::vector<std::size_t>& chosen) {
+                   const std::vector<std::size_t>& chosen, std::span<const int64_t> head_ids) {
   if (chosen.size() != heads.size()) {
     throw_invalid_argument("chosen", std::to_string(heads.size()) + " choices (one per head)",
                            std::to_string(chosen.size()));
+  }
+  if (!head_ids.empty() && head_ids.size() != heads.size()) {
+    throw_invalid_argument("head_ids", std::to_string(heads.size()) + " ids (one per head)",
+                           std::to_string(head_ids.size()));
   }
   const PatternSpec base = resolve_pattern(options.base);
   for (std::size_t h = 0; h < heads.size(); ++h) {
     PatternSpec spec = base;
     spec.params[kAlphaParam] = heads[h].at(chosen[h]).alpha_ppm;
-    config.head_specs[layer][static_cast<int64_t>(h)] = spec;
+    config.head_specs[layer][head_ids.empty() ? static_cast<int64_t>(h) : head_ids[h]] = spec;
   }
 }
 
