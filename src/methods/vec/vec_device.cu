@@ -206,13 +206,14 @@ __device__ void scan_running_max(const VecKernelParams& p, SelectShared& s, int3
   s.running[r] = running;
 }
 
-// Counts (kWrite false) or writes (true) the kept keys of kRows blocks of slot blockIdx.y, from
-// block blockIdx.x * kRows.
+// Counts (kWrite false) or writes (true) the kept keys of kRows blocks of slot blockIdx.x, from
+// block blockIdx.y * kRows. Slots vary fastest in launch order, so the query heads of a KV head
+// scan the same keys side by side and share them in L2.
 template <class Element, bool kWrite>
 __global__ void __launch_bounds__(kThreads) select_kernel(const VecKernelParams p) {
   __shared__ SelectShared s;
-  const int32_t slot = static_cast<int32_t>(blockIdx.y);
-  const int32_t first_block = static_cast<int32_t>(blockIdx.x) * kRows;
+  const int32_t slot = static_cast<int32_t>(blockIdx.x);
+  const int32_t first_block = static_cast<int32_t>(blockIdx.y) * kRows;
   const int32_t batch = slot / p.heads;
   const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
   const auto* keys =
@@ -388,6 +389,12 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
                                              std::to_string(kMaxHeadDim) + ", got " +
                                              std::to_string(operands.head_dim));
   }
+  const int64_t blocks = ceil_div(shape.q_len, detail::vec_params(resolved_spec).pooling);
+  if (ceil_div(blocks, kRows) > kMaxGridY) {
+    throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: at most " +
+                                             std::to_string(kMaxGridY * kRows) +
+                                             " pooled blocks, got " + std::to_string(blocks));
+  }
   if (shape.head_slots() > kMaxGridY) {
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: at most " +
                                              std::to_string(kMaxGridY) + " head slots, got " +
@@ -397,7 +404,7 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
 
 template <class Element>
 void launch_selection(const VecKernelParams& p, int32_t slots, bool write, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.blocks, kRows)), static_cast<unsigned>(slots));
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(ceil_div(p.blocks, kRows)));
   if (write) {
     select_kernel<Element, true><<<grid, kThreads, 0, stream>>>(p);
     check_launch("vec index: write pass");
