@@ -23,8 +23,8 @@ test_binary=$build/tests/gpu/test_gpu
 # the vertical-slash index builder (estimate, top-k, conversion; Q-boundary groups and runs; 2D key
 # spaces and the bitmap conversion), the grid index builder (search, conversion, empty capacity
 # tiles), the per-head config builder (sections, concatenation, schedule), and every static
-# pattern on the two-warpgroup wgmma kernel (its grid masks run the lattice kernels), and token
-# masks on both wgmma kernels.
+# pattern on the two-warpgroup wgmma kernel (its grid masks run the lattice kernels), token
+# masks on both wgmma kernels, and VecAttention's builder (pooling, count and write passes).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -46,6 +46,7 @@ sanitizer_tests=(
   'Kernels/GpuAttention.StaticPatterns/bf16_d128_wgmma128'
   'Wgmma/GpuTokenMasks.RandomMixedPlans/bf16_d128_wgmma128'
   'Wgmma/GpuTokenMasks.BidirectionalImages/fp16_d128_wgmma64'
+  'GpuVecBuild.EdgeShapesMatchTheHostPlan'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)

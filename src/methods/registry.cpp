@@ -11,6 +11,7 @@
 #include "methods/grid/grid.h"
 #include "methods/pattern_names.h"
 #include "methods/static/static_patterns.h"
+#include "methods/vec/vec.h"
 #include "methods/vertical_slash/vertical_slash.h"
 #include "mmsparse/status.h"
 
@@ -42,6 +43,7 @@ const std::vector<const PatternEntry*>& pattern_entries() {
     entries.push_back(&vertical_slash_entry());
     entries.push_back(&grid_entry());
     entries.push_back(&grid_mask_entry());
+    entries.push_back(&vec_entry());
     return entries;
   }();
   return table;

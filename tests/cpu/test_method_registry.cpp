@@ -13,6 +13,7 @@
 #include "methods/grid/grid.h"
 #include "methods/registry.h"
 #include "methods/static/static_patterns.h"
+#include "methods/vec/vec.h"
 #include "methods/vertical_slash/vertical_slash.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -78,7 +79,7 @@ TEST(MethodRegistry, CudaBuildsAttachTheMethodsDeviceBuilders) {
     EXPECT_TRUE(builder->replicates_one_head());
   }
   for (const detail::PatternEntry* entry :
-       {&detail::vertical_slash_entry(), &detail::grid_entry()}) {
+       {&detail::vertical_slash_entry(), &detail::grid_entry(), &detail::vec_entry()}) {
     ASSERT_NE(entry->device, nullptr) << entry->info.name;
     EXPECT_TRUE(entry->device->estimates());
     EXPECT_FALSE(entry->device->replicates_one_head());
@@ -102,6 +103,9 @@ TEST(MethodRegistry, CudaBuildsRouteHeadsToTheirBuilders) {
   EXPECT_EQ(route("grid", false), nullptr);
   EXPECT_EQ(route("grid", true), detail::grid_entry().device);
   EXPECT_EQ(route("grid-mask", true), nullptr);
+  EXPECT_EQ(route("vec", false), nullptr);
+  EXPECT_EQ(route("vec", true), detail::vec_entry().device);
+  EXPECT_EQ(route("vec:pooling=128", true), nullptr);  // blocks taller than the shape's tiles
 }
 #else
 TEST(MethodRegistry, CpuOnlyBuildsHaveNoDeviceBuilders) {

@@ -41,10 +41,20 @@ void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, 
     k.emplace(DType::kFloat32, std::vector<int64_t>{1, kv_len, 1, kCheckHeadDim});
     inputs = {q->view(), k->view()};
   }
-  with_context(context, [&] {
+  const Plan plan = with_context(context, [&] {
     return build_plan(spec, {1, 1, q_len, kv_len, kDefaultTileRows}, layout,
                       is_dynamic(spec) ? &inputs : nullptr);
   });
+  // Densities, recalls and the dense reference here are causal: a bidirectional plan (vec's
+  // causal=0, for video DiTs) would read as more than dense.
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    for (const MaskPolicy& mask : plan.pass(p).masks) {
+      if (!mask.causal) {
+        throw_invalid_argument(context, "a causal pattern (the CLI compares with causal dense)",
+                               "one with non-causal tiles");
+      }
+    }
+  }
 }
 
 }  // namespace

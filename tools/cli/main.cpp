@@ -12,6 +12,7 @@
 #include "run_command.h"
 #include "search_command.h"
 #include "show_command.h"
+#include "vec_search_command.h"
 
 namespace {
 
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_bench_command(app),   add_run_command(app),     add_generate_command(app),
       add_info_command(app),    add_presets_command(app), add_patterns_command(app),
-      add_show_command(app),    add_search_command(app),
+      add_show_command(app),    add_search_command(app),  add_search_vec_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -424,6 +424,12 @@ Command add_search_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({0, 2, 3}))
       ->capture_default_str();
+  command
+      ->add_option("--vec-alphas", flags->options.vec_alphas,
+                   "VecAttention candidates beside Table 3's, comma-separated alpha_ppm values "
+                   "(docs/vec.md; default: none)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   command->add_flag("--host-index", flags->host_index,
                     "a GPU search may choose heads whose index is built on the host at every run "
                     "(default: such candidates are skipped)");

@@ -169,6 +169,9 @@ struct SearchOptions {
   // convert as to attend, which a budget of attention FLOPs (App. C.5) never meets.
   double target_mean_recall = 0.0;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
+  // VecAttention candidates beside Table 3's (docs/vec.md): one "vec:alpha_ppm=<a>" spec per value,
+  // in every stage, a family of its own. Empty (the default): the paper's space only.
+  std::vector<int64_t> vec_alphas;
   // CPU threads (0 = hardware concurrency): heads are searched in parallel, one per thread, and
   // threads left over serve each head's reference attention. Results do not depend on it.
   int num_threads = 0;

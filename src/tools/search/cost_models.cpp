@@ -46,8 +46,15 @@ class ModelledCost final : public CostModel {
   double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout&, float,
                     const CostInputs&) override {
     if (!is_dynamic(spec)) return 0.0;
+    const PatternSpec resolved = resolve_pattern(spec);
+    // VecAttention scores every pooled query block against every key (docs/vec.md).
+    if (resolved.name == "vec") {
+      const int64_t pooling = std::max<int64_t>(1, resolved.param("pooling", 1));
+      return static_cast<double>(chunks_of((shape.q_len + pooling - 1) / pooling) *
+                                 chunks_of(shape.kv_len));
+    }
     // The estimate: the last last_q rows against every key, one row block of chunks per 128 rows.
-    const int64_t last_q = resolve_pattern(spec).param("last_q", 0);
+    const int64_t last_q = resolved.param("last_q", 0);
     return static_cast<double>(chunks_of(last_q) * chunks_of(shape.kv_len));
   }
   bool measured() const override { return false; }

@@ -409,6 +409,9 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
   }
   result.budget_spec = budget_spec;
   result.space = search_space(layout, seq_len, options.scale_to_length);
+  for (const int64_t alpha : options.vec_alphas) {
+    result.space.push_back(resolve_pattern(PatternSpec{"vec", {{"alpha_ppm", alpha}}}, &layout));
+  }
 
   // Heads are independent: one per worker, the CPU threads left over shared by each head's
   // reference attention. Results do not depend on the number of threads.

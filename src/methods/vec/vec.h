@@ -1,0 +1,89 @@
+#pragma once
+// VecAttention (vertical-vector sparsity; docs/vec.md): per block of `pooling` consecutive queries,
+// the mean query scores every key the block may select; keys are scanned in tiles of
+// kVecKeyTileKeys keys, grouped `group` tiles at a time from key 0, with a running maximum m per
+// group (reset at each group, raised by each tile before the tile is filtered), and a key is kept
+// when exp(score - m) >= alpha (the paper's minS filter, Eq. 3, run inside TilingSelect). Because
+// m only grows within a group and restarts with the next, the kept set is a superset of the exact
+// row-wise minS set: a tile early in a group is filtered against a smaller maximum, and every
+// group keeps its own near-maximal keys.
+//
+// Always computed as key spans: the sinks (the first `pooling` keys) and the block's diagonal
+// (the keys aligned with its own queries); the selection runs over the other keys the block may
+// see (causal: the keys before its diagonal; non-causal: every other key). Selected keys become the
+// tile's gathered columns, ascending.
+//
+// Arithmetic (fixed so that the GPU builder selects the same set, key for key): the pooled query
+// is the fp32 sum of the block's rows in row order divided by the row count; a score is the fp32
+// fused multiply-add chain over head_dim in order, from 0, times the scale; a key is kept when
+// (score - m) >= log(alpha) in fp32, log(alpha) rounded once from double.
+//
+// GQA: each query head selects its own keys against its KV head's keys, unexpanded.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "methods/registry.h"
+#include "mmsparse/patterns.h"
+
+namespace mmsparse::detail {
+
+class HeadOperands;
+
+inline constexpr int64_t kVecKeyTileKeys = 16;     // B_k: keys per tile of the scan (the paper's)
+inline constexpr int64_t kVecAlphaUnit = 1000000;  // alpha_ppm: alpha in parts per million
+
+// A resolved vec spec's parameters, checked.
+struct VecParams {
+  int64_t pooling = 0;      // P_q: queries per pooled block, and the sink keys
+  int64_t group_tiles = 0;  // G_k: key tiles per group of the running maximum
+  int64_t alpha_ppm = 0;    // alpha * 1e6: 0 keeps every key, > 1e6 none
+  bool causal = true;
+
+  // log(alpha) as the selection compares it; -inf for alpha 0.
+  float log_alpha() const {
+    return alpha_ppm == 0 ? -std::numeric_limits<float>::infinity()
+                          : static_cast<float>(std::log(static_cast<double>(alpha_ppm) /
+                                                        static_cast<double>(kVecAlphaUnit)));
+  }
+  int64_t group_keys() const { return group_tiles * kVecKeyTileKeys; }
+};
+VecParams vec_params(const PatternSpec& resolved_spec);
+
+// One pooled block of a plan shape: its query rows and the key ranges that decide its keys.
+struct VecBlock {
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  int64_t sink_end = 0;        // sinks: keys [0, sink_end)
+  int64_t diagonal_begin = 0;  // diagonal: keys [diagonal_begin, diagonal_end)
+  int64_t diagonal_end = 0;
+  int64_t candidate_end = 0;  // selection candidates lie in [sink_end, candidate_end)
+
+  bool is_candidate(int64_t key) const {
+    return key >= sink_end && key < candidate_end && (key < diagonal_begin || key >= diagonal_end);
+  }
+};
+int64_t vec_block_count(const PlanShape& shape, const VecParams& params);
+VecBlock vec_block(const PlanShape& shape, const VecParams& params, int64_t block);
+
+// The pooled query of rows [row_begin, row_end) of a head slot. out: [head_dim]
+void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t row_end, float* out);
+// The score of one key, with the arithmetic above. pooled, key: [head_dim]
+inline float vec_score(const float* pooled, const float* key, int64_t head_dim, float scale) {
+  float sum = 0.0f;
+  for (int64_t d = 0; d < head_dim; ++d) sum = std::fma(pooled[d], key[d], sum);
+  return sum * scale;
+}
+// The keys TilingSelect + minS keeps for one block, ascending (the CPU reference selection).
+std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
+                                     const VecParams& params);
+
+// The mask policy of every tile.
+MaskPolicy vec_mask(const VecParams& params);
+
+// The registry entry (its device builder: vec_device_builder.cu).
+PatternEntry& vec_entry();
+
+}  // namespace mmsparse::detail

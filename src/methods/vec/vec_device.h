@@ -1,0 +1,34 @@
+#pragma once
+// VecAttention's plan built on the GPU from device q and k (vec.h defines the selection and its
+// arithmetic, which the kernels repeat operation for operation, so that they keep the host's keys
+// exactly). Plain C++: no CUDA types.
+//
+// Passes (vec_device.cu): the pooled queries; a count pass of TilingSelect + minS giving each
+// tile's column count; an exclusive sum of the counts into the tiles' column offsets; one read of
+// the total back to the host, which sizes the plan buffer exactly (memory O(selected), no index
+// buffer of every key); the tile, span, mask and schedule records; a write pass that recomputes
+// the same scores and writes each tile's kept keys at its offset, ascending. Deterministic: no
+// atomic decides where a key goes.
+
+#include <cstdint>
+
+#include "cuda/runtime/engine.h"
+#include "methods/estimate/index_builders.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::cuda {
+
+// Whether build_vec_plan_on_device builds this resolved vec spec for the shape: a pooled block
+// fits one tile (shape.tile_rows >= pooling) and there are keys. Other vec heads are built on the
+// host.
+bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& shape);
+
+// The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, record for record as the
+// upload writes it (RecordForm::kAsDeviceBuilders). Synchronises `stream` once, to read the column
+// count; throws like the host builder on bad parameters, kUnsupported for shapes
+// builds_vec_on_device refuses. With a head selection, shape.heads must equal its size.
+DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                    const EstimateOperands& operands, void* stream);
+
+}  // namespace mmsparse::cuda

@@ -1,0 +1,39 @@
+// VecAttention's device builder (methods/device_builder.h) over build_vec_plan_on_device.
+
+#include "methods/device_builder.h"
+#include "methods/vec/vec.h"
+#include "methods/vec/vec_device.h"
+
+namespace mmsparse::detail {
+namespace {
+
+// One tile per pooled block, so the tile count follows from the shape; spans from the shape too;
+// columns counted on the device before the buffer is sized.
+class VecDeviceBuilder final : public DeviceBuilder {
+ public:
+  bool estimates() const override { return true; }
+  bool replicates_one_head() const override { return false; }
+  bool builds(const PatternSpec& resolved_spec, const PlanShape& shape,
+              const ModalityLayout*) const override {
+    return cuda::builds_vec_on_device(resolved_spec, shape);
+  }
+  DeviceSection build(const PatternSpec& resolved_spec, const PlanShape& shape,
+                      const ModalityLayout*, const cuda::EstimateOperands* operands,
+                      void* stream) const override {
+    DeviceSection section;
+    section.plan = cuda::build_vec_plan_on_device(resolved_spec, shape, *operands, stream);
+    section.max_slot_tiles = vec_block_count(shape, vec_params(resolved_spec));
+    return section;
+  }
+  std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,
+                                        const PlanShape& shape) const override {
+    if (shape.q_len == 0) return {};
+    return {vec_mask(vec_params(resolved_spec))};
+  }
+};
+
+const VecDeviceBuilder kBuilder;
+const DeviceBuilderRegistration kRegistration(vec_entry(), kBuilder);
+
+}  // namespace
+}  // namespace mmsparse::detail

@@ -1,0 +1,269 @@
+// VecAttention's offline search: per-head alpha by bisection, the dynamic program over heads
+// (include/mmsparse/tools/vec_search.h).
+
+#include "mmsparse/tools/vec_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "methods/vec/vec.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "mmsparse/tools/metrics.h"
+#include "tools/search/scope.h"
+
+namespace mmsparse {
+
+namespace {
+
+constexpr char kAlphaParam[] = "alpha_ppm";
+// Above alpha = 1 no key passes: the sparsest plan, sinks and diagonals only.
+constexpr int64_t kNoKeysAlpha = detail::kVecAlphaUnit + 1;
+
+// One query head as a problem of its own: [1, n, 1, head_dim] fp32 views over HeadTensors.
+struct HeadProblem {
+  detail::HeadTensors tensors;
+  TensorView q, k, v;
+  float scale = 0.0f;
+};
+
+TensorView as_one_head(const Tensor& rows) {  // rows [n, head_dim]
+  TensorView view = rows.view();
+  view.ndim = 4;
+  view.shape = {1, rows.shape()[0], 1, rows.shape()[1]};
+  view.strides = {rows.shape()[0] * rows.shape()[1], rows.shape()[1], rows.shape()[1], 1};
+  return view;
+}
+
+// Row `row`'s log-sum-exp over `keys` (natural log, in double). q, k: [n, head_dim] rows.
+double row_lse(const float* query, const float* keys, int64_t head_dim, float scale,
+               const std::vector<int64_t>& key_list) {
+  if (key_list.empty()) return -std::numeric_limits<double>::infinity();
+  std::vector<double> logits;
+  logits.reserve(key_list.size());
+  for (int64_t key : key_list) {
+    double dot = 0.0;
+    for (int64_t d = 0; d < head_dim; ++d) dot += double{query[d]} * keys[key * head_dim + d];
+    logits.push_back(dot * scale);
+  }
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (double logit : logits) sum += std::exp(logit - max_logit);
+  return max_logit + std::log(sum);
+}
+
+// The keys the plan gives query row `row` of head slot 0, after its tile's mask.
+std::vector<int64_t> plan_row_keys(const Plan& plan, int64_t row) {
+  std::vector<int64_t> keys;
+  const int64_t offset = plan.shape.causal_offset();
+  for (int64_t t = plan.head_tile_offsets[0]; t < plan.head_tile_offsets[1]; ++t) {
+    if (row < plan.tiles[t].begin || row >= plan.tiles[t].end) continue;
+    const bool causal = plan.masks[plan.tile_masks[t]].causal;
+    const auto add = [&](int64_t key) {
+      if (!causal || key <= row + offset) keys.push_back(key);
+    };
+    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+      for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) add(key);
+    }
+    for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+      add(plan.columns[c]);
+    }
+  }
+  return keys;
+}
+
+class HeadScorer {
+ public:
+  HeadScorer(const HeadProblem& problem, const VecSearchOptions& options, bool causal)
+      : problem_(problem), options_(options) {
+    const int64_t q_len = problem.q.shape[1];
+    const int64_t kv_len = problem.k.shape[1];
+    rows_ = sample_rows(q_len, options.sample_rows);
+    std::vector<int64_t> all;
+    for (int64_t row : rows_) {
+      all.clear();
+      const int64_t visible = causal ? std::min(kv_len, row + kv_len - q_len + 1) : kv_len;
+      for (int64_t key = 0; key < visible; ++key) all.push_back(key);
+      dense_lse_.push_back(lse(row, all));
+    }
+    pairs_ = causal_pair_count(q_len, kv_len, causal);
+  }
+
+  VecSample score(int64_t alpha_ppm) const {
+    PatternSpec spec = options_.base;
+    spec.params[kAlphaParam] = alpha_ppm;
+    const PatternInputs inputs{problem_.q, problem_.k, problem_.scale};
+    const PlanShape shape{1, 1, problem_.q.shape[1], problem_.k.shape[1], options_.tile_rows};
+    const Plan plan = build_plan(spec, shape, nullptr, &inputs);
+    double recall = 0.0;
+    int64_t counted = 0;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      if (std::isinf(dense_lse_[i])) continue;  // sees no key: nothing to recall
+      recall += std::exp(lse(rows_[i], plan_row_keys(plan, rows_[i])) - dense_lse_[i]);
+      ++counted;
+    }
+    const double density =
+        pairs_ > 0 ? static_cast<double>(count_plan_pairs(plan, 0)) / pairs_ : 0.0;
+    return {alpha_ppm, density, counted > 0 ? recall / counted : 1.0};
+  }
+
+ private:
+  double lse(int64_t row, const std::vector<int64_t>& keys) const {
+    const int64_t head_dim = problem_.q.shape[3];
+    return row_lse(problem_.tensors.q.data_as<float>() + row * head_dim,
+                   problem_.tensors.k.data_as<float>(), head_dim, problem_.scale, keys);
+  }
+
+  const HeadProblem& problem_;
+  const VecSearchOptions& options_;
+  std::vector<int64_t> rows_;
+  std::vector<double> dense_lse_;
+  int64_t pairs_ = 0;
+};
+
+}  // namespace
+
+namespace {
+
+PatternSpec checked_base(const VecSearchOptions& options) {
+  const PatternSpec base = resolve_pattern(options.base);
+  if (base.name != "vec") {
+    throw_invalid_argument("VecSearchOptions base", "a vec spec", base.to_string());
+  }
+  if (options.extra_ratio <= 0.0 || options.extra_ratio >= 1.0) {
+    throw_invalid_argument("VecSearchOptions extra_ratio", "in (0, 1)",
+                           std::to_string(options.extra_ratio));
+  }
+  if (options.target_recall <= 0.0 || options.target_recall > 1.0) {
+    throw_invalid_argument("VecSearchOptions target_recall", "in (0, 1]",
+                           std::to_string(options.target_recall));
+  }
+  return base;
+}
+
+HeadProblem head_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                         int64_t head, float scale) {
+  HeadProblem problem{detail::head_tensors(q, k, v, head), {}, {}, {}, scale};
+  problem.q = as_one_head(problem.tensors.q);
+  problem.k = as_one_head(problem.tensors.k);
+  problem.v = as_one_head(problem.tensors.v);
+  if (problem.scale == 0.0f) {
+    problem.scale = 1.0f / std::sqrt(static_cast<float>(problem.q.shape[3]));
+  }
+  return problem;
+}
+
+}  // namespace
+
+VecSample score_vec_alpha(const TensorView& q, const TensorView& k, const TensorView& v,
+                          int64_t head, const VecSearchOptions& options, int64_t alpha_ppm) {
+  const PatternSpec base = checked_base(options);
+  const HeadProblem problem = head_problem(q, k, v, head, options.scale);
+  return HeadScorer(problem, options, detail::checked_flag(base, "causal")).score(alpha_ppm);
+}
+
+VecHeadSearch search_vec_head(const TensorView& q, const TensorView& k, const TensorView& v,
+                              int64_t head, const VecSearchOptions& options) {
+  const PatternSpec base = checked_base(options);
+  const HeadProblem problem = head_problem(q, k, v, head, options.scale);
+  const HeadScorer scorer(problem, options, detail::checked_flag(base, "causal"));
+  VecHeadSearch search;
+  // Recall falls as alpha grows; keep [reached, missed) around the largest alpha at the target.
+  int64_t reached = 0;
+  int64_t missed = kNoKeysAlpha;
+  search.samples.push_back(scorer.score(reached));
+  search.samples.push_back(scorer.score(missed));
+  if (search.samples.back().recall >= options.target_recall) reached = missed;
+  for (int step = 0; step < options.iterations && missed - reached > 1; ++step) {
+    const int64_t middle = reached + (missed - reached) / 2;
+    search.samples.push_back(scorer.score(middle));
+    if (search.samples.back().recall >= options.target_recall) {
+      reached = middle;
+    } else {
+      missed = middle;
+    }
+  }
+  search.alpha_ppm = reached;
+  double extra = static_cast<double>(reached);
+  for (int k = 0; k < options.extra_samples; ++k) {
+    extra *= options.extra_ratio;
+    const auto alpha = static_cast<int64_t>(extra);
+    const bool seen = std::any_of(search.samples.begin(), search.samples.end(),
+                                  [&](const VecSample& s) { return s.alpha_ppm == alpha; });
+    if (!seen) search.samples.push_back(scorer.score(alpha));
+  }
+  std::sort(search.samples.begin(), search.samples.end(),
+            [](const VecSample& a, const VecSample& b) { return a.alpha_ppm < b.alpha_ppm; });
+  return search;
+}
+
+std::vector<std::size_t> allocate_vec_heads(const std::vector<std::vector<VecSample>>& heads,
+                                            double max_mean_density, int64_t density_steps) {
+  if (density_steps < 1) {
+    throw_invalid_argument("density_steps", ">= 1", std::to_string(density_steps));
+  }
+  const auto count = static_cast<int64_t>(heads.size());
+  const auto budget = static_cast<int64_t>(
+      std::floor(max_mean_density * static_cast<double>(density_steps * count) + 1e-9));
+  const auto units = [&](const VecSample& sample) {
+    return static_cast<int64_t>(std::ceil(sample.density * density_steps - 1e-9));
+  };
+  constexpr double kNone = -std::numeric_limits<double>::infinity();
+  // best[c]: the most summed recall of the heads so far at total density units c.
+  std::vector<double> best(static_cast<std::size_t>(std::max<int64_t>(budget, 0) + 1), kNone);
+  if (budget >= 0) best[0] = 0.0;
+  std::vector<std::vector<int32_t>> choice(heads.size());
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    if (heads[h].empty()) throw_invalid_argument("heads", "samples for every head", "none");
+    std::vector<double> next(best.size(), kNone);
+    choice[h].assign(best.size(), -1);
+    for (std::size_t c = 0; c < best.size(); ++c) {
+      if (best[c] == kNone) continue;
+      for (std::size_t s = 0; s < heads[h].size(); ++s) {
+        const std::size_t total = c + static_cast<std::size_t>(units(heads[h][s]));
+        if (total >= best.size()) continue;
+        const double recall = best[c] + heads[h][s].recall;
+        if (recall > next[total]) {
+          next[total] = recall;
+          choice[h][total] = static_cast<int32_t>(s);
+        }
+      }
+    }
+    best = std::move(next);
+  }
+  const auto end = std::max_element(best.begin(), best.end());
+  if (best.empty() || *end == kNone) {
+    throw_invalid_argument("max_mean_density", "at least the mean of the heads' sparsest samples",
+                           std::to_string(max_mean_density));
+  }
+  std::vector<std::size_t> chosen(heads.size());
+  auto total = static_cast<std::size_t>(end - best.begin());
+  for (std::size_t h = heads.size(); h-- > 0;) {
+    chosen[h] = static_cast<std::size_t>(choice[h][total]);
+    total -= static_cast<std::size_t>(units(heads[h][chosen[h]]));
+  }
+  return chosen;
+}
+
+void add_vec_heads(PatternConfig& config, int64_t layer, const VecSearchOptions& options,
+                   const std::vector<std::vector<VecSample>>& heads,
+                   const std::vector<std::size_t>& chosen, std::span<const int64_t> head_ids) {
+  if (chosen.size() != heads.size()) {
+    throw_invalid_argument("chosen", std::to_string(heads.size()) + " choices (one per head)",
+                           std::to_string(chosen.size()));
+  }
+  if (!head_ids.empty() && head_ids.size() != heads.size()) {
+    throw_invalid_argument("head_ids", std::to_string(heads.size()) + " ids (one per head)",
+                           std::to_string(head_ids.size()));
+  }
+  const PatternSpec base = resolve_pattern(options.base);
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    PatternSpec spec = base;
+    spec.params[kAlphaParam] = heads[h].at(chosen[h]).alpha_ppm;
+    config.head_specs[layer][head_ids.empty() ? static_cast<int64_t>(h) : head_ids[h]] = spec;
+  }
+}
+
+}  // namespace mmsparse

@@ -1,0 +1,237 @@
+// VecAttention's offline search (mmsparse/tools/vec_search.h): the bisection finds the largest
+// alpha at the recall target on samples whose recall and density fall as alpha grows; the dynamic
+// program equals a brute-force allocation; alphas calibrated on one SYNTHETIC seed hold their
+// recall on another seed; the config mixes vec heads with MMInference heads and builds.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/random.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/status.h"
+#include "mmsparse/tools/search.h"
+#include "mmsparse/tools/vec_search.h"
+#include "mmsparse/tools/workload.h"
+
+namespace mmsparse {
+namespace {
+
+using testing::expect_error;
+
+constexpr int64_t kCalibrationLength = 1024;
+constexpr int64_t kHeads = 4;
+constexpr int64_t kKvHeads = 2;
+constexpr int64_t kHeadDim = 32;
+constexpr double kTarget = 0.9;
+// Out of sample, a head's recall at its calibrated alpha may fall this far below its calibration
+// recall.
+constexpr double kOutOfSampleSlack = 0.08;
+
+Workload synthetic(uint64_t seed) {
+  WorkloadSpec spec;
+  spec.seq_len = kCalibrationLength;
+  spec.q_heads = kHeads;
+  spec.kv_heads = kKvHeads;
+  spec.head_dim = kHeadDim;
+  spec.seed = seed;
+  return Workload::create(spec);
+}
+
+VecSearchOptions options() {
+  VecSearchOptions result;
+  result.base = PatternSpec::parse("vec:pooling=64,group=16");
+  result.target_recall = kTarget;
+  return result;
+}
+
+TEST(VecSearch, BisectionFindsTheLargestAlphaAtTheTarget) {
+  const Workload workload = synthetic(0);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  for (int64_t head = 0; head < kHeads; ++head) {
+    SCOPED_TRACE("head " + std::to_string(head));
+    const VecHeadSearch search =
+        search_vec_head(tensors.q.view(), tensors.k.view(), tensors.v.view(), head, options());
+    ASSERT_GE(search.samples.size(), 3u);
+    EXPECT_EQ(search.samples.front().alpha_ppm, 0);
+    EXPECT_NEAR(search.samples.front().recall, 1.0, 1e-9);  // alpha 0 keeps every key
+    for (std::size_t i = 1; i < search.samples.size(); ++i) {
+      EXPECT_LE(search.samples[i].recall, search.samples[i - 1].recall + 1e-12);
+      EXPECT_LE(search.samples[i].density, search.samples[i - 1].density);
+    }
+    // The found alpha reaches the target and the next integer alpha, also sampled, does not.
+    bool found = false;
+    for (std::size_t i = 0; i + 1 < search.samples.size(); ++i) {
+      if (search.samples[i].alpha_ppm != search.alpha_ppm) continue;
+      found = true;
+      EXPECT_GE(search.samples[i].recall, kTarget);
+      EXPECT_EQ(search.samples[i + 1].alpha_ppm, search.alpha_ppm + 1);
+      EXPECT_LT(search.samples[i + 1].recall, kTarget);
+    }
+    EXPECT_TRUE(found);
+  }
+}
+
+// Every combination of samples, for a handful of heads.
+double brute_force(const std::vector<std::vector<VecSample>>& heads, double max_mean) {
+  double best = -1.0;
+  std::function<void(std::size_t, double, double)> visit = [&](std::size_t h, double density,
+                                                               double recall) {
+    if (h == heads.size()) {
+      if (density <= max_mean * heads.size() + 1e-9) best = std::max(best, recall);
+      return;
+    }
+    for (const VecSample& sample : heads[h]) {
+      visit(h + 1, density + sample.density, recall + sample.recall);
+    }
+  };
+  visit(0, 0.0, 0.0);
+  return best;
+}
+
+TEST(VecSearch, DynamicProgramEqualsBruteForce) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kSteps = 50;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<std::vector<VecSample>> heads(static_cast<std::size_t>(random.uniform_int(1, 5)));
+    for (auto& samples : heads) {
+      const auto count = random.uniform_int(1, 4);
+      for (int64_t s = 0; s < count; ++s) {
+        // Densities on the DP's grid, so rounding cannot change the answer.
+        samples.push_back({s, static_cast<double>(random.uniform_int(0, kSteps)) / kSteps,
+                           random.uniform(0.0, 1.0)});
+      }
+    }
+    const double max_mean = static_cast<double>(random.uniform_int(0, kSteps)) / kSteps;
+    const double expected = brute_force(heads, max_mean);
+    if (expected < 0.0) {
+      expect_error([&] { (void)allocate_vec_heads(heads, max_mean, kSteps); },
+                   ErrorCode::kInvalidArgument, {"max_mean_density"});
+      continue;
+    }
+    const std::vector<std::size_t> chosen = allocate_vec_heads(heads, max_mean, kSteps);
+    double density = 0.0, recall = 0.0;
+    for (std::size_t h = 0; h < heads.size(); ++h) {
+      density += heads[h][chosen[h]].density;
+      recall += heads[h][chosen[h]].recall;
+    }
+    EXPECT_LE(density, max_mean * heads.size() + 1e-9);
+    EXPECT_NEAR(recall, expected, 1e-9);
+  }
+}
+
+// Calibrate on seed 0 (bisection, then the DP at the mean density the bisection's alphas give),
+// judge on seed 1: every head's recall at its chosen alpha stays near its calibration recall, and
+// the config,
+// with one head given to an MMInference pattern, round-trips and builds.
+TEST(VecSearch, CalibratedAlphasHoldOutOfSampleInAMixedConfig) {
+  const Workload calibration = synthetic(0);
+  const Workload::Tensors tensors = calibration.materialize(DType::kFloat32);
+  std::vector<std::vector<VecSample>> heads;
+  double target_density = 0.0;
+  for (int64_t head = 0; head < kHeads; ++head) {
+    const VecHeadSearch search =
+        search_vec_head(tensors.q.view(), tensors.k.view(), tensors.v.view(), head, options());
+    for (const VecSample& sample : search.samples) {
+      if (sample.alpha_ppm == search.alpha_ppm) target_density += sample.density / kHeads;
+    }
+    heads.push_back(search.samples);
+  }
+  const std::vector<std::size_t> chosen = allocate_vec_heads(heads, target_density);
+  double calibrated_recall = 0.0;
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    calibrated_recall += heads[h][chosen[h]].recall / kHeads;
+  }
+  EXPECT_GE(calibrated_recall, kTarget - 1e-9);  // the bisection's own choice is feasible
+
+  PatternConfig config;
+  add_vec_heads(config, 0, options(), heads, chosen);
+  config.head_specs[0][kHeads - 1] = PatternSpec::parse("vertical-slash:vertical=100,slash=200");
+  const PatternConfig read = PatternConfig::from_json(config.to_json());
+  const std::vector<PatternSpec> specs = read.layer_specs(0, kHeads);
+
+  const Workload held_out = synthetic(1);
+  const Workload::Tensors other = held_out.materialize(DType::kFloat32);
+  for (int64_t head = 0; head + 1 < kHeads; ++head) {
+    SCOPED_TRACE("head " + std::to_string(head) + " " + specs[head].to_string());
+    EXPECT_EQ(specs[head].name, "vec");
+    VecSearchOptions fixed = options();
+    fixed.base = specs[head];
+    const VecSample sample = score_vec_alpha(other.q.view(), other.k.view(), other.v.view(), head,
+                                             fixed, specs[head].params.at("alpha_ppm"));
+    EXPECT_GE(sample.recall, heads[head][chosen[head]].recall - kOutOfSampleSlack);
+    EXPECT_LT(sample.density, 1.0);
+  }
+  const PatternInputs inputs{other.q.view(), other.k.view()};
+  const PlanShape shape{1, kHeads, kCalibrationLength, kCalibrationLength, kDefaultTileRows};
+  const Plan plan = build_plan(specs, shape, nullptr, &inputs);
+  EXPECT_EQ(plan.head_slots(), kHeads);
+}
+
+// `mmsparse search --vec-alphas`: vec candidates join Table 3's space as a family of their own,
+// are scored in every stage beside grid, A-shape and vertical-slash, and reach stage 3; the
+// modelled index cost counts the pooled blocks against every key.
+TEST(VecSearch, MixedSearchScoresVecCandidatesBesideMMInference) {
+  const Workload workload = synthetic(0);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  const std::unique_ptr<CostModel> cost = make_modelled_cost();
+  SearchOptions search_options;
+  search_options.num_threads = 1;
+  search_options.vec_alphas = {600000, 1000001};
+  // A budget vec's 64-row tiles fit at this short length (a sink, a diagonal and a column chunk
+  // per tile, modelled); the default one is a few chunks per 128 rows.
+  search_options.budget_spec = "a-shape:sink=128,local=65536";
+  const std::vector<int64_t> heads = {0, 1};
+  const LayerSearchResult result =
+      search_layer(tensors.q.view(), tensors.k.view(), tensors.v.view(), workload.layout(), *cost,
+                   search_options, heads);
+  int64_t vec_in_space = 0;
+  for (const PatternSpec& spec : result.space) vec_in_space += spec.name == "vec";
+  EXPECT_EQ(vec_in_space, 2);
+  for (const HeadSearchResult& head : result.heads) {
+    SCOPED_TRACE("head " + std::to_string(head.q_head) + " chose " + head.chosen.spec.to_string());
+    bool vec_in_inter = false;
+    for (const ScopeSearch& scope : head.scopes) {
+      if (scope.stage != "inter") continue;
+      for (const CandidateScore& score : scope.scored) {
+        if (score.spec.name != "vec") continue;
+        vec_in_inter = true;
+        EXPECT_GT(score.recall, 0.0);
+        EXPECT_LE(score.recall, 1.0 + 1e-9);
+      }
+    }
+    EXPECT_TRUE(vec_in_inter);
+  }
+  const PlanShape shape{1, 1, 1000, 1000, 128};
+  const ModalityLayout text = ModalityLayout::text_only(1000);
+  const TensorView none;
+  const std::unique_ptr<CostInputs> inputs = cost->prepare(none, none, none);
+  // 16 pooled blocks of 64 (one 128-row chunk) against 8 key chunks.
+  EXPECT_EQ(cost->index_cost(PatternSpec::parse("vec:pooling=64"), shape, text, 0.0f, *inputs), 8);
+}
+
+TEST(VecSearch, BadOptionsAreNamed) {
+  const Workload workload = synthetic(0);
+  const Workload::Tensors tensors = workload.materialize(DType::kFloat32);
+  VecSearchOptions bad = options();
+  bad.base = PatternSpec::parse("dense");
+  expect_error(
+      [&] { (void)search_vec_head(tensors.q.view(), tensors.k.view(), tensors.v.view(), 0, bad); },
+      ErrorCode::kInvalidArgument, {"VecSearchOptions base", "a vec spec"});
+  bad = options();
+  bad.target_recall = 1.5;
+  expect_error(
+      [&] { (void)search_vec_head(tensors.q.view(), tensors.k.view(), tensors.v.view(), 0, bad); },
+      ErrorCode::kInvalidArgument, {"target_recall"});
+  expect_error([&] { (void)allocate_vec_heads({{}}, 0.5); }, ErrorCode::kInvalidArgument,
+               {"heads"});
+}
+
+}  // namespace
+}  // namespace mmsparse

@@ -1,0 +1,277 @@
+// VecAttention's plan built on the GPU (methods/vec/vec_device.h) against the host builder, its
+// oracle: the GPU repeats the host's selection arithmetic operation for operation, so on every
+// input (random, edge shapes, a synthetic preset; GQA 1, 4 and 7; causal and non-causal; alpha
+// from "every key" to "sinks and diagonal only") every record of the device plan equals the
+// upload of the host plan, columns included, set for set and in order. Attention through the
+// device plan matches the fp64 oracle; prepare_pattern and per-head configs that mix vec heads
+// with other methods serve the same plan; specs the GPU does not build say so.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention_harness.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "cuda/runtime/config_builder.h"
+#include "cuda/runtime/engine.h"
+#include "device_buffer.h"
+#include "index_test_support.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/vec/vec_device.h"
+#include "mmsparse/attention.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "mmsparse/tools/workload.h"
+#include "plan_records.h"
+#include "stream_test.h"
+
+namespace mmsparse::test {
+namespace {
+
+using testing::expect_error;
+
+constexpr Device kCuda{DeviceType::kCUDA, 0};
+constexpr int kRandomTrials = 30;
+// GQA ratios 1, 4 and 7, with one or two KV heads.
+constexpr std::array<Gqa, 5> kVecGqaShapes = {{{1, 1}, {2, 1}, {1, 4}, {2, 4}, {1, 7}}};
+constexpr ProblemLimits kVecLimits{kVecGqaShapes, 700, 300};
+constexpr int64_t kSyntheticLength = 4096;
+
+class GpuVecBuild : public StreamTest {};
+
+struct BothPlans {
+  Plan host;
+  cuda::DevicePlan built;
+};
+
+PlanShape shape_of(const ProblemSize& size) {
+  return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
+}
+
+// The host plan from host q and k, the device plan from their device copies.
+BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const PatternInputs& host,
+                     const PatternInputs& device, cudaStream_t stream) {
+  BothPlans plans{build_plan(spec, shape, nullptr, &host), {}};
+  const PatternSpec resolved = resolve_pattern(spec);
+  EXPECT_TRUE(cuda::builds_vec_on_device(resolved, shape));
+  plans.built = cuda::build_vec_plan_on_device(
+      resolved, shape, cuda::make_estimate_operands("vec", device, shape), stream);
+  // The caller frees q and k on return: the build must have read them.
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return plans;
+}
+
+BothPlans build_both(const PatternSpec& spec, const ProblemSize& size,
+                     const AttentionInputs& inputs, cudaStream_t stream) {
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  return build_both(spec, shape_of(size), {inputs.q.view, inputs.k.view, size.scale},
+                    {q.view, k.view, size.scale}, stream);
+}
+
+// A device copy of a contiguous host tensor, with its view.
+struct DeviceCopy {
+  explicit DeviceCopy(const Tensor& host) : buffer(host.nbytes()), view(host.view()) {
+    buffer.upload(host.data());
+    view.data = buffer.data();
+    view.device = kCuda;
+  }
+  DeviceBuffer buffer;
+  TensorView view;
+};
+
+// Pooling up to the tile height (one tile per block), alphas from every key to none, groups of
+// one tile to more than the keys, causal or not.
+PatternSpec random_spec(Random& random, int64_t tile_rows) {
+  constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
+  constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
+  constexpr std::array<int64_t, 7> kAlphas = {0, 1000, 100000, 300000, 900000, 1000000, 2000000};
+  int64_t pooling = pick(random, kPoolings);
+  while (pooling > tile_rows) pooling = pick(random, kPoolings);
+  return {"vec",
+          {{"pooling", pooling},
+           {"group", pick(random, kGroups)},
+           {"alpha_ppm",
+            random.bernoulli(0.3) ? random.uniform_int(0, 1000000) : pick(random, kAlphas)},
+           {"causal", random.uniform_int(0, 1)}}};
+}
+
+TEST_F(GpuVecBuild, MatchesTheHostPlanOnRandomInputs) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int64_t columns = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    const ProblemSize size = random_problem(random, kVecLimits);
+    const AttentionInputs inputs = random_inputs(random, size);
+    const PatternSpec spec = random_spec(random, size.tile_rows);
+    SCOPED_TRACE(spec.to_string() + " " + describe(size));
+    const BothPlans plans = build_both(spec, size, inputs, stream_);
+    SCOPED_TRACE(plans.host.summary());
+    expect_same_records(plans.built, plans.host, stream_);
+    EXPECT_EQ(plans.built.num_columns(), static_cast<int64_t>(plans.host.columns.size()));
+    columns += static_cast<int64_t>(plans.host.columns.size());
+  }
+  EXPECT_GT(columns, 0) << "no trial selected a key: the comparison saw no columns";
+}
+
+// Single rows, fewer keys than queries, lengths one past a block, batch 2, both tile heights.
+TEST_F(GpuVecBuild, EdgeShapesMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  struct Edge {
+    int64_t batch, q_len, kv_len, tile_rows;
+  };
+  const std::vector<Edge> edges = {{1, 1, 1, 64},     {1, 1, 300, 64},    {2, 65, 65, 64},
+                                   {1, 300, 45, 128}, {2, 129, 200, 128}, {1, 257, 513, 128},
+                                   {1, 700, 700, 64}};
+  for (const Edge& edge : edges) {
+    ProblemSize size = random_problem(random, kVecLimits);
+    size.batch = edge.batch;
+    size.q_len = edge.q_len;
+    size.kv_len = edge.kv_len;
+    size.tile_rows = edge.tile_rows;
+    const AttentionInputs inputs = random_inputs(random, size);
+    for (const int64_t causal : {0, 1}) {
+      for (const int64_t alpha : {int64_t{0}, int64_t{200000}, int64_t{1000001}}) {
+        const PatternSpec spec{"vec", {{"pooling", 64}, {"alpha_ppm", alpha}, {"causal", causal}}};
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        expect_same_records(plans.built, plans.host, stream_);
+      }
+    }
+  }
+}
+
+// SYNTHETIC preset inputs (structured attention, not N(0, 1)): all heads, GQA of the preset.
+TEST_F(GpuVecBuild, SyntheticPresetMatchesTheHostPlan) {
+  WorkloadSpec workload_spec;
+  workload_spec.seq_len = kSyntheticLength;
+  const Workload workload = Workload::create(workload_spec);
+  const Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
+  const TensorView q = tensors.q.view();
+  const TensorView k = tensors.k.view();
+  const DeviceCopy device_q(tensors.q);
+  const DeviceCopy device_k(tensors.k);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(q.shape[3]));
+  const PlanShape shape{1, q.shape[2], q.shape[1], k.shape[1], 128};
+  for (const char* text : {"vec", "vec:alpha_ppm=500000,pooling=128", "vec:causal=0,group=64"}) {
+    SCOPED_TRACE(text);
+    const PatternSpec spec = PatternSpec::parse(text);
+    const BothPlans plans =
+        build_both(spec, shape, {q, k, scale}, {device_q.view, device_k.view, scale}, stream_);
+    EXPECT_GT(plans.host.columns.size(), 0u);
+    expect_same_records(plans.built, plans.host, stream_);
+  }
+}
+
+// Attention through the device plan against the fp64 oracle of the host plan, on both kernels'
+// tile heights and both dtypes.
+TEST_F(GpuVecBuild, AttentionThroughTheDevicePlanMatchesTheOracle) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const DType dtype : kDtypes) {
+    for (const int64_t tile_rows : kTileRows) {
+      for (const int64_t causal : {0, 1}) {
+        const ProblemSize size = oracle_problem(random, kVecLimits, dtype, tile_rows);
+        const AttentionInputs inputs = random_inputs(random, size);
+        PatternSpec spec = random_spec(random, tile_rows);
+        spec.params["causal"] = causal;
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        expect_same_records(plans.built, plans.host, stream_);
+        const AttentionResult gpu = run_gpu(plans.built, inputs, size, random_layout(random));
+        expect_matches_oracle(plans.host, inputs, size, gpu);
+      }
+    }
+  }
+}
+
+// A per-head config mixing vec heads (two specs) with static and vertical-slash heads: the
+// concatenated device plan equals the upload of build_plan over the same specs; prepare_pattern
+// of one vec spec with device inputs serves the host plan's attention.
+TEST_F(GpuVecBuild, MixedConfigsAndPreparePatternServeTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (int trial = 0; trial < 4; ++trial) {
+    ProblemSize size = random_problem(random, kVecLimits);
+    size.kv_heads = 1;
+    size.group = 7;
+    size.head_dim = kHeadDims.back();
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const AttentionInputs inputs = random_inputs(random, size);
+    const std::vector<PatternSpec> specs = {
+        random_spec(random, size.tile_rows),         PatternSpec::parse("dense"),
+        random_spec(random, size.tile_rows),         PatternSpec::parse("a-shape:sink=8,local=40"),
+        vertical_slash(100000, 100000, 7, 9, 64, 0),  // every line: a clear top-k
+        random_spec(random, size.tile_rows),         random_spec(random, size.tile_rows)};
+    std::string names;
+    for (const PatternSpec& spec : specs) names += spec.to_string() + " ";
+    SCOPED_TRACE(names + describe(size));
+    const PlanShape shape = shape_of(size);
+    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+    const DeviceOperand q(inputs.q);
+    const DeviceOperand k(inputs.k);
+    const DeviceOperand v(inputs.v);
+    const PatternInputs device_inputs{q.view, k.view, size.scale};
+    const Plan host = build_plan(specs, shape, nullptr, &host_inputs);
+    std::vector<PatternSpec> resolved;
+    for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec));
+    const cuda::EstimateOperands operands =
+        cuda::make_estimate_operands("vec", device_inputs, shape);
+    cuda::ConfigInputs config_inputs;
+    config_inputs.device = &operands;
+    config_inputs.host = &host_inputs;
+    const cuda::ConfigBuild built =
+        cuda::build_config_plan_on_device(resolved, shape, config_inputs, stream_);
+    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    expect_same_records(built.plan, host, stream_);
+
+    const PreparedPlan expected =
+        prepare_plan(build_plan(specs.front(), shape, nullptr, &host_inputs), kCuda, stream_);
+    const PreparedPlan prepared =
+        prepare_pattern(specs.front(), shape, nullptr, kCuda, stream_, &device_inputs);
+    expect_identical_attention(prepared, expected, size, q.view, k.view, v.view, stream_);
+  }
+}
+
+// Blocks taller than the plan's tiles stay on the host (the device build says so); bad parameters
+// are named as the host names them.
+TEST_F(GpuVecBuild, UnsupportedShapesAndBadSpecsAreNamed) {
+  Random random;
+  ProblemSize size = error_case_size();
+  size.tile_rows = 64;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  const PlanShape shape = shape_of(size);
+  const cuda::EstimateOperands operands = cuda::make_estimate_operands("vec", device_inputs, shape);
+  const PatternSpec tall = resolve_pattern(PatternSpec::parse("vec:pooling=128"));
+  EXPECT_FALSE(cuda::builds_vec_on_device(tall, shape));
+  expect_error([&] { (void)cuda::build_vec_plan_on_device(tall, shape, operands, stream_); },
+               ErrorCode::kUnsupported, {"pooling <= shape.tile_rows = 64"});
+  expect_error(
+      [&] {
+        (void)prepare_pattern(PatternSpec::parse("vec:pooling=128"), shape, nullptr, kCuda, stream_,
+                              &device_inputs);
+      },
+      ErrorCode::kUnsupported, {"not built on the GPU"});
+  for (const char* bad : {"vec:pooling=0", "vec:alpha_ppm=-3", "vec:causal=5", "vec:group=0"}) {
+    expect_error(
+        [&] {
+          (void)cuda::build_vec_plan_on_device(resolve_pattern(PatternSpec::parse(bad)), shape,
+                                               operands, stream_);
+        },
+        ErrorCode::kInvalidArgument, {"vec parameter"});
+  }
+}
+
+}  // namespace
+}  // namespace mmsparse::test
