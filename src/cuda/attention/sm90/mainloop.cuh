@@ -119,7 +119,8 @@ class WgmmaMainloop {
 
   // Column gathers look up the column list once per thread, not once per pass: each lane reads
   // the key of one of the rows its warp copies, and every pass takes its rows' keys from the
-  // lanes that hold them. Lane l holds the row of pass l / kGatherRowsPerWarp.
+  // lanes that hold them. Lane l holds the row of pass l / kGatherRowsPerWarp (none past the last
+  // pass: at head_dim 256 a chunk's 64 rows take half the lanes).
   __device__ static int gather_slot(int pass, int warp, int row_in_warp) {
     return pass * Traits::kGatherRowsPerPass + warp * Traits::kGatherRowsPerWarp + row_in_warp;
   }
