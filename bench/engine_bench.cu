@@ -1,20 +1,23 @@
 // Times the CUDA attention engine's kernels side by side on the same plans and inputs: the
 // mma.sync kernel (64-row tiles) and the wgmma kernel with one consumer warpgroup (64-row tiles)
 // and with two (128-row tiles). bf16, 28 query heads over 4 KV heads, head_dim 128; dense causal
-// at 8K/32K/128K, A-shape (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row
-// query block its diagonal span plus 2048 random keys left of it, distinct per block; and with
-// vertical-slash's tile shape: per head 4096 random vertical keys shared by the head's blocks,
-// those left of each block gathered, 2048 per tile on average; and, as a diagnostic, the 2048 keys
-// just left of each block as columns), A-shape with the grid mask's window (sink 128, local 1024:
-// the grid mask's first pass alone) and the grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod
-// 1024 < 64: the grid-mask pattern, two passes merged by LSE, see src/methods/static/grid_mask.cpp;
-// its bands as spans, as columns with 8 or 16 phases per tile in grid-columns-128k and
-// grid-p16-128k, and as lattices copied in boxes of 16 periods × 8 keys in grid-lattice-128k).
-// TFLOP/s count computed pairs only (4 · pairs · head_dim). Each kernel also runs once more on
-// fresh outputs, compared with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size
-// cross-check of what the tests prove on small ones.
+// at 8K/32K/128K (and at 32K with head_dim 256, which only the wgmma kernel serves: its columns
+// then compare with the wgmma/64 run, whose CTAs hold two warpgroups at head_dim 256 too), A-shape
+// (sink 128, local 4096) at 128K, gathered columns at 128K (per 128-row query block its diagonal
+// span plus 2048 random keys left of it, distinct per block; and with vertical-slash's tile shape:
+// per head 4096 random vertical keys shared by the head's blocks, those left of each block
+// gathered, 2048 per tile on average; and, as a diagnostic, the 2048 keys just left of each block
+// as columns), A-shape with the grid mask's window (sink 128, local 1024: the grid mask's first
+// pass alone) and the grid mask at 128K (k < 128, q - k < 1024 or (q - k) mod 1024 < 64: the
+// grid-mask pattern, two passes merged by LSE, see src/methods/static/grid_mask.cpp; its bands as
+// spans, as columns with 8 or 16 phases per tile in grid-columns-128k and grid-p16-128k, and as
+// lattices copied in boxes of 16 periods × 8 keys in grid-lattice-128k). TFLOP/s count computed
+// pairs only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared
+// with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests
+// prove on small ones.
 //
-//   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k a-shape-128k
+//   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k dense-32k-d256
+//                                               a-shape-128k
 //                                               columns-128k vertical-columns-128k
 //                                               sequential-columns-128k
 //                                               a-shape-1k-128k grid-128k
@@ -55,7 +58,7 @@ namespace cuda = mmsparse::cuda;
 
 constexpr int64_t kQueryHeads = 28;
 constexpr int64_t kKeyValueHeads = 4;
-constexpr int64_t kHeadDim = 128;
+constexpr int64_t kHeadDim = 128;  // of every case but those that name another
 constexpr int kWarmups = 2;
 constexpr int kRepeats = 10;
 constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // several times the 50 MB L2
@@ -240,6 +243,7 @@ struct Case {
   std::string name;
   int64_t length;
   std::function<Plan(const PlanShape&)> build;
+  int64_t head_dim = kHeadDim;
 };
 
 struct KernelChoice {
@@ -262,10 +266,10 @@ struct Timing {
   float lse_difference = 0.0f;
 };
 
-// The arguments of one bench case: bf16 q, k, v [1, length, heads, kHeadDim], contiguous, and
+// The arguments of one bench case: bf16 q, k, v [1, length, heads, head_dim], contiguous, and
 // out and lse strides of the same layout (the caller sets kernel, out and lse).
-cuda::AttentionArgs bench_args(int64_t length, const DeviceArray& q, const DeviceArray& k,
-                               const DeviceArray& v) {
+cuda::AttentionArgs bench_args(int64_t length, int64_t head_dim, const DeviceArray& q,
+                               const DeviceArray& k, const DeviceArray& v) {
   cuda::AttentionArgs args;
   args.dtype = DType::kBFloat16;
   args.batch = 1;
@@ -273,12 +277,12 @@ cuda::AttentionArgs bench_args(int64_t length, const DeviceArray& q, const Devic
   args.kv_len = length;
   args.q_heads = kQueryHeads;
   args.kv_heads = kKeyValueHeads;
-  args.head_dim = kHeadDim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  args.head_dim = head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   args.q = q.data;
-  args.q_strides = {length * kQueryHeads * kHeadDim, kQueryHeads * kHeadDim, kHeadDim, 1};
+  args.q_strides = {length * kQueryHeads * head_dim, kQueryHeads * head_dim, head_dim, 1};
   args.k = k.data;
-  args.k_strides = {length * kKeyValueHeads * kHeadDim, kKeyValueHeads * kHeadDim, kHeadDim, 1};
+  args.k_strides = {length * kKeyValueHeads * head_dim, kKeyValueHeads * head_dim, head_dim, 1};
   args.v = v.data;
   args.v_strides = args.k_strides;
   args.out_strides = args.q_strides;
@@ -305,14 +309,28 @@ float median_milliseconds(const std::function<void()>& run, const DeviceArray& f
   return samples[kRepeats / 2];
 }
 
-// One table row: the case, its pairs, each kernel's time and TFLOP/s, the first kernel's time over
-// the last's, and each later kernel's largest differences from the first.
-void print_case_row(const std::string& name, double pairs, const Timing (&timings)[kKernelCount]) {
-  std::printf("%-23s %10.3e", name.c_str(), pairs);
+// Whether a kernel serves a case's head_dim: the mma.sync kernel has no head_dim 256.
+bool serves(const KernelChoice& kernel, int64_t head_dim) {
+  return kernel.kernel != cuda::AttentionKernel::kMmaSync || head_dim != cuda::kWgmmaWideHeadDim;
+}
+
+// One table row: the case, its pairs, each kernel's time and TFLOP/s ("-" where it does not serve
+// the case), the first kernel's time over the last's, and each later kernel's largest differences
+// from the first that ran (the reference).
+void print_case_row(const Case& c, double pairs, const Timing (&timings)[kKernelCount]) {
+  std::printf("%-23s %10.3e", c.name.c_str(), pairs);
   for (int i = 0; i < kKernelCount; ++i) {
-    std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
+    if (serves(kKernels[i], c.head_dim)) {
+      std::printf(" | %9.3f %7.1f", timings[i].milliseconds, timings[i].tflops);
+    } else {
+      std::printf(" | %9s %7s", "-", "-");
+    }
   }
-  std::printf(" | %5.2fx", timings[0].milliseconds / timings[kKernelCount - 1].milliseconds);
+  if (serves(kKernels[0], c.head_dim)) {
+    std::printf(" | %5.2fx", timings[0].milliseconds / timings[kKernelCount - 1].milliseconds);
+  } else {
+    std::printf(" | %6s", "-");
+  }
   for (int i = 1; i < kKernelCount; ++i) {
     std::printf(" | %.1e %.1e", timings[i].out_difference, timings[i].lse_difference);
   }
@@ -322,8 +340,8 @@ void print_case_row(const std::string& name, double pairs, const Timing (&timing
 
 void run_case(const Case& c) {
   const int64_t length = c.length;
-  const std::size_t q_elements = static_cast<std::size_t>(length * kQueryHeads * kHeadDim);
-  const std::size_t kv_elements = static_cast<std::size_t>(length * kKeyValueHeads * kHeadDim);
+  const std::size_t q_elements = static_cast<std::size_t>(length * kQueryHeads * c.head_dim);
+  const std::size_t kv_elements = static_cast<std::size_t>(length * kKeyValueHeads * c.head_dim);
   const std::size_t lse_elements = static_cast<std::size_t>(kQueryHeads * length);
   DeviceArray q(q_elements * sizeof(__nv_bfloat16));
   DeviceArray k(kv_elements * sizeof(__nv_bfloat16));
@@ -342,7 +360,7 @@ void run_case(const Case& c) {
                                                     static_cast<int64_t>(kv_elements), kSeeds[2]);
   check(cudaGetLastError(), "fill_random_kernel");
 
-  cuda::AttentionArgs args = bench_args(length, q, k, v);
+  cuda::AttentionArgs args = bench_args(length, c.head_dim, q, k, v);
 
   Timing timings[kKernelCount];
   double pairs = 0.0;
@@ -351,22 +369,23 @@ void run_case(const Case& c) {
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   Plan plan;  // rebuilt only when the tile height changes (host builds of 128K plans take seconds)
+  bool reference = true;  // the first kernel that serves the case
   for (int i = 0; i < kKernelCount; ++i) {
+    if (!serves(kKernels[i], c.head_dim)) continue;
     PlanShape shape;
     shape.heads = kQueryHeads;
     shape.q_len = length;
     shape.kv_len = length;
     shape.tile_rows = kKernels[i].tile_rows;
-    if (i == 0 || !(plan.shape == shape)) plan = c.build(shape);
-    if (i == 0) pairs = computed_pairs(plan);  // the same pairs whatever the tile height
+    if (reference || !(plan.shape == shape)) plan = c.build(shape);
+    if (reference) pairs = computed_pairs(plan);  // the same pairs whatever the tile height
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
-    const bool reference = i == 0;
     args.kernel = kKernels[i].kernel;
     args.out = reference ? reference_out.data : out.data;
     args.lse = static_cast<float*>(reference ? reference_lse.data : lse.data);
-    timings[i].milliseconds = median_milliseconds(
-        [&] { cuda::attention_passes(passes, args); }, flush, start, stop);
-    timings[i].tflops = kFlopsPerPairPerDim * pairs * static_cast<double>(kHeadDim) /
+    timings[i].milliseconds =
+        median_milliseconds([&] { cuda::attention_passes(passes, args); }, flush, start, stop);
+    timings[i].tflops = kFlopsPerPairPerDim * pairs * static_cast<double>(c.head_dim) /
                         (timings[i].milliseconds / kMillisecondsPerSecond) / kTera;
     if (!reference) {
       timings[i].out_difference = max_difference(reference_out, out, true);
@@ -374,10 +393,11 @@ void run_case(const Case& c) {
       // The next kernel's outputs must not inherit these.
       check(cudaMemset(out.data, 0xff, out.bytes), "cudaMemset");
     }
+    reference = false;
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  print_case_row(c.name, pairs, timings);
+  print_case_row(c, pairs, timings);
 }
 
 }  // namespace
@@ -390,6 +410,7 @@ int main(int argc, char** argv) {
       {"dense-8k", k8K, pattern_plan("dense")},
       {"dense-32k", k32K, pattern_plan("dense")},
       {"dense-128k", k128K, pattern_plan("dense")},
+      {"dense-32k-d256", k32K, pattern_plan("dense"), cuda::kWgmmaWideHeadDim},
       {"a-shape-128k", k128K, pattern_plan("a-shape:sink=128,local=4096")},
       {"columns-128k", k128K, columns_plan},
       {"vertical-columns-128k", k128K, vertical_columns_plan},
@@ -413,8 +434,8 @@ int main(int argc, char** argv) {
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
         "cudaMemPoolSetAttribute");
   std::printf(
-      "mmsparse_engine_bench on %s (%d SMs): bf16, %lld q heads / %lld kv heads, d%lld; "
-      "median of %d after %d warm-ups, L2 flushed before each run\n",
+      "mmsparse_engine_bench on %s (%d SMs): bf16, %lld q heads / %lld kv heads, d%lld (unless "
+      "the case names another); median of %d after %d warm-ups, L2 flushed before each run\n",
       properties.name, properties.multiProcessorCount, static_cast<long long>(kQueryHeads),
       static_cast<long long>(kKeyValueHeads), static_cast<long long>(kHeadDim), kRepeats, kWarmups);
   std::printf("%-23s %10s", "case", "pairs");

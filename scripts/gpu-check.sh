@@ -24,7 +24,9 @@ test_binary=$build/tests/gpu/test_gpu
 # spaces and the bitmap conversion), the grid index builder (search, conversion, empty capacity
 # tiles), the per-head config builder (sections, concatenation, schedule), and every static
 # pattern on the two-warpgroup wgmma kernel (its grid masks run the lattice kernels), token
-# masks on both wgmma kernels, and VecAttention's builder (pooling, count and write passes).
+# masks on both wgmma kernels, VecAttention's builder (pooling, count and write passes); head_dim
+# 256 (64-key chunks, two stages) on spans with 64-row tiles (one warpgroup without rows), gathered
+# columns, passes, the static patterns and token masks.
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -47,6 +49,11 @@ sanitizer_tests=(
   'Wgmma/GpuTokenMasks.RandomMixedPlans/bf16_d128_wgmma128'
   'Wgmma/GpuTokenMasks.BidirectionalImages/fp16_d128_wgmma64'
   'GpuVecBuild.EdgeShapesMatchTheHostPlan'
+  'Kernels/GpuAttention.DenseCausalMatchesOracle/bf16_d256_wgmma64'
+  'Kernels/GpuAttention.ManyColumnsAcrossChunks/fp16_d256_wgmma128'
+  'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d256_wgmma128'
+  'Kernels/GpuAttention.StaticPatterns/bf16_d256_wgmma128'
+  'Wgmma/GpuTokenMasks.BidirectionalImages/bf16_d256_wgmma128'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)

@@ -68,11 +68,12 @@ void attention_planned(const Plan& plan, const TensorView& q, const TensorView& 
                        const TensorView& v, const TensorView& out, const TensorView& lse,
                        const AttentionOptions& options = {});
 
-// The query-tile height a backend runs fastest: 128 on the CUDA engine for head_dim 128 (its wgmma
-// kernel, spans and gathered columns, under positional and token masks alike), otherwise
-// kDefaultTileRows. On the CUDA engine, plans whose masks read tokens (same-media, modality pairs,
-// bidirectional media) and that have lattice records (strided spans the upload merges) run on the
-// mma.sync kernel, which needs tiles of at most kDefaultTileRows rows.
+// The query-tile height a backend runs fastest: 128 on the CUDA engine for head_dim 128 and 256
+// (its wgmma kernel, spans and gathered columns, under positional and token masks alike),
+// otherwise kDefaultTileRows. On the CUDA engine, plans whose masks read tokens (same-media,
+// modality pairs, bidirectional media) and that have lattice records (strided spans the upload
+// merges) run on the mma.sync kernel, which needs tiles of at most kDefaultTileRows rows and
+// head_dim 64 or 128; at head_dim 256 such plans are refused (kUnsupported).
 int64_t preferred_tile_rows(Device device, int64_t head_dim);
 
 // How prepare_pattern with per-head specs built each head slot's part of the plan, and how long

@@ -53,15 +53,19 @@ class GpuAttention : public ::testing::TestWithParam<KernelConfig> {
   }
 
   // Plans whose masks read tokens and whose upload has lattice records run on the mma.sync kernel
-  // alone (wgmma_serves), which holds 64 rows a tile: configurations of taller tiles skip them (the
-  // 64-row wgmma configurations check that such plans fall back to it).
+  // alone (wgmma_serves), which holds 64 rows a tile and head_dim 64 or 128: configurations of
+  // taller tiles or head_dim 256 skip them (the 64-row head_dim 128 wgmma configurations check
+  // that such plans fall back to it).
   static bool needs_mma_sync(const Plan& plan) {
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
     return std::any_of(passes.begin(), passes.end(), [](const cuda::DevicePlan& pass) {
       return pass.layout().has_token_info && pass.layout().lattice_step > 0;
     });
   }
-  static bool has_mma_sync_tiles() { return GetParam().tile_rows <= cuda::kMmaSyncTileRows; }
+  static bool has_mma_sync_tiles() {
+    return GetParam().tile_rows <= cuda::kMmaSyncTileRows &&
+           GetParam().head_dim != cuda::kWgmmaWideHeadDim;
+  }
 
   // For tests whose plans the wgmma kernel serves: under a wgmma configuration, it ran.
   void expect_wgmma_ran() const {
@@ -122,8 +126,8 @@ TEST_P(GpuAttention, RandomSpansAndColumnsWithPermutedQueries) {
   expect_wgmma_ran();
 }
 
-// Columns over several chunks of the wgmma kernel (128 keys each, the last one partial), on every
-// side of the diagonal, under causal, window-with-sink and no masks.
+// Columns over several chunks of the wgmma kernel (128 keys each, 64 at head_dim 256, the last one
+// partial), on every side of the diagonal, under causal, window-with-sink and no masks.
 TEST_P(GpuAttention, ManyColumnsAcrossChunks) {
   constexpr int64_t kManyColumns = 400;  // draws; duplicates and span keys are dropped
   Random random;
@@ -547,6 +551,7 @@ TEST_P(GpuAttention, StaticPatterns) {
 constexpr auto kMmaSync = cuda::AttentionKernel::kMmaSync;
 constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
 constexpr int64_t kWgmmaTileRows = 128;  // two consumer warpgroups
+constexpr int64_t kWideHeadDim = cuda::kWgmmaWideHeadDim;
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, GpuAttention,
@@ -557,7 +562,12 @@ INSTANTIATE_TEST_SUITE_P(
                       KernelConfig{DType::kBFloat16, 128, kWgmma, kWgmmaTileRows},
                       KernelConfig{DType::kFloat16, 128, kWgmma, kWgmmaTileRows},
                       KernelConfig{DType::kBFloat16, 128, kWgmma, kDefaultTileRows},
-                      KernelConfig{DType::kFloat16, 128, kWgmma, kDefaultTileRows}),
+                      KernelConfig{DType::kFloat16, 128, kWgmma, kDefaultTileRows},
+                      // head_dim 256: two consumer warpgroups whatever the tiles, so 64-row tiles
+                      // leave the second one without rows.
+                      KernelConfig{DType::kBFloat16, kWideHeadDim, kWgmma, kWgmmaTileRows},
+                      KernelConfig{DType::kFloat16, kWideHeadDim, kWgmma, kWgmmaTileRows},
+                      KernelConfig{DType::kBFloat16, kWideHeadDim, kWgmma, kDefaultTileRows}),
     [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
 
 }  // namespace

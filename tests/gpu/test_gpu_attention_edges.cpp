@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention_harness.h"
+#include "common/errors.h"
 #include "common/random.h"
 #include "core/engine_chunks.h"
 #include "cuda/runtime/engine.h"
@@ -29,6 +30,8 @@ namespace {
 const KernelConfig kSmallConfig{DType::kBFloat16, 64};
 const KernelConfig kWgmmaConfig{DType::kBFloat16, 128, cuda::AttentionKernel::kWgmma,
                                 cuda::kMaxTileRows};
+const KernelConfig kWideConfig{DType::kFloat16, cuda::kWgmmaWideHeadDim,
+                               cuda::AttentionKernel::kWgmma, cuda::kMaxTileRows};
 
 PlanShape shape_of(const ProblemSize& size) {
   PlanShape shape;
@@ -85,6 +88,10 @@ TEST(GpuAttentionEdges, WgmmaTilesWithoutKeysAndQueriesBeforeEveryKey) {
   check_tiles_without_keys(kWgmmaConfig);
 }
 
+TEST(GpuAttentionEdges, HeadDim256TilesWithoutKeysAndQueriesBeforeEveryKey) {
+  check_tiles_without_keys(kWideConfig);
+}
+
 TEST(GpuAttentionEdges, DevicePlanIsReusableAcrossCalls) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -115,23 +122,31 @@ ErrorCode error_code_of(const std::function<void()>& call) {
   return ErrorCode::kBackendError;
 }
 
+// Device copies of a problem's inputs, outputs to write, and the engine's arguments over them.
+struct DeviceCall {
+  DeviceCall(const ProblemSize& size, const AttentionInputs& inputs)
+      : q(inputs.q),
+        k(inputs.k),
+        v(inputs.v),
+        out(inputs.q),
+        lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) * sizeof(float)) {
+    const TensorView lse_view =
+        TensorView::contiguous(lse.data(), DType::kFloat32,
+                               {size.batch, size.q_heads(), size.q_len}, {DeviceType::kCUDA, 0});
+    const AttentionProblem problem = describe_attention(q.view, k.view, v.view, AttentionOptions{});
+    args = cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+  }
+  DeviceOperand q, k, v, out;
+  DeviceBuffer lse;
+  cuda::AttentionArgs args;
+};
+
 TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   Random random;
   const ProblemSize size = random_problem(random, kSmallConfig, 1, 1);
   const AttentionInputs inputs = random_inputs(random, size);
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const DeviceOperand v(inputs.v);
-  DeviceOperand out(inputs.q);
-  DeviceBuffer lse(static_cast<std::size_t>(size.batch * size.q_heads() * size.q_len) *
-                   sizeof(float));
-  TensorView lse_view =
-      TensorView::contiguous(lse.data(), DType::kFloat32, {size.batch, size.q_heads(), size.q_len},
-                             {DeviceType::kCUDA, 0});
-  AttentionOptions options;
-  const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
-  const cuda::AttentionArgs args =
-      cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+  const DeviceCall call(size, inputs);
+  const cuda::AttentionArgs& args = call.args;
 
   PlanShape wide = shape_of(size);
   wide.tile_rows = cuda::kMaxTileRows * 2;
@@ -168,6 +183,32 @@ TEST(GpuAttentionErrors, RejectsWhatTheKernelCannotServe) {
   other_length.q_len += 1;
   EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, other_length); }),
             ErrorCode::kInvalidArgument);
+  synchronize_device();
+}
+
+// head_dim 256 runs on the wgmma kernel alone, in 128-row tiles by preference: forcing the
+// mma.sync kernel is refused, naming the head_dim, and so is a head_dim no kernel serves.
+TEST(GpuAttentionErrors, HeadDim256RunsOnTheWgmmaKernelOnly) {
+  constexpr int64_t kUnservedHeadDim = 192;
+  EXPECT_EQ(preferred_tile_rows({DeviceType::kCUDA, 0}, cuda::kWgmmaWideHeadDim),
+            cuda::kMaxTileRows);
+  Random random;
+  const ProblemSize size = random_problem(random, kWideConfig, 1, 1);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceCall call(size, inputs);
+  PlanShape shape = shape_of(size);
+  shape.tile_rows = kDefaultTileRows;
+  const cuda::DevicePlan plan(dense_plan(shape, true), nullptr);
+  EXPECT_TRUE(runs_on_wgmma(plan, size));
+
+  cuda::AttentionArgs mma_sync = call.args;
+  mma_sync.kernel = cuda::AttentionKernel::kMmaSync;
+  testing::expect_error([&] { cuda::attention_planned(plan, mma_sync); }, ErrorCode::kUnsupported,
+                        {"head_dim 64 or 128, got 256"});
+  cuda::AttentionArgs unserved = call.args;
+  unserved.head_dim = kUnservedHeadDim;
+  EXPECT_EQ(error_code_of([&] { cuda::attention_planned(plan, unserved); }),
+            ErrorCode::kUnsupported);
   synchronize_device();
 }
 

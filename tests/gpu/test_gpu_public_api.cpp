@@ -22,6 +22,7 @@
 #include "common/compare.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "merge_tolerances.h"
 #include "mmsparse/attention.h"
@@ -252,7 +253,9 @@ TEST_P(GpuPublicApi, PlannedWithLayoutHostAndPreparedAgree) {
 INSTANTIATE_TEST_SUITE_P(
     Kernels, GpuPublicApi,
     ::testing::Values(KernelConfig{DType::kBFloat16, 64}, KernelConfig{DType::kBFloat16, 128},
-                      KernelConfig{DType::kFloat16, 64}, KernelConfig{DType::kFloat16, 128}),
+                      KernelConfig{DType::kFloat16, 64}, KernelConfig{DType::kFloat16, 128},
+                      KernelConfig{DType::kBFloat16, cuda::kWgmmaWideHeadDim},
+                      KernelConfig{DType::kFloat16, cuda::kWgmmaWideHeadDim}),
     [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
 
 // --- Edges: rows without keys, no keys at all, nothing to compute -----------------------------

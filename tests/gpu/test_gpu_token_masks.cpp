@@ -2,14 +2,16 @@
 // on the wgmma kernel: every plan here must run on it (the test fails otherwise), against the fp64
 // oracle and the CPU reference, on fresh random inputs, outputs poisoned before the run, odd
 // lengths, GQA ratios, tiles of 64 and 128 rows, bfloat16 and float16, span-only plans (the span
-// instantiations) and plans with gathered keys (the gather instantiations). Plans with lattice
-// records fall back to the mma.sync kernel.
+// instantiations) and plans with gathered keys (the gather instantiations), head_dim 128 and 256.
+// Plans with lattice records fall back to the mma.sync kernel (refused at head_dim 256, which it
+// does not serve).
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -221,21 +223,10 @@ TEST_P(GpuTokenMasks, BidirectionalImages) {
 
 constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
 
-// Token masks are not compiled into the wgmma kernel's lattice instantiations: a plan whose upload
-// has lattice records (the grid mask's bands, every policy restricted to same-media here) runs on
-// the mma.sync kernel, correctly, and forcing the wgmma kernel throws kUnsupported.
-TEST(GpuTokenMaskFallback, LatticePlansRunOnMmaSync) {
-  constexpr int64_t kMinLength = 600;
-  constexpr int64_t kMaxLength = 900;
-  constexpr int64_t kMaxExtraKeys = 100;
+// The grid mask's bands (lattice records once uploaded) with every policy restricted to same-media,
+// over a layout with one-token images, for `size`.
+Plan token_lattice_plan(Random& random, const ProblemSize& size) {
   const char* grid_mask = "grid-mask:sink=8,local=40,period=32,band=6,phases=4,lattice=1";
-  Random random;
-  SCOPED_TRACE(random.trace());
-  const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, kWgmma, kDefaultTileRows};
-  ProblemSize size = random_problem(random, config, 1, 2);
-  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;  // odd: no multiple of 64
-  size.kv_len = size.q_len + 2 * random.uniform_int(0, kMaxExtraKeys);
-  const AttentionInputs inputs = random_inputs(random, size);
   PlanShape shape;
   shape.heads = size.q_heads();
   shape.q_len = size.q_len;
@@ -247,16 +238,23 @@ TEST(GpuTokenMaskFallback, LatticePlansRunOnMmaSync) {
   }
   plan.attach_layout(mixed_layout(random, size.kv_len, one_token_runs(size.kv_len)));
   plan.validate();
+  return plan;
+}
 
-  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
-  ASSERT_TRUE(std::any_of(passes.begin(), passes.end(), [](const cuda::DevicePlan& pass) {
-    return pass.layout().lattice_step > 0 && pass.layout().has_token_info;
-  }));
-  EXPECT_FALSE(runs_on_wgmma(passes, size));
-  // run_gpu asks for kAuto where the wgmma kernel does not serve.
-  expect_matches_oracle(plan, inputs, size,
-                        run_gpu(passes, inputs, size, OperandLayout::kContiguous));
+// A problem of 600-900 queries (odd: no multiple of 64) and a few more keys.
+ProblemSize lattice_problem(Random& random, const KernelConfig& config) {
+  constexpr int64_t kMinLength = 600;
+  constexpr int64_t kMaxLength = 900;
+  constexpr int64_t kMaxExtraKeys = 100;
+  ProblemSize size = random_problem(random, config, 1, 2);
+  size.q_len = random.uniform_int(kMinLength, kMaxLength) | 1;
+  size.kv_len = size.q_len + 2 * random.uniform_int(0, kMaxExtraKeys);
+  return size;
+}
 
+// Expects the engine to refuse the passes on `inputs` with kUnsupported when asked for `kernel`.
+void expect_refused(std::span<const cuda::DevicePlan> passes, const AttentionInputs& inputs,
+                    const ProblemSize& size, cuda::AttentionKernel kernel) {
   const DeviceOperand q(inputs.q);
   const DeviceOperand k(inputs.k);
   const DeviceOperand v(inputs.v);
@@ -271,18 +269,63 @@ TEST(GpuTokenMaskFallback, LatticePlansRunOnMmaSync) {
   const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
   cuda::AttentionArgs args =
       cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
-  args.kernel = kWgmma;
+  args.kernel = kernel;
   EXPECT_EQ(testing::capture_error([&] { cuda::attention_passes(passes, args); }).code(),
             ErrorCode::kUnsupported);
   synchronize_device();
 }
 
+bool has_token_lattices(std::span<const cuda::DevicePlan> passes) {
+  return std::any_of(passes.begin(), passes.end(), [](const cuda::DevicePlan& pass) {
+    return pass.layout().lattice_step > 0 && pass.layout().has_token_info;
+  });
+}
+
+// Token masks are not compiled into the wgmma kernel's lattice instantiations: a plan whose upload
+// has lattice records (the grid mask's bands, every policy restricted to same-media here) runs on
+// the mma.sync kernel, correctly, and forcing the wgmma kernel throws kUnsupported.
+TEST(GpuTokenMaskFallback, LatticePlansRunOnMmaSync) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, kWgmma, kDefaultTileRows};
+  const ProblemSize size = lattice_problem(random, config);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const Plan plan = token_lattice_plan(random, size);
+
+  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+  ASSERT_TRUE(has_token_lattices(passes));
+  EXPECT_FALSE(runs_on_wgmma(passes, size));
+  // run_gpu asks for kAuto where the wgmma kernel does not serve.
+  expect_matches_oracle(plan, inputs, size,
+                        run_gpu(passes, inputs, size, OperandLayout::kContiguous));
+  expect_refused(passes, inputs, size, kWgmma);
+}
+
+// At head_dim 256 no kernel serves such a plan (the mma.sync kernel has no head_dim 256): the
+// engine refuses it whatever kernel it is asked for.
+TEST(GpuTokenMaskFallback, HeadDim256LatticePlansAreRefused) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const KernelConfig config{DType::kFloat16, cuda::kWgmmaWideHeadDim, kWgmma, kDefaultTileRows};
+  const ProblemSize size = lattice_problem(random, config);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const std::vector<cuda::DevicePlan> passes =
+      cuda::upload_passes(token_lattice_plan(random, size), nullptr);
+  ASSERT_TRUE(has_token_lattices(passes));
+  EXPECT_FALSE(runs_on_wgmma(passes, size));
+  expect_refused(passes, inputs, size, cuda::AttentionKernel::kAuto);
+  expect_refused(passes, inputs, size, kWgmma);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Wgmma, GpuTokenMasks,
-    ::testing::Values(KernelConfig{DType::kBFloat16, 128, kWgmma, cuda::kMaxTileRows},
-                      KernelConfig{DType::kFloat16, 128, kWgmma, cuda::kMaxTileRows},
-                      KernelConfig{DType::kBFloat16, 128, kWgmma, kDefaultTileRows},
-                      KernelConfig{DType::kFloat16, 128, kWgmma, kDefaultTileRows}),
+    ::testing::Values(
+        KernelConfig{DType::kBFloat16, 128, kWgmma, cuda::kMaxTileRows},
+        KernelConfig{DType::kFloat16, 128, kWgmma, cuda::kMaxTileRows},
+        KernelConfig{DType::kBFloat16, 128, kWgmma, kDefaultTileRows},
+        KernelConfig{DType::kFloat16, 128, kWgmma, kDefaultTileRows},
+        KernelConfig{DType::kBFloat16, cuda::kWgmmaWideHeadDim, kWgmma, cuda::kMaxTileRows},
+        KernelConfig{DType::kFloat16, cuda::kWgmmaWideHeadDim, kWgmma, cuda::kMaxTileRows}),
     [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
 
 }  // namespace

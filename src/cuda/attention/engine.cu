@@ -28,10 +28,10 @@ constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int kFillThreads = 256;
 constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
-// The wgmma kernel's instantiations (attention_wgmma_*.cu) and the shape of its K/V copies, which
-// must match WgmmaTraits: chunks of 128 keys, boxes one 128-byte swizzle span wide.
+// The wgmma kernel's instantiations (sm90/spans_*.cu and the like) and the shape of its K/V copies,
+// which must match WgmmaTraits: chunks of wgmma_chunk_keys(head_dim) keys, boxes one 128-byte
+// swizzle span wide.
 constexpr int64_t kWarpgroupTileRows = 64;
-constexpr int kWgmmaChunkKeys = 128;
 constexpr int64_t kSwizzleSpanBytes = 128;
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
@@ -131,12 +131,18 @@ void check_rows(const char* name, const void* data, const Strides4& strides, DTy
   }
 }
 
+// The mma.sync kernel's head_dims (sm80/kernel_*.cu): 64 and 128.
+bool mma_sync_serves(const AttentionArgs& args) {
+  return args.head_dim == 64 || args.head_dim == 128;
+}
+
 void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
   if (!supports_attention(args.dtype, args.head_dim)) {
-    throw Error(
-        ErrorCode::kUnsupported,
-        "attention: the CUDA engine serves float16 and bfloat16 with head_dim 64 or 128, got " +
-            std::string(dtype_name(args.dtype)) + " with head_dim " + to_text(args.head_dim));
+    throw Error(ErrorCode::kUnsupported,
+                "attention: the CUDA engine serves float16 and bfloat16 with head_dim 64, 128 or "
+                "256, got " +
+                    std::string(dtype_name(args.dtype)) + " with head_dim " +
+                    to_text(args.head_dim));
   }
   if (plan.data() == nullptr)
     throw_invalid_argument("plan", "an uploaded DevicePlan", "an empty one");
@@ -150,6 +156,12 @@ void check_arguments(const DevicePlan& plan, const AttentionArgs& args) {
     throw Error(ErrorCode::kUnsupported,
                 "plan.shape.tile_rows: the mma.sync kernel runs tiles of at most " +
                     to_text(kMmaSyncTileRows) + " rows, got " + to_text(shape.tile_rows));
+  }
+  if (args.kernel == AttentionKernel::kMmaSync && !mma_sync_serves(args)) {
+    throw Error(ErrorCode::kUnsupported,
+                "head_dim: the mma.sync kernel serves head_dim 64 or 128, got " +
+                    to_text(args.head_dim) + " (head_dim " + to_text(kWgmmaWideHeadDim) +
+                    " runs on the wgmma kernel: AttentionKernel::kAuto or kWgmma)");
   }
   if (args.kv_heads <= 0 || args.q_heads % args.kv_heads != 0) {
     throw_invalid_argument("q_heads", "a positive multiple of kv_heads = " + to_text(args.kv_heads),
@@ -214,13 +226,13 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
   request.rows = args.kv_len;
   request.heads = args.kv_heads;
   request.head_dim = args.head_dim;
-  request.box_rows = kWgmmaChunkKeys;
+  request.box_rows = wgmma_chunk_keys(args.head_dim);
   request.box_columns =
       static_cast<int>(kSwizzleSpanBytes / static_cast<int64_t>(dtype_size(args.dtype)));
   LatticeTensorMapRequest lattice;
   lattice.period = plan.layout().lattice_step;
   lattice.periods = lattice.period > 0 ? args.kv_len / lattice.period : 0;
-  lattice.box_periods = kWgmmaChunkKeys / kLatticeWidth;
+  lattice.box_periods = wgmma_chunk_keys(args.head_dim) / kLatticeWidth;
   const auto encode = [&](const void* data, const Strides4& strides, CUtensorMap& rows,
                           CUtensorMap& lattice_rows) {
     request.data = data;
@@ -236,42 +248,58 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
          encode(args.v, args.v_strides, params.values, params.lattice_values);
 }
 
-// One consumer warpgroup per 64 rows of the plan's tiles.
-template <class Element, ChunkSources kSources, MaskTerms kMaskTerms = MaskTerms::kPositional>
+// One consumer warpgroup per 64 rows of the plan's tiles at head_dim 128; two at head_dim 256,
+// whatever the tiles (kWgmmaWideHeadDim: only two are compiled).
+template <class Element, int kHeadDim, ChunkSources kSources,
+          MaskTerms kMaskTerms = MaskTerms::kPositional>
 void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan& plan,
                            int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
-  if (plan.shape().tile_rows <= kWarpgroupTileRows) {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 1, kSources, kMaskTerms>(params, num_tiles,
-                                                                            batch_blocks, stream);
-  } else {
-    launch_wgmma_attention<Element, kWgmmaHeadDim, 2, kSources, kMaskTerms>(params, num_tiles,
-                                                                            batch_blocks, stream);
+  if constexpr (kHeadDim == kWgmmaHeadDim) {
+    if (plan.shape().tile_rows <= kWarpgroupTileRows) {
+      launch_wgmma_attention<Element, kHeadDim, 1, kSources, kMaskTerms>(params, num_tiles,
+                                                                         batch_blocks, stream);
+      return;
+    }
   }
+  launch_wgmma_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(params, num_tiles,
+                                                                     batch_blocks, stream);
 }
 
 // The instantiation for the key chunks the plan has (ChunkSources) and its mask terms (MaskTerms;
 // plans with token masks have no lattice records: wgmma_serves).
-template <class Element>
+template <class Element, int kHeadDim>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
                   int32_t batch_blocks, cudaStream_t stream) {
-  if (plan.layout().has_token_info && plan.layout().gathers) {
-    launch_wgmma_for_rows<Element, ChunkSources::kGathers, MaskTerms::kTokens>(
+  const DevicePlanLayout& layout = plan.layout();
+  if (layout.has_token_info && layout.gathers) {
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers, MaskTerms::kTokens>(
         params, plan, num_tiles, batch_blocks, stream);
-  } else if (plan.layout().has_token_info) {
-    launch_wgmma_for_rows<Element, ChunkSources::kSpans, MaskTerms::kTokens>(
+  } else if (layout.has_token_info) {
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans, MaskTerms::kTokens>(
         params, plan, num_tiles, batch_blocks, stream);
-  } else if (plan.layout().lattice_step > 0 && plan.layout().gathers) {
-    launch_wgmma_for_rows<Element, ChunkSources::kLatticesAndGathers>(params, plan, num_tiles,
+  } else if (layout.lattice_step > 0 && layout.gathers) {
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLatticesAndGathers>(
+        params, plan, num_tiles, batch_blocks, stream);
+  } else if (layout.lattice_step > 0) {
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLattices>(params, plan, num_tiles,
                                                                       batch_blocks, stream);
-  } else if (plan.layout().lattice_step > 0) {
-    launch_wgmma_for_rows<Element, ChunkSources::kLattices>(params, plan, num_tiles, batch_blocks,
-                                                            stream);
-  } else if (plan.layout().gathers) {
-    launch_wgmma_for_rows<Element, ChunkSources::kGathers>(params, plan, num_tiles, batch_blocks,
-                                                           stream);
+  } else if (layout.gathers) {
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers>(params, plan, num_tiles,
+                                                                     batch_blocks, stream);
   } else {
-    launch_wgmma_for_rows<Element, ChunkSources::kSpans>(params, plan, num_tiles, batch_blocks,
-                                                         stream);
+    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans>(params, plan, num_tiles,
+                                                                   batch_blocks, stream);
+  }
+}
+
+template <class Element>
+void launch_wgmma_for_head_dim(const WgmmaAttentionParams& params, const DevicePlan& plan,
+                               const AttentionArgs& args, int32_t num_tiles, int32_t batch_blocks,
+                               cudaStream_t stream) {
+  if (args.head_dim == kWgmmaWideHeadDim) {
+    launch_wgmma<Element, kWgmmaWideHeadDim>(params, plan, num_tiles, batch_blocks, stream);
+  } else {
+    launch_wgmma<Element, kWgmmaHeadDim>(params, plan, num_tiles, batch_blocks, stream);
   }
 }
 
@@ -290,13 +318,14 @@ void launch_for_head_dim(const AttentionParams& params, const AttentionArgs& arg
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args) {
   // Token masks are compiled for span and gather instantiations only (MaskTerms).
   const bool masks_served = !plan.layout().has_token_info || plan.layout().lattice_step == 0;
-  return supports_attention(args.dtype, args.head_dim) && args.head_dim == kWgmmaHeadDim &&
+  return supports_attention(args.dtype, args.head_dim) &&
+         (args.head_dim == kWgmmaHeadDim || args.head_dim == kWgmmaWideHeadDim) &&
          plan.shape().tile_rows <= kMaxTileRows && masks_served;
 }
 
 bool supports_attention(DType dtype, int64_t head_dim) {
   return (dtype == DType::kFloat16 || dtype == DType::kBFloat16) &&
-         (head_dim == 64 || head_dim == 128);
+         (head_dim == 64 || head_dim == 128 || head_dim == kWgmmaWideHeadDim);
 }
 
 AttentionArgs make_attention_args(const AttentionProblem& problem, const TensorView& q,
@@ -335,12 +364,15 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   WgmmaAttentionParams wgmma_params{};
   const bool use_wgmma = args.kernel != AttentionKernel::kMmaSync && wgmma_serves(plan, args) &&
                          encode_key_value_maps(plan, args, wgmma_params);
-  if (!use_wgmma &&
-      (args.kernel == AttentionKernel::kWgmma || plan.shape().tile_rows > kMmaSyncTileRows)) {
+  if (!use_wgmma && (args.kernel == AttentionKernel::kWgmma ||
+                     plan.shape().tile_rows > kMmaSyncTileRows || !mma_sync_serves(args))) {
     throw Error(ErrorCode::kUnsupported,
-                "attention: the wgmma kernel serves head_dim " + to_text(kWgmmaHeadDim) +
+                "attention: the wgmma kernel serves head_dim " + to_text(kWgmmaHeadDim) + " and " +
+                    to_text(kWgmmaWideHeadDim) +
                     " plans whose K/V views the tensor-map encoder accepts, without lattice "
-                    "records where masks read tokens, and only it runs tiles of more than " +
+                    "records (strided spans the upload merges) where masks read tokens, and only "
+                    "it runs head_dim " +
+                    to_text(kWgmmaWideHeadDim) + " and tiles of more than " +
                     to_text(kMmaSyncTileRows) + " rows; got head_dim " + to_text(args.head_dim) +
                     ", token masks " + (plan.layout().has_token_info ? "yes" : "no") +
                     ", lattice records " + (plan.layout().lattice_step > 0 ? "yes" : "no") +
@@ -358,9 +390,10 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   if (use_wgmma) {
     wgmma_params.attention = params;
     if (args.dtype == DType::kBFloat16) {
-      launch_wgmma<__nv_bfloat16>(wgmma_params, plan, num_tiles, batch_blocks, stream);
+      launch_wgmma_for_head_dim<__nv_bfloat16>(wgmma_params, plan, args, num_tiles, batch_blocks,
+                                               stream);
     } else {
-      launch_wgmma<__half>(wgmma_params, plan, num_tiles, batch_blocks, stream);
+      launch_wgmma_for_head_dim<__half>(wgmma_params, plan, args, num_tiles, batch_blocks, stream);
     }
     return;
   }

@@ -135,7 +135,9 @@ class CudaBackend final : public Backend {
   std::vector<GpuInfo> visible_gpus() const override { return cuda::list_gpus(); }
 
   int64_t preferred_tile_rows(int64_t head_dim) const override {
-    return head_dim == cuda::kWgmmaHeadDim ? cuda::kMaxTileRows : kDefaultTileRows;
+    // The wgmma kernel's two consumer warpgroups; at head_dim 256 it compiles no other.
+    const bool wgmma = head_dim == cuda::kWgmmaHeadDim || head_dim == cuda::kWgmmaWideHeadDim;
+    return wgmma ? cuda::kMaxTileRows : kDefaultTileRows;
   }
 
   void attention_dense(const AttentionProblem& problem, const TensorView& q, const TensorView& k,

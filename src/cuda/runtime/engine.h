@@ -24,8 +24,12 @@ namespace mmsparse::cuda {
 // What the attention kernels of this build serve. Other requests throw kUnsupported.
 inline constexpr int64_t kMmaSyncTileRows = 64;  // mma.sync kernel: 4 warps × 16 query rows
 inline constexpr int64_t kMaxTileRows = 128;     // wgmma kernel: 2 warpgroups × 64 query rows
-inline constexpr int64_t kWgmmaHeadDim = 128;    // the head_dim the wgmma kernel serves
-bool supports_attention(DType dtype, int64_t head_dim);  // float16 / bfloat16, head_dim 64 or 128
+inline constexpr int64_t kWgmmaHeadDim = 128;    // the wgmma kernel's head_dim for every plan
+// The wgmma kernel's other head_dim, in chunks of 64 keys (the budget in sm90/traits.cuh) and two
+// consumer warpgroups whatever the tiles; no other kernel serves it (wgmma_serves).
+inline constexpr int64_t kWgmmaWideHeadDim = 256;
+// float16 / bfloat16, head_dim 64, 128 or 256
+bool supports_attention(DType dtype, int64_t head_dim);
 
 // The kernel that runs a call. kAuto takes the wgmma kernel (sm_90a: tensor copies, warp
 // specialisation) where it serves the plan (see wgmma_serves) and the mma.sync kernel elsewhere;
@@ -217,8 +221,9 @@ void attention_passes(std::span<const DevicePlan> passes, const AttentionArgs& a
 
 // Whether the wgmma kernel serves the call: head_dim 128, tiles of at most kMaxTileRows rows (key
 // spans and gathered columns alike), any positional mask, and masks that read tokens (same-media,
-// modality pairs, bidirectional media) on plans without lattice records. Tiles of more than
-// kMmaSyncTileRows rows run on no other kernel.
+// modality pairs, bidirectional media) on plans without lattice records; head_dim 256
+// (kWgmmaWideHeadDim) alike. Tiles of more than kMmaSyncTileRows rows and head_dim 256 run on no
+// other kernel.
 bool wgmma_serves(const DevicePlan& plan, const AttentionArgs& args);
 
 // One partial (O, LSE) result for merge_partials.

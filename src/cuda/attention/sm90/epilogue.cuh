@@ -66,9 +66,13 @@ class WarpgroupEpilogue {
                    work.head * params.out.head_stride;
 #pragma unroll
     for (int i = 0; i < Traits::kRowVectorsPerThread; ++i) {
-      const int index = thread + i * kWarpgroupThreads;
-      const int row = warpgroup * Traits::kWarpgroupRows + index / Traits::kVectorsPerRow;
-      const int vector = index % Traits::kVectorsPerRow;
+      // A pass of the warpgroup covers whole rows, so the thread's vector is the same in every
+      // pass and its rows are kRowsPerVectorPass apart: their positions' addresses are offsets
+      // from one register, not one register each held from the query loads (at head_dim 256 the
+      // 16 of those spilled).
+      const int row = warpgroup * Traits::kWarpgroupRows + thread / Traits::kVectorsPerRow +
+                      i * Traits::kRowsPerVectorPass;
+      const int vector = thread % Traits::kVectorsPerRow;
       const int32_t position = storage.row_positions[row];
       if (position == kNoRow) continue;
       const uint4 value = *reinterpret_cast<const uint4*>(

@@ -27,7 +27,8 @@ class WgmmaMainloop {
  public:
   using Element = typename Traits::Element;
   using Storage = WgmmaSharedStorage<Traits>;
-  using Mma = WarpgroupMma<Element>;
+  using ScoreMma = WgmmaScores<Element, Traits::kBlockN>;
+  using OutputMma = WgmmaOutput<Element, Traits::kHeadDim>;
   // Probabilities as wgmma A fragments: per k-step of 16 keys, four packed pairs.
   using Probabilities = uint32_t[Traits::kKeySteps][4];
 
@@ -118,7 +119,8 @@ class WgmmaMainloop {
 
   // Column gathers look up the column list once per thread, not once per pass: each lane reads
   // the key of one of the rows its warp copies, and every pass takes its rows' keys from the
-  // lanes that hold them. Lane l holds the row of pass l / kGatherRowsPerWarp.
+  // lanes that hold them. Lane l holds the row of pass l / kGatherRowsPerWarp (none past the last
+  // pass: at head_dim 256 a chunk's 64 rows take half the lanes).
   __device__ static int gather_slot(int pass, int warp, int row_in_warp) {
     return pass * Traits::kGatherRowsPerPass + warp * Traits::kGatherRowsPerWarp + row_in_warp;
   }
@@ -188,9 +190,10 @@ class WgmmaMainloop {
     const uint32_t tile = shared_address(storage.query);
 #pragma unroll
     for (int i = 0; i < Traits::kRowVectorsPerThread; ++i) {
-      const int index = thread + i * kWarpgroupThreads;
-      const int row = warpgroup * Traits::kWarpgroupRows + index / Traits::kVectorsPerRow;
-      const int vector = index % Traits::kVectorsPerRow;
+      // The thread's vector is the same in every pass, its rows kRowsPerVectorPass apart.
+      const int row = warpgroup * Traits::kWarpgroupRows + thread / Traits::kVectorsPerRow +
+                      i * Traits::kRowsPerVectorPass;
+      const int vector = thread % Traits::kVectorsPerRow;
       const int32_t position = storage.row_positions[row];
       const bool valid = position != kNoRow;
       const Element* source =
@@ -230,20 +233,20 @@ class WgmmaMainloop {
           advance_descriptor(query_descriptor, block * Traits::kQueryBlockBytes + within);
       const uint64_t b =
           advance_descriptor(key_descriptor, block * Traits::kChunkBlockBytes + within);
-      Mma::scores(scores, a, b, step > 0);
+      ScoreMma::run(scores, a, b, step > 0);
     }
     warpgroup_commit();
   }
 
   // Issues output += P·V as one wgmma group. V is read MN-major (its rows are keys, its columns
-  // the output's): one wgmma per k-step of 16 keys spans both 64-column blocks of V, the
-  // descriptor's leading offset stepping from one block to the next, so that P's fragments go to
-  // the tensor cores once per k-step. Until a wait covers the group, neither the output nor the
-  // probabilities may be touched; pin both after it (the probabilities are read from registers
-  // while the group runs).
+  // the output's): one wgmma per k-step of 16 keys spans every 64-column block of V (2 at head_dim
+  // 128, 4 at 256), the descriptor's leading offset stepping from one block to the next, so that
+  // P's fragments go to the tensor cores once per k-step. Until a wait covers the group, neither
+  // the output nor the probabilities may be touched; pin both after it (the probabilities are read
+  // from registers while the group runs).
   __device__ static void issue_output(Storage& storage, int stage, Probabilities& probabilities,
                                       float (&output)[Traits::kOutputTiles][4]) {
-    static_assert(Traits::kOutputTiles == Mma::kOutputTiles, "one wgmma covers the output row");
+    static_assert(Traits::kOutputTiles == OutputMma::kTiles, "one wgmma covers the output row");
     const uint64_t value_descriptor = matrix_descriptor(
         shared_address(storage.values[stage]), Traits::kChunkBlockBytes, kSwizzleAtomBytes);
     pin_accumulators(output);
@@ -252,7 +255,7 @@ class WgmmaMainloop {
 #pragma unroll
     for (int step = 0; step < Traits::kKeySteps; ++step) {
       const uint64_t b = advance_descriptor(value_descriptor, step * Traits::kMmaK * kSwizzleBytes);
-      Mma::output(output, probabilities[step], b);
+      OutputMma::run(output, probabilities[step], b);
     }
     warpgroup_commit();
   }

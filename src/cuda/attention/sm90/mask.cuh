@@ -35,9 +35,10 @@ class WarpgroupMask {
   // Span chunks: a row's kept slots in kSlotWords words; a word holds kTilesPerWord score tiles.
   static constexpr int kSlotWords = Traits::kBlockN / kDecisionBits;
   static constexpr int kTilesPerWord = kDecisionBits / Traits::kAccumulatorTileN;
-  static_assert(kColumnKeysPerLane * kScoresPerLaneGroup == kDecisionBits &&
-                    Traits::kScoreTiles * 2 == kDecisionBits,
+  static_assert(kColumnKeysPerLane * kScoresPerLaneGroup <= kDecisionBits &&
+                    Traits::kScoreTiles * 2 <= kDecisionBits,
                 "bit tile·2 + e%2 of a word holds each of a row's scores");
+  static_assert(Traits::kBlockN % kDecisionBits == 0, "span chunks' bit sets are whole words");
 
   // `rows`: the warpgroup's kWarpgroupRows original positions (kNoRow past the tile); `columns`:
   // the plan's; `token_info`: the plan's [kv_len] packed tokens (null without token masks; read

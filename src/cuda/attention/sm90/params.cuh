@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+
 #include "cuda/attention/params.cuh"
 
 namespace mmsparse::cuda {
@@ -22,10 +24,16 @@ enum class ChunkSources { kSpans, kGathers, kLattices, kLatticesAndGathers };
 // positional instantiations, which compile no token path.
 enum class MaskTerms { kPositional, kTokens };
 
+// Keys per K/V chunk of the wgmma kernel at `head_dim`: the N of its score wgmma and the rows of
+// its K/V tensor boxes (WgmmaTraits::kBlockN; the host encodes the boxes from this). 128 up to
+// head_dim 128; 64 above, where a chunk's K and V rows take twice the bytes and the registers of
+// O twice the room (the budget in cuda/attention/sm90/traits.cuh).
+constexpr int wgmma_chunk_keys(int64_t head_dim) { return head_dim > 128 ? 64 : 128; }
+
 struct WgmmaAttentionParams {
   AttentionParams attention;
   // 4-D views [batch][kv_len][kv_heads][head_dim] (innermost last), box [1][kBlockN][1][64]
-  // with 128-byte swizzle; rows past kv_len read as zeros.
+  // (wgmma_chunk_keys) with 128-byte swizzle; rows past kv_len read as zeros.
   CUtensorMap keys;
   CUtensorMap values;
   // 5-D views of the same K/V cut into periods of DevicePlan::lattice_step rows, box of

@@ -191,51 +191,105 @@ __device__ inline void pin_accumulators(float (&accumulators)[kTiles][4]) {
       MMSPARSE_ACCUMULATOR_TILE(d, first + 2), MMSPARSE_ACCUMULATOR_TILE(d, first + 3), \
       MMSPARSE_ACCUMULATOR_TILE(d, first + 4), MMSPARSE_ACCUMULATOR_TILE(d, first + 5), \
       MMSPARSE_ACCUMULATOR_TILE(d, first + 6), MMSPARSE_ACCUMULATOR_TILE(d, first + 7)
+// The accumulator operands of an m64nN wgmma: N / 2 floats a thread, N / 8 tiles.
+#define MMSPARSE_ACCUMULATORS_64(d) MMSPARSE_ACCUMULATOR_8_TILES(d, 0)
+#define MMSPARSE_ACCUMULATORS_128(d) \
+  MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8)
+#define MMSPARSE_ACCUMULATORS_256(d)                                      \
+  MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8), \
+      MMSPARSE_ACCUMULATOR_8_TILES(d, 16), MMSPARSE_ACCUMULATOR_8_TILES(d, 24)
 
+// The accumulators' places in the instruction (operands 0 .. N / 2 - 1).
+#define MMSPARSE_REGISTERS_32                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define MMSPARSE_REGISTERS_64                                                              \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
   "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
   "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define MMSPARSE_REGISTERS_128                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "  \
+  "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "  \
+  "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
+  "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "   \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
-// The two wgmma shapes of the mainloop for one 16-bit input type:
-//   scores:  D[64×128] (+)= A[64×16] · B[16×128], A and B K-major in shared memory (Q·K^T);
-//   output:  D[64×128] += A[64×16] · B[16×128], A in registers (P), B MN-major in shared memory
-//            (V, two 64-column swizzle atoms: one instruction per k-step covers the whole head_dim,
-//            so P's fragments go to the tensor cores once per k-step rather than once per atom).
-template <class Element>
-struct WarpgroupMma;
+// The two wgmma shapes of the mainloop for one 16-bit input type, N their columns:
+//   WgmmaScores:  D[64×N] (+)= A[64×16] · B[16×N], A and B K-major in shared memory (Q·K^T, N the
+//                 keys of a chunk);
+//   WgmmaOutput:  D[64×N] += A[64×16] · B[16×N], A in registers (P), B MN-major in shared memory
+//                 (V, N / 64 swizzle atoms side by side: one instruction per k-step covers the
+//                 whole head_dim, so P's fragments go to the tensor cores once per k-step rather
+//                 than once per atom).
+// Specialised for the N the kernel's traits use: scores of 128 keys (head_dim 128) and 64 (256),
+// outputs of 128 and 256 columns (wgmma's largest N).
+template <class Element, int kColumns>
+struct WgmmaScores;
+template <class Element, int kColumns>
+struct WgmmaOutput;
 
-#define MMSPARSE_DEFINE_WARPGROUP_MMA(ELEMENT, PTX_TYPE)                                          \
+// REGISTERS, ACCUMULATORS: the macros above for N; A, B, ACCUMULATE: the operand numbers after
+// the accumulators.
+#define MMSPARSE_DEFINE_WGMMA_SCORES(ELEMENT, PTX_TYPE, N, REGISTERS, ACCUMULATORS, A, B,        \
+                                     ACCUMULATE)                                                 \
+  template <>                                                                                    \
+  struct WgmmaScores<ELEMENT, N> {                                                               \
+    static constexpr int kTiles = N / 8; /* N columns in tiles of 8 */                           \
+    __device__ static void run(float (&d)[kTiles][4], uint64_t a, uint64_t b, bool accumulate) { \
+      asm volatile("{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, " ACCUMULATE              \
+                   ", 0;\n"                                                                      \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE       \
+                   " " REGISTERS ", " A ", " B ", accumulate, 1, 1, 0, 0;\n}\n"                  \
+                   : ACCUMULATORS(d)                                                             \
+                   : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                         \
+    }                                                                                            \
+  };
+
+// A0: the first of the four A fragment registers' operand numbers.
+#define MMSPARSE_DEFINE_WGMMA_OUTPUT(ELEMENT, PTX_TYPE, N, REGISTERS, ACCUMULATORS, A0, A1, A2,   \
+                                     A3, B, ACCUMULATE)                                           \
   template <>                                                                                     \
-  struct WarpgroupMma<ELEMENT> {                                                                  \
-    static constexpr int kScoreTiles = 16; /* 128 columns in tiles of 8 */                        \
-    __device__ static void scores(float (&d)[kScoreTiles][4], uint64_t a, uint64_t b,             \
-                                  bool accumulate) {                                              \
+  struct WgmmaOutput<ELEMENT, N> {                                                                \
+    static constexpr int kTiles = N / 8; /* N columns in tiles of 8 */                            \
+    __device__ static void run(float (&d)[kTiles][4], const uint32_t (&a)[4], uint64_t b) {       \
       asm volatile(                                                                               \
-          "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %66, 0;\n"                          \
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE                    \
-          " " MMSPARSE_REGISTERS_64 ", %64, %65, accumulate, 1, 1, 0, 0;\n}\n"                    \
-          : MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8)                \
-          : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                                   \
-    }                                                                                             \
-    static constexpr int kOutputTiles = 16; /* 128 columns in tiles of 8 */                       \
-    __device__ static void output(float (&d)[kOutputTiles][4], const uint32_t (&a)[4],          \
-                                  uint64_t b) {                                                   \
-      asm volatile(                                                                               \
-          "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"                          \
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE                    \
-          " " MMSPARSE_REGISTERS_64 ", {%64, %65, %66, %67}, %68, accumulate, 1, 1, 1;\n}\n"      \
-          : MMSPARSE_ACCUMULATOR_8_TILES(d, 0), MMSPARSE_ACCUMULATOR_8_TILES(d, 8)                \
+          "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, " ACCUMULATE                        \
+          ", 0;\n"                                                                                \
+          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " " REGISTERS   \
+          ", {" A0 ", " A1 ", " A2 ", " A3 "}, " B ", accumulate, 1, 1, 1;\n}\n"                  \
+          : ACCUMULATORS(d)                                                                       \
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1) /* always accumulates */); \
     }                                                                                             \
   };
 
-MMSPARSE_DEFINE_WARPGROUP_MMA(__nv_bfloat16, "bf16")
-MMSPARSE_DEFINE_WARPGROUP_MMA(__half, "f16")
+#define MMSPARSE_DEFINE_WGMMA_SHAPES(ELEMENT, PTX_TYPE)                                           \
+  MMSPARSE_DEFINE_WGMMA_SCORES(ELEMENT, PTX_TYPE, 64, MMSPARSE_REGISTERS_32,                      \
+                               MMSPARSE_ACCUMULATORS_64, "%32", "%33", "%34")                     \
+  MMSPARSE_DEFINE_WGMMA_SCORES(ELEMENT, PTX_TYPE, 128, MMSPARSE_REGISTERS_64,                     \
+                               MMSPARSE_ACCUMULATORS_128, "%64", "%65", "%66")                    \
+  MMSPARSE_DEFINE_WGMMA_OUTPUT(ELEMENT, PTX_TYPE, 128, MMSPARSE_REGISTERS_64,                     \
+                               MMSPARSE_ACCUMULATORS_128, "%64", "%65", "%66", "%67", "%68",      \
+                               "%69")                                                             \
+  MMSPARSE_DEFINE_WGMMA_OUTPUT(ELEMENT, PTX_TYPE, 256, MMSPARSE_REGISTERS_128,                    \
+                               MMSPARSE_ACCUMULATORS_256, "%128", "%129", "%130", "%131", "%132", \
+                               "%133")
 
-#undef MMSPARSE_DEFINE_WARPGROUP_MMA
+MMSPARSE_DEFINE_WGMMA_SHAPES(__nv_bfloat16, "bf16")
+MMSPARSE_DEFINE_WGMMA_SHAPES(__half, "f16")
+
+#undef MMSPARSE_DEFINE_WGMMA_SHAPES
+#undef MMSPARSE_DEFINE_WGMMA_OUTPUT
+#undef MMSPARSE_DEFINE_WGMMA_SCORES
+#undef MMSPARSE_REGISTERS_128
 #undef MMSPARSE_REGISTERS_64
+#undef MMSPARSE_REGISTERS_32
+#undef MMSPARSE_ACCUMULATORS_256
+#undef MMSPARSE_ACCUMULATORS_128
+#undef MMSPARSE_ACCUMULATORS_64
 #undef MMSPARSE_ACCUMULATOR_8_TILES
 #undef MMSPARSE_ACCUMULATOR_TILE
 

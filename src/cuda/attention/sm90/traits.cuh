@@ -2,7 +2,22 @@
 // Compile-time configuration and shared memory of the wgmma attention kernel (sm_90a): one producer
 // warpgroup that streams K/V key chunks with tensor copies, and one or two consumer warpgroups of
 // 64 query rows each. Every tile lives in shared memory as 128-byte swizzle atoms (8 rows of 64
-// 16-bit elements, 1024 bytes), the layout the tensor copies write and the wgmma descriptors read.
+// 16-bit elements, 1024 bytes), the layout the tensor copies write and the wgmma descriptors read;
+// a row of head_dim elements spans head_dim / 64 column blocks of atoms (2 at 128, 4 at 256), so
+// no swizzle wider than 128 bytes and no tensor box wider than 64 elements is needed.
+//
+// Budget, per CTA of two consumer warpgroups (128 query rows), 16-bit elements:
+//   head_dim   keys/chunk   Q tile    K+V stage   stages   shared memory       O / S / P registers
+//   128        128          32 KiB    64 KiB      3        224 KiB + ~1.2 KiB   64 / 64 / 32
+//   256         64          64 KiB    64 KiB      2        192 KiB + ~1.2 KiB  128 / 32 / 16
+// against 227 KiB of shared memory a block, and the consumers' kConsumerRegisters a thread (O, S
+// and P are the thread's floats of the output, scores and packed probabilities; the rest holds
+// the softmax, mask and chunk state). At head_dim 256 a chunk of 128 keys would take 128 KiB a
+// stage and 64 more registers of S and P, so chunks hold 64 keys (wgmma_chunk_keys), and a third
+// stage (256 KiB) does not fit: the producer refills a stage once both warpgroups' P·V of its
+// chunk has completed. One warpgroup (64 rows) would fit three stages (224 KiB) but halves the
+// rows each K/V chunk serves and loses the two warpgroups' ping-pong, so head_dim 256 is compiled
+// for two (tiles of up to 128 rows; shorter tiles leave the second warpgroup's rows empty).
 
 #include <cstdint>
 
@@ -11,6 +26,8 @@
 #include "cuda/attention/sm90/ptx.cuh"
 
 namespace mmsparse::cuda {
+
+inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;  // sm_90's opt-in limit
 
 // kSources_: which key chunks the instantiation loads (ChunkSources); kMaskTerms_: which mask terms
 // it evaluates (MaskTerms; both in cuda/attention/sm90/params.cuh).
@@ -29,10 +46,8 @@ struct WgmmaTraits {
 
   static constexpr int kWarpgroupRows = 64;  // M of every wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kWarpgroupRows;
-  static constexpr int kBlockN = 128;  // keys per chunk: N of the score wgmma
-  // K/V chunks in flight: a consumer holds two (one in Q·K^T, the previous in P·V) while the
-  // producer fills the third.
-  static constexpr int kStages = 3;
+  static constexpr int kBlockN =
+      wgmma_chunk_keys(kHeadDim);  // keys per chunk: N of the score wgmma
   static constexpr int kMmaK = 16;
 
   // The accumulators in the mma.sync m16n8 layout (each warp of a warpgroup owns 16 rows), which
@@ -61,6 +76,8 @@ struct WgmmaTraits {
   // producer gives most of its share to the consumers, who hold S, P and O in registers. 40 leave
   // the producer's gathers without spills and still fit the consumers (229-236 used); against 24 /
   // 240 they ran 0.6-2% faster on the grid mask, dense 128K and columns (docs/perf-notes.md, v10).
+  // At head_dim 256 the consumers fit too (O takes 64 more registers, S and P 48 fewer: the
+  // budget above; no spills in ptxas's report).
   static constexpr bool kReallocateRegisters = kConsumerWarpgroups > 1;
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
@@ -71,6 +88,7 @@ struct WgmmaTraits {
   static constexpr int kVectorsPerAtomRow = kSwizzleBytes / kCopyBytes;
   static constexpr int kRowVectorsPerThread =
       kWarpgroupRows * kVectorsPerRow / kWarpgroupThreads;  // a warpgroup moves its 64 rows
+  static constexpr int kRowsPerVectorPass = kWarpgroupThreads / kVectorsPerRow;
   // Column gathers: a group of kGatherLanesPerRow lanes copies a key row's 128-byte lines, one
   // 16-byte vector of each column block per lane, so that every copy instruction of a warp reads
   // whole lines of kGatherRowsPerWarp rows. A thread keeps its vector (and so its place in the
@@ -85,11 +103,26 @@ struct WgmmaTraits {
   static constexpr int kChunkBlockBytes = kBlockN * kSwizzleBytes;
   static constexpr int kChunkBytes = kColumnBlocks * kChunkBlockBytes;
   static constexpr int kQueryBlockBytes = kBlockM * kSwizzleBytes;  // one column block of Q
+  static constexpr int kQueryBytes = kColumnBlocks * kQueryBlockBytes;
+
+  // K/V chunks in flight: with three, a consumer holds two (one in Q·K^T, the previous in P·V)
+  // while the producer fills the third; with two (head_dim 256, where three do not fit) the
+  // producer refills a stage once its P·V has completed. kStageReserveBytes covers the barriers,
+  // row positions and bounds, and the atom of alignment slack (kWgmmaSharedBytes).
+  static constexpr int kMaxStages = 3;
+  static constexpr int kStageReserveBytes = 2 * kSwizzleAtomBytes;
+  static constexpr int kStagesThatFit =
+      (kMaxSharedBytesPerBlock - kQueryBytes - kStageReserveBytes) / (2 * kChunkBytes);
+  static constexpr int kStages = kStagesThatFit < kMaxStages ? kStagesThatFit : kMaxStages;
 
   static_assert(sizeof(Element) == 2, "wgmma here takes 16-bit inputs");
   static_assert(kHeadDim % kAtomElements == 0, "head_dim must fill whole swizzle atoms");
-  static_assert(kHeadDim == 128, "the output wgmma is m64n128k16: one covers the whole head_dim");
-  static_assert(kBlockN == 128, "WarpgroupMma::scores is m64n128k16");
+  static_assert(
+      kHeadDim == 128 || kHeadDim == 256,
+      "the output wgmma is m64n{128,256}k16 (WgmmaOutput): one covers the whole head_dim");
+  static_assert(kBlockN == 128 || kBlockN == 64,
+                "the score wgmma is m64n{64,128}k16 (WgmmaScores)");
+  static_assert(kStages >= 2, "a consumer holds a chunk in Q·K^T and the previous one in P·V");
   static_assert(kBlockN % kSwizzleAtomRows == 0 && kWarpgroupRows % kSwizzleAtomRows == 0,
                 "tiles are whole swizzle atoms");
   static_assert(kWarpgroupRows * kVectorsPerRow % kWarpgroupThreads == 0,
@@ -97,8 +130,9 @@ struct WgmmaTraits {
   static_assert(kWarpgroupRows <= kWarpgroupThreads, "one thread per row gathers row positions");
   static_assert(kWarpgroupThreads % kVectorsPerRow == 0, "a pass covers whole rows");
   static_assert(kBlockN % kGatherRowsPerPass == 0, "column gathers cover a chunk in whole passes");
-  static_assert(kGatherPasses * kGatherRowsPerWarp == kWarpSize,
-                "each lane of a producer warp looks up one of the rows its warp gathers");
+  static_assert(kGatherPasses * kGatherRowsPerWarp <= kWarpSize,
+                "each row a producer warp gathers is looked up by one of its lanes (lanes past "
+                "kGatherPasses passes look up nothing)");
   static_assert(kGatherRowsPerPass % kSwizzleAtomRows == 0,
                 "a gathering thread's rows keep their place in the swizzle from pass to pass");
 
@@ -145,8 +179,6 @@ struct WgmmaSharedStorage {
 template <class Traits>
 inline constexpr int kWgmmaSharedBytes =
     static_cast<int>(sizeof(WgmmaSharedStorage<Traits>)) + kSwizzleAtomBytes;
-
-inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;  // sm_90's opt-in limit
 
 template <class Traits>
 __device__ WgmmaSharedStorage<Traits>& aligned_wgmma_storage(unsigned char* dynamic_shared) {
