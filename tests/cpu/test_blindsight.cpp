@@ -272,9 +272,11 @@ TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
 // Without a layout every token is text: every template is the causal mask.
 TEST(BlindSight, WithoutALayoutEveryQueryIsText) {
   const PlanShape shape{.q_len = 50, .kv_len = 70, .tile_rows = 16};
-  const std::vector<uint8_t> causal = materialize_mask(build_plan(PatternSpec{"dense"}, shape), 0);
+  const std::vector<uint8_t> causal =
+      materialize_mask(build_plan(PatternSpec{"dense", {}}, shape), 0);
   for (const std::string& mask : kMasks) {
-    EXPECT_EQ(materialize_mask(build_plan(PatternSpec{"blindsight-" + mask}, shape), 0), causal);
+    EXPECT_EQ(materialize_mask(build_plan(PatternSpec{"blindsight-" + mask, {}}, shape), 0),
+              causal);
   }
 }
 
