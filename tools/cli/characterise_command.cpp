@@ -37,8 +37,10 @@ struct CharacteriseFlags {
   BlindSightModelSpec model;
   std::string alpha = "0.1";
   AggregationThresholds gammas;
-  ImageStyle style;         // for --input files
-  std::string config_path;  // --config: evaluate this config instead of characterising
+  ImageStyle style;           // for --input files
+  std::string config_path;    // --config: evaluate this config instead of characterising
+  std::string layout_preset;  // FLOPs reduction also on this workload preset's layouts
+  std::vector<int64_t> layout_lengths;
   std::string out_path;
 };
 
@@ -154,6 +156,37 @@ HeadTypeTally characterise_prompts(const std::vector<Prompt>& prompts, const Ima
   return tally;
 }
 
+// Counting pairs under bidirectional masks reads every key of every row (plan_coverage.h): refused
+// beyond this length rather than left running for minutes.
+constexpr int64_t kMaxBidirectionalCountLength = 32768;
+
+// Table 8's measure for the config on a workload preset's layout at each length (one layout per
+// length: a preset's layout depends on its length only).
+void print_preset_flops(const CharacteriseFlags& flags, const PatternConfig& config, int64_t layers,
+                        int64_t heads, const ImageStyle& style, bool quiet,
+                        nlohmann::json& report) {
+  const std::vector<int64_t> lengths =
+      flags.layout_lengths.empty() ? std::vector<int64_t>{0} : flags.layout_lengths;
+  for (const int64_t length : lengths) {
+    WorkloadSpec spec;
+    spec.preset = flags.layout_preset;
+    spec.seq_len = length;
+    const ModalityLayout layout = Workload::create(spec).layout();
+    if (style.bidirectional && layout.length() > kMaxBidirectionalCountLength) {
+      throw_invalid_argument("--seq-len",
+                             "at most " + std::to_string(kMaxBidirectionalCountLength) +
+                                 " tokens for a bidirectional style",
+                             std::to_string(layout.length()));
+    }
+    const double saved = flops_reduction(config, layout, layers, heads, style);
+    report["preset_flops_reduction"][std::to_string(layout.length())] = saved;
+    if (quiet) continue;
+    fmt::print(
+        "attention FLOPs reduction on {} (SYNTHETIC layout, {} images), {} tokens: {:.2f}%\n",
+        flags.layout_preset, layout.media().size(), layout.length(), 100 * saved);
+  }
+}
+
 int run_characterise(const CharacteriseFlags& flags) {
   if (flags.exec.device_choice() == DeviceChoice::kCuda) {
     throw Error(ErrorCode::kUnsupported,
@@ -218,6 +251,8 @@ int run_characterise(const CharacteriseFlags& flags) {
     }
   }
   if (model && !types.empty() && !quiet) print_confusion(*model, types);
+  if (!flags.layout_preset.empty())
+    print_preset_flops(flags, config, layers, heads, style, quiet, report);
   if (!flags.out_path.empty()) {
     std::ofstream file(flags.out_path);
     if (!file) throw Error(ErrorCode::kIoError, "--output: cannot open '" + flags.out_path + "'");
@@ -289,6 +324,14 @@ Command add_characterise_command(CLI::App& app) {
       ->add_option("--config", flags->config_path,
                    "evaluate this pattern config's FLOPs reduction instead of characterising")
       ->check(CLI::ExistingFile);
+  command->add_option("--layout-preset", flags->layout_preset,
+                      "also the FLOPs reduction on this workload preset's layout (e.g. "
+                      "multi-image)");
+  command
+      ->add_option("--seq-len", flags->layout_lengths,
+                   "--layout-preset lengths, e.g. 36864,131072,307200 (default: its own)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   command->add_option("--output,-o", flags->out_path, "pattern config (JSON) to write");
   return {command, [flags] { return run_characterise(*flags); }};
 }
