@@ -154,6 +154,27 @@ TEST(Characterise, RecoversThePlantedTypesGemma3Style) {
   EXPECT_EQ(config.default_spec.to_string(), "blindsight-dense:bidirectional=1");
 }
 
+// App. C on the SYNTHETIC Gemma 3 model: the most frequent sink offsets are the planted ones.
+TEST(Characterise, FindsTheGemma3SinkOffsets) {
+  constexpr uint64_t kSinkPrompts = 8;
+  const BlindSightModel model({.style = BlindSightStyle::kGemma3, .head_dim = 32, .seed = 11});
+  SinkOffsetTally tally;
+  for (uint64_t prompt = 0; prompt < kSinkPrompts; ++prompt) {
+    const ModalityLayout layout = model.prompt_layout(prompt);
+    for (int64_t layer = 0; layer < model.spec().layers; ++layer) {
+      const BlindSightModel::LayerTensors tensors = model.layer(prompt, layer);
+      tally.add_layer(tensors.q.view(), tensors.k.view(), layout, true);
+    }
+  }
+  EXPECT_EQ(tally.offsets(), model.image_style().sink_offsets);
+  // Qwen-style images differ in size: no fixed offsets.
+  const BlindSightModel qwen({.layers = 1, .heads = 1, .head_dim = 8});
+  const BlindSightModel::LayerTensors tensors = qwen.layer(0, 0);
+  expect_error(
+      [&] { tally.add_layer(tensors.q.view(), tensors.k.view(), qwen.prompt_layout(0), false); },
+      ErrorCode::kInvalidArgument, {"layout", "images of one size"});
+}
+
 TEST(Characterise, BadInputsAreNamedErrors) {
   expect_error([] { (void)BlindSightModel({.layers = 0}); }, ErrorCode::kInvalidArgument,
                {"layers", ">= 1"});

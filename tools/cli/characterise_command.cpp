@@ -41,6 +41,7 @@ struct CharacteriseFlags {
   std::string config_path;    // --config: evaluate this config instead of characterising
   std::string layout_preset;  // FLOPs reduction also on this workload preset's layouts
   std::vector<int64_t> layout_lengths;
+  bool find_sinks = false;
   std::string out_path;
 };
 
@@ -156,6 +157,32 @@ HeadTypeTally characterise_prompts(const std::vector<Prompt>& prompts, const Ima
   return tally;
 }
 
+std::string offsets_text(const std::vector<int64_t>& offsets) {
+  std::string text;
+  for (int64_t offset : offsets) text += (text.empty() ? "" : "/") + std::to_string(offset);
+  return "[" + text + "]";
+}
+
+// App. C over every layer of every prompt: the offsets the style's sinks then use.
+std::vector<int64_t> find_sink_offsets(const std::vector<Prompt>& prompts, bool bidirectional,
+                                       StepProgress& steps) {
+  SinkOffsetTally tally;
+  steps.begin("sink offsets (App. C)");
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    for (int64_t layer = 0; layer < prompts[p].layers; ++layer) {
+      const std::array<Tensor, 3> qkv = prompts[p].layer(layer);
+      tally.add_layer(qkv[0].view(), qkv[1].view(), prompts[p].layout, bidirectional);
+    }
+    steps.update(static_cast<double>(p + 1) / static_cast<double>(prompts.size()));
+  }
+  steps.end();
+  const std::vector<int64_t> offsets = tally.offsets();
+  if (offsets.empty()) {
+    throw_invalid_argument("--find-sinks", "prompts with at least two images", "none");
+  }
+  return offsets;
+}
+
 // Counting pairs under bidirectional masks reads every key of every row (plan_coverage.h): refused
 // beyond this length rather than left running for minutes.
 constexpr int64_t kMaxBidirectionalCountLength = 32768;
@@ -210,6 +237,14 @@ int run_characterise(const CharacteriseFlags& flags) {
   }
   const bool quiet = flags.exec.quiet || flags.exec.json_path == "-";
   StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
+  if (flags.find_sinks) {
+    style.sink_offsets = find_sink_offsets(prompts, style.bidirectional, steps);
+    if (!quiet) {
+      fmt::print("sink offsets (App. C, the top 10% most frequent): {}{}\n",
+                 offsets_text(style.sink_offsets),
+                 model ? " (planted " + offsets_text(model->image_style().sink_offsets) + ")" : "");
+    }
+  }
   PatternConfig config;
   std::map<int64_t, std::map<int64_t, HeadType>> types;
   int64_t heads = 0;
@@ -228,6 +263,7 @@ int run_characterise(const CharacteriseFlags& flags) {
   if (heads == 0) heads = model ? model->spec().heads : 1;
   if (layers == 0) layers = prompts.empty() ? 0 : prompts.front().layers;
   nlohmann::json report = {{"prompts", prompts.size()}, {"layers", layers}, {"heads", heads}};
+  if (flags.find_sinks) report["sink_offsets"] = style.sink_offsets;
   for (const auto& [layer, layer_types] : types) {
     std::string line;
     for (const auto& [head, type] : layer_types) {
@@ -318,6 +354,8 @@ Command add_characterise_command(CLI::App& app) {
       ->add_option("--sinks", flags->style.sink_offsets,
                    "--input: sink offsets inside each image instead (Gemma 3), e.g. 3,17,40")
       ->delimiter(',');
+  command->add_flag("--find-sinks", flags->find_sinks,
+                    "find the sink offsets from the prompts first (App. C; images of one size)");
   command->add_flag("--bidirectional", flags->style.bidirectional,
                     "--input: the model attends bidirectionally inside images (Gemma 3)");
   command

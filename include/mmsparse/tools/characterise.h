@@ -68,6 +68,27 @@ std::vector<HeadCharacterisation> characterise_layer(const TensorView& q, const 
                                                      const ImageStyle& style, double alpha,
                                                      int num_threads = 0);
 
+// Gemma 3's sink offsets found from data (App. C: the top-10% most frequent sink positions over a
+// characterisation set). Images must all have one size. For every query head of every layer added,
+// the keys of earlier images are scored by the attention the image queries put on them under the
+// model's dense mask, summed per offset inside the image; the head's top `fraction` of offsets
+// count once each. offsets() gives the `fraction` of offsets counted most often.
+class SinkOffsetTally {
+ public:
+  explicit SinkOffsetTally(double fraction = 0.1) : fraction_(fraction) {}
+  // q [1, seq, q_heads, head_dim], k [1, seq, kv_heads, head_dim]: host views, any strides and
+  // float dtype; layout.length() == seq. Throws naming the layout when its images differ in size.
+  void add_layer(const TensorView& q, const TensorView& k, const ModalityLayout& layout,
+                 bool bidirectional);
+  // Ascending; empty before any image with earlier images was seen.
+  std::vector<int64_t> offsets() const;
+
+ private:
+  double fraction_;
+  int64_t image_tokens_ = 0;
+  std::vector<int64_t> counts_;  // [image_tokens_]
+};
+
 // Alg. 2's thresholds on the fractions of prompts that chose dense, sink and intra.
 struct AggregationThresholds {
   double dense = 0.25;
