@@ -187,6 +187,10 @@ TEST(BlindSight, OneImageAdjacentImagesAndAHundredImages) {
                         .build();
   adjacent.bidirectional = true;
   check_case(adjacent, adjacent.layout.length(), 8);
+  Case sinks_ahead;  // the first rows have no key at all: a causal image before any sink
+  sinks_ahead.layout = LayoutBuilder().image({1, 3, 7}, false).text(4).image({1, 3, 7}).build();
+  sinks_ahead.offsets = {9, 15};
+  check_case(sinks_ahead, sinks_ahead.layout.length(), 4);
   Case hundred = random_case(random, 100, false);
   check_case(hundred, hundred.layout.length(), 64);
   Case hundred_fixed = random_case(random, 100, true);

@@ -157,9 +157,10 @@ void add_key_runs(PlanBuilder& builder, std::vector<KeyRange>& ranges) {
   }
 }
 
-// The keys of a tile of image `image` whose last row is at aligned position `last`.
-void append_image_keys(PlanBuilder& builder, const ImageLayout& images, int32_t image, int64_t last,
-                       BlindSightMask mask, bool bidirectional, std::vector<KeyRange>& ranges) {
+// The key ranges (unsorted, may overlap) of a tile of image `image` whose last row is at aligned
+// position `last`.
+void image_key_ranges(const ImageLayout& images, int32_t image, int64_t last, BlindSightMask mask,
+                      bool bidirectional, std::vector<KeyRange>& ranges) {
   ranges.clear();
   for (const KeyRange& run : images.shared) {
     if (run.begin > last) break;
@@ -174,7 +175,6 @@ void append_image_keys(PlanBuilder& builder, const ImageLayout& images, int32_t 
     const int64_t end = std::min(range.end, own_limit);
     if (range.begin < end) ranges.push_back({range.begin, end});
   }
-  add_key_runs(builder, ranges);
 }
 
 void check_context(const PatternSpec& spec, const HeadContext& context) {
@@ -258,8 +258,12 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
     } else {
       for (int64_t begin = row; begin < run_end; begin += shape.tile_rows) {
         const int64_t end = std::min(run_end, begin + shape.tile_rows);
+        image_key_ranges(images, image, end - 1 + offset, mask, bidirectional, ranges);
+        // No key for any row (an image before any text, its sinks still ahead): the rows stay in
+        // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
+        if (ranges.empty()) continue;
         builder.begin_tile(begin, end, image_mask);
-        append_image_keys(builder, images, image, end - 1 + offset, mask, bidirectional, ranges);
+        add_key_runs(builder, ranges);
       }
     }
     row = run_end;
