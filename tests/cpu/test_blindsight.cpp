@@ -152,7 +152,12 @@ void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
       }
       if (image < 0) continue;
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        EXPECT_GE(plan.spans[s].end - plan.spans[s].begin, kGatherChunkKeys) << "tile " << t;
+        const int64_t length = plan.spans[s].end - plan.spans[s].begin;
+        EXPECT_GE(length, kGatherChunkKeys) << "tile " << t;
+        // Left of every row: whole chunks only.
+        if (plan.spans[s].end <= tile.begin + offset) {
+          EXPECT_EQ(length % kGatherChunkKeys, 0) << "tile " << t;
+        }
       }
     }
   }
@@ -198,23 +203,24 @@ TEST(BlindSight, OneImageAdjacentImagesAndAHundredImages) {
   check_case(hundred_fixed, hundred_fixed.layout.length(), 32);
 }
 
-// Sink keys that are short runs are gathered columns; a long run (the text, a start marker and
-// 10% of a 1,600-token image) stays a span.
-TEST(BlindSight, LongRunsAreSpansAndShortRunsColumns) {
+// Key runs left of every row of a tile are spans of whole key chunks and their remainders, with
+// the short runs, gathered columns: full chunks (the paper's sink packing).
+TEST(BlindSight, KeyRunsFillWholeChunks) {
   const ModalityLayout layout =
       LayoutBuilder().text(40).image({1, 40, 40}).image({1, 10, 10}).image({1, 40, 40}).build();
   const PlanShape shape{.q_len = layout.length(), .kv_len = layout.length(), .tile_rows = 128};
   const Plan plan = build_plan(PatternSpec::parse("blindsight-sink"), shape, &layout);
   const int64_t t = plan.num_tiles() - 2;  // the third image's last tile (the end marker follows)
-  // Its keys, as runs: text and a start marker then the first sink (41 + 160: a span); the first
-  // image's end marker, a start marker and the second sink (2 + 10: columns); the second image's
-  // end marker, a start marker and the third sink (2 + 160: a span).
+  // Its keys, as runs: text and a start marker then the first sink (41 + 160 = 201 keys); the
+  // first image's end marker, a start marker and the second sink (2 + 10); the second image's end
+  // marker, a start marker and the third sink (2 + 160). Spans of one chunk each, the rest
+  // (73 + 12 + 34) columns.
   std::vector<int64_t> span_lengths;
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     span_lengths.push_back(plan.spans[s].end - plan.spans[s].begin);
   }
-  EXPECT_EQ(span_lengths, (std::vector<int64_t>{41 + 160, 2 + 160}));
-  EXPECT_EQ(plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t], 2 + 10);
+  EXPECT_EQ(span_lengths, (std::vector<int64_t>{kGatherChunkKeys, kGatherChunkKeys}));
+  EXPECT_EQ(plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t], 73 + 12 + 34);
 }
 
 // Attention over the plans equals masked-dense attention over the oracle's mask.

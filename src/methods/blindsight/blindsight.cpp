@@ -134,10 +134,13 @@ ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& spec,
   return images;
 }
 
-// Sorts and merges the ranges, then adds each as a span when it fills at least one gathered key
-// chunk, else as columns, which the engines pack with the tile's other short runs into full
-// chunks.
-void add_key_runs(PlanBuilder& builder, std::vector<KeyRange>& ranges) {
+// Sorts and merges the ranges into runs and lists them so that key chunks are full. A run left of
+// every row of the tile (`first` is its first row's aligned position), such as an earlier image's
+// sink with the text before it, is a span of whole chunks and its remainder columns; a shorter run
+// is all columns; the engines pack a tile's columns into full chunks, so every chunk of such runs
+// is full but the tile's last column chunk: the paper's sink packing (App. L, Fig. 18) without
+// permuting K and V. A run reaching the diagonal stays a span (its last chunk is masked anyway).
+void add_key_runs(PlanBuilder& builder, std::vector<KeyRange>& ranges, int64_t first) {
   std::sort(ranges.begin(), ranges.end(),
             [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
   std::vector<KeyRange> merged;
@@ -149,11 +152,14 @@ void add_key_runs(PlanBuilder& builder, std::vector<KeyRange>& ranges) {
     }
   }
   for (const KeyRange& run : merged) {
-    if (run.end - run.begin >= kGatherChunkKeys) {
-      builder.add_span(run.begin, run.end);
-    } else {
-      for (int64_t key = run.begin; key < run.end; ++key) builder.add_column(key);
+    const int64_t length = run.end - run.begin;
+    int64_t span_end = run.begin;
+    if (length >= kGatherChunkKeys) {
+      span_end =
+          run.end <= first ? run.begin + length / kGatherChunkKeys * kGatherChunkKeys : run.end;
     }
+    builder.add_span(run.begin, span_end);  // ignores an empty span
+    for (int64_t key = span_end; key < run.end; ++key) builder.add_column(key);
   }
 }
 
@@ -263,7 +269,7 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
         // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
         if (ranges.empty()) continue;
         builder.begin_tile(begin, end, image_mask);
-        add_key_runs(builder, ranges);
+        add_key_runs(builder, ranges, begin + offset);
       }
     }
     row = run_end;
