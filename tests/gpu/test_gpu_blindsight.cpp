@@ -4,13 +4,15 @@
 // heads, uploaded and run against the fp64 oracle and the CPU reference, on fresh random inputs,
 // GQA ratios, q_len <= kv_len, bfloat16 and float16. With head_dim 128 they must run on the wgmma
 // kernel: spans, gathered columns (the packed sinks) and bidirectional token masks. Then BlindSight
-// heads in a per-head config beside heads built on the GPU, as a characterised config runs.
+// heads in a per-head config beside heads built on the GPU, as a characterised config runs, and the
+// characterisation (Alg. 1) with its attention on the GPU against the CPU reference.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +27,8 @@
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
+#include "mmsparse/tools/blindsight_workload.h"
+#include "mmsparse/tools/characterise.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -196,6 +200,57 @@ TEST_F(GpuBlindSightConfig, MixedWithDeviceBuiltHeads) {
   }
   expect_error([&] { (void)cuda::build_config_plan_on_device(lifted, shape, inputs, stream_); },
                ErrorCode::kUnsupported, {"token arrays"});
+}
+
+// `tensor` rounded to bfloat16, as a model's activations are.
+Tensor to_bfloat16(const Tensor& tensor) {
+  Tensor result(DType::kBFloat16, tensor.shape());
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    store_float(result.view(), i, load_float(tensor.view(), i));
+  }
+  return result;
+}
+
+// Alg. 1 with its attention on the GPU makes the choices it makes on the CPU reference, with the
+// same pair counts and NMSEs equal up to the two backends' rounding.
+TEST(GpuBlindSightCharacterise, MatchesTheCpuReference) {
+  constexpr double kAlpha = 0.1;
+  constexpr double kNmseTolerance = 0.02;  // absolute, plus 5% of the NMSE
+  constexpr double kNmseRelative = 0.05;
+  constexpr uint64_t kPrompts = 3;
+  for (const BlindSightStyle style : {BlindSightStyle::kQwen, BlindSightStyle::kGemma3}) {
+    const BlindSightModel model({.style = style, .layers = 2, .heads = 4, .head_dim = 64});
+    for (uint64_t prompt = 0; prompt < kPrompts; ++prompt) {
+      const ModalityLayout layout = model.prompt_layout(prompt);
+      for (int64_t layer = 0; layer < model.spec().layers; ++layer) {
+        SCOPED_TRACE("style " + std::to_string(static_cast<int>(style)) + " prompt " +
+                     std::to_string(prompt) + " layer " + std::to_string(layer));
+        const BlindSightModel::LayerTensors tensors = model.layer(prompt, layer);
+        const Tensor q = to_bfloat16(tensors.q);
+        const Tensor k = to_bfloat16(tensors.k);
+        const Tensor v = to_bfloat16(tensors.v);
+        const auto on = [&](Device device) {
+          return characterise_layer(q.view(), k.view(), v.view(), layout, model.image_style(),
+                                    kAlpha, 0, device);
+        };
+        const std::vector<HeadCharacterisation> cpu = on(Device{});
+        const std::vector<HeadCharacterisation> gpu = on(Device{DeviceType::kCUDA, 0});
+        ASSERT_EQ(cpu.size(), gpu.size());
+        for (std::size_t head = 0; head < cpu.size(); ++head) {
+          EXPECT_EQ(gpu[head].pairs, cpu[head].pairs);
+          bool near_alpha = false;
+          for (std::size_t t = 0; t < cpu[head].nmse.size(); ++t) {
+            const double tolerance = kNmseTolerance + kNmseRelative * cpu[head].nmse[t];
+            EXPECT_NEAR(gpu[head].nmse[t], cpu[head].nmse[t], tolerance) << "head " << head;
+            near_alpha |= std::abs(cpu[head].nmse[t] - kAlpha) < tolerance;
+          }
+          if (!near_alpha) {
+            EXPECT_EQ(gpu[head].type, cpu[head].type) << "head " << head;
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,7 +1,9 @@
 // `mmsparse characterise`: BlindSight's characterisation (Alg. 1) and aggregation (Alg. 2) over
 // several prompts (safetensors dumps, or a SYNTHETIC BlindSight preset), written as a per-model
 // pattern config, with the attention FLOPs the config saves per prompt (Table 8) and, on a
-// preset, the confusion table against the planted head types. docs/blindsight.md.
+// preset, the confusion table against the planted head types. The masked attention runs on the
+// GPU when --device says so (auto: when there is one), else on the CPU reference.
+// docs/blindsight.md.
 
 #include "characterise_command.h"
 
@@ -134,8 +136,8 @@ void print_confusion(const BlindSightModel& model,
 // Alg. 1 on every layer of every prompt, with a progress step per prompt; layers and heads
 // receive the most layers of a prompt and the heads of a layer.
 HeadTypeTally characterise_prompts(const std::vector<Prompt>& prompts, const ImageStyle& style,
-                                   const AlphaSchedule& alpha, int threads, StepProgress& steps,
-                                   int64_t& layers, int64_t& heads) {
+                                   const AlphaSchedule& alpha, int threads, Device device,
+                                   StepProgress& steps, int64_t& layers, int64_t& heads) {
   HeadTypeTally tally;
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const Prompt& prompt = prompts[p];
@@ -144,7 +146,7 @@ HeadTypeTally characterise_prompts(const std::vector<Prompt>& prompts, const Ima
       const std::array<Tensor, 3> qkv = prompt.layer(layer);
       const std::vector<HeadCharacterisation> result =
           characterise_layer(qkv[0].view(), qkv[1].view(), qkv[2].view(), prompt.layout, style,
-                             alpha.at(layer, prompt.layers), threads);
+                             alpha.at(layer, prompt.layers), threads, device);
       for (std::size_t head = 0; head < result.size(); ++head) {
         tally.add(layer, static_cast<int64_t>(head), result[head].type);
       }
@@ -215,11 +217,8 @@ void print_preset_flops(const CharacteriseFlags& flags, const PatternConfig& con
 }
 
 int run_characterise(const CharacteriseFlags& flags) {
-  if (flags.exec.device_choice() == DeviceChoice::kCuda) {
-    throw Error(ErrorCode::kUnsupported,
-                "--device cuda: characterise runs its masked attention on the CPU reference; use "
-                "--device cpu (or auto)");
-  }
+  const Device device =
+      use_gpu(flags.exec.device_choice()) ? Device{DeviceType::kCUDA, 0} : Device{};
   check_output_path(flags.out_path, "--output");
   check_output_path(flags.exec.json_path, "--json");
   const AlphaSchedule alpha = parse_alpha_schedule(flags.alpha, "--alpha");
@@ -255,8 +254,8 @@ int run_characterise(const CharacteriseFlags& flags) {
       throw Error(ErrorCode::kIoError, "--config: cannot read '" + flags.config_path + "'");
     config = PatternConfig::from_json(std::string(std::istreambuf_iterator<char>(file), {}));
   } else {
-    const HeadTypeTally tally =
-        characterise_prompts(prompts, style, alpha, flags.exec.threads, steps, layers, heads);
+    const HeadTypeTally tally = characterise_prompts(prompts, style, alpha, flags.exec.threads,
+                                                     device, steps, layers, heads);
     types = tally.aggregate(flags.gammas);
     config = blindsight_config(types, style);
   }

@@ -61,12 +61,13 @@ struct HeadCharacterisation {
 // Alg. 1 for every query head of one layer of one prompt: the sparse templates are tried from the
 // fewest pairs up, and the first whose NMSE is below `alpha` is the head's type; dense otherwise.
 // q [1, seq, q_heads, head_dim], k, v [1, seq, kv_heads, head_dim]: host views, any strides and
-// float dtype; layout.length() == seq. Runs on the CPU reference backend.
+// float dtype; layout.length() == seq. The attention runs on `device`: the CPU reference
+// (num_threads threads), or a CUDA device (q, k, v copied there, outputs copied back).
 std::vector<HeadCharacterisation> characterise_layer(const TensorView& q, const TensorView& k,
                                                      const TensorView& v,
                                                      const ModalityLayout& layout,
                                                      const ImageStyle& style, double alpha,
-                                                     int num_threads = 0);
+                                                     int num_threads = 0, Device device = {});
 
 // Gemma 3's sink offsets found from data (App. C: the top-10% most frequent sink positions over a
 // characterisation set). Images must all have one size. For every query head of every layer added,

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "mmsparse/attention.h"
+#include "mmsparse/device.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/metrics.h"
 
@@ -25,19 +26,55 @@ constexpr std::string_view kTemplatePrefix = "blindsight-";
 std::size_t index_of(HeadType type) { return static_cast<std::size_t>(type); }
 
 // The attention output and LSE of q over a plan: [1, seq, heads, dim] in q's dtype and
-// [1, heads, seq] fp32.
+// [1, heads, seq] fp32, host tensors.
 struct Output {
   Tensor out;
   Tensor lse;
 };
 
-Output attend(const Plan& plan, const TensorView& q, const TensorView& k, const TensorView& v,
-              int num_threads) {
+// q, k, v where the attention runs: the host views, or copies on a CUDA device.
+class Operands {
+ public:
+  Operands(const TensorView& q, const TensorView& k, const TensorView& v, Device device)
+      : device_(device) {
+    if (device.type == DeviceType::kCPU) {
+      views_ = {q, k, v};
+      return;
+    }
+    for (const TensorView* host : {&q, &k, &v}) {
+      copies_.push_back(DeviceTensor::from_host(*host, device));
+      views_.push_back(copies_.back().view());
+    }
+  }
+  const TensorView& q() const { return views_[0]; }
+  const TensorView& k() const { return views_[1]; }
+  const TensorView& v() const { return views_[2]; }
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  std::vector<DeviceTensor> copies_;
+  std::vector<TensorView> views_;
+};
+
+Output attend(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
+              const Operands& operands, int num_threads) {
+  const TensorView& q = operands.q();
   Output result{Tensor(q.dtype, {1, q.shape[1], q.shape[2], q.shape[3]}),
                 Tensor(DType::kFloat32, {1, q.shape[2], q.shape[1]})};
   AttentionOptions options;
   options.num_threads = num_threads;
-  attention_planned(plan, q, k, v, result.out.view(), result.lse.view(), options);
+  if (operands.device().type == DeviceType::kCPU) {
+    attention_planned(build_plan(spec, shape, &layout), q, operands.k(), operands.v(),
+                      result.out.view(), result.lse.view(), options);
+    return result;
+  }
+  const PreparedPlan prepared = prepare_pattern(spec, shape, &layout, operands.device());
+  DeviceTensor out(result.out.dtype(), result.out.shape(), operands.device());
+  DeviceTensor lse(DType::kFloat32, result.lse.shape(), operands.device());
+  attention_planned(prepared, q, operands.k(), operands.v(), out.view(), lse.view(), options);
+  out.copy_to_host(result.out.view());
+  lse.copy_to_host(result.lse.view());
   return result;
 }
 
@@ -100,7 +137,7 @@ std::vector<HeadCharacterisation> characterise_layer(const TensorView& q, const 
                                                      const TensorView& v,
                                                      const ModalityLayout& layout,
                                                      const ImageStyle& style, double alpha,
-                                                     int num_threads) {
+                                                     int num_threads, Device device) {
   if (q.ndim != 4 || q.shape[0] != 1) {
     throw_invalid_argument("q", "[1, seq, q_heads, head_dim] (one prompt)",
                            std::to_string(q.ndim) + " dimensions");
@@ -112,12 +149,15 @@ std::vector<HeadCharacterisation> characterise_layer(const TensorView& q, const 
                            std::to_string(layout.length()));
   }
   const PlanShape shape{.heads = heads, .q_len = seq, .kv_len = seq};
+  const Operands operands(q, k, v, device);
   std::array<Output, kHeadTypes> outputs;
   std::array<int64_t, kHeadTypes> pairs{};
   for (HeadType type : kAllHeadTypes) {
-    const Plan plan = build_plan(head_type_spec(type, style), shape, &layout);
-    outputs[index_of(type)] = attend(plan, q, k, v, num_threads);
-    pairs[index_of(type)] = count_plan_pairs(plan, 0);  // every head slot has the same plan
+    const PatternSpec spec = head_type_spec(type, style);
+    outputs[index_of(type)] = attend(spec, shape, layout, operands, num_threads);
+    // Every head slot has the same plan: count one.
+    pairs[index_of(type)] =
+        count_plan_pairs(build_plan(spec, {.q_len = seq, .kv_len = seq}, &layout), 0);
   }
   // Alg. 1 tries the templates cheapest first (the paper's order is by theoretical FLOPs).
   std::array<HeadType, kHeadTypes - 1> sparse = {HeadType::kSink, HeadType::kIntra,
