@@ -37,10 +37,15 @@ namespace mmsparse {
 struct PatternSpec {
   std::string name;
   std::map<std::string, int64_t> params;
+  // List-valued parameters, written key=[a/b/c] ("[]" for none): BlindSight's Gemma 3 sink offsets
+  // (docs/blindsight.md). A key is a parameter or a list, never both; patterns that declare no
+  // list take none, so their specs and strings are what they were without lists.
+  std::map<std::string, std::vector<int64_t>> lists = {};
 
   static PatternSpec parse(std::string_view text);  // throws kParseError naming the bad part
-  std::string to_string() const;
+  std::string to_string() const;  // keys in order, lists among the parameters
   int64_t param(const std::string& key, int64_t fallback) const;
+  bool operator==(const PatternSpec&) const = default;
 };
 
 // A parameter whose default is set for MMInference's 128K-token sequences: scale_spec_to_length

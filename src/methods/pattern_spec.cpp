@@ -4,7 +4,9 @@
 #include <cctype>
 #include <charconv>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
@@ -36,6 +38,32 @@ bool parse_integer(std::string_view text, int64_t& value) {
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   return !text.empty() && error == std::errc() && stop == end;
+}
+
+// A list parameter's value, "[a/b/c]" or "[]": '/' rather than ',' (which separates parameters)
+// and no shell metacharacter, so that a spec needs no quoting on a command line.
+constexpr char kListSeparator = '/';
+
+std::vector<int64_t> parse_list(std::string_view text, const std::string& context) {
+  if (text.size() < 2 || text.back() != ']') {
+    parse_error(context + "expected a list [a/b/c] closed by ']', got \"" + std::string(text) +
+                "\"");
+  }
+  std::string_view rest = text.substr(1, text.size() - 2);
+  std::vector<int64_t> values;
+  if (trim(rest).empty()) return values;
+  while (true) {
+    const auto separator = rest.find(kListSeparator);
+    const std::string_view item = trim(rest.substr(0, separator));
+    int64_t value = 0;
+    if (!parse_integer(item, value)) {
+      parse_error(context + "expected integers in the list [a/b/c], got \"" + std::string(item) +
+                  "\"");
+    }
+    values.push_back(value);
+    if (separator == std::string_view::npos) return values;
+    rest = rest.substr(separator + 1);
+  }
 }
 
 // --- Pattern config --------------------------------------------------------------------------
@@ -190,13 +218,18 @@ PatternSpec PatternSpec::parse(std::string_view text) {
       parse_error(quoted + "expected a parameter name of letters, digits or '_', got \"" + key +
                   "\"");
     }
-    int64_t value = 0;
-    if (!parse_integer(value_text, value)) {
-      parse_error(quoted + "parameter " + key + ": expected an integer, got \"" +
-                  std::string(value_text) + "\"");
-    }
-    if (!spec.params.emplace(key, value).second) {
+    if (spec.params.count(key) != 0 || spec.lists.count(key) != 0) {
       parse_error(quoted + "parameter " + key + " given twice");
+    }
+    if (value_text.starts_with('[')) {
+      spec.lists.emplace(key, parse_list(value_text, quoted + "parameter " + key + ": "));
+    } else {
+      int64_t value = 0;
+      if (!parse_integer(value_text, value)) {
+        parse_error(quoted + "parameter " + key + ": expected an integer, got \"" +
+                    std::string(value_text) + "\"");
+      }
+      spec.params.emplace(key, value);
     }
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
@@ -205,10 +238,22 @@ PatternSpec PatternSpec::parse(std::string_view text) {
 }
 
 std::string PatternSpec::to_string() const {
+  // Parameters and lists merged in key order (keys are unique across both).
+  std::map<std::string, std::string> values;
+  for (const auto& [key, value] : params) values.emplace(key, std::to_string(value));
+  for (const auto& [key, list] : lists) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) text.push_back(kListSeparator);
+      text.append(std::to_string(list[i]));
+    }
+    text.push_back(']');
+    values.emplace(key, text);
+  }
   std::string text = name;
   char separator = ':';
-  for (const auto& [key, value] : params) {
-    text += separator + key + "=" + std::to_string(value);
+  for (const auto& [key, value] : values) {
+    text += separator + key + "=" + value;
     separator = ',';
   }
   return text;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "methods/blindsight/blindsight.h"
 #include "methods/estimate/estimation.h"
 #include "methods/grid/grid.h"
 #include "methods/pattern_names.h"
@@ -44,6 +45,7 @@ const std::vector<const PatternEntry*>& pattern_entries() {
     entries.push_back(&grid_entry());
     entries.push_back(&grid_mask_entry());
     entries.push_back(&vec_entry());
+    for (BlindSightMask mask : kBlindSightMasks) entries.push_back(&blindsight_entry(mask));
     return entries;
   }();
   return table;
@@ -105,14 +107,29 @@ PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layou
   const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;
   PatternSpec resolved{spec.name,
                        entry.defaults(frame_tokens > 0 ? frame_tokens : kDefaultTokensPerFrame)};
+  if (entry.list_defaults != nullptr) resolved.lists = entry.list_defaults();
   for (const auto& [key, value] : spec.params) {
     if (resolved.params.count(key) == 0) {
+      if (resolved.lists.count(key) != 0) {
+        throw_invalid_argument(spec.name + " parameter " + key, "a list such as " + key + "=[" +
+                                                                    std::to_string(value) + "]",
+                               std::to_string(value));
+      }
       std::string names;
       for (const auto& known : resolved.params) names += (names.empty() ? "" : ", ") + known.first;
       throw_invalid_argument(spec.name, "parameters " + (names.empty() ? "none" : names),
                              "\"" + key + "\"");
     }
     resolved.params[key] = value;
+  }
+  for (const auto& [key, list] : spec.lists) {
+    if (resolved.lists.count(key) == 0) {
+      std::string names;
+      for (const auto& known : resolved.lists) names += (names.empty() ? "" : ", ") + known.first;
+      throw_invalid_argument(spec.name, "list parameters " + (names.empty() ? "none" : names),
+                             "\"" + key + "\"");
+    }
+    resolved.lists[key] = list;
   }
   return resolved;
 }

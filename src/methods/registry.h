@@ -41,6 +41,9 @@ using PassesHeadBuilder = void (*)(std::span<PlanBuilder>, const PatternSpec&, c
 using Params = std::map<std::string, int64_t>;
 // A pattern's default parameters; the SF patterns default to the layout's tokens per frame.
 using DefaultParams = Params (*)(int64_t tokens_per_frame);
+using Lists = std::map<std::string, std::vector<int64_t>>;
+// A pattern's list-valued parameters (PatternSpec::lists) with their defaults.
+using DefaultLists = Lists (*)();
 
 struct PatternEntry {
   PatternInfo info;
@@ -50,6 +53,7 @@ struct PatternEntry {
   PassesHeadBuilder build_passes = nullptr;  // patterns of more than one pass
   // The method's device builder; filled by its device file in CUDA builds (see above).
   const DeviceBuilder* device = nullptr;
+  DefaultLists list_defaults = nullptr;  // null: the pattern takes no list
 };
 
 // Every entry, in the order known_patterns() lists them.

@@ -17,7 +17,7 @@ constexpr int64_t kHeads = 4;
 
 bool same_config(const mmsparse::PatternConfig& a, const mmsparse::PatternConfig& b) {
   const auto same_spec = [](const mmsparse::PatternSpec& x, const mmsparse::PatternSpec& y) {
-    return x.name == y.name && x.params == y.params;
+    return x == y;
   };
   if (!same_spec(a.default_spec, b.default_spec) || a.search != b.search ||
       a.layer_defaults.size() != b.layer_defaults.size() ||

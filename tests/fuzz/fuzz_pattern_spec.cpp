@@ -44,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;  // rejected cleanly
   }
   const mmsparse::PatternSpec again = mmsparse::PatternSpec::parse(spec.to_string());
-  if (again.name != spec.name || again.params != spec.params) std::abort();
+  if (again.name != spec.name || again.params != spec.params || again.lists != spec.lists) {
+    std::abort();
+  }
   resolve(spec, nullptr);
   resolve(spec, &video_layout());
   return 0;

@@ -247,6 +247,7 @@ std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& t
         if (info.name != given.name) continue;
         merged = scaled_default_spec(info, kv_len);
         for (const auto& [key, value] : given.params) merged.params[key] = value;
+        for (const auto& [key, list] : given.lists) merged.lists[key] = list;
       }
       // An unknown name or parameter throws here, naming the known ones.
       return resolve_pattern(merged, layout);

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "bench_command.h"
+#include "characterise_command.h"
 #include "info_command.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/status.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
       add_bench_command(app),   add_run_command(app),     add_generate_command(app),
       add_info_command(app),    add_presets_command(app), add_patterns_command(app),
       add_show_command(app),    add_search_command(app),  add_search_vec_command(app),
+      add_characterise_command(app),
   };
   try {
     app.parse(argc, argv);
