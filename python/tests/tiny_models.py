@@ -55,7 +55,7 @@ def qwen3_vl(attn: str = "sdpa") -> Qwen3VLForConditionalGeneration:
 
 def gemma3(attn: str = "sdpa") -> Gemma3ForConditionalGeneration:
     config = Gemma3Config(
-        text_config=dict(_TEXT, head_dim=16, sliding_window=512, query_pre_attn_scalar=16,
+        text_config=dict(_TEXT, head_dim=16, sliding_window=64, query_pre_attn_scalar=16,
                          layer_types=["sliding_attention", "full_attention"]),
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                            num_attention_heads=2, image_size=32, patch_size=4),
