@@ -117,6 +117,9 @@ def enable(model, config=None, *, pattern: str | None = None) -> State:
     if pattern is not None:
         config = PatternConfig.uniform(pattern)
     config = as_config(config)
+    if not hasattr(model, "set_attn_implementation") or not hasattr(model, "config"):
+        raise ValueError(f"model: expected a transformers model (PreTrainedModel), got "
+                         f"{type(model).__name__}")
     disable(model)
     _register()
     text_config = _text_config(model)
