@@ -10,6 +10,8 @@ transformers models: mmsparse.hf.enable(model, config=...). The CLI: python -m m
 
 from __future__ import annotations
 
+import torch  # noqa: F401  (first: its CUDA runtime is the one the extension then shares)
+
 from . import _core
 from ._attention import Plan, attention, prepare
 from ._config import Layout, PatternConfig

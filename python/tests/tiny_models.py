@@ -19,43 +19,55 @@ GEMMA_TOKENS_PER_IMAGE = 16
 MERGE = 2  # spatial_merge_size of the Qwen vision towers
 QWEN25_PATCH, QWEN3_PATCH, TEMPORAL_PATCH = 14, 16, 2
 
-_TEXT = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+HEADS, KV_HEADS = 4, 2
 
 
-def _ids(config) -> dict:
+def _text(head_dim: int) -> dict:
+    return dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                hidden_size=HEADS * head_dim, intermediate_size=2 * HEADS * head_dim,
+                num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                head_dim=head_dim, max_position_embeddings=4096)
+
+
+def _mrope(head_dim: int, **extra) -> dict:
+    """mRoPE sections (temporal, height, width) covering head_dim / 2 frequencies."""
+    half = head_dim // 2
+    temporal = half // 4
+    height = (half - temporal) // 2
+    return {"rope_type": "default", "rope_theta": 10000.0,
+            "mrope_section": [temporal, height, half - temporal - height], **extra}
+
+
+def _ids(_) -> dict:
     return dict(image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
                 vision_end_token_id=VISION_END)
 
 
-def qwen2_5_vl(attn: str = "sdpa") -> Qwen2_5_VLForConditionalGeneration:
+def qwen2_5_vl(attn: str = "sdpa", head_dim: int = 16) -> Qwen2_5_VLForConditionalGeneration:
     config = Qwen2_5_VLConfig(
-        text_config=dict(_TEXT, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                  "mrope_section": [2, 3, 3]}),
+        text_config=dict(_text(head_dim), rope_parameters=_mrope(head_dim)),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                           out_hidden_size=64, patch_size=QWEN25_PATCH, spatial_merge_size=MERGE,
+                           out_hidden_size=HEADS * head_dim, patch_size=QWEN25_PATCH, spatial_merge_size=MERGE,
                            temporal_patch_size=TEMPORAL_PATCH, window_size=112,
                            fullatt_block_indexes=[0]),
         **_ids(None))
     return _build(Qwen2_5_VLForConditionalGeneration, config, attn)
 
 
-def qwen3_vl(attn: str = "sdpa") -> Qwen3VLForConditionalGeneration:
+def qwen3_vl(attn: str = "sdpa", head_dim: int = 16) -> Qwen3VLForConditionalGeneration:
     config = Qwen3VLConfig(
-        text_config=dict(_TEXT, head_dim=16, rope_parameters={
-            "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
-            "mrope_interleaved": True}),
+        text_config=dict(_text(head_dim), rope_parameters=_mrope(head_dim, mrope_interleaved=True)),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                           out_hidden_size=64, patch_size=QWEN3_PATCH, spatial_merge_size=MERGE,
+                           out_hidden_size=HEADS * head_dim, patch_size=QWEN3_PATCH, spatial_merge_size=MERGE,
                            temporal_patch_size=TEMPORAL_PATCH, num_position_embeddings=64,
                            deepstack_visual_indexes=[0]),
         **_ids(None))
     return _build(Qwen3VLForConditionalGeneration, config, attn)
 
 
-def gemma3(attn: str = "sdpa") -> Gemma3ForConditionalGeneration:
+def gemma3(attn: str = "sdpa", head_dim: int = 16) -> Gemma3ForConditionalGeneration:
     config = Gemma3Config(
-        text_config=dict(_TEXT, head_dim=16, sliding_window=64, query_pre_attn_scalar=16,
+        text_config=dict(_text(head_dim), sliding_window=64, query_pre_attn_scalar=head_dim,
                          layer_types=["sliding_attention", "full_attention"]),
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                            num_attention_heads=2, image_size=32, patch_size=4),

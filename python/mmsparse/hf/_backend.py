@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -229,6 +230,11 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if state.recorder is not None:
         state.recorder(module.layer_idx, query, key, value)
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    out = _mmsparse_attention(state, module.layer_idx, query.transpose(1, 2),
-                              key.transpose(1, 2), value.transpose(1, 2), scale)
+    try:
+        out = _mmsparse_attention(state, module.layer_idx, query.transpose(1, 2),
+                                  key.transpose(1, 2), value.transpose(1, 2), scale)
+    except NotImplementedError as error:  # e.g. a head_dim the CUDA engine has no kernel for
+        warnings.warn(f"mmsparse: {error}; this layer runs transformers' SDPA", stacklevel=2)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      dropout=dropout, sliding_window=sliding_window, **kwargs)
     return out, None
