@@ -25,7 +25,8 @@ def _check_scale(scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
     if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale: expected a finite value > 0 (None = 1/sqrt(head_dim)), got {scale}")
+        raise ValueError(f"scale: expected a finite value > 0 (None = 1/sqrt(head_dim)), "
+                         f"got {scale}")
     return float(scale)
 
 
@@ -43,8 +44,8 @@ def _pattern_text(pattern) -> str:
         return ""
     if isinstance(pattern, str):
         if not pattern.strip():
-            raise ValueError("pattern: expected a pattern spec such as 'a-shape:sink=128,local=4096', "
-                             "got an empty string")
+            raise ValueError("pattern: expected a pattern spec such as "
+                             "'a-shape:sink=128,local=4096', got an empty string")
         return pattern
     if isinstance(pattern, (list, tuple)) and pattern and all(isinstance(p, str) for p in pattern):
         return _SPEC_SEPARATOR.join(pattern)
@@ -118,8 +119,8 @@ def _run_attention(q, k, v, out, lse, pattern: str, config_handle: int, layer: i
         _core.attention_dense(*views, scale, causal, stream, tensors.cpu_threads())
         return
     if not causal:
-        raise ValueError("causal: expected True with a sparse pattern or config (a plan carries its "
-                         "own causal mask), got False")
+        raise ValueError("causal: expected True with a sparse pattern or config (a plan carries "
+                         "its own causal mask), got False")
     plan = _build(specs, q, k, layout, scale)
     _core.attention_planned(plan, *views, scale, stream, tensors.cpu_threads())
 

@@ -11,6 +11,10 @@ from . import _core, _handles
 Grid = tuple[int, int, int]
 
 
+def _json_text(value: str | dict) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _grid_tuples(name: str, grids) -> list[Grid]:
     result = []
     for index, grid in enumerate(grids if grids is not None else ()):
@@ -39,7 +43,7 @@ class Layout:
 
     @classmethod
     def from_json(cls, text: str | dict) -> Layout:
-        return cls(_core.ModalityLayout.from_json(text if isinstance(text, str) else json.dumps(text)))
+        return cls(_core.ModalityLayout.from_json(_json_text(text)))
 
     @classmethod
     def from_segments(cls, segments: Sequence[dict]) -> Layout:
@@ -113,7 +117,7 @@ class PatternConfig:
 
     @classmethod
     def from_json(cls, text: str | dict) -> PatternConfig:
-        return cls(_core.PatternConfig.from_json(text if isinstance(text, str) else json.dumps(text)))
+        return cls(_core.PatternConfig.from_json(_json_text(text)))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PatternConfig:
@@ -142,7 +146,8 @@ def as_config(value, name: str = "config") -> PatternConfig | None:
         return value
     if isinstance(value, dict):
         return PatternConfig.from_json(value)
-    if isinstance(value, os.PathLike) or (isinstance(value, str) and not value.lstrip().startswith("{")):
+    is_json = isinstance(value, str) and value.lstrip().startswith("{")
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and not is_json):
         if not os.path.exists(value):
             raise ValueError(f"{name}: expected a PatternConfig, JSON text or an existing file, "
                              f"got the path {str(value)!r}, which does not exist")

@@ -37,7 +37,8 @@ def device_code(device: torch.device) -> tuple[int, int]:
     if device.type == "cpu":
         return _DLPACK_CPU, 0
     if device.type == "cuda":
-        return _DLPACK_CUDA, device.index if device.index is not None else torch.cuda.current_device()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _DLPACK_CUDA, index
     raise ValueError(f"device: expected cpu or cuda, got {device}")
 
 
@@ -68,7 +69,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q dtype: expected float32, float16 or bfloat16, got {q.dtype}")
     for name, tensor in (("k", k), ("v", v)):
         if tensor.dtype != q.dtype:
-            raise ValueError(f"{name} dtype: expected {q.dtype} (the dtype of q), got {tensor.dtype}")
+            raise ValueError(f"{name} dtype: expected {q.dtype} (the dtype of q), "
+                             f"got {tensor.dtype}")
         if tensor.device != q.device:
             raise ValueError(f"{name} device: expected {q.device} (the device of q), "
                              f"got {tensor.device}")

@@ -172,8 +172,10 @@ def test_dump_then_search_then_enable(tmp_path):
     length = len(prompt.ids)
     with safe_open(str(path), "pt") as file:
         assert sorted(file.keys()) == [f"layers.{l}.{n}" for l in (0, 1) for n in "kqv"]
-        assert file.get_tensor("layers.1.q").shape == (1, length, text.num_attention_heads, head_dim)
-        assert file.get_tensor("layers.0.k").shape == (1, length, text.num_key_value_heads, head_dim)
+        q_shape = (1, length, text.num_attention_heads, head_dim)
+        k_shape = (1, length, text.num_key_value_heads, head_dim)
+        assert file.get_tensor("layers.1.q").shape == q_shape
+        assert file.get_tensor("layers.0.k").shape == k_shape
         layout = mmsparse.Layout.from_json(file.metadata()["mmsparse.layout"])
     assert layout == mmsparse.Layout.from_segments(prompt.segments)
 

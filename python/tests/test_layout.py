@@ -70,8 +70,9 @@ def test_batch_elements_take_their_own_grids(qwen25):
     assert len(first.ids) == len(second.ids)
     ids = torch.tensor([first.ids, second.ids])
     types = torch.tensor([first.types, second.types])
+    image_grids = torch.tensor(first.image_grids + second.image_grids)
     layouts = layout_from_inputs(qwen25.config, ids, mm_token_type_ids=types,
-                                 image_grid_thw=torch.tensor(first.image_grids + second.image_grids),
+                                 image_grid_thw=image_grids,
                                  video_grid_thw=torch.tensor(second.video_grids))
     assert layouts == [mmsparse.Layout.from_segments(first.segments),
                        mmsparse.Layout.from_segments(second.segments)]

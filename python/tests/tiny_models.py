@@ -38,34 +38,35 @@ def _mrope(head_dim: int, **extra) -> dict:
             "mrope_section": [temporal, height, half - temporal - height], **extra}
 
 
-def _ids(_) -> dict:
-    return dict(image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
-                vision_end_token_id=VISION_END)
+QWEN_TOKEN_IDS = dict(image_token_id=IMAGE, video_token_id=VIDEO,
+                      vision_start_token_id=VISION_START, vision_end_token_id=VISION_END)
 
 
-def qwen2_5_vl(attn: str = "sdpa", head_dim: int = 16) -> Qwen2_5_VLForConditionalGeneration:
+def qwen2_5_vl(head_dim: int = 16) -> Qwen2_5_VLForConditionalGeneration:
     config = Qwen2_5_VLConfig(
         text_config=dict(_text(head_dim), rope_parameters=_mrope(head_dim)),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                           out_hidden_size=HEADS * head_dim, patch_size=QWEN25_PATCH, spatial_merge_size=MERGE,
+                           out_hidden_size=HEADS * head_dim, patch_size=QWEN25_PATCH,
+                           spatial_merge_size=MERGE,
                            temporal_patch_size=TEMPORAL_PATCH, window_size=112,
                            fullatt_block_indexes=[0]),
-        **_ids(None))
-    return _build(Qwen2_5_VLForConditionalGeneration, config, attn)
+        **QWEN_TOKEN_IDS)
+    return _build(Qwen2_5_VLForConditionalGeneration, config)
 
 
-def qwen3_vl(attn: str = "sdpa", head_dim: int = 16) -> Qwen3VLForConditionalGeneration:
+def qwen3_vl(head_dim: int = 16) -> Qwen3VLForConditionalGeneration:
     config = Qwen3VLConfig(
         text_config=dict(_text(head_dim), rope_parameters=_mrope(head_dim, mrope_interleaved=True)),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                           out_hidden_size=HEADS * head_dim, patch_size=QWEN3_PATCH, spatial_merge_size=MERGE,
+                           out_hidden_size=HEADS * head_dim, patch_size=QWEN3_PATCH,
+                           spatial_merge_size=MERGE,
                            temporal_patch_size=TEMPORAL_PATCH, num_position_embeddings=64,
                            deepstack_visual_indexes=[0]),
-        **_ids(None))
-    return _build(Qwen3VLForConditionalGeneration, config, attn)
+        **QWEN_TOKEN_IDS)
+    return _build(Qwen3VLForConditionalGeneration, config)
 
 
-def gemma3(attn: str = "sdpa", head_dim: int = 16) -> Gemma3ForConditionalGeneration:
+def gemma3(head_dim: int = 16) -> Gemma3ForConditionalGeneration:
     config = Gemma3Config(
         text_config=dict(_text(head_dim), sliding_window=64, query_pre_attn_scalar=head_dim,
                          layer_types=["sliding_attention", "full_attention"]),
@@ -73,12 +74,12 @@ def gemma3(attn: str = "sdpa", head_dim: int = 16) -> Gemma3ForConditionalGenera
                            num_attention_heads=2, image_size=32, patch_size=4),
         mm_tokens_per_image=GEMMA_TOKENS_PER_IMAGE, image_token_index=GEMMA_IMAGE,
         boi_token_index=GEMMA_BOI, eoi_token_index=GEMMA_EOI)
-    return _build(Gemma3ForConditionalGeneration, config, attn)
+    return _build(Gemma3ForConditionalGeneration, config)
 
 
-def _build(cls, config, attn: str):
+def _build(cls, config):
     torch.manual_seed(0)
-    config._attn_implementation = attn
+    config._attn_implementation = "sdpa"
     model = cls(config).eval()
     return model
 

@@ -27,7 +27,8 @@ class dump:  # noqa: N801  (used as a function: `with mmsparse.hf.dump(model, pa
     def __init__(self, model, path, layers=None):
         if layers is not None and (isinstance(layers, (str, bytes)) or
                                    not all(isinstance(x, int) and x >= 0 for x in layers)):
-            raise TypeError(f"layers: expected None or a list of layer indices >= 0, got {layers!r}")
+            raise TypeError(f"layers: expected None or a list of layer indices >= 0, "
+                            f"got {layers!r}")
         self.model = model
         self.path = str(path)
         self.layers = None if layers is None else sorted(set(layers))
@@ -72,7 +73,8 @@ class dump:  # noqa: N801  (used as a function: `with mmsparse.hf.dump(model, pa
         if not self.tensors:
             raise ValueError("dump: expected a prefill (a forward call with more than one token) "
                              "inside the block, got none")
-        missing = [layer for layer in (self.layers or []) if f"layers.{layer}.q" not in self.tensors]
+        missing = [layer for layer in (self.layers or [])
+                   if f"layers.{layer}.q" not in self.tensors]
         if missing:
             raise ValueError(f"layers: expected layers of the model, got {missing}, which the "
                              f"prefill did not run")

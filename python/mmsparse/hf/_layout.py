@@ -94,8 +94,9 @@ def layout_from_inputs(config, input_ids=None, *, mm_token_type_ids=None, token_
         image_tokens = int((types == IMAGE).sum())
         image_grids = [(1, side, side)] * (image_tokens // per_image)
         if side * side != per_image or image_tokens % per_image:
-            raise ValueError(f"token_type_ids: expected images of mm_tokens_per_image = {per_image} "
-                             f"tokens on a square grid, got {image_tokens} image tokens")
+            raise ValueError(f"token_type_ids: expected images of mm_tokens_per_image = "
+                             f"{per_image} tokens on a square grid, got {image_tokens} image "
+                             "tokens")
         video_grids = []
     else:
         image_grids = _merged_grids(config, image_grid_thw)
