@@ -110,12 +110,15 @@ def test_sparse_config_computes_exactly_its_plans(family, prompt_name):
     finally:
         model.set_attn_implementation({"text_config": "sdpa"})
     dense = model(**inputs).logits
-    mmsparse.hf.enable(model, config=config)
+    state = mmsparse.hf.enable(model, config=config)
     try:
         got = model(**inputs).logits
+        assert len(state.plans) == 2  # one static plan per distinct layer config
+        again = model(**inputs).logits  # from the cached plans
     finally:
         mmsparse.hf.disable(model)
     torch.testing.assert_close(got, expected, atol=LOGITS_TOLERANCE, rtol=0)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
     assert (got - dense).abs().max() > 100 * LOGITS_TOLERANCE  # the config does drop keys
 
 

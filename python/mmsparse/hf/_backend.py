@@ -21,7 +21,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .. import _attention
+from .. import _attention, _core
 from .._config import Layout, PatternConfig, as_config, as_layout
 from . import _layout
 
@@ -41,6 +41,9 @@ class State:
     fixed_layout: Layout | None = None  # use_layout(): wins over the inputs
     passthrough: bool = False  # dump only: attention as transformers' SDPA computes it
     recorder: Callable | None = None  # dump: called with (layer, q, k, v) on prefill
+    # Static plans by (specs, shapes, device, layout): layers with the same specs share one, and
+    # repeated prefills of one shape reuse them. Dynamic plans depend on q and k: never kept.
+    plans: dict = dataclasses.field(default_factory=dict)
     handles: list = dataclasses.field(default_factory=list)
     previous_implementation: object = None
 
@@ -201,6 +204,27 @@ def _add_bidirectional_media(q, k, v, out, lse, layout: Layout, scale: float) ->
         lse[:, :, begin:end] = merged
 
 
+_PLAN_CACHE_ENTRIES = 64
+
+
+def _static_plan(state: State, layer: int, q, k, layout: Layout | None):
+    """The layer's plan when its specs are all static, from the cache or built; else None."""
+    if state.config is None:
+        return None
+    specs = _attention._resolve_specs("", state.config, layer, q.shape[2])
+    if not specs or any(_core.is_dynamic(spec) for spec in specs):
+        return None
+    key = (tuple(specs), q.shape[1:], k.shape[1:], q.dtype, q.device,
+           layout.to_json() if layout is not None else None)
+    plan = state.plans.get(key)
+    if plan is None:
+        if len(state.plans) >= _PLAN_CACHE_ENTRIES:
+            state.plans.clear()
+        plan = _attention.prepare(q, k, pattern=specs, layout=layout)
+        state.plans[key] = plan
+    return plan
+
+
 def _mmsparse_attention(state: State, layer: int, q, k, v, scale: float) -> torch.Tensor:
     """q [B, S, Hq, D], k, v [B, Skv, Hkv, D] (bshd views) -> out [B, S, Hq, D] contiguous."""
     layouts = state.layouts
@@ -211,8 +235,14 @@ def _mmsparse_attention(state: State, layer: int, q, k, v, scale: float) -> torc
     groups = [(slice(None), layouts[0] if layouts else None)] if shared else \
         [(slice(b, b + 1), layout) for b, layout in enumerate(layouts)]
     for rows, layout in groups:
-        _, lse = _attention.attention(q[rows], k[rows], v[rows], config=state.config, layer=layer,
-                                      layout=layout, scale=scale, out=out[rows], return_lse=True)
+        plan = _static_plan(state, layer, q[rows], k[rows], layout)
+        if plan is not None:
+            _, lse = plan.run(q[rows], k[rows], v[rows], out=out[rows], scale=scale,
+                              return_lse=True)
+        else:
+            _, lse = _attention.attention(q[rows], k[rows], v[rows], config=state.config,
+                                          layer=layer, layout=layout, scale=scale, out=out[rows],
+                                          return_lse=True)
         if state.bidirectional_media and layout is not None:
             _add_bidirectional_media(q[rows], k[rows], v[rows], out[rows], lse, layout, scale)
     return out
