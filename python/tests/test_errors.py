@@ -29,6 +29,7 @@ def call(q, k, v, **kwargs):
     (lambda q, k, v: (q, k, v[:, :5]), ValueError, r"^v shape: expected \[1, 32, 2, 32\]"),
     (lambda q, k, v: (q[..., :16], k, v), ValueError, "^k head_dim"),
     (lambda q, k, v: (torch.cat([q, q]), k, v), ValueError, "^k batch"),
+    (lambda q, k, v: (q, k.to("meta"), v), ValueError, r"^k device: expected cpu \(the device"),
 ])
 def test_bad_tensors(tensors, mutate, error, match):
     with pytest.raises(error, match=match):

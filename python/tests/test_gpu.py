@@ -85,6 +85,16 @@ def test_dynamic_patterns_estimated_on_the_gpu_keep_what_the_host_keeps(spec):
     assert abs(gpu.mean() - host.mean()) < 0.05, (gpu.mean(), host.mean())
 
 
+def test_cuda_needs_a_contiguous_last_dimension():
+    q, k, v = qkv(torch.Generator().manual_seed(9), 1, 64, 64, 4, 2, 128, dtype=torch.bfloat16,
+                  device="cuda")
+    wide = torch.cat([q, q], dim=-1)[..., ::2]  # head_dim 128 with stride 2
+    with pytest.raises(ValueError, match=r"^q strides: expected a contiguous last dimension"):
+        mmsparse.attention(wide, k, v)
+    with pytest.raises(ValueError, match=r"^k device: expected cuda:0"):
+        mmsparse.attention(q, k.cpu(), v)
+
+
 def test_cuda_graph_replays_plan_run():
     q, k, v = qkv(torch.Generator().manual_seed(5), 1, 2048, 2048, 28, 4, 128,
                   dtype=torch.bfloat16, device="cuda")
