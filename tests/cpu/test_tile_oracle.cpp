@@ -121,6 +121,13 @@ TEST(TileOracle, BlockSumsMatchTheProbabilityMatrix) {
     const TileMass mass =
         tile_mass(inputs.q.view, inputs.k.view, inputs.lse.view(), 0, head, options);
     const auto p = probabilities(inputs, head);
+    // Without the dense LSE each row's own LSE is computed: the same sums.
+    const TileMass own_lse =
+        tile_mass(inputs.q.view, inputs.k.view, TensorView{}, 0, head, options);
+    ASSERT_EQ(own_lse.mass.size(), mass.mass.size());
+    for (std::size_t n = 0; n < mass.mass.size(); ++n) {
+      EXPECT_NEAR(own_lse.mass[n], mass.mass[n], kMassTolerance);
+    }
     ASSERT_EQ(mass.query_tiles, (q_len + 15) / 16);
     ASSERT_EQ(mass.key_chunks, (kv_len + 23) / 24);
     ASSERT_EQ(static_cast<int64_t>(mass.sampled.size()), mass.query_tiles);

@@ -1,13 +1,13 @@
 #include "report.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <optional>
-
-#include <fmt/core.h>
 
 #include "cli_common.h"
 #include "mmsparse/attention.h"
@@ -236,9 +236,8 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
     }
   } else {
     const auto index_start = std::chrono::steady_clock::now();
-    result.prepared = executor.prepare(executor.build(run.specs, shape, inputs.layout,
-                                                      &pattern_inputs, head_dim,
-                                                      &result.head_seconds));
+    result.prepared = executor.prepare(executor.build(
+        run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &result.head_seconds));
     report.index_seconds = seconds_since(index_start);
     result.head_built.assign(result.head_seconds.size(), "host");
   }
@@ -287,9 +286,8 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
         entry.accuracy = compare_head(out, lse, *inputs.dense_out, *inputs.dense_lse, b, head);
       }
       if (has_needles) {
-        const NeedleDenseInputs dense{inputs.q, inputs.k,
-                                      inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{},
-                                      b};
+        const NeedleDenseInputs dense{
+            inputs.q, inputs.k, inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{}, b};
         entry.needles = needle_coverage(plan, slot, inputs.needles->keys, inputs.needles->rows,
                                         inputs.dense_lse != nullptr ? &dense : nullptr);
       }
@@ -299,32 +297,48 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   return report;
 }
 
+// "% bound": the run's speedup over its tile-oracle bound; empty without the oracle.
+std::string bound_column(const LayerReport& layer, std::size_t run_index, double run_speedup) {
+  if (layer.oracle_bounds.empty()) return "";
+  const double bound =
+      run_index < layer.oracle_bounds.size() ? layer.oracle_bounds[run_index] : std::nan("");
+  const bool known = layer.dense_seconds.has_value() && std::isfinite(bound) && bound > 0.0;
+  return fmt::format(
+      " {:>8}", known ? fmt::format("{:.1f}%", kPercent * run_speedup / bound) : std::string("-"));
+}
+
 void print_summary_table(const LayerReport& layer, int64_t needles) {
   const bool with_needles = needles > 0;
+  const bool with_bound = !layer.oracle_bounds.empty();
   const std::size_t spec_width = column_width(
       layer.runs, kSpecColumnWidth, [](const RunReport& run) { return run.run.spec_text; });
-  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}\n", "pattern", "spec",
+  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}{}\n", "pattern", "spec",
              spec_width, "density", "recall", "min rec", "out err", "index ms", "attn ms",
-             "speedup", with_needles ? fmt::format(" {:>8}", "needles") : "");
+             "speedup", with_bound ? fmt::format(" {:>8}", "% bound") : "",
+             with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
                "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
+               with_bound ? fmt::format(" {:>8}", "-") : "",
                with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
   }
-  for (const RunReport& run : layer.runs) {
+  for (std::size_t index = 0; index < layer.runs.size(); ++index) {
+    const RunReport& run = layer.runs[index];
     const RunSummary summary = summarize(run);
-    const std::string speedup_text =
+    const double run_speedup =
         layer.dense_seconds
-            ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds, run.index_seconds,
-                                             run.attention_seconds))
-            : "-";
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
+            ? speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds)
+            : 0.0;
+    const std::string speedup_text =
+        layer.dense_seconds ? fmt::format("{:.2f}x", run_speedup) : "-";
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}{}\n",
                run.run.label, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
                milliseconds(run.index_seconds), milliseconds(run.attention_seconds), speedup_text,
+               bound_column(layer, index, run_speedup),
                with_needles
                    ? fmt::format(" {:>8}", needles_text(summary.needles_covered, summary.needles))
                    : "");
@@ -449,14 +463,15 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
   }
   const std::optional<double> dense = total_dense_seconds(layers);
   for (const ModelTotal& total : model_totals(layers)) {
-    fmt::print("{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
-               "{:>8}\n",
-               "total", fmt::format("{} layers", layers.size()), total.label, "", "", "", "", "",
-               milliseconds(total.index_seconds), milliseconds(total.attention_seconds),
-               optional_number(dense.has_value(), milliseconds(dense.value_or(0.0)), "{:.1f}"),
-               dense ? fmt::format("{:.2f}x", speedup(*dense, total.index_seconds,
-                                                      total.attention_seconds))
-                     : "-");
+    fmt::print(
+        "{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+        "{:>8}\n",
+        "total", fmt::format("{} layers", layers.size()), total.label, "", "", "", "", "",
+        milliseconds(total.index_seconds), milliseconds(total.attention_seconds),
+        optional_number(dense.has_value(), milliseconds(dense.value_or(0.0)), "{:.1f}"),
+        dense
+            ? fmt::format("{:.2f}x", speedup(*dense, total.index_seconds, total.attention_seconds))
+            : "-");
   }
 }
 
@@ -519,7 +534,8 @@ NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int6
     const nlohmann::json json = nlohmann::json::parse(entry->second);
     const int64_t question_begin = json.at("question_begin").get<int64_t>();
     if (question_begin < 0 || question_begin >= q_len) {
-      throw_invalid_argument(what + " question_begin", "in [0, q_len = " + std::to_string(q_len) + ")",
+      throw_invalid_argument(what + " question_begin",
+                             "in [0, q_len = " + std::to_string(q_len) + ")",
                              std::to_string(question_begin));
     }
     const std::string layer_name = std::to_string(layer);
@@ -531,7 +547,8 @@ NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int6
     task.rows.resize(static_cast<std::size_t>(q_len - question_begin));
     std::iota(task.rows.begin(), task.rows.end(), question_begin);
   } catch (const nlohmann::json::exception& error) {
-    throw Error(ErrorCode::kParseError, what + ": expected " + expected_form + ", got " + error.what());
+    throw Error(ErrorCode::kParseError,
+                what + ": expected " + expected_form + ", got " + error.what());
   }
   if (task.keys.empty()) task.rows.clear();
   return task;

@@ -5,16 +5,15 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "executor.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/tools/io.h"
 #include "mmsparse/tools/metrics.h"
-#include "mmsparse/patterns.h"
 #include "mmsparse/tools/workload.h"
 
 namespace mmsparse::cli {
@@ -26,7 +25,8 @@ struct PatternRun {
   std::vector<PatternSpec> specs;
 };
 
-// A retrieval question (V-NIAH / MM-NIAH style): needle keys and the query rows that must read them.
+// A retrieval question (V-NIAH / MM-NIAH style): needle keys and the query rows that must read
+// them.
 struct NeedleTask {
   std::vector<int64_t> keys;
   std::vector<int64_t> rows;
@@ -71,17 +71,20 @@ struct LayerReport {
   std::optional<double> dense_seconds;
   int64_t dense_pairs = 0;
   std::vector<RunReport> runs;
+  // Per run, the tile-oracle bound on speedup at the recall the run reached on each head
+  // (tile_oracle_report.h; NaN where unknown); empty when the oracle was not measured.
+  std::vector<double> oracle_bounds;
 };
 
 // A run's figures pooled over heads (and batch elements).
 struct RunSummary {
-  double density = 0.0;       // mean over heads
-  double recall_mean = 0.0;   // mean over heads of the per-head mean over rows
-  double recall_min = 0.0;    // lowest row over all heads
-  double output_error = 0.0;  // mean over heads
-  bool compared = false;      // recall and output error exist (a dense reference ran)
-  int64_t needles = 0;        // needles of the task; 0 without one
-  int64_t needles_covered = 0;  // fewest covered by any head
+  double density = 0.0;           // mean over heads
+  double recall_mean = 0.0;       // mean over heads of the per-head mean over rows
+  double recall_min = 0.0;        // lowest row over all heads
+  double output_error = 0.0;      // mean over heads
+  bool compared = false;          // recall and output error exist (a dense reference ran)
+  int64_t needles = 0;            // needles of the task; 0 without one
+  int64_t needles_covered = 0;    // fewest covered by any head
   double needle_mass_kept = 0.0;  // Σ kept / Σ dense needle probability over heads (NaN without)
   // Needles whose own dense probability, pooled over every head and querying row, the plans keep
   // at least kNeedleKeptShare of: the heads that read a needle keep it, whatever heads that do not

@@ -130,8 +130,9 @@ struct TileMassOptions {
 
 // q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim] (GQA), lse_dense
 // [batch, q_heads, q_len] fp32 from dense attention with the same scale. Host tensors are summed
-// here (fp64 accumulation); CUDA tensors (lse_dense on the same device) by the CUDA engine's
-// one-pass kernel (fp32 scores from the stored dtype, fp32 sums per tile).
+// here (fp64 accumulation; an empty lse_dense view, ndim 0, computes each summed row's LSE from its
+// own scores, so a sample needs no dense run); CUDA tensors (lse_dense on the same device) by the
+// CUDA engine's one-pass kernel (fp32 scores from the stored dtype).
 TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse_dense,
                    int64_t batch_index, int64_t head, const TileMassOptions& options = {});
 

@@ -39,7 +39,11 @@ void check_tile_mass_arguments(const TensorView& q, const TensorView& k,
                                const TileMassOptions& options) {
   check_rank("q", q, 4, "[batch, q_len, q_heads, head_dim]");
   check_rank("k", k, 4, "[batch, kv_len, kv_heads, head_dim]");
-  check_rank("lse_dense", lse_dense, 3, "[batch, q_heads, q_len]");
+  const bool lse_given = lse_dense.ndim != 0;
+  if (!lse_given && q.device.type != DeviceType::kCPU) {
+    throw_invalid_argument("lse_dense", "the dense LSE for CUDA tensors", "none");
+  }
+  if (lse_given) check_rank("lse_dense", lse_dense, 3, "[batch, q_heads, q_len]");
   if (q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3]) {
     throw_invalid_argument("k shape", "batch and head_dim of q (" + q.shape_string() + ")",
                            k.shape_string());
@@ -49,13 +53,17 @@ void check_tile_mass_arguments(const TensorView& q, const TensorView& k,
                            "a positive divisor of q_heads = " + std::to_string(q.shape[2]),
                            std::to_string(k.shape[2]));
   }
+  if (k.dtype != q.dtype) {
+    throw_invalid_argument("k dtype", std::string(dtype_name(q.dtype)) + " (the dtype of q)",
+                           std::string(dtype_name(k.dtype)));
+  }
   const std::vector<int64_t> lse_shape = {q.shape[0], q.shape[2], q.shape[1]};
-  if (lse_dense.shape_vector() != lse_shape || lse_dense.dtype != DType::kFloat32) {
+  if (lse_given && (lse_dense.shape_vector() != lse_shape || lse_dense.dtype != DType::kFloat32)) {
     throw_invalid_argument(
         "lse_dense", "float32 [batch, q_heads, q_len] of q",
         std::string(dtype_name(lse_dense.dtype)) + " " + lse_dense.shape_string());
   }
-  if (k.device != q.device || lse_dense.device != q.device) {
+  if (k.device != q.device || (lse_given && lse_dense.device != q.device)) {
     throw_invalid_argument("k, lse_dense device", device_name(q.device) + " (the device of q)",
                            device_name(k.device) + ", " + device_name(lse_dense.device));
   }
@@ -77,6 +85,15 @@ void check_tile_mass_arguments(const TensorView& q, const TensorView& k,
   }
 }
 
+// log Σ exp(scores); -inf for no scores.
+double log_sum_exp(const std::vector<double>& scores) {
+  if (scores.empty()) return -std::numeric_limits<double>::infinity();
+  const double max_score = *std::max_element(scores.begin(), scores.end());
+  double total = 0.0;
+  for (double score : scores) total += std::exp(score - max_score);
+  return max_score + std::log(total);
+}
+
 // One query head's keys as contiguous fp32: [kv_len, head_dim].
 std::vector<float> head_keys(const TensorView& k, int64_t batch_index, int64_t kv_head) {
   const int64_t kv_len = k.shape[1];
@@ -91,24 +108,28 @@ std::vector<float> head_keys(const TensorView& k, int64_t batch_index, int64_t k
   return keys;
 }
 
-// The sums of one query tile's rows on the host: mass [key_chunks], zeroed by the caller.
+// The sums of one query tile's rows on the host: mass [key_chunks], zeroed by the caller. Without
+// lse_dense (ndim 0), each row's LSE comes from its own scores, in fp64.
 void host_tile_sums(const TensorView& q, const TensorView& lse_dense,
                     const std::vector<float>& keys, int64_t batch_index, int64_t head, float scale,
                     const TileMass& result, int64_t tile, double* mass) {
   const int64_t head_dim = q.shape[3];
   std::vector<float> query(static_cast<std::size_t>(head_dim));
+  std::vector<double> scores;
   const int64_t row_end = std::min(result.q_len, (tile + 1) * result.tile_rows);
   for (int64_t row = tile * result.tile_rows; row < row_end; ++row) {
-    const double lse = detail::lse_at(lse_dense, batch_index, head, row);
-    if (!std::isfinite(lse)) continue;  // a row without keys has no mass
+    const int64_t visible = causal_keys(row, result.q_len, result.kv_len);
     const int64_t base = batch_index * q.strides[0] + row * q.strides[1] + head * q.strides[2];
     for (int64_t d = 0; d < head_dim; ++d) query[d] = load_float(q, base + d * q.strides[3]);
-    const int64_t visible = causal_keys(row, result.q_len, result.kv_len);
+    scores.resize(static_cast<std::size_t>(visible));
     for (int64_t j = 0; j < visible; ++j) {
-      const double score =
+      scores[j] =
           static_cast<double>(scale) * cpu::dot(query.data(), keys.data() + j * head_dim, head_dim);
-      mass[j / result.chunk_keys] += std::exp(score - lse);
     }
+    const double lse = lse_dense.ndim != 0 ? detail::lse_at(lse_dense, batch_index, head, row)
+                                           : log_sum_exp(scores);
+    if (!std::isfinite(lse)) continue;  // a row without keys has no mass
+    for (int64_t j = 0; j < visible; ++j) mass[j / result.chunk_keys] += std::exp(scores[j] - lse);
   }
 }
 
@@ -136,6 +157,7 @@ struct Candidate {
 TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse_dense,
                    int64_t batch_index, int64_t head, const TileMassOptions& options) {
   check_tile_mass_arguments(q, k, lse_dense, batch_index, head, options);
+  const bool lse_given = lse_dense.ndim != 0;
   TileMass result;
   result.q_len = q.shape[1];
   result.kv_len = k.shape[1];
@@ -161,7 +183,7 @@ TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& l
   }
   detail::check_host("q", q);
   detail::check_host("k", k);
-  detail::check_host("lse_dense", lse_dense);
+  if (lse_given) detail::check_host("lse_dense", lse_dense);
   const int64_t kv_head = head / (q.shape[2] / k.shape[2]);
   const std::vector<float> keys = head_keys(k, batch_index, kv_head);
   detail::parallel_for(
