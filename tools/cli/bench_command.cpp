@@ -358,7 +358,7 @@ Command add_bench_command(CLI::App& app) {
   command->add_option("--recall-target", flags->recall_target, "recall for the oracle density")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  flags->tile_oracle.add_to(*command, kDefaultOracleTiles);
+  flags->tile_oracle.add_to(*command, kDefaultOracleTiles, kDefaultOracleTiles);
   add_timing_options(*command, flags->timing, "per measurement");
   return {command, [flags] { return run_bench(*flags); }};
 }

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <optional>
 
+#include "mmsparse/attention.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cli {
@@ -23,19 +25,26 @@ const char* unit_name(TileCostUnit unit) {
 
 }  // namespace
 
-void TileOracleFlags::add_to(CLI::App& command, int64_t default_tiles) {
-  sample_tiles = default_tiles;
+void TileOracleFlags::add_to(CLI::App& command, int64_t gpu_default, int64_t cpu_default) {
+  gpu_default_tiles = gpu_default;
+  cpu_default_tiles = cpu_default;
   command
       .add_option("--oracle-tiles", sample_tiles,
-                  "query tiles per head summed for the tile oracle, spread evenly (0 = all)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+                  fmt::format("query tiles per head summed for the tile oracle, spread evenly (0 = "
+                              "all; default {} on the GPU, {} on the CPU)",
+                              gpu_default, cpu_default))
+      ->check(CLI::NonNegativeNumber);
   command
       .add_option("--sparse-throughput", sparse_throughput,
                   "the engine's throughput on sparse tiles relative to dense, for the tile-oracle "
                   "bound (1 = as fast as dense tiles)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+int64_t TileOracleFlags::tiles(bool gpu) const {
+  if (sample_tiles >= 0) return sample_tiles;
+  return gpu ? gpu_default_tiles : cpu_default_tiles;
 }
 
 double LayerTileOracle::mean_cost_share(std::size_t level) const {
@@ -70,24 +79,30 @@ double LayerTileOracle::run_bound(std::size_t run) const {
 LayerTileOracle measure_tile_oracle(const TensorView& q, const TensorView& k,
                                     const TensorView& lse_dense, int64_t tile_rows,
                                     const TileOracleFlags& flags, int threads,
-                                    const std::vector<std::vector<double>>& head_recalls) {
+                                    const std::vector<std::vector<double>>& head_recalls,
+                                    const std::vector<int64_t>& heads, TileCostUnit host_unit) {
   const bool on_device = q.device.type != DeviceType::kCPU;
   std::optional<DeviceTensor> device_lse;
   if (on_device) device_lse.emplace(DeviceTensor::from_host(lse_dense, q.device));
   const TensorView lse = on_device ? device_lse->view() : lse_dense;
 
   LayerTileOracle oracle;
-  // The engine computes whole tiles; the CPU reference computes pairs.
-  oracle.unit = on_device ? TileCostUnit::kTiles : TileCostUnit::kPairs;
+  // The engine computes whole tiles.
+  oracle.unit = on_device ? TileCostUnit::kTiles : host_unit;
   oracle.tile_rows = tile_rows;
   oracle.sparse_throughput = flags.sparse_throughput;
   oracle.run_cost_shares.assign(head_recalls.size(), {});
   TileMassOptions options;
   options.tile_rows = tile_rows;
-  options.sample_tiles = flags.sample_tiles;
+  options.sample_tiles = flags.tiles(on_device);
   options.num_threads = threads;
-  const int64_t heads = q.shape[2];
-  for (int64_t head = 0; head < heads; ++head) {
+  std::vector<int64_t> summed = heads;
+  if (summed.empty()) {
+    summed.resize(static_cast<std::size_t>(q.shape[2]));
+    std::iota(summed.begin(), summed.end(), int64_t{0});
+  }
+  for (std::size_t index = 0; index < summed.size(); ++index) {
+    const int64_t head = summed[index];
     const TileMass mass = tile_mass(q, k, lse, 0, head, options);
     oracle.chunk_keys = mass.chunk_keys;
     oracle.query_tiles = mass.query_tiles;
@@ -97,10 +112,10 @@ LayerTileOracle measure_tile_oracle(const TensorView& q, const TensorView& k,
     std::vector<std::size_t> run_level(head_recalls.size(), 0);
     for (std::size_t run = 0; run < head_recalls.size(); ++run) {
       const std::vector<double>& run_recalls = head_recalls[run];
-      const bool known = head < static_cast<int64_t>(run_recalls.size()) &&
-                         std::isfinite(run_recalls[head]) && run_recalls[head] > 0.0;
+      const bool known = index < run_recalls.size() && std::isfinite(run_recalls[index]) &&
+                         run_recalls[index] > 0.0;
       run_level[run] = known ? recalls.size() : 0;
-      if (known) recalls.push_back(std::min(1.0, run_recalls[head]));
+      if (known) recalls.push_back(std::min(1.0, run_recalls[index]));
     }
     TileOracle head_oracle = tile_oracle(mass, recalls, oracle.unit);
     for (std::size_t run = 0; run < head_recalls.size(); ++run) {
@@ -111,6 +126,30 @@ LayerTileOracle measure_tile_oracle(const TensorView& q, const TensorView& k,
     oracle.heads.push_back(std::move(head_oracle));
   }
   return oracle;
+}
+
+LayerTileOracle search_tile_oracle(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   bool gpu, int64_t tile_rows, const TileOracleFlags& flags,
+                                   int threads, const std::vector<int64_t>& heads,
+                                   const std::vector<double>& chosen_recalls) {
+  const std::vector<std::vector<double>> runs = {chosen_recalls};
+  if (!gpu) {
+    return measure_tile_oracle(q, k, TensorView{}, tile_rows, flags, threads, runs, heads,
+                               TileCostUnit::kTiles);
+  }
+  // The engine runs 16-bit inputs; fp32 calibration tensors run as bf16, as the search times them.
+  const DType dtype = q.dtype == DType::kFloat32 ? DType::kBFloat16 : q.dtype;
+  const Device device{DeviceType::kCUDA, 0};
+  const DeviceTensor device_q = DeviceTensor::from_host(to_contiguous(q, dtype).view(), device);
+  const DeviceTensor device_k = DeviceTensor::from_host(to_contiguous(k, dtype).view(), device);
+  const DeviceTensor device_v = DeviceTensor::from_host(to_contiguous(v, dtype).view(), device);
+  DeviceTensor out(dtype, q.shape_vector(), device);
+  DeviceTensor lse(DType::kFloat32, {q.shape[0], q.shape[2], q.shape[1]}, device);
+  attention_dense(device_q.view(), device_k.view(), device_v.view(), out.view(), lse.view());
+  Tensor host_lse(DType::kFloat32, {q.shape[0], q.shape[2], q.shape[1]});
+  lse.copy_to_host(host_lse.view());
+  return measure_tile_oracle(device_q.view(), device_k.view(), host_lse.view(), tile_rows, flags,
+                             threads, runs, heads);
 }
 
 void print_tile_oracle_line(const LayerTileOracle& oracle) {

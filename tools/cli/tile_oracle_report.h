@@ -17,10 +17,13 @@ namespace mmsparse::cli {
 
 // --oracle-tiles and --sparse-throughput.
 struct TileOracleFlags {
-  int64_t sample_tiles = 0;        // query tiles per head; 0 = all
+  int64_t sample_tiles = -1;       // query tiles per head; 0 = all; -1: the device's default
   double sparse_throughput = 1.0;  // the engine's sparse tiles' throughput relative to dense
-  // `default_tiles`: the command's default sample (0 = all).
-  void add_to(CLI::App& command, int64_t default_tiles);
+  int64_t gpu_default_tiles = 0;
+  int64_t cpu_default_tiles = 0;
+  // The command's defaults per device (0 = all query tiles).
+  void add_to(CLI::App& command, int64_t gpu_default, int64_t cpu_default);
+  int64_t tiles(bool gpu) const;
 };
 
 // Per-head oracles at kTileOracleRecalls and, per run, at the recall that run reached on each
@@ -44,14 +47,26 @@ struct LayerTileOracle {
   double run_bound(std::size_t run) const;
 };
 
-// Per head `head_recalls[run][head]` (the recall each run reached; may be empty). q, k where the
-// runs read them (device tensors on the GPU: the device sums), lse_dense a host [1, heads, q_len]
-// fp32 view (copied to q's device when needed), or empty on the host: each summed row's LSE is
-// then computed with its sums.
+// The oracle of query heads `heads` (empty: all), `head_recalls[run][n]` the recall each run
+// reached on heads[n] (may be empty). q, k where the runs read them (device tensors on the GPU:
+// the device sums; cost in tiles; on the host: cost in `host_unit`), lse_dense a host
+// [1, heads, q_len] fp32 view (copied to q's device when needed), or empty (ndim 0) on the host:
+// each summed row's LSE is then computed with its sums.
 LayerTileOracle measure_tile_oracle(const TensorView& q, const TensorView& k,
                                     const TensorView& lse_dense, int64_t tile_rows,
                                     const TileOracleFlags& flags, int threads,
-                                    const std::vector<std::vector<double>>& head_recalls);
+                                    const std::vector<std::vector<double>>& head_recalls,
+                                    const std::vector<int64_t>& heads = {},
+                                    TileCostUnit host_unit = TileCostUnit::kPairs);
+
+// A searched layer's oracle, in the search's tiles (`tile_rows` × 128 keys, cost in tiles as the
+// cost models count chunks): on the GPU from the engine's dense LSE (q, k, v host views copied,
+// fp32 as bf16), on the host from each summed row's own LSE (no dense run). `chosen_recalls[n]`:
+// the chosen spec's recall on heads[n].
+LayerTileOracle search_tile_oracle(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   bool gpu, int64_t tile_rows, const TileOracleFlags& flags,
+                                   int threads, const std::vector<int64_t>& heads,
+                                   const std::vector<double>& chosen_recalls);
 
 // "tile oracle (...): recall 0.90: 3.10% of tiles, bound 32.0x; ..." for a layer.
 void print_tile_oracle_line(const LayerTileOracle& oracle);
