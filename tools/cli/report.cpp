@@ -140,6 +140,11 @@ std::optional<double> total_dense_seconds(const std::vector<LayerReport>& layers
 
 }  // namespace
 
+std::string needle_verdict(const RunSummary& summary) {
+  if (summary.needles == 0 || !summary.needle_mass_measured) return "-";
+  return needles_text(summary.needles_kept, summary.needles);
+}
+
 RunSummary summarize(const RunReport& run) {
   RunSummary summary;
   if (run.heads.empty()) return summary;
@@ -168,6 +173,7 @@ RunSummary summarize(const RunReport& run) {
       needle_kept.resize(mass_kept.size());
       needle_dense.resize(mass_kept.size());
       for (std::size_t n = 0; n < mass_kept.size() && n < dense_mass.size(); ++n) {
+        if (!std::isnan(dense_mass[n])) summary.needle_mass_measured = true;
         if (std::isnan(mass_kept[n]) || std::isnan(dense_mass[n])) continue;
         needle_kept[n] += mass_kept[n] * dense_mass[n];
         needle_dense[n] += dense_mass[n];
@@ -339,9 +345,7 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
                milliseconds(run.index_seconds), milliseconds(run.attention_seconds), speedup_text,
                bound_column(layer, index, run_speedup),
-               with_needles
-                   ? fmt::format(" {:>8}", needles_text(summary.needles_covered, summary.needles))
-                   : "");
+               with_needles ? fmt::format(" {:>8}", needle_verdict(summary)) : "");
   }
 }
 
@@ -350,9 +354,15 @@ void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
       "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over rows and "
       "heads; min rec: the lowest recall of any row of any head; out err: ||O - O_dense|| / "
       "||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
-      "speedup: dense time / (index + attention time){}; per head: ndl mass: the needles' share of "
-      "the dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
-      needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
+      "speedup: dense time / (index + attention time){}; per head: covered: needles whose pair "
+      "with every querying row the head computes, ndl mass: the needles' share of the head's "
+      "dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
+      needles > 0 ? fmt::format("; needles: kept / planted, a needle being kept when the question "
+                                "rows' attention to it, summed over heads, keeps >= {:.0f}% of its "
+                                "dense mass (- without a dense reference; per-head coverage with "
+                                "--per-head)",
+                                kPercent * kNeedleKeptShare)
+                  : "",
       gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
                         "alike; index time is the build on the GPU of static patterns and of "
                         "vertical-slash and grid heads whose query groups fit the estimate (a "
@@ -382,7 +392,7 @@ void print_per_head_tables(const LayerReport& layer) {
     fmt::print("{}{:>5} {}{:<{}} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
                batched ? fmt::format("{:>5} ", "batch") : "", "head",
                behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", spec_width, "density",
-               "recall", "min rec", "out err", "needles", "ndl mass", "index ms", "built");
+               "recall", "min rec", "out err", "covered", "ndl mass", "index ms", "built");
     for (const HeadReport& head : run.heads) {
       const bool compared = head.accuracy.has_value();
       const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
@@ -404,15 +414,14 @@ void print_per_head_tables(const LayerReport& layer) {
                           summary.recall_min, summary.output_error);
     }
     if (summary.needles > 0) {
-      line += fmt::format(", needles covered {}/{} (fewest over heads)", summary.needles_covered,
-                          summary.needles);
-      if (!std::isnan(summary.needle_mass_kept)) {
+      if (summary.needle_mass_measured) {
         line += fmt::format(
-            ", needle mass kept {:.4f}, needles kept {}/{} (each >= {:.0f}% of its "
-            "attention over all heads)",
-            summary.needle_mass_kept, summary.needles_kept, summary.needles,
-            kPercent * kNeedleKeptShare);
+            ", needles kept {} (each >= {:.0f}% of its dense attention, summed over heads), "
+            "needle mass kept {:.4f}",
+            needle_verdict(summary), kPercent * kNeedleKeptShare, summary.needle_mass_kept);
       }
+      line += fmt::format(", covered by every querying row of every head: {}/{}",
+                          summary.needles_covered, summary.needles);
     }
     const bool any_gpu_built =
         std::any_of(run.heads.begin(), run.heads.end(),
@@ -451,7 +460,7 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
           optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
           optional_number(summary.compared, summary.recall_min, "{:.4f}"),
           optional_number(summary.compared, summary.output_error, "{:.2e}"),
-          needles_text(summary.needles_covered, summary.needles), milliseconds(run.index_seconds),
+          needle_verdict(summary), milliseconds(run.index_seconds),
           milliseconds(run.attention_seconds),
           optional_number(layer.dense_seconds.has_value(),
                           milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),

@@ -90,9 +90,14 @@ struct RunSummary {
   // at least kNeedleKeptShare of: the heads that read a needle keep it, whatever heads that do not
   // read it compute (a local head never reaches the media). 0 without the mass measure.
   int64_t needles_kept = 0;
+  bool needle_mass_measured = false;  // the mass measure ran (a dense reference was given)
 };
 inline constexpr double kNeedleKeptShare = 0.95;
 RunSummary summarize(const RunReport& run);
+// The run's one needle verdict, what the summary and layer tables print: "k/N" needles kept
+// (needles_kept), or "-" without a needle task or without the mass measure (no dense reference).
+// Per-head coverage is detail for --per-head.
+std::string needle_verdict(const RunSummary& summary);
 
 // What a layer's pattern runs read. Host views; the dense reference is optional (run without
 // --compare), the needle task may be empty.
