@@ -84,8 +84,8 @@ class Backend {
   // library, so only device backends serve it; the default throws kUnsupported.
   virtual void tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse,
                          int64_t batch_index, int64_t head, float scale, int64_t tile_rows,
-                         int64_t chunk_keys, std::span<const int64_t> tiles,
-                         std::span<double> mass, void* stream);
+                         int64_t chunk_keys, std::span<const int64_t> tiles, std::span<double> mass,
+                         void* stream);
 
   // --- Prepared plans ---
   // The backend's state of a host plan (validated here or by an upload); asynchronous on

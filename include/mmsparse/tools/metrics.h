@@ -113,19 +113,19 @@ struct TileMass {
   int64_t kv_len = 0;
   int64_t tile_rows = 0;
   int64_t chunk_keys = 0;
-  int64_t query_tiles = 0;            // all query tiles of the head: ceil(q_len / tile_rows)
-  int64_t key_chunks = 0;             // ceil(kv_len / chunk_keys)
-  std::vector<int64_t> sampled;       // [sampled] query tile indices, ascending
-  std::vector<double> mass;           // [sampled, key_chunks] (0 where a tile has no causal pair)
+  int64_t query_tiles = 0;       // all query tiles of the head: ceil(q_len / tile_rows)
+  int64_t key_chunks = 0;        // ceil(kv_len / chunk_keys)
+  std::vector<int64_t> sampled;  // [sampled] query tile indices, ascending
+  std::vector<double> mass;      // [sampled, key_chunks] (0 where a tile has no causal pair)
 };
 
 struct TileMassOptions {
   int64_t tile_rows = kDefaultTileRows;  // the engine's query tile: preferred_tile_rows(...)
   int64_t chunk_keys = 0;                // 0 = the engine's key chunk, kGatherChunkKeys (128)
-  int64_t sample_tiles = 0;              // query tiles sampled, spread evenly (sample_rows); 0 = all
-  float scale = 0.0f;                    // 0 = 1/sqrt(head_dim)
-  int num_threads = 0;                   // CPU threads; 0 = hardware concurrency
-  void* stream = nullptr;                // cudaStream_t for CUDA tensors
+  int64_t sample_tiles = 0;  // query tiles sampled, spread evenly (sample_rows); 0 = all
+  float scale = 0.0f;        // 0 = 1/sqrt(head_dim)
+  int num_threads = 0;       // CPU threads; 0 = hardware concurrency
+  void* stream = nullptr;    // cudaStream_t for CUDA tensors
 };
 
 // q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim] (GQA), lse_dense
@@ -141,17 +141,17 @@ TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& l
 enum class TileCostUnit { kTiles, kPairs };
 
 struct TileOracleLevel {
-  double recall = 0.0;           // the target r
-  int64_t tiles = 0;             // tiles taken in the sample, greedy by mass per cost
-  double tile_density = 0.0;     // tiles taken / causal tiles of the sampled query tiles
-  double cost_share = 0.0;       // lower bound on cost of reaching r / dense cost (see the doc)
+  double recall = 0.0;             // the target r
+  int64_t tiles = 0;               // tiles taken in the sample, greedy by mass per cost
+  double tile_density = 0.0;       // tiles taken / causal tiles of the sampled query tiles
+  double cost_share = 0.0;         // lower bound on cost of reaching r / dense cost (see the doc)
   double cost_share_stderr = 0.0;  // standard error from sampling query tiles; 0 with all tiles
 };
 
 struct TileOracle {
-  int64_t sampled_tiles = 0;  // query tiles summed
-  int64_t query_tiles = 0;    // query tiles of the head
-  int64_t causal_tiles = 0;   // tiles with a causal pair among the sampled query tiles
+  int64_t sampled_tiles = 0;            // query tiles summed
+  int64_t query_tiles = 0;              // query tiles of the head
+  int64_t causal_tiles = 0;             // tiles with a causal pair among the sampled query tiles
   std::vector<TileOracleLevel> levels;  // one per requested recall, in order
 };
 
