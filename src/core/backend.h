@@ -78,6 +78,15 @@ class Backend {
                               const TensorView& out, const TensorView& lse,
                               const AttentionOptions& options) = 0;
 
+  // The tile oracle's block sums (mmsparse/tools/metrics.h: tile_mass) for one query head on
+  // this backend's device: arguments checked there; `tiles` [sampled] query tile indices, `mass`
+  // [sampled, ceil(kv_len / chunk_keys)] host memory, written. The host sums live in the tools
+  // library, so only device backends serve it; the default throws kUnsupported.
+  virtual void tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse,
+                         int64_t batch_index, int64_t head, float scale, int64_t tile_rows,
+                         int64_t chunk_keys, std::span<const int64_t> tiles, std::span<double> mass,
+                         void* stream);
+
   // --- Prepared plans ---
   // The backend's state of a host plan (validated here or by an upload); asynchronous on
   // `stream` where the backend has streams.

@@ -137,6 +137,13 @@ std::optional<PlanBuildTimes> Backend::build_times(const PreparedState&) const {
   return std::nullopt;
 }
 
+void Backend::tile_mass(const TensorView& q, const TensorView&, const TensorView&, int64_t, int64_t,
+                        float, int64_t, int64_t, std::span<const int64_t>, std::span<double>,
+                        void*) {
+  throw Error(ErrorCode::kUnsupported, "tile_mass: tensors on " + device_name(q.device) +
+                                           " are not served by the " + name() + " backend");
+}
+
 void* Backend::allocate(const char* what, std::size_t, Device device) {
   throw_no_memory(what, device);
 }

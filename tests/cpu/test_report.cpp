@@ -99,14 +99,14 @@ MeasuredLayer measure_layer(int64_t layer, const PatternRun& run) {
   Tensor dense_out(DType::kFloat32, {1, n, spec.q_heads, spec.head_dim});
   Tensor dense_lse(DType::kFloat32, {1, spec.q_heads, n});
   measured.report.dense_seconds = executor.run(
-      executor.prepare(executor.build({PatternSpec{"dense", {}}}, {1, spec.q_heads, n, n},
-                                      nullptr, nullptr, spec.head_dim)),
+      executor.prepare(executor.build({PatternSpec{"dense", {}}}, {1, spec.q_heads, n, n}, nullptr,
+                                      nullptr, spec.head_dim)),
       dense_out.view(), dense_lse.view());
   measured.report.dense_pairs = causal_pair_count(n, n) * spec.q_heads;
   measured.needles = workload_needle_task(workload);
   const TensorView out_view = dense_out.view(), lse_view = dense_lse.view();
   const LayerInputs inputs{tensors.q.view(), tensors.k.view(), &workload.layout(), 1,
-                           &out_view, &lse_view, &measured.needles, {}};
+                           &out_view,        &lse_view,        &measured.needles,  {}};
   Tensor out(DType::kFloat32, {1, n, spec.q_heads, spec.head_dim});
   Tensor lse(DType::kFloat32, {1, spec.q_heads, n});
   measured.report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
@@ -139,6 +139,12 @@ TEST(Report, NeedlesKeptPoolEachNeedlesAttentionOverHeads) {
   EXPECT_EQ(summary.needles, 2);
   EXPECT_EQ(summary.needles_covered, 0) << "the local head covers neither";
   EXPECT_EQ(summary.needles_kept, 1);
+  EXPECT_EQ(needle_verdict(summary), "1/2") << "the one verdict is the pooled mass measure";
+  // Without a dense reference there is no mass, and no verdict (not the per-head coverage).
+  RunSummary without_dense = summary;
+  without_dense.needle_mass_measured = false;
+  EXPECT_EQ(needle_verdict(without_dense), "-");
+  EXPECT_EQ(needle_verdict(RunSummary{}), "-");
 }
 
 TEST(Report, LayersDifferAndJsonCarriesEveryField) {
@@ -174,9 +180,9 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
   for (const nlohmann::json& layer : json["layers"]) {
     EXPECT_TRUE(layer.at("dense").contains("attention_ms"));
     const nlohmann::json& pattern = layer.at("patterns").at(0);
-    for (const char* field : {"pattern", "spec", "density", "recall_mean", "recall_min",
-                              "output_error", "index_ms", "attention_ms", "speedup",
-                              "computed_pairs"}) {
+    for (const char* field :
+         {"pattern", "spec", "density", "recall_mean", "recall_min", "output_error", "index_ms",
+          "attention_ms", "speedup", "computed_pairs"}) {
       EXPECT_TRUE(pattern.contains(field)) << field;
     }
     EXPECT_EQ(pattern.at("needles").at("count"), 3);
@@ -184,8 +190,8 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
     EXPECT_TRUE(pattern.at("needles").contains("mass_kept"));
     ASSERT_EQ(pattern.at("heads").size(), 4u);
     for (const nlohmann::json& head : pattern["heads"]) {
-      for (const char* field : {"head", "spec", "density", "index_ms", "recall_mean",
-                                "recall_min", "output_error", "needles"}) {
+      for (const char* field : {"head", "spec", "density", "index_ms", "recall_mean", "recall_min",
+                                "output_error", "needles"}) {
         EXPECT_TRUE(head.contains(field)) << field;
       }
       EXPECT_EQ(head["needles"]["covered_each"].size(), 3u);
@@ -196,8 +202,9 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
   const nlohmann::json& total = json.at("model").at("patterns").at(0);
   const double index_ms = total.at("index_ms"), attention_ms = total.at("attention_ms");
   const double dense_ms = json["model"].at("dense_ms");
-  EXPECT_NEAR(index_ms, 1000.0 * (first.report.runs[0].index_seconds +
-                                  second.report.runs[0].index_seconds), 1e-9);
+  EXPECT_NEAR(index_ms,
+              1000.0 * (first.report.runs[0].index_seconds + second.report.runs[0].index_seconds),
+              1e-9);
   EXPECT_NEAR(dense_ms, 1000.0 * (*first.report.dense_seconds + *second.report.dense_seconds),
               1e-9);
   EXPECT_NEAR(total.at("speedup").get<double>(), dense_ms / (index_ms + attention_ms), 1e-9);

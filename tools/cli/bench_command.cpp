@@ -1,23 +1,25 @@
 #include "bench_command.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "executor.h"
 #include "layers.h"
 #include "mmsparse/attention.h"
-#include "mmsparse/tools/metrics.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "mmsparse/tools/metrics.h"
 #include "progress.h"
 #include "report.h"
+#include "tile_oracle_report.h"
 #include "warnings.h"
 
 namespace mmsparse::cli {
@@ -33,6 +35,7 @@ struct BenchFlags {
   bool per_head = false;
   int64_t oracle_rows = 64;
   double recall_target = 0.95;
+  TileOracleFlags tile_oracle;
   TimingFlags timing;
 };
 
@@ -108,6 +111,20 @@ std::vector<int64_t> selected_layers(const BenchFlags& flags,
   return layers;
 }
 
+// Query tiles per head the tile oracle sums by default: at 128K (1024 tiles of 128 rows) a
+// quarter; every tile at the CPU's default length.
+constexpr int64_t kDefaultOracleTiles = 256;
+
+// The synthetic behaviour of each head, from any run's per-head reports.
+std::vector<std::string> layer_behaviours(const LayerReport& layer) {
+  std::vector<std::string> behaviours;
+  if (layer.runs.empty()) return behaviours;
+  for (const HeadReport& head : layer.runs.front().heads) {
+    if (head.batch == 0) behaviours.push_back(head.behaviour);
+  }
+  return behaviours;
+}
+
 double mean_of(const std::vector<double>& values) {
   double sum = 0.0;
   for (double value : values) sum += value;
@@ -118,16 +135,40 @@ double mean_of(const std::vector<double>& values) {
 struct BenchLayer {
   LayerReport report;
   std::vector<double> oracle;  // oracle density per head
-  NeedleTask needles;          // needle keys depend on the seed, so on the layer
+  LayerTileOracle tile_oracle;
+  NeedleTask needles;  // needle keys depend on the seed, so on the layer
 };
+
+// The tile oracle of the layer's heads, with each run's bound at the recalls it reached.
+void measure_layer_tile_oracle(const BenchFlags& flags, const Executor& executor,
+                               const TensorView& dense_lse, int64_t head_dim, StepProgress& steps,
+                               BenchLayer& layer) {
+  std::vector<std::vector<double>> head_recalls;
+  for (const RunReport& run : layer.report.runs) {
+    std::vector<double> recalls;
+    for (const HeadReport& head : run.heads) {
+      if (head.batch != 0) continue;
+      recalls.push_back(head.accuracy ? head.accuracy->recall_mean : std::nan(""));
+    }
+    head_recalls.push_back(std::move(recalls));
+  }
+  steps.begin(fmt::format("layer {}: tile oracle", layer.report.layer));
+  layer.tile_oracle = measure_tile_oracle(executor.run_q(), executor.run_k(), dense_lse,
+                                          preferred_tile_rows(executor.device(), head_dim),
+                                          flags.tile_oracle, flags.exec.threads, head_recalls);
+  steps.end();
+  for (std::size_t run = 0; run < head_recalls.size(); ++run) {
+    layer.report.oracle_bounds.push_back(layer.tile_oracle.run_bound(run));
+  }
+}
 
 BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& runs, int64_t layer,
                        WorkloadSpec spec, Executor& executor, Progress& progress,
                        StepProgress& steps, double dense_estimate) {
   spec.seed = synthetic_layer_seed(spec.seed, layer);
   const DType dtype = flags.exec.data_type();
-  progress.step(fmt::format("layer {}: synthetic workload '{}', seed {}", layer, spec.preset,
-                            spec.seed));
+  progress.step(
+      fmt::format("layer {}: synthetic workload '{}', seed {}", layer, spec.preset, spec.seed));
   const Workload workload = Workload::create(spec);
   const WorkloadSpec& resolved = workload.spec();
   const Workload::Tensors tensors = workload.materialize(dtype);
@@ -140,9 +181,9 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   result.report.source = fmt::format("SYNTHETIC seed {}", spec.seed);
   Tensor dense_out(dtype, {1, seq_len, heads, resolved.head_dim});
   Tensor dense_lse(DType::kFloat32, {1, heads, seq_len});
-  const PreparedPlan dense_plan = executor.prepare(executor.build(
-      {PatternSpec{"dense", {}}}, {1, heads, seq_len, seq_len, kDefaultTileRows}, nullptr, nullptr,
-      resolved.head_dim));
+  const PreparedPlan dense_plan = executor.prepare(
+      executor.build({PatternSpec{"dense", {}}}, {1, heads, seq_len, seq_len, kDefaultTileRows},
+                     nullptr, nullptr, resolved.head_dim));
   steps.begin(fmt::format("layer {}: dense reference", layer), dense_estimate);
   result.report.dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
   steps.end();
@@ -160,8 +201,8 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
 
   result.needles = workload_needle_task(workload);
   const TensorView dense_out_view = dense_out.view(), dense_lse_view = dense_lse.view();
-  LayerInputs inputs{tensors.q.view(), tensors.k.view(), &workload.layout(), 1, &dense_out_view,
-                     &dense_lse_view, &result.needles, {}};
+  LayerInputs inputs{tensors.q.view(), tensors.k.view(), &workload.layout(), 1,
+                     &dense_out_view,  &dense_lse_view,  &result.needles,    {}};
   for (int64_t head = 0; head < heads; ++head) {
     inputs.behaviours.emplace_back(head_behaviour_name(workload.behaviour(head)));
   }
@@ -172,6 +213,7 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
     result.report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
     steps.end();
   }
+  measure_layer_tile_oracle(flags, executor, dense_lse_view, resolved.head_dim, steps, result);
   progress.done(fmt::format("dense {:.2f} ms, {} pattern runs, oracle density {:.2f}%",
                             1000.0 * *result.report.dense_seconds, result.report.runs.size(),
                             100.0 * mean_of(result.oracle)));
@@ -206,8 +248,8 @@ int run_bench(const BenchFlags& flags) {
   const double dense_estimate =
       gpu ? 0.0
           : estimate_dense_on_cpu(
-                flags.exec.threads, causal_pair_count(reference.seq_len(), reference.seq_len()) *
-                                        resolved.q_heads,
+                flags.exec.threads,
+                causal_pair_count(reference.seq_len(), reference.seq_len()) * resolved.q_heads,
                 resolved.head_dim, static_cast<int64_t>(layers.size()),
                 static_cast<int64_t>(layer_runs.empty() ? 0 : layer_runs.front().size()));
 
@@ -239,15 +281,21 @@ int run_bench(const BenchFlags& flags) {
     }
     fmt::print("device {}, dtype {}\n", device, dtype_name(dtype));
     for (const BenchLayer& layer : measured) {
-      fmt::print("\nlayer {} ({}): oracle density at recall {:.2f}: mean {:.2f}% over heads ({} "
-                 "sampled rows per head)\n",
-                 layer.report.layer, layer.report.source,
-                 flags.recall_target, 100.0 * mean_of(layer.oracle), flags.oracle_rows);
+      fmt::print(
+          "\nlayer {} ({}): oracle density at recall {:.2f}: mean {:.2f}% over heads ({} "
+          "sampled rows per head)\n",
+          layer.report.layer, layer.report.source, flags.recall_target,
+          100.0 * mean_of(layer.oracle), flags.oracle_rows);
       print_summary_table(layer.report, needles);
-      if (flags.per_head) print_per_head_tables(layer.report);
+      print_tile_oracle_line(layer.tile_oracle);
+      if (flags.per_head) {
+        print_tile_oracle_heads(layer.tile_oracle, layer_behaviours(layer.report));
+        print_per_head_tables(layer.report);
+      }
     }
     if (several_layers) print_layer_table(reports);
     print_column_footer(needles, gpu, flags.timing.for_device(gpu));
+    if (!measured.empty()) fmt::print("{}.\n", tile_oracle_footer(measured.front().tile_oracle));
   }
 
   nlohmann::json report = layers_json(reports, resolved.head_dim);
@@ -267,6 +315,11 @@ int run_bench(const BenchFlags& flags) {
   }
   for (std::size_t l = 0; l < measured.size(); ++l) {
     report["layers"][l]["oracle_density"] = measured[l].oracle;
+    report["layers"][l]["tile_oracle"] = tile_oracle_json(measured[l].tile_oracle);
+    for (std::size_t run = 0; run < measured[l].report.oracle_bounds.size(); ++run) {
+      report["layers"][l]["patterns"][run]["tile_oracle_bound"] =
+          measured[l].report.oracle_bounds[run];
+    }
     if (needles > 0) report["layers"][l]["needle_keys"] = measured[l].needles.keys;
   }
   report["device"] = device;
@@ -280,27 +333,32 @@ int run_bench(const BenchFlags& flags) {
 Command add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* command = app.add_subcommand(
-      "bench", "dense vs sparse patterns on a synthetic VLM workload (CPU: 4096 tokens by default)");
+      "bench",
+      "dense vs sparse patterns on a synthetic VLM workload (CPU: 4096 tokens by default)");
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
   command->add_option("--pattern", flags->patterns,
                       "pattern spec to run, repeatable (default: every static pattern)");
   command->add_option("--config", flags->config_path, "per-model pattern config (JSON)");
-  CLI::Option* layer = command->add_option("--layer", flags->layer,
-                                           "layer of the config to use (synthetic seed + layer)")
+  CLI::Option* layer = command
+                           ->add_option("--layer", flags->layer,
+                                        "layer of the config to use (synthetic seed + layer)")
                            ->capture_default_str();
-  command->add_option("--layers", flags->layers,
-                      "layers to run: all (those the config names) or a list 0,3,5; each layer's "
-                      "synthetic workload uses seed + layer")
+  command
+      ->add_option("--layers", flags->layers,
+                   "layers to run: all (those the config names) or a list 0,3,5; each layer's "
+                   "synthetic workload uses seed + layer")
       ->excludes(layer);
   command->add_flag("--per-head", flags->per_head,
                     "print a table per pattern run with one row per head");
-  command->add_option("--oracle-rows", flags->oracle_rows,
-                      "query rows per head sampled for the oracle density")
+  command
+      ->add_option("--oracle-rows", flags->oracle_rows,
+                   "query rows per head sampled for the oracle density")
       ->capture_default_str();
   command->add_option("--recall-target", flags->recall_target, "recall for the oracle density")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  flags->tile_oracle.add_to(*command, kDefaultOracleTiles, kDefaultOracleTiles);
   add_timing_options(*command, flags->timing, "per measurement");
   return {command, [flags] { return run_bench(*flags); }};
 }

@@ -23,7 +23,7 @@ struct TimingFlags {
   static constexpr int kCpuDefaultRepeats = 1;
   int warmup = 2;
   int repeats = 5;
-  bool warmup_given = false;   // set by add_timing_options' parse callbacks
+  bool warmup_given = false;  // set by add_timing_options' parse callbacks
   bool repeats_given = false;
   // The counts a measurement on this device uses.
   TimingFlags for_device(bool gpu) const {
@@ -91,6 +91,10 @@ class Executor {
   }
 
   bool gpu() const { return gpu_; }
+  Device device() const { return device_; }
+  // The inputs of set_inputs where the runs read them: device views on the GPU, else the host ones.
+  const TensorView& run_q() const { return q_; }
+  const TensorView& run_k() const { return k_; }
   std::string device_label() const;
 
  private:

@@ -1,13 +1,13 @@
 #include "report.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <optional>
-
-#include <fmt/core.h>
 
 #include "cli_common.h"
 #include "mmsparse/attention.h"
@@ -140,6 +140,11 @@ std::optional<double> total_dense_seconds(const std::vector<LayerReport>& layers
 
 }  // namespace
 
+std::string needle_verdict(const RunSummary& summary) {
+  if (summary.needles == 0 || !summary.needle_mass_measured) return "-";
+  return needles_text(summary.needles_kept, summary.needles);
+}
+
 RunSummary summarize(const RunReport& run) {
   RunSummary summary;
   if (run.heads.empty()) return summary;
@@ -168,6 +173,7 @@ RunSummary summarize(const RunReport& run) {
       needle_kept.resize(mass_kept.size());
       needle_dense.resize(mass_kept.size());
       for (std::size_t n = 0; n < mass_kept.size() && n < dense_mass.size(); ++n) {
+        if (!std::isnan(dense_mass[n])) summary.needle_mass_measured = true;
         if (std::isnan(mass_kept[n]) || std::isnan(dense_mass[n])) continue;
         needle_kept[n] += mass_kept[n] * dense_mass[n];
         needle_dense[n] += dense_mass[n];
@@ -236,9 +242,8 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
     }
   } else {
     const auto index_start = std::chrono::steady_clock::now();
-    result.prepared = executor.prepare(executor.build(run.specs, shape, inputs.layout,
-                                                      &pattern_inputs, head_dim,
-                                                      &result.head_seconds));
+    result.prepared = executor.prepare(executor.build(
+        run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &result.head_seconds));
     report.index_seconds = seconds_since(index_start);
     result.head_built.assign(result.head_seconds.size(), "host");
   }
@@ -287,9 +292,8 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
         entry.accuracy = compare_head(out, lse, *inputs.dense_out, *inputs.dense_lse, b, head);
       }
       if (has_needles) {
-        const NeedleDenseInputs dense{inputs.q, inputs.k,
-                                      inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{},
-                                      b};
+        const NeedleDenseInputs dense{
+            inputs.q, inputs.k, inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{}, b};
         entry.needles = needle_coverage(plan, slot, inputs.needles->keys, inputs.needles->rows,
                                         inputs.dense_lse != nullptr ? &dense : nullptr);
       }
@@ -299,35 +303,49 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   return report;
 }
 
+// "% bound": the run's speedup over its tile-oracle bound; empty without the oracle.
+std::string bound_column(const LayerReport& layer, std::size_t run_index, double run_speedup) {
+  if (layer.oracle_bounds.empty()) return "";
+  const double bound =
+      run_index < layer.oracle_bounds.size() ? layer.oracle_bounds[run_index] : std::nan("");
+  const bool known = layer.dense_seconds.has_value() && std::isfinite(bound) && bound > 0.0;
+  return fmt::format(
+      " {:>8}", known ? fmt::format("{:.1f}%", kPercent * run_speedup / bound) : std::string("-"));
+}
+
 void print_summary_table(const LayerReport& layer, int64_t needles) {
   const bool with_needles = needles > 0;
+  const bool with_bound = !layer.oracle_bounds.empty();
   const std::size_t spec_width = column_width(
       layer.runs, kSpecColumnWidth, [](const RunReport& run) { return run.run.spec_text; });
-  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}\n", "pattern", "spec",
+  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}{}\n", "pattern", "spec",
              spec_width, "density", "recall", "min rec", "out err", "index ms", "attn ms",
-             "speedup", with_needles ? fmt::format(" {:>8}", "needles") : "");
+             "speedup", with_bound ? fmt::format(" {:>8}", "% bound") : "",
+             with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}\n",
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
                "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
+               with_bound ? fmt::format(" {:>8}", "-") : "",
                with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
   }
-  for (const RunReport& run : layer.runs) {
+  for (std::size_t index = 0; index < layer.runs.size(); ++index) {
+    const RunReport& run = layer.runs[index];
     const RunSummary summary = summarize(run);
-    const std::string speedup_text =
+    const double run_speedup =
         layer.dense_seconds
-            ? fmt::format("{:.2f}x", speedup(*layer.dense_seconds, run.index_seconds,
-                                             run.attention_seconds))
-            : "-";
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}\n",
+            ? speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds)
+            : 0.0;
+    const std::string speedup_text =
+        layer.dense_seconds ? fmt::format("{:.2f}x", run_speedup) : "-";
+    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}{}\n",
                run.run.label, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
                milliseconds(run.index_seconds), milliseconds(run.attention_seconds), speedup_text,
-               with_needles
-                   ? fmt::format(" {:>8}", needles_text(summary.needles_covered, summary.needles))
-                   : "");
+               bound_column(layer, index, run_speedup),
+               with_needles ? fmt::format(" {:>8}", needle_verdict(summary)) : "");
   }
 }
 
@@ -336,9 +354,15 @@ void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
       "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over rows and "
       "heads; min rec: the lowest recall of any row of any head; out err: ||O - O_dense|| / "
       "||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
-      "speedup: dense time / (index + attention time){}; per head: ndl mass: the needles' share of "
-      "the dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
-      needles > 0 ? "; needles: covered by every head (fewest over heads)" : "",
+      "speedup: dense time / (index + attention time){}; per head: covered: needles whose pair "
+      "with every querying row the head computes, ndl mass: the needles' share of the head's "
+      "dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
+      needles > 0 ? fmt::format("; needles: kept / planted, a needle being kept when the question "
+                                "rows' attention to it, summed over heads, keeps >= {:.0f}% of its "
+                                "dense mass (- without a dense reference; per-head coverage with "
+                                "--per-head)",
+                                kPercent * kNeedleKeptShare)
+                  : "",
       gpu ? fmt::format("GPU times: median of {} after {} warm-up runs, attention and index "
                         "alike; index time is the build on the GPU of static patterns and of "
                         "vertical-slash and grid heads whose query groups fit the estimate (a "
@@ -368,7 +392,7 @@ void print_per_head_tables(const LayerReport& layer) {
     fmt::print("{}{:>5} {}{:<{}} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>5}\n",
                batched ? fmt::format("{:>5} ", "batch") : "", "head",
                behaviours ? fmt::format("{:<9} ", "behaviour") : "", "spec", spec_width, "density",
-               "recall", "min rec", "out err", "needles", "ndl mass", "index ms", "built");
+               "recall", "min rec", "out err", "covered", "ndl mass", "index ms", "built");
     for (const HeadReport& head : run.heads) {
       const bool compared = head.accuracy.has_value();
       const HeadAccuracy accuracy = head.accuracy.value_or(HeadAccuracy{});
@@ -390,15 +414,14 @@ void print_per_head_tables(const LayerReport& layer) {
                           summary.recall_min, summary.output_error);
     }
     if (summary.needles > 0) {
-      line += fmt::format(", needles covered {}/{} (fewest over heads)", summary.needles_covered,
-                          summary.needles);
-      if (!std::isnan(summary.needle_mass_kept)) {
+      if (summary.needle_mass_measured) {
         line += fmt::format(
-            ", needle mass kept {:.4f}, needles kept {}/{} (each >= {:.0f}% of its "
-            "attention over all heads)",
-            summary.needle_mass_kept, summary.needles_kept, summary.needles,
-            kPercent * kNeedleKeptShare);
+            ", needles kept {} (each >= {:.0f}% of its dense attention, summed over heads), "
+            "needle mass kept {:.4f}",
+            needle_verdict(summary), kPercent * kNeedleKeptShare, summary.needle_mass_kept);
       }
+      line += fmt::format(", covered by every querying row of every head: {}/{}",
+                          summary.needles_covered, summary.needles);
     }
     const bool any_gpu_built =
         std::any_of(run.heads.begin(), run.heads.end(),
@@ -437,7 +460,7 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
           optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
           optional_number(summary.compared, summary.recall_min, "{:.4f}"),
           optional_number(summary.compared, summary.output_error, "{:.2e}"),
-          needles_text(summary.needles_covered, summary.needles), milliseconds(run.index_seconds),
+          needle_verdict(summary), milliseconds(run.index_seconds),
           milliseconds(run.attention_seconds),
           optional_number(layer.dense_seconds.has_value(),
                           milliseconds(layer.dense_seconds.value_or(0.0)), "{:.1f}"),
@@ -449,14 +472,15 @@ void print_layer_table(const std::vector<LayerReport>& layers) {
   }
   const std::optional<double> dense = total_dense_seconds(layers);
   for (const ModelTotal& total : model_totals(layers)) {
-    fmt::print("{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
-               "{:>8}\n",
-               "total", fmt::format("{} layers", layers.size()), total.label, "", "", "", "", "",
-               milliseconds(total.index_seconds), milliseconds(total.attention_seconds),
-               optional_number(dense.has_value(), milliseconds(dense.value_or(0.0)), "{:.1f}"),
-               dense ? fmt::format("{:.2f}x", speedup(*dense, total.index_seconds,
-                                                      total.attention_seconds))
-                     : "-");
+    fmt::print(
+        "{:>5}  {:<22} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>10} "
+        "{:>8}\n",
+        "total", fmt::format("{} layers", layers.size()), total.label, "", "", "", "", "",
+        milliseconds(total.index_seconds), milliseconds(total.attention_seconds),
+        optional_number(dense.has_value(), milliseconds(dense.value_or(0.0)), "{:.1f}"),
+        dense
+            ? fmt::format("{:.2f}x", speedup(*dense, total.index_seconds, total.attention_seconds))
+            : "-");
   }
 }
 
@@ -519,7 +543,8 @@ NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int6
     const nlohmann::json json = nlohmann::json::parse(entry->second);
     const int64_t question_begin = json.at("question_begin").get<int64_t>();
     if (question_begin < 0 || question_begin >= q_len) {
-      throw_invalid_argument(what + " question_begin", "in [0, q_len = " + std::to_string(q_len) + ")",
+      throw_invalid_argument(what + " question_begin",
+                             "in [0, q_len = " + std::to_string(q_len) + ")",
                              std::to_string(question_begin));
     }
     const std::string layer_name = std::to_string(layer);
@@ -531,7 +556,8 @@ NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int6
     task.rows.resize(static_cast<std::size_t>(q_len - question_begin));
     std::iota(task.rows.begin(), task.rows.end(), question_begin);
   } catch (const nlohmann::json::exception& error) {
-    throw Error(ErrorCode::kParseError, what + ": expected " + expected_form + ", got " + error.what());
+    throw Error(ErrorCode::kParseError,
+                what + ": expected " + expected_form + ", got " + error.what());
   }
   if (task.keys.empty()) task.rows.clear();
   return task;

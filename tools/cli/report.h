@@ -5,16 +5,15 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "executor.h"
+#include "mmsparse/patterns.h"
 #include "mmsparse/tools/io.h"
 #include "mmsparse/tools/metrics.h"
-#include "mmsparse/patterns.h"
 #include "mmsparse/tools/workload.h"
 
 namespace mmsparse::cli {
@@ -26,7 +25,8 @@ struct PatternRun {
   std::vector<PatternSpec> specs;
 };
 
-// A retrieval question (V-NIAH / MM-NIAH style): needle keys and the query rows that must read them.
+// A retrieval question (V-NIAH / MM-NIAH style): needle keys and the query rows that must read
+// them.
 struct NeedleTask {
   std::vector<int64_t> keys;
   std::vector<int64_t> rows;
@@ -71,25 +71,33 @@ struct LayerReport {
   std::optional<double> dense_seconds;
   int64_t dense_pairs = 0;
   std::vector<RunReport> runs;
+  // Per run, the tile-oracle bound on speedup at the recall the run reached on each head
+  // (tile_oracle_report.h; NaN where unknown); empty when the oracle was not measured.
+  std::vector<double> oracle_bounds;
 };
 
 // A run's figures pooled over heads (and batch elements).
 struct RunSummary {
-  double density = 0.0;       // mean over heads
-  double recall_mean = 0.0;   // mean over heads of the per-head mean over rows
-  double recall_min = 0.0;    // lowest row over all heads
-  double output_error = 0.0;  // mean over heads
-  bool compared = false;      // recall and output error exist (a dense reference ran)
-  int64_t needles = 0;        // needles of the task; 0 without one
-  int64_t needles_covered = 0;  // fewest covered by any head
+  double density = 0.0;           // mean over heads
+  double recall_mean = 0.0;       // mean over heads of the per-head mean over rows
+  double recall_min = 0.0;        // lowest row over all heads
+  double output_error = 0.0;      // mean over heads
+  bool compared = false;          // recall and output error exist (a dense reference ran)
+  int64_t needles = 0;            // needles of the task; 0 without one
+  int64_t needles_covered = 0;    // fewest covered by any head
   double needle_mass_kept = 0.0;  // Σ kept / Σ dense needle probability over heads (NaN without)
   // Needles whose own dense probability, pooled over every head and querying row, the plans keep
   // at least kNeedleKeptShare of: the heads that read a needle keep it, whatever heads that do not
   // read it compute (a local head never reaches the media). 0 without the mass measure.
   int64_t needles_kept = 0;
+  bool needle_mass_measured = false;  // the mass measure ran (a dense reference was given)
 };
 inline constexpr double kNeedleKeptShare = 0.95;
 RunSummary summarize(const RunReport& run);
+// The run's one needle verdict, what the summary and layer tables print: "k/N" needles kept
+// (needles_kept), or "-" without a needle task or without the mass measure (no dense reference).
+// Per-head coverage is detail for --per-head.
+std::string needle_verdict(const RunSummary& summary);
 
 // What a layer's pattern runs read. Host views; the dense reference is optional (run without
 // --compare), the needle task may be empty.

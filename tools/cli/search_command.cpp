@@ -1,22 +1,24 @@
 #include "search_command.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include "executor.h"
 #include "layers.h"
 #include "mmsparse/build_info.h"
-#include "mmsparse/tools/search.h"
 #include "mmsparse/status.h"
+#include "mmsparse/tools/search.h"
 #include "progress.h"
+#include "tile_oracle_report.h"
 #include "warnings.h"
 
 namespace mmsparse::cli {
@@ -36,7 +38,13 @@ struct SearchFlags {
   bool unscaled = false;
   bool host_index = false;  // --host-index: a GPU search may choose heads built on the host
   bool keep_low_recall_sparse = false;  // --keep-low-recall-sparse: no dense_below_recall default
+  TileOracleFlags tile_oracle;
 };
+
+// Query tiles per head the search's tile oracle sums by default: a quarter of 128K's on the GPU;
+// on the CPU each summed row costs a dense row, so a small sample (its error is printed).
+constexpr int64_t kGpuOracleTiles = 256;
+constexpr int64_t kCpuOracleTiles = 16;
 
 // What the search calibrates on: a file's layers, or one synthetic workload per layer (layer L
 // seeded seed + L, as `bench --layers` generates them).
@@ -50,7 +58,8 @@ struct CalibrationInput {
   std::optional<Workload> workload;  // layer 0's: head behaviours do not depend on the seed
 };
 
-std::vector<int64_t> chosen_layers(const SearchFlags& flags, const std::vector<int64_t>& available) {
+std::vector<int64_t> chosen_layers(const SearchFlags& flags,
+                                   const std::vector<int64_t>& available) {
   if (flags.layers.empty()) return available;
   const LayerSelection selection = parse_layer_selection(flags.layers);
   if (selection.all) return available;
@@ -147,8 +156,55 @@ std::string format_cost(double cost, const CostModel& cost_model) {
   return cost_model.measured() ? fmt::format("{:.4f}", cost) : fmt::format("{:.0f}", cost);
 }
 
+// One query head of a [batch, seq, heads, dim] view.
+TensorView head_view(const TensorView& view, int64_t head) {
+  TensorView one = view;
+  one.data = static_cast<char*>(view.data) +
+             head * view.strides[2] * static_cast<int64_t>(dtype_size(view.dtype));
+  one.shape[2] = 1;
+  return one;
+}
+
+// A head's dense attention in the cost model's unit (the layer's heads share one shape).
+double dense_head_cost(CostModel& cost_model, const CalibrationLayer& layer) {
+  const int64_t seq_len = layer.q.shape[1];
+  const std::unique_ptr<CostInputs> inputs =
+      cost_model.prepare(head_view(layer.q, 0), head_view(layer.k, 0), head_view(layer.v, 0));
+  const PlanShape shape{1, 1, seq_len, layer.k.shape[1], cost_model.tile_rows(layer.q.shape[3])};
+  return cost_model.cost(build_plan(PatternSpec{"dense", {}}, shape), *inputs);
+}
+
+// The tile oracle beside the chosen specs: per head (in the order of result.heads) and the layer.
+struct SearchOracle {
+  LayerTileOracle oracle;
+  double dense_cost = 0.0;  // per head, the cost model's unit
+};
+
+SearchOracle search_oracle(const SearchFlags& flags, bool gpu, CostModel& cost_model,
+                           const CalibrationLayer& layer, const LayerSearchResult& result) {
+  std::vector<int64_t> heads;
+  std::vector<double> recalls;
+  for (const HeadSearchResult& head : result.heads) {
+    heads.push_back(head.q_head);
+    recalls.push_back(head.chosen.recall);
+  }
+  SearchOracle searched;
+  searched.dense_cost = dense_head_cost(cost_model, layer);
+  searched.oracle =
+      search_tile_oracle(layer.q, layer.k, layer.v, gpu, cost_model.tile_rows(layer.q.shape[3]),
+                         flags.tile_oracle, flags.exec.threads, heads, recalls);
+  return searched;
+}
+
+// "% bound" of a chosen cost against the oracle's bound at the recall it reached.
+std::string percent_of_bound(double dense_cost, double chosen_cost, double bound) {
+  if (!(chosen_cost > 0.0) || !std::isfinite(bound) || !(bound > 0.0)) return "-";
+  return fmt::format("{:.1f}%", kPercent * dense_cost / chosen_cost / bound);
+}
+
 void print_summary(const LayerSearchResult& result, int64_t layer, const CostModel& cost_model,
-                   const CalibrationInput& input, int64_t head_dim) {
+                   const CalibrationInput& input, int64_t head_dim, const SearchOracle& searched) {
+  const LayerTileOracle& oracle = searched.oracle;
   const ModalityLayout& layout = input.layout;
   fmt::print("\nlayer {}: budget {} = {} {} ({}); {} candidates in the search space\n", layer,
              result.budget_spec.to_string(), format_cost(result.budget_cost, cost_model),
@@ -158,25 +214,45 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
   for (const HeadSearchResult& head : result.heads) {
     spec_width = std::max(spec_width, head.chosen.spec.to_string().size());
   }
-  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>9} {:>10} {:>7} {:>8}\n", "head", "behaviour",
-             "chosen spec", spec_width, "recall", "out err", "cost", "budget", "dropped");
-  for (const HeadSearchResult& head : result.heads) {
+  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>9} {:>10} {:>7} {:>8} {:>7} {:>7} {:>7} {:>8}\n", "head",
+             "behaviour", "chosen spec", spec_width, "recall", "out err", "cost", "budget",
+             "dropped", "or@.90", "or@.95", "or@.98", "% bound");
+  double chosen_total = 0.0;
+  for (std::size_t index = 0; index < result.heads.size(); ++index) {
+    const HeadSearchResult& head = result.heads[index];
+    const std::vector<TileOracleLevel>& levels = oracle.heads[index].levels;
+    const double head_bound =
+        tile_oracle_speedup_bound(oracle.run_cost_shares[0][index], oracle.sparse_throughput);
+    chosen_total += head.chosen.cost;
     const std::string behaviour =
         input.workload ? std::string(head_behaviour_name(input.workload->behaviour(head.q_head)))
                        : "-";
-    fmt::print("{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10} {:>6.1f}% {:>8}{}\n", head.q_head,
-               behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
-               head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
-               kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
-               head.dense_fallback ? "  dense fallback: " + head.fallback_reason
-               : head.within_budget
-                   ? fmt::format("  raised for the layer's recall target from {} "
-                                 "(recall {:.4f}); index {} {}",
-                                 head.within_budget->spec.to_string(), head.within_budget->recall,
-                                 format_cost(head.chosen.index_cost, cost_model), cost_model.unit())
-                   : "");
+    fmt::print(
+        "{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10} {:>6.1f}% {:>8} {:>6.2f}% {:>6.2f}% "
+        "{:>6.2f}% {:>8}{}\n",
+        head.q_head, behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
+        head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
+        kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
+        kPercent * levels[0].cost_share, kPercent * levels[1].cost_share,
+        kPercent * levels[2].cost_share,
+        percent_of_bound(searched.dense_cost, head.chosen.cost, head_bound),
+        head.dense_fallback ? "  dense fallback: " + head.fallback_reason
+        : head.within_budget
+            ? fmt::format("  raised for the layer's recall target from {} "
+                          "(recall {:.4f}); index {} {}",
+                          head.within_budget->spec.to_string(), head.within_budget->recall,
+                          format_cost(head.chosen.index_cost, cost_model), cost_model.unit())
+            : "");
   }
-  fmt::print("mean recall of the chosen specs: {:.4f}\n", mean_recall(result.heads));
+  fmt::print(
+      "mean recall of the chosen specs: {:.4f}; {:.1f}% of the tile-oracle bound at the "
+      "recalls they reach (cost {:.2f}x below dense, bound {:.2f}x)\n",
+      mean_recall(result.heads),
+      kPercent * searched.dense_cost * static_cast<double>(result.heads.size()) / chosen_total /
+          oracle.run_bound(0),
+      searched.dense_cost * static_cast<double>(result.heads.size()) / chosen_total,
+      oracle.run_bound(0));
+  print_tile_oracle_line(oracle);
   int64_t host_index = 0;
   for (const HeadSearchResult& head : result.heads) {
     for (const ScopeSearch& search : head.scopes) host_index += search.host_index;
@@ -270,8 +346,8 @@ int run_search(const SearchFlags& flags) {
                                     : "reading " + flags.input);
   const CalibrationInput input = load_input(flags);
   check_budget_spec(flags.options.budget_spec, input.layout);
-  progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description,
-                            input.layout.length(), input.layers.size()));
+  progress.done(fmt::format("{}; {} tokens, {} layer(s)", input.description, input.layout.length(),
+                            input.layers.size()));
 
   StepProgress steps(progress_mode(flags.exec.quiet, flags.exec.json_path));
   SearchProgress search_progress(steps);
@@ -284,6 +360,7 @@ int run_search(const SearchFlags& flags) {
                input.layout.length(), input.layers.size());
   }
   PatternConfig config;
+  std::string tile_oracle_note;
   nlohmann::json report;
   report["calibration"] = input.description;
   report["synthetic"] = input.workload.has_value();
@@ -298,10 +375,10 @@ int run_search(const SearchFlags& flags) {
     std::optional<Workload::Tensors> synthetic_tensors;
     const CalibrationLayer layer =
         layer_views(input, layer_index, flags.exec.data_type(), synthetic_tensors);
-    search_progress.begin_layer(
-        fmt::format("layer {}: search", layer.layer),
-        flags.search_heads.empty() ? layer.q.shape[2]
-                                   : static_cast<int64_t>(flags.search_heads.size()));
+    search_progress.begin_layer(fmt::format("layer {}: search", layer.layer),
+                                flags.search_heads.empty()
+                                    ? layer.q.shape[2]
+                                    : static_cast<int64_t>(flags.search_heads.size()));
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
     search_progress.end_layer(fmt::format("mean recall {:.4f}", mean_recall(result.heads)));
@@ -318,14 +395,27 @@ int run_search(const SearchFlags& flags) {
     }
     report["layers"].push_back(layer_json(result, layer.layer, input));
     if (!config.search) {
-      config.search = SearchProvenance{input.description, utc_now(), build_info().version,
+      config.search = SearchProvenance{input.description,
+                                       utc_now(),
+                                       build_info().version,
                                        cost_model->measured() ? "measured" : "modelled",
-                                       cost_model->unit(), cost_model->gpu(),
-                                       result.budget_spec.to_string(), result.budget_cost,
-                                       input.layout.length(), input.layout.to_json()};
+                                       cost_model->unit(),
+                                       cost_model->gpu(),
+                                       result.budget_spec.to_string(),
+                                       result.budget_cost,
+                                       input.layout.length(),
+                                       input.layout.to_json()};
     }
+    steps.begin(fmt::format("layer {}: tile oracle", layer.layer));
+    const SearchOracle searched = search_oracle(flags, gpu, *cost_model, layer, result);
+    steps.end();
+    report["layers"].back()["tile_oracle"] = tile_oracle_json(searched.oracle);
+    report["layers"].back()["tile_oracle"]["dense_head_cost"] = searched.dense_cost;
+    report["layers"].back()["tile_oracle"]["bound_at_chosen_recalls"] =
+        searched.oracle.run_bound(0);
     if (flags.exec.json_path != "-") {
-      print_summary(result, layer.layer, *cost_model, input, layer.q.shape[3]);
+      print_summary(result, layer.layer, *cost_model, input, layer.q.shape[3], searched);
+      tile_oracle_note = tile_oracle_footer(searched.oracle);
     }
   }
   progress.done("done");
@@ -348,13 +438,17 @@ int run_search(const SearchFlags& flags) {
     fmt::print(flags.exec.json_path == "-" ? stderr : stdout, "\n{}\n", low_recall_text);
   }
   if (flags.exec.json_path != "-") {
-    fmt::print("\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over sampled rows; "
-               "out err: ||O - O_dense|| / ||O_dense|| over the same rows; dropped: candidates "
-               "over the budget; {}; {:.1f} s\n",
-               provenance.cost_source, provenance.cost_unit,
-               provenance.gpu.empty() ? "" : " on " + provenance.gpu,
-               input.workload ? "SYNTHETIC workload" : input.description,
-               seconds_since(started));
+    fmt::print(
+        "\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over sampled rows; "
+        "out err: ||O - O_dense|| / ||O_dense|| over the same rows; dropped: candidates "
+        "over the budget; {}; {:.1f} s\n",
+        provenance.cost_source, provenance.cost_unit,
+        provenance.gpu.empty() ? "" : " on " + provenance.gpu,
+        input.workload ? "SYNTHETIC workload" : input.description, seconds_since(started));
+    fmt::print(
+        "{}; or@r: the oracle's cost at recall r; % bound: (dense cost / chosen cost) "
+        "over the bound at the head's chosen recall.\n",
+        tile_oracle_note);
   }
   if (!flags.out_path.empty()) {
     std::ofstream file(flags.out_path);
@@ -385,23 +479,27 @@ Command add_search_command(CLI::App& app) {
   command->add_option("--layers", flags->layers,
                       "layers to search: all or a list such as 0,3 (default: all of --input; "
                       "synthetic: 0, layer L seeded seed + L)");
-  command->add_option("--head", flags->search_heads,
-                      "query heads to search, comma-separated (default: all)")
+  command
+      ->add_option("--head", flags->search_heads,
+                   "query heads to search, comma-separated (default: all)")
       ->delimiter(',');
   CLI::Option* output =
       command->add_option("--output,-o", flags->out_path, "pattern config (JSON) to write");
   // The former spelling, kept out of the help.
   command->add_option("--out", flags->out_path)->group("")->excludes(output);
-  command->add_option("--sample-rows", flags->options.sample_rows,
-                      "query rows scored per stage scope, spread evenly")
+  command
+      ->add_option("--sample-rows", flags->options.sample_rows,
+                   "query rows scored per stage scope, spread evenly")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  command->add_option("--segment-tail-rows", flags->options.segment_tail_rows,
-                      "last rows of each segment also scored")
+  command
+      ->add_option("--segment-tail-rows", flags->options.segment_tail_rows,
+                   "last rows of each segment also scored")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  command->add_option("--budget-spec", flags->options.budget_spec,
-                      "static pattern whose cost is the budget")
+  command
+      ->add_option("--budget-spec", flags->options.budget_spec,
+                   "static pattern whose cost is the budget")
       ->capture_default_str();
   command->add_flag("--unscaled", flags->unscaled,
                     "Table 3's 128K values as they are (default: scaled to the sequence length)");
@@ -439,6 +537,7 @@ Command add_search_command(CLI::App& app) {
                    "layer's mean recall reaches this (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  flags->tile_oracle.add_to(*command, kGpuOracleTiles, kCpuOracleTiles);
   add_timing_options(*command, flags->timing, "per measured cost");
   return {command, [flags] { return run_search(*flags); }};
 }

@@ -95,4 +95,76 @@ NeedleCoverage needle_coverage(const Plan& plan, int64_t head_slot,
                                std::span<const int64_t> query_rows,
                                const NeedleDenseInputs* dense = nullptr);
 
+// --- Tile oracle (GUIDE §3) -------------------------------------------------------------------
+// The best any tile-granular method can do on an input: the fewest engine tiles (query tile of
+// tile_rows rows × key chunk of chunk_keys keys) whose true softmax mass reaches recall r.
+//   mass(t, c)   Σ_{rows i of query tile t} Σ_{causal keys j of chunk c} exp(s_ij − LSE_dense(i)),
+//                s_ij = scale · q_i · k_j; a tile's mass is the recall it adds times the row count.
+//   recall(T)    mean over rows of the covered mass = Σ_{(t,c)∈T} mass / Σ_all mass: additive over
+//                tiles, so the best set is taken over all query tiles together (global greedy),
+//                never per query tile (tiles where attention concentrates reach r cheaply and pay
+//                for diffuse ones).
+// Tiles are counted where they hold at least one causal pair (the engine computes no others).
+// docs/tile_oracle.md states what the greedy order guarantees and how sampling is estimated.
+
+// The block sums of one query head over the sampled query tiles.
+struct TileMass {
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t tile_rows = 0;
+  int64_t chunk_keys = 0;
+  int64_t query_tiles = 0;       // all query tiles of the head: ceil(q_len / tile_rows)
+  int64_t key_chunks = 0;        // ceil(kv_len / chunk_keys)
+  std::vector<int64_t> sampled;  // [sampled] query tile indices, ascending
+  std::vector<double> mass;      // [sampled, key_chunks] (0 where a tile has no causal pair)
+};
+
+struct TileMassOptions {
+  int64_t tile_rows = kDefaultTileRows;  // the engine's query tile: preferred_tile_rows(...)
+  int64_t chunk_keys = 0;                // 0 = the engine's key chunk, kGatherChunkKeys (128)
+  int64_t sample_tiles = 0;  // query tiles sampled, spread evenly (sample_rows); 0 = all
+  float scale = 0.0f;        // 0 = 1/sqrt(head_dim)
+  int num_threads = 0;       // CPU threads; 0 = hardware concurrency
+  void* stream = nullptr;    // cudaStream_t for CUDA tensors
+};
+
+// q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim] (GQA), lse_dense
+// [batch, q_heads, q_len] fp32 from dense attention with the same scale. Host tensors are summed
+// here (fp64 accumulation; an empty lse_dense view, ndim 0, computes each summed row's LSE from its
+// own scores, so a sample needs no dense run); CUDA tensors (lse_dense on the same device) by the
+// CUDA engine's one-pass kernel (fp32 scores from the stored dtype).
+TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse_dense,
+                   int64_t batch_index, int64_t head, const TileMassOptions& options = {});
+
+// What a tile costs: one unit per tile (the engine computes a tile whole, masked or not), or its
+// causal pairs (the CPU reference computes pairs).
+enum class TileCostUnit { kTiles, kPairs };
+
+struct TileOracleLevel {
+  double recall = 0.0;             // the target r
+  int64_t tiles = 0;               // tiles taken in the sample, greedy by mass per cost
+  double tile_density = 0.0;       // tiles taken / causal tiles of the sampled query tiles
+  double cost_share = 0.0;         // lower bound on cost of reaching r / dense cost (see the doc)
+  double cost_share_stderr = 0.0;  // standard error from sampling query tiles; 0 with all tiles
+};
+
+struct TileOracle {
+  int64_t sampled_tiles = 0;            // query tiles summed
+  int64_t query_tiles = 0;              // query tiles of the head
+  int64_t causal_tiles = 0;             // tiles with a causal pair among the sampled query tiles
+  std::vector<TileOracleLevel> levels;  // one per requested recall, in order
+};
+
+// The recall levels of issue-level reports.
+inline constexpr double kTileOracleRecalls[] = {0.90, 0.95, 0.98};
+
+TileOracle tile_oracle(const TileMass& mass, std::span<const double> recalls,
+                       TileCostUnit unit = TileCostUnit::kTiles);
+
+// The bound on speedup of `cost_share` (from tile_oracle, or the mean over a layer's heads):
+// dense time / time of the oracle's tiles = sparse_throughput / cost_share, where
+// sparse_throughput is the engine's throughput on sparse tiles relative to dense (per cost unit,
+// measured elsewhere; 1 = sparse tiles run as fast as dense ones).
+double tile_oracle_speedup_bound(double cost_share, double sparse_throughput = 1.0);
+
 }  // namespace mmsparse

@@ -13,6 +13,7 @@
 #include "cuda/runtime/device_memory.h"
 #include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
+#include "cuda/tools/tile_mass.h"
 #include "methods/device_builder.h"
 #include "methods/estimate/index_builders.h"
 #include "mmsparse/status.h"
@@ -168,6 +169,33 @@ class CudaBackend final : public Backend {
                       const AttentionOptions& options) override {
     const std::vector<cuda::MergePart> parts = cuda::make_merge_parts(outs, lses);
     cuda::merge_partials(cuda::make_merge_args(parts, out, lse, options.stream));
+  }
+
+  void tile_mass(const TensorView& q, const TensorView& k, const TensorView& lse,
+                 int64_t batch_index, int64_t head, float scale, int64_t tile_rows,
+                 int64_t chunk_keys, std::span<const int64_t> tiles, std::span<double> mass,
+                 void* stream) override {
+    cuda::TileMassArgs args;
+    args.device_index = q.device.index;
+    args.dtype = q.dtype;
+    args.q_len = q.shape[1];
+    args.kv_len = k.shape[1];
+    args.q_heads = q.shape[2];
+    args.kv_heads = k.shape[2];
+    args.head_dim = q.shape[3];
+    args.scale = scale;
+    args.batch_index = batch_index;
+    args.head = head;
+    args.tile_rows = tile_rows;
+    args.chunk_keys = chunk_keys;
+    args.q = q.data;
+    args.q_strides = {q.strides[0], q.strides[1], q.strides[2], q.strides[3]};
+    args.k = k.data;
+    args.k_strides = {k.strides[0], k.strides[1], k.strides[2], k.strides[3]};
+    args.lse = lse.data_as<const float>();
+    args.lse_strides = {lse.strides[0], lse.strides[1], lse.strides[2]};
+    args.stream = stream;
+    cuda::tile_mass(args, tiles, mass);
   }
 
   std::unique_ptr<PreparedState> prepare_plan(const Plan& plan, Device, void* stream) override {

@@ -7,6 +7,8 @@
 // last document — or the question — of the mixed preset). docs/workloads.md lists what each preset
 // looks like at its own length and how it scales.
 
+#include "tools/workloads/presets.h"
+
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -15,7 +17,6 @@
 
 #include "mmsparse/status.h"
 #include "mmsparse/tools/workload.h"
-#include "tools/workloads/presets.h"
 
 namespace mmsparse {
 namespace {
@@ -46,12 +47,8 @@ constexpr Grid kVideoStep1m{1, 12, 20};
 
 // BlindSight runs Qwen with 1280..5120 tokens per image; a cycle of sizes and aspect ratios in
 // that range (mean about 2870 tokens).
-constexpr std::array<Grid, 6> kImageGrids{{{1, 32, 40},
-                                           {1, 48, 64},
-                                           {1, 36, 48},
-                                           {1, 64, 80},
-                                           {1, 56, 56},
-                                           {1, 40, 72}}};
+constexpr std::array<Grid, 6> kImageGrids{
+    {{1, 32, 40}, {1, 48, 64}, {1, 36, 48}, {1, 64, 80}, {1, 56, 56}, {1, 40, 72}}};
 // "Picture 3:" label and newline before every image.
 constexpr int64_t kImageCaptionTokens = 8;
 // With fewer images the preset would not be multi-image: short requests shrink the grids instead.
@@ -191,17 +188,19 @@ class SegmentWriter {
 };
 
 // MM-NIAH-style: one long video interrupted, clip by clip, by text documents and captioned images
-// (about 25% text). Units are appended while they fit; a document that does not fit is cut to the
-// space left, otherwise the question takes the remainder.
+// (about 25% text). Blocks are appended while they fit whole; then frames fill what is left, so the
+// video always ends with a frame and its end marker opens the final question: no document may
+// sit between the video and the question, whose rows a needle task reads.
 ModalityLayout mixed_layout(std::string_view preset, int64_t seq_len) {
   const Grid step = kVideoStep128k;
-  const int64_t reserve = kMarkerTokens + kMinQuestionTokens;  // video end marker, question
-  const int64_t minimum = kSystemPromptTokens + kMarkerTokens + step.frame_tokens() + reserve;
+  const int64_t tail = kMarkerTokens + kMinQuestionTokens;  // video end marker, question
+  const int64_t minimum = kSystemPromptTokens + kMarkerTokens + step.frame_tokens() + tail;
   if (seq_len < minimum) throw_too_short(preset, minimum, seq_len);
   SegmentWriter writer;
   writer.text(kSystemPromptTokens);
   const int32_t video = writer.begin_video(step);
-  const auto space = [&] { return seq_len - reserve - writer.length(); };
+  // While blocks are appended, room for the final frame is kept.
+  const auto space = [&] { return seq_len - tail - step.frame_tokens() - writer.length(); };
   // Appends block `block`: a clip, a document, every third time an image. False once full.
   const auto append_block = [&](int64_t block) {
     for (int64_t s = 0; s < kMixedClipSteps; ++s) {
@@ -209,10 +208,7 @@ ModalityLayout mixed_layout(std::string_view preset, int64_t seq_len) {
       writer.frame(video);
     }
     const int64_t document = kMixedDocuments[block % kMixedDocuments.size()];
-    if (space() <= document) {
-      if (space() > 0) writer.text(space());
-      return false;
-    }
+    if (space() < document) return false;
     writer.text(document);
     if (block % kMixedImageEvery == kMixedImageEvery - 1) {
       if (space() < kImageCaptionTokens + kMarkerPair + kMixedImage.tokens()) return false;
@@ -223,7 +219,74 @@ ModalityLayout mixed_layout(std::string_view preset, int64_t seq_len) {
   };
   for (int64_t block = 0; append_block(block); ++block) {
   }
+  // The final frames: the one kept for, and every other that fits.
+  while (seq_len - tail - writer.length() >= step.frame_tokens()) writer.frame(video);
   writer.end_video(video);
+  writer.text(seq_len - writer.length());
+  return writer.build();
+}
+
+// Qwen3-VL-style video: every temporal step is preceded by its timestamp as text, "<t seconds>"
+// (Qwen3-VL's textual time encoding), and wrapped in its own vision_start / vision_end, so the
+// frame period is not constant: the timestamp's token count grows with its digits. Several
+// videos of different frame sizes (each with its own timeline) alternate with captioned images.
+// Timestamp "<12.0 seconds>": '<', the digits, '.0', ' seconds', '>'.
+constexpr int64_t kTimestampBaseTokens = 4;
+// Qwen3-VL samples 2 fps and merges 2 frames into one temporal step: one step per second.
+constexpr int64_t kSecondsPerStep = 1;
+// Frame sizes of the videos, cycled: 448x784 px, 336x560 px, 640x768 px (16x28, 12x20, 20x24).
+constexpr std::array<Grid, 3> kQwen3VideoSteps{{{1, 16, 28}, {1, 12, 20}, {1, 20, 24}}};
+// Steps per video (fewer in the last one when the length runs out).
+constexpr int64_t kQwen3StepsPerVideo = 48;
+
+int64_t timestamp_tokens(int64_t seconds) {
+  int64_t digits = 1;
+  for (int64_t rest = seconds / 10; rest > 0; rest /= 10) ++digits;
+  return kTimestampBaseTokens + digits;
+}
+
+// Appends a video of up to `steps` timestamped steps while `space()` allows, with its markers;
+// false when not even its first step fits (then nothing is written).
+bool append_timestamped_video(SegmentWriter& writer, Grid step, int64_t steps,
+                              const std::function<int64_t()>& space) {
+  // A step: timestamp, vision_start, frame, vision_end.
+  const auto step_cost = [&](int64_t t) {
+    return timestamp_tokens(t * kSecondsPerStep) + kMarkerPair + step.frame_tokens();
+  };
+  if (space() < step_cost(0)) return false;
+  writer.text(timestamp_tokens(0));
+  const int32_t video = writer.begin_video(step);
+  writer.frame(video);
+  // The open step's vision_end is owed: a further step must leave room for it.
+  for (int64_t t = 1; t < steps && space() >= step_cost(t) + kMarkerTokens; ++t) {
+    writer.text(kMarkerTokens + timestamp_tokens(t * kSecondsPerStep) + kMarkerTokens);
+    writer.frame(video);
+  }
+  writer.end_video(video);
+  return true;
+}
+
+// SYNTHETIC Qwen3-VL-like prompt: system text, then videos (timestamped steps, frame sizes cycled)
+// each followed by a captioned image where it fits, while a video's first step fits; the last
+// video is cut to the steps that fit; the question takes the rest (less than one step more).
+ModalityLayout qwen3_video_layout(std::string_view preset, int64_t seq_len) {
+  const Grid first = kQwen3VideoSteps[0];
+  const int64_t minimum = kSystemPromptTokens + timestamp_tokens(0) + kMarkerPair +
+                          first.frame_tokens() + kMinQuestionTokens;
+  if (seq_len < minimum) throw_too_short(preset, minimum, seq_len);
+  SegmentWriter writer;
+  writer.text(kSystemPromptTokens);
+  const auto space = [&] { return seq_len - kMinQuestionTokens - writer.length(); };
+  for (std::size_t unit = 0;; ++unit) {
+    const Grid step = kQwen3VideoSteps[unit % kQwen3VideoSteps.size()];
+    if (!append_timestamped_video(writer, step, kQwen3StepsPerVideo, space)) break;
+    // An image that does not fit is left out: the next video's steps fill the space instead, so
+    // that the question stays short.
+    const Grid& image = kImageGrids[unit % kImageGrids.size()];
+    if (space() < kImageCaptionTokens + kMarkerPair + image.tokens()) continue;
+    writer.text(kImageCaptionTokens);
+    writer.image(image);
+  }
   writer.text(seq_len - writer.length());
   return writer.build();
 }
@@ -254,6 +317,12 @@ const std::vector<Preset>& presets() {
         "documents and every third time by an image; about 25% text; a needle task",
         kLength128k, kMixedPresetNeedles},
        mixed_layout},
+      {{"video-qwen3vl-128k",
+        "SYNTHETIC Qwen3-VL-like prompt: videos of 48 steps (16x28, 12x20, 20x24 tokens), each "
+        "step after its '<t seconds>' timestamp text and in its own vision markers (no constant "
+        "frame period), each video followed by a captioned image; a needle task",
+        kLength128k, kMixedPresetNeedles},
+       qwen3_video_layout},
   };
   return kPresets;
 }
