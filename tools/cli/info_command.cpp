@@ -1,6 +1,8 @@
 #include "info_command.h"
 
+#include <algorithm>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include <fmt/core.h>
@@ -59,9 +61,18 @@ int run_presets() {
 }
 
 int run_patterns() {
-  fmt::print("{:<14} {:<56} {}\n", "pattern", "default spec", "description");
+  // Columns as wide as their longest entry, so that every name and spec stays aligned.
+  std::size_t name_width = std::string_view("pattern").size();
+  std::size_t spec_width = std::string_view("default spec").size();
   for (const PatternInfo& pattern : known_patterns()) {
-    fmt::print("{:<14} {:<56} {}\n", pattern.name, pattern.default_spec, pattern.description);
+    name_width = std::max(name_width, pattern.name.size());
+    spec_width = std::max(spec_width, pattern.default_spec.size());
+  }
+  fmt::print("{:<{}} {:<{}} {}\n", "pattern", name_width, "default spec", spec_width,
+             "description");
+  for (const PatternInfo& pattern : known_patterns()) {
+    fmt::print("{:<{}} {:<{}} {}\n", pattern.name, name_width, pattern.default_spec, spec_width,
+               pattern.description);
   }
   return 0;
 }
