@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <future>
-#include <memory>
 #include <cstdint>
+#include <future>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
