@@ -4,7 +4,7 @@
 # fault test that kills a rank), then mmsparse-dist-bench timing Spava, ZigZag ring, StarAttention,
 # APB-style and single-GPU dense at each length, on every visible GPU (CUDA_VISIBLE_DEVICES limits
 # them). Everything goes to the results directory; a summary is printed last. Non-zero exit when a
-# step fails.
+# step fails. Every step's wall time is printed after it and in the summary.
 #
 #   scripts/dist-check.sh BUILD_DIR RESULTS_DIR [LENGTH ...]
 #   default lengths: 131072 262144 524288 (synthetic video preset; add 1048576 for 1M)
@@ -27,20 +27,31 @@ repeats=${MMSPARSE_DIST_REPEATS:-3}
 bench=$build/tools/dist_bench/mmsparse-dist-bench
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # no NVLink multicast on shared hosts
 mkdir -p "$results"
+script_started=$(date +%s.%N)
 summary=()
 failed=0
 
-step() {  # step NAME COMMAND...: runs it, logs to RESULTS/NAME.log, records the verdict
+now() { date +%s.%N; }
+elapsed() { awk -v from="$1" -v to="$(now)" 'BEGIN { printf "%.1f", to - from }'; }
+
+step() {  # step NAME COMMAND...: runs it, logs to RESULTS/NAME.log, records the verdict and time
   local name=$1
   shift
   echo "== $name: $*"
+  local started
+  started=$(now)
+  local verdict
   if "$@" >"$results/$name.log" 2>&1; then
-    summary+=("PASS  $name")
+    verdict="PASS  $name"
   else
-    summary+=("FAIL  $name (see $results/$name.log)")
+    verdict="FAIL  $name (see $results/$name.log)"
     failed=1
   fi
+  local took
+  took=$(elapsed "$started")
+  summary+=("$(printf '%-60s %8s s' "$verdict" "$took")")
   tail -n 25 "$results/$name.log"
+  echo "== $name took $took s"
 }
 
 if [[ ! -x $bench ]]; then
@@ -77,6 +88,6 @@ if [[ ${MMSPARSE_DIST_NSYS:-0} == 1 ]] && command -v nsys >/dev/null; then
 fi
 
 echo
-echo "== summary ($(wc -l <"$results/gpus.txt") GPUs, results in $results)"
+echo "== summary ($(wc -l <"$results/gpus.txt") GPUs, results in $results, $(elapsed "$script_started") s in all)"
 printf '%s\n' "${summary[@]}"
 exit $failed

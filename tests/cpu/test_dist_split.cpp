@@ -7,13 +7,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/errors.h"
 #include "common/random.h"
+#include "dist/bounded_call.h"
 #include "mmsparse/dist.h"
 #include "mmsparse/status.h"
 
@@ -195,6 +198,30 @@ TEST(DistFaults, AStalledRankTimesOutInsteadOfHanging) {
       },
       ErrorCode::kBackendError, {"waited more than"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A transport's abort that never returns (NCCL's teardown waiting for a dead peer) must not keep
+// the rank alive: the bounded call gives up at its bound and leaves the call running.
+TEST(DistFaults, ABoundedCallGivesUpOnAHangingCallAtItsBound) {
+  auto release = std::make_shared<std::promise<void>>();
+  std::shared_future<void> released = release->get_future().share();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(detail::run_bounded([released] { released.wait(); }, 0.2));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(190));
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  release->set_value();  // lets the abandoned call end before the test does
+
+  std::atomic<int> calls{0};
+  EXPECT_TRUE(detail::run_bounded([&calls] { ++calls; }, 5.0));
+  EXPECT_EQ(calls.load(), 1);
+  testing::expect_error(
+      [] {
+        detail::run_bounded([] { throw Error(ErrorCode::kBackendError, "abort failed"); }, 5.0);
+      },
+      ErrorCode::kBackendError, {"abort failed"});
+  testing::expect_error([] { detail::run_bounded([] {}, -1.0); }, ErrorCode::kInvalidArgument,
+                        {"seconds"});
 }
 
 TEST(DistFaults, MismatchedConfigsAndSizesFailOnEveryRank) {

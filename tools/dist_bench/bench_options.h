@@ -24,9 +24,12 @@ struct BenchOptions {
   int64_t check_max_len = 4096;  // the CPU reference of the approximations is O(n^2) memory
   std::string json_path;
   std::string id_file;
-  double timeout_seconds = 300.0;  // covers the ranks materialising 1M-token workloads apart
-  int gpus = 0;                    // launcher: ranks to start (0: every visible GPU)
-  int fault_kill_rank = -1;        // fault test: this rank kills itself after the warm-up
+  double timeout_seconds = 300.0;   // covers the ranks materialising 1M-token workloads apart
+  double abort_wait_seconds = 5.0;  // how long a rank waits for ncclCommAbort after a fault
+  // Launcher: SIGTERM the other ranks as soon as one fails (off: each must detect it on its own).
+  bool signal_peers = true;
+  int gpus = 0;              // launcher: ranks to start (0: every visible GPU)
+  int fault_kill_rank = -1;  // fault test: this rank kills itself after the warm-up
   double fault_bound_seconds = 60.0;
 };
 

@@ -112,6 +112,17 @@ int fault_verdict(const BenchOptions& options, const std::vector<Child>& childre
   return 0;
 }
 
+// The first rank that failed makes the others stop now (SIGTERM: they print that and exit with an
+// error) instead of each waiting out its timeout on a peer that is gone.
+void signal_others(const std::vector<Child>& children, const Child& failed, int status) {
+  fmt::print(stderr,
+             "mmsparse-dist-bench: rank {} ended ({}): sending SIGTERM to the other ranks\n",
+             failed.rank, describe_status(status));
+  for (const Child& child : children) {
+    if (!child.done && child.pid != failed.pid) kill(child.pid, SIGTERM);  // our own, by pid
+  }
+}
+
 // Starts `world` ranks of this binary and waits for them. In a fault test, passes when the killed
 // rank died and every other rank ended with an error within the bound.
 int launch(const BenchOptions& options, int world, char** argv) {
@@ -153,7 +164,10 @@ int launch(const BenchOptions& options, int world, char** argv) {
         child = {pid, child.rank, true, status, seconds()};
         if (child.rank == options.fault_kill_rank) killed_at = child.ended_at;
         const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!clean && !failed_at) failed_at = child.ended_at;
+        if (!clean && !failed_at) {
+          failed_at = child.ended_at;
+          if (options.signal_peers) signal_others(children, child, status);
+        }
         --remaining;
       }
       continue;
@@ -209,7 +223,13 @@ void add_options(CLI::App& app, BenchOptions& options) {
                  "longest sequence the CPU reference of the approximations runs on");
   app.add_option("--json", options.json_path, "write the results as JSON (rank 0)");
   app.add_option("--id-file", options.id_file, "NCCL id rendezvous file (torchrun / mpirun)");
-  app.add_option("--timeout", options.timeout_seconds, "seconds without progress before abort");
+  app.add_option("--timeout", options.timeout_seconds,
+                 "seconds a collective may take after it was issued before the rank aborts");
+  app.add_option("--abort-wait", options.abort_wait_seconds,
+                 "seconds a rank waits for ncclCommAbort after a fault before exiting anyway");
+  app.add_flag("!--no-signal-peers", options.signal_peers,
+               "launcher: do not SIGTERM the other ranks when one fails (each must then detect "
+               "the fault itself, within --timeout)");
   app.add_option("--gpus", options.gpus, "ranks to start (0: every visible GPU)");
   app.add_option("--fault-kill-rank", options.fault_kill_rank,
                  "fault test: this rank kills itself after the warm-up; the run passes when the "

@@ -23,6 +23,7 @@
 #include "mmsparse/dist_nccl.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/workload.h"
+#include "rank_exit.h"
 #include "rank_support.h"
 
 namespace mmsparse::dist_bench {
@@ -31,6 +32,8 @@ namespace {
 using dist::Communicator;
 
 constexpr const char* kDense = "dense";
+// After NCCL's abort has had its wait: time for the error to unwind to main and be printed.
+constexpr double kUnwindSeconds = 2.0;
 
 struct Problem {
   Workload::Tensors host;  // [1, length, heads, head_dim] bf16
@@ -209,12 +212,18 @@ void write_json(const BenchOptions& options, const std::vector<SchemeResult>& re
 }  // namespace
 
 int run_rank(const BenchOptions& options, const RankIdentity& identity) {
+  end_on_sigterm(identity.rank);
   dist::NcclOptions nccl;
   nccl.rank = identity.rank;
   nccl.world = identity.world;
   nccl.device = identity.local_rank;
   nccl.id_file = options.id_file;
-  nccl.timeout_seconds = options.timeout_seconds;
+  nccl.faults.timeout_seconds = options.timeout_seconds;
+  nccl.faults.abort_wait_seconds = options.abort_wait_seconds;
+  const double exit_seconds = options.abort_wait_seconds + kUnwindSeconds;
+  nccl.faults.on_abort = [rank = identity.rank, exit_seconds](const std::string& reason) {
+    end_within(rank, reason, exit_seconds);
+  };
   const std::unique_ptr<Communicator> communicator = dist::make_nccl_communicator(nccl);
   cudaStream_t stream = nullptr;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {

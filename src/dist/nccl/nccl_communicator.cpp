@@ -1,8 +1,9 @@
 // dist::Communicator over NCCL (include/mmsparse/dist_nccl.h). Operations run on a communication
 // stream ordered after the caller's stream by an event; the caller's stream waits on an event of
 // the operation. Non-blocking communicators: every NCCL call that reports ncclInProgress is polled
-// to completion with ncclCommGetAsyncError under the timeout, and synchronize() polls the streams
-// the same way, so faults end in an abort and an error instead of a hang.
+// to completion with ncclCommGetAsyncError under the timeout; synchronize() polls every operation
+// issued since the last one against a deadline of its own (a dead peer on a P2P transport raises no
+// NCCL error: the kernel just spins), and the abort waits for ncclCommAbort only so long.
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -10,12 +11,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "dist/bounded_call.h"
 #include "mmsparse/dist_nccl.h"
 #include "mmsparse/status.h"
 
@@ -31,6 +35,13 @@ void check_cuda(cudaError_t result, const std::string& what) {
     throw Error(ErrorCode::kBackendError,
                 "NCCL transport: " + what + ": " + cudaGetErrorString(result));
   }
+}
+
+// "15.0 s": one decimal is the resolution the bounds are stated in.
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", seconds);
+  return text;
 }
 
 double seconds_since(Clock::time_point start) {
@@ -62,9 +73,9 @@ ncclUniqueId exchange_unique_id(const NcclOptions& options) {
   while (true) {
     std::ifstream file(options.id_file, std::ios::binary);
     if (file && file.read(reinterpret_cast<char*>(&id), sizeof(id))) return id;
-    if (seconds_since(start) > options.timeout_seconds) {
+    if (seconds_since(start) > options.faults.timeout_seconds) {
       throw Error(ErrorCode::kBackendError, "rank " + std::to_string(options.rank) + " waited " +
-                                                std::to_string(options.timeout_seconds) +
+                                                std::to_string(options.faults.timeout_seconds) +
                                                 " s for rank 0's NCCL id in " + options.id_file +
                                                 " (is rank 0 running, with the same --id-file?)");
     }
@@ -72,16 +83,32 @@ ncclUniqueId exchange_unique_id(const NcclOptions& options) {
   }
 }
 
+// "rank 1" or "ranks 0, 2, 3": the peers an operation of this rank waits on.
+std::string peers_text(const std::vector<int>& peers) {
+  std::string text = peers.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    text += (i > 0 ? ", " : "") + std::to_string(peers[i]);
+  }
+  return text;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, bool owned, int device, double timeout_seconds, int rank,
+  NcclCommunicator(ncclComm_t comm, bool owned, int device, NcclFaultOptions faults, int rank,
                    int world)
       : comm_(comm),
         owned_(owned),
         device_(device),
-        timeout_seconds_(timeout_seconds),
+        faults_(std::move(faults)),
         rank_(rank),
         world_(world) {
+    if (!(faults_.timeout_seconds > 0.0)) {
+      throw_invalid_argument("timeout_seconds", "> 0", std::to_string(faults_.timeout_seconds));
+    }
+    if (!(faults_.abort_wait_seconds >= 0.0)) {
+      throw_invalid_argument("abort_wait_seconds", ">= 0",
+                             std::to_string(faults_.abort_wait_seconds));
+    }
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     // The highest priority: the scheduler places a collective's blocks as soon as attention
     // blocks retire, so communication overlaps instead of queueing behind a whole kernel.
@@ -95,7 +122,10 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    for (auto& [ticket, event] : pending_) cudaEventDestroy(event);
+    // An abort that did not return may still be tearing NCCL down, and a spinning kernel would make
+    // cudaFree wait for ever: leave everything to the process's end.
+    if (abandoned_) return;
+    for (const InFlight& operation : in_flight_) cudaEventDestroy(operation.event);
     // An aborted communicator is gone already (ncclCommAbort frees it).
     if (owned_ && !aborted_) {
       // Finalize flushes outstanding work; a peer that is gone makes it fail or time out, which
@@ -106,6 +136,7 @@ class NcclCommunicator final : public Communicator {
       } catch (const Error&) {
       }
     }
+    if (abandoned_) return;
     cudaFree(barrier_word_);
     cudaEventDestroy(ordered_);
     cudaStreamDestroy(comm_stream_);
@@ -150,7 +181,8 @@ class NcclCommunicator final : public Communicator {
       }
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd (all_gather)");
-    return finish();
+    return finish("all_gather of " + std::to_string(send_bytes) + " bytes (waits on " +
+                  peers_text(every_peer()) + ")");
   }
 
   Ticket send_recv(const void* send, int64_t send_bytes, int to, void* recv, int64_t recv_bytes,
@@ -168,44 +200,41 @@ class NcclCommunicator final : public Communicator {
           "ncclRecv");
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd (send_recv)");
-    return finish();
+    return finish("send_recv (sends " + std::to_string(send_bytes) + " bytes to rank " +
+                  std::to_string(to) + ", receives " + std::to_string(recv_bytes) +
+                  " bytes from rank " + std::to_string(from) + ")");
   }
 
   void wait(Ticket ticket, void* stream) override {
-    const auto found = pending_.find(ticket);
-    if (found == pending_.end()) return;  // already waited on
-    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), found->second, 0),
-               "cudaStreamWaitEvent");
-    cudaEventDestroy(found->second);  // released once the wait is enqueued
-    pending_.erase(found);
+    for (const InFlight& operation : in_flight_) {
+      if (operation.ticket != ticket) continue;
+      // The event stays until synchronize() (which checks the operation's deadline) or until a
+      // later operation finds it complete; a ticket not found has completed already.
+      check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), operation.event, 0),
+                 "cudaStreamWaitEvent");
+      return;
+    }
   }
 
   void synchronize(void* stream) override {
     throw_if_aborted();
-    cudaEvent_t done[2];
-    check_cuda(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming), "event");
-    check_cuda(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming), "event");
-    check_cuda(cudaEventRecord(done[0], static_cast<cudaStream_t>(stream)), "cudaEventRecord");
-    check_cuda(cudaEventRecord(done[1], comm_stream_), "cudaEventRecord");
-    const auto start = Clock::now();
+    // Each operation against its own deadline, oldest first: the first one overdue is the one a
+    // dead or stalled peer holds up, and the error names it and the peers it waits on.
+    for (const InFlight& operation : in_flight_) {
+      await(operation.event, operation.issued, operation.what);
+    }
+    cudaEvent_t done = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
     try {
-      for (cudaEvent_t event : done) {
-        while (true) {
-          const cudaError_t state = cudaEventQuery(event);
-          if (state == cudaSuccess) break;
-          if (state != cudaErrorNotReady) check_cuda(state, "the rank's stream");
-          poll_once(start, "synchronize");
-        }
-      }
+      check_cuda(cudaEventRecord(done, static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+      await(done, Clock::now(), "the rank's stream (the work after its last collective)");
     } catch (...) {
-      cudaEventDestroy(done[0]);
-      cudaEventDestroy(done[1]);
+      if (!abandoned_) cudaEventDestroy(done);
       throw;
     }
-    cudaEventDestroy(done[0]);
-    cudaEventDestroy(done[1]);
-    for (auto& [ticket, event] : pending_) cudaEventDestroy(event);
-    pending_.clear();
+    cudaEventDestroy(done);
+    for (const InFlight& operation : in_flight_) cudaEventDestroy(operation.event);
+    in_flight_.clear();
   }
 
   void barrier() override {
@@ -213,15 +242,34 @@ class NcclCommunicator final : public Communicator {
     check_nccl(
         ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, comm_stream_),
         "ncclAllReduce (barrier)");
-    finish();
+    finish("barrier (an all-reduce; waits on " + peers_text(every_peer()) + ")");
     synchronize(nullptr);
   }
 
+  // Reports first (on_abort), then aborts NCCL for at most abort_wait_seconds: ncclCommAbort is
+  // blocking even on a non-blocking communicator and tears it down in the calling thread, which
+  // can wait for peers that are gone and, through cudaFree, for the whole device.
   void abort(const std::string& reason) override {
     if (aborted_) return;
     aborted_ = true;
     reason_ = reason;
-    ncclCommAbort(comm_);
+    if (faults_.on_abort) {
+      try {
+        faults_.on_abort(reason_);
+      } catch (...) {  // reporting must not keep the abort from happening
+      }
+    }
+    const ncclComm_t comm = comm_;
+    bool returned = true;
+    try {
+      returned = detail::run_bounded([comm] { ncclCommAbort(comm); }, faults_.abort_wait_seconds);
+    } catch (...) {
+    }
+    if (!returned) {
+      abandoned_ = true;
+      reason_ += "; ncclCommAbort had not returned after " +
+                 seconds_text(faults_.abort_wait_seconds) + " and was left running";
+    }
   }
 
   // Polls a non-blocking call's completion (ncclInProgress) under the timeout.
@@ -233,12 +281,28 @@ class NcclCommunicator final : public Communicator {
       if (query != ncclSuccess) state = query;
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail(state, what);
-      if (seconds_since(start) > timeout_seconds_) timeout(what);
+      if (seconds_since(start) > faults_.timeout_seconds) timeout(what, seconds_since(start));
       std::this_thread::sleep_for(kPollInterval);
     }
   }
 
  private:
+  // An operation issued and not yet synchronized: its completion event, what it is and when.
+  struct InFlight {
+    Ticket ticket = 0;
+    cudaEvent_t event = nullptr;
+    std::string what;
+    Clock::time_point issued;
+  };
+
+  std::vector<int> every_peer() const {
+    std::vector<int> peers;
+    for (int r = 0; r < world_; ++r) {
+      if (r != rank_) peers.push_back(r);
+    }
+    return peers;
+  }
+
   void begin(void* stream) {
     throw_if_aborted();
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -246,21 +310,39 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaStreamWaitEvent(comm_stream_, ordered_, 0), "cudaStreamWaitEvent");
   }
 
-  Ticket finish() {
+  Ticket finish(std::string what) {
+    // Operations already complete need no deadline: without a synchronize() between layers the
+    // list stays as short as what is actually in flight.
+    while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().event) == cudaSuccess) {
+      cudaEventDestroy(in_flight_.front().event);
+      in_flight_.pop_front();
+    }
     cudaEvent_t event = nullptr;
     check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event");
     check_cuda(cudaEventRecord(event, comm_stream_), "cudaEventRecord");
-    pending_[next_ticket_] = event;
-    return next_ticket_++;
+    const Ticket ticket = next_ticket_++;
+    in_flight_.push_back(
+        {ticket, event, std::move(what) + " #" + std::to_string(ticket), Clock::now()});
+    return ticket;
   }
 
-  void poll_once(Clock::time_point start, const char* what) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
-    if (query != ncclSuccess) state = query;
-    if (state != ncclSuccess && state != ncclInProgress) fail(state, what);
-    if (seconds_since(start) > timeout_seconds_) timeout(what);
-    std::this_thread::sleep_for(kPollInterval);
+  // Waits for `event`, polling NCCL's async error, until `since` + the timeout.
+  void await(cudaEvent_t event, Clock::time_point since, const std::string& what) {
+    while (true) {
+      const cudaError_t state = cudaEventQuery(event);
+      if (state == cudaSuccess) return;
+      if (state != cudaErrorNotReady) {
+        abort(what + " on rank " + std::to_string(rank_) + ": " + cudaGetErrorString(state));
+        throw_aborted();
+      }
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
+      if (query != ncclSuccess) async = query;
+      if (async != ncclSuccess && async != ncclInProgress) fail(async, what.c_str());
+      const double waited = seconds_since(since);
+      if (waited > faults_.timeout_seconds) timeout(what.c_str(), waited);
+      std::this_thread::sleep_for(kPollInterval);
+    }
   }
 
   void check_nccl(ncclResult_t result, const char* what) {
@@ -280,10 +362,11 @@ class NcclCommunicator final : public Communicator {
     throw_aborted();
   }
 
-  [[noreturn]] void timeout(const char* what) {
-    abort(std::string(what) + " on rank " + std::to_string(rank_) + " made no progress for " +
-          std::to_string(timeout_seconds_) +
-          " s: a peer rank is dead, stalled, or issued different operations");
+  [[noreturn]] void timeout(const char* what, double waited) {
+    abort(std::string(what) + " on rank " + std::to_string(rank_) + " not complete " +
+          seconds_text(waited) + " after it began (timeout " +
+          seconds_text(faults_.timeout_seconds) +
+          "): a peer rank is dead, stalled, or issued different operations");
     throw_aborted();
   }
 
@@ -297,15 +380,16 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   bool owned_;
   int device_;
-  double timeout_seconds_;
+  NcclFaultOptions faults_;
   int rank_ = 0;
   int world_ = 1;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ordered_ = nullptr;
   void* barrier_word_ = nullptr;
-  std::map<Ticket, cudaEvent_t> pending_;
+  std::deque<InFlight> in_flight_;  // issue order
   Ticket next_ticket_ = 0;
   bool aborted_ = false;
+  bool abandoned_ = false;  // ncclCommAbort did not return in time: touch no CUDA state
   std::string reason_;
 };
 
@@ -316,8 +400,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
     throw_invalid_argument("rank, world", "0 <= rank < world",
                            std::to_string(options.rank) + ", " + std::to_string(options.world));
   }
-  if (!(options.timeout_seconds > 0.0)) {
-    throw_invalid_argument("timeout_seconds", "> 0", std::to_string(options.timeout_seconds));
+  if (!(options.faults.timeout_seconds > 0.0)) {
+    throw_invalid_argument("timeout_seconds", "> 0",
+                           std::to_string(options.faults.timeout_seconds));
   }
   check_cuda(cudaSetDevice(options.device),
              "cudaSetDevice(" + std::to_string(options.device) + ")");
@@ -332,14 +417,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options)
                 std::string("ncclCommInitRankConfig failed: ") + ncclGetErrorString(result));
   }
   auto communicator = std::make_unique<NcclCommunicator>(
-      comm, /*owned=*/true, options.device, options.timeout_seconds, options.rank, options.world);
+      comm, /*owned=*/true, options.device, options.faults, options.rank, options.world);
   communicator->wait_ready("ncclCommInitRankConfig (are all ranks started?)");
   if (options.rank == 0) std::filesystem::remove(options.id_file);
   return communicator;
 }
 
 std::unique_ptr<Communicator> wrap_nccl_communicator(void* nccl_comm, int device,
-                                                     double timeout_seconds) {
+                                                     const NcclFaultOptions& faults) {
   if (nccl_comm == nullptr) throw_invalid_argument("nccl_comm", "a communicator", "null");
   const auto comm = static_cast<ncclComm_t>(nccl_comm);
   int rank = 0;
@@ -347,8 +432,7 @@ std::unique_ptr<Communicator> wrap_nccl_communicator(void* nccl_comm, int device
   if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &world) != ncclSuccess) {
     throw Error(ErrorCode::kBackendError, "wrap_nccl_communicator: the communicator is not ready");
   }
-  return std::make_unique<NcclCommunicator>(comm, /*owned=*/false, device, timeout_seconds, rank,
-                                            world);
+  return std::make_unique<NcclCommunicator>(comm, /*owned=*/false, device, faults, rank, world);
 }
 
 }  // namespace mmsparse::dist
