@@ -65,6 +65,9 @@ struct PatternInfo {
   bool dynamic = false;  // estimated from PatternInputs (build_plan needs them)
   // Parameters scaled to the sequence length; the pattern's defaults must not depend on a layout.
   std::vector<LengthScaledParam> length_scaled = {};
+  // Masks that follow the layout's images (BlindSight's templates): `mmsparse bench` runs them by
+  // default only on layouts with images.
+  bool image_templates = false;
 };
 const std::vector<PatternInfo>& known_patterns();
 // Whether the spec names a dynamic pattern (PatternInfo::dynamic: build_plan needs PatternInputs);

@@ -67,10 +67,15 @@ std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
   std::vector<std::string> texts = flags.patterns;
   if (texts.empty() && !with_config) {
     // Dynamic patterns stay out of the default runs: their metrics read a host-built plan (even
-    // where kernels estimate the timed one), which takes seconds per head at 128K. They run when
-    // named with --pattern.
+    // where kernels estimate the timed one), which takes seconds per head at 128K. Image templates
+    // run by default only where the layout has images. Both run when named with --pattern.
+    const bool has_images =
+        std::any_of(layout.media().begin(), layout.media().end(),
+                    [](const Media& media) { return media.modality == Modality::kImage; });
     for (const PatternInfo& info : known_patterns()) {
-      if (info.name != "dense" && !info.dynamic) texts.push_back(info.name);
+      if (info.name == "dense" || info.dynamic) continue;
+      if (info.image_templates && !has_images) continue;
+      texts.push_back(info.name);
     }
   }
   const int64_t seq_len = layout.length();

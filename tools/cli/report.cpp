@@ -20,6 +20,7 @@ constexpr double kMillisecondsPerSecond = 1000.0;
 constexpr double kPercent = 100.0;
 // Narrowest spec columns; they widen to the longest spec, which is never cut.
 constexpr std::size_t kSpecColumnWidth = 42;
+constexpr std::size_t kLabelColumnWidth = 14;
 constexpr std::size_t kHeadSpecColumnWidth = 30;
 constexpr std::size_t kSourceColumnWidth = 22;
 constexpr double kTeraFlops = 1e12;
@@ -318,13 +319,15 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
   const bool with_bound = !layer.oracle_bounds.empty();
   const std::size_t spec_width = column_width(
       layer.runs, kSpecColumnWidth, [](const RunReport& run) { return run.run.spec_text; });
-  fmt::print("{:<14} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}{}\n", "pattern", "spec",
-             spec_width, "density", "recall", "min rec", "out err", "index ms", "attn ms",
+  const std::size_t label_width = column_width(
+      layer.runs, kLabelColumnWidth, [](const RunReport& run) { return run.run.label; });
+  fmt::print("{:<{}} {:<{}} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>8}{}{}\n", "pattern",
+             label_width, "spec", spec_width, "density", "recall", "min rec", "out err", "index ms", "attn ms",
              "speedup", with_bound ? fmt::format(" {:>8}", "% bound") : "",
              with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
-               "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
+    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
+               "dense", label_width, "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
                with_bound ? fmt::format(" {:>8}", "-") : "",
                with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
@@ -338,8 +341,8 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
             : 0.0;
     const std::string speedup_text =
         layer.dense_seconds ? fmt::format("{:.2f}x", run_speedup) : "-";
-    fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}{}\n",
-               run.run.label, run.run.spec_text, spec_width, kPercent * summary.density,
+    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}{}\n",
+               run.run.label, label_width, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),

@@ -331,6 +331,11 @@ PatternEntry& blindsight_entry(BlindSightMask mask) {
        nullptr,
        sink_lists},
   }};
+  static const bool marked = [] {
+    for (PatternEntry& entry : entries) entry.info.image_templates = true;
+    return true;
+  }();
+  (void)marked;
   return entries[static_cast<std::size_t>(mask)];
 }
 
