@@ -109,6 +109,7 @@ struct LayerInputs {
   const TensorView* dense_lse = nullptr;
   const NeedleTask* needles = nullptr;
   std::vector<std::string> behaviours;  // per query head (synthetic); empty for real inputs
+  bool causal = true;  // density over causal pairs; false (video DiTs): over all pairs
 };
 
 // Builds the run's plan (timed per head and whole), runs attention into out/lse (host tensors of
@@ -143,5 +144,11 @@ std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>&
                              const std::map<int64_t, std::vector<int64_t>>& layer_keys);
 // The task of `layer` (-1: the file's single-layer tensors), empty when the file has none.
 NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len);
+
+// Whether an input's attention is causal: its metadata "mmsparse.causal" ("1" or "0", written by
+// `generate`); files without it are causal. Other values are an error naming the key.
+inline constexpr const char* kCausalMetadataKey = "mmsparse.causal";
+bool causal_from_metadata(const TensorFile& file);
+std::string causal_metadata(bool causal);
 
 }  // namespace mmsparse::cli
