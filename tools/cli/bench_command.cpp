@@ -247,9 +247,8 @@ int run_bench(const BenchFlags& flags) {
       flag_runs(flags, config.has_value(), reference.layout(), reference.causal());
   std::vector<std::vector<PatternRun>> layer_runs;
   for (int64_t layer : layers) {
-    layer_runs.push_back(
-        pattern_runs(flags, common_runs, config, layer, reference.layout(), resolved.q_heads,
-                     reference.causal()));
+    layer_runs.push_back(pattern_runs(flags, common_runs, config, layer, reference.layout(),
+                                      resolved.q_heads, reference.causal()));
   }
 
   if (config) {

@@ -267,8 +267,7 @@ std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& t
   for (const bool dynamic : {false, true}) {
     for (std::size_t i = 0; i < texts.size(); ++i) {
       if (is_dynamic(resolved[i]) != dynamic) continue;
-      check_pattern_build(resolved[i], layout, q_len, kv_len, causal,
-                          flag + " '" + texts[i] + "'");
+      check_pattern_build(resolved[i], layout, q_len, kv_len, causal, flag + " '" + texts[i] + "'");
     }
   }
   return resolved;
@@ -281,9 +280,7 @@ void check_patterns_build(const std::vector<PatternSpec>& specs, const ModalityL
   }
 }
 
-PatternSpec dense_reference_spec(bool causal) {
-  return PatternSpec{causal ? "dense" : "full", {}};
-}
+PatternSpec dense_reference_spec(bool causal) { return PatternSpec{causal ? "dense" : "full", {}}; }
 
 void check_output_path(const std::string& path, const std::string& flag) {
   if (path.empty() || path == "-") return;

@@ -353,7 +353,8 @@ void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
   fmt::print(
       "\ndensity: computed / causal pairs (all pairs for non-causal attention); recall: "
       "exp(LSE_plan - LSE_dense), mean over rows and heads; min rec: the lowest recall of any "
-      "row of any head; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
+      "row of any head; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: building "
+      "the plan (the index of dynamic patterns); "
       "speedup: dense time / (index + attention time){}; per head: covered: needles whose pair "
       "with every querying row the head computes, ndl mass: the needles' share of the head's "
       "dense attention mass the plan keeps, built: where the head's index was built; {}.\n",

@@ -120,8 +120,7 @@ std::vector<PatternRun> layer_runs(const RunFlags& flags,
 
 // The human-readable report: each layer's summary (and per-head) tables, then the layer table.
 void print_tables(const RunFlags& flags, const std::vector<LayerReport>& reports, int64_t needles,
-                  const std::string& device_label, std::string_view dtype, bool gpu,
-                  bool causal) {
+                  const std::string& device_label, std::string_view dtype, bool gpu, bool causal) {
   fmt::print("mmsparse run  {}: {} layer{}, device {}, dtype {}, {} attention\n", flags.input,
              reports.size(), reports.size() == 1 ? "" : "s", device_label, dtype,
              causal ? "causal" : "non-causal (full)");
@@ -226,10 +225,10 @@ double warn_before_run(const RunFlags& flags, const TensorFile& input, const std
   }
   if (gpu) return 0.0;
   // Without --compare the run is one sparse (or dense) pass: dense bounds it from above.
-  return estimate_dense_on_cpu(flags.exec.threads,
-                               causal_pair_count(q_len, k.shape()[1], causal_from_metadata(input)) *
-                                   heads * batch,
-                               q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
+  return estimate_dense_on_cpu(
+      flags.exec.threads,
+      causal_pair_count(q_len, k.shape()[1], causal_from_metadata(input)) * heads * batch,
+      q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
 }
 
 int run_attention(const RunFlags& flags) {
@@ -263,10 +262,9 @@ int run_attention(const RunFlags& flags) {
                              layers.back().tensors.q->shape() == tensors.q->shape() &&
                              layers.back().tensors.k->shape() == tensors.k->shape();
     layers.push_back({selected, tensors,
-                      same_shapes
-                          ? layers.back().runs
-                          : layer_runs(flags, config, selected.layer, tensors, layout_ptr,
-                                       causal_from_metadata(input))});
+                      same_shapes ? layers.back().runs
+                                  : layer_runs(flags, config, selected.layer, tensors, layout_ptr,
+                                               causal_from_metadata(input))});
   }
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
@@ -352,18 +350,23 @@ int run_generate(const GenerateFlags& flags) {
     if (!first) first.emplace(std::move(workload));
   }
   const WorkloadSpec& spec = first->spec();
-  const nlohmann::json description = {{"synthetic", true},       {"preset", spec.preset},
-                                      {"seq_len", first->seq_len()}, {"q_heads", spec.q_heads},
-                                      {"kv_heads", spec.kv_heads}, {"head_dim", spec.head_dim},
-                                      {"seed", base.seed},         {"needles", spec.needles},
-                                      {"causal", first->causal()},
-                                      {"layers", layered ? nlohmann::json(layers) : nlohmann::json()},
-                                      {"layer_seed", "seed + layer"}};
-  std::map<std::string, std::string> metadata = {{kLayoutMetadataKey, first->layout().to_json()},
-                                                 {"mmsparse.workload", description.dump()},
-                                                 {"mmsparse.version", build_info().version},
-                                                 {kCausalMetadataKey,
-                                                  causal_metadata(first->causal())}};
+  const nlohmann::json description = {
+      {"synthetic", true},
+      {"preset", spec.preset},
+      {"seq_len", first->seq_len()},
+      {"q_heads", spec.q_heads},
+      {"kv_heads", spec.kv_heads},
+      {"head_dim", spec.head_dim},
+      {"seed", base.seed},
+      {"needles", spec.needles},
+      {"causal", first->causal()},
+      {"layers", layered ? nlohmann::json(layers) : nlohmann::json()},
+      {"layer_seed", "seed + layer"}};
+  std::map<std::string, std::string> metadata = {
+      {kLayoutMetadataKey, first->layout().to_json()},
+      {"mmsparse.workload", description.dump()},
+      {"mmsparse.version", build_info().version},
+      {kCausalMetadataKey, causal_metadata(first->causal())}};
   if (spec.needles > 0) {
     metadata[kNeedlesMetadataKey] =
         needles_metadata(first->question_begin(), needle_keys, layer_needles);

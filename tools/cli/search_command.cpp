@@ -14,11 +14,11 @@
 
 #include "executor.h"
 #include "layers.h"
-#include "report.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/search.h"
 #include "progress.h"
+#include "report.h"
 #include "tile_oracle_report.h"
 #include "warnings.h"
 

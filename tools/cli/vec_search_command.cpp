@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "layers.h"
-#include "report.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -85,9 +85,9 @@ std::vector<LayerInputs> load_layers(const SearchVecFlags& flags, std::optional<
     inputs.v = inputs.storage->v.view();
     result.push_back(std::move(inputs));
   }
-  description = fmt::format("SYNTHETIC preset {}, seq_len {}, seed {}{}{}", spec.preset,
-                            spec.seq_len, spec.seed, layers.size() > 1 ? " (layer L: seed + L)" : "",
-                            causal ? "" : ", non-causal");
+  description = fmt::format(
+      "SYNTHETIC preset {}, seq_len {}, seed {}{}{}", spec.preset, spec.seq_len, spec.seed,
+      layers.size() > 1 ? " (layer L: seed + L)" : "", causal ? "" : ", non-causal");
   return result;
 }
 

@@ -42,7 +42,7 @@ double plan_density(const Plan& plan, int64_t head_slot, bool causal = true);
 double attention_flops(int64_t pairs, int64_t head_dim);
 
 struct OracleDensity {
-  double density = 0.0;       // sum over sampled rows of keys needed / sum of visible keys
+  double density = 0.0;  // sum over sampled rows of keys needed / sum of visible keys
   int64_t rows_sampled = 0;
 };
 // For one query head: the rows `rows` (positions in [0, q_len)) of q against the keys of the

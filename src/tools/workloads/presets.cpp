@@ -296,10 +296,10 @@ ModalityLayout qwen3_video_layout(std::string_view preset, int64_t seq_len) {
 // (8× spatial, 4× temporal after the first frame) and 2×2 patches is 45×80 tokens per latent
 // frame; Wan2.1 generates 81 frames (21 latent), HunyuanVideo 129 (33 latent).
 constexpr Grid kDitFrame720p{1, 45, 80};
-constexpr int64_t kWanLatentFrames = 21;        // 21 × 3600 = 75600 tokens
-constexpr int64_t kHunyuanLatentFrames = 33;    // 33 × 3600 = 118800 tokens
-constexpr int64_t kWanHeads = 40;               // Wan2.1-14B: 40 heads of 128, no GQA
-constexpr int64_t kHunyuanHeads = 24;           // HunyuanVideo: 24 heads of 128, no GQA
+constexpr int64_t kWanLatentFrames = 21;      // 21 × 3600 = 75600 tokens
+constexpr int64_t kHunyuanLatentFrames = 33;  // 33 × 3600 = 118800 tokens
+constexpr int64_t kWanHeads = 40;             // Wan2.1-14B: 40 heads of 128, no GQA
+constexpr int64_t kHunyuanHeads = 24;         // HunyuanVideo: 24 heads of 128, no GQA
 // Scaled-down requests halve the frame's sides until this many frames fit, so that a short
 // sequence keeps temporal structure (cross-frame heads need frames to look across).
 constexpr int64_t kMinDitFrames = 8;
@@ -314,7 +314,8 @@ ModalityLayout dit_layout(std::string_view preset, Grid frame, int64_t seq_len) 
     frame = Grid{1, std::max(kMinImageSide, frame.h / 2), std::max(kMinImageSide, frame.w / 2)};
   }
   const int64_t frames = seq_len / frame.frame_tokens();
-  if (frames < kMinDitFrames) throw_too_short(preset, kMinDitFrames * frame.frame_tokens(), seq_len);
+  if (frames < kMinDitFrames)
+    throw_too_short(preset, kMinDitFrames * frame.frame_tokens(), seq_len);
   LayoutBuilder builder;
   builder.video(Grid{frames, frame.h, frame.w}, /*frame_separator=*/0, /*markers=*/false);
   const int64_t prompt = seq_len - frames * frame.frame_tokens();
@@ -357,8 +358,7 @@ const std::vector<Preset>& presets() {
       {{"dit-wan2.1-76k",
         "SYNTHETIC Wan2.1-like video DiT, full (non-causal) attention: 21 latent frames x 45x80 "
         "tokens (720p, 81 frames), 40 heads",
-        kWanLatentFrames * kDitFrame720p.frame_tokens(), 0, /*causal=*/false, kWanHeads,
-        kWanHeads},
+        kWanLatentFrames * kDitFrame720p.frame_tokens(), 0, /*causal=*/false, kWanHeads, kWanHeads},
        [](std::string_view name, int64_t n) { return dit_layout(name, kDitFrame720p, n); }},
       {{"dit-hunyuan-119k",
         "SYNTHETIC HunyuanVideo-like video DiT, full (non-causal) attention: 33 latent frames x "
