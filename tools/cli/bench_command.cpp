@@ -193,6 +193,7 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   result.report.dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
   steps.end();
   result.report.dense_pairs = causal_pair_count(seq_len, seq_len, causal) * heads;
+  result.report.dense_spec = dense_reference_spec(causal).to_string();
 
   const std::vector<int64_t> rows = sample_rows(seq_len, flags.oracle_rows);
   steps.begin(fmt::format("layer {}: oracle density", layer));

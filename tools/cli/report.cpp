@@ -324,7 +324,7 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
              with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
     fmt::print("{:<14} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
-               "dense", "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
+               "dense", layer.dense_spec, spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
                with_bound ? fmt::format(" {:>8}", "-") : "",
                with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
@@ -492,6 +492,7 @@ nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_
     nlohmann::json entry = {{"layer", layer.layer}, {"source", layer.source}};
     if (layer.dense_seconds) {
       entry["dense"] = {{"attention_ms", milliseconds(*layer.dense_seconds)},
+                        {"spec", layer.dense_spec},
                         {"pairs", layer.dense_pairs},
                         {"tflops", attention_flops(layer.dense_pairs, head_dim) /
                                        *layer.dense_seconds / kTeraFlops}};

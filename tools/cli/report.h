@@ -70,6 +70,7 @@ struct LayerReport {
   std::string source;  // "SYNTHETIC seed 3" or the input tensors' names
   std::optional<double> dense_seconds;
   int64_t dense_pairs = 0;
+  std::string dense_spec = "dense";  // the reference: "dense" (causal) or "full" (non-causal)
   std::vector<RunReport> runs;
   // Per run, the tile-oracle bound on speedup at the recall the run reached on each head
   // (tile_oracle_report.h; NaN where unknown); empty when the oracle was not measured.

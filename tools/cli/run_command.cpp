@@ -184,6 +184,7 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
         dense_out_view, dense_lse_view);
     steps.end();
     report.dense_pairs = causal_pair_count(q_len, k.shape()[1], causal) * heads * batch;
+    report.dense_spec = dense_reference_spec(causal).to_string();
   }
   const NeedleTask task = needle_task_from_metadata(
       input, layer.selected.prefix.empty() ? -1 : layer.selected.layer, q_len);
