@@ -116,6 +116,8 @@ int run_search_vec(const SearchVecFlags& flags) {
                            "'" + flags.base_spec + "'");
   }
   PatternConfig config = base_config(flags.base_config);
+  // Heads the search leaves out run the source's dense attention.
+  if (flags.base_config.empty()) config.default_spec = dense_reference_spec(causal);
 
   struct Searched {
     int64_t layer, head;
