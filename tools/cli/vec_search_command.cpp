@@ -23,6 +23,7 @@
 namespace mmsparse::cli {
 namespace {
 
+constexpr const char* kVecPattern = "vec";
 constexpr const char* kVecCausalParam = "causal";
 
 struct SearchVecFlags {
@@ -109,9 +110,11 @@ int run_search_vec(const SearchVecFlags& flags) {
   std::vector<LayerInputs> layers = load_layers(flags, file, description, causal);
   // The heads follow the source's attention unless --base says otherwise; a causal source is
   // measured against causal dense, which a non-causal head would exceed.
-  if (!options.base.params.contains(kVecCausalParam)) {
+  // (A base that is no vec spec is left to search_vec_head, whose error names it.)
+  const bool vec_base = options.base.name == kVecPattern;
+  if (vec_base && !options.base.params.contains(kVecCausalParam)) {
     options.base.params[kVecCausalParam] = causal ? 1 : 0;
-  } else if (causal && options.base.params.at(kVecCausalParam) == 0) {
+  } else if (vec_base && causal && options.base.params.at(kVecCausalParam) == 0) {
     throw_invalid_argument("--base", "causal=1 on a causal source (or a non-causal preset)",
                            "'" + flags.base_spec + "'");
   }
