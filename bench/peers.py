@@ -148,8 +148,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="times every implementation is timed, in an order rotated per round")
     parser.add_argument("--skip-flex", action="store_true", help="no FlexAttention (compile time)")
-    parser.add_argument("--masks", nargs="+", default=["a-shape", "grid"], choices=["a-shape", "grid"],
-                        help="the sparse masks to compare")
+    parser.add_argument("--masks", nargs="*", default=["a-shape", "grid"], choices=["a-shape", "grid"],
+                        help="the sparse masks to compare (--masks alone: none, dense only)")
     parser.add_argument("--skip-dense", action="store_true",
                         help="no dense rows (the ratios then use the first row of each length)")
     parser.add_argument("--non-causal", action="store_true",

@@ -314,8 +314,9 @@ ModalityLayout dit_layout(std::string_view preset, Grid frame, int64_t seq_len) 
     frame = Grid{1, std::max(kMinImageSide, frame.h / 2), std::max(kMinImageSide, frame.w / 2)};
   }
   const int64_t frames = seq_len / frame.frame_tokens();
-  if (frames < kMinDitFrames)
+  if (frames < kMinDitFrames) {
     throw_too_short(preset, kMinDitFrames * frame.frame_tokens(), seq_len);
+  }
   LayoutBuilder builder;
   builder.video(Grid{frames, frame.h, frame.w}, /*frame_separator=*/0, /*markers=*/false);
   const int64_t prompt = seq_len - frames * frame.frame_tokens();
