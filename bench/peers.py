@@ -19,6 +19,9 @@ peer timed minutes apart would compare clocks, not kernels) and reported as the 
 rounds with its range; each row's time is its median over the rounds.
 
     python3 bench/peers.py --mmsparse build/tools/cli/mmsparse --seq-lens 32768 131072 --out results.json
+
+--non-causal compares full attention (video DiTs: Wan2.1 at 75600 tokens, HunyuanVideo at 118800,
+no GQA): SDPA without the causal mask against mmsparse's `full` pattern.
 """
 
 import argparse
@@ -90,6 +93,10 @@ def causal_mask(b, h, q, k):
     return k <= q
 
 
+def full_mask(b, h, q, k):
+    return k >= 0
+
+
 def run_mmsparse(binary, tensor_file, pattern, args):
     out_file = tensor_file + f".{pattern.split(':')[0]}.out.safetensors"
     command = [binary, "run", "-i", tensor_file, "-o", out_file, "--pattern", pattern,
@@ -141,10 +148,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="times every implementation is timed, in an order rotated per round")
     parser.add_argument("--skip-flex", action="store_true", help="no FlexAttention (compile time)")
-    parser.add_argument("--masks", nargs="+", default=["a-shape", "grid"], choices=["a-shape", "grid"],
-                        help="the sparse masks to compare")
+    parser.add_argument("--masks", nargs="*", default=["a-shape", "grid"], choices=["a-shape", "grid"],
+                        help="the sparse masks to compare (--masks alone: none, dense only)")
     parser.add_argument("--skip-dense", action="store_true",
                         help="no dense rows (the ratios then use the first row of each length)")
+    parser.add_argument("--non-causal", action="store_true",
+                        help="full attention (video DiTs): SDPA with is_causal=False, mmsparse's "
+                             "'full' pattern on a file marked non-causal, every pair counted")
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
     for name in ("warmup", "repeats", "rounds"):
@@ -164,7 +174,9 @@ def main():
             k = torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16)
             tensor_file = os.path.join(scratch, f"qkv_{seq_len}.safetensors")
-            save_file({"q": q.cpu(), "k": k.cpu(), "v": v.cpu()}, tensor_file)
+            # mmsparse run reads the attention's causality from the file (mmsparse.causal).
+            save_file({"q": q.cpu(), "k": k.cpu(), "v": v.cpu()}, tensor_file,
+                      metadata={"mmsparse.causal": "0" if args.non_causal else "1"})
             # SDPA and Flex take [batch, heads, seq, dim] views of the same memory.
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
             group = args.heads // args.kv_heads
@@ -172,7 +184,8 @@ def main():
 
             def sdpa(backend, **kwargs):
                 def work():
-                    return torch.nn.functional.scaled_dot_product_attention(qt, **kwargs, is_causal=True)
+                    return torch.nn.functional.scaled_dot_product_attention(
+                        qt, **kwargs, is_causal=not args.non_causal)
 
                 def run():
                     with sdpa_kernel(backend):
@@ -190,15 +203,16 @@ def main():
                     return compiled_flex(qt, kt, vt, block_mask=block_mask, enable_gqa=True)
                 return lambda: (median_ms(work, args.warmup, args.repeats), work())
 
-            dense_pairs = causal_pairs(seq_len)
+            dense_pairs = seq_len * seq_len if args.non_causal else causal_pairs(seq_len)
+            dense_spec = "full" if args.non_causal else "dense"
             timed = []
             if not args.skip_dense:
                 timed += [Timed("sdpa-cudnn", "dense", dense_pairs,
                                 sdpa(SDPBackend.CUDNN_ATTENTION, key=kt_full, value=vt_full),
-                                note="K/V expanded to 28 heads"),
+                                note=f"K/V expanded to {args.heads} heads"),
                           Timed("sdpa-flash2", "dense", dense_pairs,
                                 sdpa(SDPBackend.FLASH_ATTENTION, key=kt, value=vt, enable_gqa=True)),
-                          Timed("mmsparse", "dense", dense_pairs, mmsparse("dense"), reference="sdpa-cudnn")]
+                          Timed("mmsparse", "dense", dense_pairs, mmsparse(dense_spec), reference="sdpa-cudnn")]
 
             masks = [("a-shape", a_shape_mask, a_shape_pairs(seq_len, A_SHAPE_SINK, A_SHAPE_LOCAL),
                       f"a-shape:sink={A_SHAPE_SINK},local={A_SHAPE_LOCAL}"),
@@ -206,7 +220,8 @@ def main():
                       f"grid-mask:sink={GRID_SINK},local={GRID_LOCAL},period={GRID_STRIDE},band={GRID_WIDTH}")]
             masks = [mask for mask in masks if mask[0] in args.masks]
             if not args.skip_flex:
-                dense = [] if args.skip_dense else [("dense", causal_mask, dense_pairs, None)]
+                dense_mask = full_mask if args.non_causal else causal_mask
+                dense = [] if args.skip_dense else [("dense", dense_mask, dense_pairs, None)]
                 for name, mask_mod, pairs, _ in dense + masks:
                     # _compile evaluates the mask block by block instead of materialising N x N.
                     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device="cuda",
@@ -251,7 +266,8 @@ def main():
 
     report = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "command": " ".join(sys.argv), "heads": args.heads, "kv_heads": args.kv_heads,
-              "head_dim": args.head_dim, "dtype": "bfloat16", "rounds": args.rounds, "rows": rows,
+              "head_dim": args.head_dim, "dtype": "bfloat16", "rounds": args.rounds,
+              "causal": not args.non_causal, "rows": rows,
               "ratios": []}
 
     def print_ratios(title, pairs_of_rows, kind):

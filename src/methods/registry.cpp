@@ -44,6 +44,7 @@ const std::vector<const PatternEntry*>& pattern_entries() {
     entries.push_back(&vertical_slash_entry());
     entries.push_back(&grid_entry());
     entries.push_back(&grid_mask_entry());
+    entries.push_back(&full_attention_entry());
     entries.push_back(&vec_entry());
     for (BlindSightMask mask : kBlindSightMasks) entries.push_back(&blindsight_entry(mask));
     return entries;

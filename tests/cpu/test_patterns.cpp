@@ -47,6 +47,9 @@ Case random_case(std::mt19937_64& rng, const std::string& name, const PlanShape&
   if (name == "dense") {
     return {{name, {}}, [=](int64_t i, int64_t k) { return k <= i + offset; }};
   }
+  if (name == "full") {  // non-causal: every pair
+    return {{name, {}}, [](int64_t, int64_t) { return true; }};
+  }
   if (name == "a-shape" || name == "tri-shape") {
     const int64_t sink = uniform(rng, 0, 40);
     const int64_t local = uniform(rng, 1, 100);
@@ -114,7 +117,7 @@ Case random_case(std::mt19937_64& rng, const std::string& name, const PlanShape&
 }
 
 const std::vector<std::string> kPatternNames = {"dense",    "a-shape",    "tri-shape",
-                                                "sf-fixed", "sf-strided", "grid-mask"};
+                                                "sf-fixed", "sf-strided", "grid-mask", "full"};
 
 PlanShape random_shape(std::mt19937_64& rng, int64_t batch, int64_t heads) {
   PlanShape shape;

@@ -15,6 +15,7 @@
 #include "common/random.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
+#include "mmsparse/tools/metrics.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
@@ -214,6 +215,55 @@ TEST(VecSearch, MixedSearchScoresVecCandidatesBesideMMInference) {
   const std::unique_ptr<CostInputs> inputs = cost->prepare(none, none, none);
   // 16 pooled blocks of 64 (one 128-row chunk) against 8 key chunks.
   EXPECT_EQ(cost->index_cost(PatternSpec::parse("vec:pooling=64"), shape, text, 0.0f, *inputs), 8);
+}
+
+// Non-causal (a SYNTHETIC video DiT): alpha 0 keeps every pair, so its density over all pairs and
+// its recall against full attention are 1 (against causal dense the density would read 2 and the
+// recall exceed 1); alphas calibrated on seed 0 hold their recall on seed 1, at the density
+// build_plan's own plan has over all pairs.
+TEST(VecSearch, NonCausalDitAlphasHoldOutOfSample) {
+  constexpr int64_t kDitLength = 1760;  // 8 frames of 11×20 tokens
+  const auto dit = [](uint64_t seed) {
+    WorkloadSpec spec;
+    spec.preset = "dit-wan2.1-76k";
+    spec.seq_len = kDitLength;
+    spec.q_heads = kHeads;
+    spec.head_dim = kHeadDim;
+    spec.seed = seed;
+    return Workload::create(spec);
+  };
+  VecSearchOptions non_causal = options();
+  non_causal.base = PatternSpec::parse("vec:pooling=64,group=16,causal=0");
+  const Workload calibration = dit(0);
+  ASSERT_FALSE(calibration.causal());
+  const Workload::Tensors tensors = calibration.materialize(DType::kFloat32);
+  const Workload::Tensors other = dit(1).materialize(DType::kFloat32);
+  for (int64_t head = 0; head < kHeads; ++head) {
+    SCOPED_TRACE("head " + std::to_string(head));
+    const VecSample every_key =
+        score_vec_alpha(tensors.q.view(), tensors.k.view(), tensors.v.view(), head, non_causal, 0);
+    EXPECT_NEAR(every_key.density, 1.0, 1e-12);
+    EXPECT_NEAR(every_key.recall, 1.0, 1e-6);
+
+    const VecHeadSearch search =
+        search_vec_head(tensors.q.view(), tensors.k.view(), tensors.v.view(), head, non_causal);
+    double calibrated_recall = 0.0;
+    for (const VecSample& sample : search.samples) {
+      if (sample.alpha_ppm == search.alpha_ppm) calibrated_recall = sample.recall;
+    }
+    EXPECT_GE(calibrated_recall, kTarget - 1e-9);
+    const VecSample held_out = score_vec_alpha(other.q.view(), other.k.view(), other.v.view(),
+                                               head, non_causal, search.alpha_ppm);
+    EXPECT_GE(held_out.recall, calibrated_recall - kOutOfSampleSlack);
+
+    PatternSpec spec = non_causal.base;
+    spec.params["alpha_ppm"] = search.alpha_ppm;
+    const PatternInputs inputs{other.q.view(), other.k.view()};
+    const Plan plan =
+        build_plan(spec, {1, kHeads, kDitLength, kDitLength, kDefaultTileRows}, nullptr, &inputs);
+    EXPECT_NEAR(held_out.density, plan_density(plan, head, /*causal=*/false), 1e-12);
+    EXPECT_LE(held_out.density, 1.0);
+  }
 }
 
 TEST(VecSearch, BadOptionsAreNamed) {

@@ -92,6 +92,32 @@ TEST(GpuAttentionEdges, HeadDim256TilesWithoutKeysAndQueriesBeforeEveryKey) {
   check_tiles_without_keys(kWideConfig);
 }
 
+// "full", the non-causal dense reference of video DiT workloads: every key for every query under a
+// mask policy that masks nothing, with kv_len above and below q_len (no query is before a key
+// here), MHA and GQA.
+void check_full_attention(const KernelConfig& config) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : {1, 4}) {
+    for (const bool fewer_keys : {false, true}) {
+      ProblemSize size = random_problem(random, config, 1, group);
+      if (fewer_keys) size.kv_len = size.q_len / 2 + 1;
+      SCOPED_TRACE(describe(size));
+      const AttentionInputs inputs = random_inputs(random, size);
+      PlanShape shape = shape_of(size);
+      shape.tile_rows = config.tile_rows;
+      const Plan plan = build_plan(PatternSpec{"full", {}}, shape);
+      const cuda::DevicePlan device_plan(plan, nullptr);
+      expect_matches_oracle(plan, inputs, size,
+                            run_gpu(device_plan, inputs, size, OperandLayout::kContiguous));
+    }
+  }
+}
+
+TEST(GpuAttentionEdges, FullAttentionIsNonCausalDense) { check_full_attention(kSmallConfig); }
+
+TEST(GpuAttentionEdges, WgmmaFullAttentionIsNonCausalDense) { check_full_attention(kWgmmaConfig); }
+
 TEST(GpuAttentionEdges, DevicePlanIsReusableAcrossCalls) {
   Random random;
   SCOPED_TRACE(random.trace());

@@ -63,24 +63,27 @@ std::vector<PatternSpec> distinct_specs(const std::vector<PatternSpec>& specs) {
 // The --pattern runs (every static pattern when neither --pattern nor --config is given),
 // resolved and checked once: layers differ only by seed, so they share the layout.
 std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
-                                  const ModalityLayout& layout) {
+                                  const ModalityLayout& layout, bool causal) {
   std::vector<std::string> texts = flags.patterns;
   if (texts.empty() && !with_config) {
     // Dynamic patterns stay out of the default runs: their metrics read a host-built plan (even
     // where kernels estimate the timed one), which takes seconds per head at 128K. Image templates
-    // run by default only where the layout has images. Both run when named with --pattern.
+    // run by default only where the layout has images. Both run when named with --pattern. The
+    // dense references (causal and full) are the baseline every run is compared with.
     const bool has_images =
         std::any_of(layout.media().begin(), layout.media().end(),
                     [](const Media& media) { return media.modality == Modality::kImage; });
     for (const PatternInfo& info : known_patterns()) {
-      if (info.name == "dense" || info.dynamic) continue;
+      const bool reference = info.name == dense_reference_spec(true).name ||
+                             info.name == dense_reference_spec(false).name;
+      if (reference || info.dynamic) continue;
       if (info.image_templates && !has_images) continue;
       texts.push_back(info.name);
     }
   }
   const int64_t seq_len = layout.length();
   std::vector<PatternRun> runs;
-  for (const PatternSpec& spec : resolve_pattern_flags(texts, &layout, seq_len, seq_len)) {
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, &layout, seq_len, seq_len, causal)) {
     runs.push_back({spec.name, spec.to_string(), {spec}});
   }
   return runs;
@@ -90,12 +93,13 @@ std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
 // built once for one head) before any attention runs.
 std::vector<PatternRun> pattern_runs(const BenchFlags& flags, std::vector<PatternRun> runs,
                                      const std::optional<PatternConfig>& config, int64_t layer,
-                                     const ModalityLayout& layout, int64_t heads) {
+                                     const ModalityLayout& layout, int64_t heads, bool causal) {
   if (config) {
     const int64_t seq_len = layout.length();
     const std::string source = flags.config_path + " layer " + std::to_string(layer);
     std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
-    check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, "--config " + source);
+    check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, causal,
+                         "--config " + source);
     runs.push_back({"config", source, std::move(specs)});
   }
   return runs;
@@ -186,19 +190,22 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   result.report.source = fmt::format("SYNTHETIC seed {}", spec.seed);
   Tensor dense_out(dtype, {1, seq_len, heads, resolved.head_dim});
   Tensor dense_lse(DType::kFloat32, {1, heads, seq_len});
+  const bool causal = workload.causal();
   const PreparedPlan dense_plan = executor.prepare(
-      executor.build({PatternSpec{"dense", {}}}, {1, heads, seq_len, seq_len, kDefaultTileRows},
+      executor.build({dense_reference_spec(causal)}, {1, heads, seq_len, seq_len, kDefaultTileRows},
                      nullptr, nullptr, resolved.head_dim));
   steps.begin(fmt::format("layer {}: dense reference", layer), dense_estimate);
   result.report.dense_seconds = executor.run(dense_plan, dense_out.view(), dense_lse.view());
   steps.end();
-  result.report.dense_pairs = causal_pair_count(seq_len, seq_len) * heads;
+  result.report.dense_pairs = causal_pair_count(seq_len, seq_len, causal) * heads;
+  result.report.dense_spec = dense_reference_spec(causal).to_string();
 
   const std::vector<int64_t> rows = sample_rows(seq_len, flags.oracle_rows);
   steps.begin(fmt::format("layer {}: oracle density", layer));
   for (int64_t head = 0; head < heads; ++head) {
     result.oracle.push_back(oracle_density(tensors.q.view(), tensors.k.view(), 0, head,
-                                           flags.recall_target, rows, 0.0f, flags.exec.threads)
+                                           flags.recall_target, rows, 0.0f, flags.exec.threads,
+                                           causal)
                                 .density);
     steps.update(static_cast<double>(head + 1) / static_cast<double>(heads));
   }
@@ -211,6 +218,7 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   for (int64_t head = 0; head < heads; ++head) {
     inputs.behaviours.emplace_back(head_behaviour_name(workload.behaviour(head)));
   }
+  inputs.causal = causal;
   for (const PatternRun& run : runs) {
     Tensor out(dtype, {1, seq_len, heads, resolved.head_dim});
     Tensor lse(DType::kFloat32, {1, heads, seq_len});
@@ -218,7 +226,10 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
     result.report.runs.push_back(measure_run(executor, run, inputs, out.view(), lse.view()));
     steps.end();
   }
-  measure_layer_tile_oracle(flags, executor, dense_lse_view, resolved.head_dim, steps, result);
+  // The tile oracle sums causal tiles (metrics.h); a non-causal layer has none of its own yet.
+  if (causal) {
+    measure_layer_tile_oracle(flags, executor, dense_lse_view, resolved.head_dim, steps, result);
+  }
   progress.done(fmt::format("dense {:.2f} ms, {} pattern runs, oracle density {:.2f}%",
                             1000.0 * *result.report.dense_seconds, result.report.runs.size(),
                             100.0 * mean_of(result.oracle)));
@@ -239,11 +250,11 @@ int run_bench(const BenchFlags& flags) {
   const Workload reference = Workload::create(spec);
   const WorkloadSpec& resolved = reference.spec();
   const std::vector<PatternRun> common_runs =
-      flag_runs(flags, config.has_value(), reference.layout());
+      flag_runs(flags, config.has_value(), reference.layout(), reference.causal());
   std::vector<std::vector<PatternRun>> layer_runs;
   for (int64_t layer : layers) {
-    layer_runs.push_back(
-        pattern_runs(flags, common_runs, config, layer, reference.layout(), resolved.q_heads));
+    layer_runs.push_back(pattern_runs(flags, common_runs, config, layer, reference.layout(),
+                                      resolved.q_heads, reference.causal()));
   }
 
   if (config) {
@@ -254,7 +265,8 @@ int run_bench(const BenchFlags& flags) {
       gpu ? 0.0
           : estimate_dense_on_cpu(
                 flags.exec.threads,
-                causal_pair_count(reference.seq_len(), reference.seq_len()) * resolved.q_heads,
+                causal_pair_count(reference.seq_len(), reference.seq_len(), reference.causal()) *
+                    resolved.q_heads,
                 resolved.head_dim, static_cast<int64_t>(layers.size()),
                 static_cast<int64_t>(layer_runs.empty() ? 0 : layer_runs.front().size()));
 
@@ -280,6 +292,11 @@ int run_bench(const BenchFlags& flags) {
         resolved.preset, reference.seq_len(), resolved.q_heads, head_mix_note(resolved),
         resolved.kv_heads, resolved.head_dim, resolved.seed,
         several_layers ? " + layer (one synthetic workload per layer)" : "");
+    if (!reference.causal()) {
+      fmt::print(
+          "non-causal (full) attention: dense is the full reference, density counts all "
+          "query x key pairs; the tile oracle is causal only and is left out\n");
+    }
     if (needles > 0) {
       fmt::print("needles: {} planted in the media; the final question (rows {}..{}) reads them\n",
                  needles, reference.question_begin(), reference.seq_len() - 1);
@@ -292,15 +309,19 @@ int run_bench(const BenchFlags& flags) {
           layer.report.layer, layer.report.source, flags.recall_target,
           100.0 * mean_of(layer.oracle), flags.oracle_rows);
       print_summary_table(layer.report, needles);
-      print_tile_oracle_line(layer.tile_oracle);
+      if (reference.causal()) print_tile_oracle_line(layer.tile_oracle);
       if (flags.per_head) {
-        print_tile_oracle_heads(layer.tile_oracle, layer_behaviours(layer.report));
+        if (reference.causal()) {
+          print_tile_oracle_heads(layer.tile_oracle, layer_behaviours(layer.report));
+        }
         print_per_head_tables(layer.report);
       }
     }
     if (several_layers) print_layer_table(reports);
     print_column_footer(needles, gpu, flags.timing.for_device(gpu));
-    if (!measured.empty()) fmt::print("{}.\n", tile_oracle_footer(measured.front().tile_oracle));
+    if (!measured.empty() && reference.causal()) {
+      fmt::print("{}.\n", tile_oracle_footer(measured.front().tile_oracle));
+    }
   }
 
   nlohmann::json report = layers_json(reports, resolved.head_dim);
@@ -311,6 +332,7 @@ int run_bench(const BenchFlags& flags) {
                         {"kv_heads", resolved.kv_heads},
                         {"head_dim", resolved.head_dim},
                         {"seed", resolved.seed},
+                        {"causal", reference.causal()},
                         {"layer_seed", "seed + layer"},
                         {"needles", needles},
                         {"recall_target", flags.recall_target},
@@ -320,7 +342,9 @@ int run_bench(const BenchFlags& flags) {
   }
   for (std::size_t l = 0; l < measured.size(); ++l) {
     report["layers"][l]["oracle_density"] = measured[l].oracle;
-    report["layers"][l]["tile_oracle"] = tile_oracle_json(measured[l].tile_oracle);
+    if (reference.causal()) {
+      report["layers"][l]["tile_oracle"] = tile_oracle_json(measured[l].tile_oracle);
+    }
     for (std::size_t run = 0; run < measured[l].report.oracle_bounds.size(); ++run) {
       report["layers"][l]["patterns"][run]["tile_oracle_bound"] =
           measured[l].report.oracle_bounds[run];

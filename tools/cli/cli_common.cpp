@@ -20,6 +20,8 @@ constexpr const char* kCudaBackend = "cuda-sm90a";
 constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
 // Dynamic patterns estimate from q and k; a check of their parameters needs only a narrow head.
 constexpr int64_t kCheckHeadDim = 8;
+// The parameter of patterns that attend causally or both ways (vec).
+constexpr const char* kCausalParam = "causal";
 
 // Runs `body`, prefixing any mmsparse error with `context` (the flag or file the user typed).
 template <typename Body>
@@ -33,7 +35,7 @@ auto with_context(const std::string& context, Body&& body) {
 // Builds `spec` for one head of the real shape; dynamic patterns estimate from zero inputs of a
 // narrow head. Errors get `context` in front.
 void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, int64_t q_len,
-                         int64_t kv_len, const std::string& context) {
+                         int64_t kv_len, bool causal, const std::string& context) {
   std::optional<Tensor> q, k;
   PatternInputs inputs;
   if (is_dynamic(spec)) {
@@ -45,12 +47,15 @@ void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, 
     return build_plan(spec, {1, 1, q_len, kv_len, kDefaultTileRows}, layout,
                       is_dynamic(spec) ? &inputs : nullptr);
   });
-  // Densities, recalls and the dense reference here are causal: a bidirectional plan (vec's
-  // causal=0, for video DiTs) would read as more than dense.
+  // On a causal workload the densities, recalls and the dense reference are causal: a
+  // bidirectional plan (vec's causal=0, for video DiTs) would read as more than dense.
+  if (!causal) return;
   for (int64_t p = 0; p < plan.num_passes(); ++p) {
     for (const MaskPolicy& mask : plan.pass(p).masks) {
       if (!mask.causal) {
-        throw_invalid_argument(context, "a causal pattern (the CLI compares with causal dense)",
+        throw_invalid_argument(context,
+                               "a causal pattern (a causal workload compares with causal dense; "
+                               "non-causal patterns run on non-causal presets such as the dit-*)",
                                "one with non-causal tiles");
       }
     }
@@ -237,7 +242,8 @@ TensorFile read_input_file(const std::string& path, const std::string& flag) {
 
 std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
                                                const ModalityLayout* layout, int64_t q_len,
-                                               int64_t kv_len, const std::string& flag) {
+                                               int64_t kv_len, bool causal,
+                                               const std::string& flag) {
   std::vector<PatternSpec> resolved;
   for (const std::string& text : texts) {
     resolved.push_back(with_context(flag + " '" + text + "'", [&] {
@@ -250,24 +256,31 @@ std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& t
         for (const auto& [key, list] : given.lists) merged.lists[key] = list;
       }
       // An unknown name or parameter throws here, naming the known ones.
-      return resolve_pattern(merged, layout);
+      PatternSpec spec = resolve_pattern(merged, layout);
+      // A pattern that can attend both ways follows the workload unless told otherwise.
+      if (spec.params.contains(kCausalParam) && !given.params.contains(kCausalParam)) {
+        spec.params[kCausalParam] = causal ? 1 : 0;
+      }
+      return spec;
     }));
   }
   for (const bool dynamic : {false, true}) {
     for (std::size_t i = 0; i < texts.size(); ++i) {
       if (is_dynamic(resolved[i]) != dynamic) continue;
-      check_pattern_build(resolved[i], layout, q_len, kv_len, flag + " '" + texts[i] + "'");
+      check_pattern_build(resolved[i], layout, q_len, kv_len, causal, flag + " '" + texts[i] + "'");
     }
   }
   return resolved;
 }
 
 void check_patterns_build(const std::vector<PatternSpec>& specs, const ModalityLayout* layout,
-                          int64_t q_len, int64_t kv_len, const std::string& what) {
+                          int64_t q_len, int64_t kv_len, bool causal, const std::string& what) {
   for (const PatternSpec& spec : specs) {
-    check_pattern_build(spec, layout, q_len, kv_len, what + " '" + spec.to_string() + "'");
+    check_pattern_build(spec, layout, q_len, kv_len, causal, what + " '" + spec.to_string() + "'");
   }
 }
+
+PatternSpec dense_reference_spec(bool causal) { return PatternSpec{causal ? "dense" : "full", {}}; }
 
 void check_output_path(const std::string& path, const std::string& flag) {
   if (path.empty() || path == "-") return;

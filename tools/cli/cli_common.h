@@ -89,21 +89,28 @@ void write_json_output(const std::string& path, const std::string& json_text);
 // the sequence so that the patterns stay sparse at CPU sizes.
 PatternSpec scaled_default_spec(const PatternInfo& info, int64_t seq_len);
 
+// The dense reference every sparse run is compared with: causal dense ("dense") for a causal
+// workload, non-causal dense ("full") for a video DiT's full attention.
+PatternSpec dense_reference_spec(bool causal);
+
 // The one resolution of --pattern values that run, bench, search and show share: each parsed, the
-// defaults of the parameters not given scaled to the sequence length (scaled_default_spec), the
-// rest from the layout (resolve_pattern); then all checked by a build for one head (static
-// patterns first, as they check in milliseconds; dynamic ones take up to ~2 s at 128K on the CPU),
-// so that no error waits for another spec's check. Errors name `flag` and the text the user typed.
+// defaults of the parameters not given scaled to the sequence length (scaled_default_spec), a
+// `causal` parameter not given set to the workload's `causal`, the rest from the layout
+// (resolve_pattern); then all checked by a build for one head (static patterns first, as they
+// check in milliseconds; dynamic ones take up to ~2 s at 128K on the CPU), so that no error waits
+// for another spec's check. A causal workload refuses patterns with non-causal tiles (their
+// pairs lie outside the causal reference). Errors name `flag` and the text the user typed.
 std::vector<PatternSpec> resolve_pattern_flags(const std::vector<std::string>& texts,
                                                const ModalityLayout* layout, int64_t q_len,
-                                               int64_t kv_len,
+                                               int64_t kv_len, bool causal,
                                                const std::string& flag = "--pattern");
 
 // Builds each spec once for one head of the real shape (dynamic patterns estimate from zero
-// inputs of a narrow head) so that parameters out of range fail before any attention runs, with
-// `what` (the flag or file the spec came from) in the message. Costs milliseconds, even at 128K.
+// inputs of a narrow head) so that parameters out of range, and non-causal patterns on a causal
+// workload, fail before any attention runs, with `what` (the flag or file the spec came from) in
+// the message. Costs milliseconds, even at 128K.
 void check_patterns_build(const std::vector<PatternSpec>& specs, const ModalityLayout* layout,
-                          int64_t q_len, int64_t kv_len, const std::string& what);
+                          int64_t q_len, int64_t kv_len, bool causal, const std::string& what);
 
 // Fails unless `path` can be written: its directory exists and is writable. Checked before the
 // computation whose result goes there; "" and "-" (stdout) always pass.

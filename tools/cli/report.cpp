@@ -273,7 +273,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   for (const PatternSpec& spec : run.specs) {
     head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());
   }
-  const int64_t causal_pairs = causal_pair_count(q_len, kv_len);
+  const int64_t reference_pairs = causal_pair_count(q_len, kv_len, inputs.causal);
   const std::vector<int64_t> slot_pairs = count_plan_pairs(plan);
   const bool has_needles = inputs.needles != nullptr && !inputs.needles->empty();
   for (int64_t b = 0; b < batch; ++b) {
@@ -286,7 +286,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       if (!inputs.behaviours.empty()) entry.behaviour = inputs.behaviours[head];
       const int64_t pairs = slot_pairs[static_cast<std::size_t>(slot)];
       report.computed_pairs += pairs;
-      entry.density = causal_pairs > 0 ? static_cast<double>(pairs) / causal_pairs : 0.0;
+      entry.density = reference_pairs > 0 ? static_cast<double>(pairs) / reference_pairs : 0.0;
       entry.index_seconds = head_seconds[slot];
       entry.index_built = head_built[slot];
       if (inputs.dense_lse != nullptr) {
@@ -326,8 +326,9 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
              "speedup", with_bound ? fmt::format(" {:>8}", "% bound") : "",
              with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
-               "dense", label_width, "dense", spec_width, kPercent, 1.0, 1.0, 0.0, "-",
+    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}
+",
+               "dense", label_width, layer.dense_spec, spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
                with_bound ? fmt::format(" {:>8}", "-") : "",
                with_needles ? fmt::format(" {:>8}", needles_text(needles, needles)) : "");
@@ -354,9 +355,10 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
 
 void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
   fmt::print(
-      "\ndensity: computed / causal pairs; recall: exp(LSE_plan - LSE_dense), mean over rows and "
-      "heads; min rec: the lowest recall of any row of any head; out err: ||O - O_dense|| / "
-      "||O_dense||, mean over heads; index: building the plan (the index of dynamic patterns); "
+      "\ndensity: computed / causal pairs (all pairs for non-causal attention); recall: "
+      "exp(LSE_plan - LSE_dense), mean over rows and heads; min rec: the lowest recall of any "
+      "row of any head; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: building "
+      "the plan (the index of dynamic patterns); "
       "speedup: dense time / (index + attention time){}; per head: covered: needles whose pair "
       "with every querying row the head computes, ndl mass: the needles' share of the head's "
       "dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
@@ -494,6 +496,7 @@ nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_
     nlohmann::json entry = {{"layer", layer.layer}, {"source", layer.source}};
     if (layer.dense_seconds) {
       entry["dense"] = {{"attention_ms", milliseconds(*layer.dense_seconds)},
+                        {"spec", layer.dense_spec},
                         {"pairs", layer.dense_pairs},
                         {"tflops", attention_flops(layer.dense_pairs, head_dim) /
                                        *layer.dense_seconds / kTeraFlops}};
@@ -565,5 +568,17 @@ NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int6
   if (task.keys.empty()) task.rows.clear();
   return task;
 }
+
+bool causal_from_metadata(const TensorFile& file) {
+  const auto entry = file.metadata.find(kCausalMetadataKey);
+  if (entry == file.metadata.end()) return true;
+  if (entry->second != "0" && entry->second != "1") {
+    throw_invalid_argument(std::string("input metadata ") + kCausalMetadataKey,
+                           "\"1\" (causal) or \"0\" (non-causal)", "\"" + entry->second + "\"");
+  }
+  return entry->second == "1";
+}
+
+std::string causal_metadata(bool causal) { return causal ? "1" : "0"; }
 
 }  // namespace mmsparse::cli

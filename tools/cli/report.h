@@ -70,6 +70,7 @@ struct LayerReport {
   std::string source;  // "SYNTHETIC seed 3" or the input tensors' names
   std::optional<double> dense_seconds;
   int64_t dense_pairs = 0;
+  std::string dense_spec = "dense";  // the reference: "dense" (causal) or "full" (non-causal)
   std::vector<RunReport> runs;
   // Per run, the tile-oracle bound on speedup at the recall the run reached on each head
   // (tile_oracle_report.h; NaN where unknown); empty when the oracle was not measured.
@@ -109,6 +110,7 @@ struct LayerInputs {
   const TensorView* dense_lse = nullptr;
   const NeedleTask* needles = nullptr;
   std::vector<std::string> behaviours;  // per query head (synthetic); empty for real inputs
+  bool causal = true;  // density over causal pairs; false (video DiTs): over all pairs
 };
 
 // Builds the run's plan (timed per head and whole), runs attention into out/lse (host tensors of
@@ -143,5 +145,11 @@ std::string needles_metadata(int64_t question_begin, const std::vector<int64_t>&
                              const std::map<int64_t, std::vector<int64_t>>& layer_keys);
 // The task of `layer` (-1: the file's single-layer tensors), empty when the file has none.
 NeedleTask needle_task_from_metadata(const TensorFile& file, int64_t layer, int64_t q_len);
+
+// Whether an input's attention is causal: its metadata "mmsparse.causal" ("1" or "0", written by
+// `generate`); files without it are causal. Other values are an error naming the key.
+inline constexpr const char* kCausalMetadataKey = "mmsparse.causal";
+bool causal_from_metadata(const TensorFile& file);
+std::string causal_metadata(bool causal);
 
 }  // namespace mmsparse::cli

@@ -89,7 +89,8 @@ struct LayerOutput {
 // its heads, or each --pattern (dense when none is given) resolved as bench resolves them.
 std::vector<PatternRun> layer_runs(const RunFlags& flags,
                                    const std::optional<PatternConfig>& config, int64_t layer,
-                                   const AttentionInputs& tensors, const ModalityLayout* layout) {
+                                   const AttentionInputs& tensors, const ModalityLayout* layout,
+                                   bool causal) {
   const int64_t heads = tensors.q->shape()[2];
   const int64_t q_len = tensors.q->shape()[1], kv_len = tensors.k->shape()[1];
   std::vector<PatternRun> runs;
@@ -104,13 +105,14 @@ std::vector<PatternRun> layer_runs(const RunFlags& flags,
         distinct.push_back(spec);
       }
     }
-    check_patterns_build(distinct, layout, q_len, kv_len, "--config " + source);
+    check_patterns_build(distinct, layout, q_len, kv_len, causal, "--config " + source);
     runs.push_back({"config", source, std::move(specs)});
     return runs;
   }
   const std::vector<std::string> texts =
-      flags.patterns.empty() ? std::vector<std::string>{"dense"} : flags.patterns;
-  for (const PatternSpec& spec : resolve_pattern_flags(texts, layout, q_len, kv_len)) {
+      flags.patterns.empty() ? std::vector<std::string>{dense_reference_spec(causal).to_string()}
+                             : flags.patterns;
+  for (const PatternSpec& spec : resolve_pattern_flags(texts, layout, q_len, kv_len, causal)) {
     runs.push_back({spec.name, spec.to_string(), {spec}});
   }
   return runs;
@@ -118,9 +120,10 @@ std::vector<PatternRun> layer_runs(const RunFlags& flags,
 
 // The human-readable report: each layer's summary (and per-head) tables, then the layer table.
 void print_tables(const RunFlags& flags, const std::vector<LayerReport>& reports, int64_t needles,
-                  const std::string& device_label, std::string_view dtype, bool gpu) {
-  fmt::print("mmsparse run  {}: {} layer{}, device {}, dtype {}\n", flags.input, reports.size(),
-             reports.size() == 1 ? "" : "s", device_label, dtype);
+                  const std::string& device_label, std::string_view dtype, bool gpu, bool causal) {
+  fmt::print("mmsparse run  {}: {} layer{}, device {}, dtype {}, {} attention\n", flags.input,
+             reports.size(), reports.size() == 1 ? "" : "s", device_label, dtype,
+             causal ? "causal" : "non-causal (full)");
   for (const LayerReport& report : reports) {
     fmt::print("\nlayer {} ({})\n", report.layer, report.source);
     print_summary_table(report, needles);
@@ -161,6 +164,7 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
   const Tensor& k = *layer.tensors.k;
   const int64_t batch = q.shape()[0], q_len = q.shape()[1], heads = q.shape()[2];
   const int64_t head_dim = q.shape()[3];
+  const bool causal = causal_from_metadata(input);
   executor.set_inputs(q.view(), k.view(), layer.tensors.v->view());
   LayerReport report;
   report.layer = layer.selected.layer;
@@ -174,12 +178,13 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
     dense_lse_view = dense_lse.view();
     steps.begin(fmt::format("layer {}: dense reference", layer.selected.layer), dense_estimate);
     report.dense_seconds = executor.run(
-        executor.prepare(executor.build({PatternSpec{"dense", {}}},
+        executor.prepare(executor.build({dense_reference_spec(causal)},
                                         {1, heads, q_len, k.shape()[1], kDefaultTileRows}, nullptr,
                                         nullptr, head_dim)),
         dense_out_view, dense_lse_view);
     steps.end();
-    report.dense_pairs = causal_pair_count(q_len, k.shape()[1]) * heads * batch;
+    report.dense_pairs = causal_pair_count(q_len, k.shape()[1], causal) * heads * batch;
+    report.dense_spec = dense_reference_spec(causal).to_string();
   }
   const NeedleTask task = needle_task_from_metadata(
       input, layer.selected.prefix.empty() ? -1 : layer.selected.layer, q_len);
@@ -193,7 +198,8 @@ LayerReport run_layer(const RunFlags& flags, const PreparedLayer& layer, const T
                              flags.compare ? &dense_out_view : nullptr,
                              flags.compare ? &dense_lse_view : nullptr,
                              &task,
-                             {}};
+                             {},
+                             causal};
     // --output keeps the first run's out and lse.
     Tensor out(q.dtype(), q.shape()), lse(DType::kFloat32, {batch, heads, q_len});
     steps.begin(fmt::format("layer {}: {}", layer.selected.layer, run.spec_text));
@@ -220,9 +226,10 @@ double warn_before_run(const RunFlags& flags, const TensorFile& input, const std
   }
   if (gpu) return 0.0;
   // Without --compare the run is one sparse (or dense) pass: dense bounds it from above.
-  return estimate_dense_on_cpu(flags.exec.threads,
-                               causal_pair_count(q_len, k.shape()[1]) * heads * batch,
-                               q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
+  return estimate_dense_on_cpu(
+      flags.exec.threads,
+      causal_pair_count(q_len, k.shape()[1], causal_from_metadata(input)) * heads * batch,
+      q.shape()[3], layers, flags.compare ? 1 : 0, flags.compare);
 }
 
 int run_attention(const RunFlags& flags) {
@@ -256,9 +263,9 @@ int run_attention(const RunFlags& flags) {
                              layers.back().tensors.q->shape() == tensors.q->shape() &&
                              layers.back().tensors.k->shape() == tensors.k->shape();
     layers.push_back({selected, tensors,
-                      same_shapes
-                          ? layers.back().runs
-                          : layer_runs(flags, config, selected.layer, tensors, layout_ptr)});
+                      same_shapes ? layers.back().runs
+                                  : layer_runs(flags, config, selected.layer, tensors, layout_ptr,
+                                               causal_from_metadata(input))});
   }
 
   Executor executor(use_gpu(flags.exec.device_choice()), flags.exec.threads, flags.timing);
@@ -290,11 +297,13 @@ int run_attention(const RunFlags& flags) {
 
   if (flags.exec.json_path != "-") {
     print_tables(flags, reports, needles, executor.device_label(),
-                 dtype_name(layers.front().tensors.q->dtype()), executor.gpu());
+                 dtype_name(layers.front().tensors.q->dtype()), executor.gpu(),
+                 causal_from_metadata(input));
   }
   if (!flags.output.empty()) write_outputs(flags, outputs, reports, layout_ptr);
   nlohmann::json report = layers_json(reports, layers.front().tensors.q->shape()[3]);
   report["input"] = flags.input;
+  report["causal"] = causal_from_metadata(input);
   report["device"] = executor.device_label();
   write_json_output(flags.exec.json_path, report.dump(2));
   return 0;
@@ -342,15 +351,23 @@ int run_generate(const GenerateFlags& flags) {
     if (!first) first.emplace(std::move(workload));
   }
   const WorkloadSpec& spec = first->spec();
-  const nlohmann::json description = {{"synthetic", true},       {"preset", spec.preset},
-                                      {"seq_len", first->seq_len()}, {"q_heads", spec.q_heads},
-                                      {"kv_heads", spec.kv_heads}, {"head_dim", spec.head_dim},
-                                      {"seed", base.seed},         {"needles", spec.needles},
-                                      {"layers", layered ? nlohmann::json(layers) : nlohmann::json()},
-                                      {"layer_seed", "seed + layer"}};
-  std::map<std::string, std::string> metadata = {{kLayoutMetadataKey, first->layout().to_json()},
-                                                 {"mmsparse.workload", description.dump()},
-                                                 {"mmsparse.version", build_info().version}};
+  const nlohmann::json description = {
+      {"synthetic", true},
+      {"preset", spec.preset},
+      {"seq_len", first->seq_len()},
+      {"q_heads", spec.q_heads},
+      {"kv_heads", spec.kv_heads},
+      {"head_dim", spec.head_dim},
+      {"seed", base.seed},
+      {"needles", spec.needles},
+      {"causal", first->causal()},
+      {"layers", layered ? nlohmann::json(layers) : nlohmann::json()},
+      {"layer_seed", "seed + layer"}};
+  std::map<std::string, std::string> metadata = {
+      {kLayoutMetadataKey, first->layout().to_json()},
+      {"mmsparse.workload", description.dump()},
+      {"mmsparse.version", build_info().version},
+      {kCausalMetadataKey, causal_metadata(first->causal())}};
   if (spec.needles > 0) {
     metadata[kNeedlesMetadataKey] =
         needles_metadata(first->question_begin(), needle_keys, layer_needles);

@@ -18,6 +18,7 @@
 #include "mmsparse/status.h"
 #include "mmsparse/tools/search.h"
 #include "progress.h"
+#include "report.h"
 #include "tile_oracle_report.h"
 #include "warnings.h"
 
@@ -74,10 +75,20 @@ std::vector<int64_t> chosen_layers(const SearchFlags& flags,
   return selection.layers;
 }
 
+// The search scores its candidates against causal dense attention (MMInference's patterns are
+// causal); a non-causal source (a video DiT) is searched with search-vec instead.
+void refuse_non_causal(bool causal, const std::string& source) {
+  if (!causal) {
+    throw_invalid_argument(source, "a causal workload (for non-causal ones, use search-vec)",
+                           "non-causal attention");
+  }
+}
+
 CalibrationInput load_input(const SearchFlags& flags) {
   CalibrationInput input;
   if (!flags.input.empty()) {
     input.file = read_input_file(flags.input);
+    refuse_non_causal(causal_from_metadata(*input.file), "--input " + flags.input);
     input.layout = input.file->layout();
     input.file_layers = calibration_layers(*input.file, "--input " + flags.input);
     std::vector<int64_t> available;
@@ -89,6 +100,7 @@ CalibrationInput load_input(const SearchFlags& flags) {
   WorkloadSpec spec = flags.workload.spec();
   if (spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
   input.workload = Workload::create(spec);
+  refuse_non_causal(input.workload->causal(), "--preset " + spec.preset);
   input.synthetic = input.workload->spec();
   input.layout = input.workload->layout();
   input.layers = {0};
@@ -117,7 +129,8 @@ void check_budget_spec(const std::string& text, const ModalityLayout& layout) {
     throw_invalid_argument(flag, "a static pattern spec such as a-shape:sink=128,local=4096",
                            "'" + text + "' (estimated from the inputs)");
   }
-  (void)resolve_pattern_flags({text}, &layout, layout.length(), layout.length(), flag);
+  (void)resolve_pattern_flags({text}, &layout, layout.length(), layout.length(), /*causal=*/true,
+                              flag);
 }
 
 // Layer `layer`'s q, k, v; `storage` keeps a synthetic layer's tensors alive.

@@ -13,6 +13,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/viz.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {
@@ -60,6 +61,15 @@ struct HeadTensors {
   TensorView q, k;
 };
 
+// The pictures are of causal attention (the map, the plan's cells and the densities): a
+// non-causal source (a video DiT) would be drawn and measured wrongly.
+void refuse_non_causal(bool causal, const std::string& source) {
+  if (!causal) {
+    throw_invalid_argument(source, "a causal workload (show draws causal attention maps)",
+                           "non-causal attention");
+  }
+}
+
 Source load_source(const ShowFlags& flags) {
   Source source;
   if (!flags.input.empty()) {
@@ -71,11 +81,13 @@ Source load_source(const ShowFlags& flags) {
     source.q_heads = tensors.q->shape()[2];
     source.kv_heads = tensors.k->shape()[2];
     if (source.file->has_layout()) source.layout = source.file->layout();
+    refuse_non_causal(causal_from_metadata(*source.file), "--input " + flags.input);
     return source;
   }
   WorkloadSpec spec = flags.workload.spec();
   if (spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
   source.workload = Workload::create(spec);
+  refuse_non_causal(source.workload->causal(), "--preset " + spec.preset);
   source.label = "SYNTHETIC " + source.workload->spec().preset;
   source.q_len = source.kv_len = source.workload->seq_len();
   source.q_heads = source.workload->spec().q_heads;
@@ -146,7 +158,8 @@ std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
 
 PatternSpec chosen_pattern(const ShowFlags& flags, const Source& source) {
   return resolve_pattern_flags({flags.pattern.empty() ? kDefaultPattern : flags.pattern},
-                               source.layout_or_null(), source.q_len, source.kv_len)
+                               source.layout_or_null(), source.q_len, source.kv_len,
+                               /*causal=*/true)
       .front();
 }
 

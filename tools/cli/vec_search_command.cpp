@@ -18,9 +18,13 @@
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
+#include "report.h"
 
 namespace mmsparse::cli {
 namespace {
+
+constexpr const char* kVecPattern = "vec";
+constexpr const char* kVecCausalParam = "causal";
 
 struct SearchVecFlags {
   WorkloadFlags workload;
@@ -42,14 +46,17 @@ struct LayerInputs {
   std::optional<Workload::Tensors> storage;
 };
 
+// The layers searched; `causal` receives the source's attention (the preset's, or the file's
+// metadata).
 std::vector<LayerInputs> load_layers(const SearchVecFlags& flags, std::optional<TensorFile>& file,
-                                     std::string& description) {
+                                     std::string& description, bool& causal) {
   std::vector<LayerInputs> result;
   const LayerSelection selection =
       flags.layers.empty() ? LayerSelection{} : parse_layer_selection(flags.layers);
   if (!flags.input.empty()) {
     file = read_input_file(flags.input);
     description = "file " + flags.input;
+    causal = causal_from_metadata(*file);
     for (const CalibrationLayer& layer : calibration_layers(*file, "--input " + flags.input)) {
       const bool wanted = selection.all || selection.layers.empty() ||
                           std::find(selection.layers.begin(), selection.layers.end(),
@@ -71,15 +78,17 @@ std::vector<LayerInputs> load_layers(const SearchVecFlags& flags, std::optional<
   for (const int64_t layer : layers) {
     WorkloadSpec layer_spec = spec;
     layer_spec.seed = synthetic_layer_seed(spec.seed, layer);
-    LayerInputs inputs{
-        layer, {}, {}, {}, Workload::create(layer_spec).materialize(DType::kFloat32)};
+    const Workload workload = Workload::create(layer_spec);
+    causal = workload.causal();
+    LayerInputs inputs{layer, {}, {}, {}, workload.materialize(DType::kFloat32)};
     inputs.q = inputs.storage->q.view();
     inputs.k = inputs.storage->k.view();
     inputs.v = inputs.storage->v.view();
     result.push_back(std::move(inputs));
   }
-  description = fmt::format("SYNTHETIC preset {}, seq_len {}, seed {}{}", spec.preset, spec.seq_len,
-                            spec.seed, layers.size() > 1 ? " (layer L: seed + L)" : "");
+  description = fmt::format(
+      "SYNTHETIC preset {}, seq_len {}, seed {}{}{}", spec.preset, spec.seq_len, spec.seed,
+      layers.size() > 1 ? " (layer L: seed + L)" : "", causal ? "" : ", non-causal");
   return result;
 }
 
@@ -97,8 +106,21 @@ int run_search_vec(const SearchVecFlags& flags) {
   options.base = PatternSpec::parse(flags.base_spec);
   std::optional<TensorFile> file;
   std::string description;
-  std::vector<LayerInputs> layers = load_layers(flags, file, description);
+  bool causal = true;
+  std::vector<LayerInputs> layers = load_layers(flags, file, description, causal);
+  // The heads follow the source's attention unless --base says otherwise; a causal source is
+  // measured against causal dense, which a non-causal head would exceed.
+  // (A base that is no vec spec is left to search_vec_head, whose error names it.)
+  const bool vec_base = options.base.name == kVecPattern;
+  if (vec_base && !options.base.params.contains(kVecCausalParam)) {
+    options.base.params[kVecCausalParam] = causal ? 1 : 0;
+  } else if (vec_base && causal && options.base.params.at(kVecCausalParam) == 0) {
+    throw_invalid_argument("--base", "causal=1 on a causal source (or a non-causal preset)",
+                           "'" + flags.base_spec + "'");
+  }
   PatternConfig config = base_config(flags.base_config);
+  // Heads the search leaves out run the source's dense attention.
+  if (flags.base_config.empty()) config.default_spec = dense_reference_spec(causal);
 
   struct Searched {
     int64_t layer, head;

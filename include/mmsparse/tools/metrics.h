@@ -3,8 +3,9 @@
 //   recall (row)      exp(LSE_plan - LSE_dense): share of the true softmax mass the plan covers
 //   output error      ||O_plan - O_dense|| / ||O_dense|| per head
 //   NMSE              mean((O_plan - O_dense)^2) / mean(O_dense^2) per head (BlindSight)
-//   density           computed pairs / causal pairs
-//   oracle density    fewest pairs (true top entries per row) reaching a recall target / causal pairs
+//   density           computed pairs / causal pairs (all pairs for non-causal attention)
+//   oracle density    fewest pairs (true top entries per row) reaching a recall target / causal
+//                     pairs (all pairs for non-causal attention)
 //   FLOPs             4 · computed pairs · head_dim
 //   needle coverage   needles whose pair with every querying row the plan computes, and the share
 //                     of the needles' dense attention probability the plan keeps (below)
@@ -36,19 +37,20 @@ std::vector<double> row_recall(const TensorView& lse_plan, const TensorView& lse
 
 // Pairs a causal (or full) attention computes.
 int64_t causal_pair_count(int64_t q_len, int64_t kv_len, bool causal = true);
-double plan_density(const Plan& plan, int64_t head_slot);
+// Computed pairs of the head slot over the causal pairs, or over all pairs when `causal` is false.
+double plan_density(const Plan& plan, int64_t head_slot, bool causal = true);
 double attention_flops(int64_t pairs, int64_t head_dim);
 
 struct OracleDensity {
-  double density = 0.0;       // sum over sampled rows of keys needed / sum of causal keys
+  double density = 0.0;  // sum over sampled rows of keys needed / sum of visible keys
   int64_t rows_sampled = 0;
 };
-// For one query head: the causal rows `rows` (positions in [0, q_len)) of q against all keys of
-// the head's KV head. Exact per row; the density is a ratio estimate over the sampled rows (all
-// rows when `rows` is empty).
+// For one query head: the rows `rows` (positions in [0, q_len)) of q against the keys of the
+// head's KV head each row sees: its causal keys, or every key when `causal` is false. Exact per
+// row; the density is a ratio estimate over the sampled rows (all rows when `rows` is empty).
 OracleDensity oracle_density(const TensorView& q, const TensorView& k, int64_t batch_index,
                              int64_t head, double recall, std::span<const int64_t> rows = {},
-                             float scale = 0.0f, int num_threads = 0);
+                             float scale = 0.0f, int num_threads = 0, bool causal = true);
 
 // Rows spread evenly over [0, q_len), `count` of them, always including the last.
 std::vector<int64_t> sample_rows(int64_t q_len, int64_t count);

@@ -10,6 +10,9 @@
 // (MMInference §2, Fig. 2b). Every token's vectors are a pure function of (seed, head, position),
 // so any rows can be generated without the whole tensor.
 
+// The DiT presets (dit-*) use the same generator for a video DiT's full, non-causal attention over
+// frames × h × w tokens (3D-local, cross-frame and global heads); they are not calibrated.
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +55,12 @@ struct PresetInfo {
   // Needles the CLI plants when --needles is not given: presets modelled on needle benchmarks
   // (mixed-interleaved, MM-NIAH-style) are retrieval tasks; WorkloadSpec::needles stays explicit.
   int64_t default_needles = 0;
+  // false: every query attends every key (video DiTs' full attention); the CLI then compares with
+  // non-causal dense attention and counts density over all query × key pairs.
+  bool causal = true;
+  // Query and KV heads when WorkloadSpec leaves them 0; 0 here: the generator's 28 / 4.
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
 };
 const std::vector<PresetInfo>& workload_presets();
 
@@ -66,6 +75,8 @@ class Workload {
 
   const WorkloadSpec& spec() const { return spec_; }  // with defaults resolved
   const ModalityLayout& layout() const { return layout_; }
+  // The preset's attention: causal (VLM prefill) or full (video DiTs), PresetInfo::causal.
+  bool causal() const { return causal_; }
   int64_t seq_len() const { return layout_.length(); }
   HeadBehaviour behaviour(int64_t q_head) const { return behaviours_.at(q_head); }
   const std::vector<Needle>& needles() const { return needles_; }
@@ -90,6 +101,7 @@ class Workload {
   std::vector<HeadBehaviour> behaviours_;
   std::vector<Needle> needles_;
   int64_t question_begin_ = 0;
+  bool causal_ = true;
   // M-RoPE id of each layout segment's first token (text) or frame-0 origin (vision).
   std::vector<int64_t> segment_rope_start_;
   // cos/sin of rope ids split as id = coarse · kRopeFineSpan + fine, per rotary pair, so a token's

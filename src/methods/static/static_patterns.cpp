@@ -74,6 +74,18 @@ void build_dense(PlanBuilder& builder, const PatternSpec&, const HeadContext& co
   append_dense_tiles(builder, context.shape, 0, context.shape.q_len);
 }
 
+// Non-causal dense attention (a video DiT's full attention): every query tile sees every key,
+// under a mask policy with nothing masked.
+void build_full(PlanBuilder& builder, const PatternSpec&, const HeadContext& context) {
+  const PlanShape& shape = context.shape;
+  const MaskPolicy unmasked{.causal = false};
+  builder.begin_head();
+  for_each_tile(shape, 0, shape.q_len, [&](int64_t begin, int64_t end) {
+    builder.begin_tile(begin, end, unmasked);
+    builder.add_span(0, shape.kv_len);
+  });
+}
+
 void build_a_shape(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
   const PlanShape& shape = context.shape;
   const int64_t sink = checked_param(spec, "sink", 0);
@@ -207,6 +219,14 @@ PatternEntry& static_pattern_entry(StaticPattern pattern) {
        sf_strided_params},
   }};
   return entries[static_cast<std::size_t>(pattern)];
+}
+
+PatternEntry& full_attention_entry() {
+  static PatternEntry entry{
+      {"full", "non-causal dense attention: every query sees every key (video DiTs)", "full"},
+      build_full,
+      no_params};
+  return entry;
 }
 
 }  // namespace mmsparse::detail

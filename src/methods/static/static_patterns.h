@@ -18,5 +18,7 @@ inline constexpr std::array<StaticPattern, 5> kStaticPatterns = {
 
 PatternEntry& static_pattern_entry(StaticPattern pattern);
 PatternEntry& grid_mask_entry();
+// Non-causal dense ("full"), the reference of non-causal workloads; built on the host only.
+PatternEntry& full_attention_entry();
 
 }  // namespace mmsparse::detail

@@ -29,9 +29,9 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // a key whose inclusion reaches the target within this relative slack counts as reaching it.
 constexpr double kRecallSlack = 1e-9;
 
-// Keys row i sees under bottom-right aligned causal masking.
-int64_t causal_keys(int64_t row, int64_t q_len, int64_t kv_len) {
-  return std::clamp<int64_t>(row + kv_len - q_len + 1, 0, kv_len);
+// Keys row i sees: under bottom-right aligned causal masking, or all of them.
+int64_t visible_keys(int64_t row, int64_t q_len, int64_t kv_len, bool causal) {
+  return causal ? std::clamp<int64_t>(row + kv_len - q_len + 1, 0, kv_len) : kv_len;
 }
 
 // Fewest keys, taken by descending probability, whose softmax mass reaches `recall`.
@@ -149,11 +149,11 @@ int64_t causal_pair_count(int64_t q_len, int64_t kv_len, bool causal) {
   return kv_len * (kv_len + 1) / 2;  // the first -offset rows see nothing, the rest 1..kv_len
 }
 
-double plan_density(const Plan& plan, int64_t head_slot) {
+double plan_density(const Plan& plan, int64_t head_slot, bool causal) {
   check_index("head_slot", head_slot, plan.head_slots());
-  const int64_t causal = causal_pair_count(plan.shape.q_len, plan.shape.kv_len);
-  if (causal == 0) return 0.0;
-  return static_cast<double>(count_plan_pairs(plan, head_slot)) / static_cast<double>(causal);
+  const int64_t pairs = causal_pair_count(plan.shape.q_len, plan.shape.kv_len, causal);
+  if (pairs == 0) return 0.0;
+  return static_cast<double>(count_plan_pairs(plan, head_slot)) / static_cast<double>(pairs);
 }
 
 double attention_flops(int64_t pairs, int64_t head_dim) {
@@ -174,7 +174,7 @@ std::vector<int64_t> sample_rows(int64_t q_len, int64_t count) {
 
 OracleDensity oracle_density(const TensorView& q, const TensorView& k, int64_t batch_index,
                              int64_t head, double recall, std::span<const int64_t> rows,
-                             float scale, int num_threads) {
+                             float scale, int num_threads, bool causal) {
   check_rank("q", q, 4, "[batch, q_len, q_heads, head_dim]");
   check_rank("k", k, 4, "[batch, kv_len, kv_heads, head_dim]");
   check_host("q", q);
@@ -236,7 +236,7 @@ OracleDensity oracle_density(const TensorView& q, const TensorView& k, int64_t b
     std::vector<float> query(static_cast<std::size_t>(head_dim));
     const int64_t base = batch_index * q.strides[0] + row * q.strides[1] + head * q.strides[2];
     for (int64_t d = 0; d < head_dim; ++d) query[d] = load_float(q, base + d * q.strides[3]);
-    std::vector<double> scores(static_cast<std::size_t>(causal_keys(row, q_len, kv_len)));
+    std::vector<double> scores(static_cast<std::size_t>(visible_keys(row, q_len, kv_len, causal)));
     for (std::size_t j = 0; j < scores.size(); ++j) {
       const float* key = keys.data() + j * head_dim;
       scores[j] = static_cast<double>(softmax_scale) * cpu::dot(query.data(), key, head_dim);
@@ -245,14 +245,14 @@ OracleDensity oracle_density(const TensorView& q, const TensorView& k, int64_t b
   });
 
   int64_t needed_total = 0;
-  int64_t causal_total = 0;
+  int64_t visible_total = 0;
   for (std::size_t n = 0; n < rows.size(); ++n) {
     needed_total += needed[n];
-    causal_total += causal_keys(rows[n], q_len, kv_len);
+    visible_total += visible_keys(rows[n], q_len, kv_len, causal);
   }
   OracleDensity result;
   result.rows_sampled = static_cast<int64_t>(rows.size());
-  result.density = causal_total > 0 ? static_cast<double>(needed_total) / causal_total : 0.0;
+  result.density = visible_total > 0 ? static_cast<double>(needed_total) / visible_total : 0.0;
   return result;
 }
 

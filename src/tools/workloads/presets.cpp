@@ -291,6 +291,39 @@ ModalityLayout qwen3_video_layout(std::string_view preset, int64_t seq_len) {
   return writer.build();
 }
 
+// SYNTHETIC video DiT (Wan2.1, HunyuanVideo): full attention over latent frames × h × w patch
+// tokens, no text in front and no vision markers. 720p (1280×720 px) through the causal VAE
+// (8× spatial, 4× temporal after the first frame) and 2×2 patches is 45×80 tokens per latent
+// frame; Wan2.1 generates 81 frames (21 latent), HunyuanVideo 129 (33 latent).
+constexpr Grid kDitFrame720p{1, 45, 80};
+constexpr int64_t kWanLatentFrames = 21;      // 21 × 3600 = 75600 tokens
+constexpr int64_t kHunyuanLatentFrames = 33;  // 33 × 3600 = 118800 tokens
+constexpr int64_t kWanHeads = 40;             // Wan2.1-14B: 40 heads of 128, no GQA
+constexpr int64_t kHunyuanHeads = 24;         // HunyuanVideo: 24 heads of 128, no GQA
+// Scaled-down requests halve the frame's sides until this many frames fit, so that a short
+// sequence keeps temporal structure (cross-frame heads need frames to look across).
+constexpr int64_t kMinDitFrames = 8;
+
+// As many frames of `frame` (sides halved while fewer than kMinDitFrames fit, down to
+// kMinImageSide) as fit in seq_len; the remainder (less than one frame) is text after the video,
+// as HunyuanVideo's MMDiT appends its prompt tokens to the sequence. At a preset's own length
+// there is no remainder.
+ModalityLayout dit_layout(std::string_view preset, Grid frame, int64_t seq_len) {
+  while (seq_len / frame.frame_tokens() < kMinDitFrames &&
+         std::max(frame.h, frame.w) > kMinImageSide) {
+    frame = Grid{1, std::max(kMinImageSide, frame.h / 2), std::max(kMinImageSide, frame.w / 2)};
+  }
+  const int64_t frames = seq_len / frame.frame_tokens();
+  if (frames < kMinDitFrames) {
+    throw_too_short(preset, kMinDitFrames * frame.frame_tokens(), seq_len);
+  }
+  LayoutBuilder builder;
+  builder.video(Grid{frames, frame.h, frame.w}, /*frame_separator=*/0, /*markers=*/false);
+  const int64_t prompt = seq_len - frames * frame.frame_tokens();
+  if (prompt > 0) builder.text(prompt);
+  return builder.build();
+}
+
 struct Preset {
   PresetInfo info;
   std::function<ModalityLayout(std::string_view, int64_t)> build;  // (name, seq_len)
@@ -323,6 +356,17 @@ const std::vector<Preset>& presets() {
         "frame period), each video followed by a captioned image; a needle task",
         kLength128k, kMixedPresetNeedles},
        qwen3_video_layout},
+      {{"dit-wan2.1-76k",
+        "SYNTHETIC Wan2.1-like video DiT, full (non-causal) attention: 21 latent frames x 45x80 "
+        "tokens (720p, 81 frames), 40 heads",
+        kWanLatentFrames * kDitFrame720p.frame_tokens(), 0, /*causal=*/false, kWanHeads, kWanHeads},
+       [](std::string_view name, int64_t n) { return dit_layout(name, kDitFrame720p, n); }},
+      {{"dit-hunyuan-119k",
+        "SYNTHETIC HunyuanVideo-like video DiT, full (non-causal) attention: 33 latent frames x "
+        "45x80 tokens (720p, 129 frames), 24 heads; the prompt's tokens left out",
+        kHunyuanLatentFrames * kDitFrame720p.frame_tokens(), 0, /*causal=*/false, kHunyuanHeads,
+        kHunyuanHeads},
+       [](std::string_view name, int64_t n) { return dit_layout(name, kDitFrame720p, n); }},
   };
   return kPresets;
 }

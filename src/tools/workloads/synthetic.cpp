@@ -482,11 +482,22 @@ Workload Workload::create(const WorkloadSpec& spec) {
     }
     return value == 0 ? fallback : value;
   };
+  // An unknown preset keeps the generator's defaults here: build_preset_layout names it below.
+  PresetInfo preset{.name = spec.preset, .description = {}, .seq_len = 0};
+  for (const PresetInfo& info : workload_presets()) {
+    if (info.name == spec.preset) preset = info;
+  }
   Workload workload;
   WorkloadSpec& resolved = workload.spec_;
   resolved = spec;
-  resolved.q_heads = resolve(spec.q_heads, kDefaultQueryHeads, "q_heads");
-  resolved.kv_heads = resolve(spec.kv_heads, kDefaultKvHeads, "kv_heads");
+  resolved.q_heads =
+      resolve(spec.q_heads, preset.q_heads > 0 ? preset.q_heads : kDefaultQueryHeads, "q_heads");
+  // A preset without GQA (kv_heads == q_heads) keeps none when only the query heads are given.
+  const bool preset_mha = preset.q_heads > 0 && preset.kv_heads == preset.q_heads;
+  const int64_t preset_kv_heads =
+      preset_mha ? resolved.q_heads : (preset.kv_heads > 0 ? preset.kv_heads : kDefaultKvHeads);
+  resolved.kv_heads = resolve(spec.kv_heads, preset_kv_heads, "kv_heads");
+  workload.causal_ = preset.causal;
   resolved.head_dim = resolve(spec.head_dim, kDefaultHeadDim, "head_dim");
   if (resolved.q_heads % resolved.kv_heads != 0) {
     throw_invalid_argument("q_heads",
