@@ -315,6 +315,20 @@ CLI::Option* add_threads_option(CLI::App& command, int& threads) {
       ->check(CLI::Range(0, kMaxThreads));
 }
 
+void add_calibration_options(CLI::App& command, std::string& input, std::string& layers,
+                             std::vector<int64_t>& heads) {
+  command
+      .add_option("--input,-i", input,
+                  "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
+                  "(default: a SYNTHETIC preset)")
+      ->check(CLI::ExistingFile);
+  command.add_option("--layers", layers,
+                     "layers to search: all or a list such as 0,3 (default: all of --input; "
+                     "synthetic: 0, layer L seeded seed + L)");
+  command.add_option("--head", heads, "query heads to search, comma-separated (default: all)")
+      ->delimiter(',');
+}
+
 void add_timing_options(CLI::App& command, TimingFlags& timing, const std::string& what) {
   command
       .add_option_function<int>(

@@ -120,6 +120,12 @@ void check_output_path(const std::string& path, const std::string& flag);
 inline constexpr int kMaxThreads = 4096;
 CLI::Option* add_threads_option(CLI::App& command, int& threads);
 
+// The calibration input of the searches: --input/-i (a safetensors file of layers.<L>.q/k/v or
+// q/k/v and the layout; empty: a SYNTHETIC preset), --layers ("all" or a list) and --head (query
+// heads, comma-separated; empty: all).
+void add_calibration_options(CLI::App& command, std::string& input, std::string& layers,
+                             std::vector<int64_t>& heads);
+
 // --warmup and --repeats into `timing` (recording that the user gave them), each at most
 // kMaxTimingRuns; `what` ends their help text.
 inline constexpr int kMaxTimingRuns = 10000;

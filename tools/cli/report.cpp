@@ -326,8 +326,7 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
              "speedup", with_bound ? fmt::format(" {:>8}", "% bound") : "",
              with_needles ? fmt::format(" {:>8}", "needles") : "");
   if (layer.dense_seconds) {
-    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}
-",
+    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8.4f} {:>8.4f} {:>9.2e} {:>9} {:>10.1f} {:>7.2f}x{}{}\n",
                "dense", label_width, layer.dense_spec, spec_width, kPercent, 1.0, 1.0, 0.0, "-",
                milliseconds(*layer.dense_seconds), 1.0,
                with_bound ? fmt::format(" {:>8}", "-") : "",

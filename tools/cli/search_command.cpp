@@ -484,18 +484,7 @@ Command add_search_command(CLI::App& app) {
       "search", "offline modality-aware pattern search (MMInference Alg. 4) -> pattern config");
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
-  command
-      ->add_option("--input,-i", flags->input,
-                   "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
-                   "(default: a SYNTHETIC preset)")
-      ->check(CLI::ExistingFile);
-  command->add_option("--layers", flags->layers,
-                      "layers to search: all or a list such as 0,3 (default: all of --input; "
-                      "synthetic: 0, layer L seeded seed + L)");
-  command
-      ->add_option("--head", flags->search_heads,
-                   "query heads to search, comma-separated (default: all)")
-      ->delimiter(',');
+  add_calibration_options(*command, flags->input, flags->layers, flags->search_heads);
   CLI::Option* output =
       command->add_option("--output,-o", flags->out_path, "pattern config (JSON) to write");
   // The former spelling, kept out of the help.

@@ -199,17 +199,7 @@ Command add_search_vec_command(CLI::App& app) {
       "for a mean density) -> pattern config");
   flags->workload.add_to(*command);
   flags->exec.add_to(*command);
-  command
-      ->add_option("--input,-i", flags->input,
-                   "calibration safetensors: layers.<L>.q/k/v (or q/k/v) and the layout "
-                   "(default: a SYNTHETIC preset)")
-      ->check(CLI::ExistingFile);
-  command->add_option("--layers", flags->layers,
-                      "layers: all or a list such as 0,3 (default: all of --input; synthetic: 0, "
-                      "layer L seeded seed + L)");
-  command
-      ->add_option("--head", flags->heads, "query heads to search, comma-separated (default: all)")
-      ->delimiter(',');
+  add_calibration_options(*command, flags->input, flags->layers, flags->heads);
   command
       ->add_option("--base", flags->base_spec,
                    "vec spec the heads start from (pooling, group, causal); alpha is searched")
