@@ -96,6 +96,12 @@ void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const Pl
                          const ModalityLayout* layout, const PatternInputs* inputs = nullptr,
                          int64_t head_slot = 0);
 
+// Throws what build_plan(spec, shape, layout, inputs) throws for the spec's parameters, the shape,
+// the layout and the inputs' shapes, without the work: static patterns build one head slot,
+// dynamic ones validate and return before estimating. For checking user input up front.
+void check_pattern(const PatternSpec& spec, const PlanShape& shape,
+                   const ModalityLayout* layout = nullptr, const PatternInputs* inputs = nullptr);
+
 // One spec for every head, or one per query head (specs.size() == shape.heads). `inputs` is needed
 // when a spec is dynamic and ignored otherwise.
 Plan build_plan(const std::vector<PatternSpec>& specs, const PlanShape& shape,

@@ -148,6 +148,19 @@ void append_pattern_head(PlanBuilder& builder, const PatternSpec& spec, const Pl
   entry.build(builder, resolve_pattern(spec, layout), {shape, layout, inputs, head_slot, &keys});
 }
 
+void check_pattern(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout* layout,
+                   const PatternInputs* inputs) {
+  const detail::PatternEntry& entry = known_pattern(spec.name);
+  if (!entry.info.dynamic) {
+    (void)build_plan(spec, {1, 1, shape.q_len, shape.kv_len, shape.tile_rows}, layout);
+    return;
+  }
+  PlanBuilder builder(shape);
+  detail::HeadContext context{shape, layout, inputs};
+  context.validate_only = true;
+  entry.build(builder, resolve_pattern(spec, layout), context);
+}
+
 namespace {
 
 // build_plan and build_plan_timed in one: head_seconds (nullable) receives each slot's build time.

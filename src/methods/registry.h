@@ -33,6 +33,9 @@ struct HeadContext {
   const PatternInputs* inputs = nullptr;  // dynamic patterns only
   int64_t head_slot = 0;                  // batch element × shape.heads + query head
   KeyCache* keys = nullptr;  // K converted to fp32, shared by the query heads of a GQA group
+  // Validate only (check_pattern): a dynamic builder checks its parameters, the layout and the
+  // inputs' shapes, then returns before estimating, adding nothing to the builder.
+  bool validate_only = false;
 };
 
 using HeadBuilder = void (*)(PlanBuilder&, const PatternSpec&, const HeadContext&);

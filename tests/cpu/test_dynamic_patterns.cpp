@@ -474,6 +474,38 @@ TEST(TileKeys, LatticesAreCutBySpansJoinedAndListedWhereTheyCross) {
 // --- Errors
 // ---------------------------------------------------------------------------------------
 
+// check_pattern (the CLI's up-front check) throws what build_plan throws for parameters, layouts
+// and inputs, and accepts what it builds, without estimating.
+TEST(DynamicPatterns, CheckPatternRejectsWhatBuildPlanRejects) {
+  test::Random random;
+  const PlanShape shape{.heads = 2, .q_len = 30, .kv_len = 40};
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, 30, 2, 8});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, 40, 1, 8});
+  const PatternInputs inputs{q.view(), k.view()};
+  auto check = [&](const std::string& text, const PatternInputs* with) {
+    return [=] { check_pattern(PatternSpec::parse(text), shape, nullptr, with); };
+  };
+  const auto invalid = ErrorCode::kInvalidArgument;
+  expect_error(check("grid", nullptr), invalid, {"grid inputs", "got none"});
+  expect_error(check("vertical-slash:vertical=10", &inputs), invalid,
+               {"vertical-slash parameter vertical", ">= sink = 30", "got 10"});
+  expect_error(check("grid:stride=1", &inputs), invalid,
+               {"grid parameter stride", "0 (search) or >= 2", "got 1"});
+  expect_error(check("grid:boundary=2", &inputs), invalid,
+               {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(check("vec:pooling=0", &inputs), invalid, {"vec parameter pooling"});
+  expect_error(check("nosuch", &inputs), invalid, {"pattern", "nosuch"});
+  const Tensor short_q = random.normal_tensor(DType::kFloat32, {1, 29, 2, 8});
+  const PatternInputs wrong_len{short_q.view(), k.view()};
+  expect_error(check("grid", &wrong_len), invalid, {"grid input q q_len", "expected 30"});
+  expect_error(check("a-shape:sink=-1", nullptr), invalid, {"a-shape parameter sink"});
+  for (const char* text : {"grid", "vertical-slash", "vec", "a-shape", "grid-mask"}) {
+    SCOPED_TRACE(text);
+    EXPECT_NO_THROW(check_pattern(PatternSpec::parse(text), shape, nullptr, &inputs));
+    (void)build_plan(PatternSpec::parse(text), shape, nullptr, &inputs);
+  }
+}
+
 TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
   test::Random random;
   const PlanShape shape{.heads = 2, .q_len = 30, .kv_len = 40};

@@ -32,32 +32,38 @@ auto with_context(const std::string& context, Body&& body) {
     throw Error(error.code(), context + ": " + error.what());
   }
 }
-// Builds `spec` for one head of the real shape; dynamic patterns estimate from zero inputs of a
-// narrow head. Errors get `context` in front.
+// Checks `spec` for one head of the real shape (dynamic patterns against zero inputs of a narrow
+// head) and, on a causal workload, that it attends causally. Errors get `context` in front.
 void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, int64_t q_len,
                          int64_t kv_len, bool causal, const std::string& context) {
-  std::optional<Tensor> q, k;
-  PatternInputs inputs;
+  const PlanShape shape{1, 1, q_len, kv_len, kDefaultTileRows};
+  // Static patterns build one head slot (their plans carry the masks read below); dynamic ones
+  // validate without estimating, so that a bad spec after them still fails at once.
+  std::vector<MaskPolicy> masks;
   if (is_dynamic(spec)) {
-    q.emplace(DType::kFloat32, std::vector<int64_t>{1, q_len, 1, kCheckHeadDim});
-    k.emplace(DType::kFloat32, std::vector<int64_t>{1, kv_len, 1, kCheckHeadDim});
-    inputs = {q->view(), k->view()};
+    const Tensor q(DType::kFloat32, {1, q_len, 1, kCheckHeadDim});
+    const Tensor k(DType::kFloat32, {1, kv_len, 1, kCheckHeadDim});
+    const PatternInputs inputs{q.view(), k.view()};
+    with_context(context, [&] { check_pattern(spec, shape, layout, &inputs); });
+    // Dynamic patterns that can attend both ways say so through their `causal` parameter.
+    MaskPolicy mask;
+    mask.causal = spec.param(kCausalParam, 1) != 0;
+    masks.push_back(mask);
+  } else {
+    const Plan plan = with_context(context, [&] { return build_plan(spec, shape, layout); });
+    for (int64_t p = 0; p < plan.num_passes(); ++p) {
+      masks.insert(masks.end(), plan.pass(p).masks.begin(), plan.pass(p).masks.end());
+    }
   }
-  const Plan plan = with_context(context, [&] {
-    return build_plan(spec, {1, 1, q_len, kv_len, kDefaultTileRows}, layout,
-                      is_dynamic(spec) ? &inputs : nullptr);
-  });
   // On a causal workload the densities, recalls and the dense reference are causal: a
   // bidirectional plan (vec's causal=0, for video DiTs) would read as more than dense.
   if (!causal) return;
-  for (int64_t p = 0; p < plan.num_passes(); ++p) {
-    for (const MaskPolicy& mask : plan.pass(p).masks) {
-      if (!mask.causal) {
-        throw_invalid_argument(context,
-                               "a causal pattern (a causal workload compares with causal dense; "
-                               "non-causal patterns run on non-causal presets such as the dit-*)",
-                               "one with non-causal tiles");
-      }
+  for (const MaskPolicy& mask : masks) {
+    if (!mask.causal) {
+      throw_invalid_argument(context,
+                             "a causal pattern (a causal workload compares with causal dense; "
+                             "non-causal patterns run on non-causal presets such as the dit-*)",
+                             "one with non-causal tiles");
     }
   }
 }

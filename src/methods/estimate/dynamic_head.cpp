@@ -61,6 +61,7 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
   const int64_t last_q = checked_param(spec, kLastQueriesParam, 1);
   const std::vector<QueryGroup> groups = query_groups(spec, shape, context.layout);
   check_pattern_inputs(spec.name, context.inputs, shape);
+  if (context.validate_only) return;
   const HeadOperands operands(*context.inputs, shape, context.head_slot, *context.keys);
   const int64_t offset = shape.causal_offset();
 

@@ -47,6 +47,7 @@ void build_vec(PlanBuilder& builder, const PatternSpec& spec, const HeadContext&
   const VecParams params = vec_params(spec);
   const PlanShape& shape = context.shape;
   check_pattern_inputs(kName, context.inputs, shape);
+  if (context.validate_only) return;
   const HeadOperands operands(*context.inputs, shape, context.head_slot, *context.keys);
   const int64_t blocks = vec_block_count(shape, params);
   // Blocks are independent: select them in parallel, then write them in order.
