@@ -153,7 +153,6 @@ class WorkloadGenerator {
       : w_(workload),
         blocks_(workload.spec_.head_dim),
         head_dim_(workload.spec_.head_dim),
-        group_(workload.spec_.q_heads / workload.spec_.kv_heads),
         scene_width_(2 * (blocks_.scene_end - blocks_.relative_end)),
         identity_width_(2 * (blocks_.identity_end - blocks_.scene_end)) {
     const auto& segments = w_.layout_.segments();
@@ -418,7 +417,6 @@ class WorkloadGenerator {
   const Workload& w_;
   Blocks blocks_;
   int64_t head_dim_;
-  int64_t group_;
   int64_t scene_width_;     // scene feature entries: both halves of the scene block's pairs
   int64_t identity_width_;  // identity feature entries
   int64_t question_begin_ = 0;
