@@ -15,6 +15,7 @@
 #include "cpu/dot.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/metrics.h"
+#include "tools/head_rows.h"
 #include "tools/metrics/metric_checks.h"
 
 namespace mmsparse {
@@ -94,20 +95,6 @@ double log_sum_exp(const std::vector<double>& scores) {
   return max_score + std::log(total);
 }
 
-// One query head's keys as contiguous fp32: [kv_len, head_dim].
-std::vector<float> head_keys(const TensorView& k, int64_t batch_index, int64_t kv_head) {
-  const int64_t kv_len = k.shape[1];
-  const int64_t head_dim = k.shape[3];
-  std::vector<float> keys(static_cast<std::size_t>(kv_len * head_dim));
-  for (int64_t j = 0; j < kv_len; ++j) {
-    const int64_t base = batch_index * k.strides[0] + j * k.strides[1] + kv_head * k.strides[2];
-    for (int64_t d = 0; d < head_dim; ++d) {
-      keys[j * head_dim + d] = load_float(k, base + d * k.strides[3]);
-    }
-  }
-  return keys;
-}
-
 // The sums of one query tile's rows on the host: mass [key_chunks], zeroed by the caller. Without
 // lse_dense (ndim 0), each row's LSE comes from its own scores, in fp64.
 void host_tile_sums(const TensorView& q, const TensorView& lse_dense,
@@ -185,7 +172,7 @@ TileMass tile_mass(const TensorView& q, const TensorView& k, const TensorView& l
   detail::check_host("k", k);
   if (lse_given) detail::check_host("lse_dense", lse_dense);
   const int64_t kv_head = head / (q.shape[2] / k.shape[2]);
-  const std::vector<float> keys = head_keys(k, batch_index, kv_head);
+  const std::vector<float> keys = tools::head_rows_fp32(k, batch_index, kv_head);
   detail::parallel_for(
       static_cast<int64_t>(result.sampled.size()), options.num_threads, [&](int64_t n) {
         host_tile_sums(q, lse_dense, keys, batch_index, head, scale, result, result.sampled[n],

@@ -20,6 +20,7 @@
 #include "mmsparse/attention.h"
 #include "mmsparse/tools/metrics.h"
 #include "mmsparse/status.h"
+#include "tools/head_rows.h"
 #include "tools/viz/attention_map.h"
 
 namespace mmsparse {
@@ -42,21 +43,6 @@ void finish_mean(PoolMode mode, PooledGrid& grid) {
       grid.values[r * grid.cols + c] /= static_cast<double>(grid.cell_pairs(r, c));
     }
   }
-}
-
-// One head's rows of a [batch, len, heads, head_dim] view as contiguous fp32 [len, head_dim], so
-// the inner loops run over contiguous floats whatever the dtype and strides.
-std::vector<float> head_rows(const TensorView& x, int64_t batch_index, int64_t head) {
-  const int64_t length = x.shape[1];
-  const int64_t head_dim = x.shape[3];
-  std::vector<float> rows(static_cast<std::size_t>(length * head_dim));
-  for (int64_t i = 0; i < length; ++i) {
-    const int64_t base = batch_index * x.strides[0] + i * x.strides[1] + head * x.strides[2];
-    for (int64_t d = 0; d < head_dim; ++d) {
-      rows[i * head_dim + d] = load_float(x, base + d * x.strides[3]);
-    }
-  }
-  return rows;
 }
 
 void check_index(const std::string& name, int64_t value, int64_t limit, const std::string& what) {
@@ -252,8 +238,9 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
 
   const int64_t head_dim = problem.head_dim;
   const int64_t kv_len = problem.kv_len;
-  const std::vector<float> queries = head_rows(q, batch_index, head);
-  const std::vector<float> keys = head_rows(k, batch_index, head / problem.group_size());
+  const std::vector<float> queries = tools::head_rows_fp32(q, batch_index, head);
+  const std::vector<float> keys =
+      tools::head_rows_fp32(k, batch_index, head / problem.group_size());
   const detail::RowCoverage coverage(plan, head_slot);
   const viz::CellSplit rows = viz::row_split(maps.attention);
   const viz::CellSplit cols = viz::col_split(maps.attention);
