@@ -29,13 +29,8 @@ for argument in "$@"; do
   esac
 done
 
-prefix_args=()
-if compgen -G "$repo/.deps/*.deb" >/dev/null; then
-  deps=/tmp/mmsparse-deps
-  for package in "$repo"/.deps/*.deb; do dpkg -x "$package" "$deps"; done
-  prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# shellcheck source=carried-deps.sh
+source "$repo/scripts/carried-deps.sh"
 
 status=0
 if [[ $skip_build -eq 0 ]]; then

@@ -21,13 +21,8 @@ if [[ ${1:-} == --skip-bench ]]; then
   shift
 fi
 
-prefix_args=()
-if compgen -G "$repo/.deps/*.deb" >/dev/null; then
-  deps=/tmp/mmsparse-deps
-  for package in "$repo"/.deps/*.deb; do dpkg -x "$package" "$deps"; done
-  prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# shellcheck source=carried-deps.sh
+source "$repo/scripts/carried-deps.sh"
 
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMSPARSE_CUDA=ON \
   -DMMSPARSE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" "${prefix_args[@]}" \
