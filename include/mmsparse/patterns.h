@@ -73,6 +73,11 @@ const std::vector<PatternInfo>& known_patterns();
 // Whether the spec names a dynamic pattern (PatternInfo::dynamic: build_plan needs PatternInputs);
 // false for unknown names.
 bool is_dynamic(const PatternSpec& spec);
+// Whether every tile the spec builds attends causally (the workload's causal dense is then its
+// reference). Static patterns answer from one built head of `shape`; dynamic ones from their
+// parameters. Throws naming the pattern or parameter for unknown names or bad values.
+bool attends_causally(const PatternSpec& spec, const PlanShape& shape,
+                      const ModalityLayout* layout = nullptr);
 
 // What dynamic patterns estimate from: host views of any strides, bf16 / fp16 / fp32.
 //   q [batch, q_len, q_heads, head_dim], k [batch, kv_len, kv_heads, head_dim],

@@ -103,6 +103,23 @@ bool is_dynamic(const PatternSpec& spec) {
   });
 }
 
+bool attends_causally(const PatternSpec& spec, const PlanShape& shape,
+                      const ModalityLayout* layout) {
+  const detail::PatternEntry& entry = known_pattern(spec.name);
+  if (entry.info.dynamic) {
+    return entry.attends_causally == nullptr ||
+           entry.attends_causally(resolve_pattern(spec, layout));
+  }
+  const PlanShape one_head{1, 1, shape.q_len, shape.kv_len, shape.tile_rows};
+  const Plan plan = build_plan(spec, one_head, layout);
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    for (const MaskPolicy& mask : plan.pass(p).masks) {
+      if (!mask.causal) return false;
+    }
+  }
+  return true;
+}
+
 PatternSpec resolve_pattern(const PatternSpec& spec, const ModalityLayout* layout) {
   const detail::PatternEntry& entry = known_pattern(spec.name);
   const int64_t frame_tokens = layout != nullptr ? layout->video_frame_tokens() : 0;

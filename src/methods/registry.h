@@ -47,6 +47,8 @@ using DefaultParams = Params (*)(int64_t tokens_per_frame);
 using Lists = std::map<std::string, std::vector<int64_t>>;
 // A pattern's list-valued parameters (PatternSpec::lists) with their defaults.
 using DefaultLists = Lists (*)();
+// Whether a dynamic pattern's tiles, for this resolved spec, attend causally.
+using CausalQuery = bool (*)(const PatternSpec& resolved_spec);
 
 struct PatternEntry {
   PatternInfo info;
@@ -57,6 +59,9 @@ struct PatternEntry {
   // The method's device builder; filled by its device file in CUDA builds (see above).
   const DeviceBuilder* device = nullptr;
   DefaultLists list_defaults = nullptr;  // null: the pattern takes no list
+  // Dynamic patterns that can attend both ways (vec for video DiTs) answer per spec; null: always
+  // causal. Static patterns need none: their plans' masks say it.
+  CausalQuery attends_causally = nullptr;
 };
 
 // Every entry, in the order known_patterns() lists them.

@@ -20,7 +20,8 @@ constexpr const char* kCudaBackend = "cuda-sm90a";
 constexpr int kAttentionInputDims = 4;  // [batch, seq, heads, head_dim]
 // Dynamic patterns estimate from q and k; a check of their parameters needs only a narrow head.
 constexpr int64_t kCheckHeadDim = 8;
-// The parameter of patterns that attend causally or both ways (vec).
+// The parameter of patterns that attend causally or both ways (vec): it follows the workload
+// unless the spec sets it.
 constexpr const char* kCausalParam = "causal";
 
 // Runs `body`, prefixing any mmsparse error with `context` (the flag or file the user typed).
@@ -33,38 +34,22 @@ auto with_context(const std::string& context, Body&& body) {
   }
 }
 // Checks `spec` for one head of the real shape (dynamic patterns against zero inputs of a narrow
-// head) and, on a causal workload, that it attends causally. Errors get `context` in front.
+// head, without estimating, so that a bad spec after them still fails at once) and, on a causal
+// workload, that it attends causally. Errors get `context` in front.
 void check_pattern_build(const PatternSpec& spec, const ModalityLayout* layout, int64_t q_len,
                          int64_t kv_len, bool causal, const std::string& context) {
   const PlanShape shape{1, 1, q_len, kv_len, kDefaultTileRows};
-  // Static patterns build one head slot (their plans carry the masks read below); dynamic ones
-  // validate without estimating, so that a bad spec after them still fails at once.
-  std::vector<MaskPolicy> masks;
-  if (is_dynamic(spec)) {
-    const Tensor q(DType::kFloat32, {1, q_len, 1, kCheckHeadDim});
-    const Tensor k(DType::kFloat32, {1, kv_len, 1, kCheckHeadDim});
-    const PatternInputs inputs{q.view(), k.view()};
-    with_context(context, [&] { check_pattern(spec, shape, layout, &inputs); });
-    // Dynamic patterns that can attend both ways say so through their `causal` parameter.
-    MaskPolicy mask;
-    mask.causal = spec.param(kCausalParam, 1) != 0;
-    masks.push_back(mask);
-  } else {
-    const Plan plan = with_context(context, [&] { return build_plan(spec, shape, layout); });
-    for (int64_t p = 0; p < plan.num_passes(); ++p) {
-      masks.insert(masks.end(), plan.pass(p).masks.begin(), plan.pass(p).masks.end());
-    }
-  }
+  const Tensor q(DType::kFloat32, {1, q_len, 1, kCheckHeadDim});
+  const Tensor k(DType::kFloat32, {1, kv_len, 1, kCheckHeadDim});
+  const PatternInputs inputs{q.view(), k.view()};
+  with_context(context, [&] { check_pattern(spec, shape, layout, &inputs); });
   // On a causal workload the densities, recalls and the dense reference are causal: a
   // bidirectional plan (vec's causal=0, for video DiTs) would read as more than dense.
-  if (!causal) return;
-  for (const MaskPolicy& mask : masks) {
-    if (!mask.causal) {
-      throw_invalid_argument(context,
-                             "a causal pattern (a causal workload compares with causal dense; "
-                             "non-causal patterns run on non-causal presets such as the dit-*)",
-                             "one with non-causal tiles");
-    }
+  if (causal && !with_context(context, [&] { return attends_causally(spec, shape, layout); })) {
+    throw_invalid_argument(context,
+                           "a causal pattern (a causal workload compares with causal dense; "
+                           "non-causal patterns run on non-causal presets such as the dit-*)",
+                           "one with non-causal tiles");
   }
 }
 

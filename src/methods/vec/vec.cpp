@@ -147,6 +147,10 @@ MaskPolicy vec_mask(const VecParams& params) {
   return mask;
 }
 
+bool vec_attends_causally(const PatternSpec& resolved_spec) {
+  return checked_flag(resolved_spec, kCausalParam);
+}
+
 PatternEntry& vec_entry() {
   static PatternEntry entry{
       {kName,
@@ -156,7 +160,12 @@ PatternEntry& vec_entry() {
        "`pooling` keys) and the block's diagonal as spans; `causal` 0 for video DiTs",
        "vec:alpha_ppm=100000,pooling=64", true},
       build_vec,
-      vec_default_params};
+      vec_default_params,
+      1,
+      nullptr,
+      nullptr,
+      nullptr,
+      vec_attends_causally};
   return entry;
 }
 
