@@ -205,8 +205,8 @@ void add_options(CLI::App& app, BenchOptions& options) {
   app.add_option("--kv-heads", options.kv_heads, "KV heads (0: the preset's)");
   app.add_option("--head-dim", options.head_dim, "head dimension (0: the preset's)");
   app.add_option("--needles", options.needles,
-                 "needle keys the final question reads (-1: the preset's); with needles, rank 0 "
-                 "reports how many the passing blocks keep");
+                 "needle keys the final question reads (-1: the preset's); with needles, --check "
+                 "and --accuracy report how many the passing blocks keep");
   app.add_option("--schemes", options.schemes,
                  "spava, zigzag-ring, star, apb, dense (default: all); with --check also "
                  "spava-exact and apb-exact (whole blocks passed: must equal dense)")
