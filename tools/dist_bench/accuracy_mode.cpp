@@ -81,11 +81,15 @@ int run_accuracy(const BenchOptions& options) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const WorkloadSpec& spec = workload.spec();
+  std::string worlds;
+  for (const int world : options.accuracy_worlds) {
+    worlds += (worlds.empty() ? "" : ", ") + std::to_string(world);
+  }
   const std::string title = fmt::format(
       "Spava accuracy vs l_a, l_p (SYNTHETIC {}: {} tokens = {} context + {} query, {} needles, "
       "heads {}/{}, head_dim {}, bf16; {} in-process ranks on {}; {:.1f} s)",
       spec.preset, workload.seq_len(), inputs.context_len, inputs.query_len, inputs.needles.size(),
-      spec.q_heads, spec.kv_heads, spec.head_dim, "W",
+      spec.q_heads, spec.kv_heads, spec.head_dim, worlds,
       options.accuracy_on_cpu ? "the CPU" : "GPU 0", seconds);
   print_accuracy(rows, title);
   if (!options.json_path.empty()) {
