@@ -10,8 +10,8 @@
 #   default lengths: 131072 262144 524288 (synthetic video preset; add 1048576 for 1M)
 #   MMSPARSE_DIST_LOCAL_PATTERN=spec   also time spava+sparse with this pattern inside each GPU
 #   MMSPARSE_DIST_REPEATS=n            timed runs per scheme (default 3)
-#   MMSPARSE_DIST_NSYS=1               also profile Spava at the first length under nsys (timeline:
-#                                      NCCL kernels on the communication stream beside attention)
+# Each bench also writes a CUDA-event timeline (RESULTS/trace_LENGTH.json, --trace) and its summary;
+# scripts/dist-scaling.sh runs 1, 2 and 4 GPUs per length with a summary table.
 set -uo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -73,19 +73,13 @@ if [[ -n ${MMSPARSE_DIST_LOCAL_PATTERN:-} ]]; then
 fi
 for length in "${lengths[@]}"; do
   step "bench_$length" "$bench" --length "$length" --warmup 1 --repeats "$repeats" \
-    --schemes "$schemes" "${sparse[@]}" --json "$results/bench_$length.json"
+    --schemes "$schemes" "${sparse[@]}" --json "$results/bench_$length.json" \
+    --trace "$results/trace_$length.json"
 done
 
-# Needles the passing blocks keep at the paper's l_a, l_p and at half and twice l_p (synthetic).
-step "needles_${lengths[0]}" "$bench" --length "${lengths[0]}" --needles 8 --schemes spava \
-  --warmup 0 --repeats 1
-if [[ ${MMSPARSE_DIST_NSYS:-0} == 1 ]] && command -v nsys >/dev/null; then
-  step nsys_spava nsys profile --trace=cuda,nvtx --trace-fork-before-exec=true --force-overwrite=true \
-    -o "$results/spava_${lengths[0]}" "$bench" --length "${lengths[0]}" --schemes spava \
-    --warmup 1 --repeats 2
-  step nsys_stats nsys stats --report cuda_gpu_trace --format csv \
-    -o "$results/spava_${lengths[0]}" "$results/spava_${lengths[0]}.nsys-rep"
-fi
+# Recall and needles kept over l_a and l_p, 2/4/8 virtual ranks on one GPU (synthetic needle preset).
+step "accuracy_${lengths[0]}" env CUDA_VISIBLE_DEVICES=0 "$bench" --accuracy \
+  --preset mixed-interleaved --length "${lengths[0]}" --json "$results/accuracy_${lengths[0]}.json"
 
 echo
 echo "== summary ($(wc -l <"$results/gpus.txt") GPUs, results in $results, $(elapsed "$script_started") s in all)"

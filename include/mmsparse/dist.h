@@ -107,6 +107,17 @@ struct GatherSlot {
   int64_t bytes = 0;
 };
 
+// A timeline hook: the algorithm marks the beginning and the end of each phase (query attention,
+// block 1, block 2, merge, ...) on the stream it enqueues it on, and a transport marks each
+// operation on the stream the operation runs on. `stream` is a cudaStream_t on CUDA, null on the
+// CPU; a tracer records a device event there (mmsparse-dist-bench --trace), so marking costs no
+// host synchronisation. Marks of one phase nest as begin ... end on one stream.
+class PhaseTracer {
+ public:
+  virtual ~PhaseTracer() = default;
+  virtual void mark(std::string_view phase, bool begin, void* stream) = 0;
+};
+
 // What the algorithm needs from a transport. Buffers live on the communicator's device. Operations
 // are ordered after the work enqueued on `stream` so far (a cudaStream_t on CUDA, ignored on the
 // CPU) and return a ticket; work enqueued on `stream` after wait(ticket, stream) sees the data.
@@ -132,6 +143,32 @@ class Communicator {
   virtual void barrier() = 0;
   // Ends every pending and future operation on every rank with an error carrying `reason`.
   virtual void abort(const std::string& reason) = 0;
+
+  // The timeline hook of this rank (null: none, the default). Not owned.
+  void set_tracer(PhaseTracer* tracer) { tracer_ = tracer; }
+  PhaseTracer* tracer() const { return tracer_; }
+
+ private:
+  PhaseTracer* tracer_ = nullptr;
+};
+
+// Marks `phase` on `stream` for the communicator's tracer while it lives (begin, then end).
+class TracedPhase {
+ public:
+  TracedPhase(const Communicator& communicator, std::string_view phase, void* stream)
+      : tracer_(communicator.tracer()), phase_(phase), stream_(stream) {
+    if (tracer_ != nullptr) tracer_->mark(phase_, true, stream_);
+  }
+  ~TracedPhase() {
+    if (tracer_ != nullptr) tracer_->mark(phase_, false, stream_);
+  }
+  TracedPhase(const TracedPhase&) = delete;
+  TracedPhase& operator=(const TracedPhase&) = delete;
+
+ private:
+  PhaseTracer* tracer_;
+  std::string phase_;
+  void* stream_;
 };
 
 // Runs `body(communicator)` on `world` threads sharing memory: the in-process transport the tests
@@ -166,10 +203,13 @@ class Workspace {
 
 // One rank's attention for `split.scheme`. q, k, v, out: [1, local_len, heads, head_dim] on the
 // communicator's device (k, v contiguous in the last dimension). Every rank returns its local
-// rows of the global result: anchor and query rows are the same on every rank.
+// rows of the global result: anchor and query rows are the same on every rank. `lse`, when it has
+// data: [1, q_heads, local_len] fp32 on the same device, receives each row's log-sum-exp over the
+// keys the scheme gave it (recall against dense: exp(lse - lse_dense)); without, it is not kept.
 void attention(const DistConfig& config, const SequenceSplit& split, Communicator& communicator,
                const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttentionOptions& options = {}, Workspace* workspace = nullptr);
+               const AttentionOptions& options = {}, Workspace* workspace = nullptr,
+               const TensorView& lse = {});
 
 // --- Essential KVs and the single-process reference ---------------------------------------------
 

@@ -40,6 +40,7 @@ struct Rank {
   const TensorView& k;
   const TensorView& v;
   const TensorView& out;
+  const TensorView& lse;  // [1, q_heads, local_len] fp32, or no data: not kept
   const AttentionOptions& options;
   Workspace::Impl& workspace;
   int rank = 0;
@@ -56,6 +57,12 @@ int64_t passing_row_bytes(const Rank& rank) {
 }
 
 const Segment& query_segment(const Rank& rank) { return rank.layout.back(); }
+
+// Where the LSE of local rows [begin, begin + len) goes: the caller's when kept, else scratch.
+TensorView output_lse(Rank& rank, const std::string& name, int64_t begin, int64_t len) {
+  if (rank.lse.data != nullptr) return lse_rows(rank.lse, begin, len);
+  return rank.workspace.tensor(name, DType::kFloat32, {1, rank.q_heads, len}, rank.q.device);
+}
 
 // Parts of the gathered query buffer start on this boundary: the CUDA engine reads and writes
 // 16-byte vectors, and NCCL is fastest on aligned buffers.
@@ -178,16 +185,14 @@ void merge_query(Rank& rank, const QueryBuffer& buffer) {
     }
   }
   const Segment& query = query_segment(rank);
-  const TensorView lse = rank.workspace.tensor("query_lse", DType::kFloat32,
-                                               {1, rank.q_heads, query.len}, rank.q.device);
+  const TensorView lse = output_lse(rank, "query_lse", query.local_begin, query.len);
   merge_partials(outs, lses, rows(rank.out, query.local_begin, query.len), lse, rank.options);
 }
 
 void anchor_attention(Rank& rank) {
   const int64_t anchor = rank.split.anchor_len;
   if (anchor == 0) return;
-  const TensorView lse = rank.workspace.tensor("anchor_lse", DType::kFloat32,
-                                               {1, rank.q_heads, anchor}, rank.q.device);
+  const TensorView lse = output_lse(rank, "anchor_lse", 0, anchor);
   attention_dense(rows(rank.q, 0, anchor), rows(rank.k, 0, anchor), rows(rank.v, 0, anchor),
                   rows(rank.out, 0, anchor), lse, with_causal(rank.options, true));
 }
@@ -247,8 +252,7 @@ void block_attention(Rank& rank, std::size_t slot) {
   const TensorView block_q = rows(rank.q, block.local_begin, block.len);
   const TensorView block_out = rows(rank.out, block.local_begin, block.len);
   const std::string name = "block" + std::to_string(slot);
-  const TensorView lse = rank.workspace.tensor(name + "_lse", DType::kFloat32,
-                                               {1, rank.q_heads, block.len}, rank.q.device);
+  const TensorView lse = output_lse(rank, name + "_lse", block.local_begin, block.len);
   const auto attend = [&](const Part& part, const TensorView& out, const TensorView& part_lse) {
     if (part.plan != nullptr) {
       attention_planned(*part.plan, block_q, part.k, part.v, out, part_lse, rank.options);
@@ -287,9 +291,9 @@ void block_attention(Rank& rank, std::size_t slot) {
 
 void approximate_attention(const DistConfig& config, const SequenceSplit& split,
                            Communicator& communicator, const TensorView& q, const TensorView& k,
-                           const TensorView& v, const TensorView& out,
+                           const TensorView& v, const TensorView& out, const TensorView& lse,
                            const AttentionOptions& options, Workspace::Impl& workspace) {
-  Rank rank{config, split, communicator, q,  k,      v, out, options, workspace, 0, 0,
+  Rank rank{config, split, communicator, q,  k,      v, out, lse, options, workspace, 0, 0,
             0,      0,     {},           {}, nullptr};
   rank.rank = communicator.rank();
   rank.q_heads = q.shape[2];
@@ -305,24 +309,42 @@ void approximate_attention(const DistConfig& config, const SequenceSplit& split,
   const bool overlap = config.scheme == Scheme::kSpava;
   const std::size_t local_blocks = split.rank_hosts[static_cast<std::size_t>(rank.rank)].size();
 
+  // Phases are marked for a tracer after the waits that precede them: a gap between two marked
+  // phases on the compute stream is time it waited for communication.
+  const auto block_phase = [](const char* what, std::size_t slot) {
+    return std::string(what) + " " + std::to_string(slot + 1);
+  };
   std::vector<Communicator::Ticket> passing_tickets;
   if (passing_rows > 0) {
     for (std::size_t slot = 0; slot < local_blocks; ++slot) {
-      select_block(rank, slot);
+      {
+        const TracedPhase phase(communicator, block_phase("select block", slot), options.stream);
+        select_block(rank, slot);
+      }
       passing_tickets.push_back(gather_passing(rank, slot));
       if (!overlap) communicator.wait(passing_tickets.back(), options.stream);
     }
   }
   const QueryBuffer buffer = query_buffer(rank);
-  const Communicator::Ticket query_ticket = query_attention(rank, buffer);
+  Communicator::Ticket query_ticket = 0;
+  {
+    const TracedPhase phase(communicator, "query attention", options.stream);
+    query_ticket = query_attention(rank, buffer);
+  }
   if (!overlap) communicator.wait(query_ticket, options.stream);
-  anchor_attention(rank);
+  {
+    const TracedPhase phase(communicator, "anchor attention", options.stream);
+    anchor_attention(rank);
+  }
   for (std::size_t slot = 0; slot < local_blocks; ++slot) {
     // A block reads hosts gathered by this and earlier slots (Spava's block 2 reads both).
     if (slot < passing_tickets.size()) communicator.wait(passing_tickets[slot], options.stream);
+    const TracedPhase phase(communicator, block_phase("block", slot) + " attention",
+                            options.stream);
     block_attention(rank, slot);
   }
   communicator.wait(query_ticket, options.stream);
+  const TracedPhase phase(communicator, "query merge", options.stream);
   merge_query(rank, buffer);
 }
 

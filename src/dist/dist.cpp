@@ -28,6 +28,21 @@ void check_local(const char* argument, const TensorView& view, int64_t local_len
   }
 }
 
+void check_lse(const TensorView& lse, int64_t q_heads, int64_t local_len, Device device) {
+  const std::string expected = "[1, " + std::to_string(q_heads) + ", " + std::to_string(local_len) +
+                               "] (q_heads, the rank's local length)";
+  if (lse.ndim != 3 || lse.shape[0] != 1 || lse.shape[1] != q_heads || lse.shape[2] != local_len) {
+    throw_invalid_argument("lse", expected, lse.shape_string());
+  }
+  if (lse.dtype != DType::kFloat32) {
+    throw_invalid_argument("lse", "float32", std::string(dtype_name(lse.dtype)));
+  }
+  if (lse.device != device) {
+    throw_invalid_argument("lse", device_name(device) + " (the communicator's device)",
+                           device_name(lse.device));
+  }
+}
+
 // FNV-1a over the values that must agree across ranks.
 class Fingerprint {
  public:
@@ -66,7 +81,7 @@ void copy_rows(const SequenceSplit& split, int rank, const TensorView& from, con
 
 void attention(const DistConfig& config, const SequenceSplit& split, Communicator& communicator,
                const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttentionOptions& options, Workspace* workspace) {
+               const AttentionOptions& options, Workspace* workspace, const TensorView& lse) {
   if (communicator.world_size() != split.world) {
     throw_invalid_argument("communicator", std::to_string(split.world) + " ranks (the split's)",
                            std::to_string(communicator.world_size()));
@@ -92,12 +107,13 @@ void attention(const DistConfig& config, const SequenceSplit& split, Communicato
         "strides " + std::to_string(k.strides[3]) + ", " + std::to_string(v.strides[3]));
   }
   describe_attention(q, k, v, options);  // dtypes, GQA ratio, head_dim
+  if (lse.data != nullptr) check_lse(lse, q.shape[2], local_len, device);
   Workspace local_workspace;
   Workspace::Impl& scratch = workspace != nullptr ? workspace->impl() : local_workspace.impl();
   if (config.scheme == Scheme::kZigzagRing) {
-    detail::ring_attention(split, communicator, q, k, v, out, options, scratch);
+    detail::ring_attention(split, communicator, q, k, v, out, lse, options, scratch);
   } else {
-    detail::approximate_attention(config, split, communicator, q, k, v, out, options, scratch);
+    detail::approximate_attention(config, split, communicator, q, k, v, out, lse, options, scratch);
   }
 }
 

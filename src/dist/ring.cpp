@@ -8,6 +8,7 @@
 // merge), one rounding of the result.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,8 @@ Chunks chunks_of(const SequenceSplit& split, int rank) {
 
 void ring_attention(const SequenceSplit& split, Communicator& communicator, const TensorView& q,
                     const TensorView& k, const TensorView& v, const TensorView& out,
-                    const AttentionOptions& options, Workspace::Impl& workspace) {
+                    const TensorView& lse, const AttentionOptions& options,
+                    Workspace::Impl& workspace) {
   check_contiguous("k", k);
   check_contiguous("v", v);
   const int world = split.world;
@@ -100,6 +102,8 @@ void ring_attention(const SequenceSplit& split, Communicator& communicator, cons
                                             kv_heads, head_dim, k.device);
     const TensorView held_v = sequence_view(const_cast<void*>(current_v), v.dtype, held.total(),
                                             kv_heads, head_dim, v.device);
+    std::optional<TracedPhase> phase;
+    phase.emplace(communicator, "step " + std::to_string(step) + " attention", options.stream);
     if (step == 0) {
       AttentionOptions causal = options;
       causal.causal = true;
@@ -112,12 +116,14 @@ void ring_attention(const SequenceSplit& split, Communicator& communicator, cons
                       rows(part_out(step), local.first, local.second),
                       lse_rows(part_lse(step), local.first, local.second), non_causal);
     }
+    phase.reset();  // the wait is not attention: a gap in the trace shows it
     for (Communicator::Ticket ticket : tickets) communicator.wait(ticket, options.stream);
     current_k = receive[0];
     current_v = receive[1];
   }
 
   // First chunk: step 0 and the steps from lower ranks; second chunk: every step.
+  const TracedPhase phase(communicator, "merge", options.stream);
   std::vector<TensorView> outs, lses;
   for (int step = 0; step < world; ++step) {
     const int source = (rank - step + world) % world;
@@ -126,9 +132,12 @@ void ring_attention(const SequenceSplit& split, Communicator& communicator, cons
       lses.push_back(lse_rows(part_lse(step), 0, local.first));
     }
   }
-  const TensorView lse =
-      workspace.tensor("ring_lse", DType::kFloat32, {1, q_heads, local.total()}, q.device);
-  merge_partials(outs, lses, rows(out, 0, local.first), lse_rows(lse, 0, local.first), options);
+  const TensorView merged_lse =
+      lse.data != nullptr
+          ? lse
+          : workspace.tensor("ring_lse", DType::kFloat32, {1, q_heads, local.total()}, q.device);
+  merge_partials(outs, lses, rows(out, 0, local.first), lse_rows(merged_lse, 0, local.first),
+                 options);
   outs.clear();
   lses.clear();
   for (int step = 0; step < world; ++step) {
@@ -136,7 +145,7 @@ void ring_attention(const SequenceSplit& split, Communicator& communicator, cons
     lses.push_back(lse_rows(part_lse(step), local.first, local.second));
   }
   merge_partials(outs, lses, rows(out, local.first, local.second),
-                 lse_rows(lse, local.first, local.second), options);
+                 lse_rows(merged_lse, local.first, local.second), options);
 }
 
 }  // namespace mmsparse::dist::detail

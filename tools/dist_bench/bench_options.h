@@ -31,7 +31,19 @@ struct BenchOptions {
   int gpus = 0;              // launcher: ranks to start (0: every visible GPU)
   int fault_kill_rank = -1;  // fault test: this rank kills itself after the warm-up
   double fault_bound_seconds = 60.0;
+  // Event trace: after each scheme's timed runs, trace_runs more runs record CUDA events on the
+  // compute and communication streams; written as Chrome-trace JSON to trace_path (rank 0).
+  std::string trace_path;
+  int trace_runs = 1;
+  // Accuracy mode: Spava's recall against dense over l_a and l_p, in this process (W virtual
+  // ranks through the in-process transport), on GPU 0 or on the CPU.
+  bool accuracy = false;
+  bool accuracy_on_cpu = false;
+  std::vector<int> accuracy_worlds{2, 4, 8};
 };
+
+// Accuracy mode (accuracy_mode.cpp): runs the sweep and prints it; returns the exit code.
+int run_accuracy(const BenchOptions& options);
 
 // Identity of this process when it runs as a rank.
 struct RankIdentity {

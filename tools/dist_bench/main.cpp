@@ -205,8 +205,8 @@ void add_options(CLI::App& app, BenchOptions& options) {
   app.add_option("--kv-heads", options.kv_heads, "KV heads (0: the preset's)");
   app.add_option("--head-dim", options.head_dim, "head dimension (0: the preset's)");
   app.add_option("--needles", options.needles,
-                 "needle keys the final question reads (-1: the preset's); with needles, rank 0 "
-                 "reports how many the passing blocks keep");
+                 "needle keys the final question reads (-1: the preset's); with needles, --check "
+                 "and --accuracy report how many the passing blocks keep");
   app.add_option("--schemes", options.schemes,
                  "spava, zigzag-ring, star, apb, dense (default: all); with --check also "
                  "spava-exact and apb-exact (whole blocks passed: must equal dense)")
@@ -235,6 +235,18 @@ void add_options(CLI::App& app, BenchOptions& options) {
                  "fault test: this rank kills itself after the warm-up; the run passes when the "
                  "others end with an error within --fault-bound");
   app.add_option("--fault-bound", options.fault_bound_seconds, "fault test bound in seconds");
+  app.add_option("--trace", options.trace_path,
+                 "after each scheme's timed runs, record --trace-runs more with CUDA events on the "
+                 "compute and communication streams: Chrome-trace JSON to this file and a summary "
+                 "(communication time, overlapped, exposed)");
+  app.add_option("--trace-runs", options.trace_runs, "traced runs per scheme (with --trace)");
+  app.add_flag("--accuracy", options.accuracy,
+               "Spava's recall against dense over l_a in {n/256..n/32} and l_p in {n/512..n/64} "
+               "for --accuracy-worlds virtual ranks, in this process (in-process transport, GPU 0; "
+               "no NCCL): a table, and JSON with --json");
+  app.add_flag("--accuracy-cpu", options.accuracy_on_cpu, "run --accuracy on the CPU");
+  app.add_option("--accuracy-worlds", options.accuracy_worlds, "virtual ranks for --accuracy")
+      ->delimiter(',');
 }
 
 }  // namespace
@@ -262,6 +274,7 @@ int main(int argc, char** argv) {
     if (!options.local_pattern.empty()) options.schemes.push_back("spava+sparse");
   }
   try {
+    if (options.accuracy) return run_accuracy(options);
     if (const auto identity = identity_from_environment()) {
       if (const char* id_file = std::getenv("MMSPARSE_DIST_ID_FILE")) options.id_file = id_file;
       if (options.id_file.empty()) {

@@ -14,9 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "bench_inputs.h"
 #include "bench_options.h"
+#include "event_trace.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/dist.h"
@@ -44,24 +47,11 @@ struct Problem {
   int64_t length() const { return context_len + query_len; }
 };
 
+// The whole problem on the host, for --check's references (short sequences).
 Problem make_problem(const BenchOptions& options) {
-  WorkloadSpec spec;
-  spec.preset = options.preset;
-  spec.seq_len = options.length;
-  spec.q_heads = options.q_heads;
-  spec.kv_heads = options.kv_heads;
-  spec.head_dim = options.head_dim;
-  if (options.needles >= 0) {
-    spec.needles = options.needles;
-  } else {
-    for (const PresetInfo& info : workload_presets()) {
-      if (info.name == options.preset) spec.needles = info.default_needles;
-    }
-  }
-  const Workload workload = Workload::create(spec);
+  const Workload workload = Workload::create(workload_spec(options));
   Problem problem;
-  const int64_t question = workload.seq_len() - workload.question_begin();
-  problem.query_len = options.query_len > 0 ? options.query_len : std::max<int64_t>(question, 1);
+  problem.query_len = query_length(options, workload);
   problem.context_len = workload.seq_len() - problem.query_len;
   problem.q_heads = workload.spec().q_heads;
   problem.kv_heads = workload.spec().kv_heads;
@@ -92,9 +82,23 @@ double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOpt
   return times.empty() ? 0.0 : times[times.size() / 2];
 }
 
+// Extra runs of `work` recording the event trace (not timed).
+void trace_runs(Communicator& communicator, cudaStream_t stream, const BenchOptions& options,
+                EventTrace* trace, const std::string& name, const std::function<void()>& work) {
+  if (trace == nullptr) return;
+  for (int run = 0; run < options.trace_runs; ++run) {
+    communicator.barrier();
+    trace->begin_run(name);
+    communicator.set_tracer(trace);
+    work();
+    communicator.set_tracer(nullptr);
+    communicator.synchronize(stream);
+  }
+}
+
 SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
-                         const Problem& problem, Communicator& communicator, cudaStream_t stream,
-                         bool fault_point) {
+                         const DeviceProblem& problem, Communicator& communicator,
+                         cudaStream_t stream, bool fault_point, EventTrace* trace) {
   SchemeResult result;
   result.name = name;
   const int rank = communicator.rank();
@@ -102,21 +106,19 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   AttentionOptions attention_options;
   attention_options.stream = stream;
   if (name == kDense) {
-    // Single-GPU dense on rank 0; the others wait at the barriers.
-    std::optional<DeviceTensor> q, k, v, out, lse;
+    // Single-GPU dense on rank 0 over the global tensors; the others wait at the barriers.
+    std::optional<DeviceTensor> out, lse;
+    const TensorView q = problem.q.view();
     if (rank == 0) {
-      q.emplace(DeviceTensor::from_host(problem.host.q.view(), device));
-      k.emplace(DeviceTensor::from_host(problem.host.k.view(), device));
-      v.emplace(DeviceTensor::from_host(problem.host.v.view(), device));
-      out.emplace(DType::kBFloat16, problem.host.q.shape(), device);
-      lse.emplace(DType::kFloat32, std::vector<int64_t>{1, problem.q_heads, problem.length()},
+      out.emplace(DType::kBFloat16, q.shape_vector(), device);
+      lse.emplace(DType::kFloat32, std::vector<int64_t>{1, q.shape[2], problem.total_len()},
                   device);
     }
     const double ms = time_runs(
         communicator, stream, options,
         [&] {
           if (rank == 0) {
-            attention_dense(q->view(), k->view(), v->view(), out->view(), lse->view(),
+            attention_dense(q, problem.k.view(), problem.v.view(), out->view(), lse->view(),
                             attention_options);
           }
         },
@@ -129,7 +131,7 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   const dist::DistConfig config = config_for(name, options);
   const dist::SequenceSplit split = dist::split_sequence(
       config, problem.context_len, problem.query_len, communicator.world_size());
-  LocalProblem local = upload_local(problem.host, split, rank, device);
+  LocalProblem local = local_from_device(problem, split, rank, device, stream);
   dist::check_same_config(communicator, config, split, local.q.view(), local.k.view());
   dist::Workspace workspace;
   const auto run = [&](Communicator& through) {
@@ -141,6 +143,7 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   SilentCommunicator silent(communicator);
   const double compute_ms = time_runs(
       communicator, stream, options, [&] { run(silent); }, false);
+  trace_runs(communicator, stream, options, trace, name, [&] { run(communicator); });
   const std::vector<double> all = gather_doubles(communicator, {ms, compute_ms});
   result.compute_min_ms = all[1];
   for (int r = 0; r < communicator.world_size(); ++r) {
@@ -151,12 +154,29 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   return result;
 }
 
-void print_table(const std::vector<SchemeResult>& results, const Problem& problem, int world,
+// The problem's shape for the table and the JSON.
+struct Shape {
+  int64_t length = 0, context_len = 0, query_len = 0;
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+Shape shape_of(const DeviceProblem& problem) {
+  const TensorView q = problem.q.view();
+  return {problem.total_len(), problem.context_len,       problem.query_len,
+          q.shape[2],          problem.k.view().shape[2], q.shape[3]};
+}
+
+Shape shape_of(const Problem& problem) {
+  return {problem.length(), problem.context_len, problem.query_len,
+          problem.q_heads,  problem.kv_heads,    problem.head_dim};
+}
+
+void print_table(const std::vector<SchemeResult>& results, const Shape& problem, int world,
                  const std::string& gpu) {
   fmt::print(
       "mmsparse-dist-bench: synthetic workload, {} tokens ({} context + {} query), heads "
       "{}/{}, head_dim {}, bf16, {} x {}\n",
-      problem.length(), problem.context_len, problem.query_len, problem.q_heads, problem.kv_heads,
+      problem.length, problem.context_len, problem.query_len, problem.q_heads, problem.kv_heads,
       problem.head_dim, world, gpu);
   const auto find = [&](const char* name) -> const SchemeResult* {
     for (const SchemeResult& result : results) {
@@ -184,11 +204,12 @@ void print_table(const std::vector<SchemeResult>& results, const Problem& proble
 }
 
 void write_json(const BenchOptions& options, const std::vector<SchemeResult>& results,
-                const Problem& problem, int world, const std::string& gpu) {
+                const Shape& problem, int world, const std::string& gpu,
+                const std::vector<TraceSummary>& trace = {}) {
   if (options.json_path.empty()) return;
   nlohmann::json document;
   document["workload"] = {{"preset", options.preset},     {"synthetic", true},
-                          {"length", problem.length()},   {"context", problem.context_len},
+                          {"length", problem.length},     {"context", problem.context_len},
                           {"query", problem.query_len},   {"q_heads", problem.q_heads},
                           {"kv_heads", problem.kv_heads}, {"head_dim", problem.head_dim}};
   document["world"] = world;
@@ -204,9 +225,82 @@ void write_json(const BenchOptions& options, const std::vector<SchemeResult>& re
                                    {"max_abs_error", result.max_abs_error},
                                    {"reference", result.reference}});
   }
+  for (const TraceSummary& summary : trace) {
+    document["trace"].push_back({{"scheme", summary.scheme},
+                                 {"rank", summary.rank},
+                                 {"run", summary.run},
+                                 {"span_ms", summary.span_ms},
+                                 {"compute_ms", summary.compute_ms},
+                                 {"communication_ms", summary.communication_ms},
+                                 {"overlapped_ms", summary.overlapped_ms}});
+  }
   std::ofstream file(options.json_path);
   file << document.dump(2) << "\n";
   if (!file) throw Error(ErrorCode::kIoError, "--json: cannot write " + options.json_path);
+}
+
+// --check: every scheme against single-GPU references, on the whole problem held on the host.
+bool check_rank(const BenchOptions& options, const RankIdentity& identity,
+                Communicator& communicator, cudaStream_t stream, const std::string& gpu) {
+  const Problem problem = make_problem(options);
+  std::vector<SchemeResult> results;
+  for (const std::string& name : options.schemes) {
+    if (name == kDense) continue;
+    results.push_back(check_scheme(name, options, problem.host, problem.context_len,
+                                   problem.query_len, communicator, stream));
+  }
+  if (identity.rank == 0 && !problem.needles.empty()) {
+    print_needles_kept(options, problem.host, problem.needles, problem.context_len,
+                       problem.query_len, identity.world);
+  }
+  bool all_passed = true;
+  for (const SchemeResult& result : results) all_passed = all_passed && result.passed;
+  if (identity.rank == 0) {
+    print_checks(results);
+    write_json(options, results, shape_of(problem), identity.world, gpu);
+  }
+  return all_passed;
+}
+
+// Timing: the problem generated across the ranks (bench_inputs.h), each scheme timed, and traced
+// after its timed runs with --trace.
+bool time_rank(const BenchOptions& options, const RankIdentity& identity,
+               Communicator& communicator, cudaStream_t stream, const std::string& gpu) {
+  const int threads = std::max(
+      1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, identity.world));
+  const DeviceProblem problem = generate_on_ranks(options, communicator, stream, threads);
+  const std::vector<double> inputs =
+      gather_doubles(communicator, {static_cast<double>(problem.generated_rows),
+                                    problem.generate_seconds, problem.exchange_seconds});
+  if (identity.rank == 0) {
+    for (int r = 0; r < identity.world; ++r) {
+      fmt::print(
+          "rank {}: generated {} of {} rows in {:.2f} s on {} threads, exchanged (upload + "
+          "all-gather) in {:.2f} s\n",
+          r, static_cast<int64_t>(inputs[3 * r]), problem.total_len(), inputs[3 * r + 1], threads,
+          inputs[3 * r + 2]);
+    }
+  }
+  std::optional<EventTrace> trace;
+  if (!options.trace_path.empty()) trace.emplace(identity.rank, stream);
+  std::vector<SchemeResult> results;
+  bool first_timed = true;
+  for (const std::string& name : options.schemes) {
+    results.push_back(time_scheme(name, options, problem, communicator, stream, first_timed,
+                                  trace ? &*trace : nullptr));
+    first_timed = false;
+  }
+  std::vector<TraceSummary> summaries;
+  if (trace) {
+    write_trace_part(options.trace_path, identity.rank, trace->intervals());
+    communicator.barrier();
+    if (identity.rank == 0) summaries = merge_trace_parts(options.trace_path, identity.world);
+  }
+  if (identity.rank == 0) {
+    print_table(results, shape_of(problem), identity.world, gpu);
+    write_json(options, results, shape_of(problem), identity.world, gpu, summaries);
+  }
+  return true;
 }
 
 }  // namespace
@@ -229,39 +323,14 @@ int run_rank(const BenchOptions& options, const RankIdentity& identity) {
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
     throw Error(ErrorCode::kBackendError, "cudaStreamCreate failed");
   }
-  const Problem problem = make_problem(options);
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, identity.local_rank);
   const std::string gpu = properties.name;
-  std::vector<SchemeResult> results;
-  bool first_timed = true;
-  for (const std::string& name : options.schemes) {
-    if (options.check) {
-      if (name == kDense) continue;
-      results.push_back(check_scheme(name, options, problem.host, problem.context_len,
-                                     problem.query_len, *communicator, stream));
-      continue;
-    }
-    results.push_back(time_scheme(name, options, problem, *communicator, stream, first_timed));
-    first_timed = false;
-  }
-  if (identity.rank == 0 && !problem.needles.empty()) {
-    print_needles_kept(options, problem.host, problem.needles, problem.context_len,
-                       problem.query_len, identity.world);
-  }
-  bool all_passed = true;
-  for (const SchemeResult& result : results) all_passed = all_passed && result.passed;
-  if (identity.rank == 0) {
-    if (options.check) {
-      print_checks(results);
-    } else {
-      print_table(results, problem, identity.world, gpu);
-    }
-    write_json(options, results, problem, identity.world, gpu);
-  }
+  const bool passed = options.check ? check_rank(options, identity, *communicator, stream, gpu)
+                                    : time_rank(options, identity, *communicator, stream, gpu);
   communicator->synchronize(stream);
   cudaStreamDestroy(stream);
-  return all_passed ? 0 : 1;
+  return passed ? 0 : 1;
 }
 
 }  // namespace mmsparse::dist_bench

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "accuracy.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/status.h"
 
@@ -72,14 +73,6 @@ Tensor assemble_output(const dist::SequenceSplit& split, const TensorView& local
     dist::scatter_local(split, r, local, global.view(), /*with_shared_rows=*/r == 0);
   }
   return global;
-}
-
-// Rows [begin, begin + count) of a host [1, seq, heads, dim] view.
-TensorView row_slice(TensorView view, int64_t begin, int64_t count) {
-  view.data = static_cast<std::byte*>(view.data) +
-              begin * view.strides[1] * static_cast<int64_t>(dtype_size(view.dtype));
-  view.shape[1] = count;
-  return view;
 }
 
 Tensor dense_reference(const Workload::Tensors& host, Device device) {
@@ -222,7 +215,6 @@ void print_checks(const std::vector<SchemeResult>& results) {
 void print_needles_kept(const BenchOptions& options, const Workload::Tensors& host,
                         const std::vector<Needle>& needles, int64_t context_len, int64_t query_len,
                         int world) {
-  const TensorView query_q = row_slice(host.q.view(), context_len, query_len);
   const int64_t kv_heads = host.k.shape()[2];
   fmt::print(
       "needles the passing blocks keep for later hosts ({} needles x {} KV heads; the "
@@ -236,30 +228,9 @@ void print_needles_kept(const BenchOptions& options, const Workload::Tensors& ho
       dist::DistConfig config = base;
       config.passing_len = scaled;
       const dist::SequenceSplit split = dist::split_sequence(config, context_len, query_len, world);
-      int64_t kept = 0, candidates = 0;
-      // The last host's passing rows have no reader.
-      for (std::size_t h = 0; h + 1 < split.hosts.size(); ++h) {
-        const dist::VirtualHost& block = split.hosts[h];
-        std::vector<int64_t> inside;
-        for (const Needle& needle : needles) {
-          if (needle.key >= block.begin && needle.key < block.begin + block.len) {
-            inside.push_back(needle.key - block.begin);
-          }
-        }
-        if (inside.empty()) continue;
-        candidates += static_cast<int64_t>(inside.size()) * kv_heads;
-        if (block.passing == 0) continue;
-        const auto selected =
-            dist::select_essential(query_q, row_slice(host.k.view(), block.begin, block.len),
-                                   block.passing, config.pool_width);
-        for (int64_t position : inside) {
-          for (const std::vector<int64_t>& head : selected) {
-            kept += std::binary_search(head.begin(), head.end(), position) ? 1 : 0;
-          }
-        }
-      }
+      const NeedlesKept count = count_needles_kept(config, split, host, needles);
       fmt::print("  {:<6} anchor {:>7} passing {:>7}: {} of {} (needle, KV head) pairs kept\n",
-                 scheme, split.anchor_len, scaled, kept, candidates);
+                 scheme, split.anchor_len, scaled, count.kept, count.pairs);
     }
   }
 }

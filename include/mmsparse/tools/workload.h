@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ class Workload {
     Tensor q, k, v;
   };
   Tensors materialize(DType dtype) const;
+  // The rows at `positions` (global, any order) of what materialize() returns, bit for bit, as
+  // [1, positions.size(), heads, head_dim] tensors of `dtype`, without generating the other rows:
+  // a rank of a sequence-parallel run generates only its own. On `threads` threads (0: all).
+  Tensors materialize_rows(std::span<const int64_t> positions, DType dtype, int threads = 0) const;
 
  private:
   WorkloadSpec spec_;

@@ -158,6 +158,8 @@ class NcclCommunicator final : public Communicator {
       throw_aborted();
     }
     begin(stream);
+    const std::string phase = "all_gather " + std::to_string(send_bytes) + " B";
+    mark(phase, true);
     auto* bytes = static_cast<std::byte*>(recv);
     bool uniform = true;
     for (int r = 0; r < world_; ++r) {
@@ -181,6 +183,7 @@ class NcclCommunicator final : public Communicator {
       }
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd (all_gather)");
+    mark(phase, false);
     return finish("all_gather of " + std::to_string(send_bytes) + " bytes (waits on " +
                   peers_text(every_peer()) + ")");
   }
@@ -188,6 +191,8 @@ class NcclCommunicator final : public Communicator {
   Ticket send_recv(const void* send, int64_t send_bytes, int to, void* recv, int64_t recv_bytes,
                    int from, void* stream) override {
     begin(stream);
+    const std::string phase = "send_recv " + std::to_string(send_bytes) + " B";
+    mark(phase, true);
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     if (send_bytes > 0) {
       check_nccl(
@@ -200,6 +205,7 @@ class NcclCommunicator final : public Communicator {
           "ncclRecv");
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd (send_recv)");
+    mark(phase, false);
     return finish("send_recv (sends " + std::to_string(send_bytes) + " bytes to rank " +
                   std::to_string(to) + ", receives " + std::to_string(recv_bytes) +
                   " bytes from rank " + std::to_string(from) + ")");
@@ -308,6 +314,12 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_cuda(cudaEventRecord(ordered_, static_cast<cudaStream_t>(stream)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(comm_stream_, ordered_, 0), "cudaStreamWaitEvent");
+  }
+
+  // An operation's beginning (after the wait for the caller's stream) or end on the
+  // communication stream, for the tracer.
+  void mark(const std::string& phase, bool starts) {
+    if (tracer() != nullptr) tracer()->mark(phase, starts, comm_stream_);
   }
 
   Ticket finish(std::string what) {

@@ -52,6 +52,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -554,40 +556,55 @@ void Workload::generate_q(int64_t q_head, const std::vector<int64_t>& positions,
 }
 
 Workload::Tensors Workload::materialize(DType dtype) const {
+  std::vector<int64_t> positions(static_cast<std::size_t>(seq_len()));
+  std::iota(positions.begin(), positions.end(), int64_t{0});
+  return materialize_rows(positions, dtype);
+}
+
+Workload::Tensors Workload::materialize_rows(std::span<const int64_t> positions, DType dtype,
+                                             int threads) const {
   if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     throw_invalid_argument("dtype", "float32, float16 or bfloat16",
                            std::string(dtype_name(dtype)));
   }
-  const int64_t n = seq_len();
+  const auto n = static_cast<int64_t>(positions.size());
+  for (int64_t row = 0; row < n; ++row) {
+    if (positions[static_cast<std::size_t>(row)] < 0 ||
+        positions[static_cast<std::size_t>(row)] >= seq_len()) {
+      throw_invalid_argument("positions[" + std::to_string(row) + "]",
+                             "in [0, " + std::to_string(seq_len()) + ")",
+                             std::to_string(positions[static_cast<std::size_t>(row)]));
+    }
+  }
   const int64_t dim = spec_.head_dim;
   Tensors tensors{Tensor(dtype, {1, n, spec_.q_heads, dim}),
                   Tensor(dtype, {1, n, spec_.kv_heads, dim}),
                   Tensor(dtype, {1, n, spec_.kv_heads, dim})};
   const WorkloadGenerator generator(*this);
-  // One task per (KV head, block of positions): a token's features are computed once for the KV
-  // head's key and value and all the query heads of its group. Blocks of 4096 positions give 32
+  // One task per (KV head, block of rows): a token's features are computed once for the KV
+  // head's key and value and all the query heads of its group. Blocks of 4096 rows give 32
   // tasks per KV head at 128K, plenty to balance threads.
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int64_t group = spec_.q_heads / spec_.kv_heads;
   const TensorView q = tensors.q.view(), k = tensors.k.view(), v = tensors.v.view();
-  detail::parallel_for(spec_.kv_heads * blocks, 0, [&](int64_t task) {
+  detail::parallel_for(spec_.kv_heads * blocks, threads, [&](int64_t task) {
     const int64_t kv_head = task / blocks;
     const int64_t begin = task % blocks * kBlock;
     const int64_t end = std::min(n, begin + kBlock);
     std::vector<float> row_q(dim), row_k(dim), row_v(dim);
     Token token;
-    for (int64_t j = begin; j < end; ++j) {
-      generator.describe(kv_head, j, token);
+    for (int64_t row = begin; row < end; ++row) {
+      generator.describe(kv_head, positions[static_cast<std::size_t>(row)], token);
       generator.key_value(token, row_k.data(), row_v.data());
-      const int64_t kv_base = (j * spec_.kv_heads + kv_head) * dim;
+      const int64_t kv_base = (row * spec_.kv_heads + kv_head) * dim;
       for (int64_t d = 0; d < dim; ++d) {
         store_float(k, kv_base + d, row_k[d]);
         store_float(v, kv_base + d, row_v[d]);
       }
       for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
         generator.query(head, token, row_q.data());
-        const int64_t q_base = (j * spec_.q_heads + head) * dim;
+        const int64_t q_base = (row * spec_.q_heads + head) * dim;
         for (int64_t d = 0; d < dim; ++d) store_float(q, q_base + d, row_q[d]);
       }
     }
