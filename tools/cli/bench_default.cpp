@@ -72,16 +72,17 @@ DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len
     for (const ShippedConfig& config : shipped_configs()) {
       have += (have.empty() ? "" : ", ") + config.file;
     }
-    result.missing = fmt::format("no MMInference config is shipped for '{}' at {} tokens ({} is "
-                                 "missing; this build has {})",
-                                 workload.preset, seq_len, result.file,
-                                 have.empty() ? "none" : have);
+    result.missing = fmt::format(
+        "no MMInference config is shipped for '{}' at {} tokens ({} is "
+        "missing; this build has {})",
+        workload.preset, seq_len, result.file, have.empty() ? "none" : have);
     return result;
   }
   if (!preset_shape(workload, seq_len)) {
-    result.missing = fmt::format("{} was searched on the preset's own heads, head dim and head "
-                                 "mix; this workload changes them",
-                                 result.file);
+    result.missing = fmt::format(
+        "{} was searched on the preset's own heads, head dim and head "
+        "mix; this workload changes them",
+        result.file);
     return result;
   }
   result.config = PatternConfig::from_json(shipped->json);
@@ -93,8 +94,7 @@ DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len
   return result;
 }
 
-std::string default_config_search_command(const WorkloadSpec& workload, int64_t seq_len,
-                                          bool gpu) {
+std::string default_config_search_command(const WorkloadSpec& workload, int64_t seq_len, bool gpu) {
   return fmt::format(
       "mmsparse search --preset {} --seq-len {} --seed {} --needles {} --boundary-modes 0 "
       "--target-mean-recall 0.96 --device {} --output {}",
@@ -104,16 +104,17 @@ std::string default_config_search_command(const WorkloadSpec& workload, int64_t 
 
 std::string default_verdict_line(const LayerReport& layer, std::optional<std::size_t> config_run,
                                  const DefaultConfig& config, bool gpu) {
-  const std::string device =
-      gpu ? std::string("GPU") : std::string("CPU reference backend: the oracle's host times, "
-                                             "not GPU speed");
+  const std::string device = gpu ? std::string("GPU")
+                                 : std::string(
+                                       "CPU reference backend: the oracle's host times, "
+                                       "not GPU speed");
   const std::optional<std::size_t> baseline = best_static_run(layer, config_run);
   std::string baseline_text;
   if (baseline) {
     const RunFigures figures = run_figures(layer, *baseline);
-    baseline_text = fmt::format("; most accurate static baseline {} {:.2f}x at recall {:.4f}",
-                                layer.runs[*baseline].run.label, figures.speedup,
-                                figures.summary.recall_mean);
+    baseline_text =
+        fmt::format("; most accurate static baseline {} {:.2f}x at recall {:.4f}",
+                    layer.runs[*baseline].run.label, figures.speedup, figures.summary.recall_mean);
   }
   if (!config_run) {
     return fmt::format("verdict: {}; static baselines only{} ({})", config.missing, baseline_text,
@@ -132,8 +133,7 @@ std::string default_verdict_line(const LayerReport& layer, std::optional<std::si
       device);
 }
 
-nlohmann::json default_verdict_json(const LayerReport& layer,
-                                    std::optional<std::size_t> config_run,
+nlohmann::json default_verdict_json(const LayerReport& layer, std::optional<std::size_t> config_run,
                                     const DefaultConfig& config) {
   nlohmann::json verdict = {{"config", config.file}};
   if (!config_run) {
@@ -145,7 +145,8 @@ nlohmann::json default_verdict_json(const LayerReport& layer,
   verdict["held_out_seed"] = !config.same_seed;
   verdict["recall_mean"] = figures.summary.recall_mean;
   if (std::isfinite(figures.speedup)) verdict["speedup"] = figures.speedup;
-  if (std::isfinite(figures.bound_percent)) verdict["tile_oracle_bound_percent"] = figures.bound_percent;
+  if (std::isfinite(figures.bound_percent))
+    verdict["tile_oracle_bound_percent"] = figures.bound_percent;
   if (figures.summary.needles > 0 && figures.summary.needle_mass_measured) {
     verdict["needles_kept"] = figures.summary.needles_kept;
     verdict["needles"] = figures.summary.needles;

@@ -36,15 +36,13 @@ struct DefaultConfig {
 DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len);
 
 // The search that writes the config for `workload` at `seq_len` (another seed than the bench's).
-std::string default_config_search_command(const WorkloadSpec& workload, int64_t seq_len,
-                                          bool gpu);
+std::string default_config_search_command(const WorkloadSpec& workload, int64_t seq_len, bool gpu);
 
 // The verdict of a default run on `layer` whose run `config_run` is the shipped config (none:
 // static baselines only): one line, and the same in JSON.
 std::string default_verdict_line(const LayerReport& layer, std::optional<std::size_t> config_run,
                                  const DefaultConfig& config, bool gpu);
-nlohmann::json default_verdict_json(const LayerReport& layer,
-                                    std::optional<std::size_t> config_run,
+nlohmann::json default_verdict_json(const LayerReport& layer, std::optional<std::size_t> config_run,
                                     const DefaultConfig& config);
 
 }  // namespace mmsparse::cli
