@@ -66,7 +66,8 @@ std::optional<std::size_t> best_static_run(const LayerReport& layer,
 DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len) {
   DefaultConfig result;
   result.file = shipped_config_file(workload.preset, seq_len);
-  const std::optional<ShippedConfig> shipped = find_shipped_config(workload.preset, seq_len);
+  const std::optional<ShippedConfig> shipped =
+      select_shipped_config(shipped_configs(), workload.preset, seq_len);
   if (!shipped) {
     std::string have;
     for (const ShippedConfig& config : shipped_configs()) {
@@ -78,6 +79,7 @@ DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len
         workload.preset, seq_len, result.file, have.empty() ? "none" : have);
     return result;
   }
+  result.file = shipped->file;
   if (!preset_shape(workload, seq_len)) {
     result.missing = fmt::format(
         "{} was searched on the preset's own heads, head dim and head "

@@ -31,8 +31,9 @@ struct DefaultConfig {
 };
 
 // The config shipped for `workload` (resolved: heads, head dim and needles filled in) at
-// `seq_len` tokens. It runs only on the workload it was searched for: the preset's heads and head
-// dim at that length (its windows, budgets and strides are absolute numbers for that shape).
+// `seq_len` tokens: the one searched at that length, or at 128K tokens and more (where no value
+// scales with length) the longest searched between 128K and seq_len. It runs only on the preset's
+// own heads and head dim (its windows, budgets and strides are absolute numbers).
 DefaultConfig default_bench_config(const WorkloadSpec& workload, int64_t seq_len);
 
 // The search that writes the config for `workload` at `seq_len` (another seed than the bench's).

@@ -24,7 +24,10 @@ std::string shipped_config_file(const std::string& preset, int64_t seq_len);
 // Every config compiled in, by file name.
 const std::vector<ShippedConfig>& shipped_configs();
 
-// The config searched for `preset` at `seq_len` tokens, if one is shipped.
-std::optional<ShippedConfig> find_shipped_config(const std::string& preset, int64_t seq_len);
+// Of `configs`, the one for `preset` at `seq_len` tokens: the one searched at that length, or at
+// 131072 tokens and more (where scale_spec_to_length changes no value) the longest searched
+// between 131072 and seq_len.
+std::optional<ShippedConfig> select_shipped_config(const std::vector<ShippedConfig>& configs,
+                                                   const std::string& preset, int64_t seq_len);
 
 }  // namespace mmsparse::cli
