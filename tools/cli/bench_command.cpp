@@ -95,6 +95,7 @@ struct BenchConfig {
   PatternConfig config;
   std::string name;   // its path
   std::string label;  // the pattern column: "config", or "mminference" for the shipped one
+  std::string what;   // where it came from, in messages: "--config <path>" or "shipped config ..."
 };
 
 // A layer's pattern runs: the --pattern runs, then the config's layer, checked (distinct specs
@@ -107,7 +108,7 @@ std::vector<PatternRun> pattern_runs(std::vector<PatternRun> runs,
     const std::string source = config->name + " layer " + std::to_string(layer);
     std::vector<PatternSpec> specs = config->config.layer_specs(layer, heads);
     check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, causal,
-                         "--config " + source);
+                         config->what + " layer " + std::to_string(layer));
     runs.push_back({config->label, source, std::move(specs)});
   }
   return runs;
@@ -255,14 +256,16 @@ void print_default_run_header(const DefaultConfig& shipped, const WorkloadSpec& 
                               int64_t seq_len, bool gpu) {
   if (shipped.config) {
     fmt::print("MMInference per-head config {} (configs/README.md), searched on: {}\n",
-               shipped.file, shipped.calibration.empty() ? "(no search record)" : shipped.calibration);
+               shipped.file,
+               shipped.calibration.empty() ? "(no search record)" : shipped.calibration);
   } else {
     fmt::print("MMInference config: {}; to add it: {}\n", shipped.missing,
                default_config_search_command(workload, seq_len, gpu));
   }
   if (!gpu) {
-    fmt::print("CPU reference backend: the oracle every kernel is tested against; its times show "
-               "each pattern's work on this host, not GPU speed (--device cuda on a GPU machine)\n");
+    fmt::print(
+        "CPU reference backend: the oracle every kernel is tested against; its times show "
+        "each pattern's work on this host, not GPU speed (--device cuda on a GPU machine)\n");
   }
 }
 
@@ -284,11 +287,17 @@ int run_bench(const BenchFlags& flags) {
   const Workload reference = Workload::create(spec);
   const WorkloadSpec& resolved = reference.spec();
   std::optional<BenchConfig> config;
-  if (flag_config) config = BenchConfig{*flag_config, flags.config_path, "config"};
+  if (flag_config) {
+    config =
+        BenchConfig{*flag_config, flags.config_path, "config", "--config " + flags.config_path};
+  }
   DefaultConfig shipped;
   if (default_run) {
     shipped = default_bench_config(resolved, reference.seq_len());
-    if (shipped.config) config = BenchConfig{*shipped.config, shipped.file, "mminference"};
+    if (shipped.config) {
+      config = BenchConfig{*shipped.config, shipped.file, "mminference",
+                           "shipped config " + shipped.file};
+    }
   }
   const std::vector<PatternRun> common_runs =
       flag_runs(flags, flag_config.has_value(), reference.layout(), reference.causal());
@@ -299,8 +308,8 @@ int run_bench(const BenchFlags& flags) {
   }
 
   if (config) {
-    print_config_mismatch_warnings(config->config, "--config " + config->name,
-                                   reference.seq_len(), &reference.layout());
+    print_config_mismatch_warnings(config->config, config->what, reference.seq_len(),
+                                   &reference.layout());
   }
   const double dense_estimate =
       gpu ? 0.0
@@ -365,9 +374,9 @@ int run_bench(const BenchFlags& flags) {
       fmt::print("{}.\n", tile_oracle_footer(measured.front().tile_oracle));
     }
     if (default_run && !measured.empty()) {
-      fmt::print("\n{}\n", default_verdict_line(measured.front().report,
-                                                 shipped_run(measured.front(), shipped), shipped,
-                                                 gpu));
+      fmt::print("\n{}\n",
+                 default_verdict_line(measured.front().report,
+                                      shipped_run(measured.front(), shipped), shipped, gpu));
     }
   }
 

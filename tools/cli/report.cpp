@@ -460,11 +460,11 @@ void print_per_head_tables(const LayerReport& layer) {
                           run.plan_reused ? ", by an earlier layer" : "");
     } else {
       line += fmt::format(
-        "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
-        any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
-                        "its builder, or on the host, host clock; one spec for every head: an "
-                        "equal share of one build"
-                      : "every head built on the host");
+          "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
+          any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
+                          "its builder, or on the host, host clock; one spec for every head: an "
+                          "equal share of one build"
+                        : "every head built on the host");
     }
     if (run.assembly_seconds) {
       line += fmt::format(", concatenation {:.2f} ms (GPU events)",
