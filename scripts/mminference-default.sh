@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The main job on a GPU (configs/README.md, docs/report.md "The default run"): search the
-# MMInference config the GPU default run needs (SYNTHETIC video preset at 131072 tokens, seed 1:
-# another seed than the bench's 0) unless configs/ already has it, rebuild the CLI so that it is
-# compiled in, then run `mmsparse bench --device cuda` with no other flag (dense, the static
-# baselines and the config, ending in the verdict). With `1m`, also the 1M-token run with all 28
-# heads: a config searched on the 1M preset at 131072 tokens (no window or budget scales at 128K
-# and more, and the preset's frames keep their size, so it applies at 1M) against dense in one
-# bench. Outputs go to $OUT (else <build>/mminference-default); the searched configs are copied
-# there to be committed under configs/.
+# The main job on a GPU (configs/README.md, docs/report.md "The default run"), in steps that each
+# fit one 10-minute device call. Outputs go to $OUT (else <build>/mminference-default); searched
+# configs are written to configs/ and copied to $OUT/configs/, to be committed.
 #
-#   scripts/mminference-default.sh [build-dir] [1m]
+#   scripts/mminference-default.sh [build-dir] STEP
+#
+#   search       the config of the GPU default run: SYNTHETIC video preset at 131072 tokens, seed
+#                1 (another seed than the bench's 0); skipped when configs/ has it (~270 s on an
+#                H100 before the search was sped up)
+#   bench        rebuilds the CLI (configs/ is compiled in), then `mmsparse bench --device cuda`
+#                with no other flag: dense, the static baselines, the config, the verdict (~1-2 min)
+#   search-1m    a config for the 1M preset, searched at 131072 tokens of it: no window or budget
+#                scales at 128K and more, and the preset's frames keep their size (stride 240), so
+#                it applies at 1M (as long as `search`)
+#   bench-1m     1M tokens, all 28 heads, dense and that config in one bench; one timed run each
+#                (dense is about 14 s at 1M) to stay inside 10 minutes (estimate 5-9 min)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$repo/build-gpu}
-with_1m=${2:-}
+step=${2:-}
 cli=$build/tools/cli/mmsparse
 out=${OUT:-$build/mminference-default}
 mkdir -p "$out/configs"
@@ -33,20 +38,22 @@ search_config() {  # preset seq_len
   cp "$repo/$file" "$out/configs/"
 }
 
-status=0
-search_config video-qwen2.5vl-128k 131072 || status=1
-[[ $with_1m == 1m ]] && { search_config video-qwen2.5vl-1m 131072 || status=1; }
-# configs/ is compiled into the CLI: a new file re-runs the configuration at this build.
-cmake --build "$build" --target mmsparse_cli -j >"$out/rebuild.txt" 2>&1 || status=1
-
-"$cli" bench --device cuda --json "$out/bench-default.json" 2>&1 | tee "$out/bench-default.txt" \
-  || status=1
-if [[ $with_1m == 1m ]]; then
-  # Dense once (about 14 s for 28 heads at 1M on an H100): one timed run each keeps the call
-  # inside 10 minutes; fewer sampled rows for the oracle density.
-  "$cli" bench --device cuda --preset video-qwen2.5vl-1m --heads 28 --kv-heads 4 --needles 4 \
-    --config "$repo/configs/video-qwen2.5vl-1m-131072.json" --warmup 0 --repeats 1 \
-    --oracle-rows 16 --per-head --json "$out/bench-1m.json" 2>&1 | tee "$out/bench-1m.txt" \
-    || status=1
-fi
-exit $status
+case $step in
+  search) search_config video-qwen2.5vl-128k 131072 ;;
+  search-1m) search_config video-qwen2.5vl-1m 131072 ;;
+  bench)
+    cmake --build "$build" --target mmsparse_cli -j >"$out/rebuild.txt" 2>&1 || exit 1
+    "$cli" bench --device cuda --json "$out/bench-default.json" 2>&1 |
+      tee "$out/bench-default.txt"
+    ;;
+  bench-1m)
+    "$cli" bench --device cuda --preset video-qwen2.5vl-1m --heads 28 --kv-heads 4 --needles 4 \
+      --config "$repo/configs/video-qwen2.5vl-1m-131072.json" --warmup 0 --repeats 1 \
+      --oracle-rows 16 --per-head --json "$out/bench-1m.json" 2>&1 | tee "$out/bench-1m.txt"
+    ;;
+  *)
+    echo "mminference-default.sh: expected a step: search, bench, search-1m or bench-1m; got" \
+      "'$step'" >&2
+    exit 2
+    ;;
+esac
