@@ -10,6 +10,7 @@
 #                H100 before the search was sped up)
 #   bench        rebuilds the CLI (configs/ is compiled in), then `mmsparse bench --device cuda`
 #                with no other flag: dense, the static baselines, the config, the verdict (~1-2 min)
+#   search-bench both in one call (once the search takes about a minute)
 #   search-1m    a config for the 1M preset, searched at 131072 tokens of it: no window or budget
 #                scales at 128K and more, and the preset's frames keep their size (stride 240), so
 #                it applies at 1M (as long as `search`)
@@ -41,6 +42,10 @@ search_config() {  # preset seq_len
 case $step in
   search) search_config video-qwen2.5vl-128k 131072 ;;
   search-1m) search_config video-qwen2.5vl-1m 131072 ;;
+  search-bench)
+    search_config video-qwen2.5vl-128k 131072 || exit 1
+    "$0" "$build" bench
+    ;;
   bench)
     cmake --build "$build" --target mmsparse_cli -j >"$out/rebuild.txt" 2>&1 || exit 1
     "$cli" bench --device cuda --json "$out/bench-default.json" 2>&1 |
@@ -52,7 +57,8 @@ case $step in
       --oracle-rows 16 --per-head --json "$out/bench-1m.json" 2>&1 | tee "$out/bench-1m.txt"
     ;;
   *)
-    echo "mminference-default.sh: expected a step: search, bench, search-1m or bench-1m; got" \
+    echo "mminference-default.sh: expected a step: search, bench, search-bench, search-1m or" \
+      "bench-1m; got" \
       "'$step'" >&2
     exit 2
     ;;
