@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "bench_default.h"
 #include "cli_common.h"
 #include "executor.h"
 #include "layers.h"
@@ -89,18 +90,26 @@ std::vector<PatternRun> flag_runs(const BenchFlags& flags, bool with_config,
   return runs;
 }
 
+// The config a run reads: --config's, or in a default run the shipped one.
+struct BenchConfig {
+  PatternConfig config;
+  std::string name;   // its path
+  std::string label;  // the pattern column: "config", or "mminference" for the shipped one
+  std::string what;   // where it came from, in messages: "--config <path>" or "shipped config ..."
+};
+
 // A layer's pattern runs: the --pattern runs, then the config's layer, checked (distinct specs
 // built once for one head) before any attention runs.
-std::vector<PatternRun> pattern_runs(const BenchFlags& flags, std::vector<PatternRun> runs,
-                                     const std::optional<PatternConfig>& config, int64_t layer,
+std::vector<PatternRun> pattern_runs(std::vector<PatternRun> runs,
+                                     const std::optional<BenchConfig>& config, int64_t layer,
                                      const ModalityLayout& layout, int64_t heads, bool causal) {
   if (config) {
     const int64_t seq_len = layout.length();
-    const std::string source = flags.config_path + " layer " + std::to_string(layer);
-    std::vector<PatternSpec> specs = config->layer_specs(layer, heads);
+    const std::string source = config->name + " layer " + std::to_string(layer);
+    std::vector<PatternSpec> specs = config->config.layer_specs(layer, heads);
     check_patterns_build(distinct_specs(specs), &layout, seq_len, seq_len, causal,
-                         "--config " + source);
-    runs.push_back({"config", source, std::move(specs)});
+                         config->what + " layer " + std::to_string(layer));
+    runs.push_back({config->label, source, std::move(specs)});
   }
   return runs;
 }
@@ -236,29 +245,70 @@ BenchLayer bench_layer(const BenchFlags& flags, const std::vector<PatternRun>& r
   return result;
 }
 
+// The shipped config's run in a default run's layer (its last run), if one ran.
+std::optional<std::size_t> shipped_run(const BenchLayer& layer, const DefaultConfig& shipped) {
+  if (!shipped.config || layer.report.runs.empty()) return std::nullopt;
+  return layer.report.runs.size() - 1;
+}
+
+// What a default run compares, and on a CPU that its times are the reference backend's.
+void print_default_run_header(const DefaultConfig& shipped, const WorkloadSpec& workload,
+                              int64_t seq_len, bool gpu) {
+  if (shipped.config) {
+    fmt::print("MMInference per-head config {} (configs/README.md), searched on: {}\n",
+               shipped.file,
+               shipped.calibration.empty() ? "(no search record)" : shipped.calibration);
+  } else {
+    fmt::print("MMInference config: {}; to add it: {}\n", shipped.missing,
+               default_config_search_command(workload, seq_len, gpu));
+  }
+  if (!gpu) {
+    fmt::print(
+        "CPU reference backend: the oracle every kernel is tested against; its times show "
+        "each pattern's work on this host, not GPU speed (--device cuda on a GPU machine)\n");
+  }
+}
+
 int run_bench(const BenchFlags& flags) {
   const bool gpu = use_gpu(flags.exec.device_choice());
   const bool progress_enabled = !flags.exec.quiet && flags.exec.json_path != "-";
   WorkloadSpec spec = flags.workload.spec();
   if (!gpu && spec.seq_len == 0) spec.seq_len = kCpuDefaultSeqLen;
+  const bool default_run = flags.patterns.empty() && flags.config_path.empty();
+  const bool needles_given =
+      flags.workload.needles_option != nullptr && flags.workload.needles_option->count() > 0;
+  if (default_run && !needles_given && spec.needles == 0) spec.needles = kDefaultBenchNeedles;
   const DType dtype = flags.exec.data_type();
   check_output_path(flags.exec.json_path, "--json");
-  const std::optional<PatternConfig> config = read_config(flags.config_path);
-  const std::vector<int64_t> layers = selected_layers(flags, config);
+  const std::optional<PatternConfig> flag_config = read_config(flags.config_path);
+  const std::vector<int64_t> layers = selected_layers(flags, flag_config);
   // Layers differ only by seed: the shape, the layout and the needle count are the first layer's.
   // Creating the workload generates no tensors, so bad specs fail here in milliseconds.
   const Workload reference = Workload::create(spec);
   const WorkloadSpec& resolved = reference.spec();
+  std::optional<BenchConfig> config;
+  if (flag_config) {
+    config =
+        BenchConfig{*flag_config, flags.config_path, "config", "--config " + flags.config_path};
+  }
+  DefaultConfig shipped;
+  if (default_run) {
+    shipped = default_bench_config(resolved, reference.seq_len());
+    if (shipped.config) {
+      config = BenchConfig{*shipped.config, shipped.file, "mminference",
+                           "shipped config " + shipped.file};
+    }
+  }
   const std::vector<PatternRun> common_runs =
-      flag_runs(flags, config.has_value(), reference.layout(), reference.causal());
+      flag_runs(flags, flag_config.has_value(), reference.layout(), reference.causal());
   std::vector<std::vector<PatternRun>> layer_runs;
   for (int64_t layer : layers) {
-    layer_runs.push_back(pattern_runs(flags, common_runs, config, layer, reference.layout(),
+    layer_runs.push_back(pattern_runs(common_runs, config, layer, reference.layout(),
                                       resolved.q_heads, reference.causal()));
   }
 
   if (config) {
-    print_config_mismatch_warnings(*config, "--config " + flags.config_path, reference.seq_len(),
+    print_config_mismatch_warnings(config->config, config->what, reference.seq_len(),
                                    &reference.layout());
   }
   const double dense_estimate =
@@ -302,6 +352,7 @@ int run_bench(const BenchFlags& flags) {
                  needles, reference.question_begin(), reference.seq_len() - 1);
     }
     fmt::print("device {}, dtype {}\n", device, dtype_name(dtype));
+    if (default_run) print_default_run_header(shipped, resolved, reference.seq_len(), gpu);
     for (const BenchLayer& layer : measured) {
       fmt::print(
           "\nlayer {} ({}): oracle density at recall {:.2f}: mean {:.2f}% over heads ({} "
@@ -321,6 +372,11 @@ int run_bench(const BenchFlags& flags) {
     print_column_footer(needles, gpu, flags.timing.for_device(gpu));
     if (!measured.empty() && reference.causal()) {
       fmt::print("{}.\n", tile_oracle_footer(measured.front().tile_oracle));
+    }
+    if (default_run && !measured.empty()) {
+      fmt::print("\n{}\n",
+                 default_verdict_line(measured.front().report,
+                                      shipped_run(measured.front(), shipped), shipped, gpu));
     }
   }
 
@@ -350,6 +406,10 @@ int run_bench(const BenchFlags& flags) {
           measured[l].report.oracle_bounds[run];
     }
     if (needles > 0) report["layers"][l]["needle_keys"] = measured[l].needles.keys;
+  }
+  if (default_run && !measured.empty()) {
+    report["verdict"] = default_verdict_json(measured.front().report,
+                                             shipped_run(measured.front(), shipped), shipped);
   }
   report["device"] = device;
   report["dtype"] = dtype_name(dtype);

@@ -82,6 +82,33 @@ Executor::PatternPlan Executor::prepare_pattern_plan(const PatternSpec& spec, Pl
   return result;
 }
 
+Executor::StaticPlan Executor::static_plan(const PatternSpec& spec, PlanShape shape,
+                                           const ModalityLayout* layout, int64_t head_dim) {
+  const std::string key = spec.to_string() + "|" + std::to_string(shape.batch) + "x" +
+                          std::to_string(shape.heads) + "x" + std::to_string(shape.q_len) + "x" +
+                          std::to_string(shape.kv_len) + "|d" + std::to_string(head_dim) + "|" +
+                          (layout != nullptr ? layout->to_json() : std::string());
+  if (const auto found = static_plans_.find(key); found != static_plans_.end()) {
+    StaticPlan reused = found->second;
+    reused.reused = true;
+    return reused;
+  }
+  StaticPlan built;
+  const auto start = std::chrono::steady_clock::now();
+  if (gpu_) {
+    const PatternInputs no_inputs{};
+    PatternPlan plan = prepare_pattern_plan(spec, shape, layout, no_inputs, head_dim);
+    built.built_on_device = plan.built_on_device;
+    built.prepared = std::make_shared<const PreparedPlan>(std::move(plan.prepared));
+  } else {
+    built.prepared = std::make_shared<const PreparedPlan>(
+        prepare(build({spec}, shape, layout, nullptr, head_dim)));
+  }
+  built.build_seconds = seconds_since(start);
+  static_plans_.emplace(key, built);
+  return built;
+}
+
 Executor::ConfigPlan Executor::prepare_config_plan(const std::vector<PatternSpec>& specs,
                                                    PlanShape shape, const ModalityLayout* layout,
                                                    const PatternInputs& host_inputs,

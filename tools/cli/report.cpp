@@ -27,6 +27,13 @@ constexpr double kTeraFlops = 1e12;
 
 double milliseconds(double seconds) { return kMillisecondsPerSecond * seconds; }
 
+// The index column: the per-call index, or for a static plan its one build per shape in
+// parentheses (not a per-call cost: the footer says so).
+std::string index_column(const RunReport& run) {
+  if (run.plan_once_seconds) return fmt::format("({:.1f})", milliseconds(*run.plan_once_seconds));
+  return fmt::format("{:.1f}", milliseconds(run.index_seconds));
+}
+
 // `text` cut to `width` characters, the last one "~" when it was cut.
 std::string clipped(const std::string& text, std::size_t width) {
   return text.size() <= width ? text : text.substr(0, width - 1) + "~";
@@ -92,6 +99,10 @@ nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
                           {"index_ms", milliseconds(run.index_seconds)},
                           {"attention_ms", milliseconds(run.attention_seconds)}};
   if (run.assembly_seconds) entry["assembly_ms"] = milliseconds(*run.assembly_seconds);
+  if (run.plan_once_seconds) {
+    entry["plan_once_per_shape_ms"] = milliseconds(*run.plan_once_seconds);
+    entry["plan_reused"] = run.plan_reused;
+  }
   if (summary.compared) {
     entry["recall_mean"] = summary.recall_mean;
     entry["recall_min"] = summary.recall_min;
@@ -196,7 +207,7 @@ namespace {
 // A run's prepared plan, how long each head slot's index took and where it was built, and the plan
 // the metrics read when the prepared one has no host copy.
 struct RunPlan {
-  PreparedPlan prepared;
+  std::shared_ptr<const PreparedPlan> prepared;
   std::vector<double> head_seconds;
   std::vector<std::string> head_built;  // "gpu" or "host", per head slot
   // For a plan estimated on the GPU (no host copy) the host builder's, untimed
@@ -211,13 +222,23 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
                        const PlanShape& shape, int64_t head_dim, RunReport& report) {
   const PatternInputs pattern_inputs{inputs.q, inputs.k};
   RunPlan result;
-  if (executor.gpu() && run.specs.size() == 1) {
+  if (run.specs.size() == 1 && !any_dynamic(run.specs)) {
+    // Built once per shape and reused: the per-call index is nothing, the build is reported apart.
+    const Executor::StaticPlan built =
+        executor.static_plan(run.specs.front(), shape, inputs.layout, head_dim);
+    result.prepared = built.prepared;
+    report.plan_once_seconds = built.build_seconds;
+    report.plan_reused = built.reused;
+    const auto slots = static_cast<std::size_t>(built.prepared->shape().head_slots());
+    result.head_seconds.assign(slots, 0.0);
+    result.head_built.assign(slots, built.built_on_device ? "gpu" : "host");
+  } else if (executor.gpu() && run.specs.size() == 1) {
     Executor::PatternPlan built;
     report.index_seconds = executor.median_build_seconds([&] {
       built = executor.prepare_pattern_plan(run.specs.front(), shape, inputs.layout, pattern_inputs,
                                             head_dim);
     });
-    result.prepared = std::move(built.prepared);
+    result.prepared = std::make_shared<const PreparedPlan>(std::move(built.prepared));
     // One build for every head slot: each is given an equal share.
     const int64_t slots = shape.head_slots();
     result.head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
@@ -233,7 +254,7 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
           executor.prepare_config_plan(run.specs, shape, inputs.layout, pattern_inputs, head_dim);
     });
     report.assembly_seconds = built.times.assembly_seconds;
-    result.prepared = std::move(built.prepared);
+    result.prepared = std::make_shared<const PreparedPlan>(std::move(built.prepared));
     for (const HeadBuildTime& head : built.times.heads) {
       result.head_seconds.push_back(head.seconds);
       result.head_built.push_back(head.on_device ? "gpu" : "host");
@@ -243,8 +264,8 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
     }
   } else {
     const auto index_start = std::chrono::steady_clock::now();
-    result.prepared = executor.prepare(executor.build(
-        run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &result.head_seconds));
+    result.prepared = std::make_shared<const PreparedPlan>(executor.prepare(executor.build(
+        run.specs, shape, inputs.layout, &pattern_inputs, head_dim, &result.head_seconds)));
     report.index_seconds = seconds_since(index_start);
     result.head_built.assign(result.head_seconds.size(), "host");
   }
@@ -258,11 +279,12 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
   const int64_t heads = inputs.q.shape[2], head_dim = inputs.q.shape[3];
   const int64_t kv_len = inputs.k.shape[1];
-  RunReport report{run, {}, 0.0, std::nullopt, 0.0, 0};
+  RunReport report;
+  report.run = run;
 
   const PlanShape shape{inputs.plan_batch, heads, q_len, kv_len, kDefaultTileRows};
   const RunPlan built = build_run_plan(executor, run, inputs, shape, head_dim, report);
-  const PreparedPlan& prepared = built.prepared;
+  const PreparedPlan& prepared = *built.prepared;
   const std::vector<double>& head_seconds = built.head_seconds;
   const std::vector<std::string>& head_built = built.head_built;
   const std::optional<Plan>& host_plan = built.host_plan;
@@ -341,12 +363,12 @@ void print_summary_table(const LayerReport& layer, int64_t needles) {
             : 0.0;
     const std::string speedup_text =
         layer.dense_seconds ? fmt::format("{:.2f}x", run_speedup) : "-";
-    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9.1f} {:>10.1f} {:>8}{}{}\n",
+    fmt::print("{:<{}} {:<{}} {:>7.2f}% {:>8} {:>8} {:>9} {:>9} {:>10.1f} {:>8}{}{}\n",
                run.run.label, label_width, run.run.spec_text, spec_width, kPercent * summary.density,
                optional_number(summary.compared, summary.recall_mean, "{:.4f}"),
                optional_number(summary.compared, summary.recall_min, "{:.4f}"),
                optional_number(summary.compared, summary.output_error, "{:.2e}"),
-               milliseconds(run.index_seconds), milliseconds(run.attention_seconds), speedup_text,
+               index_column(run), milliseconds(run.attention_seconds), speedup_text,
                bound_column(layer, index, run_speedup),
                with_needles ? fmt::format(" {:>8}", needle_verdict(summary)) : "");
   }
@@ -357,7 +379,9 @@ void print_column_footer(int64_t needles, bool gpu, const TimingFlags& timing) {
       "\ndensity: computed / causal pairs (all pairs for non-causal attention); recall: "
       "exp(LSE_plan - LSE_dense), mean over rows and heads; min rec: the lowest recall of any "
       "row of any head; out err: ||O - O_dense|| / ||O_dense||, mean over heads; index: building "
-      "the plan (the index of dynamic patterns); "
+      "the plan (the index of dynamic patterns; (x): a static plan, which depends on the shape "
+      "only, built once per shape in x ms and reused by every layer and call, so no index per "
+      "call); "
       "speedup: dense time / (index + attention time){}; per head: covered: needles whose pair "
       "with every querying row the head computes, ndl mass: the needles' share of the head's "
       "dense attention mass the plan keeps, built: where the head's index was built; {}.\n",
@@ -430,12 +454,18 @@ void print_per_head_tables(const LayerReport& layer) {
     const bool any_gpu_built =
         std::any_of(run.heads.begin(), run.heads.end(),
                     [](const HeadReport& head) { return head.index_built == "gpu"; });
-    line += fmt::format(
-        "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
-        any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
-                        "its builder, or on the host, host clock; one spec for every head: an "
-                        "equal share of one build"
-                      : "every head built on the host");
+    if (run.plan_once_seconds) {
+      line += fmt::format("; static plan built once per shape ({:.2f} ms{}), no index per call",
+                          milliseconds(*run.plan_once_seconds),
+                          run.plan_reused ? ", by an earlier layer" : "");
+    } else {
+      line += fmt::format(
+          "; index {:.2f} ms (whole plan, host clock; {})", milliseconds(run.index_seconds),
+          any_gpu_built ? "per head: built by gpu kernels, GPU-event time shared by the heads of "
+                          "its builder, or on the host, host clock; one spec for every head: an "
+                          "equal share of one build"
+                        : "every head built on the host");
+    }
     if (run.assembly_seconds) {
       line += fmt::format(", concatenation {:.2f} ms (GPU events)",
                           milliseconds(*run.assembly_seconds));

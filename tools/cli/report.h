@@ -62,6 +62,11 @@ struct RunReport {
   std::optional<double> assembly_seconds;
   double attention_seconds = 0.0;  // every head in one call
   int64_t computed_pairs = 0;
+  // A static plan (one static spec for every head): built once per shape and reused by every
+  // layer and call, so its per-call index_seconds is 0 and this holds the one build (this run's,
+  // or an earlier run's when `plan_reused`), reported beside the index, not in the speedup.
+  std::optional<double> plan_once_seconds;
+  bool plan_reused = false;
 };
 
 // One layer: its dense reference (when measured) and its pattern runs.

@@ -75,7 +75,8 @@ void TileKeys::write(PlanBuilder& builder) {
   }
 
   // Lattices of one step and residue merge where they overlap or touch (the next key of one is
-  // the first of the other).
+  // the first of the other), or in kStridedSpansInRanges only where they overlap.
+  const int64_t join_reach = lattice_keys_ == LatticeKeys::kStridedSpansInRanges ? 0 : 1;
   const auto lattice_order = [](const Lattice& a, const Lattice& b) {
     return std::tuple(a.step, floor_mod(a.begin, a.step), a.begin) <
            std::tuple(b.step, floor_mod(b.begin, b.step), b.begin);
@@ -85,7 +86,7 @@ void TileKeys::write(PlanBuilder& builder) {
   for (const Lattice& lattice : lattices_) {
     if (!joined.empty() && joined.back().step == lattice.step &&
         floor_mod(joined.back().begin - lattice.begin, lattice.step) == 0 &&
-        lattice.begin <= joined.back().end - 1 + lattice.step) {
+        lattice.begin <= joined.back().end - 1 + join_reach * lattice.step) {
       joined.back().end = std::max(joined.back().end, lattice.end);
     } else {
       joined.push_back(lattice);

@@ -17,10 +17,20 @@ namespace mmsparse::detail {
 // a mod b in [0, b) for b > 0, also for negative a: a lattice's residue.
 inline int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
-// How a tile writes lattices: as strided spans, or listed key by key as columns. The GPU builder
-// of grids with a Q or 2D boundary lists them still, so those heads' host plans do too (record-
-// for-record parity; docs/index_builders.md).
-enum class LatticeKeys { kStridedSpans, kColumns };
+// How a tile writes lattices.
+//   kStridedSpans          strided spans; lattices of one step and residue join where they overlap
+//                          or touch (the next key of one is the first of the other), which the GPU
+//                          grid builder of boundary none/K reproduces from its closed form.
+//   kStridedSpansInRanges  strided spans; lattices join only where they share a key, so a lattice
+//                          of a compact key space stays one lattice per original range it crosses
+//                          even where the shift across the gap happens to keep its residue: each
+//                          range's pieces then follow from the tile's own data in that range,
+//                          which a GPU builder of Q/2D boundaries can find without scanning its
+//                          bitmaps (docs/index_builders.md, "Grid with a Q/2D boundary").
+//   kColumns               listed key by key as columns: what the GPU builder of grids with a Q
+//                          or 2D boundary writes today, so those heads' host plans do too (record-
+//                          for-record parity) until it writes kStridedSpansInRanges' records.
+enum class LatticeKeys { kStridedSpans, kStridedSpansInRanges, kColumns };
 
 class TileKeys {
  public:
