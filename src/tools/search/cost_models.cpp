@@ -96,8 +96,11 @@ class MeasuredCost final : public CostModel {
   }
 
   double cost(const Plan& plan, const CostInputs& inputs) override {
+    return cost_prepared(prepare_plan(plan, device_), inputs);
+  }
+
+  double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) override {
     const DeviceInputs& device_inputs = ours(inputs);
-    const PreparedPlan prepared = prepare_plan(plan, device_);
     return median_device_milliseconds(
         [&] {
           attention_planned(prepared, device_inputs.q.view(), device_inputs.k.view(),
