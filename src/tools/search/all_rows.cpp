@@ -26,7 +26,8 @@ WeightedMean weighted_mean(std::span<const double> values, std::span<const RowWe
     double group_mean = 0.0;
     for (double block_total : totals) group_mean += block_total / blocks;
     double squares = 0.0;
-    for (double block_total : totals) squares += (block_total - group_mean) * (block_total - group_mean);
+    for (double block_total : totals)
+      squares += (block_total - group_mean) * (block_total - group_mean);
     variance += blocks / (blocks - 1.0) * squares;
   }
   return {total / weight_sum, std::sqrt(variance) / weight_sum};
@@ -81,8 +82,7 @@ AllRowsScorer::Buffer AllRowsScorer::upload(const Tensor& host) const {
   return buffer;
 }
 
-std::optional<PreparedPlan> AllRowsScorer::prepare(const PatternSpec& spec,
-                                                   const PlanShape& shape,
+std::optional<PreparedPlan> AllRowsScorer::prepare(const PatternSpec& spec, const PlanShape& shape,
                                                    const ModalityLayout& layout) const {
   try {
     return build(spec, shape, layout);

@@ -73,13 +73,13 @@ class AllRowsScorer {
 
  private:
   struct Buffer {
-    Tensor host;                       // CPU device: the data; CUDA: the read-back copy
+    Tensor host;                         // CPU device: the data; CUDA: the read-back copy
     std::optional<DeviceTensor> device;  // CUDA only
     TensorView view() const { return device ? device->view() : host.view(); }
   };
   struct RowOutputs {
-    std::vector<float> lse;   // [rows]: restricted LSE (LSE + log w for restricted scopes)
-    std::vector<float> out;   // [rows, columns]: restricted output columns
+    std::vector<float> lse;  // [rows]: restricted LSE (LSE + log w for restricted scopes)
+    std::vector<float> out;  // [rows, columns]: restricted output columns
   };
 
   Buffer upload(const Tensor& host) const;
