@@ -94,8 +94,7 @@ void StepProgress::draw_bar(double fraction) {
   std::fflush(stream_);
 }
 
-void SearchProgress::begin_layer(const std::string& label, int64_t heads,
-                                 int64_t scopes_per_head) {
+void SearchProgress::begin_layer(const std::string& label, int64_t heads, int64_t scopes_per_head) {
   std::lock_guard<std::mutex> lock(mutex_);
   scopes_ = heads * scopes_per_head;
   scopes_done_ = 0;

@@ -412,8 +412,7 @@ int run_search(const SearchFlags& flags) {
                                 scopes_per_head(input.layout));
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
-    search_progress.end_layer(fmt::format("mean recall {:.4f} +- {:.4f}",
-                                          mean_recall(result.heads),
+    search_progress.end_layer(fmt::format("mean recall {:.4f} +- {:.4f}", mean_recall(result.heads),
                                           mean_recall_se(result.heads)));
     for (LowRecallHead& head : low_recall_heads(result, layer.layer, low_recall)) {
       if (input.workload) {
@@ -525,8 +524,7 @@ Command add_search_command(CLI::App& app) {
                    "(default on the CPU)")
       ->check(CLI::IsMember({"all", "sample"}));
   command
-      ->add_option("--sample-seed", flags->options.sample_seed,
-                   "seed of the stratified row sample")
+      ->add_option("--sample-seed", flags->options.sample_seed, "seed of the stratified row sample")
       ->capture_default_str();
   command
       ->add_option("--recall-margin-se", flags->options.recall_margin_se,
