@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <utility>
@@ -33,6 +34,21 @@ WeightedMean weighted_mean(std::span<const double> values, std::span<const RowWe
   return {total / weight_sum, std::sqrt(variance) / weight_sum};
 }
 
+namespace {
+
+// Element `offset` of a contiguous fp32 or bf16 tensor, without load_float's per-call dispatch:
+// the scorer reads every output of every candidate.
+float element(const Tensor& tensor, int64_t offset) {
+  if (tensor.dtype() == DType::kFloat32) return tensor.data_as<float>()[offset];
+  constexpr int kBFloat16Shift = 16;  // bf16 is the top half of an fp32
+  const uint32_t bits = static_cast<uint32_t>(tensor.data_as<uint16_t>()[offset]) << kBFloat16Shift;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+}  // namespace
+
 AllRowsScorer::AllRowsScorer(Device device, const Tensor& q, const Tensor& k, const Tensor& v,
                              std::vector<int64_t> query_rows, std::vector<bool> key_in_scope,
                              float scale)
@@ -46,10 +62,13 @@ AllRowsScorer::AllRowsScorer(Device device, const Tensor& q, const Tensor& k, co
     throw_invalid_argument("head_dim", ">= 2 for a restricted scope scored on a device",
                            std::to_string(head_dim_));
   }
-  Tensor scored_v = v;
+  // The engine runs 16-bit inputs (as `bench` does); the CPU reference fp32.
+  const DType dtype = device_.type == DeviceType::kCPU ? DType::kFloat32 : DType::kBFloat16;
+  q_.host = to_contiguous(q.view(), dtype);
+  k_.host = to_contiguous(k.view(), dtype);
   if (restricted_) {
     // Column 0: the key indicator; the others: V on the scope's keys, 0 elsewhere.
-    scored_v = Tensor(DType::kFloat32, v.shape());
+    Tensor scored_v(DType::kFloat32, v.shape());
     const float* source = v.data_as<float>();
     float* target = scored_v.data_as<float>();
     for (int64_t key = 0; key < tokens_; ++key) {
@@ -59,33 +78,21 @@ AllRowsScorer::AllRowsScorer(Device device, const Tensor& q, const Tensor& k, co
         target[key * head_dim_ + d] = in_scope * source[key * head_dim_ + d];
       }
     }
+    v_.host = to_contiguous(scored_v.view(), dtype);
+  } else {
+    v_.host = to_contiguous(v.view(), dtype);
   }
-  q_ = upload(q);
-  k_ = upload(k);
-  v_ = upload(scored_v);
-  out_ = upload(Tensor(DType::kFloat32, q.shape()));
+  out_.host = Tensor(dtype, q.shape());
   lse_.host = Tensor(DType::kFloat32, {1, 1, tokens_});  // fp32 on every device
-  if (device_.type != DeviceType::kCPU) {
-    lse_.device.emplace(DType::kFloat32, std::vector<int64_t>{1, 1, tokens_}, device_);
-  }
-}
-
-AllRowsScorer::Buffer AllRowsScorer::upload(const Tensor& host) const {
-  Buffer buffer;
-  if (device_.type == DeviceType::kCPU) {
-    buffer.host = to_contiguous(host.view(), DType::kFloat32);
-    return buffer;
-  }
-  // The engine runs 16-bit inputs; `host` then receives read-backs in the same dtype.
-  buffer.host = to_contiguous(host.view(), DType::kBFloat16);
-  buffer.device = DeviceTensor::from_host(buffer.host.view(), device_);
-  return buffer;
 }
 
 std::optional<PreparedPlan> AllRowsScorer::prepare(const PatternSpec& spec, const PlanShape& shape,
                                                    const ModalityLayout& layout) const {
+  const PatternInputs inputs{q_.view(), k_.view(), scale_};
   try {
-    return build(spec, shape, layout);
+    PreparedPlan prepared = prepare_pattern(spec, shape, &layout, device_, nullptr, &inputs);
+    if (device_.type != DeviceType::kCPU) synchronize(device_);
+    return prepared;
   } catch (const Error& error) {
     // As Scope::build: the pattern's parameters do not fit this scope. A failing device is no
     // property of the candidate.
@@ -94,15 +101,7 @@ std::optional<PreparedPlan> AllRowsScorer::prepare(const PatternSpec& spec, cons
   }
 }
 
-PreparedPlan AllRowsScorer::build(const PatternSpec& spec, const PlanShape& shape,
-                                  const ModalityLayout& layout) const {
-  const PatternInputs inputs{q_.view(), k_.view(), scale_};
-  PreparedPlan prepared = prepare_pattern(spec, shape, &layout, device_, nullptr, &inputs);
-  if (device_.type != DeviceType::kCPU) synchronize(device_);
-  return prepared;
-}
-
-AllRowsScorer::RowOutputs AllRowsScorer::run(const PreparedPlan& prepared) {
+void AllRowsScorer::run(const PreparedPlan& prepared) {
   AttentionOptions options;
   options.scale = scale_;
   attention_planned(prepared, q_.view(), k_.view(), v_.view(), out_.view(), lse_.view(), options);
@@ -110,53 +109,58 @@ AllRowsScorer::RowOutputs AllRowsScorer::run(const PreparedPlan& prepared) {
     out_.device->copy_to_host(out_.host.view());
     lse_.device->copy_to_host(lse_.host.view());
   }
-  const TensorView out = out_.host.view();
-  const float* lse = lse_.host.data_as<float>();
-  const int64_t first_column = restricted_ ? 1 : 0;
-  const int64_t columns = head_dim_ - first_column;
-  RowOutputs outputs;
-  outputs.lse.resize(rows_.size());
-  outputs.out.resize(rows_.size() * columns);
-  for (std::size_t i = 0; i < rows_.size(); ++i) {
-    const int64_t row = rows_[i];
-    // The restricted share of the row's mass (1 without a restriction).
-    const double share = restricted_ ? load_float(out, row * head_dim_) : 1.0;
-    const bool has_mass = std::isfinite(lse[row]) && share > 0.0;
-    outputs.lse[i] = has_mass ? static_cast<float>(lse[row] + std::log(share))
-                              : -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < columns; ++c) {
-      const double value = load_float(out, row * head_dim_ + first_column + c);
-      outputs.out[i * columns + c] = has_mass ? static_cast<float>(value / share) : 0.0f;
-    }
+}
+
+float AllRowsScorer::row_outputs(std::size_t i, float* columns) const {
+  const int64_t row = rows_[i];
+  const float lse = lse_.host.data_as<float>()[row];
+  // The restricted share of the row's mass (1 without a restriction).
+  const double share = restricted_ ? element(out_.host, row * head_dim_) : 1.0;
+  const bool has_mass = std::isfinite(lse) && share > 0.0;
+  for (int64_t c = 0; c < head_dim_ - first_column(); ++c) {
+    const double value = element(out_.host, row * head_dim_ + first_column() + c);
+    columns[c] = has_mass ? static_cast<float>(value / share) : 0.0f;
   }
-  return outputs;
+  return has_mass ? static_cast<float>(lse + std::log(share))
+                  : -std::numeric_limits<float>::infinity();
 }
 
 void AllRowsScorer::set_reference(const PlanShape& shape, const ModalityLayout& layout) {
-  RowOutputs outputs = run(build(PatternSpec{"dense", {}}, shape, layout));
-  const int64_t columns = head_dim_ - (restricted_ ? 1 : 0);
+  if (device_.type != DeviceType::kCPU) {
+    for (Buffer* buffer : {&q_, &k_, &v_}) {
+      buffer->device = DeviceTensor::from_host(buffer->host.view(), device_);
+    }
+    out_.device.emplace(out_.host.dtype(), out_.host.shape(), device_);
+    lse_.device.emplace(DType::kFloat32, lse_.host.shape(), device_);
+  }
+  const std::optional<PreparedPlan> dense = prepare(PatternSpec{"dense", {}}, shape, layout);
+  if (!dense) throw_invalid_argument("scope", "a scope dense attention can run on", "none");
+  run(*dense);
+  const int64_t columns = head_dim_ - first_column();
+  std::vector<float> row(columns);
   std::vector<int64_t> kept_rows;
   for (std::size_t i = 0; i < rows_.size(); ++i) {
-    if (!std::isfinite(outputs.lse[i])) continue;  // no key of the scope: nothing to recall
-    dense_.lse.push_back(outputs.lse[i]);
-    dense_.out.insert(dense_.out.end(), outputs.out.begin() + i * columns,
-                      outputs.out.begin() + (i + 1) * columns);
+    const float lse = row_outputs(i, row.data());
+    if (!std::isfinite(lse)) continue;  // no key of the scope: nothing to recall
+    dense_lse_.push_back(lse);
+    dense_out_.insert(dense_out_.end(), row.begin(), row.end());
     kept_rows.push_back(rows_[i]);
   }
   rows_ = std::move(kept_rows);
 }
 
-Accuracy AllRowsScorer::score(const PreparedPlan& prepared) {
-  const RowOutputs outputs = run(prepared);
-  const int64_t columns = head_dim_ - (restricted_ ? 1 : 0);
+Accuracy AllRowsScorer::compare() const {
+  const int64_t columns = head_dim_ - first_column();
+  std::vector<float> row(columns);
   double recall_sum = 0.0, error_squares = 0.0, dense_squares = 0.0;
   for (std::size_t i = 0; i < rows_.size(); ++i) {
-    const float lse = outputs.lse[i];
-    recall_sum += std::isfinite(lse) ? std::exp(static_cast<double>(lse) - dense_.lse[i]) : 0.0;
+    const float lse = row_outputs(i, row.data());
+    recall_sum += std::isfinite(lse) ? std::exp(static_cast<double>(lse) - dense_lse_[i]) : 0.0;
+    const float* dense = dense_out_.data() + i * columns;
     for (int64_t c = 0; c < columns; ++c) {
-      const double got = outputs.out[i * columns + c], want = dense_.out[i * columns + c];
-      error_squares += (got - want) * (got - want);
-      dense_squares += want * want;
+      const double difference = static_cast<double>(row[c]) - dense[c];
+      error_squares += difference * difference;
+      dense_squares += static_cast<double>(dense[c]) * dense[c];
     }
   }
   const auto rows = static_cast<double>(std::max<std::size_t>(1, rows_.size()));

@@ -56,36 +56,39 @@ WeightedMean weighted_mean(std::span<const double> values, std::span<const RowWe
 class AllRowsScorer {
  public:
   // q, k, v: the scope's tokens, [1, tokens, 1, head_dim] fp32 host tensors. query_rows: the rows
-  // to score (ascending scope positions). key_in_scope: [tokens], empty for every key.
+  // to score (ascending scope positions). key_in_scope: [tokens], empty for every key. Converts
+  // on the host only: the device is first touched by set_reference().
   AllRowsScorer(Device device, const Tensor& q, const Tensor& k, const Tensor& v,
                 std::vector<int64_t> query_rows, std::vector<bool> key_in_scope, float scale);
 
+  // Copies the inputs to the device, runs dense there and keeps its outputs: the reference. Rows
+  // whose restricted dense mass is 0 (no key of the scope) are dropped from the scored rows.
+  void set_reference(const PlanShape& shape, const ModalityLayout& layout);
   // The candidate's plan built on the device (prepare_pattern from the device q and k); empty
   // when the pattern cannot be built on this scope.
   std::optional<PreparedPlan> prepare(const PatternSpec& spec, const PlanShape& shape,
                                       const ModalityLayout& layout) const;
-  // Runs dense once and keeps its outputs: the reference. Rows whose restricted dense mass is 0
-  // (no key of the scope) are dropped from the scored rows.
-  void set_reference(const PlanShape& shape, const ModalityLayout& layout);
-  // Runs the candidate and compares it with the reference over every scored row.
-  Accuracy score(const PreparedPlan& prepared);
+  // Runs the candidate on the device and reads its outputs back (the device's part of a score).
+  void run(const PreparedPlan& prepared);
+  // The last run() compared with the reference over every scored row (host work only).
+  Accuracy compare() const;
   bool has_rows() const { return !rows_.empty(); }
+  // The inputs on the device (after set_reference), for a cost model to time plans on: V is the
+  // scored V (restricted scopes: with the indicator column), which changes no timing.
+  TensorView q() const { return q_.view(); }
+  TensorView k() const { return k_.view(); }
+  TensorView v() const { return v_.view(); }
 
  private:
   struct Buffer {
-    Tensor host;                         // CPU device: the data; CUDA: the read-back copy
+    Tensor host;                         // CPU device: the data; CUDA: its bf16 host copy
     std::optional<DeviceTensor> device;  // CUDA only
     TensorView view() const { return device ? device->view() : host.view(); }
   };
-  struct RowOutputs {
-    std::vector<float> lse;  // [rows]: restricted LSE (LSE + log w for restricted scopes)
-    std::vector<float> out;  // [rows, columns]: restricted output columns
-  };
-
-  Buffer upload(const Tensor& host) const;
-  PreparedPlan build(const PatternSpec& spec, const PlanShape& shape,
-                     const ModalityLayout& layout) const;
-  RowOutputs run(const PreparedPlan& prepared);
+  // Row `i` of the scored rows from the last run: its restricted LSE, and its restricted output
+  // columns into `columns` [head_dim - first_column()].
+  float row_outputs(std::size_t i, float* columns) const;
+  int64_t first_column() const { return restricted_ ? 1 : 0; }
 
   Device device_;
   float scale_;
@@ -93,7 +96,8 @@ class AllRowsScorer {
   int64_t tokens_, head_dim_;
   std::vector<int64_t> rows_;
   Buffer q_, k_, v_, out_, lse_;
-  RowOutputs dense_;
+  std::vector<float> dense_lse_;  // [rows]
+  std::vector<float> dense_out_;  // [rows, head_dim - first_column()]
 };
 
 }  // namespace mmsparse::detail

@@ -132,10 +132,10 @@ Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& la
   if (options.score_device) {
     const bool restricted = std::find(key_in_scope.begin(), key_in_scope.end(), false) !=
                             key_in_scope.end();
-    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
     all_rows_ = std::make_unique<AllRowsScorer>(
         *options.score_device, q_, k_, v_, std::move(query_rows),
         restricted ? std::move(key_in_scope) : std::vector<bool>{}, scale_);
+    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
     all_rows_->set_reference(shape(), layout_);
     return;
   }
@@ -230,6 +230,10 @@ double Scope::index_cost(const PatternSpec& spec, CostModel& model) {
 }
 
 const CostInputs& Scope::cost_inputs(CostModel& model) {
+  // Scored on a device, the model times plans on the scorer's copies (no second upload).
+  if (!cost_inputs_ && all_rows_) {
+    cost_inputs_ = model.prepare(all_rows_->q(), all_rows_->k(), all_rows_->v());
+  }
   if (!cost_inputs_) cost_inputs_ = model.prepare(q_.view(), k_.view(), v_.view());
   return *cost_inputs_;
 }
@@ -277,8 +281,11 @@ void Scope::attend(const Plan& plan) {
 
 Accuracy Scope::score(const BuiltCandidate& candidate) {
   if (all_rows_) {
-    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
-    return all_rows_->score(*candidate.prepared);
+    {
+      const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
+      all_rows_->run(*candidate.prepared);
+    }
+    return all_rows_->compare();  // on the host, while other heads use the device
   }
   attend(*candidate.plan);
   const int64_t head_dim = q_.shape()[3];
