@@ -50,6 +50,16 @@ class CostModel {
   virtual double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) {
     return cost(prepared.plan(), inputs);
   }
+  // cost_prepared(), or a cheaper reading when it shows the cost is over `limit` (a budget): a
+  // measured cost times one run first and returns it when it exceeds kQuickOverBudget × limit,
+  // far beyond a timing's noise, so that candidates over the budget are not timed in full. The
+  // result is over `limit` exactly when cost_prepared()'s would be (up to that noise).
+  virtual double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                                      double limit) {
+    (void)limit;
+    return cost_prepared(prepared, inputs);
+  }
+  static constexpr double kQuickOverBudget = 1.25;
   // The cost of building `spec`'s plan from the inputs' q and k (the index of a dynamic pattern:
   // estimate, selection, conversion), in the same unit; 0 for static patterns, whose plans depend
   // on the shape alone and are built once.

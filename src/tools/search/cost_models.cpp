@@ -114,13 +114,15 @@ class MeasuredCost final : public CostModel {
   }
 
   double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) override {
-    const DeviceInputs& device_inputs = ours(inputs);
-    return median_device_milliseconds(
-        [&] {
-          attention_planned(prepared, device_inputs.q, device_inputs.k, device_inputs.v,
-                            device_inputs.out.view(), device_inputs.lse.view());
-        },
-        warmup_, repeats_, device_);
+    return time_runs(prepared, inputs, warmup_, repeats_);
+  }
+
+  double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                              double limit) override {
+    // One warm-up (module loading, the first touch of the plan) and one timed run.
+    const double quick = time_runs(prepared, inputs, 1, 1);
+    if (quick > kQuickOverBudget * limit) return quick;
+    return cost_prepared(prepared, inputs);
   }
 
   double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
@@ -165,6 +167,17 @@ class MeasuredCost final : public CostModel {
   int warmup_;
   int repeats_;
   std::string gpu_;
+
+  double time_runs(const PreparedPlan& prepared, const CostInputs& inputs, int warmup,
+                   int repeats) const {
+    const DeviceInputs& device_inputs = ours(inputs);
+    return median_device_milliseconds(
+        [&] {
+          attention_planned(prepared, device_inputs.q, device_inputs.k, device_inputs.v,
+                            device_inputs.out.view(), device_inputs.lse.view());
+        },
+        warmup, repeats, device_);
+  }
 
   static const DeviceInputs& ours(const CostInputs& inputs) {
     const auto* device_inputs = dynamic_cast<const DeviceInputs*>(&inputs);

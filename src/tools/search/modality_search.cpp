@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -119,6 +120,11 @@ class SerializedCost final : public CostModel {
   double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) override {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
     return model_.cost_prepared(prepared, inputs);
+  }
+  double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                              double limit) override {
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return model_.cost_prepared_within(prepared, inputs, limit);
   }
   double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
                     float scale, const CostInputs& inputs) override {
@@ -263,9 +269,13 @@ class HeadSearch {
   }
 
   // The candidate's cost on the scope; a static spec's is shared by every head (StaticCostCache).
-  double cost_on(Scope& scope, const PatternSpec& spec, const detail::BuiltCandidate& candidate) {
+  // With a `limit` (the scope's budget), a cost far over it may be a quicker reading
+  // (CostModel::cost_prepared_within); the budget of a scope is the same for every head, so a
+  // shared static cost is read against the same limit.
+  double cost_on(Scope& scope, const PatternSpec& spec, const detail::BuiltCandidate& candidate,
+                 double limit = std::numeric_limits<double>::infinity()) {
     return static_costs_.get(scope.name(), spec,
-                             [&] { return scope.cost(candidate, cost_model_); });
+                             [&] { return scope.cost(candidate, cost_model_, limit); });
   }
 
   const ScopeSearch& search_scope(Scope& scope, const std::vector<PatternSpec>& candidates,
@@ -294,7 +304,7 @@ class HeadSearch {
         ++search.not_applicable;
         continue;
       }
-      const double cost = cost_on(scope, spec, *candidate);
+      const double cost = cost_on(scope, spec, *candidate, search.budget_cost);
       if (cost > search.budget_cost) {
         ++search.over_budget;
         over_budget_.insert(spec.to_string());

@@ -217,10 +217,12 @@ std::optional<BuiltCandidate> Scope::build(const PatternSpec& spec) const {
   }
 }
 
-double Scope::cost(const BuiltCandidate& candidate, CostModel& model) {
+double Scope::cost(const BuiltCandidate& candidate, CostModel& model, double limit) {
   if (candidate.prepared) {
     const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
-    return model.cost_prepared(*candidate.prepared, cost_inputs(model));
+    return std::isfinite(limit)
+               ? model.cost_prepared_within(*candidate.prepared, cost_inputs(model), limit)
+               : model.cost_prepared(*candidate.prepared, cost_inputs(model));
   }
   return model.cost(*candidate.plan, cost_inputs(model));
 }

@@ -6,6 +6,7 @@
 // dynamic patterns estimate from the scope's own last queries.
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,7 +75,9 @@ class Scope {
   Accuracy score(const BuiltCandidate& candidate);
   // The cost of running the candidate (built by build()) on the scope's tokens. The scope's inputs
   // are prepared for `model` on the first call; every call must pass the same model.
-  double cost(const BuiltCandidate& candidate, CostModel& model);
+  // A finite `limit` lets a cost far over it be a quicker reading (cost_prepared_within).
+  double cost(const BuiltCandidate& candidate, CostModel& model,
+              double limit = std::numeric_limits<double>::infinity());
   // The cost of building the spec's plan from the scope's q and k (CostModel::index_cost).
   double index_cost(const PatternSpec& spec, CostModel& model);
 
