@@ -129,6 +129,7 @@ Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& la
     query_tail.push_back(tail[i]);
   }
   if (query_rows.empty()) return;
+  device_work_ = options.score_device && options.score_device->type != DeviceType::kCPU;
   if (options.score_device) {
     const bool restricted = std::find(key_in_scope.begin(), key_in_scope.end(), false) !=
                             key_in_scope.end();
@@ -189,7 +190,8 @@ void Scope::sample(const std::vector<int64_t>& query_rows, const std::vector<boo
 }
 
 std::optional<std::lock_guard<std::recursive_mutex>> Scope::hold() const {
-  if (device_mutex_ == nullptr) return std::nullopt;
+  // Only a GPU's work can disturb a timing; the CPU reference scores heads in parallel.
+  if (device_mutex_ == nullptr || !device_work_) return std::nullopt;
   return std::optional<std::lock_guard<std::recursive_mutex>>(std::in_place, *device_mutex_);
 }
 

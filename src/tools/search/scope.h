@@ -90,6 +90,7 @@ class Scope {
   float scale_ = 0.0f;
   int num_threads_ = 0;
   std::recursive_mutex* device_mutex_ = nullptr;
+  bool device_work_ = false;  // candidates are built and scored on a GPU
   Tensor q_, k_, v_;             // [1, tokens, 1, head_dim] fp32
   std::vector<int64_t> rows_;    // scored rows (scope positions), ascending
   std::vector<RowWeight> weights_;  // [rows]: the query rows each scored row stands for
