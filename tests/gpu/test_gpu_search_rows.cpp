@@ -9,11 +9,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/random.h"
+#include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/workload.h"
@@ -131,6 +133,30 @@ TEST(GpuSearchRows, MeasuredSearchScoresEveryRowOnTheGpu) {
     EXPECT_NEAR(full.score(*candidate).recall, head.chosen.recall, kDynamicRecallSlack);
   }
   EXPECT_GE(mean_recall(result.heads), options.target_mean_recall);
+}
+
+// A measured cost reads a candidate far over its budget from one run, and times the others in
+// full: dense against a limit a tenth of its time, and against ten times it.
+TEST(GpuSearchRows, QuickReadingOnlyFarOverTheLimit) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kTokens = 8191;
+  constexpr double kLimitFactor = 10.0;
+  const Tensor q = random.normal_tensor(DType::kBFloat16, {1, kTokens, 1, 128});
+  const Tensor k = random.normal_tensor(DType::kBFloat16, {1, kTokens, 1, 128});
+  const Tensor v = random.normal_tensor(DType::kBFloat16, {1, kTokens, 1, 128});
+  const std::unique_ptr<CostModel> cost = make_measured_cost(kCuda, 2, 5);
+  const std::unique_ptr<CostInputs> inputs = cost->prepare(q.view(), k.view(), v.view());
+  const PreparedPlan dense = prepare_pattern(
+      PatternSpec{"dense", {}}, PlanShape{1, 1, kTokens, kTokens, kTileRows}, nullptr, kCuda);
+  const double full = cost->cost_prepared(dense, *inputs);
+  ASSERT_GT(full, 0.0);
+  const double low_limit = full / kLimitFactor;
+  EXPECT_GT(cost->cost_prepared_within(dense, *inputs, low_limit),
+            CostModel::kQuickOverBudget * low_limit)
+      << "far over the limit: over it either way";
+  // Under the limit: the full timing, the same measurement up to run-to-run noise.
+  EXPECT_NEAR(cost->cost_prepared_within(dense, *inputs, kLimitFactor * full), full, 0.5 * full);
 }
 
 }  // namespace
