@@ -2,8 +2,8 @@
 // score_device, what a measured `mmsparse search` does) against the same on the CPU reference:
 // whole-sequence, one-modality and modality-pair scopes (the pair's restriction comes from a
 // key-indicator column of V), static and dynamic candidates, a freshly seeded synthetic workload
-// of an odd length; and a measured search end to end, each chosen spec's recall read again on the
-// CPU over every row.
+// of an odd length; a measured search end to end, each chosen spec's recall read again on the
+// CPU over every row; and the measured cost's quick reading of candidates far over the budget.
 
 #include <gtest/gtest.h>
 
