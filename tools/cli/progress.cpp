@@ -94,19 +94,21 @@ void StepProgress::draw_bar(double fraction) {
   std::fflush(stream_);
 }
 
-void SearchProgress::begin_layer(const std::string& label, int64_t heads) {
+void SearchProgress::begin_layer(const std::string& label, int64_t heads, int64_t scopes_per_head) {
   std::lock_guard<std::mutex> lock(mutex_);
-  heads_ = heads;
-  heads_done_ = 0;
+  scopes_ = heads * scopes_per_head;
+  scopes_done_ = 0;
   steps_.begin(label);
 }
 
 std::function<void(int64_t, const ScopeSearch&)> SearchProgress::scope_callback() {
   return [this](int64_t, const ScopeSearch& search) {
-    if (search.stage != "inter") return;
+    if (search.stage == "raise") return;
     std::lock_guard<std::mutex> lock(mutex_);
-    ++heads_done_;
-    if (heads_ > 0) steps_.update(static_cast<double>(heads_done_) / static_cast<double>(heads_));
+    scopes_done_ = std::min(scopes_done_ + 1, scopes_);
+    if (scopes_ > 0) {
+      steps_.update(static_cast<double>(scopes_done_) / static_cast<double>(scopes_));
+    }
   };
 }
 

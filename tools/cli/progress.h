@@ -57,11 +57,12 @@ class StepProgress {
 };
 
 // A search layer's progress as a StepProgress step: SearchOptions::on_scope_done runs on the
-// search's worker threads, and a head is done when its inter-modality stage (always its last) is.
+// search's worker threads; the fraction done counts the heads' scopes (intra, cross and inter;
+// the raise stage, when a recall target asks for it, runs once they are all done).
 class SearchProgress {
  public:
   explicit SearchProgress(StepProgress& steps) : steps_(steps) {}
-  void begin_layer(const std::string& label, int64_t heads);
+  void begin_layer(const std::string& label, int64_t heads, int64_t scopes_per_head = 1);
   // For SearchOptions::on_scope_done; refers to this object.
   std::function<void(int64_t q_head, const ScopeSearch& search)> scope_callback();
   void end_layer(const std::string& summary);
@@ -69,8 +70,8 @@ class SearchProgress {
  private:
   StepProgress& steps_;
   std::mutex mutex_;  // the worker threads report concurrently
-  int64_t heads_ = 0;
-  int64_t heads_done_ = 0;
+  int64_t scopes_ = 0;
+  int64_t scopes_done_ = 0;
 };
 
 }  // namespace mmsparse::cli

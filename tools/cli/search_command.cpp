@@ -39,6 +39,7 @@ struct SearchFlags {
   bool unscaled = false;
   bool host_index = false;  // --host-index: a GPU search may choose heads built on the host
   bool keep_low_recall_sparse = false;  // --keep-low-recall-sparse: no dense_below_recall default
+  std::string score_rows;  // --score-rows: "all" or "sample"; empty: all on the GPU, else sample
   TileOracleFlags tile_oracle;
 };
 
@@ -158,6 +159,7 @@ std::string utc_now() {
 nlohmann::json score_json(const CandidateScore& score) {
   return {{"spec", score.spec.to_string()},
           {"recall", score.recall},
+          {"recall_se", score.recall_se},
           {"output_error", score.output_error},
           {"cost", score.cost},
           {"index_cost", score.index_cost}};
@@ -227,9 +229,9 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
   for (const HeadSearchResult& head : result.heads) {
     spec_width = std::max(spec_width, head.chosen.spec.to_string().size());
   }
-  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>9} {:>10} {:>7} {:>8} {:>7} {:>7} {:>7} {:>8}\n", "head",
-             "behaviour", "chosen spec", spec_width, "recall", "out err", "cost", "budget",
-             "dropped", "or@.90", "or@.95", "or@.98", "% bound");
+  fmt::print("{:>5} {:<10} {:<{}} {:>8} {:>7} {:>9} {:>10} {:>7} {:>8} {:>7} {:>7} {:>7} {:>8}\n",
+             "head", "behaviour", "chosen spec", spec_width, "recall", "+- se", "out err", "cost",
+             "budget", "dropped", "or@.90", "or@.95", "or@.98", "% bound");
   double chosen_total = 0.0;
   for (std::size_t index = 0; index < result.heads.size(); ++index) {
     const HeadSearchResult& head = result.heads[index];
@@ -241,10 +243,10 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
         input.workload ? std::string(head_behaviour_name(input.workload->behaviour(head.q_head)))
                        : "-";
     fmt::print(
-        "{:>5} {:<10} {:<{}} {:>8.4f} {:>9.2e} {:>10} {:>6.1f}% {:>8} {:>6.2f}% {:>6.2f}% "
-        "{:>6.2f}% {:>8}{}\n",
+        "{:>5} {:<10} {:<{}} {:>8.4f} {:>7.4f} {:>9.2e} {:>10} {:>6.1f}% {:>8} {:>6.2f}% "
+        "{:>6.2f}% {:>6.2f}% {:>8}{}\n",
         head.q_head, behaviour, head.chosen.spec.to_string(), spec_width, head.chosen.recall,
-        head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
+        head.chosen.recall_se, head.chosen.output_error, format_cost(head.chosen.cost, cost_model),
         kPercent * head.chosen.cost / head.budget_cost, head.over_budget,
         kPercent * levels[0].cost_share, kPercent * levels[1].cost_share,
         kPercent * levels[2].cost_share,
@@ -258,9 +260,10 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
             : "");
   }
   fmt::print(
-      "mean recall of the chosen specs: {:.4f}; {:.1f}% of the tile-oracle bound at the "
-      "recalls they reach (cost {:.2f}x below dense, bound {:.2f}x)\n",
-      mean_recall(result.heads),
+      "mean recall of the chosen specs: {:.4f} +- {:.4f} ({}); {:.1f}% of the tile-oracle bound "
+      "at the recalls they reach (cost {:.2f}x below dense, bound {:.2f}x)\n",
+      mean_recall(result.heads), mean_recall_se(result.heads),
+      mean_recall_se(result.heads) > 0.0 ? "sampled rows, +- one standard error" : "every row",
       kPercent * searched.dense_cost * static_cast<double>(result.heads.size()) / chosen_total /
           oracle.run_bound(0),
       searched.dense_cost * static_cast<double>(result.heads.size()) / chosen_total,
@@ -306,7 +309,21 @@ SearchOptions search_options(const SearchFlags& flags, bool gpu, SearchProgress&
         flags.keep_low_recall_sparse ? 0.0 : low_recall_threshold(options.target_mean_recall);
   }
   options.on_scope_done = progress.scope_callback();
+  // On the GPU every row is scored by the engine; the CPU reference scores a sample.
+  // (--host-index candidates are built on the host: they are scored on a sample.)
+  const bool all_rows =
+      flags.score_rows.empty() ? gpu && !flags.host_index : flags.score_rows == "all";
+  if (all_rows) options.score_device = gpu ? Device{DeviceType::kCUDA, 0} : Device{};
   return options;
+}
+
+// Scopes searched per head before the raise stage: intra per modality present, cross per ordered
+// pair, then inter (a single-modality input has no cross scope; the progress bar counts them).
+int64_t scopes_per_head(const ModalityLayout& layout) {
+  std::vector<bool> present(kNumModalities, false);
+  for (uint8_t type : layout.token_types()) present[type] = true;
+  const auto modalities = std::count(present.begin(), present.end(), true);
+  return modalities + modalities * (modalities - 1) + 1;
 }
 
 // One scope's search in the JSON report: its budget, counts, winner and every scored candidate.
@@ -391,10 +408,12 @@ int run_search(const SearchFlags& flags) {
     search_progress.begin_layer(fmt::format("layer {}: search", layer.layer),
                                 flags.search_heads.empty()
                                     ? layer.q.shape[2]
-                                    : static_cast<int64_t>(flags.search_heads.size()));
+                                    : static_cast<int64_t>(flags.search_heads.size()),
+                                scopes_per_head(input.layout));
     const LayerSearchResult result = search_layer(layer.q, layer.k, layer.v, input.layout,
                                                   *cost_model, options, flags.search_heads);
-    search_progress.end_layer(fmt::format("mean recall {:.4f}", mean_recall(result.heads)));
+    search_progress.end_layer(fmt::format("mean recall {:.4f} +- {:.4f}", mean_recall(result.heads),
+                                          mean_recall_se(result.heads)));
     for (LowRecallHead& head : low_recall_heads(result, layer.layer, low_recall)) {
       if (input.workload) {
         head.behaviour = head_behaviour_name(input.workload->behaviour(head.q_head));
@@ -452,11 +471,15 @@ int run_search(const SearchFlags& flags) {
   }
   if (flags.exec.json_path != "-") {
     fmt::print(
-        "\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over sampled rows; "
+        "\ncost: {} ({}{}); recall: mean exp(LSE_plan - LSE_dense) over {}; "
         "out err: ||O - O_dense|| / ||O_dense|| over the same rows; dropped: candidates "
         "over the budget; {}; {:.1f} s\n",
         provenance.cost_source, provenance.cost_unit,
         provenance.gpu.empty() ? "" : " on " + provenance.gpu,
+        options.score_device ? "every row (scored by the engine)"
+                             : "a stratified row sample (+- se: its standard error; a recall "
+                               "counts toward a threshold at recall - " +
+                                   fmt::format("{:g}", options.recall_margin_se) + " se)",
         input.workload ? "SYNTHETIC workload" : input.description, seconds_since(started));
     fmt::print(
         "{}; or@r: the oracle's cost at recall r; % bound: (dense cost / chosen cost) "
@@ -493,6 +516,21 @@ Command add_search_command(CLI::App& app) {
       ->add_option("--sample-rows", flags->options.sample_rows,
                    "query rows scored per stage scope, spread evenly")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--score-rows", flags->score_rows,
+                   "all: every query row, candidates built and run on the search's device "
+                   "(default on the GPU); sample: a stratified sample on the CPU reference "
+                   "(default on the CPU)")
+      ->check(CLI::IsMember({"all", "sample"}));
+  command
+      ->add_option("--sample-seed", flags->options.sample_seed, "seed of the stratified row sample")
+      ->capture_default_str();
+  command
+      ->add_option("--recall-margin-se", flags->options.recall_margin_se,
+                   "a sampled recall counts toward --dense-below-recall and --target-mean-recall "
+                   "at recall - this many standard errors")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
       ->add_option("--segment-tail-rows", flags->options.segment_tail_rows,

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "mmsparse/attention.h"
 #include "mmsparse/tools/io.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -43,6 +44,22 @@ class CostModel {
   virtual std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
                                               const TensorView& v) = 0;
   virtual double cost(const Plan& plan, const CostInputs& inputs) = 0;
+  // The cost of a plan prepared on a device (SearchOptions::score_device builds candidates there):
+  // a measured cost times it as it is; by default, cost(prepared.plan(), inputs), which needs the
+  // host plan (plans prepared on the CPU have one).
+  virtual double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) {
+    return cost(prepared.plan(), inputs);
+  }
+  // cost_prepared(), or a cheaper reading when it shows the cost is over `limit` (a budget): a
+  // measured cost times one run first and returns it when it exceeds kQuickOverBudget × limit,
+  // far beyond a timing's noise, so that candidates over the budget are not timed in full. The
+  // result is over `limit` exactly when cost_prepared()'s would be (up to that noise).
+  virtual double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                                      double limit) {
+    (void)limit;
+    return cost_prepared(prepared, inputs);
+  }
+  static constexpr double kQuickOverBudget = 1.25;
   // The cost of building `spec`'s plan from the inputs' q and k (the index of a dynamic pattern:
   // estimate, selection, conversion), in the same unit; 0 for static patterns, whose plans depend
   // on the shape alone and are built once.
@@ -106,6 +123,9 @@ inline constexpr const char* kDefaultBudgetSpec = "a-shape:sink=1024,local=4096"
 struct CandidateScore {
   PatternSpec spec;
   double recall = 0.0;        // mean over scored rows of exp(LSE_plan - LSE_dense)
+  // Standard error of `recall` as an estimate of the mean over every row of the scope (stratified
+  // sample; SearchOptions::sample_rows); 0 when every row is scored (score_device).
+  double recall_se = 0.0;
   double output_error = 0.0;  // ||O_plan - O_dense|| / ||O_dense|| over scored rows
   double cost = 0.0;          // of its plan on the scored scope, in CostModel units
   // Of building its plan (CostModel::index_cost): charged where the search goes beyond the budget
@@ -139,10 +159,22 @@ struct HeadSearchResult {
 };
 
 struct SearchOptions {
-  // Query rows scored per (sub)problem: this many spread evenly over the scope's query rows, plus
-  // the last `segment_tail_rows` rows of each of its segments (where modality boundaries bite).
+  // Query rows scored per (sub)problem, a stratified sample: the last `segment_tail_rows` rows of
+  // each of its query segments (where modality boundaries bite), all of them, and one row drawn
+  // at random (`sample_seed`) from each of `sample_rows` equal blocks of the other query rows,
+  // standing for its block. The recall is then an unbiased estimate of the mean over all rows,
+  // with a standard error (CandidateScore::recall_se).
   int64_t sample_rows = 64;
   int64_t segment_tail_rows = 4;
+  uint64_t sample_seed = 0;
+  // A recall is taken to reach a threshold (dense_below_recall, target_mean_recall) only when
+  // recall - recall_margin_se * standard error does: the sample's error counts against it.
+  double recall_margin_se = 2.0;
+  // When set, every scope's candidates are built on this device (prepare_pattern from device q
+  // and k), costed there (CostModel::cost_prepared) and scored over every query row by the
+  // engine (no sample, no sampling error): `mmsparse search` sets it for a measured (GPU) search.
+  // A CPU device gives the same on the CPU reference (for small inputs and tests).
+  std::optional<Device> score_device;
   std::string budget_spec = kDefaultBudgetSpec;
   // Scale the search space and the budget spec to the sequence length (scale_spec_to_length):
   // unscaled, the 128K budget covers nearly every pair of a short calibration input (at 4K
@@ -188,6 +220,8 @@ struct LayerSearchResult {
 
 // The mean over heads of the chosen specs' recall (1 for no head): the layer's recall.
 double mean_recall(std::span<const HeadSearchResult> heads);
+// Its standard error: the heads' samples are independent, so sqrt(Σ se²) / heads.
+double mean_recall_se(std::span<const HeadSearchResult> heads);
 
 // Searches the query heads `q_heads` (all heads when empty). Throws Error(kInvalidArgument) naming
 // q, k, v, layout, q_heads or the option for bad input.

@@ -65,18 +65,23 @@ class ModelledCost final : public CostModel {
 
 // A scope's q, k, v on the device, with the output buffers every candidate's run writes, and the
 // host q and k it was prepared from (for the index of patterns the GPU does not build; the scope
-// that prepared these outlives them).
+// that prepared these outlives them). Prepared from device views, it borrows them (the scope's
+// scorer owns them) and has no host q and k.
 struct DeviceInputs final : CostInputs {
-  DeviceInputs(DeviceTensor device_q, DeviceTensor device_k, DeviceTensor device_v, Device device,
-               const TensorView& host_q_view, const TensorView& host_k_view)
-      : q(std::move(device_q)),
-        k(std::move(device_k)),
-        v(std::move(device_v)),
-        out(q.view().dtype, q.view().shape_vector(), device),
-        lse(DType::kFloat32, {1, 1, q.view().shape[1]}, device),
+  DeviceInputs(std::vector<DeviceTensor> owned_tensors, TensorView device_q, TensorView device_k,
+               TensorView device_v, Device device, const TensorView& host_q_view,
+               const TensorView& host_k_view)
+      : owned(std::move(owned_tensors)),
+        q(device_q),
+        k(device_k),
+        v(device_v),
+        out(q.dtype, q.shape_vector(), device),
+        lse(DType::kFloat32, {1, 1, q.shape[1]}, device),
         host_q(host_q_view),
         host_k(host_k_view) {}
-  DeviceTensor q, k, v, out, lse;
+  std::vector<DeviceTensor> owned;  // the copies q, k, v view, when made from host views
+  TensorView q, k, v;
+  DeviceTensor out, lse;
   TensorView host_q, host_k;
 };
 
@@ -92,26 +97,39 @@ class MeasuredCost final : public CostModel {
 
   std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
                                       const TensorView& v) override {
-    return std::make_unique<DeviceInputs>(to_device(q), to_device(k), to_device(v), device_, q, k);
+    if (q.device == device_) {
+      return std::make_unique<DeviceInputs>(std::vector<DeviceTensor>{}, q, k, v, device_,
+                                            TensorView{}, TensorView{});
+    }
+    std::vector<DeviceTensor> owned;
+    for (const TensorView* host : {&q, &k, &v}) owned.push_back(to_device(*host));
+    const TensorView device_q = owned[0].view(), device_k = owned[1].view(),
+                     device_v = owned[2].view();
+    return std::make_unique<DeviceInputs>(std::move(owned), device_q, device_k, device_v, device_,
+                                          q, k);
   }
 
   double cost(const Plan& plan, const CostInputs& inputs) override {
-    const DeviceInputs& device_inputs = ours(inputs);
-    const PreparedPlan prepared = prepare_plan(plan, device_);
-    return median_device_milliseconds(
-        [&] {
-          attention_planned(prepared, device_inputs.q.view(), device_inputs.k.view(),
-                            device_inputs.v.view(), device_inputs.out.view(),
-                            device_inputs.lse.view());
-        },
-        warmup_, repeats_, device_);
+    return cost_prepared(prepare_plan(plan, device_), inputs);
+  }
+
+  double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) override {
+    return time_runs(prepared, inputs, warmup_, repeats_);
+  }
+
+  double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                              double limit) override {
+    // One warm-up (module loading, the first touch of the plan) and one timed run.
+    const double quick = time_runs(prepared, inputs, 1, 1);
+    if (quick > kQuickOverBudget * limit) return quick;
+    return cost_prepared(prepared, inputs);
   }
 
   double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
                     float scale, const CostInputs& inputs) override {
     const DeviceInputs& device_inputs = ours(inputs);
     if (!is_dynamic(spec)) return 0.0;
-    const PatternInputs on_device{device_inputs.q.view(), device_inputs.k.view(), scale};
+    const PatternInputs on_device{device_inputs.q, device_inputs.k, scale};
     const auto build_on_device = [&] {
       (void)prepare_pattern(spec, shape, &layout, device_, nullptr, &on_device);
       synchronize(device_);
@@ -120,6 +138,11 @@ class MeasuredCost final : public CostModel {
       build_on_device();  // a first build, outside the timing, which also says where it runs
     } catch (const Error& error) {
       if (error.code() != ErrorCode::kUnsupported) throw;
+      if (device_inputs.host_q.data == nullptr) {
+        throw Error(ErrorCode::kUnsupported,
+                    "index cost of " + spec.to_string() +
+                        ": built on the host, but the inputs were prepared from device tensors");
+      }
       // Built on the host at every run (docs/index_builders.md): one build, it takes long.
       const PatternInputs on_host{device_inputs.host_q, device_inputs.host_k, scale};
       const auto start = std::chrono::steady_clock::now();
@@ -144,6 +167,17 @@ class MeasuredCost final : public CostModel {
   int warmup_;
   int repeats_;
   std::string gpu_;
+
+  double time_runs(const PreparedPlan& prepared, const CostInputs& inputs, int warmup,
+                   int repeats) const {
+    const DeviceInputs& device_inputs = ours(inputs);
+    return median_device_milliseconds(
+        [&] {
+          attention_planned(prepared, device_inputs.q, device_inputs.k, device_inputs.v,
+                            device_inputs.out.view(), device_inputs.lse.view());
+        },
+        warmup, repeats, device_);
+  }
 
   static const DeviceInputs& ours(const CostInputs& inputs) {
     const auto* device_inputs = dynamic_cast<const DeviceInputs*>(&inputs);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -85,6 +86,10 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
   if (options.sample_rows < 1) {
     throw_invalid_argument("sample_rows", ">= 1", std::to_string(options.sample_rows));
   }
+  if (!(options.recall_margin_se >= 0.0)) {
+    throw_invalid_argument("recall_margin_se", ">= 0 (standard errors)",
+                           std::to_string(options.recall_margin_se));
+  }
   if (options.segment_tail_rows < 0) {
     throw_invalid_argument("segment_tail_rows", ">= 0", std::to_string(options.segment_tail_rows));
   }
@@ -97,50 +102,82 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
 }
 
 // Heads are searched in parallel, but a measured cost times kernels on one GPU: concurrent timings
-// would measure each other. Costing is a small share of a candidate's work (building its plan and
-// scoring it on the CPU reference dominate; a scope's inputs are prepared once), so one lock around
-// it costs little.
+// would measure each other. So one lock serialises the model's calls, and the scopes' device work
+// (SearchOptions::score_device: builds, scoring runs) takes the same lock, recursively, so that
+// nothing runs on the device beside a timing. Host work (CPU scoring, host builds) runs outside it.
 class SerializedCost final : public CostModel {
  public:
   explicit SerializedCost(CostModel& model) : model_(model) {}
   std::unique_ptr<CostInputs> prepare(const TensorView& q, const TensorView& k,
                                       const TensorView& v) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
     return model_.prepare(q, k, v);
   }
   double cost(const Plan& plan, const CostInputs& inputs) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
     return model_.cost(plan, inputs);
+  }
+  double cost_prepared(const PreparedPlan& prepared, const CostInputs& inputs) override {
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return model_.cost_prepared(prepared, inputs);
+  }
+  double cost_prepared_within(const PreparedPlan& prepared, const CostInputs& inputs,
+                              double limit) override {
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return model_.cost_prepared_within(prepared, inputs, limit);
   }
   double index_cost(const PatternSpec& spec, const PlanShape& shape, const ModalityLayout& layout,
                     float scale, const CostInputs& inputs) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
     return model_.index_cost(spec, shape, layout, scale, inputs);
   }
   bool measured() const override { return model_.measured(); }
   std::string unit() const override { return model_.unit(); }
   std::string gpu() const override { return model_.gpu(); }
   int64_t tile_rows(int64_t head_dim) const override { return model_.tile_rows(head_dim); }
+  std::recursive_mutex& mutex() { return mutex_; }
 
  private:
   CostModel& model_;
+  std::recursive_mutex mutex_;
+};
+
+// Static plans depend on the scope's shape and layout alone, which every head shares: their cost
+// on a scope is measured once for the layer (the first head to need it) and reused, instead of
+// timed again per head (only a measurement's noise differs between heads' timings).
+class StaticCostCache {
+ public:
+  template <class Compute>
+  double get(const std::string& scope, const PatternSpec& spec, Compute&& compute) {
+    if (is_dynamic(spec)) return compute();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::string key = scope + "|" + spec.to_string();
+    const auto found = costs_.find(key);
+    if (found != costs_.end()) return found->second;
+    return costs_[key] = compute();
+  }
+
+ private:
   std::mutex mutex_;
+  std::map<std::string, double> costs_;
 };
 
 class HeadSearch {
  public:
   HeadSearch(int64_t q_head, const TensorView& q, const TensorView& k, const TensorView& v,
-             const ModalityLayout& layout, CostModel& cost_model, const PatternSpec& budget_spec,
+             const ModalityLayout& layout, SerializedCost& cost_model,
+             StaticCostCache& static_costs, const PatternSpec& budget_spec,
              const SearchOptions& options)
       : q_head_(q_head),
         layout_(layout),
         cost_model_(cost_model),
+        static_costs_(static_costs),
         budget_spec_(budget_spec),
         options_(options),
         tile_rows_(cost_model.tile_rows(q.shape[3])),
         tensors_(detail::head_tensors(q, k, v, q_head)),
         full_(kFullScope, tensors_, layout, detail::kAllModalities, detail::kAllModalities,
-              detail::kAllModalities, tile_rows_, options) {}
+              detail::kAllModalities, tile_rows_, options, &cost_model.mutex()) {}
 
   HeadSearchResult run(const std::vector<PatternSpec>& space) {
     result_.q_head = q_head_;
@@ -158,7 +195,7 @@ class HeadSearch {
     for (Modality modality : present) {
       const ModalitySet only = modality_bit(modality);
       Scope scope(std::string(modality_name(modality)), tensors_, layout_, only, only, only,
-                  tile_rows_, options_);
+                  tile_rows_, options_, &cost_model_.mutex());
       search_scope(scope, space, "intra");
     }
     // (2) Cross-modality: queries of one modality against keys of another, on the two
@@ -168,7 +205,8 @@ class HeadSearch {
         if (query == key) continue;
         Scope scope(std::string(modality_name(query)) + "->" + std::string(modality_name(key)),
                     tensors_, layout_, modality_bit(query) | modality_bit(key),
-                    modality_bit(query), modality_bit(key), tile_rows_, options_);
+                    modality_bit(query), modality_bit(key), tile_rows_, options_,
+                    &cost_model_.mutex());
         search_scope(scope, space, "cross");
       }
     }
@@ -178,7 +216,8 @@ class HeadSearch {
         search_scope(full_, inter_candidates(), "inter").winner;
     if (!best) {
       choose_dense("no candidate within the budget");
-    } else if (best->recall < options_.dense_below_recall) {
+    } else if (best->recall - options_.recall_margin_se * best->recall_se <
+               options_.dense_below_recall) {
       choose_dense("best candidate " + best->spec.to_string() + " recalls " +
                    std::to_string(best->recall) + " < dense_below_recall");
     } else {
@@ -193,11 +232,11 @@ class HeadSearch {
   std::vector<CandidateScore> score_on_full_sequence(const std::vector<PatternSpec>& specs) {
     std::vector<CandidateScore> scores;
     for (const PatternSpec& spec : specs) {
-      const std::optional<Plan> plan = full_.build(spec);
-      if (!plan) continue;
-      const double cost = full_.cost(*plan, cost_model_);
-      const detail::Accuracy accuracy = full_.score(*plan);
-      scores.push_back({spec, accuracy.recall, accuracy.output_error, cost,
+      const std::optional<detail::BuiltCandidate> candidate = full_.build(spec);
+      if (!candidate) continue;
+      const double cost = cost_on(full_, spec, *candidate);
+      const detail::Accuracy accuracy = full_.score(*candidate);
+      scores.push_back({spec, accuracy.recall, accuracy.recall_se, accuracy.output_error, cost,
                         full_.index_cost(spec, cost_model_)});
     }
     return scores;
@@ -211,7 +250,8 @@ class HeadSearch {
  private:
   int64_t q_head_;
   const ModalityLayout& layout_;
-  CostModel& cost_model_;
+  SerializedCost& cost_model_;
+  StaticCostCache& static_costs_;
   const PatternSpec& budget_spec_;
   const SearchOptions& options_;
   int64_t tile_rows_;
@@ -223,9 +263,19 @@ class HeadSearch {
   // The budget spec's cost on the scope's tokens: candidates compete at comparable cost on the
   // tokens they are scored on (App. C.5), whole sequence or one modality's part of it.
   std::optional<double> budget_on(Scope& scope) {
-    const std::optional<Plan> plan = scope.build(budget_spec_);
-    if (!plan) return std::nullopt;
-    return scope.cost(*plan, cost_model_);
+    const std::optional<detail::BuiltCandidate> candidate = scope.build(budget_spec_);
+    if (!candidate) return std::nullopt;
+    return cost_on(scope, budget_spec_, *candidate);
+  }
+
+  // The candidate's cost on the scope; a static spec's is shared by every head (StaticCostCache).
+  // With a `limit` (the scope's budget), a cost far over it may be a quicker reading
+  // (CostModel::cost_prepared_within); the budget of a scope is the same for every head, so a
+  // shared static cost is read against the same limit.
+  double cost_on(Scope& scope, const PatternSpec& spec, const detail::BuiltCandidate& candidate,
+                 double limit = std::numeric_limits<double>::infinity()) {
+    return static_costs_.get(scope.name(), spec,
+                             [&] { return scope.cost(candidate, cost_model_, limit); });
   }
 
   const ScopeSearch& search_scope(Scope& scope, const std::vector<PatternSpec>& candidates,
@@ -249,19 +299,20 @@ class HeadSearch {
         ++search.host_index;
         continue;
       }
-      const std::optional<Plan> plan = scope.build(spec);
-      if (!plan) {
+      const std::optional<detail::BuiltCandidate> candidate = scope.build(spec);
+      if (!candidate) {
         ++search.not_applicable;
         continue;
       }
-      const double cost = scope.cost(*plan, cost_model_);
+      const double cost = cost_on(scope, spec, *candidate, search.budget_cost);
       if (cost > search.budget_cost) {
         ++search.over_budget;
         over_budget_.insert(spec.to_string());
         continue;
       }
-      const detail::Accuracy accuracy = scope.score(*plan);
-      search.scored.push_back({spec, accuracy.recall, accuracy.output_error, cost});
+      const detail::Accuracy accuracy = scope.score(*candidate);
+      search.scored.push_back(
+          {spec, accuracy.recall, accuracy.recall_se, accuracy.output_error, cost});
       if (!search.winner || better(search.scored.back(), *search.winner)) {
         search.winner = search.scored.back();
       }
@@ -305,7 +356,7 @@ class HeadSearch {
 
   void choose_dense(const std::string& reason) {
     const PatternSpec dense{"dense", {}};
-    result_.chosen = {dense, 1.0, 0.0, full_.cost(*full_.build(dense), cost_model_)};
+    result_.chosen = {dense, 1.0, 0.0, 0.0, cost_on(full_, dense, *full_.build(dense))};
     result_.dense_fallback = true;
     result_.fallback_reason = reason;
   }
@@ -326,10 +377,15 @@ double total_cost(const CandidateScore& score) { return score.cost + score.index
 // Each scored ladder is recorded as a "raise" scope of its head (reported through `on_scope_done`
 // as it completes); a raised head's scope names the step taken as its winner.
 template <class MakeSearch>
-void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int head_workers,
-                     const std::vector<PatternSpec>& ladder, MakeSearch&& make_search,
+void raise_to_target(std::vector<HeadSearchResult>& heads, double target, double margin_se,
+                     int head_workers, const std::vector<PatternSpec>& ladder,
+                     MakeSearch&& make_search,
                      const std::function<void(int64_t, const ScopeSearch&)>& on_scope_done) {
-  if (mean_recall(heads) >= target) return;
+  // The target is met when the mean less its margin (the sample's error) reaches it.
+  const auto below_target = [&] {
+    return mean_recall(heads) - margin_se * mean_recall_se(heads) < target;
+  };
+  if (!below_target()) return;
   std::vector<std::size_t> below;
   for (std::size_t i = 0; i < heads.size(); ++i) {
     if (heads[i].chosen.recall < target) below.push_back(i);
@@ -350,7 +406,7 @@ void raise_to_target(std::vector<HeadSearchResult>& heads, double target, int he
                          scope.not_applicable = std::ssize(ladder) - std::ssize(steps[i]);
                          if (on_scope_done) on_scope_done(head.q_head, scope);
                        });
-  while (mean_recall(heads) < target) {
+  while (below_target()) {
     std::optional<std::pair<std::size_t, std::size_t>> best;
     double best_ratio = 0.0;
     for (std::size_t b = 0; b < below.size(); ++b) {
@@ -380,6 +436,12 @@ double mean_recall(std::span<const HeadSearchResult> heads) {
   double sum = 0.0;
   for (const HeadSearchResult& head : heads) sum += head.chosen.recall;
   return heads.empty() ? 1.0 : sum / static_cast<double>(heads.size());
+}
+
+double mean_recall_se(std::span<const HeadSearchResult> heads) {
+  double variance = 0.0;
+  for (const HeadSearchResult& head : heads) variance += head.chosen.recall_se * head.chosen.recall_se;
+  return heads.empty() ? 0.0 : std::sqrt(variance) / static_cast<double>(heads.size());
 }
 
 LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -427,15 +489,18 @@ LayerSearchResult search_layer(const TensorView& q, const TensorView& k, const T
     };
   }
   SerializedCost serialized_cost(cost_model);
+  StaticCostCache static_costs;
   result.heads.resize(heads.size());
   const auto make_search = [&](int64_t q_head) {
-    return HeadSearch(q_head, q, k, v, layout, serialized_cost, budget_spec, head_options);
+    return HeadSearch(q_head, q, k, v, layout, serialized_cost, static_costs, budget_spec,
+                      head_options);
   };
   detail::parallel_for(std::ssize(heads), head_workers, [&](int64_t i) {
     result.heads[i] = make_search(heads[i]).run(result.space);
   });
   if (options.target_mean_recall > 0.0) {
-    raise_to_target(result.heads, options.target_mean_recall, head_workers,
+    raise_to_target(result.heads, options.target_mean_recall, options.recall_margin_se,
+                    head_workers,
                     recall_ladder(seq_len, options.scale_to_length), make_search,
                     head_options.on_scope_done);
   }

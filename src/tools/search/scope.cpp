@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <utility>
 
 #include "core/plan_coverage.h"
@@ -69,9 +70,9 @@ HeadTensors head_tensors(const TensorView& q, const TensorView& k, const TensorV
 
 Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& layout,
              ModalitySet kept, ModalitySet query, ModalitySet keys, int64_t tile_rows,
-             const SearchOptions& options)
+             const SearchOptions& options, std::recursive_mutex* device_mutex)
     : name_(std::move(name)), tile_rows_(tile_rows), scale_(options.scale),
-      num_threads_(options.num_threads) {
+      num_threads_(options.num_threads), device_mutex_(device_mutex) {
   const std::vector<uint8_t> types = layout.token_types();
   std::vector<int64_t> kept_positions;
   std::vector<int64_t> scope_index(types.size(), -1);  // original position -> scope position
@@ -104,39 +105,94 @@ Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& la
   out_ = Tensor(DType::kFloat32, {1, tokens, 1, head_dim});
   lse_ = Tensor(DType::kFloat32, {1, 1, tokens});
 
-  // Sampled rows: spread over the query rows, plus the tails of the query segments.
-  std::vector<int64_t> query_rows;
+  // The query rows that see a key of the scored modalities (causally: one at or before them), and
+  // which of them end a query segment.
+  std::vector<bool> key_in_scope(tokens);
+  int64_t first_key = tokens;
   for (int64_t i = 0; i < tokens; ++i) {
-    if (contains(query, static_cast<Modality>(types[kept_positions[i]]))) query_rows.push_back(i);
+    key_in_scope[i] = contains(keys, static_cast<Modality>(types[kept_positions[i]]));
+    if (key_in_scope[i]) first_key = std::min(first_key, i);
   }
-  if (query_rows.empty()) return;
-  for (int64_t index : sample_rows(static_cast<int64_t>(query_rows.size()),
-                                   std::min<int64_t>(options.sample_rows,
-                                                     static_cast<int64_t>(query_rows.size())))) {
-    rows_.push_back(query_rows[index]);
-  }
+  std::vector<bool> tail(tokens, false);
   for (const Segment& segment : layout.segments()) {
     if (!contains(query, segment.modality)) continue;
     for (int64_t position = std::max(segment.begin, segment.end - options.segment_tail_rows);
          position < segment.end; ++position) {
-      if (scope_index[position] >= 0) rows_.push_back(scope_index[position]);
+      if (scope_index[position] >= 0) tail[scope_index[position]] = true;
     }
   }
-  std::sort(rows_.begin(), rows_.end());
-  rows_.erase(std::unique(rows_.begin(), rows_.end()), rows_.end());
+  std::vector<int64_t> query_rows;
+  std::vector<bool> query_tail;
+  for (int64_t i = first_key; i < tokens; ++i) {
+    if (!contains(query, static_cast<Modality>(types[kept_positions[i]]))) continue;
+    query_rows.push_back(i);
+    query_tail.push_back(tail[i]);
+  }
+  if (query_rows.empty()) return;
+  device_work_ = options.score_device && options.score_device->type != DeviceType::kCPU;
+  if (options.score_device) {
+    const bool restricted = std::find(key_in_scope.begin(), key_in_scope.end(), false) !=
+                            key_in_scope.end();
+    all_rows_ = std::make_unique<AllRowsScorer>(
+        *options.score_device, q_, k_, v_, std::move(query_rows),
+        restricted ? std::move(key_in_scope) : std::vector<bool>{}, scale_);
+    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
+    all_rows_->set_reference(shape(), layout_);
+    return;
+  }
+  sample(query_rows, query_tail, options);
 
   // The dense reference; rows that see no key of the scored pairs have nothing to recall.
   attend(build_plan(PatternSpec{"dense", {}}, shape()));
   std::vector<int64_t> scored_rows;
-  for (int64_t row : rows_) {
-    const float lse = lse_.data_as<float>()[row];
+  std::vector<RowWeight> scored_weights;
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const float lse = lse_.data_as<float>()[rows_[i]];
     if (!std::isfinite(lse)) continue;
-    scored_rows.push_back(row);
+    scored_rows.push_back(rows_[i]);
+    scored_weights.push_back(weights_[i]);
     dense_lse_.push_back(lse);
-    const float* out = out_.data_as<float>() + row * head_dim;
+    const float* out = out_.data_as<float>() + rows_[i] * head_dim;
     dense_out_.insert(dense_out_.end(), out, out + head_dim);
   }
   rows_ = std::move(scored_rows);
+  weights_ = std::move(scored_weights);
+}
+
+void Scope::sample(const std::vector<int64_t>& query_rows, const std::vector<bool>& tail,
+                   const SearchOptions& options) {
+  std::vector<std::pair<int64_t, RowWeight>> scored;
+  std::vector<int64_t> rest;
+  for (std::size_t i = 0; i < query_rows.size(); ++i) {
+    if (tail[i]) {
+      scored.push_back({query_rows[i], RowWeight{}});  // a census stratum: every tail row
+    } else {
+      rest.push_back(query_rows[i]);
+    }
+  }
+  const auto population = static_cast<int64_t>(rest.size());
+  const int64_t blocks = std::min(options.sample_rows, population);
+  const int64_t pairs = std::max<int64_t>(1, blocks / 2);
+  std::mt19937_64 generator(options.sample_seed);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * population / blocks, end = (b + 1) * population / blocks;
+    std::uniform_int_distribution<int64_t> draw(begin, end - 1);
+    // A block of one row is a census of it; an odd last block joins the pair before it.
+    const int64_t group = end - begin == 1 ? -1 : std::min(b / 2, pairs - 1);
+    scored.push_back({rest[draw(generator)], RowWeight{static_cast<double>(end - begin), group}});
+  }
+  std::sort(scored.begin(), scored.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [row, weight] : scored) {
+    rows_.push_back(row);
+    weights_.push_back(weight);
+  }
+}
+
+std::optional<std::lock_guard<std::recursive_mutex>> Scope::hold() const {
+  // Only a GPU's work can disturb a timing; the CPU reference scores heads in parallel.
+  if (device_mutex_ == nullptr || !device_work_) return std::nullopt;
+  return std::optional<std::lock_guard<std::recursive_mutex>>(std::in_place, *device_mutex_);
 }
 
 PlanShape Scope::shape() const {
@@ -144,10 +200,18 @@ PlanShape Scope::shape() const {
   return {1, 1, tokens, tokens, tile_rows_};
 }
 
-std::optional<Plan> Scope::build(const PatternSpec& spec) const {
+bool Scope::has_rows() const { return all_rows_ ? all_rows_->has_rows() : !rows_.empty(); }
+
+std::optional<BuiltCandidate> Scope::build(const PatternSpec& spec) const {
+  if (all_rows_) {
+    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
+    std::optional<PreparedPlan> prepared = all_rows_->prepare(spec, shape(), layout_);
+    if (!prepared) return std::nullopt;
+    return BuiltCandidate{std::nullopt, std::move(*prepared)};
+  }
   const PatternInputs inputs{q_.view(), k_.view(), scale_};
   try {
-    return build_plan(spec, shape(), &layout_, &inputs);
+    return BuiltCandidate{build_plan(spec, shape(), &layout_, &inputs), std::nullopt};
   } catch (const Error&) {
     // The pattern's parameters do not fit this scope (e.g. a grid stride longer than a short
     // text segment): the candidate is not applicable here, which the caller counts.
@@ -155,8 +219,14 @@ std::optional<Plan> Scope::build(const PatternSpec& spec) const {
   }
 }
 
-double Scope::cost(const Plan& plan, CostModel& model) {
-  return model.cost(plan, cost_inputs(model));
+double Scope::cost(const BuiltCandidate& candidate, CostModel& model, double limit) {
+  if (candidate.prepared) {
+    const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
+    return std::isfinite(limit)
+               ? model.cost_prepared_within(*candidate.prepared, cost_inputs(model), limit)
+               : model.cost_prepared(*candidate.prepared, cost_inputs(model));
+  }
+  return model.cost(*candidate.plan, cost_inputs(model));
 }
 
 double Scope::index_cost(const PatternSpec& spec, CostModel& model) {
@@ -164,6 +234,10 @@ double Scope::index_cost(const PatternSpec& spec, CostModel& model) {
 }
 
 const CostInputs& Scope::cost_inputs(CostModel& model) {
+  // Scored on a device, the model times plans on the scorer's copies (no second upload).
+  if (!cost_inputs_ && all_rows_) {
+    cost_inputs_ = model.prepare(all_rows_->q(), all_rows_->k(), all_rows_->v());
+  }
   if (!cost_inputs_) cost_inputs_ = model.prepare(q_.view(), k_.view(), v_.view());
   return *cost_inputs_;
 }
@@ -209,21 +283,31 @@ void Scope::attend(const Plan& plan) {
                     lse_.view(), options);
 }
 
-Accuracy Scope::score(const Plan& plan) {
-  attend(plan);
+Accuracy Scope::score(const BuiltCandidate& candidate) {
+  if (all_rows_) {
+    {
+      const std::optional<std::lock_guard<std::recursive_mutex>> lock = hold();
+      all_rows_->run(*candidate.prepared);
+    }
+    return all_rows_->compare();  // on the host, while other heads use the device
+  }
+  attend(*candidate.plan);
   const int64_t head_dim = q_.shape()[3];
-  double recall_sum = 0.0, error_squares = 0.0, dense_squares = 0.0;
+  std::vector<double> recalls(rows_.size());
+  double error_squares = 0.0, dense_squares = 0.0;
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const float lse = lse_.data_as<float>()[rows_[i]];
-    recall_sum += std::isfinite(lse) ? std::exp(static_cast<double>(lse) - dense_lse_[i]) : 0.0;
+    recalls[i] = std::isfinite(lse) ? std::exp(static_cast<double>(lse) - dense_lse_[i]) : 0.0;
     const float* out = out_.data_as<float>() + rows_[i] * head_dim;
     const float* dense = dense_out_.data() + i * head_dim;
     for (int64_t d = 0; d < head_dim; ++d) {
-      error_squares += (static_cast<double>(out[d]) - dense[d]) * (out[d] - dense[d]);
-      dense_squares += static_cast<double>(dense[d]) * dense[d];
+      const double difference = static_cast<double>(out[d]) - dense[d];
+      error_squares += weights_[i].weight * difference * difference;
+      dense_squares += weights_[i].weight * static_cast<double>(dense[d]) * dense[d];
     }
   }
-  return {recall_sum / static_cast<double>(rows_.size()),
+  const WeightedMean recall = weighted_mean(recalls, weights_);
+  return {recall.mean, recall.standard_error,
           dense_squares > 0.0 ? std::sqrt(error_squares / dense_squares) : 0.0};
 }
 
