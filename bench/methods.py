@@ -90,6 +90,11 @@ def parse_args(argv=None):
     parser.add_argument("--flexprefill-gammas", type=float, nargs="*", default=[0.9, 0.95, 0.99])
     parser.add_argument("--flex-locals", type=int, nargs="*", default=[1024, 4096, 16384])
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--heads", type=int, default=0, help="query heads of the presets (0: theirs)")
+    parser.add_argument("--kv-heads", type=int, default=0, help="KV heads of the presets (0: theirs)")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="cpu: a smoke run at small lengths (mmsparse's CLI on its CPU backend, "
+                             "the report and pictures; every peer needs CUDA and is skipped)")
     args = parser.parse_args(argv)
     for name in ("warmup", "repeats", "rounds"):
         minimum = 0 if name == "warmup" else 1
@@ -115,6 +120,16 @@ def input_list(args):
     return inputs
 
 
+def workload_flags(args, preset, seq_len, seed=0):
+    """The CLI's workload flags for one preset input: generate, search and bench take the same."""
+    flags = ["--preset", preset, "--seq-len", str(seq_len), "--seed", str(seed)]
+    if args.heads:
+        flags += ["--heads", str(args.heads)]
+    if args.kv_heads:
+        flags += ["--kv-heads", str(args.kv_heads)]
+    return flags
+
+
 def run_cli(command):
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -122,13 +137,13 @@ def run_cli(command):
     return result.stdout
 
 
-def load_input(path):
-    """q, k, v on the GPU and the file's needle task (docs/report.md) or None."""
+def load_input(path, device):
+    """q, k, v on `device` and the file's needle task (docs/report.md) or None."""
     with safe_open(path, "pt") as file:
         metadata = file.metadata() or {}
         names = set(file.keys())
         prefix = "" if "q" in names else "layers.0."
-        q, k, v = (file.get_tensor(prefix + name).cuda() for name in ("q", "k", "v"))
+        q, k, v = (file.get_tensor(prefix + name).to(device) for name in ("q", "k", "v"))
     if metadata.get("mmsparse.causal", "1") != "1":
         raise SystemExit(f"{path}: non-causal attention; the peers compared here are causal")
     if q.dim() != 4 or q.shape[0] != 1:
@@ -140,12 +155,29 @@ def load_input(path):
 
 # --- Accuracy ----------------------------------------------------------------------------------
 
-class Reference:
-    """Dense output and LSE of one input (FlashAttention-2 through torch, K/V expanded)."""
+def flash2_dense(t):
+    """Dense causal attention with its LSE: FlashAttention-2 through torch, K/V expanded.
+    Returns out [1, heads, seq, dim] and lse [1, heads, seq] (natural log)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
+        t.qt, t.kt_full, t.vt_full, 0.0, True, False)[:2]
+    return out, lse
 
-    def __init__(self, t, needles):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
-            t.qt, t.kt_full, t.vt_full, 0.0, True, False)[:2]
+
+def math_dense(t):
+    """The same in fp32 from the full score matrix: the CPU smoke run's reference (small lengths)."""
+    scores = torch.einsum("bhqd,bhkd->bhqk", t.qt.float(), t.kt_full.float()) * t.scale
+    rows = torch.arange(t.seq_len, device=scores.device)
+    scores.masked_fill_(rows[None, :] > rows[:, None], -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.einsum("bhqk,bhkd->bhqd", torch.exp(scores - lse[..., None]), t.vt_full.float())
+    return out.to(t.q.dtype), lse
+
+
+class Reference:
+    """Dense output and LSE of one input (`dense`: flash2_dense on the GPU), and the probes."""
+
+    def __init__(self, t, needles, dense=flash2_dense):
+        out, lse = dense(t)
         # [1, seq, heads, dim] and [1, heads, seq] (natural log)
         self.out, self.lse = out.transpose(1, 2), lse.float()[..., : t.seq_len]
         self.needle_keys = list(needles["keys"]) if needles else []
@@ -168,7 +200,7 @@ class Reference:
 
     def measure(self, t, out, lse, probe_out):
         """Recall, output error and needles of one method's outputs."""
-        all_rows = torch.arange(t.seq_len, device="cuda")
+        all_rows = torch.arange(t.seq_len, device=t.q.device)
         source = "lse"
         missed = 0
         if lse is None:
@@ -194,7 +226,7 @@ class Reference:
         method's probability on n times its row recall (= the dense probability where computed)."""
         if not self.needle_keys:
             return {}
-        rows = torch.arange(self.question_begin, t.seq_len, device="cuda")
+        rows = torch.arange(self.question_begin, t.seq_len, device=t.q.device)
         recall = torch.exp(lse.float()[0][:, rows] - self.lse[0][:, rows])   # [heads, rows]
         kept = 0
         for j, key in enumerate(self.needle_keys[: t.head_dim - 1]):
@@ -240,7 +272,7 @@ class MmsparseEntry:
     """One `mmsparse run --compare` call: every pattern spec, or one config."""
 
     def __init__(self, args, path, specs=(), config=None, label=None, note=None):
-        self.command = [args.mmsparse, "run", "-i", path, "--compare", "--device", "cuda",
+        self.command = [args.mmsparse, "run", "-i", path, "--compare", "--device", args.device,
                         "--warmup", str(args.warmup), "--repeats", str(args.repeats),
                         "--json", "-", "--quiet"]
         for spec in specs:
@@ -248,7 +280,8 @@ class MmsparseEntry:
         if config:
             self.command += ["--config", config]
         self.label, self.note, self.rounds = label, note, []
-        self.name, self.error = f"mmsparse {label or 'patterns'}", None
+        self.name = f"{report_lib.SEARCHED_METHOD} {label}" if label else "mmsparse patterns"
+        self.error = None
 
     def run_round(self, t, reference, args):
         self.rounds.append(report_lib.mmsparse_points_from_run(json.loads(run_cli(self.command)),
@@ -272,16 +305,15 @@ def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
         return entries
     for target in args.search_targets:
         config = os.path.join(scratch, f"search-{os.path.basename(path)}-{target}.json")
-        source = (["--preset", preset, "--seq-len", str(seq_len), "--seed", "1"] if preset
-                  else ["-i", path])
+        source = workload_flags(args, preset, seq_len, seed=1) if preset else ["-i", path]
         try:
-            run_cli([args.mmsparse, "search", *source, "--device", "cuda", "--target-mean-recall",
+            run_cli([args.mmsparse, "search", *source, "--device", args.device, "--target-mean-recall",
                      str(target), "-o", config, "--quiet"])
         except RuntimeError as error:
             skipped[f"mmsparse search@{target:.2f}"] = f"search failed: {str(error)[-300:]}"
             continue
         note = "searched on seed 1 (out of sample)" if preset else "searched on this input (in sample)"
-        entries.append(MmsparseEntry(args, path, config=config, label=f"search@{target:.2f}",
+        entries.append(MmsparseEntry(args, path, config=config, label=f"target={target:.2f}",
                                      note=note))
     return entries
 
@@ -291,8 +323,8 @@ def tile_oracle(args, preset, seq_len):
     if not preset:
         return []
     try:
-        bench = json.loads(run_cli([args.mmsparse, "bench", "--device", "cuda", "--preset",
-                                    preset, "--seq-len", str(seq_len), "--pattern", "dense",
+        bench = json.loads(run_cli([args.mmsparse, "bench", "--device", args.device,
+                                    *workload_flags(args, preset, seq_len), "--pattern", "dense",
                                     "--warmup", "1", "--repeats", "1", "--json", "-", "--quiet"]))
     except RuntimeError as error:
         print(f"tile oracle of {preset} {seq_len} failed: {error}", flush=True)
@@ -303,14 +335,14 @@ def tile_oracle(args, preset, seq_len):
 def run_input(args, adapters, label, preset, seq_len, path, scratch):
     if preset:
         path = os.path.join(scratch, f"{preset}-{seq_len}.safetensors")
-        run_cli([args.mmsparse, "generate", "--preset", preset, "--seq-len", str(seq_len), "-o", path])
-    q, k, v, needles = load_input(path)
+        run_cli([args.mmsparse, "generate", *workload_flags(args, preset, seq_len), "-o", path])
+    q, k, v, needles = load_input(path, args.device)
     t = peers_lib.Tensors(q, k, v)
-    reference = Reference(t, needles)
+    reference = Reference(t, needles, flash2_dense if args.device == "cuda" else math_dense)
     skipped = {}
     entries = []
     for adapter in adapters:
-        reason = adapter.available()
+        reason = adapter.available() if args.device == "cuda" else "needs a CUDA device"
         if reason:
             skipped[adapter.name] = reason
             continue
@@ -348,7 +380,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     adapters = peers_lib.build_adapters(args)
-    report = {"gpu": torch.cuda.get_device_name(0), "date": datetime.date.today().isoformat(),
+    gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "none (CPU smoke run)"
+    report = {"gpu": gpu, "date": datetime.date.today().isoformat(),
               "command": " ".join(sys.argv), "versions": peers_lib.installed_versions(),
               "flash_attn_4": peers_lib.fa4_status(), "rounds": args.rounds,
               "warmup": args.warmup, "repeats": args.repeats, "inputs": []}
@@ -359,7 +392,8 @@ def main(argv=None):
             with open(os.path.join(args.out, "methods.json"), "w") as file:
                 json.dump(report, file, indent=1)  # after every input: a late failure keeps these
             if not args.no_plots:
-                report_lib.plot_input(result, os.path.join(args.out, report_lib.picture_name(result)))
+                report_lib.plot_input(result, os.path.join(args.out, report_lib.picture_name(result)),
+                                      report_lib.title_note(report, result))
     sys.stdout.write(report_lib.markdown_table(report))
     return 0
 

@@ -67,13 +67,18 @@ def finish_point(point, round_index_ms, round_attention_ms):
 
 # --- mmsparse's own reports (the CLI's JSON, docs/report.md) -----------------------------------
 
+SEARCHED_METHOD = "mmsparse searched config"
+
+
 def mmsparse_points_from_run(run_report, label=None):
     """One point per pattern run of `mmsparse run --compare --json` (first layer).
 
     The CLI measures recall, output error and needles against its own dense run on the same
     tensors; index_ms is the whole plan's build (host clock around the synchronised build) and
-    attention_ms the median of its timed repeats. `label` names a config run (a searched config).
-    Times are one round's; finish_point() takes the rounds.
+    attention_ms the median of its timed repeats. `label` is the knob of a config run (a searched
+    config: every such run is one point of the method SEARCHED_METHOD). The engine's dense run
+    becomes the point "mmsparse dense" (without `label` only, so once per input). Times are one
+    round's; finish_point() takes the rounds.
     """
     layers = run_report.get("layers") or []
     if not layers:
@@ -82,7 +87,7 @@ def mmsparse_points_from_run(run_report, label=None):
     for pattern in layers[0].get("patterns", []):
         needles = pattern.get("needles") or {}
         name = pattern.get("pattern", "?")
-        method = f"mmsparse {label}" if label else f"mmsparse {name}"
+        method = SEARCHED_METHOD if label else f"mmsparse {name}"
         knob = pattern.get("spec", name) if not label else label
         point = make_point(method=method, family="mmsparse", knob=knob, kernel="mmsparse engine",
                            recall=pattern.get("recall_mean"), recall_min=pattern.get("recall_min"),
@@ -91,6 +96,13 @@ def mmsparse_points_from_run(run_report, label=None):
                            density=pattern.get("density"))
         point["index_ms"] = pattern.get("index_ms")
         point["attention_ms"] = pattern.get("attention_ms")
+        points.append(point)
+    dense = layers[0].get("dense")
+    if dense and not label:  # the engine's own dense run, once per input (not per config run)
+        point = make_point(method="mmsparse dense", family="dense", knob="dense",
+                           kernel="mmsparse engine", recall=1.0, recall_min=1.0,
+                           recall_source="cli", output_error=0.0, density=1.0)
+        point["index_ms"], point["attention_ms"] = 0.0, dense.get("attention_ms")
         points.append(point)
     return points
 
@@ -145,12 +157,17 @@ def best_at_recall(points, recall):
     return min(eligible, key=lambda p: p["total_ms"], default=None)
 
 
-def dense_time(result):
-    """The input's dense reference time: cuDNN SDPA's total when it ran, else the fastest dense."""
+def dense_reference(result):
+    """The input's dense point that times are compared with: cuDNN SDPA when it ran (the dense bar,
+    GUIDE §5), else the fastest dense point; None without one."""
     dense = [p for p in result["points"] if p["family"] == "dense" and p.get("total_ms")]
-    cudnn = [p for p in dense if "cudnn" in p["method"]]
-    chosen = cudnn or dense
-    return min(p["total_ms"] for p in chosen) if chosen else None
+    chosen = [p for p in dense if "cudnn" in p["method"]] or dense
+    return min(chosen, key=lambda p: p["total_ms"]) if chosen else None
+
+
+def dense_time(result):
+    reference = dense_reference(result)
+    return reference["total_ms"] if reference else None
 
 
 def summary_rows(result, recall=DEFAULT_RECALL):
@@ -169,9 +186,9 @@ def markdown_table(report, recall=DEFAULT_RECALL):
     """The README table: per input, each method's best total time at `recall` and its speedup."""
     lines = []
     for result in report["inputs"]:
-        dense_ms = dense_time(result)
-        dense_text = f"{dense_ms:.2f} ms" if dense_ms else "not measured"
-        lines.append(f"**{result['label']}** ({result['seq_len']} tokens; dense cuDNN {dense_text}; "
+        dense = dense_reference(result)
+        dense_text = f"{dense['method']} {dense['total_ms']:.2f} ms" if dense else "not measured"
+        lines.append(f"**{result['label']}** ({result['seq_len']} tokens; dense: {dense_text}; "
                      f"best point at recall >= {recall:.2f}, index included)")
         lines.append("")
         lines.append("| method | setting | recall | total ms | index ms | dense / total |")
@@ -242,9 +259,13 @@ def plot_input(result, path, title_note=""):
 def plot_report(report, out_dir):
     """One PNG per input into out_dir; returns the paths written."""
     os.makedirs(out_dir, exist_ok=True)
-    note = f" ({report.get('gpu', 'GPU?')}, {report.get('date', '')}, SYNTHETIC where marked)"
-    return [plot_input(result, os.path.join(out_dir, picture_name(result)), note)
+    return [plot_input(result, os.path.join(out_dir, picture_name(result)), title_note(report, result))
             for result in report["inputs"]]
+
+
+def title_note(report, result):
+    synthetic = ", SYNTHETIC workload" if result.get("synthetic") else ""
+    return f" ({report.get('gpu', 'GPU?')}, {report.get('date', '')}{synthetic})"
 
 
 def main(argv=None):
