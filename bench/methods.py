@@ -81,6 +81,9 @@ def parse_args(argv=None):
         help="mmsparse specs for every head (its per-pattern knobs)")
     parser.add_argument("--search-targets", type=float, nargs="*", default=[0.90, 0.95, 0.98],
                         help="mean-recall targets of `mmsparse search` configs")
+    parser.add_argument("--config-file", action="append", default=[], metavar="PRESET:LEN=PATH",
+                        help="a config `mmsparse search` wrote earlier, run as a searched-config "
+                             "point on that input (repeatable)")
     parser.add_argument("--search-max-len", type=int, default=131072,
                         help="no search above this length (search time grows with it)")
     parser.add_argument("--vs-counts", type=parse_pair, nargs="*",
@@ -103,6 +106,12 @@ def parse_args(argv=None):
     for target in args.search_targets:
         if not 0.0 < target <= 1.0:
             parser.error(f"--search-targets must be in (0, 1], got {target}")
+    for spec in args.config_file:
+        where, _, path = spec.partition("=")
+        if ":" not in where or not path:
+            parser.error(f"--config-file: expected PRESET:LEN=PATH, got {spec!r}")
+        if not os.path.isfile(path):
+            parser.error(f"--config-file: no file {path!r}")
     return args
 
 
@@ -301,6 +310,12 @@ def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
     """The pattern sweep and one searched config per recall target (searched on seed 1 of a
     preset: out of sample; on the input itself for a file). A failed search goes to `skipped`."""
     entries = [MmsparseEntry(args, path, specs=args.mmsparse_patterns)] if args.mmsparse_patterns else []
+    for spec in args.config_file:
+        where, _, config = spec.partition("=")
+        if where == f"{preset or os.path.basename(path)}:{seq_len}":
+            entries.append(MmsparseEntry(args, path, config=config,
+                                         label=f"file={os.path.basename(config)}",
+                                         note=config_provenance(config)))
     if seq_len > args.search_max_len:
         return entries
     for target in args.search_targets:
@@ -316,6 +331,16 @@ def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
         entries.append(MmsparseEntry(args, path, config=config, label=f"target={target:.2f}",
                                      note=note))
     return entries
+
+
+def config_provenance(path):
+    """What a config file says it was searched on (its `search.calibration`)."""
+    try:
+        with open(path) as file:
+            calibration = json.load(file).get("search", {}).get("calibration", "unknown")
+    except (OSError, ValueError) as error:
+        return f"config unreadable: {error}"
+    return f"searched earlier on: {calibration}"
 
 
 def tile_oracle(args, preset, seq_len):

@@ -205,6 +205,10 @@ def markdown_table(report, recall=DEFAULT_RECALL):
         if skipped:
             lines.append("")
             lines.append("Not run: " + "; ".join(f"{name} ({why})" for name, why in skipped.items()))
+        failed = result.get("failed") or {}
+        if failed:
+            lines.append("")
+            lines.append("Failed (see methods.json): " + "; ".join(sorted(failed)))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

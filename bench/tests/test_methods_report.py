@@ -73,6 +73,7 @@ class CurveTest(unittest.TestCase):
 class TableTest(unittest.TestCase):
     def result(self):
         return {"label": "video", "seq_len": 131072, "skipped": {"flashinfer": "not installed"},
+                "failed": {"minference xattention threshold=0.9": "RuntimeError: out of memory"},
                 "points": [point("sdpa-cudnn dense", 1.0, 100, family="dense", index=0),
                            point("sdpa-flash2 dense", 1.0, 160, family="dense", index=0),
                            point("mmsparse grid", 0.96, 20), point("mmsparse grid", 0.99, 50),
@@ -86,6 +87,7 @@ class TableTest(unittest.TestCase):
         self.assertIn("| mmsparse grid | `k` | 0.9600 | 20.00 | 1.00 | 5.00x |", text)
         self.assertIn("| peer | - | below 0.95 at every setting |", text)
         self.assertIn("Not run: flashinfer (not installed)", text)
+        self.assertIn("Failed (see methods.json): minference xattention threshold=0.9", text)
         rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
         self.assertTrue(rows[1].startswith("| mmsparse grid"))  # fastest first, after the header
 
