@@ -347,9 +347,9 @@ class FlashInferBlocks(Adapter):
 
 def fa4_status():
     """FlashAttention 4 (PyPI flash-attn-4, CuTe DSL): why it is not among the peers."""
-    return ("not carried: flash-attn-4 needs nvidia-cutlass-dsl, whose CUDA libraries are a "
-            "92 MB wheel (over the benchmark's 40 MiB wheel budget); its block-sparse path "
-            "targets Blackwell (SM100)")
+    return ("not carried: flash-attn-4 4.0.0b36 has an SM90 forward with block sparsity in its "
+            "source, but needs nvidia-cutlass-dsl, whose CUDA 13 libraries are one 92 MB wheel: "
+            "more than a device call can carry (64 MiB) and than this benchmark's wheel budget")
 
 
 def build_adapters(args):
