@@ -373,7 +373,7 @@ def run_input(args, adapters, label, preset, seq_len, path, scratch):
             continue
         entries += [PeerEntry(adapter, setting) for setting in adapter.settings]
     entries += mmsparse_entries(args, path, preset, t.seq_len, scratch, skipped)
-    for round_index in range(args.rounds):
+    for round_index in range(args.rounds if entries else 0):
         shift = round_index % len(entries)
         for entry in entries[shift:] + entries[:shift]:
             if entry.error:
