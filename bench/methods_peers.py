@@ -136,8 +136,10 @@ def flex_attend(t, block_mask, v):
 
 def block_mask_from_bool(selected, seq_len):
     """A FlexAttention BlockMask from selected BLOCK x BLOCK tiles [heads, q_blocks, kv_blocks]
-    (bool, CUDA): tiles below the diagonal run as full blocks, diagonal tiles with the causal
-    mask_mod, tiles above it are dropped."""
+    (bool): tiles below the diagonal run as full blocks, diagonal tiles as partial blocks, tiles
+    above it are dropped. The mask_mod states the same selection element by element (causal and
+    selected): the compiled kernel evaluates it on partial blocks only, and FlexAttention's eager
+    path, which evaluates it everywhere, then computes the same pairs."""
     blocks = selected.shape[-1]
     rows = torch.arange(blocks, device=selected.device)
     below = rows[:, None] > rows[None, :]
@@ -150,10 +152,13 @@ def block_mask_from_bool(selected, seq_len):
         order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).to(torch.int32)
         return count[None], order[None]
 
+    def selected_causal(b, h, q, k):
+        return (k <= q) & selected[h, q // BLOCK, k // BLOCK]
+
     kv_num, kv_idx = lists(partial)
     full_num, full_idx = lists(full)
     return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=BLOCK,
-                                    mask_mod=causal, seq_lengths=(seq_len, seq_len))
+                                    mask_mod=selected_causal, seq_lengths=(seq_len, seq_len))
 
 
 class FlexAShape(Adapter):

@@ -131,6 +131,28 @@ class EstimateTest(unittest.TestCase):
         expected = selected & torch.tril(torch.ones(blocks, blocks, dtype=torch.bool))
         self.assertTrue(torch.equal(dense, expected))
 
+    def test_flex_on_a_block_selection_computes_exactly_its_pairs(self):
+        blocks, heads, kv_heads, dim = 3, 4, 2, 32
+        seq = peers.BLOCK * blocks
+        generator = torch.Generator().manual_seed(5)
+        selected = torch.rand(heads, blocks, blocks, generator=generator) < 0.5
+        selected |= torch.eye(blocks, dtype=torch.bool)
+        q = torch.randn(1, seq, heads, dim, generator=generator).to(torch.bfloat16)
+        k, v = (torch.randn(1, seq, kv_heads, dim, generator=generator).to(torch.bfloat16)
+                for _ in range(2))
+        t = peers.Tensors(q, k, v)
+        out, lse = peers.flex_attention(t.qt, t.kt, t.vt, return_lse=True, enable_gqa=True,
+                                        block_mask=peers.block_mask_from_bool(selected, seq))
+        rows = torch.arange(seq)
+        pairs = selected.repeat_interleave(peers.BLOCK, 1).repeat_interleave(peers.BLOCK, 2)
+        pairs &= rows[None, :] <= rows[:, None]
+        scores = torch.einsum("bhqd,bhkd->bhqk", t.qt.float(), t.kt_full.float()) * t.scale
+        scores = scores.masked_fill(~pairs[None], -math.inf)
+        self.assertTrue(torch.allclose(lse.float(), torch.logsumexp(scores, -1), atol=1e-4))
+        expected = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores, -1), t.vt_full.float())
+        self.assertLess((out.float() - expected).abs().max().item(), 0.05)  # bf16 output
+        self.assertFalse(torch.equal(pairs, (rows[None, :] <= rows[:, None]).expand_as(pairs)))
+
 
 if __name__ == "__main__":
     unittest.main()
