@@ -38,6 +38,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,6 +93,9 @@ def parse_args(argv=None):
     parser.add_argument("--xattn-thresholds", type=float, nargs="*", default=[0.8, 0.9, 0.95])
     parser.add_argument("--flexprefill-gammas", type=float, nargs="*", default=[0.9, 0.95, 0.99])
     parser.add_argument("--flex-locals", type=int, nargs="*", default=[1024, 4096, 16384])
+    parser.add_argument("--budget-s", type=float, default=0,
+                        help="start no new input after this many seconds (0: no limit); the inputs "
+                             "left are listed under not_run")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--heads", type=int, default=0, help="query heads of the presets (0: theirs)")
     parser.add_argument("--kv-heads", type=int, default=0, help="KV heads of the presets (0: theirs)")
@@ -409,9 +413,14 @@ def main(argv=None):
     report = {"gpu": gpu, "date": datetime.date.today().isoformat(),
               "command": " ".join(sys.argv), "versions": peers_lib.installed_versions(),
               "flash_attn_4": peers_lib.fa4_status(), "rounds": args.rounds,
-              "warmup": args.warmup, "repeats": args.repeats, "inputs": []}
+              "warmup": args.warmup, "repeats": args.repeats, "inputs": [], "not_run": []}
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
         for label, preset, seq_len, path in input_list(args):
+            if args.budget_s and time.monotonic() - start > args.budget_s:
+                report["not_run"].append(f"{label} {seq_len or ''}".strip())
+                print(f"{label} {seq_len or ''}: not run (--budget-s {args.budget_s:g} spent)")
+                continue
             result = run_input(args, adapters, label, preset, seq_len, path, scratch)
             report["inputs"].append(result)
             with open(os.path.join(args.out, "methods.json"), "w") as file:
@@ -419,6 +428,8 @@ def main(argv=None):
             if not args.no_plots:
                 report_lib.plot_input(result, os.path.join(args.out, report_lib.picture_name(result)),
                                       report_lib.title_note(report, result))
+    with open(os.path.join(args.out, "methods.json"), "w") as file:
+        json.dump(report, file, indent=1)
     sys.stdout.write(report_lib.markdown_table(report))
     return 0
 

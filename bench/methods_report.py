@@ -210,6 +210,8 @@ def markdown_table(report, recall=DEFAULT_RECALL):
             lines.append("")
             lines.append("Failed (see methods.json): " + "; ".join(sorted(failed)))
         lines.append("")
+    if report.get("not_run"):
+        lines.append("Inputs not run (time budget): " + ", ".join(report["not_run"]))
     return "\n".join(lines).rstrip() + "\n"
 
 
