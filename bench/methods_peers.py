@@ -157,8 +157,11 @@ def block_mask_from_bool(selected, seq_len):
 
     kv_num, kv_idx = lists(partial)
     full_num, full_idx = lists(full)
+    # No query-side lists: only a backward pass reads them, and building them would add to the
+    # peer's index time.
     return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=BLOCK,
-                                    mask_mod=selected_causal, seq_lengths=(seq_len, seq_len))
+                                    mask_mod=selected_causal, seq_lengths=(seq_len, seq_len),
+                                    compute_q_blocks=False)
 
 
 class FlexAShape(Adapter):
@@ -174,12 +177,12 @@ class FlexAShape(Adapter):
 
     def prepare(self, t, local):
         # Captured as tensors, not ints: a changed int would recompile the mask for each window.
-        sink = torch.tensor(self.sink, device="cuda")
-        window = torch.tensor(local, device="cuda")
+        sink = torch.tensor(self.sink, device=t.q.device)
+        window = torch.tensor(local, device=t.q.device)
 
         def mask(b, h, q, k):
             return (k <= q) & ((k < sink) | (q - k < window))
-        return create_block_mask(mask, None, None, t.seq_len, t.seq_len, device="cuda",
+        return create_block_mask(mask, None, None, t.seq_len, t.seq_len, device=t.q.device,
                                  BLOCK_SIZE=BLOCK, _compile=True)
 
     def attend(self, t, state, v):
