@@ -119,11 +119,19 @@ class DenseSdpa(Adapter):
 
 
 _compiled_flex = None
+# Each setting's mask_mod is a new closure over tensors; should dynamo recompile for some of them,
+# the default limit (8) would drop FlexAttention to its eager path, which materialises every score.
+FLEX_RECOMPILE_LIMIT = 64
 
 
 def compiled_flex():
     global _compiled_flex
     if _compiled_flex is None:
+        import torch._dynamo
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name,
+                        max(getattr(torch._dynamo.config, name), FLEX_RECOMPILE_LIMIT))
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
     return _compiled_flex
 
@@ -170,20 +178,27 @@ class FlexAShape(Adapter):
 
     def __init__(self, locals_, sink=128):
         super().__init__("flexattention a-shape", locals_)
-        self.sink = sink
+        self.sink, self._masks = sink, {}
 
     def knob(self, setting):
         return f"sink={self.sink},local={setting}"
 
     def prepare(self, t, local):
-        # Captured as tensors, not ints: a changed int would recompile the mask for each window.
-        sink = torch.tensor(self.sink, device=t.q.device)
-        window = torch.tensor(local, device=t.q.device)
+        return create_block_mask(self.mask_mod(local, t.q.device), None, None, t.seq_len,
+                                 t.seq_len, device=t.q.device, BLOCK_SIZE=BLOCK, _compile=True)
 
-        def mask(b, h, q, k):
-            return (k <= q) & ((k < sink) | (q - k < window))
-        return create_block_mask(mask, None, None, t.seq_len, t.seq_len, device=t.q.device,
-                                 BLOCK_SIZE=BLOCK, _compile=True)
+    def mask_mod(self, local, device):
+        """One mask_mod per window, made once. Sink and window are captured as tensors: a changed
+        int would recompile the mask for each window."""
+        key = (local, str(device))
+        if key not in self._masks:
+            sink = torch.tensor(self.sink, device=device)
+            window = torch.tensor(local, device=device)
+
+            def mask(b, h, q, k):
+                return (k <= q) & ((k < sink) | (q - k < window))
+            self._masks[key] = mask
+        return self._masks[key]
 
     def attend(self, t, state, v):
         return flex_attend(t, state, v)
