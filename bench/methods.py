@@ -69,7 +69,8 @@ def parse_args(argv=None):
     parser.add_argument("--extra", action="append", default=[],
                         help="one more preset:length input (repeatable), e.g. multi-image:131072")
     parser.add_argument("--input", action="append", default=[],
-                        help="a safetensors file with q, k, v [1, seq, heads, head_dim] (repeatable)")
+                        help="a safetensors file with q, k, v [1, seq, heads, head_dim] "
+                             "(repeatable)")
     parser.add_argument("--peers", nargs="*", default=["flex", "minference"],
                         choices=["flex", "minference", "flashinfer"])
     parser.add_argument("--rounds", type=int, default=3)
@@ -97,11 +98,14 @@ def parse_args(argv=None):
                         help="start no new input after this many seconds (0: no limit); the inputs "
                              "left are listed under not_run")
     parser.add_argument("--no-plots", action="store_true")
-    parser.add_argument("--heads", type=int, default=0, help="query heads of the presets (0: theirs)")
-    parser.add_argument("--kv-heads", type=int, default=0, help="KV heads of the presets (0: theirs)")
+    parser.add_argument("--heads", type=int, default=0,
+                        help="query heads of the presets (0: theirs)")
+    parser.add_argument("--kv-heads", type=int, default=0,
+                        help="KV heads of the presets (0: theirs)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                        help="cpu: a smoke run at small lengths (mmsparse's CLI on its CPU backend, "
-                             "the report and pictures; every peer needs CUDA and is skipped)")
+                        help="cpu: a smoke run at small lengths (mmsparse's CLI on its CPU "
+                             "backend, the report and pictures; every peer needs CUDA and is "
+                             "skipped)")
     args = parser.parse_args(argv)
     for name in ("warmup", "repeats", "rounds"):
         minimum = 0 if name == "warmup" else 1
@@ -177,7 +181,8 @@ def flash2_dense(t):
 
 
 def math_dense(t):
-    """The same in fp32 from the full score matrix: the CPU smoke run's reference (small lengths)."""
+    """The same in fp32 from the full score matrix: the CPU smoke run's reference (small
+    lengths)."""
     scores = torch.einsum("bhqd,bhkd->bhqk", t.qt.float(), t.kt_full.float()) * t.scale
     rows = torch.arange(t.seq_len, device=scores.device)
     scores.masked_fill_(rows[None, :] > rows[:, None], -math.inf)
@@ -261,7 +266,8 @@ class PeerEntry:
 
     def run_round(self, t, reference, args):
         adapter, setting = self.adapter, self.setting
-        self.index_ms.append(median_ms(lambda: adapter.prepare(t, setting), args.warmup, args.repeats))
+        self.index_ms.append(median_ms(lambda: adapter.prepare(t, setting), args.warmup,
+                                       args.repeats))
         state = adapter.prepare(t, setting)
         self.attention_ms.append(median_ms(lambda: adapter.attend(t, state, t.v), args.warmup,
                                            args.repeats))
@@ -313,7 +319,9 @@ class MmsparseEntry:
 def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
     """The pattern sweep and one searched config per recall target (searched on seed 1 of a
     preset: out of sample; on the input itself for a file). A failed search goes to `skipped`."""
-    entries = [MmsparseEntry(args, path, specs=args.mmsparse_patterns)] if args.mmsparse_patterns else []
+    entries = []
+    if args.mmsparse_patterns:
+        entries.append(MmsparseEntry(args, path, specs=args.mmsparse_patterns))
     for spec in args.config_file:
         where, _, config = spec.partition("=")
         if where == f"{preset or os.path.basename(path)}:{seq_len}":
@@ -326,12 +334,13 @@ def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
         config = os.path.join(scratch, f"search-{os.path.basename(path)}-{target}.json")
         source = workload_flags(args, preset, seq_len, seed=1) if preset else ["-i", path]
         try:
-            run_cli([args.mmsparse, "search", *source, "--device", args.device, "--target-mean-recall",
-                     str(target), "-o", config, "--quiet"])
+            run_cli([args.mmsparse, "search", *source, "--device", args.device,
+                     "--target-mean-recall", str(target), "-o", config, "--quiet"])
         except RuntimeError as error:
             skipped[f"mmsparse search@{target:.2f}"] = f"search failed: {str(error)[-300:]}"
             continue
-        note = "searched on seed 1 (out of sample)" if preset else "searched on this input (in sample)"
+        note = ("searched on seed 1 (out of sample)" if preset
+                else "searched on this input (in sample)")
         entries.append(MmsparseEntry(args, path, config=config, label=f"target={target:.2f}",
                                      note=note))
     return entries
@@ -426,8 +435,8 @@ def main(argv=None):
             with open(os.path.join(args.out, "methods.json"), "w") as file:
                 json.dump(report, file, indent=1)  # after every input: a late failure keeps these
             if not args.no_plots:
-                report_lib.plot_input(result, os.path.join(args.out, report_lib.picture_name(result)),
-                                      report_lib.title_note(report, result))
+                picture = os.path.join(args.out, report_lib.picture_name(result))
+                report_lib.plot_input(result, picture, report_lib.title_note(report, result))
     with open(os.path.join(args.out, "methods.json"), "w") as file:
         json.dump(report, file, indent=1)
     sys.stdout.write(report_lib.markdown_table(report))

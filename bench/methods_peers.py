@@ -227,9 +227,11 @@ def _check_import(loader):
 
 def diagonal_sums(probabilities):
     """Sum of [.., rows, seq] along diagonals: result[.., o] = sum over r of p[r, row_r - o], where
-    the rows are the last `rows` query rows (row_r = seq - rows + r). Skews the flipped rows by r."""
+    the rows are the last `rows` query rows (row_r = seq - rows + r). Skews the flipped rows by
+    r."""
     rows, seq = probabilities.shape[-2], probabilities.shape[-1]
-    flipped = probabilities.flip(-1)  # flipped[r, j'] = p[r, seq - 1 - j']: offset o = j' + r - rows + 1
+    # flipped[r, j'] = p[r, seq - 1 - j'], whose offset is o = j' + r - rows + 1
+    flipped = probabilities.flip(-1)
     padded = torch.nn.functional.pad(flipped, (0, rows))
     flat = padded.flatten(-2)[..., : rows * (seq + rows - 1)]
     skewed = flat.view(*probabilities.shape[:-2], rows, seq + rows - 1)  # [r, j' + r]
@@ -291,8 +293,9 @@ class MInferenceXAttention(Adapter):
 
     def selected_blocks(self, t, threshold):
         module = _minference_module("modules.xattention")
-        _, mask = module.xattn_estimate(t.qt_contiguous, t.kt_full, block_size=BLOCK, stride=XATTN_STRIDE,
-                                        threshold=threshold, use_triton=True, causal=True)
+        _, mask = module.xattn_estimate(t.qt_contiguous, t.kt_full, block_size=BLOCK,
+                                        stride=XATTN_STRIDE, threshold=threshold, use_triton=True,
+                                        causal=True)
         blocks = math.ceil(t.seq_len / BLOCK)
         return mask[0, :, :blocks, :blocks].bool()
 

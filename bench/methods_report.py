@@ -46,7 +46,8 @@ def make_point(**fields):
     """A point with every field of POINT_FIELDS (missing ones None); unknown fields are an error."""
     unknown = set(fields) - set(POINT_FIELDS)
     if unknown:
-        raise ValueError(f"point fields: unknown {sorted(unknown)}; expected some of {POINT_FIELDS}")
+        raise ValueError(f"point fields: unknown {sorted(unknown)}; "
+                         f"expected some of {POINT_FIELDS}")
     point = {name: None for name in POINT_FIELDS}
     point.update(fields)
     return point
@@ -55,8 +56,8 @@ def make_point(**fields):
 def finish_point(point, round_index_ms, round_attention_ms):
     """Fills the time fields of `point` from per-round index and attention times (ms)."""
     if len(round_index_ms) != len(round_attention_ms) or not round_index_ms:
-        raise ValueError("round times: expected as many index as attention times, at least one, got "
-                         f"{len(round_index_ms)} and {len(round_attention_ms)}")
+        raise ValueError("round times: expected as many index as attention times, at least "
+                         f"one, got {len(round_index_ms)} and {len(round_attention_ms)}")
     totals = [i + a for i, a in zip(round_index_ms, round_attention_ms)]
     point["index_ms"] = statistics.median(round_index_ms)
     point["attention_ms"] = statistics.median(round_attention_ms)
@@ -176,8 +177,8 @@ def summary_rows(result, recall=DEFAULT_RECALL):
     dense_ms = dense_time(result)
     for method, points in by_method(result["points"]).items():
         best = best_at_recall(points, recall)
-        rows.append({"method": method, "best": best,
-                     "speedup_vs_dense": (dense_ms / best["total_ms"]) if best and dense_ms else None})
+        speedup = dense_ms / best["total_ms"] if best and dense_ms else None
+        rows.append({"method": method, "best": best, "speedup_vs_dense": speedup})
     rows.sort(key=lambda row: row["best"]["total_ms"] if row["best"] else math.inf)
     return rows
 
@@ -196,7 +197,8 @@ def markdown_table(report, recall=DEFAULT_RECALL):
         for row in summary_rows(result, recall):
             best = row["best"]
             if best is None:
-                lines.append(f"| {row['method']} | - | below {recall:.2f} at every setting | - | - | - |")
+                lines.append(f"| {row['method']} | - | below {recall:.2f} at every setting "
+                             "| - | - | - |")
                 continue
             speedup = f"{row['speedup_vs_dense']:.2f}x" if row["speedup_vs_dense"] else "-"
             lines.append(f"| {row['method']} | `{best['knob']}` | {best['recall']:.4f} | "
@@ -204,7 +206,8 @@ def markdown_table(report, recall=DEFAULT_RECALL):
         skipped = result.get("skipped") or {}
         if skipped:
             lines.append("")
-            lines.append("Not run: " + "; ".join(f"{name} ({why})" for name, why in skipped.items()))
+            reasons = (f"{name} ({why})" for name, why in skipped.items())
+            lines.append("Not run: " + "; ".join(reasons))
         failed = result.get("failed") or {}
         if failed:
             lines.append("")
@@ -265,8 +268,8 @@ def plot_input(result, path, title_note=""):
 def plot_report(report, out_dir):
     """One PNG per input into out_dir; returns the paths written."""
     os.makedirs(out_dir, exist_ok=True)
-    return [plot_input(result, os.path.join(out_dir, picture_name(result)), title_note(report, result))
-            for result in report["inputs"]]
+    return [plot_input(result, os.path.join(out_dir, picture_name(result)),
+                       title_note(report, result)) for result in report["inputs"]]
 
 
 def title_note(report, result):

@@ -77,7 +77,8 @@ if [[ -n $sdist ]]; then
     mkdir -p /tmp/wheel-shim/wheel
     printf 'from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n' \
       >/tmp/wheel-shim/wheel/__init__.py
-    echo 'from setuptools.command.bdist_wheel import bdist_wheel' >/tmp/wheel-shim/wheel/bdist_wheel.py
+    echo 'from setuptools.command.bdist_wheel import bdist_wheel' \
+      >/tmp/wheel-shim/wheel/bdist_wheel.py
     shim=(env PYTHONPATH=/tmp/wheel-shim)
   fi
   start=$SECONDS
@@ -91,14 +92,16 @@ if [[ -n $sdist ]]; then
   fi
   if [[ $built -eq 0 ]]; then
     MINFERENCE_SKIP_CUDA_BUILD=TRUE "${shim[@]}" python3 -m pip install -q --no-index --no-deps \
-      --no-build-isolation --no-cache-dir --target "$site" "$sdist" >>"$work/minference-build.log" 2>&1 ||
+      --no-build-isolation --no-cache-dir --target "$site" "$sdist" \
+      >>"$work/minference-build.log" 2>&1 ||
       echo "minference: install failed (its peers will be reported as not installed)"
   fi
 else
   echo "minference: no sdist in $wheels (its peers will be reported as not installed)"
 fi
 if [[ " ${peers[*]} " == *" flashinfer "* ]]; then
-  mapfile -t flashinfer_wheels < <(compgen -G "$wheels/flashinfer_python-*.whl"; compgen -G "$wheels/apache_tvm_ffi-*.whl")
+  mapfile -t flashinfer_wheels < <(compgen -G "$wheels/flashinfer_python-*.whl"
+    compgen -G "$wheels/apache_tvm_ffi-*.whl")
   if [[ ${#flashinfer_wheels[@]} -gt 0 ]]; then
     install_quietly "${flashinfer_wheels[@]}" || echo "flashinfer: install failed"
   fi

@@ -43,7 +43,8 @@ class ProbeTest(unittest.TestCase):
 
     def setUp(self):
         generator = torch.Generator().manual_seed(7)
-        shape_q, shape_kv = (1, self.seq, self.heads, self.dim), (1, self.seq, self.kv_heads, self.dim)
+        shape_q = (1, self.seq, self.heads, self.dim)
+        shape_kv = (1, self.seq, self.kv_heads, self.dim)
         q = (torch.randn(shape_q, generator=generator) * 2).to(torch.bfloat16)
         k = (torch.randn(shape_kv, generator=generator) * 2).to(torch.bfloat16)
         v = torch.randn(shape_kv, generator=generator).to(torch.bfloat16)
@@ -95,7 +96,8 @@ class ProbeTest(unittest.TestCase):
         rows = torch.arange(self.needles["question_begin"], self.seq)
         expected = 0
         for key in self.needles["keys"]:
-            dense = torch.exp(self.reference.logits(self.t, rows, key) - self.reference.lse[0][:, rows])
+            logits = self.reference.logits(self.t, rows, key)
+            dense = torch.exp(logits - self.reference.lse[0][:, rows])
             kept = dense * self.mask[:, rows, key]
             expected += int(kept.sum() >= methods.NEEDLE_KEPT_SHARE * dense.sum())
         self.assertEqual(result["needles"], 3)
@@ -124,7 +126,8 @@ class EstimateTest(unittest.TestCase):
     def test_block_mask_keeps_the_selection_under_the_diagonal(self):
         blocks, heads = 5, 2
         seq = peers.BLOCK * blocks - 17  # the last block is partial
-        selected = torch.rand(heads, blocks, blocks, generator=torch.Generator().manual_seed(3)) < 0.5
+        generator = torch.Generator().manual_seed(3)
+        selected = torch.rand(heads, blocks, blocks, generator=generator) < 0.5
         selected |= torch.eye(blocks, dtype=torch.bool)
         mask = peers.block_mask_from_bool(selected, seq)
         dense = mask.to_dense()[0].bool()  # [heads, q_blocks, kv_blocks]: partial or full
