@@ -8,8 +8,9 @@
 #
 #   scripts/device-methods.sh [--no-minference-cuda] [--flashinfer] [--search] [-- methods.py args]
 #
-#   --no-minference-cuda  install MInference without its CUDA extension (no nvcc build, about 1-2
-#                         minutes saved): XAttention and FlexPrefill run, vertical-slash is skipped
+#   --no-minference-cuda  install MInference without its CUDA extension (no nvcc build, an
+#                         estimated 1-2 minutes on 16 cores saved): XAttention and FlexPrefill run,
+#                         vertical-slash is skipped
 #   --flashinfer          also FlashInfer on XAttention's blocks (its first use JIT-compiles
 #                         kernels with nvcc: minutes)
 #   --search              also `mmsparse search` at 32K (0.90/0.95/0.98 targets, on seed 1): about
