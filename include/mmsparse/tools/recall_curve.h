@@ -48,6 +48,9 @@ struct RecallCurveOptions {
   const ModalityLayout* layout = nullptr;  // for specs that read one
   float scale = 0.0f;                      // 0 = 1/sqrt(head_dim)
   int num_threads = 0;                     // 0 = hardware concurrency
+  // vec specs from their selection margins (one pass for a whole sweep); false builds their plans
+  // like any other spec's (the same points, slower: tests compare the two).
+  bool vec_from_margins = true;
 };
 
 struct CurvePoint {

@@ -227,7 +227,7 @@ std::vector<CurvePoint> family_points(const CurveFamily& family, const SampledHe
   std::map<std::tuple<int64_t, int64_t, bool>, std::vector<std::size_t>> vec_groups;
   for (std::size_t i = 0; i < family.specs.size(); ++i) {
     const PatternSpec spec = resolve_pattern(family.specs[i], options.layout);
-    if (spec.name == kVecPattern) {
+    if (spec.name == kVecPattern && options.vec_from_margins) {
       const detail::VecParams params = detail::vec_params(spec);
       vec_groups[{params.pooling, params.group_tiles, params.causal}].push_back(i);
     } else {
