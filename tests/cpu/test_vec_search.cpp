@@ -16,6 +16,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/metrics.h"
+#include "mmsparse/tools/recall_curve.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
@@ -281,6 +282,46 @@ TEST(VecSearch, BadOptionsAreNamed) {
       ErrorCode::kInvalidArgument, {"target_recall"});
   expect_error([&] { (void)allocate_vec_heads({{}}, 0.5); }, ErrorCode::kInvalidArgument,
                {"heads"});
+}
+
+// The scorer reads every alpha's plan from selection margins computed once; its pairs must be
+// exactly those of the built plan, and its recall the plan's on the same rows.
+TEST(VecSearch, ScoresEqualTheBuiltPlans) {
+  WorkloadSpec spec;
+  spec.seq_len = 1000;  // the last pooled block is shorter
+  spec.q_heads = kHeads;
+  spec.kv_heads = kKvHeads;
+  spec.head_dim = kHeadDim;
+  spec.seed = 11;
+  const Workload::Tensors tensors = Workload::create(spec).materialize(DType::kFloat32);
+  const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
+  for (const char* base : {"vec:pooling=64,group=16", "vec:pooling=48,group=2,causal=0"}) {
+    VecSearchOptions search = options();
+    search.base = PatternSpec::parse(base);
+    const bool causal = search.base.param("causal", 1) == 1;
+    for (const int64_t alpha : {int64_t{0}, int64_t{100000}, int64_t{500000}, int64_t{1000001}}) {
+      PatternSpec vec = resolve_pattern(search.base);
+      vec.params["alpha_ppm"] = alpha;
+      const Plan plan = build_plan(vec, {1, kHeads, spec.seq_len, spec.seq_len}, nullptr, &inputs);
+      const CurveFamily family{"vec", {vec}};
+      RecallCurveOptions curve;
+      curve.sample_rows = search.sample_rows;
+      curve.causal = causal;
+      curve.vec_from_margins = false;  // measured on the built plan
+      for (int64_t head = 0; head < kHeads; ++head) {
+        SCOPED_TRACE(std::string(base) + " alpha " + std::to_string(alpha) + " head " +
+                     std::to_string(head));
+        const VecSample sample = score_vec_alpha(tensors.q.view(), tensors.k.view(),
+                                                 tensors.v.view(), head, search, alpha);
+        EXPECT_EQ(sample.density,
+                  static_cast<double>(count_plan_pairs(plan, head)) /
+                      static_cast<double>(causal_pair_count(spec.seq_len, spec.seq_len, causal)));
+        const HeadCurves measured = measure_recall_curves(
+            tensors.q.view(), tensors.k.view(), head, std::span(&family, 1), curve);
+        EXPECT_NEAR(sample.recall, measured.families[0].points[0].recall, 1e-5);
+      }
+    }
+  }
 }
 
 }  // namespace
