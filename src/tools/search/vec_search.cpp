@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "core/parallel.h"
@@ -76,12 +77,12 @@ class HeadScorer {
     const int64_t q_len = shape_.q_len;
     const int64_t kv_len = shape_.kv_len;
     rows_ = sample_rows(q_len, options.sample_rows);
-    std::vector<int64_t> all;
-    for (int64_t row : rows_) {
-      all.clear();
-      for (int64_t key = 0; key < visible(row); ++key) all.push_back(key);
-      dense_lse_.push_back(lse(row, all));
-    }
+    dense_lse_.resize(rows_.size());
+    detail::parallel_for(static_cast<int64_t>(rows_.size()), 0, [&](int64_t i) {
+      std::vector<int64_t> all(static_cast<std::size_t>(visible(rows_[i])));
+      std::iota(all.begin(), all.end(), int64_t{0});
+      dense_lse_[i] = lse(rows_[i], all);
+    });
     pairs_ = causal_pair_count(q_len, kv_len, params_.causal);
     select_once();
   }
@@ -98,16 +99,21 @@ class HeadScorer {
                         margins.begin();
       computed += blocks_[b].span_pairs + blocks_[b].rows * static_cast<int64_t>(kept);
     }
-    double recall = 0.0;
-    int64_t counted = 0;
-    std::vector<int64_t> keys;
-    for (std::size_t i = 0; i < rows_.size(); ++i) {
-      if (std::isinf(dense_lse_[i])) continue;  // sees no key: nothing to recall
-      keys = span_keys(rows_[i]);
+    // Each sampled row's recall in parallel, summed in row order (the same sum on any threads).
+    std::vector<double> row_recall(rows_.size(), 0.0);
+    detail::parallel_for(static_cast<int64_t>(rows_.size()), 0, [&](int64_t i) {
+      if (std::isinf(dense_lse_[i])) return;  // sees no key: nothing to recall
+      std::vector<int64_t> keys = span_keys(rows_[i]);
       for (const detail::VecKeyMargin& candidate : row_candidates_[i]) {
         if (candidate.margin >= log_alpha) keys.push_back(candidate.key);
       }
-      recall += std::exp(lse(rows_[i], keys) - dense_lse_[i]);
+      row_recall[i] = std::exp(lse(rows_[i], keys) - dense_lse_[i]);
+    });
+    double recall = 0.0;
+    int64_t counted = 0;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      if (std::isinf(dense_lse_[i])) continue;
+      recall += row_recall[i];
       ++counted;
     }
     const double density = pairs_ > 0 ? static_cast<double>(computed) / pairs_ : 0.0;
