@@ -18,7 +18,7 @@
 # Environment: VEC_BENCH_DEVICE (cuda), VEC_BENCH_SEQ_LEN (131072), VEC_BENCH_DIT_SEQ_LEN (0: the
 # presets' 75600 and 118800), VEC_BENCH_PEERS (1; 0 skips peers.py), VEC_BENCH_SEARCH_TIMEOUT
 # (100 s per search), VEC_BENCH_CURVE_HEADS (all). VEC_BENCH_DEVICE=cpu with short lengths checks
-# every command line on a machine without a GPU (tests/scripts does).
+# every command line on a machine without a GPU (the CPU test cli.vec_bench_script does).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
