@@ -16,8 +16,9 @@
 #
 #   scripts/vec-bench.sh [build-dir]        (a CUDA Release build; output in $OUT or build/vec-logs)
 # Environment: VEC_BENCH_DEVICE (cuda), VEC_BENCH_SEQ_LEN (131072), VEC_BENCH_DIT_SEQ_LEN (0: the
-# presets' 75600 and 118800), VEC_BENCH_PEERS (1; 0 skips peers.py), VEC_BENCH_SEARCH_TIMEOUT
-# (100 s per search), VEC_BENCH_CURVE_HEADS (all). VEC_BENCH_DEVICE=cpu with short lengths checks
+# presets' 75600 and 118800), VEC_BENCH_PEERS (1; 0 skips peers.py), VEC_BENCH_SEARCHES (1; 0
+# skips the two MMInference searches and their benches), VEC_BENCH_SEARCH_TIMEOUT (60 s per
+# search), VEC_BENCH_CURVE_HEADS (all). VEC_BENCH_DEVICE=cpu with short lengths checks
 # every command line on a machine without a GPU (the CPU test cli.vec_bench_script does).
 set -uo pipefail
 
@@ -30,11 +31,12 @@ device=${VEC_BENCH_DEVICE:-cuda}
 seq_len=${VEC_BENCH_SEQ_LEN:-131072}
 dit_seq_len=${VEC_BENCH_DIT_SEQ_LEN:-0}
 peers=${VEC_BENCH_PEERS:-1}
-search_timeout=${VEC_BENCH_SEARCH_TIMEOUT:-100}
+searches=${VEC_BENCH_SEARCHES:-1}
+search_timeout=${VEC_BENCH_SEARCH_TIMEOUT:-60}
 curve_heads=${VEC_BENCH_CURVE_HEADS:-all}
 video=(--preset video-qwen2.5vl-128k --seq-len "$seq_len" --heads 4 --kv-heads 1 --head-dim 128)
 dit_heads=(--heads 4 --kv-heads 4 --head-dim 128)
-timing=(--warmup 2 --repeats 5)
+timing=(--warmup 1 --repeats 3)
 [[ $device == cpu ]] && timing=()
 status=0
 
@@ -59,12 +61,14 @@ dit_length() {  # the preset's own length unless VEC_BENCH_DIT_SEQ_LEN is set
 # 1-2. Configs calibrated on seed 0.
 step search-vec-128k "$cli" search-vec "${video[@]}" --seed 0 --recall-target 0.95 \
   --device "$device" -o "$out/vec-128k.json"
-step search-mminference-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
-  --target-mean-recall 0.95 --device "$device" -o "$out/mminference-128k.json" \
-  --json "$out/search-mminference-128k.json"
-step search-mixed-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
-  --target-mean-recall 0.95 --vec-alphas 100000,300000,500000,700000 --device "$device" \
-  -o "$out/mixed-128k.json" --json "$out/search-mixed-128k.json"
+if [[ $searches -eq 1 ]]; then
+  step search-mminference-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
+    --target-mean-recall 0.95 --device "$device" -o "$out/mminference-128k.json" \
+    --json "$out/search-mminference-128k.json"
+  step search-mixed-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
+    --target-mean-recall 0.95 --vec-alphas 100000,300000,500000,700000 --device "$device" \
+    -o "$out/mixed-128k.json" --json "$out/search-mixed-128k.json"
+fi
 
 # 3. Out of sample (seed 1): each config, vertical-slash and dense.
 if [[ -f $out/vec-128k.json ]]; then

@@ -433,8 +433,9 @@ TEST(Picture, VecSelectedVectorsMatchThePlanPixelForPixel) {
   const ImagePanel& panel = image.panels[1];
   EXPECT_TRUE(panel.caption.starts_with("selected vectors"));
   ASSERT_EQ(panel.size, kLength);
-  const std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                     ("mmsparse_test_viz_vec_" + std::to_string(random.seed()) + ".png");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("mmsparse_test_viz_vec_" + std::to_string(random.seed()) + ".png");
   write_png(path.string(), image);
   int width = 0, height = 0, channels = 0;
   stbi_uc* pixels = stbi_load(path.string().c_str(), &width, &height, &channels, 3);
