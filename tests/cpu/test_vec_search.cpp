@@ -316,8 +316,8 @@ TEST(VecSearch, ScoresEqualTheBuiltPlans) {
         EXPECT_EQ(sample.density,
                   static_cast<double>(count_plan_pairs(plan, head)) /
                       static_cast<double>(causal_pair_count(spec.seq_len, spec.seq_len, causal)));
-        const HeadCurves measured = measure_recall_curves(
-            tensors.q.view(), tensors.k.view(), head, std::span(&family, 1), curve);
+        const HeadCurves measured = measure_recall_curves(tensors.q.view(), tensors.k.view(), head,
+                                                          std::span(&family, 1), curve);
         EXPECT_NEAR(sample.recall, measured.families[0].points[0].recall, 1e-5);
       }
     }

@@ -46,7 +46,7 @@ struct CurveFlags {
   std::string vec_base = "vec";
   std::string vertical_slash;  // "V:S,V:S"; empty: scaled defaults
   std::string a_shape_locals;  // "W,W"; empty: fractions of the length
-  std::string oracle_recalls = "0.5,0.6,0.7,0.8,0.85,0.9,0.95,0.98,0.99";
+  std::string oracle_recalls = "0.5,0.6,0.7,0.8,0.85,0.9,0.95,0.98,0.99,0.995,0.999";
   RecallCurveOptions options;
   std::string output_dir = ".";
 };

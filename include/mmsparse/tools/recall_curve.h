@@ -40,7 +40,8 @@ struct CurveFamily {
 
 struct RecallCurveOptions {
   int64_t sample_rows = 256;  // query rows scored; 0 = every row
-  std::vector<double> oracle_recalls = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99};
+  std::vector<double> oracle_recalls = {0.5,  0.6,  0.7,  0.8,   0.85, 0.9,
+                                        0.95, 0.98, 0.99, 0.995, 0.999};
   int64_t tile_rows = kDefaultTileRows;  // plans' query tiles, and the tile oracle's
   int64_t tile_samples = 32;             // query tiles the tile oracle sums; 0 = all
   bool tile_oracle = true;               // causal inputs only

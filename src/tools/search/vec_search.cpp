@@ -163,7 +163,9 @@ class HeadScorer {
           entry.span_pairs += visible_pairs(begin, end, visible(row));
         }
       }
-      for (const detail::VecKeyMargin& candidate : detail::vec_key_margins(operands, block, params_)) {
+      const std::vector<detail::VecKeyMargin> margins =
+          detail::vec_key_margins(operands, block, params_);
+      for (const detail::VecKeyMargin& candidate : margins) {
         entry.sorted_margins.push_back(candidate.margin);
       }
       std::sort(entry.sorted_margins.begin(), entry.sorted_margins.end(), std::greater<float>());
