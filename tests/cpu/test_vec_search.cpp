@@ -284,6 +284,30 @@ TEST(VecSearch, BadOptionsAreNamed) {
                {"heads"});
 }
 
+// search-vec's default bound: the mean of any chosen samples' densities plus one DP step per head
+// always admits those samples, whatever the densities (off the DP's grid, small as at 128K).
+TEST(VecSearch, MeanDensityPlusOneStepAdmitsTheChoices) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kSteps = 2000;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::vector<VecSample>> heads(static_cast<std::size_t>(random.uniform_int(1, 30)));
+    double mean = 0.0;
+    double chosen_recall = 0.0;
+    for (auto& samples : heads) {
+      for (int64_t s = 0; s < 3; ++s) {
+        samples.push_back({s, random.uniform(0.0, 0.05), random.uniform(0.0, 1.0)});
+      }
+      mean += samples[1].density / static_cast<double>(heads.size());
+      chosen_recall += samples[1].recall;
+    }
+    const std::vector<std::size_t> picked = allocate_vec_heads(heads, mean + 1.0 / kSteps, kSteps);
+    double recall = 0.0;
+    for (std::size_t h = 0; h < heads.size(); ++h) recall += heads[h][picked[h]].recall;
+    EXPECT_GE(recall, chosen_recall - 1e-12) << "trial " << trial;
+  }
+}
+
 // The scorer reads every alpha's plan from selection margins computed once; its pairs must be
 // exactly those of the built plan, and its recall the plan's on the same rows.
 TEST(VecSearch, ScoresEqualTheBuiltPlans) {
