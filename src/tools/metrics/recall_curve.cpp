@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,11 +94,9 @@ SampledHead sample_head(const TensorView& q, const TensorView& k, int64_t head,
   sampled.causal = options.causal;
   sampled.q_len = q.shape[1];
   sampled.kv_len = k.shape[1];
-  std::vector<int64_t> rows = sample_rows(sampled.q_len, options.sample_rows);
-  if (options.sample_rows == 0) {
-    rows.resize(static_cast<std::size_t>(sampled.q_len));
-    for (int64_t i = 0; i < sampled.q_len; ++i) rows[i] = i;
-  }
+  std::vector<int64_t> rows(static_cast<std::size_t>(sampled.q_len));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  if (options.sample_rows > 0) rows = sample_rows(sampled.q_len, options.sample_rows);
   for (int64_t row : rows) {
     if (sampled.visible(row) > 0) sampled.rows.push_back(row);
   }
