@@ -16,6 +16,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/metrics.h"
+#include "mmsparse/tools/recall_curve.h"
 #include "mmsparse/tools/search.h"
 #include "mmsparse/tools/vec_search.h"
 #include "mmsparse/tools/workload.h"
@@ -281,6 +282,70 @@ TEST(VecSearch, BadOptionsAreNamed) {
       ErrorCode::kInvalidArgument, {"target_recall"});
   expect_error([&] { (void)allocate_vec_heads({{}}, 0.5); }, ErrorCode::kInvalidArgument,
                {"heads"});
+}
+
+// search-vec's default bound: the mean of any chosen samples' densities plus one DP step per head
+// always admits those samples, whatever the densities (off the DP's grid, small as at 128K).
+TEST(VecSearch, MeanDensityPlusOneStepAdmitsTheChoices) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kSteps = 2000;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::vector<VecSample>> heads(static_cast<std::size_t>(random.uniform_int(1, 30)));
+    double mean = 0.0;
+    double chosen_recall = 0.0;
+    for (auto& samples : heads) {
+      for (int64_t s = 0; s < 3; ++s) {
+        samples.push_back({s, random.uniform(0.0, 0.05), random.uniform(0.0, 1.0)});
+      }
+      mean += samples[1].density / static_cast<double>(heads.size());
+      chosen_recall += samples[1].recall;
+    }
+    const std::vector<std::size_t> picked = allocate_vec_heads(heads, mean + 1.0 / kSteps, kSteps);
+    double recall = 0.0;
+    for (std::size_t h = 0; h < heads.size(); ++h) recall += heads[h][picked[h]].recall;
+    EXPECT_GE(recall, chosen_recall - 1e-12) << "trial " << trial;
+  }
+}
+
+// The scorer reads every alpha's plan from selection margins computed once; its pairs must be
+// exactly those of the built plan, and its recall the plan's on the same rows.
+TEST(VecSearch, ScoresEqualTheBuiltPlans) {
+  WorkloadSpec spec;
+  spec.seq_len = 1000;  // the last pooled block is shorter
+  spec.q_heads = kHeads;
+  spec.kv_heads = kKvHeads;
+  spec.head_dim = kHeadDim;
+  spec.seed = 11;
+  const Workload::Tensors tensors = Workload::create(spec).materialize(DType::kFloat32);
+  const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
+  for (const char* base : {"vec:pooling=64,group=16", "vec:pooling=48,group=2,causal=0"}) {
+    VecSearchOptions search = options();
+    search.base = PatternSpec::parse(base);
+    const bool causal = search.base.param("causal", 1) == 1;
+    for (const int64_t alpha : {int64_t{0}, int64_t{100000}, int64_t{500000}, int64_t{1000001}}) {
+      PatternSpec vec = resolve_pattern(search.base);
+      vec.params["alpha_ppm"] = alpha;
+      const Plan plan = build_plan(vec, {1, kHeads, spec.seq_len, spec.seq_len}, nullptr, &inputs);
+      const CurveFamily family{"vec", {vec}};
+      RecallCurveOptions curve;
+      curve.sample_rows = search.sample_rows;
+      curve.causal = causal;
+      curve.vec_from_margins = false;  // measured on the built plan
+      for (int64_t head = 0; head < kHeads; ++head) {
+        SCOPED_TRACE(std::string(base) + " alpha " + std::to_string(alpha) + " head " +
+                     std::to_string(head));
+        const VecSample sample = score_vec_alpha(tensors.q.view(), tensors.k.view(),
+                                                 tensors.v.view(), head, search, alpha);
+        EXPECT_EQ(sample.density,
+                  static_cast<double>(count_plan_pairs(plan, head)) /
+                      static_cast<double>(causal_pair_count(spec.seq_len, spec.seq_len, causal)));
+        const HeadCurves measured = measure_recall_curves(tensors.q.view(), tensors.k.view(), head,
+                                                          std::span(&family, 1), curve);
+        EXPECT_NEAR(sample.recall, measured.families[0].points[0].recall, 1e-5);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -394,3 +394,71 @@ TEST(VizErrors, NameTheArgument) {
 
 }  // namespace
 }  // namespace mmsparse
+
+namespace mmsparse {
+namespace {
+
+// VecAttention's selected vectors: a panel beside the attention map whose pixels, one per (query,
+// key) pair, are lit exactly where the plan gathers the key for the query's block, read back from
+// the PNG on disk.
+TEST(Picture, VecSelectedVectorsMatchThePlanPixelForPixel) {
+  Random random;
+  constexpr int64_t kLength = 200;  // a last block shorter than the pooling
+  const HeadInputs inputs = random_inputs(random, kLength, kLength);
+  const PatternInputs pattern_inputs{inputs.q.view(), inputs.k.view()};
+  const Plan plan = build_plan(PatternSpec::parse("vec:alpha_ppm=300000,pooling=16,group=2"),
+                               {1, 1, kLength, kLength, 16}, nullptr, &pattern_inputs);
+  AttentionMapOptions options{.cells = kLength, .gathered_columns = true};
+  const HeadAttentionMaps maps =
+      pool_attention_maps(inputs.q.view(), inputs.k.view(), 0, 0, plan, 0, options);
+  ASSERT_FALSE(maps.columns.empty());
+  EXPECT_TRUE(pool_attention_maps(inputs.q.view(), inputs.k.view(), 0, 0, plan, 0, {.cells = 8})
+                  .columns.empty());  // only when asked
+
+  // The selected pairs from the plan's records: each tile's columns for each of its rows.
+  std::vector<uint8_t> selected(static_cast<std::size_t>(kLength * kLength), 0);
+  int64_t selected_pairs = 0;
+  for (int64_t t = plan.head_tile_offsets[0]; t < plan.head_tile_offsets[1]; ++t) {
+    for (int64_t row = plan.tiles[t].begin; row < plan.tiles[t].end; ++row) {
+      for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
+        selected[row * kLength + plan.columns[c]] = 1;
+        ++selected_pairs;
+      }
+    }
+  }
+  ASSERT_GT(selected_pairs, 0);
+
+  const Image image = render_attention_picture(maps, {.panel_size = kLength, .title = "vec"});
+  ASSERT_EQ(image.panels.size(), 4u);  // attention, selected vectors, mask, kept
+  const ImagePanel& panel = image.panels[1];
+  EXPECT_TRUE(panel.caption.starts_with("selected vectors"));
+  ASSERT_EQ(panel.size, kLength);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("mmsparse_test_viz_vec_" + std::to_string(random.seed()) + ".png");
+  write_png(path.string(), image);
+  int width = 0, height = 0, channels = 0;
+  stbi_uc* pixels = stbi_load(path.string().c_str(), &width, &height, &channels, 3);
+  ASSERT_NE(pixels, nullptr) << stbi_failure_reason();
+  ASSERT_EQ(width, image.width);
+  const stbi_uc* background = &pixels[(panel.y * width + panel.x + kLength - 1) * 3];  // above
+  int64_t lit = 0, mismatches = 0;
+  for (int64_t query = 0; query < kLength; ++query) {
+    for (int64_t key = 0; key < kLength; ++key) {
+      const stbi_uc* pixel = &pixels[((panel.y + query) * width + panel.x + key) * 3];
+      const bool white = pixel[0] == 255 && pixel[1] == 255 && pixel[2] == 255;
+      const bool grey = std::equal(pixel, pixel + 3, background);
+      const bool on = !white && !grey;
+      lit += on ? 1 : 0;
+      mismatches += on != (selected[query * kLength + key] == 1) ? 1 : 0;
+      EXPECT_EQ(grey, key > query) << "query " << query << " key " << key;
+    }
+  }
+  stbi_image_free(pixels);
+  std::filesystem::remove(path);
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(lit, selected_pairs);
+}
+
+}  // namespace
+}  // namespace mmsparse

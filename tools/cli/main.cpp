@@ -7,6 +7,7 @@
 
 #include "bench_command.h"
 #include "characterise_command.h"
+#include "curve_command.h"
 #include "info_command.h"
 #include "mmsparse/build_info.h"
 #include "mmsparse/status.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
       add_info_command(app),    add_presets_command(app), add_patterns_command(app),
       add_show_command(app),    add_search_command(app),  add_search_vec_command(app),
       add_characterise_command(app),
+      add_curve_command(app),
   };
   try {
     app.parse(argc, argv);

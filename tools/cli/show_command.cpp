@@ -25,6 +25,7 @@ constexpr int64_t kMaxPictureSize = 4096;
 constexpr int64_t kMapProgressMinSeqLen = 32768;
 constexpr int kMapProgressSteps = 10;
 constexpr const char* kDefaultPattern = "a-shape";
+constexpr const char* kVecPattern = "vec";
 constexpr const char* kSidecarName = "show.json";
 
 struct ShowFlags {
@@ -216,6 +217,9 @@ int run_show(const ShowFlags& flags) {
     options.cells = flags.size;
     options.pool = pool;
     options.num_threads = flags.exec.threads;
+    // VecAttention's selected vectors (the keys each pooled query block kept) get a panel of
+    // their own beside the map, apart from its sinks and diagonal.
+    options.gathered_columns = spec.name == kVecPattern;
     int reported_step = 0;
     if (progress_enabled && source.q_len >= kMapProgressMinSeqLen) {
       options.progress = [&](int64_t done, int64_t total) {

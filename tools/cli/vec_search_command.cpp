@@ -25,6 +25,9 @@ namespace {
 
 constexpr const char* kVecPattern = "vec";
 constexpr const char* kVecCausalParam = "causal";
+// The DP's density resolution (1/2000 = 0.05% per head): at 128K tokens vec heads keep a few
+// percent of the pairs or less, which the library's default 1/200 would round away.
+constexpr int64_t kDensitySteps = 2000;
 
 struct SearchVecFlags {
   WorkloadFlags workload;
@@ -35,7 +38,7 @@ struct SearchVecFlags {
   std::string base_spec = "vec";
   std::string base_config;  // a config whose other heads stay (MMInference heads)
   std::string out_path;
-  double max_mean_density = 0.0;  // 0: the mean density of the heads' bisection choices
+  double max_mean_density = 0.0;  // 0: the mean density of the heads' bisection choices (+ a step)
   VecSearchOptions options;
 };
 
@@ -149,11 +152,15 @@ int run_search_vec(const SearchVecFlags& flags) {
         if (sample.alpha_ppm == s.search.alpha_ppm) max_mean_density += sample.density;
       }
     }
-    max_mean_density /= static_cast<double>(searched.size());
+    // The DP rounds each head's density up to a step, so the bound gets one step per head on
+    // top: the bisection's own choices always fit it.
+    max_mean_density = max_mean_density / static_cast<double>(searched.size()) +
+                       1.0 / static_cast<double>(kDensitySteps);
   }
   std::vector<std::vector<VecSample>> samples;
   for (const Searched& s : searched) samples.push_back(s.search.samples);
-  const std::vector<std::size_t> chosen = allocate_vec_heads(samples, max_mean_density);
+  const std::vector<std::size_t> chosen =
+      allocate_vec_heads(samples, max_mean_density, kDensitySteps);
 
   fmt::print(
       "mmsparse search-vec  {}; target recall {:.3f} per head (bisection), mean density "
@@ -216,7 +223,7 @@ Command add_search_vec_command(CLI::App& app) {
   command
       ->add_option("--max-mean-density", flags->max_mean_density,
                    "the DP's mean density bound (1 - the paper's target sparsity; 0: the mean "
-                   "of the heads' bisection choices)")
+                   "of the heads' bisection choices plus one DP step, 1/2000, per head)")
       ->check(CLI::Range(0.0, 1.0));
   command->add_option("--sample-rows", flags->options.sample_rows, "query rows scored per head")
       ->check(CLI::PositiveNumber)

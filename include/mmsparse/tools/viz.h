@@ -51,8 +51,14 @@ struct PooledGrid {
 PooledGrid pool_plan_mask(const Plan& plan, int64_t head_slot, int64_t cells,
                           RowOrder order = RowOrder::kPositions);
 
+// The plan's gathered columns alone (no spans), mean-pooled like pool_plan_mask: for VecAttention
+// the selected vectors, the keys each pooled query block kept, drawn apart from its sinks and
+// diagonal. A column counts for every row of its tile its mask keeps (causal: keys up to the row).
+PooledGrid pool_plan_columns(const Plan& plan, int64_t head_slot, int64_t cells);
+
 struct AttentionMapOptions {
   int64_t cells = 512;  // grid side (fewer rows or columns when q_len or kv_len is smaller)
+  bool gathered_columns = false;  // also pool the gathered columns (HeadAttentionMaps::columns)
   PoolMode pool = PoolMode::kMax;
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(head_dim)
   int num_threads = 0;  // 0 = hardware concurrency
@@ -68,6 +74,7 @@ struct HeadAttentionMaps {
   PooledGrid attention;           // softmax probabilities, pooled
   PooledGrid mask;                // pool_plan_mask
   PooledGrid kept;                // probabilities of the pairs the plan computes, pooled
+  PooledGrid columns;             // pool_plan_columns when options.gathered_columns, else empty
   PooledGrid attention_permuted;  // rows in the plan's query order; empty when that is the identity
   PooledGrid mask_permuted;
   std::vector<int64_t> query_order;  // the plan's order; empty when it is the identity
@@ -84,10 +91,17 @@ HeadAttentionMaps pool_attention_maps(const TensorView& q, const TensorView& k,
                                       int64_t head_slot, const AttentionMapOptions& options = {});
 
 // An 8-bit RGB picture, row-major, 3 bytes per pixel.
+// Where a panel of a picture lies, in pixels.
+struct ImagePanel {
+  std::string caption;
+  int64_t x = 0, y = 0, size = 0;  // top-left corner and side
+};
+
 struct Image {
   int64_t width = 0;
   int64_t height = 0;
   std::vector<uint8_t> rgb;
+  std::vector<ImagePanel> panels;  // render_attention_picture's panels, left to right
 };
 
 struct PictureOptions {
@@ -97,7 +111,8 @@ struct PictureOptions {
   const ModalityLayout* layout = nullptr;
 };
 
-// Panels side by side: attention map (log colour scale), plan mask, kept map, and when the plan
+// Panels side by side: attention map (log colour scale), the gathered columns when the maps have
+// them ("selected vectors", in the mask's colours), plan mask, kept map, and when the plan
 // permutes the queries the map and mask in its query order. Cells above the causal diagonal are a
 // neutral grey. A legend row explains the colours.
 Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptions& options);

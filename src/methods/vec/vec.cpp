@@ -109,14 +109,13 @@ void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t r
   for (int64_t d = 0; d < head_dim; ++d) out[d] /= count;
 }
 
-std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
-                                     const VecParams& params) {
-  std::vector<int64_t> kept;
-  if (block.candidate_end <= block.sink_end) return kept;
+std::vector<VecKeyMargin> vec_key_margins(const HeadOperands& operands, const VecBlock& block,
+                                          const VecParams& params) {
+  std::vector<VecKeyMargin> margins;
+  if (block.candidate_end <= block.sink_end) return margins;
   const int64_t head_dim = operands.head_dim();
   std::vector<float> pooled(static_cast<std::size_t>(head_dim));
   vec_pooled_query(operands, block.row_begin, block.row_end, pooled.data());
-  const float log_alpha = params.log_alpha();
   float scores[kVecKeyTileKeys];
   const int64_t group_keys = params.group_keys();
   for (int64_t group = block.sink_end / group_keys * group_keys; group < block.candidate_end;
@@ -132,11 +131,19 @@ std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBloc
         running_max = std::max(running_max, scores[key - tile]);
       }
       for (int64_t key = tile; key < tile_end; ++key) {
-        if (block.is_candidate(key) && scores[key - tile] - running_max >= log_alpha) {
-          kept.push_back(key);
-        }
+        if (block.is_candidate(key)) margins.push_back({key, scores[key - tile] - running_max});
       }
     }
+  }
+  return margins;
+}
+
+std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
+                                     const VecParams& params) {
+  const float log_alpha = params.log_alpha();
+  std::vector<int64_t> kept;
+  for (const VecKeyMargin& candidate : vec_key_margins(operands, block, params)) {
+    if (candidate.margin >= log_alpha) kept.push_back(candidate.key);
   }
   return kept;
 }

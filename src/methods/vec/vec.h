@@ -76,7 +76,18 @@ inline float vec_score(const float* pooled, const float* key, int64_t head_dim, 
   for (int64_t d = 0; d < head_dim; ++d) sum = std::fma(pooled[d], key[d], sum);
   return sum * scale;
 }
-// The keys TilingSelect + minS keeps for one block, ascending (the CPU reference selection).
+// A candidate key of a block and its margin: score - m, m the running maximum of its group when
+// its tile is filtered (so the key is kept exactly when margin >= log(alpha)). Margins do not
+// depend on alpha, which lets the recall curves derive every alpha's selection from one pass.
+struct VecKeyMargin {
+  int64_t key = 0;
+  float margin = 0.0f;
+};
+// Every candidate key of the block with its margin, ascending keys (params.alpha_ppm is unused).
+std::vector<VecKeyMargin> vec_key_margins(const HeadOperands& operands, const VecBlock& block,
+                                          const VecParams& params);
+// The keys TilingSelect + minS keeps for one block, ascending (the CPU reference selection): the
+// candidates whose margin is at least log(alpha).
 std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
                                      const VecParams& params);
 

@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <string>
 
+#include "core/parallel.h"
+#include "methods/estimate/estimation.h"
 #include "methods/vec/vec.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
@@ -54,62 +58,124 @@ double row_lse(const float* query, const float* keys, int64_t head_dim, float sc
   return max_logit + std::log(sum);
 }
 
-// The keys the plan gives query row `row` of head slot 0, after its tile's mask.
-std::vector<int64_t> plan_row_keys(const Plan& plan, int64_t row) {
-  std::vector<int64_t> keys;
-  const int64_t offset = plan.shape.causal_offset();
-  for (int64_t t = plan.head_tile_offsets[0]; t < plan.head_tile_offsets[1]; ++t) {
-    if (row < plan.tiles[t].begin || row >= plan.tiles[t].end) continue;
-    const bool causal = plan.masks[plan.tile_masks[t]].causal;
-    const auto add = [&](int64_t key) {
-      if (!causal || key <= row + offset) keys.push_back(key);
-    };
-    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-      for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) add(key);
-    }
-    for (int64_t c = plan.tile_column_offsets[t]; c < plan.tile_column_offsets[t + 1]; ++c) {
-      add(plan.columns[c]);
-    }
-  }
-  return keys;
+// Pairs of [begin, end) that a row seeing keys [0, visible) computes.
+int64_t visible_pairs(int64_t begin, int64_t end, int64_t visible) {
+  return std::max<int64_t>(0, std::min(end, visible) - begin);
 }
 
+// Measures alphas on one head. The selection margins (score - running maximum, vec.h) do not
+// depend on alpha, so they are computed once per head and every alpha's plan is read from them: a
+// block keeps its candidates with margin >= log(alpha), and its sinks and diagonal always. The
+// pairs and keys are exactly those of the vec plan build_plan would give (a test compares them);
+// a bisection of 30 alphas then costs one selection pass instead of 30 plan builds.
 class HeadScorer {
  public:
-  HeadScorer(const HeadProblem& problem, const VecSearchOptions& options, bool causal)
-      : problem_(problem), options_(options) {
-    const int64_t q_len = problem.q.shape[1];
-    const int64_t kv_len = problem.k.shape[1];
+  HeadScorer(const HeadProblem& problem, const VecSearchOptions& options, const PatternSpec& base)
+      : problem_(problem),
+        params_(detail::vec_params(base)),
+        shape_{1, 1, problem.q.shape[1], problem.k.shape[1], options.tile_rows} {
+    const int64_t q_len = shape_.q_len;
+    const int64_t kv_len = shape_.kv_len;
     rows_ = sample_rows(q_len, options.sample_rows);
-    std::vector<int64_t> all;
-    for (int64_t row : rows_) {
-      all.clear();
-      const int64_t visible = causal ? std::min(kv_len, row + kv_len - q_len + 1) : kv_len;
-      for (int64_t key = 0; key < visible; ++key) all.push_back(key);
-      dense_lse_.push_back(lse(row, all));
-    }
-    pairs_ = causal_pair_count(q_len, kv_len, causal);
+    dense_lse_.resize(rows_.size());
+    detail::parallel_for(static_cast<int64_t>(rows_.size()), 0, [&](int64_t i) {
+      std::vector<int64_t> all(static_cast<std::size_t>(visible(rows_[i])));
+      std::iota(all.begin(), all.end(), int64_t{0});
+      dense_lse_[i] = lse(rows_[i], all);
+    });
+    pairs_ = causal_pair_count(q_len, kv_len, params_.causal);
+    select_once();
   }
 
   VecSample score(int64_t alpha_ppm) const {
-    PatternSpec spec = options_.base;
-    spec.params[kAlphaParam] = alpha_ppm;
-    const PatternInputs inputs{problem_.q, problem_.k, problem_.scale};
-    const PlanShape shape{1, 1, problem_.q.shape[1], problem_.k.shape[1], options_.tile_rows};
-    const Plan plan = build_plan(spec, shape, nullptr, &inputs);
+    detail::VecParams params = params_;
+    params.alpha_ppm = alpha_ppm;
+    const float log_alpha = params.log_alpha();
+    int64_t computed = 0;
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      const std::vector<float>& margins = blocks_[b].sorted_margins;
+      const auto kept = std::partition_point(margins.begin(), margins.end(),
+                                             [&](float margin) { return margin >= log_alpha; }) -
+                        margins.begin();
+      computed += blocks_[b].span_pairs + blocks_[b].rows * static_cast<int64_t>(kept);
+    }
+    // Each sampled row's recall in parallel, summed in row order (the same sum on any threads).
+    std::vector<double> row_recall(rows_.size(), 0.0);
+    detail::parallel_for(static_cast<int64_t>(rows_.size()), 0, [&](int64_t i) {
+      if (std::isinf(dense_lse_[i])) return;  // sees no key: nothing to recall
+      std::vector<int64_t> keys = span_keys(rows_[i]);
+      for (const detail::VecKeyMargin& candidate : row_candidates_[i]) {
+        if (candidate.margin >= log_alpha) keys.push_back(candidate.key);
+      }
+      row_recall[i] = std::exp(lse(rows_[i], keys) - dense_lse_[i]);
+    });
     double recall = 0.0;
     int64_t counted = 0;
     for (std::size_t i = 0; i < rows_.size(); ++i) {
-      if (std::isinf(dense_lse_[i])) continue;  // sees no key: nothing to recall
-      recall += std::exp(lse(rows_[i], plan_row_keys(plan, rows_[i])) - dense_lse_[i]);
+      if (std::isinf(dense_lse_[i])) continue;
+      recall += row_recall[i];
       ++counted;
     }
-    const double density =
-        pairs_ > 0 ? static_cast<double>(count_plan_pairs(plan, 0)) / pairs_ : 0.0;
+    const double density = pairs_ > 0 ? static_cast<double>(computed) / pairs_ : 0.0;
     return {alpha_ppm, density, counted > 0 ? recall / counted : 1.0};
   }
 
  private:
+  struct Block {
+    int64_t rows = 0;
+    int64_t span_pairs = 0;             // the sinks' and diagonal's pairs over the block's rows
+    std::vector<float> sorted_margins;  // descending
+  };
+
+  int64_t visible(int64_t row) const {
+    return params_.causal ? std::clamp<int64_t>(row + shape_.causal_offset() + 1, 0, shape_.kv_len)
+                          : shape_.kv_len;
+  }
+
+  // The spans of the row's block as the plan writes them (one span where they touch).
+  std::vector<std::pair<int64_t, int64_t>> spans(const detail::VecBlock& block) const {
+    if (block.diagonal_begin <= block.sink_end) {
+      return {{0, std::max(block.sink_end, block.diagonal_end)}};
+    }
+    return {{0, block.sink_end}, {block.diagonal_begin, block.diagonal_end}};
+  }
+
+  std::vector<int64_t> span_keys(int64_t row) const {
+    std::vector<int64_t> keys;
+    const detail::VecBlock block = detail::vec_block(shape_, params_, row / params_.pooling);
+    for (const auto& [begin, end] : spans(block)) {
+      for (int64_t key = begin; key < std::min(end, visible(row)); ++key) keys.push_back(key);
+    }
+    return keys;
+  }
+
+  void select_once() {
+    const PatternInputs inputs{problem_.q, problem_.k, problem_.scale};
+    detail::KeyCache cache;
+    const detail::HeadOperands operands(inputs, shape_, 0, cache);
+    blocks_.resize(static_cast<std::size_t>(detail::vec_block_count(shape_, params_)));
+    detail::parallel_for(static_cast<int64_t>(blocks_.size()), 0, [&](int64_t b) {
+      const detail::VecBlock block = detail::vec_block(shape_, params_, b);
+      Block& entry = blocks_[b];
+      entry.rows = block.row_end - block.row_begin;
+      for (int64_t row = block.row_begin; row < block.row_end; ++row) {
+        for (const auto& [begin, end] : spans(block)) {
+          entry.span_pairs += visible_pairs(begin, end, visible(row));
+        }
+      }
+      const std::vector<detail::VecKeyMargin> margins =
+          detail::vec_key_margins(operands, block, params_);
+      for (const detail::VecKeyMargin& candidate : margins) {
+        entry.sorted_margins.push_back(candidate.margin);
+      }
+      std::sort(entry.sorted_margins.begin(), entry.sorted_margins.end(), std::greater<float>());
+    });
+    for (int64_t row : rows_) {
+      const detail::VecBlock block = detail::vec_block(shape_, params_, row / params_.pooling);
+      row_candidates_.push_back(detail::vec_key_margins(operands, block, params_));
+    }
+  }
+
   double lse(int64_t row, const std::vector<int64_t>& keys) const {
     const int64_t head_dim = problem_.q.shape[3];
     return row_lse(problem_.tensors.q.data_as<float>() + row * head_dim,
@@ -117,10 +183,13 @@ class HeadScorer {
   }
 
   const HeadProblem& problem_;
-  const VecSearchOptions& options_;
+  detail::VecParams params_;
+  PlanShape shape_;
   std::vector<int64_t> rows_;
   std::vector<double> dense_lse_;
   int64_t pairs_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<std::vector<detail::VecKeyMargin>> row_candidates_;  // per sampled row
 };
 
 }  // namespace
@@ -161,14 +230,14 @@ VecSample score_vec_alpha(const TensorView& q, const TensorView& k, const Tensor
                           int64_t head, const VecSearchOptions& options, int64_t alpha_ppm) {
   const PatternSpec base = checked_base(options);
   const HeadProblem problem = head_problem(q, k, v, head, options.scale);
-  return HeadScorer(problem, options, detail::checked_flag(base, "causal")).score(alpha_ppm);
+  return HeadScorer(problem, options, base).score(alpha_ppm);
 }
 
 VecHeadSearch search_vec_head(const TensorView& q, const TensorView& k, const TensorView& v,
                               int64_t head, const VecSearchOptions& options) {
   const PatternSpec base = checked_base(options);
   const HeadProblem problem = head_problem(q, k, v, head, options.scale);
-  const HeadScorer scorer(problem, options, detail::checked_flag(base, "causal"));
+  const HeadScorer scorer(problem, options, base);
   VecHeadSearch search;
   // Recall falls as alpha grows; keep [reached, missed) around the largest alpha at the target.
   int64_t reached = 0;

@@ -140,6 +140,33 @@ PooledGrid pool_plan_mask(const Plan& plan, int64_t head_slot, int64_t cells, Ro
   return grid;
 }
 
+PooledGrid pool_plan_columns(const Plan& plan, int64_t head_slot, int64_t cells) {
+  plan.validate();
+  check_index("head_slot", head_slot, plan.head_slots(), "the plan's head slots");
+  PooledGrid grid = viz::make_grid(plan.shape.q_len, plan.shape.kv_len, cells);
+  const viz::CellSplit rows = viz::row_split(grid);
+  const viz::CellSplit keys = viz::col_split(grid);
+  std::vector<int64_t> counts(grid.values.size(), 0);
+  for (int64_t p = 0; p < plan.num_passes(); ++p) {
+    const Plan& pass = plan.pass(p);
+    const std::vector<int64_t> order = pass.query_order(head_slot);
+    for (int64_t t = pass.head_tile_offsets[head_slot]; t < pass.head_tile_offsets[head_slot + 1];
+         ++t) {
+      const MaskPolicy& mask = pass.masks[pass.tile_masks[t]];
+      for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
+        const int64_t query = order.empty() ? i : order[i];
+        int64_t* row_counts = &counts[rows.cell_of(query) * grid.cols];
+        for (int64_t c = pass.tile_column_offsets[t]; c < pass.tile_column_offsets[t + 1]; ++c) {
+          const int64_t key = pass.columns[c];
+          if (detail::mask_keeps(pass, mask, query, key)) ++row_counts[keys.cell_of(key)];
+        }
+      }
+    }
+  }
+  viz::store_shares(counts, grid);
+  return grid;
+}
+
 namespace {
 
 // The attention problem of q and k, checked for the maps: host tensors, indices in range, and a
@@ -197,6 +224,7 @@ HeadAttentionMaps mask_maps(const Plan& plan, int64_t head_slot, const Attention
   maps.attention = viz::make_grid(problem.q_len, problem.kv_len, options.cells);
   maps.kept = maps.attention;
   maps.density = plan_density(plan, head_slot);
+  if (options.gathered_columns) maps.columns = pool_plan_columns(plan, head_slot, options.cells);
   std::vector<int64_t> order = plan.query_order(head_slot);
   if (!std::is_sorted(order.begin(), order.end())) {  // sorted = the identity
     maps.attention_permuted = maps.attention;

@@ -321,8 +321,8 @@ void draw_strip(Canvas& canvas, const std::vector<uint8_t>& modality, int64_t x,
   }
 }
 
-// The picture's panels: attention, plan mask and kept attention, then attention and mask in the
-// plan's query order when it is not the identity.
+// The picture's panels: attention, the gathered columns when the maps have them, plan mask and
+// kept attention, then attention and mask in the plan's query order when it is not the identity.
 std::vector<Panel> picture_panels(const HeadAttentionMaps& maps) {
   std::vector<Panel> panels = {
       {"attention (" + std::string(pool_mode_name(maps.pool)) + "-pooled)", &maps.attention,
@@ -331,6 +331,10 @@ std::vector<Panel> picture_panels(const HeadAttentionMaps& maps) {
        false},
       {"kept: recall " + fixed(maps.recall_mean, 4) + " (min " + fixed(maps.recall_min, 4) + ")",
        &maps.kept, PanelKind::kKept, false}};
+  if (!maps.columns.empty()) {  // beside the map: the keys each query block selected
+    panels.insert(panels.begin() + 1, {"selected vectors (gathered key columns)", &maps.columns,
+                                       PanelKind::kMask, false});
+  }
   if (!maps.query_order.empty()) {
     panels.push_back({"attention, plan query order", &maps.attention_permuted,
                       PanelKind::kAttention, true});
@@ -459,9 +463,11 @@ Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptio
     canvas.text(kMargin, title_y + static_cast<int64_t>(i) * line_height, title[i], font,
                 width - 2 * kMargin);
   }
+  std::vector<ImagePanel> placed;
   for (int64_t p = 0; p < count; ++p) {
     const Panel& panel = panels[p];
     const int64_t x = kMargin + p * (block + kPanelGap) + strip;
+    placed.push_back({panel.caption, x, panel_y, size});
     canvas.text(x - strip, caption_y, panel.caption, font, block);
     const std::vector<uint8_t>& rows = panel.permuted ? axes.permuted_rows : axes.rows;
     if (strips) {
@@ -473,7 +479,9 @@ Image render_attention_picture(const HeadAttentionMaps& maps, const PictureOptio
     canvas.frame(x, panel_y, size, size, kFrame);
   }
   draw_legend(canvas, legend, legend_y, font);
-  return canvas.take();
+  Image image = canvas.take();
+  image.panels = std::move(placed);
+  return image;
 }
 
 void write_png(const std::string& path, const Image& image) {
