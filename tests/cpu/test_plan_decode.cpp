@@ -219,11 +219,30 @@ TEST(PlanDecode, MalformedRecordsAreRefusedNamingTheRecord) {
   records.key_ranges[1].width = 0;
   refused(records, {"key range 1", "width 0"});
   records = good;
-  records.tiles[0].end = 65;  // more rows than tile_rows: the decoded plan is invalid
-  refused(records, {"invalid plan", "tile_rows"});
-  records = good;
   records.token_info.assign(3, 0);
   refused(records, {"token info", "120 tokens"});
+}
+
+// Columns that do not start at record 0, or not back to back, are gathered tile by tile.
+TEST(PlanDecode, ColumnsOutOfOrderAreGathered) {
+  const Plan plan = small_plan();
+  PlanRecords records = encode(plan, {});
+  constexpr int64_t kLead = 5;
+  records.columns.insert(records.columns.begin(), kLead, kStale);
+  records.columns.insert(records.columns.end(), kLead, kStale);
+  // The last tile's columns move past the stale records at the end.
+  const auto last = static_cast<std::size_t>(plan.num_tiles() - 1);
+  for (std::size_t t = 0; t < records.tiles.size(); ++t) {
+    const int64_t shift = t == last ? 2 * kLead : kLead;
+    if (t == last) {
+      std::rotate(records.columns.begin() + records.tiles[t].column_begin + kLead,
+                  records.columns.begin() + records.tiles[t].column_end + kLead,
+                  records.columns.end());
+    }
+    records.tiles[t].column_begin += shift;
+    records.tiles[t].column_end += shift;
+  }
+  test::expect_decoded_plan(cuda::decode_plan_records(records, plan.masks), plan);
 }
 
 // The mask table is the caller's, so policies the records clamp (a window past kv_len) survive.

@@ -111,19 +111,49 @@ void decode_key_ranges(const PlanRecords& records, const TileRecord& tile, int64
   }
 }
 
-void decode_columns(const PlanRecords& records, const TileRecord& tile, int64_t t, Plan& plan) {
-  if (tile.column_begin < 0 || tile.column_end < tile.column_begin ||
-      tile.column_end > static_cast<int64_t>(records.columns.size())) {
-    fail("tile " + std::to_string(t) + "'s columns " +
-         range_text(tile.column_begin, tile.column_end) + " lie outside the " +
-         std::to_string(records.columns.size()) + " column records");
+// Whether the real tiles' columns lie back to back from record 0 (as every builder and the upload
+// write them), so that the records are the plan's columns as they stand; the offsets are checked
+// against the records either way.
+bool columns_in_order(const PlanRecords& records, int64_t tiles) {
+  bool in_order = true;
+  int64_t next = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const TileRecord& tile = records.tiles[t];
+    if (tile.column_begin < 0 || tile.column_end < tile.column_begin ||
+        tile.column_end > static_cast<int64_t>(records.columns.size())) {
+      fail("tile " + std::to_string(t) + "'s columns " +
+           range_text(tile.column_begin, tile.column_end) + " lie outside the " +
+           std::to_string(records.columns.size()) + " column records");
+    }
+    in_order = in_order && tile.column_begin == next;
+    next = tile.column_end;
   }
-  plan.columns.insert(plan.columns.end(), records.columns.begin() + tile.column_begin,
-                      records.columns.begin() + tile.column_end);
+  return in_order;
+}
+
+// The columns: the records themselves, cut to the real ones, where they are in tile order (no
+// copy of what is the plan's largest array), else gathered tile by tile.
+void decode_columns(PlanRecords& records, int64_t tiles, Plan& plan) {
+  if (columns_in_order(records, tiles)) {
+    records.columns.resize(static_cast<std::size_t>(tiles > 0 ? records.tiles[tiles - 1].column_end
+                                                              : 0));
+    plan.columns = std::move(records.columns);
+    return;
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    const TileRecord& tile = records.tiles[t];
+    plan.columns.insert(plan.columns.end(), records.columns.begin() + tile.column_begin,
+                        records.columns.begin() + tile.column_end);
+  }
+  int64_t offset = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    offset += records.tiles[t].column_end - records.tiles[t].column_begin;
+    plan.tile_column_offsets[t + 1] = offset;
+  }
 }
 
 // The real tiles, head slot by head slot, with their masks and key lists in CSR form.
-void decode_tiles(const PlanRecords& records, Plan& plan) {
+void decode_tiles(PlanRecords& records, Plan& plan) {
   const int64_t slots = plan.shape.head_slots();
   const int64_t tiles = real_tile_count(records.tiles);
   plan.head_tile_offsets.assign(static_cast<std::size_t>(slots) + 1, 0);
@@ -147,14 +177,14 @@ void decode_tiles(const PlanRecords& records, Plan& plan) {
     plan.tiles.push_back({tile.begin, tile.end});
     plan.tile_masks.push_back(tile.mask);
     decode_key_ranges(records, tile, t, plan);
-    decode_columns(records, tile, t, plan);
     plan.tile_span_offsets.push_back(static_cast<int64_t>(plan.spans.size()));
     plan.tile_strided_offsets.push_back(static_cast<int64_t>(plan.strided_spans.size()));
-    plan.tile_column_offsets.push_back(static_cast<int64_t>(plan.columns.size()));
+    plan.tile_column_offsets.push_back(tile.column_end);
   }
   for (int64_t slot = 0; slot < slots; ++slot) {
     plan.head_tile_offsets[slot + 1] += plan.head_tile_offsets[slot];
   }
+  decode_columns(records, tiles, plan);
 }
 
 void decode_tokens(const PlanRecords& records, Plan& plan) {
@@ -183,18 +213,13 @@ RecordExtents real_record_extents(const std::vector<TileRecord>& tiles) {
   return extents;
 }
 
-Plan decode_plan_records(const PlanRecords& records, std::vector<MaskPolicy> masks) {
+Plan decode_plan_records(PlanRecords records, std::vector<MaskPolicy> masks) {
   Plan plan;
   plan.shape = records.shape;
   plan.masks = std::move(masks);
   decode_runs(records, plan);
   decode_tiles(records, plan);
   decode_tokens(records, plan);
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    fail(std::string("they decode to an invalid plan: ") + error.what());
-  }
   return plan;
 }
 

@@ -38,10 +38,14 @@ struct PlanRecords {
 };
 
 // The host plan of one pass: `masks` is its mask table (tile records index it). Throws
-// Error(kBackendError) naming the record when the records are malformed (offsets out of order or
-// range, a mask index past the table, a non-empty tile after an empty one, a key range of step or
-// width below 1) or decode to a plan that fails Plan::validate().
-Plan decode_plan_records(const PlanRecords& records, std::vector<MaskPolicy> masks);
+// Error(kBackendError) naming the record when the records are malformed: offsets out of order or
+// range, a run that does not begin after the one before, a tile of another head slot's order, a
+// mask index past the table, a non-empty tile after an empty one, a key range of step or width
+// below 1. The plan is not validated here: records of a validated upload or of a device builder
+// (tested record for record against the host builder) make a valid plan, and its readers
+// (count_plan_pairs, coverage) validate it anyway; a validation costs a sort of every tile's
+// columns, seconds at 128K tokens. `records` is taken by value: its columns become the plan's.
+Plan decode_plan_records(PlanRecords records, std::vector<MaskPolicy> masks);
 
 // The largest span_end and column_end over the real (non-empty) tiles among `tiles`: how many key
 // range and column records the decoding reads.
