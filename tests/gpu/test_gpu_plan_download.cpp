@@ -140,8 +140,7 @@ TEST_F(GpuPlanDownload, UploadedPlansDownloadToThemselves) {
   ASSERT_GT(grid_mask.num_passes(), 1);
   const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(grid_mask, stream_);
   for (const cuda::DevicePlan& pass : passes) lattice_plans += pass.layout().lattice_step > 0;
-  expect_same_metrics(cuda::download_plan(passes, pass_masks(grid_mask), kCuda), grid_mask,
-                      random);
+  expect_same_metrics(cuda::download_plan(passes, pass_masks(grid_mask), kCuda), grid_mask, random);
   EXPECT_GT(lattice_plans, 0) << "no upload held a lattice: the expansion went untested";
 }
 

@@ -135,8 +135,8 @@ bool columns_in_order(const PlanRecords& records, int64_t tiles) {
 // copy of what is the plan's largest array), else gathered tile by tile.
 void decode_columns(PlanRecords& records, int64_t tiles, Plan& plan) {
   if (columns_in_order(records, tiles)) {
-    records.columns.resize(static_cast<std::size_t>(tiles > 0 ? records.tiles[tiles - 1].column_end
-                                                              : 0));
+    records.columns.resize(
+        static_cast<std::size_t>(tiles > 0 ? records.tiles[tiles - 1].column_end : 0));
     plan.columns = std::move(records.columns);
     return;
   }

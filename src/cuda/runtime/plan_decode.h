@@ -19,6 +19,13 @@
 #include <cstdint>
 #include <vector>
 
+// plan_view.cuh marks two inline helpers __host__ __device__. Translation units that include no
+// CUDA header (this decoding and its CPU test, compiled by the host compiler) see them as plain
+// functions; where a CUDA header came first (nvcc, or cuda_runtime.h), its definitions stand.
+#if !defined(__CUDACC__) && !defined(__host__)
+#define __host__
+#define __device__
+#endif
 #include "cuda/runtime/plan_view.cuh"
 #include "mmsparse/plan.h"
 

@@ -1,8 +1,7 @@
 #pragma once
 // The device-side view of a DevicePlan: the records packed into its buffer and the index
 // arithmetic the kernels do on them (token tests; the query order's lookup is query_rows.cuh).
-// Host packing (device_plan.cu), the kernels and the host decoding (plan_decode.h) share these
-// definitions; the header compiles as plain C++ too (MMSPARSE_HOST_DEVICE, core/mask_rule.h).
+// Host packing (device_plan.cu) and the kernels share these definitions.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +49,7 @@ struct MaskRecord {
   int32_t needs_tokens;         // the policy reads token_info (MaskPolicy::needs_token_arrays)
   int32_t media_bidirectional;  // pairs of one media item skip causal and the window
   // The interface of core/mask_rule.h's Policy.
-  MMSPARSE_HOST_DEVICE bool needs_token_arrays() const { return needs_tokens != 0; }
+  __host__ __device__ bool needs_token_arrays() const { return needs_tokens != 0; }
 };
 
 // A tile's key range: keys begin, begin + step, ... below end. A plan's span is step 1, its
@@ -100,7 +99,7 @@ static_assert(sizeof(LaunchRecord) == sizeof(TileRecord) + sizeof(SpanRecord) + 
 inline constexpr int32_t kLatticeWidth = static_cast<int32_t>(kLatticeSpans);
 
 // The number of keys of a key range.
-MMSPARSE_HOST_DEVICE inline int64_t range_keys(const SpanRecord& range) {
+__host__ __device__ inline int64_t range_keys(const SpanRecord& range) {
   const int64_t periods =
       (static_cast<int64_t>(range.end) - range.width - range.begin + range.step) / range.step;
   return periods * range.width;
