@@ -290,7 +290,10 @@ TEST_F(GpuPlanDownload, MixedConfigDownloadsTheHostPlan) {
     const AttentionInputs inputs = random_inputs(random, size);
     const std::vector<PatternSpec> specs = mixed_specs(random, size, inputs);
     std::string text = describe(size) + " specs:";
-    for (const PatternSpec& spec : specs) text += " " + spec.to_string();
+    for (const PatternSpec& spec : specs) {
+      text += ' ';
+      text += spec.to_string();
+    }
     SCOPED_TRACE(text);
     const PlanShape shape = plan_shape(size);
     const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};

@@ -19,7 +19,13 @@ namespace {
 }
 
 std::string range_text(int64_t begin, int64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "[" + std::string.
+  std::string text(1, '[');
+  text += std::to_string(begin);
+  text += ", ";
+  text += std::to_string(end);
+  text += ')';
+  return text;
 }
 
 bool is_empty_tile(const TileRecord& tile) {
