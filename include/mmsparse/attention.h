@@ -97,10 +97,14 @@ class PreparedPlan {
   PreparedPlan(PreparedPlan&&) noexcept;
   PreparedPlan& operator=(PreparedPlan&&) noexcept;
 
-  // The host plan. A static plan that prepare_pattern built on the device has no host copy until
-  // the first call, which builds it on the host (once, thread-safe) from the resolved spec;
-  // attention calls never need it. A dynamic plan built on the device from device tensors has
-  // none: throws kUnsupported.
+  // The host plan, built on the first call (once, thread-safe) where prepare_pattern built the
+  // plan on the device, and kept: attention calls never need it. A static plan is built on the
+  // host from the resolved specs. A plan estimated on the device from device tensors (and a
+  // per-head config with such heads, or with dynamic heads built on the host) is downloaded: the
+  // device records are copied back and decoded into the plan the host builder makes for the same
+  // selection, record for record (docs/index_builders.md: the same wherever the top-k cuts are
+  // clear); it costs the records' size in copies (megabytes at 128K tokens), not a host
+  // selection. Backends that keep no records to decode throw kUnsupported.
   const Plan& plan() const;
   const PlanShape& shape() const;
   Device device() const;
@@ -136,7 +140,8 @@ PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 // mode; Q/2D-boundary heads whose query groups' last rows form more than 16 runs throw
 // kUnsupported for device inputs): the estimate, the line selection and the plan run on the GPU
 // for every head slot (docs/index_builders.md). Otherwise the plan is built on the host.
-// Dynamic patterns need `inputs`; a device-built dynamic plan has no host copy (plan() throws).
+// Dynamic patterns need `inputs`; a device-built dynamic plan's host copy is its download
+// (plan()).
 PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
                              const ModalityLayout* layout, Device device, void* stream = nullptr,
                              const PatternInputs* inputs = nullptr);

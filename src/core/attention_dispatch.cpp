@@ -206,7 +206,8 @@ struct PreparedPlan::Impl {
   mutable std::optional<Plan> plan;
   mutable std::once_flag plan_built;
   std::vector<PatternSpec> device_built_specs;  // resolved: one for every head, or one per head
-  // A dynamic plan from device tensors, or a per-head config with dynamic heads: no host copy.
+  // A dynamic plan from device tensors, or a per-head config with dynamic heads: the host copy is
+  // the backend's download of the device records (Backend::download_plan).
   bool estimated_on_device = false;
   // The backend's own state (a device copy, build timings); never null.
   std::unique_ptr<PreparedState> state;
@@ -230,20 +231,37 @@ PreparedPlan::~PreparedPlan() = default;
 PreparedPlan::PreparedPlan(PreparedPlan&&) noexcept = default;
 PreparedPlan& PreparedPlan::operator=(PreparedPlan&&) noexcept = default;
 
+namespace {
+
+// The host copy of a plan estimated on the device: its records downloaded and decoded by the
+// backend that built it.
+Plan downloaded_plan(const PreparedPlan::Impl& impl) {
+  // A prepared plan's backend is registered (prepare_pattern found it).
+  std::optional<Plan> plan = find_backend(impl.device.type)->download_plan(*impl.state);
+  if (plan) return *std::move(plan);
+  throw Error(ErrorCode::kUnsupported,
+              "PreparedPlan::plan: " +
+                  (impl.device_built_specs.size() == 1
+                       ? impl.device_built_specs.front().to_string() +
+                             " was estimated on the device from device tensors"
+                       : std::string("the per-head config has dynamic heads")) +
+                  " and the backend of " + device_name(impl.device) +
+                  " keeps no host copy of it; build it with build_plan from host inputs for one");
+}
+
+}  // namespace
+
 const Plan& PreparedPlan::plan() const {
   const PlanShape& prepared_shape = shape();
-  if (impl_->estimated_on_device) {
-    throw Error(ErrorCode::kUnsupported,
-                "PreparedPlan::plan: " +
-                    (impl_->device_built_specs.size() == 1
-                         ? impl_->device_built_specs.front().to_string() +
-                               " was estimated on the GPU from device tensors"
-                         : std::string("the per-head config has dynamic heads")) +
-                    " and has no host copy; build it with build_plan from host inputs for one");
-  }
+  // Once, whichever thread asks first; a throw leaves it to the next call.
   std::call_once(impl_->plan_built, [&] {
-    // Static patterns read the layout only for their defaults, which the resolved specs hold.
-    if (!impl_->plan) impl_->plan = build_plan(impl_->device_built_specs, prepared_shape);
+    if (impl_->plan) return;
+    if (impl_->estimated_on_device) {
+      impl_->plan = downloaded_plan(*impl_);
+    } else {
+      // Static patterns read the layout only for their defaults, which the resolved specs hold.
+      impl_->plan = build_plan(impl_->device_built_specs, prepared_shape);
+    }
   });
   return *impl_->plan;
 }

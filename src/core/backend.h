@@ -32,7 +32,8 @@ class PreparedState {
 // A plan a backend built itself from resolved pattern specs, with no host plan.
 struct BuiltPattern {
   std::unique_ptr<PreparedState> state;
-  // Estimated from inputs the backend does not keep, so no host copy can be built later.
+  // Estimated from inputs the backend does not keep, so no host copy can be built from the specs
+  // later: PreparedPlan::plan() asks the backend for one (Backend::download_plan).
   bool estimated_on_device = false;
 };
 
@@ -109,6 +110,11 @@ class Backend {
                                                       const PatternInputs* host_inputs);
   // The build times `state` recorded, if any (waits for the build).
   virtual std::optional<PlanBuildTimes> build_times(const PreparedState& state) const;
+  // The host copy of a plan the backend built itself (prepare_pattern above), decoded from the
+  // records `state` holds, equal to what the host builder makes for the same selection (waits for
+  // the build); std::nullopt where the backend keeps nothing to decode (the default).
+  // PreparedPlan::plan() calls it once and keeps the result.
+  virtual std::optional<Plan> download_plan(const PreparedState& state) const;
 
   // --- Device memory and timing (mmsparse/device.h) ---
   // Backends without memory of their own (the CPU reference) throw kInvalidArgument naming

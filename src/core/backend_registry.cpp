@@ -137,6 +137,8 @@ std::optional<PlanBuildTimes> Backend::build_times(const PreparedState&) const {
   return std::nullopt;
 }
 
+std::optional<Plan> Backend::download_plan(const PreparedState&) const { return std::nullopt; }
+
 void Backend::tile_mass(const TensorView& q, const TensorView&, const TensorView&, int64_t, int64_t,
                         float, int64_t, int64_t, std::span<const int64_t>, std::span<double>,
                         void*) {

@@ -56,8 +56,8 @@ class Executor {
   // none/K/Q) and grid (none/K) from the device tensors with no host plan; other patterns are
   // built on the host from the host tensors and uploaded. Synchronised, so that a caller's host
   // clock covers the build.
-  // Returns the plan, whether kernels built it, and whether it was estimated on the GPU (then it
-  // has no host copy).
+  // Returns the plan, whether kernels built it, and whether it was estimated on the GPU (then its
+  // host copy, PreparedPlan::plan(), is a download of the device records).
   struct PatternPlan {
     PreparedPlan prepared;
     bool built_on_device = false;

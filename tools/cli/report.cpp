@@ -204,15 +204,12 @@ RunSummary summarize(const RunReport& run) {
 
 namespace {
 
-// A run's prepared plan, how long each head slot's index took and where it was built, and the plan
-// the metrics read when the prepared one has no host copy.
+// A run's prepared plan, how long each head slot's index took and where it was built. The metrics
+// read the prepared plan's host copy (for a plan estimated on the GPU, its download).
 struct RunPlan {
   std::shared_ptr<const PreparedPlan> prepared;
   std::vector<double> head_seconds;
   std::vector<std::string> head_built;  // "gpu" or "host", per head slot
-  // For a plan estimated on the GPU (no host copy) the host builder's, untimed
-  // (docs/dynamic_patterns.md: the same selection wherever the top-k cut is clear).
-  std::optional<Plan> host_plan;
 };
 
 // Builds and prepares the run's plan where the executor runs: on the GPU one pattern at once or a
@@ -244,9 +241,6 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
     result.head_seconds.assign(static_cast<std::size_t>(slots), report.index_seconds / slots);
     result.head_built.assign(static_cast<std::size_t>(slots),
                              built.built_on_device ? "gpu" : "host");
-    if (built.estimated_on_device) {
-      result.host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
-    }
   } else if (executor.gpu()) {
     Executor::ConfigPlan built;
     report.index_seconds = executor.median_build_seconds([&] {
@@ -258,9 +252,6 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
     for (const HeadBuildTime& head : built.times.heads) {
       result.head_seconds.push_back(head.seconds);
       result.head_built.push_back(head.on_device ? "gpu" : "host");
-    }
-    if (any_dynamic(run.specs)) {
-      result.host_plan = executor.build(run.specs, shape, inputs.layout, &pattern_inputs, head_dim);
     }
   } else {
     const auto index_start = std::chrono::steady_clock::now();
@@ -287,10 +278,10 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const PreparedPlan& prepared = *built.prepared;
   const std::vector<double>& head_seconds = built.head_seconds;
   const std::vector<std::string>& head_built = built.head_built;
-  const std::optional<Plan>& host_plan = built.host_plan;
   report.attention_seconds = executor.run(prepared, out, lse);
 
-  const Plan& plan = host_plan ? *host_plan : prepared.plan();
+  // A plan estimated on the GPU is downloaded here, untimed, once.
+  const Plan& plan = prepared.plan();
   std::vector<std::string> head_specs;
   for (const PatternSpec& spec : run.specs) {
     head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());

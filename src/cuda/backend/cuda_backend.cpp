@@ -13,6 +13,7 @@
 #include "cuda/runtime/device_memory.h"
 #include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
+#include "cuda/runtime/plan_download.h"
 #include "cuda/tools/tile_mass.h"
 #include "methods/device_builder.h"
 #include "methods/estimate/index_builders.h"
@@ -26,6 +27,10 @@ class CudaPreparedState final : public PreparedState {
  public:
   std::vector<DevicePlan> device_passes;                // the device copy, one entry per pass
   std::shared_ptr<const ConfigBuildTimer> build_timer;  // per-head configs on the device
+  // Of a plan built on the device: each pass's mask table (its records clamp what the policies
+  // say) and the device, for download_plan; empty for uploads of host plans.
+  std::vector<std::vector<MaskPolicy>> pass_masks;
+  Device device{};
 };
 
 const CudaPreparedState& cuda_state(const PreparedState& state) {
@@ -65,8 +70,8 @@ Plan dense_plan(const AttentionProblem& problem) {
 // for the host builders.
 std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
                                                     const PlanShape& shape,
-                                                    const ModalityLayout* layout, void* stream,
-                                                    const PatternInputs* inputs) {
+                                                    const ModalityLayout* layout, Device device,
+                                                    void* stream, const PatternInputs* inputs) {
   const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
   const detail::DeviceBuilder* builder =
       detail::device_builder_for(resolved, shape, layout, device_inputs);
@@ -84,6 +89,8 @@ std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
   auto state = std::make_unique<CudaPreparedState>();
   state->device_passes.push_back(
       builder->build(resolved, shape, layout, operands ? &*operands : nullptr, stream).plan);
+  state->pass_masks.push_back(builder->mask_policies(resolved, shape));
+  state->device = device;
   return built_pattern(std::move(state), builder->estimates());
 }
 
@@ -92,7 +99,7 @@ std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
 // on the GPU.
 BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
                                     const PlanShape& shape, const ModalityLayout* layout,
-                                    void* stream, const PatternInputs* inputs,
+                                    Device device, void* stream, const PatternInputs* inputs,
                                     const PatternInputs* host_inputs) {
   const bool device_inputs = inputs != nullptr && cuda::inputs_on_device(*inputs);
   std::optional<cuda::EstimateOperands> operands;
@@ -115,6 +122,8 @@ BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
   auto state = std::make_unique<CudaPreparedState>();
   state->device_passes.push_back(std::move(build.plan));
   state->build_timer = std::move(build.timer);
+  state->pass_masks.push_back(std::move(build.masks));
+  state->device = device;
   // Heads that no kernel builds without inputs (estimated ones, host-built dynamic ones) keep no
   // inputs, so there is no host copy to build later.
   const bool estimated_on_device =
@@ -211,22 +220,29 @@ class CudaBackend final : public Backend {
   }
 
   std::optional<BuiltPattern> prepare_pattern(const PatternSpec& resolved, const PlanShape& shape,
-                                              const ModalityLayout* layout, Device, void* stream,
-                                              const PatternInputs* inputs) override {
-    return build_pattern_on_device(resolved, shape, layout, stream, inputs);
+                                              const ModalityLayout* layout, Device device,
+                                              void* stream, const PatternInputs* inputs) override {
+    return build_pattern_on_device(resolved, shape, layout, device, stream, inputs);
   }
 
   std::optional<BuiltPattern> prepare_pattern(const std::vector<PatternSpec>& resolved,
                                               const PlanShape& shape, const ModalityLayout* layout,
-                                              Device, void* stream, const PatternInputs* inputs,
+                                              Device device, void* stream,
+                                              const PatternInputs* inputs,
                                               const PatternInputs* host_inputs) override {
-    return build_config_on_device(resolved, shape, layout, stream, inputs, host_inputs);
+    return build_config_on_device(resolved, shape, layout, device, stream, inputs, host_inputs);
   }
 
   std::optional<PlanBuildTimes> build_times(const PreparedState& state) const override {
     const CudaPreparedState& prepared = cuda_state(state);
     if (!prepared.build_timer) return std::nullopt;
     return cuda::config_build_times(*prepared.build_timer);
+  }
+
+  std::optional<Plan> download_plan(const PreparedState& state) const override {
+    const CudaPreparedState& prepared = cuda_state(state);
+    if (prepared.pass_masks.empty()) return std::nullopt;
+    return cuda::download_plan(prepared.device_passes, prepared.pass_masks, prepared.device);
   }
 
   void* allocate(const char*, std::size_t bytes, Device device) override {

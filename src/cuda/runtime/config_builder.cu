@@ -460,6 +460,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
                     cuda_stream);
   timer->assembly_last = timer->record(cuda_stream);
   result.timer = std::move(timer);
+  result.masks = masks;
   // The sections' buffers are freed in the caller's stream order, after the copies.
   for (Section& part : sections) part.plan.release(cuda_stream);
   return result;

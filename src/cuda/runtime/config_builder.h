@@ -41,6 +41,8 @@ struct ConfigBuild {
   DevicePlan plan;
   std::shared_ptr<const ConfigBuildTimer> timer;
   bool estimated_on_device = false;  // some head's lines were estimated on the GPU
+  // The plan's mask table (tile records index it): build_plan's for the same specs.
+  std::vector<MaskPolicy> masks;
 };
 
 // `resolved_specs`: one per query head (resolve_pattern's output). Throws naming the argument on a

@@ -167,6 +167,7 @@ class DevicePlan {
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
+  void* stream() const { return stream_; }       // cudaStream_t the buffer is ordered on
   const DevicePlanLayout& layout() const { return layout_; }
 
   // For device builders (the methods' *_device.cu, the per-head config assembly): a buffer of
