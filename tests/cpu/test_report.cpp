@@ -182,9 +182,13 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
     const nlohmann::json& pattern = layer.at("patterns").at(0);
     for (const char* field :
          {"pattern", "spec", "density", "recall_mean", "recall_min", "output_error", "index_ms",
-          "attention_ms", "speedup", "computed_pairs"}) {
+          "attention_ms", "speedup", "computed_pairs", "tflops", "throughput_vs_dense"}) {
       EXPECT_TRUE(pattern.contains(field)) << field;
     }
+    const double dense_tflops = layer["dense"]["tflops"];
+    const double tflops = pattern["tflops"];
+    EXPECT_NEAR(pattern["throughput_vs_dense"].get<double>(), tflops / dense_tflops,
+                1e-9 * tflops / dense_tflops);
     EXPECT_EQ(pattern.at("needles").at("count"), 3);
     EXPECT_TRUE(pattern.at("needles").contains("covered_min"));
     EXPECT_TRUE(pattern.at("needles").contains("mass_kept"));

@@ -83,7 +83,21 @@ nlohmann::json head_json(const HeadReport& head) {
   return entry;
 }
 
-nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
+// Attention throughput on the pairs a run computes: TFLOP/s (4 · pairs · head_dim FLOPs) and its
+// share of dense attention's, the sparse kernel's efficiency on what it computes.
+void add_throughput(nlohmann::json& entry, const RunReport& run, const LayerReport& layer,
+                    int64_t head_dim) {
+  if (run.attention_seconds <= 0.0) return;
+  const double tflops =
+      attention_flops(run.computed_pairs, head_dim) / run.attention_seconds / kTeraFlops;
+  entry["tflops"] = tflops;
+  if (layer.dense_seconds && *layer.dense_seconds > 0.0 && layer.dense_pairs > 0) {
+    entry["throughput_vs_dense"] =
+        tflops / (attention_flops(layer.dense_pairs, head_dim) / *layer.dense_seconds / kTeraFlops);
+  }
+}
+
+nlohmann::json run_json(const RunReport& run, const LayerReport& layer, int64_t head_dim) {
   const RunSummary summary = summarize(run);
   nlohmann::json entry = {{"pattern", run.run.label},
                           {"spec", run.run.spec_text},
@@ -100,6 +114,7 @@ nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
   if (layer.dense_seconds) {
     entry["speedup"] = speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds);
   }
+  add_throughput(entry, run, layer, head_dim);
   if (summary.needles > 0) {
     entry["needles"] = {{"count", summary.needles},
                         {"covered_min", summary.needles_covered},
@@ -501,7 +516,9 @@ nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_
                                        *layer.dense_seconds / kTeraFlops}};
     }
     entry["patterns"] = nlohmann::json::array();
-    for (const RunReport& run : layer.runs) entry["patterns"].push_back(run_json(run, layer));
+    for (const RunReport& run : layer.runs) {
+      entry["patterns"].push_back(run_json(run, layer, head_dim));
+    }
     report["layers"].push_back(entry);
   }
   const std::optional<double> dense = total_dense_seconds(layers);
