@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <string>
 
 #include "cli_common.h"
 #include "mmsparse/attention.h"
@@ -268,6 +270,23 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
 
 }  // namespace
 
+std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_specs,
+                                       const PlanShape& shape, const ModalityLayout* layout) {
+  PlanShape one_slot = shape;
+  one_slot.batch = 1;
+  one_slot.heads = 1;
+  std::map<std::string, int64_t> pairs_of_spec;
+  std::vector<int64_t> pairs;
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const PatternSpec& spec =
+        resolved_specs[resolved_specs.size() == 1 ? 0 : static_cast<std::size_t>(slot % shape.heads)];
+    const auto [found, added] = pairs_of_spec.emplace(spec.to_string(), 0);
+    if (added) found->second = count_plan_pairs(build_plan(spec, one_slot, layout), 0);
+    pairs.push_back(found->second);
+  }
+  return pairs;
+}
+
 RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
                       const TensorView& out, const TensorView& lse) {
   const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
@@ -283,14 +302,22 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const std::optional<Plan>& host_plan = built.host_plan;
   report.attention_seconds = executor.run(prepared, out, lse);
 
-  const Plan& plan = host_plan ? *host_plan : prepared.plan();
+  std::vector<PatternSpec> resolved;
   std::vector<std::string> head_specs;
   for (const PatternSpec& spec : run.specs) {
-    head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());
+    resolved.push_back(resolve_pattern(spec, inputs.layout));
+    head_specs.push_back(resolved.back().to_string());
   }
   const int64_t reference_pairs = causal_pair_count(q_len, kv_len, inputs.causal);
-  const std::vector<int64_t> slot_pairs = count_plan_pairs(plan);
   const bool has_needles = inputs.needles != nullptr && !inputs.needles->empty();
+  // A plan the GPU built from static specs has no host copy until asked for; the pair counts need
+  // one head slot per spec, only the needles every head slot's plan. Dynamic specs have their
+  // host plan at hand (host_plan, or the host build of a pattern the GPU does not estimate).
+  const bool whole_plan = host_plan || has_needles || !executor.gpu() || any_dynamic(run.specs);
+  const Plan* plan = host_plan ? &*host_plan : whole_plan ? &prepared.plan() : nullptr;
+  const std::vector<int64_t> slot_pairs =
+      plan != nullptr ? count_plan_pairs(*plan)
+                      : static_slot_pairs(resolved, prepared.shape(), inputs.layout);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t head = 0; head < heads; ++head) {
       const int64_t slot = (inputs.plan_batch == 1 ? 0 : b) * heads + head;
@@ -310,7 +337,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       if (has_needles) {
         const NeedleDenseInputs dense{
             inputs.q, inputs.k, inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{}, b};
-        entry.needles = needle_coverage(plan, slot, inputs.needles->keys, inputs.needles->rows,
+        entry.needles = needle_coverage(*plan, slot, inputs.needles->keys, inputs.needles->rows,
                                         inputs.dense_lse != nullptr ? &dense : nullptr);
       }
       report.heads.push_back(std::move(entry));
