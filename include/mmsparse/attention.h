@@ -98,9 +98,10 @@ class PreparedPlan {
   PreparedPlan& operator=(PreparedPlan&&) noexcept;
 
   // The host plan. A static plan that prepare_pattern built on the device has no host copy until
-  // the first call, which builds it on the host (once, thread-safe) from the resolved spec;
-  // attention calls never need it. A dynamic plan built on the device from device tensors has
-  // none: throws kUnsupported.
+  // the first call, which builds it on the host (once, thread-safe) from the resolved specs and
+  // the layout; attention calls never need it. A plan with a dynamic head (estimated on the device
+  // from device tensors, or built on the host from inputs the plan does not keep) has none: throws
+  // kUnsupported.
   const Plan& plan() const;
   const PlanShape& shape() const;
   Device device() const;
@@ -130,8 +131,9 @@ class PreparedPlan {
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 // The plan of `spec` (one spec for every head slot; see patterns.h) prepared for `device`: what
 // prepare_plan(build_plan(spec, shape, layout, inputs), device, stream) prepares. On a CUDA device,
-// static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight
-// into device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
+// static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided, BlindSight's templates from
+// the layout) are built by kernels straight into device memory, asynchronously on `stream`, with
+// no host plan and no host synchronisation;
 // so are dynamic patterns whose `inputs` are CUDA tensors (vertical-slash and grid, every boundary
 // mode; Q/2D-boundary heads whose query groups' last rows form more than 16 runs throw
 // kUnsupported for device inputs): the estimate, the line selection and the plan run on the GPU
