@@ -99,7 +99,7 @@ class PreparedPlan {
 
   // The host plan, built on the first call (once, thread-safe) where prepare_pattern built the
   // plan on the device, and kept: attention calls never need it. A static plan is built on the
-  // host from the resolved specs. A plan estimated on the device from device tensors (and a
+  // host from the resolved specs and the layout. A plan estimated on the device from device tensors (and a
   // per-head config with such heads, or with dynamic heads built on the host) is downloaded: the
   // device records are copied back and decoded into the plan the host builder makes for the same
   // selection, record for record (docs/index_builders.md: the same wherever the top-k cuts are
@@ -134,8 +134,9 @@ class PreparedPlan {
 PreparedPlan prepare_plan(Plan plan, Device device, void* stream = nullptr);
 // The plan of `spec` (one spec for every head slot; see patterns.h) prepared for `device`: what
 // prepare_plan(build_plan(spec, shape, layout, inputs), device, stream) prepares. On a CUDA device,
-// static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided) are built by kernels straight
-// into device memory, asynchronously on `stream`, with no host plan and no host synchronisation;
+// static patterns (dense, a-shape, tri-shape, sf-fixed, sf-strided, BlindSight's templates from
+// the layout) are built by kernels straight into device memory, asynchronously on `stream`, with
+// no host plan and no host synchronisation;
 // so are dynamic patterns whose `inputs` are CUDA tensors (vertical-slash and grid, every boundary
 // mode; Q/2D-boundary heads whose query groups' last rows form more than 16 runs throw
 // kUnsupported for device inputs): the estimate, the line selection and the plan run on the GPU

@@ -1,6 +1,7 @@
 // Public attention entry points: validate every argument (errors name the argument, the expected
 // value and what was given), then hand the work to the backend of the tensors' device.
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "core/backend.h"
 #include "mmsparse/attention.h"
+#include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
@@ -201,13 +203,17 @@ int64_t preferred_tile_rows(Device device, int64_t head_dim) {
 struct PreparedPlan::Impl {
   PlanShape shape;
   Device device;
-  // The host plan; for a static plan built on the device, built from `device_built_specs` by the
-  // first plan() call.
+  // The host plan; for a static plan built on the device, built from `device_built_specs` and
+  // `device_built_layout` by the first plan() call.
   mutable std::optional<Plan> plan;
   mutable std::once_flag plan_built;
   std::vector<PatternSpec> device_built_specs;  // resolved: one for every head, or one per head
-  // A dynamic plan from device tensors, or a per-head config with dynamic heads: the host copy is
-  // the backend's download of the device records (Backend::download_plan).
+  // The layout the device build read: templates that follow the images (BlindSight) need it for
+  // the host copy too, not only for their defaults.
+  std::optional<ModalityLayout> device_built_layout;
+  // A plan with a dynamic head (estimated on the device from device tensors, or built on the host
+  // from inputs the plan does not keep): the host copy is the backend's download of the device
+  // records (Backend::download_plan).
   bool estimated_on_device = false;
   // The backend's own state (a device copy, build timings); never null.
   std::unique_ptr<PreparedState> state;
@@ -259,8 +265,9 @@ const Plan& PreparedPlan::plan() const {
     if (impl_->estimated_on_device) {
       impl_->plan = downloaded_plan(*impl_);
     } else {
-      // Static patterns read the layout only for their defaults, which the resolved specs hold.
-      impl_->plan = build_plan(impl_->device_built_specs, prepared_shape);
+      const ModalityLayout* layout =
+          impl_->device_built_layout ? &*impl_->device_built_layout : nullptr;
+      impl_->plan = build_plan(impl_->device_built_specs, prepared_shape, layout);
     }
   });
   return *impl_->plan;
@@ -305,13 +312,20 @@ bool builds_plan_on_device(const PatternSpec& spec, const PlanShape& shape,
 
 namespace {
 
-// A plan the backend built itself from `resolved` (one spec for every head, or one per head).
+// A plan the backend built itself from `resolved` (one spec for every head, or one per head) and
+// `layout`. Its host copy can be built later from the specs and the layout unless a head is
+// dynamic: such a head was estimated from inputs (device ones, or host ones for a head the
+// backend built on the host) that the prepared plan does not keep. Static heads built on the host
+// inside a device-built config (BlindSight's templates) have a host copy like any static head.
 std::unique_ptr<PreparedPlan::Impl> built_impl(BuiltPattern built,
                                                std::vector<PatternSpec> resolved,
+                                               const ModalityLayout* layout,
                                                const PlanShape& shape, Device device) {
   std::unique_ptr<PreparedPlan::Impl> impl = make_impl(shape, device, std::move(built.state));
-  impl->estimated_on_device = built.estimated_on_device;
+  impl->estimated_on_device = std::any_of(resolved.begin(), resolved.end(),
+                                          [](const PatternSpec& spec) { return is_dynamic(spec); });
   impl->device_built_specs = std::move(resolved);
+  if (layout != nullptr) impl->device_built_layout = *layout;
   return impl;
 }
 
@@ -329,7 +343,7 @@ PreparedPlan prepare_pattern(const PatternSpec& spec, const PlanShape& shape,
   }
   if (!built) return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
   PreparedPlan prepared;
-  prepared.impl_ = built_impl(*std::move(built), {std::move(resolved)}, shape, device);
+  prepared.impl_ = built_impl(*std::move(built), {std::move(resolved)}, layout, shape, device);
   return prepared;
 }
 
@@ -351,7 +365,7 @@ PreparedPlan prepare_pattern(const std::vector<PatternSpec>& specs, const PlanSh
   }
   if (!built) return prepare_plan(build_plan(resolved, shape, layout, inputs), device, stream);
   PreparedPlan prepared;
-  prepared.impl_ = built_impl(*std::move(built), std::move(resolved), shape, device);
+  prepared.impl_ = built_impl(*std::move(built), std::move(resolved), layout, shape, device);
   return prepared;
 }
 

@@ -29,12 +29,11 @@ class PreparedState {
   virtual ~PreparedState() = default;
 };
 
-// A plan a backend built itself from resolved pattern specs, with no host plan.
+// A plan a backend built itself from resolved pattern specs, with no host plan. Whether a host
+// copy can be built later follows from the specs (none when a head is dynamic: its inputs are not
+// kept), so the backend need not say.
 struct BuiltPattern {
   std::unique_ptr<PreparedState> state;
-  // Estimated from inputs the backend does not keep, so no host copy can be built from the specs
-  // later: PreparedPlan::plan() asks the backend for one (Backend::download_plan).
-  bool estimated_on_device = false;
 };
 
 class Backend {

@@ -70,6 +70,15 @@ class DeviceBuilder {
   // numbering); the same for every slot.
   virtual std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,
                                                 const PlanShape& shape) const = 0;
+  // The same for the plan over `layout`, which the per-head config builder asks for: builders
+  // whose tiles follow the layout (BlindSight: a prompt that starts with an image uses its image
+  // mask first) override it; the others' masks do not depend on it.
+  virtual std::vector<MaskPolicy> mask_policies_for_layout(const PatternSpec& resolved_spec,
+                                                           const PlanShape& shape,
+                                                           const ModalityLayout* layout) const {
+    (void)layout;
+    return mask_policies(resolved_spec, shape);
+  }
 };
 
 // Attaches `builder` to `entry` during static initialisation (see above).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "methods/blindsight/blindsight.h"
 #include "methods/device_builder.h"
 #include "methods/grid/grid.h"
 #include "methods/registry.h"
@@ -84,6 +85,12 @@ TEST(MethodRegistry, CudaBuildsAttachTheMethodsDeviceBuilders) {
     EXPECT_TRUE(entry->device->estimates());
     EXPECT_FALSE(entry->device->replicates_one_head());
   }
+  for (detail::BlindSightMask mask : detail::kBlindSightMasks) {
+    const detail::DeviceBuilder* builder = detail::blindsight_entry(mask).device;
+    ASSERT_NE(builder, nullptr) << detail::blindsight_entry(mask).info.name;
+    EXPECT_FALSE(builder->estimates());
+    EXPECT_TRUE(builder->replicates_one_head());
+  }
   EXPECT_EQ(detail::grid_mask_entry().device, nullptr);  // built on the host only
 }
 
@@ -106,6 +113,8 @@ TEST(MethodRegistry, CudaBuildsRouteHeadsToTheirBuilders) {
   EXPECT_EQ(route("vec", false), nullptr);
   EXPECT_EQ(route("vec", true), detail::vec_entry().device);
   EXPECT_EQ(route("vec:pooling=128", true), nullptr);  // blocks taller than the shape's tiles
+  EXPECT_EQ(route("blindsight-intra-sink", false),
+            detail::blindsight_entry(detail::BlindSightMask::kIntraSink).device);
 }
 #else
 TEST(MethodRegistry, CpuOnlyBuildsHaveNoDeviceBuilders) {

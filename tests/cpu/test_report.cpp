@@ -115,6 +115,24 @@ MeasuredLayer measure_layer(int64_t layer, const PatternRun& run) {
 
 // A needle is kept when the heads, pooled, keep >= 95% of its dense attention: a head that barely
 // reads it (a local head) does not decide, where "covered" counts the fewest over heads.
+// The pair counts the bench reports for a plan the GPU built from static specs, one head slot per
+// spec, are the whole host plan's.
+TEST(Report, StaticSlotPairsAreThePlansPairs) {
+  const ModalityLayout layout =
+      LayoutBuilder().text(40).image({1, 12, 13}).image({1, 9, 7}, false).text(30).build();
+  const PlanShape shape{2, 4, layout.length() - 17, layout.length(), kDefaultTileRows};
+  std::vector<PatternSpec> specs;
+  for (const char* text : {"blindsight-intra-sink:bidirectional=1", "blindsight-sink",
+                           "a-shape:sink=16,local=64", "blindsight-sink"}) {
+    specs.push_back(resolve_pattern(PatternSpec::parse(text), &layout));
+  }
+  EXPECT_EQ(static_slot_pairs(specs, shape, &layout),
+            count_plan_pairs(build_plan(specs, shape, &layout)));
+  const std::vector<PatternSpec> one = {specs[1]};
+  EXPECT_EQ(static_slot_pairs(one, shape, &layout),
+            count_plan_pairs(build_plan(one, shape, &layout)));
+}
+
 TEST(Report, NeedlesKeptPoolEachNeedlesAttentionOverHeads) {
   const auto head_with = [](std::vector<uint8_t> covered, std::vector<double> mass_kept,
                             std::vector<double> dense_mass) {
@@ -182,9 +200,13 @@ TEST(Report, LayersDifferAndJsonCarriesEveryField) {
     const nlohmann::json& pattern = layer.at("patterns").at(0);
     for (const char* field :
          {"pattern", "spec", "density", "recall_mean", "recall_min", "output_error", "index_ms",
-          "attention_ms", "speedup", "computed_pairs"}) {
+          "attention_ms", "speedup", "computed_pairs", "tflops", "throughput_vs_dense"}) {
       EXPECT_TRUE(pattern.contains(field)) << field;
     }
+    const double dense_tflops = layer["dense"]["tflops"];
+    const double tflops = pattern["tflops"];
+    EXPECT_NEAR(pattern["throughput_vs_dense"].get<double>(), tflops / dense_tflops,
+                1e-9 * tflops / dense_tflops);
     EXPECT_EQ(pattern.at("needles").at("count"), 3);
     EXPECT_TRUE(pattern.at("needles").contains("covered_min"));
     EXPECT_TRUE(pattern.at("needles").contains("mass_kept"));

@@ -67,7 +67,7 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
   EXPECT_EQ(a.schedule, b.schedule);
   EXPECT_EQ(a.masks, b.masks);
   ASSERT_EQ(a.spans, b.spans);
-  EXPECT_FALSE(a.has_token_info);
+  ASSERT_EQ(a.has_token_info, b.has_token_info);
   const std::size_t span_bytes = key_range_bytes(host);
   const std::size_t column_bytes = host.columns.size() * sizeof(int32_t);
   ASSERT_GE(a.columns - a.spans, span_bytes) << "span capacity";
@@ -82,6 +82,13 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
                              download(uploaded, b.columns, column_bytes)),
             -1)
       << "columns differ";
+  if (b.has_token_info) {
+    const std::size_t token_bytes = static_cast<std::size_t>(host.shape.kv_len) * sizeof(int32_t);
+    EXPECT_EQ(first_difference(download(built, a.token_info, token_bytes),
+                               download(uploaded, b.token_info, token_bytes)),
+              -1)
+        << "token arrays differ";
+  }
 }
 
 // The run offsets whole; the runs, tiles, schedule, spans and columns the host plan has at the

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <string>
 
 #include "cli_common.h"
 #include "mmsparse/attention.h"
@@ -90,7 +92,21 @@ nlohmann::json head_json(const HeadReport& head) {
   return entry;
 }
 
-nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
+// Attention throughput on the pairs a run computes: TFLOP/s (4 · pairs · head_dim FLOPs) and its
+// share of dense attention's, the sparse kernel's efficiency on what it computes.
+void add_throughput(nlohmann::json& entry, const RunReport& run, const LayerReport& layer,
+                    int64_t head_dim) {
+  if (run.attention_seconds <= 0.0) return;
+  const double tflops =
+      attention_flops(run.computed_pairs, head_dim) / run.attention_seconds / kTeraFlops;
+  entry["tflops"] = tflops;
+  if (layer.dense_seconds && *layer.dense_seconds > 0.0 && layer.dense_pairs > 0) {
+    entry["throughput_vs_dense"] =
+        tflops / (attention_flops(layer.dense_pairs, head_dim) / *layer.dense_seconds / kTeraFlops);
+  }
+}
+
+nlohmann::json run_json(const RunReport& run, const LayerReport& layer, int64_t head_dim) {
   const RunSummary summary = summarize(run);
   nlohmann::json entry = {{"pattern", run.run.label},
                           {"spec", run.run.spec_text},
@@ -111,6 +127,7 @@ nlohmann::json run_json(const RunReport& run, const LayerReport& layer) {
   if (layer.dense_seconds) {
     entry["speedup"] = speedup(*layer.dense_seconds, run.index_seconds, run.attention_seconds);
   }
+  add_throughput(entry, run, layer, head_dim);
   if (summary.needles > 0) {
     entry["needles"] = {{"count", summary.needles},
                         {"covered_min", summary.needles_covered},
@@ -265,6 +282,23 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
 
 }  // namespace
 
+std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_specs,
+                                       const PlanShape& shape, const ModalityLayout* layout) {
+  PlanShape one_slot = shape;
+  one_slot.batch = 1;
+  one_slot.heads = 1;
+  std::map<std::string, int64_t> pairs_of_spec;
+  std::vector<int64_t> pairs;
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const PatternSpec& spec =
+        resolved_specs[resolved_specs.size() == 1 ? 0 : static_cast<std::size_t>(slot % shape.heads)];
+    const auto [found, added] = pairs_of_spec.emplace(spec.to_string(), 0);
+    if (added) found->second = count_plan_pairs(build_plan(spec, one_slot, layout), 0);
+    pairs.push_back(found->second);
+  }
+  return pairs;
+}
+
 RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
                       const TensorView& out, const TensorView& lse) {
   const int64_t batch = inputs.q.shape[0], q_len = inputs.q.shape[1];
@@ -280,15 +314,22 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const std::vector<std::string>& head_built = built.head_built;
   report.attention_seconds = executor.run(prepared, out, lse);
 
-  // A plan estimated on the GPU is downloaded here, untimed, once.
-  const Plan& plan = prepared.plan();
+  std::vector<PatternSpec> resolved;
   std::vector<std::string> head_specs;
   for (const PatternSpec& spec : run.specs) {
-    head_specs.push_back(resolve_pattern(spec, inputs.layout).to_string());
+    resolved.push_back(resolve_pattern(spec, inputs.layout));
+    head_specs.push_back(resolved.back().to_string());
   }
   const int64_t reference_pairs = causal_pair_count(q_len, kv_len, inputs.causal);
-  const std::vector<int64_t> slot_pairs = count_plan_pairs(plan);
   const bool has_needles = inputs.needles != nullptr && !inputs.needles->empty();
+  // A plan the GPU built from static specs has no host copy until asked for; the pair counts need
+  // one head slot per spec, only the needles every head slot's plan. A plan with dynamic heads is
+  // downloaded from the GPU (untimed, once) by prepared.plan().
+  const bool whole_plan = has_needles || !executor.gpu() || any_dynamic(run.specs);
+  const Plan* plan = whole_plan ? &prepared.plan() : nullptr;
+  const std::vector<int64_t> slot_pairs =
+      plan != nullptr ? count_plan_pairs(*plan)
+                      : static_slot_pairs(resolved, prepared.shape(), inputs.layout);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t head = 0; head < heads; ++head) {
       const int64_t slot = (inputs.plan_batch == 1 ? 0 : b) * heads + head;
@@ -308,7 +349,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
       if (has_needles) {
         const NeedleDenseInputs dense{
             inputs.q, inputs.k, inputs.dense_lse != nullptr ? *inputs.dense_lse : TensorView{}, b};
-        entry.needles = needle_coverage(plan, slot, inputs.needles->keys, inputs.needles->rows,
+        entry.needles = needle_coverage(*plan, slot, inputs.needles->keys, inputs.needles->rows,
                                         inputs.dense_lse != nullptr ? &dense : nullptr);
       }
       report.heads.push_back(std::move(entry));
@@ -522,7 +563,9 @@ nlohmann::json layers_json(const std::vector<LayerReport>& layers, int64_t head_
                                        *layer.dense_seconds / kTeraFlops}};
     }
     entry["patterns"] = nlohmann::json::array();
-    for (const RunReport& run : layer.runs) entry["patterns"].push_back(run_json(run, layer));
+    for (const RunReport& run : layer.runs) {
+      entry["patterns"].push_back(run_json(run, layer, head_dim));
+    }
     report["layers"].push_back(entry);
   }
   const std::optional<double> dense = total_dense_seconds(layers);

@@ -123,6 +123,14 @@ struct LayerInputs {
 RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInputs& inputs,
                       const TensorView& out, const TensorView& lse);
 
+// The pairs each head slot of `shape` computes under static `resolved_specs` (one for every head,
+// or one per head): each distinct spec's plan built for one head slot, since every head slot of a
+// static spec is the same. What count_plan_pairs(build_plan(resolved_specs, shape, layout))
+// gives, without a host plan of every head slot (at 300K tokens a BlindSight head's plan lists
+// millions of columns).
+std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_specs,
+                                       const PlanShape& shape, const ModalityLayout* layout);
+
 // Text tables (stdout).
 // The summary table: dense, then a line per run; a needles column when `needles` > 0.
 void print_summary_table(const LayerReport& layer, int64_t needles);

@@ -38,10 +38,9 @@ const CudaPreparedState& cuda_state(const PreparedState& state) {
   return static_cast<const CudaPreparedState&>(state);
 }
 
-BuiltPattern built_pattern(std::unique_ptr<CudaPreparedState> state, bool estimated_on_device) {
+BuiltPattern built_pattern(std::unique_ptr<CudaPreparedState> state) {
   BuiltPattern built;
   built.state = std::move(state);
-  built.estimated_on_device = estimated_on_device;
   return built;
 }
 
@@ -91,7 +90,7 @@ std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
       builder->build(resolved, shape, layout, operands ? &*operands : nullptr, stream).plan);
   state->pass_masks.push_back(builder->mask_policies(resolved, shape));
   state->device = device;
-  return built_pattern(std::move(state), builder->estimates());
+  return built_pattern(std::move(state));
 }
 
 // One spec per head slot: every head built where the config builder builds it (kernels for
@@ -124,13 +123,7 @@ BuiltPattern build_config_on_device(const std::vector<PatternSpec>& resolved,
   state->build_timer = std::move(build.timer);
   state->pass_masks.push_back(std::move(build.masks));
   state->device = device;
-  // Heads that no kernel builds without inputs (estimated ones, host-built dynamic ones) keep no
-  // inputs, so there is no host copy to build later.
-  const bool estimated_on_device =
-      std::any_of(resolved.begin(), resolved.end(), [&](const PatternSpec& spec) {
-        return detail::device_builder_for(spec, shape, layout, false) == nullptr;
-      });
-  return built_pattern(std::move(state), estimated_on_device);
+  return built_pattern(std::move(state));
 }
 
 class CudaBackend final : public Backend {

@@ -306,9 +306,10 @@ int32_t mask_index(std::vector<MaskPolicy>& table, const MaskPolicy& policy) {
 }
 
 // A device section's policies (all its slots use them in one order), checked to fit the kernels.
-std::vector<MaskPolicy> device_section_masks(const Section& section, const PlanShape& shape) {
-  std::vector<MaskPolicy> policies =
-      section.builder->mask_policies(section.spec, section_shape(shape, section));
+std::vector<MaskPolicy> device_section_masks(const Section& section, const PlanShape& shape,
+                                             const ModalityLayout* layout) {
+  std::vector<MaskPolicy> policies = section.builder->mask_policies_for_layout(
+      section.spec, section_shape(shape, section), layout);
   if (static_cast<int64_t>(policies.size()) > kMaxSectionMasks) {
     throw Error(ErrorCode::kUnsupported,
                 "prepare_pattern specs: at most " + std::to_string(kMaxSectionMasks) +
@@ -321,7 +322,7 @@ std::vector<MaskPolicy> device_section_masks(const Section& section, const PlanS
 // The global mask table in PlanBuilder's first-use order over head slots; fills each device
 // section's `masks` with the global indices of its policies.
 std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan& host_plan,
-                                     const PlanShape& shape) {
+                                     const PlanShape& shape, const ModalityLayout* layout) {
   const auto slots = static_cast<std::size_t>(shape.head_slots());
   std::vector<int32_t> slot_section(slots);
   std::vector<int64_t> slot_local(slots);
@@ -332,7 +333,8 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
       slot_local[static_cast<std::size_t>(slot)] = q;
     });
     section_policies.push_back(sections[s].on_host() ? std::vector<MaskPolicy>{}
-                                                     : device_section_masks(sections[s], shape));
+                                                     : device_section_masks(sections[s], shape,
+                                                                            layout));
   }
   std::vector<MaskPolicy> masks;
   for (std::size_t slot = 0; slot < slots; ++slot) {
@@ -356,10 +358,6 @@ void upload_host_section(Section& host, Plan host_plan, const std::vector<MaskPo
   for (int32_t& mask : host_plan.tile_masks) mask = mask_index(table, host_plan.masks[mask]);
   host_plan.masks = masks;
   host.plan = DevicePlan(host_plan, stream);
-  if (host.plan.layout().has_token_info) {
-    throw Error(ErrorCode::kUnsupported,
-                "prepare_pattern specs: masks with token arrays are not concatenated on the GPU");
-  }
 }
 
 // Slots of the layer a section's records fill (a replicated section's head slot, once per slot).
@@ -380,10 +378,11 @@ struct ConfigSizes {
   int64_t column_capacity = 0;
   int64_t max_slot_tiles = 0;
   bool covers_every_row = true;
+  bool token_masks = false;  // a mask reads the token array (same-media, bidirectional images)
 };
 
 ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& shape,
-                         std::size_t masks) {
+                         const std::vector<MaskPolicy>& masks) {
   ConfigSizes sizes;
   int64_t runs = 0, span_capacity = 0;
   for (const Section& section : sections) {
@@ -400,9 +399,13 @@ ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& 
     throw Error(ErrorCode::kUnsupported, "prepare_pattern specs: " + std::to_string(sizes.tiles) +
                                              " tiles; the schedule indexes tiles in int32");
   }
+  // One token array serves every section: a layer has one layout.
+  sizes.token_masks = std::any_of(masks.begin(), masks.end(),
+                                  [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
   // Zeroed up to the spans: the padding between sections, as the upload has it.
-  sizes.layout = plan_layout({shape.head_slots(), runs, sizes.tiles, static_cast<int64_t>(masks),
-                              span_capacity, sizes.column_capacity});
+  sizes.layout = plan_layout({shape.head_slots(), runs, sizes.tiles,
+                              static_cast<int64_t>(masks.size()), span_capacity,
+                              sizes.column_capacity, sizes.token_masks ? shape.kv_len : 0});
   return sizes;
 }
 
@@ -444,9 +447,13 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   Section* host = sections.empty() || !sections.back().on_host() ? nullptr : &sections.back();
   Plan host_plan;
   if (host != nullptr) host_plan = build_and_time_host_section(*host, shape, inputs, *timer);
-  const std::vector<MaskPolicy> masks = global_masks(sections, host_plan, shape);
+  const std::vector<MaskPolicy> masks = global_masks(sections, host_plan, shape, inputs.layout);
   if (host != nullptr) upload_host_section(*host, std::move(host_plan), masks, cuda_stream);
-  const ConfigSizes sizes = config_sizes(sections, shape, masks.size());
+  const ConfigSizes sizes = config_sizes(sections, shape, masks);
+  if (sizes.token_masks && inputs.layout == nullptr) {
+    throw_invalid_argument("prepare_pattern layout",
+                           "the layout (masks that read tokens need its token array)", "none");
+  }
 
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
@@ -458,6 +465,11 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
                     {static_cast<std::byte*>(result.plan.builder_data()), sizes.layout, sizes.tiles,
                      sizes.max_slot_tiles},
                     cuda_stream);
+  if (sizes.token_masks) {
+    auto* base = static_cast<std::byte*>(result.plan.builder_data());
+    write_token_info(*inputs.layout, reinterpret_cast<int32_t*>(base + sizes.layout.token_info),
+                     cuda_stream);
+  }
   timer->assembly_last = timer->record(cuda_stream);
   result.timer = std::move(timer);
   result.masks = masks;

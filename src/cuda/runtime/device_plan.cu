@@ -385,14 +385,27 @@ DevicePlanLayout plan_layout(const PlanSectionCounts& counts) {
   layout.masks = section(counts.masks, sizeof(MaskRecord));
   layout.spans = section(counts.spans, sizeof(SpanRecord));
   layout.columns = section(counts.columns, sizeof(int32_t));
-  layout.token_info = section(0, sizeof(int32_t));
-  layout.has_token_info = false;
+  layout.token_info = section(counts.token_info, sizeof(int32_t));
+  layout.has_token_info = counts.token_info > 0;
   layout.launch_records = section(0, sizeof(LaunchRecord));
   // Runs written on the device may differ from head to head; without runs every head is in the
   // identity order.
   layout.shared_runs = counts.runs == 0 ? 0 : kPerHeadRuns;
   layout.bytes = align_section(end);
   return layout;
+}
+
+void write_token_info(const ModalityLayout& layout, int32_t* token_info, void* stream) {
+  const std::vector<uint8_t> modality = layout.token_types();
+  const std::vector<int32_t> media = layout.token_media();
+  std::vector<int32_t> packed(media.size());
+  for (std::size_t key = 0; key < packed.size(); ++key) {
+    packed[key] = mask_rule::pack_token(media[key], modality[key]);
+  }
+  // From pageable memory the copy returns once `packed` has been read.
+  check_cuda(cudaMemcpyAsync(token_info, packed.data(), packed.size() * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
+             "write_token_info: cudaMemcpyAsync");
 }
 
 DevicePlan::DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,

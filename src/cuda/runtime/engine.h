@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mmsparse/attention.h"
+#include "mmsparse/layout.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/tensor.h"
 
@@ -118,10 +119,14 @@ struct PlanSectionCounts {
   int64_t masks = 0;
   int64_t spans = 0;
   int64_t columns = 0;
+  // kv_len where a mask reads token arrays (DevicePlanLayout::token_info), else 0.
+  int64_t token_info = 0;
 };
-// The layout of those sections in the upload's order, each on a section boundary, without token
-// arrays (no device builder makes masks that need them).
+// The layout of those sections in the upload's order, each on a section boundary.
 DevicePlanLayout plan_layout(const PlanSectionCounts& counts);
+// Writes the packed token array of `layout` (DevicePlanLayout::token_info, kv_len entries; the
+// upload's packing) at `token_info` in device memory, asynchronously on `stream` (cudaStream_t).
+void write_token_info(const ModalityLayout& layout, int32_t* token_info, void* stream);
 
 // The records an upload writes, each form adding to the one before.
 enum class RecordForm {

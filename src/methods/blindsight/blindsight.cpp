@@ -22,18 +22,6 @@ const std::string kSinkPercentParam = "sink_percent";
 const std::string kSinksList = "sinks";
 const std::string kBidirectionalParam = "bidirectional";
 
-struct KeyRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
-
-bool uses_sinks(BlindSightMask mask) {
-  return mask == BlindSightMask::kSink || mask == BlindSightMask::kIntraSink;
-}
-bool uses_intra(BlindSightMask mask) {
-  return mask == BlindSightMask::kIntra || mask == BlindSightMask::kIntraSink;
-}
-
 // Consecutive positions as ranges.
 std::vector<KeyRange> runs_of(const std::vector<int64_t>& ascending_positions) {
   std::vector<KeyRange> runs;
@@ -46,16 +34,6 @@ std::vector<KeyRange> runs_of(const std::vector<int64_t>& ascending_positions) {
   }
   return runs;
 }
-
-// The layout as the templates read it.
-struct ImageLayout {
-  std::vector<int32_t> token_media;             // [kv_len] media index, -1 for text
-  std::vector<std::vector<KeyRange>> segments;  // per image: its token ranges, ascending
-  std::vector<std::vector<KeyRange>> sinks;     // per image: its sink keys as ranges, ascending
-  // Runs of the keys every image query may read: text, and every image's sinks for masks with
-  // sinks. Ascending, disjoint.
-  std::vector<KeyRange> shared;
-};
 
 // Position of the index-th token of an image whose tokens are `segments`.
 int64_t image_token(const std::vector<KeyRange>& segments, int64_t index) {
@@ -101,6 +79,8 @@ void check_sink_params(const PatternSpec& spec) {
   }
 }
 
+}  // namespace
+
 ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& spec,
                         BlindSightMask mask) {
   ImageLayout images;
@@ -133,6 +113,8 @@ ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& spec,
   images.shared = runs_of(shared_positions);
   return images;
 }
+
+namespace {
 
 // Sorts and merges the ranges into runs and lists them so that key chunks are full. A run left of
 // every row of the tile (`first` is its first row's aligned position), such as an earlier image's
@@ -183,18 +165,35 @@ void image_key_ranges(const ImageLayout& images, int32_t image, int64_t last, Bl
   }
 }
 
-void check_context(const PatternSpec& spec, const HeadContext& context) {
+}  // namespace
+
+bool check_blindsight_head(const PatternSpec& spec, const HeadContext& context) {
   const PlanShape& shape = context.shape;
-  if (context.layout == nullptr) return;
-  if (context.layout->length() != shape.kv_len) {
-    throw_invalid_argument(spec.name + " layout", "length kv_len = " + std::to_string(shape.kv_len),
-                           std::to_string(context.layout->length()));
+  if (context.layout != nullptr) {
+    if (context.layout->length() != shape.kv_len) {
+      throw_invalid_argument(spec.name + " layout",
+                             "length kv_len = " + std::to_string(shape.kv_len),
+                             std::to_string(context.layout->length()));
+    }
+    if (shape.q_len > shape.kv_len) {
+      throw_invalid_argument(spec.name + " q_len", "<= kv_len = " + std::to_string(shape.kv_len),
+                             std::to_string(shape.q_len));
+    }
   }
-  if (shape.q_len > shape.kv_len) {
-    throw_invalid_argument(spec.name + " q_len", "<= kv_len = " + std::to_string(shape.kv_len),
-                           std::to_string(shape.q_len));
-  }
+  const bool bidirectional = checked_flag(spec, kBidirectionalParam);
+  if (uses_sinks(blindsight_mask_of(spec))) check_sink_params(spec);
+  return bidirectional;
 }
+
+BlindSightMask blindsight_mask_of(const PatternSpec& resolved_spec) {
+  for (BlindSightMask mask : kBlindSightMasks) {
+    if (is_spec_of(resolved_spec, blindsight_entry(mask))) return mask;
+  }
+  throw_invalid_argument("BlindSight spec", "one of the blindsight-* templates",
+                         resolved_spec.to_string());
+}
+
+namespace {
 
 // Causal tiles of tile_rows over [first, last), each reading every key up to its diagonal.
 void append_causal_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t first,
@@ -208,9 +207,8 @@ void append_causal_tiles(PlanBuilder& builder, const PlanShape& shape, int64_t f
 
 // The model's own mask: causal, and with bidirectional images every key of a row's image too.
 void build_dense(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
-  check_context(spec, context);
+  const bool bidirectional = check_blindsight_head(spec, context);
   const PlanShape& shape = context.shape;
-  const bool bidirectional = checked_flag(spec, kBidirectionalParam);
   builder.begin_head();
   if (!bidirectional || context.layout == nullptr || context.layout->media().empty()) {
     append_causal_tiles(builder, shape, 0, shape.q_len);
@@ -241,10 +239,8 @@ void build_dense(PlanBuilder& builder, const PatternSpec& spec, const HeadContex
 // The sparse templates: tiles split wherever the row's image (or text) changes.
 void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context,
                   BlindSightMask mask) {
-  check_context(spec, context);
+  const bool bidirectional = check_blindsight_head(spec, context);
   const PlanShape& shape = context.shape;
-  const bool bidirectional = checked_flag(spec, kBidirectionalParam);
-  if (uses_sinks(mask)) check_sink_params(spec);
   builder.begin_head();
   if (context.layout == nullptr || context.layout->media().empty()) {
     append_causal_tiles(builder, shape, 0, shape.q_len);  // text only: every query is a text query

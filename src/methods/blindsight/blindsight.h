@@ -17,7 +17,10 @@
 // between images) gathered columns, which the engines pack into full key chunks: the paper's
 // sink packing by key permutation (App. L) without moving memory.
 
+#include <vector>
+
 #include "methods/registry.h"
+#include "mmsparse/layout.h"
 
 namespace mmsparse::detail {
 
@@ -28,5 +31,38 @@ inline constexpr BlindSightMask kBlindSightMasks[] = {BlindSightMask::kDense, Bl
                                                       BlindSightMask::kIntraSink};
 
 PatternEntry& blindsight_entry(BlindSightMask mask);
+
+// The template a resolved spec of one of the four entries names.
+BlindSightMask blindsight_mask_of(const PatternSpec& resolved_spec);
+inline bool uses_sinks(BlindSightMask mask) {
+  return mask == BlindSightMask::kSink || mask == BlindSightMask::kIntraSink;
+}
+inline bool uses_intra(BlindSightMask mask) {
+  return mask == BlindSightMask::kIntra || mask == BlindSightMask::kIntraSink;
+}
+
+struct KeyRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// The layout as the templates read it (the host builder and the device builder's geometry,
+// blindsight_geometry.h).
+struct ImageLayout {
+  std::vector<int32_t> token_media;             // [kv_len] media index, -1 for text
+  std::vector<std::vector<KeyRange>> segments;  // per image: its token ranges, ascending
+  std::vector<std::vector<KeyRange>> sinks;     // per image: its sink keys as ranges, ascending
+  // Runs of the keys every image query may read: text, and every image's sinks for masks with
+  // sinks. Ascending, disjoint.
+  std::vector<KeyRange> shared;
+};
+
+// What build_plan checks of a BlindSight head before building it: the layout's length (kv_len),
+// q_len <= kv_len, the bidirectional switch and, for templates with sinks, the sink parameters.
+// Returns the bidirectional switch.
+bool check_blindsight_head(const PatternSpec& resolved_spec, const HeadContext& context);
+// Reads the layout; throws naming the sink list when an offset lies outside an image.
+ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& resolved_spec,
+                        BlindSightMask mask);
 
 }  // namespace mmsparse::detail
