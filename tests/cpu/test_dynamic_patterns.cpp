@@ -79,6 +79,7 @@ PatternSpec random_spec(test::Random& random, const std::string& name, int64_t b
                    {{"sink", sink},
                     {"local", local},
                     {"last_q", random.uniform_int(1, 20)},
+                    {"item_sinks", random.bernoulli(0.7) ? 0 : random.uniform_int(1, 3)},
                     {"boundary", boundary}}};
   if (name == "vertical-slash") {
     spec.params["vertical"] = sink + random.uniform_int(0, 15);
@@ -110,7 +111,7 @@ TEST(DynamicPatterns, PlansValidateAndEqualTheMaskedDenseOracle) {
   SCOPED_TRACE(random.trace());
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const std::string name = random.bernoulli(0.5) ? "vertical-slash" : "grid";
-    const int64_t boundary = random.uniform_int(0, 3);
+    const int64_t boundary = random.uniform_int(0, 4);
     const Problem problem = random_problem(random, boundary >= 2);
     const PatternSpec spec = random_spec(random, name, boundary);
     const PlanShape& shape = problem.shape;
@@ -493,6 +494,8 @@ TEST(DynamicPatterns, CheckPatternRejectsWhatBuildPlanRejects) {
                {"grid parameter stride", "0 (search) or >= 2", "got 1"});
   expect_error(check("grid:boundary=2", &inputs), invalid,
                {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(check("grid:item_sinks=1", &inputs), invalid,
+               {"grid parameter item_sinks", "0 without a modality layout", "got 1"});
   expect_error(check("vec:pooling=0", &inputs), invalid, {"vec parameter pooling"});
   expect_error(check("nosuch", &inputs), invalid, {"pattern", "nosuch"});
   const Tensor short_q = random.normal_tensor(DType::kFloat32, {1, 29, 2, 8});
@@ -527,8 +530,16 @@ TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
                {"vertical-slash parameter slash", ">= local = 100", "got 50"});
   expect_error(build("vertical-slash:last_q=0", &inputs), invalid,
                {"vertical-slash parameter last_q", ">= 1"});
-  expect_error(build("vertical-slash:boundary=4", &inputs), invalid,
-               {"vertical-slash parameter boundary", "3 (2D-boundary)", "got 4"});
+  expect_error(build("vertical-slash:boundary=5", &inputs), invalid,
+               {"vertical-slash parameter boundary", "4 (item boundary)", "got 5"});
+  expect_error(build("grid:boundary=4", &inputs), invalid,
+               {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(build("grid:item_sinks=-1", &inputs, &layout), invalid,
+               {"grid parameter item_sinks", ">= 0", "got -1"});
+  expect_error(build("vertical-slash:item_sinks=2", &inputs), invalid,
+               {"vertical-slash parameter item_sinks", "0 without a modality layout", "got 2"});
+  expect_error(build("grid:item_sinks=1", &inputs, &layout, {.heads = 2, .q_len = 30, .kv_len = 35}),
+               invalid, {"grid parameter item_sinks layout", "kv_len = 35", "got 40"});
   expect_error(build("vertical-slash:width=3", &inputs), invalid, {"vertical-slash", "\"width\""});
   expect_error(build("grid:stride=1", &inputs), invalid,
                {"grid parameter stride", "0 (search) or >= 2", "got 1"});
