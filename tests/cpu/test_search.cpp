@@ -74,13 +74,15 @@ TEST(SearchSpace, HoldsTable3AtTheLengthItWasSetFor) {
   EXPECT_EQ(per_family.count("dense"), 0u);
   EXPECT_EQ(texts.size(), space.size());
   EXPECT_TRUE(texts.count("a-shape:local=4096,sink=128"));
-  EXPECT_TRUE(texts.count(
-      "vertical-slash:boundary=0,item_sinks=0,last_q=64,local=100,sink=30,slash=200,"
-      "vertical=3500"));
-  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=1,max_stride=1024,"
-                          "sink=30,slash=0,stride=448,vline=0"));
-  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=0,max_stride=1024,"
-                          "sink=30,slash=1,stride=0,vline=1"));
+  EXPECT_TRUE(
+      texts.count("vertical-slash:boundary=0,item_sinks=0,last_q=64,local=100,sink=30,slash=200,"
+                  "vertical=3500"));
+  EXPECT_TRUE(
+      texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=1,max_stride=1024,"
+                  "sink=30,slash=0,stride=448,vline=0"));
+  EXPECT_TRUE(
+      texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=0,max_stride=1024,"
+                  "sink=30,slash=1,stride=0,vline=1"));
 }
 
 TEST(SearchSpace, ScalesWindowsAndLineBudgetsWithTheLength) {

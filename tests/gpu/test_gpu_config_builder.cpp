@@ -1,12 +1,13 @@
-// Per-head configs built on the GPU (cuda/runtime/config_builder.h) against the host: on random mixes of
-// static heads (built by kernels), vertical-slash heads of every boundary mode and grid heads
-// with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with clear
-// top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp) and
-// heads the GPU does not build (grid with Q/2D boundary whose groups do not fit the estimate,
-// item boundary, per-item sinks: built on the host and uploaded as a part), every record of the concatenated plan equals the upload of the host plan of the same specs
-// (with grid heads, at the front of the capacity sections); attention through it matches the fp64
-// oracle; prepare_pattern's per-head form serves the same plan and says where each head was built;
-// bad configs name the argument.
+// Per-head configs built on the GPU (cuda/runtime/config_builder.h) against the host: on random
+// mixes of static heads (built by kernels), vertical-slash heads of every boundary mode and grid
+// heads with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with
+// clear top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp)
+// and heads the GPU does not build (grid with Q/2D boundary whose groups do not fit the estimate,
+// item boundary, per-item sinks: built on the host and uploaded as a part), every record of the
+// concatenated plan equals the upload of the host plan of the same specs (with grid heads, at the
+// front of the capacity sections); attention through it matches the fp64 oracle; prepare_pattern's
+// per-head form serves the same plan and says where each head was built; bad configs name the
+// argument.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -533,9 +534,7 @@ TEST_F(GpuConfigBuild, ItemBoundaryAndItemSinkHeadsAreBuiltOnTheHost) {
     EXPECT_FALSE(cuda::builds_grid_on_device(resolved, shape, &layout)) << resolved.to_string();
     EXPECT_FALSE(cuda::builds_dynamic_on_device(resolved, shape, &layout)) << resolved.to_string();
     expect_error(
-        [&] {
-          (void)prepare_pattern(specs[h], shape, &layout, kCuda, stream_, &device_inputs);
-        },
+        [&] { (void)prepare_pattern(specs[h], shape, &layout, kCuda, stream_, &device_inputs); },
         ErrorCode::kUnsupported, {"not built on the GPU", "item_sinks > 0", "pass host inputs"});
   }
   const PreparedPlan expected =

@@ -28,7 +28,8 @@ using detail::Scope;
 constexpr double kRecallTie = 1e-3;
 constexpr double kRelativeOutputErrorTie = 0.05;
 // The inter-modality modes stage 3 can score: none, Q-boundary, 2D-boundary, item boundary.
-// K-boundary (1) builds the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
+// K-boundary (1) builds the same plan as none (docs/dynamic_patterns.md), so it is not scored
+// twice.
 constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3, 4};
 constexpr char kBoundaryParam[] = "boundary";
 constexpr char kItemSinksParam[] = "item_sinks";
