@@ -18,8 +18,12 @@
 //   boundary=0 none, 1 K-boundary (the same plan as none: the index is continuous along queries),
 //   2 Q-boundary (Alg. 2: per query modality, estimated from that modality's last queries),
 //   3 2D-boundary (Alg. 3: per (query modality, key modality) pair, each estimated and laid out in
-//     the pair's own key order, so lines continue across interruptions by other modalities).
-// Boundary modes need the modality layout. docs/dynamic_patterns.md defines the exact coverage.
+//     the pair's own key order, so lines continue across interruptions by other modalities),
+//   4 item boundary (per media item: its own tokens, frames back to back, estimated from its own
+//     last rows, so each video gets its own grid whatever text lies between its frames).
+// And `item_sinks` N: the first N tokens of every frame and media item as columns (0: none).
+// Boundary modes and item sinks need the modality layout. docs/dynamic_patterns.md defines the
+// exact coverage.
 
 #include <cstdint>
 #include <map>

@@ -79,6 +79,7 @@ PatternSpec random_spec(test::Random& random, const std::string& name, int64_t b
                    {{"sink", sink},
                     {"local", local},
                     {"last_q", random.uniform_int(1, 20)},
+                    {"item_sinks", random.bernoulli(0.7) ? 0 : random.uniform_int(1, 3)},
                     {"boundary", boundary}}};
   if (name == "vertical-slash") {
     spec.params["vertical"] = sink + random.uniform_int(0, 15);
@@ -110,7 +111,7 @@ TEST(DynamicPatterns, PlansValidateAndEqualTheMaskedDenseOracle) {
   SCOPED_TRACE(random.trace());
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const std::string name = random.bernoulli(0.5) ? "vertical-slash" : "grid";
-    const int64_t boundary = random.uniform_int(0, 3);
+    const int64_t boundary = random.uniform_int(0, 4);
     const Problem problem = random_problem(random, boundary >= 2);
     const PatternSpec spec = random_spec(random, name, boundary);
     const PlanShape& shape = problem.shape;
@@ -340,21 +341,30 @@ TEST(Boundary, TilesNeverStraddleModalitiesAnd2DPairsEqualTheirCompactProblem) {
     const PatternInputs inputs{q.view(), k.view()};
     const std::string name = trial % 2 == 0 ? "vertical-slash" : "grid";
     PatternSpec spec = random_spec(random, name, 2);
+    spec.params["item_sinks"] = 0;  // the compact problems below have no layout
     SCOPED_TRACE(spec.to_string() + " n=" + std::to_string(n) + " layout " + layout.to_json());
-    for (int64_t boundary : {2, 3}) {
+    for (int64_t boundary : {2, 3, 4}) {
       spec.params["boundary"] = boundary;
       expect_single_modality_tiles(
           build_plan(spec, {.q_len = n, .kv_len = n, .tile_rows = 16}, &layout, &inputs), layout);
     }
     // With one-row tiles every row computes exactly its own lines, so the 2D plan restricted to
-    // one modality's rows and keys is the plain pattern on that modality's tokens alone.
+    // one modality's rows and keys is the plain pattern on that modality's tokens alone, and the
+    // item-boundary plan restricted to one media item's tokens is the plain pattern on that item's
+    // tokens alone (its frames back to back, whatever text lies between them).
+    spec.params["boundary"] = 3;
     const Plan plan = build_plan(spec, {.q_len = n, .kv_len = n, .tile_rows = 1}, &layout, &inputs);
-    const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+    spec.params["boundary"] = 4;
+    const Plan item_plan =
+        build_plan(spec, {.q_len = n, .kv_len = n, .tile_rows = 1}, &layout, &inputs);
     const std::vector<uint8_t> types = layout.token_types();
-    for (int modality = 0; modality < kNumModalities; ++modality) {
+    const std::vector<int32_t> items = layout.token_media();
+    for (int part = 0; part < kNumModalities + static_cast<int>(layout.media().size()); ++part) {
+      const bool modality = part < kNumModalities;
+      const std::vector<uint8_t> mask = materialize_mask(modality ? plan : item_plan, 0);
       std::vector<int64_t> tokens;
       for (int64_t i = 0; i < n; ++i) {
-        if (types[i] == modality) tokens.push_back(i);
+        if (modality ? types[i] == part : items[i] == part - kNumModalities) tokens.push_back(i);
       }
       if (tokens.empty()) continue;
       const auto m = static_cast<int64_t>(tokens.size());
@@ -368,8 +378,9 @@ TEST(Boundary, TilesNeverStraddleModalitiesAnd2DPairsEqualTheirCompactProblem) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < m; ++j) {
           ASSERT_EQ(mask[tokens[i] * n + tokens[j]], expected[i * m + j])
-              << modality_name(static_cast<Modality>(modality)) << " row " << tokens[i] << ", key "
-              << tokens[j];
+              << (modality ? std::string(modality_name(static_cast<Modality>(part)))
+                           : "item " + std::to_string(part - kNumModalities))
+              << " row " << tokens[i] << ", key " << tokens[j];
         }
       }
     }
@@ -493,6 +504,8 @@ TEST(DynamicPatterns, CheckPatternRejectsWhatBuildPlanRejects) {
                {"grid parameter stride", "0 (search) or >= 2", "got 1"});
   expect_error(check("grid:boundary=2", &inputs), invalid,
                {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(check("grid:item_sinks=1", &inputs), invalid,
+               {"grid parameter item_sinks", "0 without a modality layout", "got 1"});
   expect_error(check("vec:pooling=0", &inputs), invalid, {"vec parameter pooling"});
   expect_error(check("nosuch", &inputs), invalid, {"pattern", "nosuch"});
   const Tensor short_q = random.normal_tensor(DType::kFloat32, {1, 29, 2, 8});
@@ -527,8 +540,17 @@ TEST(DynamicPatterns, BadSpecsAndInputsNameTheParameter) {
                {"vertical-slash parameter slash", ">= local = 100", "got 50"});
   expect_error(build("vertical-slash:last_q=0", &inputs), invalid,
                {"vertical-slash parameter last_q", ">= 1"});
-  expect_error(build("vertical-slash:boundary=4", &inputs), invalid,
-               {"vertical-slash parameter boundary", "3 (2D-boundary)", "got 4"});
+  expect_error(build("vertical-slash:boundary=5", &inputs), invalid,
+               {"vertical-slash parameter boundary", "4 (item boundary)", "got 5"});
+  expect_error(build("grid:boundary=4", &inputs), invalid,
+               {"grid parameter boundary", "modality layout", "got none"});
+  expect_error(build("grid:item_sinks=-1", &inputs, &layout), invalid,
+               {"grid parameter item_sinks", ">= 0", "got -1"});
+  expect_error(build("vertical-slash:item_sinks=2", &inputs), invalid,
+               {"vertical-slash parameter item_sinks", "0 without a modality layout", "got 2"});
+  expect_error(
+      build("grid:item_sinks=1", &inputs, &layout, {.heads = 2, .q_len = 30, .kv_len = 35}),
+      invalid, {"grid parameter item_sinks layout", "kv_len = 35", "got 40"});
   expect_error(build("vertical-slash:width=3", &inputs), invalid, {"vertical-slash", "\"width\""});
   expect_error(build("grid:stride=1", &inputs), invalid,
                {"grid parameter stride", "0 (search) or >= 2", "got 1"});

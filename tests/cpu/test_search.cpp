@@ -74,12 +74,15 @@ TEST(SearchSpace, HoldsTable3AtTheLengthItWasSetFor) {
   EXPECT_EQ(per_family.count("dense"), 0u);
   EXPECT_EQ(texts.size(), space.size());
   EXPECT_TRUE(texts.count("a-shape:local=4096,sink=128"));
-  EXPECT_TRUE(texts.count(
-      "vertical-slash:boundary=0,last_q=64,local=100,sink=30,slash=200,vertical=3500"));
-  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,last_q=64,local=1,max_stride=1024,sink=30,"
-                          "slash=0,stride=448,vline=0"));
-  EXPECT_TRUE(texts.count("grid:boundary=0,hline=1,last_q=64,local=0,max_stride=1024,sink=30,"
-                          "slash=1,stride=0,vline=1"));
+  EXPECT_TRUE(
+      texts.count("vertical-slash:boundary=0,item_sinks=0,last_q=64,local=100,sink=30,slash=200,"
+                  "vertical=3500"));
+  EXPECT_TRUE(
+      texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=1,max_stride=1024,"
+                  "sink=30,slash=0,stride=448,vline=0"));
+  EXPECT_TRUE(
+      texts.count("grid:boundary=0,hline=1,item_sinks=0,last_q=64,local=0,max_stride=1024,"
+                  "sink=30,slash=1,stride=0,vline=1"));
 }
 
 TEST(SearchSpace, ScalesWindowsAndLineBudgetsWithTheLength) {
@@ -91,7 +94,8 @@ TEST(SearchSpace, ScalesWindowsAndLineBudgetsWithTheLength) {
   // Line budgets keep their fraction, never below the lines vertical-slash always keeps.
   EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("vertical-slash:vertical=2000,slash=200"), 8192)
                 .to_string(),
-            "vertical-slash:boundary=0,last_q=64,local=100,sink=30,slash=100,vertical=125");
+            "vertical-slash:boundary=0,item_sinks=0,last_q=64,local=100,sink=30,slash=100,"
+            "vertical=125");
   EXPECT_EQ(scale_spec_to_length(PatternSpec::parse("a-shape:sink=128,local=4096"), 2 * kPaperSeqLen)
                 .to_string(),
             "a-shape:local=4096,sink=128");
@@ -448,7 +452,13 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
   for (const CandidateScore& score : result.heads[0].scopes.back().scored) {
     if (score.spec.name != "a-shape") modes.insert(score.spec.param("boundary", -1));
   }
-  EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3}));
+  EXPECT_EQ(modes, (std::set<int64_t>{0, 2, 3, 4}));
+  // ... each with and without per-item sinks.
+  std::set<int64_t> item_sinks;
+  for (const CandidateScore& score : result.heads[0].scopes.back().scored) {
+    if (score.spec.name != "a-shape") item_sinks.insert(score.spec.param("item_sinks", -1));
+  }
+  EXPECT_EQ(item_sinks, (std::set<int64_t>{0, 1}));
 
   // Only the modes asked for (none alone: what the GPU index builders serve).
   options.boundary_modes = {0};
@@ -465,6 +475,14 @@ TEST(Search, RunsTheStagesOfTheModalitiesPresent) {
                            std::vector<int64_t>{0});
       },
       ErrorCode::kInvalidArgument, {"boundary_modes", "2 (Q-boundary)", "1"});
+  options.boundary_modes = {0};
+  options.item_sinks = {-1};
+  expect_error(
+      [&] {
+        (void)search_layer(mixed_q.view(), mixed_kv.view(), mixed_kv.view(), mixed, free, options,
+                           std::vector<int64_t>{0});
+      },
+      ErrorCode::kInvalidArgument, {"item_sinks", ">= 0", "-1"});
 }
 
 // builds_plan_on_device: what prepare_pattern builds by kernels, without a GPU (host logic only).

@@ -1,12 +1,13 @@
-// Per-head configs built on the GPU (cuda/runtime/config_builder.h) against the host: on random mixes of
-// static heads (built by kernels), vertical-slash heads of every boundary mode and grid heads
-// with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with clear
-// top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp) and
-// heads the GPU does not build (grid with Q/2D boundary: built on the host and uploaded as a
-// part), every record of the concatenated plan equals the upload of the host plan of the same specs
-// (with grid heads, at the front of the capacity sections); attention through it matches the fp64
-// oracle; prepare_pattern's per-head form serves the same plan and says where each head was built;
-// bad configs name the argument.
+// Per-head configs built on the GPU (cuda/runtime/config_builder.h) against the host: on random
+// mixes of static heads (built by kernels), vertical-slash heads of every boundary mode and grid
+// heads with boundary 0/1 (estimated on the GPU over just their heads; vertical-slash budgets with
+// clear top-k cuts, grid specs whose host search chose clearly, as in test_gpu_index_builders.cpp)
+// and heads the GPU does not build (grid with Q/2D boundary whose groups do not fit the estimate,
+// item boundary, per-item sinks: built on the host and uploaded as a part), every record of the
+// concatenated plan equals the upload of the host plan of the same specs (with grid heads, at the
+// front of the capacity sections); attention through it matches the fp64 oracle; prepare_pattern's
+// per-head form serves the same plan and says where each head was built; bad configs name the
+// argument.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -99,15 +100,17 @@ PatternSpec random_static_spec(Random& random, int64_t q_len) {
   }
 }
 
-// A grid spec with a Q/2D boundary (it needs a layout): built on the GPU where its query groups'
-// last 64 rows fit the estimate, on the host where they do not (a layout ending in many
-// one-token runs: with_run_tail).
+// A grid spec with a Q/2D or item boundary (it needs a layout): built on the GPU where its query
+// groups' last 64 rows fit the estimate, on the host where they do not (a layout ending in many
+// one-token runs: with_run_tail), for the item boundary, and with per-item sinks (a quarter).
 PatternSpec random_boundary_grid_spec(Random& random) {
   constexpr int64_t kQuery = static_cast<int64_t>(detail::BoundaryMode::kQuery);
-  constexpr int64_t kTwoD = static_cast<int64_t>(detail::BoundaryMode::kTwoD);
+  constexpr int64_t kItem = static_cast<int64_t>(detail::BoundaryMode::kItem);
+  constexpr int64_t kMaxItemSinks = 3;
   return {"grid",
           {{"max_stride", random.uniform_int(2, kMaxSearchedStride)},
-           {"boundary", random.uniform_int(kQuery, kTwoD)}}};
+           {"boundary", random.uniform_int(kQuery, kItem)},
+           {"item_sinks", random.bernoulli(0.75) ? 0 : random.uniform_int(1, kMaxItemSinks)}}};
 }
 
 // A grid spec of the GPU (boundary 0/1): searched (`searched`) or of a fixed stride, random lines,
@@ -498,6 +501,54 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   EXPECT_GE(times.assembly_seconds, 0.0);
   expect_error([&] { (void)expected.build_times(); }, ErrorCode::kUnsupported, {"per-head"});
 
+  expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
+}
+
+// Item-boundary heads and heads with per-item sinks are built on the host: alone with device
+// inputs prepare_pattern says so; in a config they are the host section, beside device heads, and
+// the plan serves the attention of the host plan of the same specs.
+TEST_F(GpuConfigBuild, ItemBoundaryAndItemSinkHeadsAreBuiltOnTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, kLimits);
+  size.head_dim = kHeadDims.back();
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  size.batch = 1;
+  size.kv_heads = 2;  // 4 query heads, GQA 2
+  size.group = 2;
+  size.q_len = 301;
+  size.kv_len = 377;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const ModalityLayout layout = mixed_layout(random, size.kv_len);
+  const PlanShape shape = plan_shape(size);
+  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const DeviceOperand v(inputs.v);
+  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  const std::vector<PatternSpec> specs = {
+      PatternSpec::parse("grid:boundary=4"),
+      PatternSpec::parse("vertical-slash:vertical=40,slash=120,item_sinks=2"),
+      PatternSpec::parse("grid:boundary=3,item_sinks=1"),
+      PatternSpec::parse("a-shape:sink=8,local=40")};
+  for (std::size_t h = 0; h + 1 < specs.size(); ++h) {
+    const PatternSpec resolved = resolve_pattern(specs[h], &layout);
+    EXPECT_FALSE(cuda::builds_grid_on_device(resolved, shape, &layout)) << resolved.to_string();
+    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolved, shape, &layout)) << resolved.to_string();
+    expect_error(
+        [&] { (void)prepare_pattern(specs[h], shape, &layout, kCuda, stream_, &device_inputs); },
+        ErrorCode::kUnsupported, {"not built on the GPU", "item_sinks > 0", "pass host inputs"});
+  }
+  const PreparedPlan expected =
+      prepare_plan(build_plan(specs, shape, &layout, &host_inputs), kCuda, stream_);
+  const PreparedPlan built =
+      prepare_pattern(specs, shape, &layout, kCuda, stream_, &device_inputs, &host_inputs);
+  const PlanBuildTimes times = built.build_times();
+  ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    EXPECT_EQ(times.heads[slot].on_device, slot % shape.heads == shape.heads - 1)
+        << "head slot " << slot;
+  }
   expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
 }
 

@@ -558,9 +558,16 @@ Command add_search_command(CLI::App& app) {
   command
       ->add_option("--boundary-modes", flags->options.boundary_modes,
                    "inter-modality modes stage 3 tries, comma-separated: 0 none, 2 Q-boundary, "
-                   "3 2D-boundary")
+                   "3 2D-boundary, 4 item boundary (each media item its own grid)")
       ->delimiter(',')
-      ->check(CLI::IsMember({0, 2, 3}))
+      ->check(CLI::IsMember({0, 2, 3, 4}))
+      ->capture_default_str();
+  command
+      ->add_option("--item-sinks", flags->options.item_sinks,
+                   "per-item sink counts stage 3 tries with each mode, comma-separated (the "
+                   "first N tokens of every frame and media item; 0: none)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
       ->add_option("--vec-alphas", flags->options.vec_alphas,

@@ -1,6 +1,9 @@
 #include "methods/estimate/dynamic_head.h"
 
 #include <algorithm>
+#include <string>
+
+#include "mmsparse/status.h"
 
 namespace mmsparse::detail {
 
@@ -8,7 +11,25 @@ Params dynamic_params() {
   return {{kLastQueriesParam, kDefaultLastQueries},
           {kSinkParam, kDefaultSinkKeys},
           {kLocalParam, kDefaultLocalDiagonals},
+          {kItemSinksParam, 0},
           {kBoundaryParam, static_cast<int64_t>(BoundaryMode::kNone)}};
+}
+
+int64_t item_sinks_param(const PatternSpec& spec, const PlanShape& shape,
+                         const ModalityLayout* layout) {
+  const int64_t count = checked_param(spec, kItemSinksParam, 0);
+  if (count == 0) return 0;
+  const std::string parameter = spec.name + " parameter " + kItemSinksParam;
+  if (layout == nullptr) {
+    throw_invalid_argument(parameter, "0 without a modality layout (the items' frames)",
+                           std::to_string(count));
+  }
+  if (layout->length() != shape.kv_len) {
+    throw_invalid_argument(parameter + " layout",
+                           "a layout of kv_len = " + std::to_string(shape.kv_len) + " tokens",
+                           std::to_string(layout->length()));
+  }
+  return count;
 }
 
 void RowOrder::append_run(const QueryRun& run) {
@@ -60,8 +81,11 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
   const PlanShape& shape = context.shape;
   const int64_t last_q = checked_param(spec, kLastQueriesParam, 1);
   const std::vector<QueryGroup> groups = query_groups(spec, shape, context.layout);
+  const int64_t item_sinks = item_sinks_param(spec, shape, context.layout);
   check_pattern_inputs(spec.name, context.inputs, shape);
   if (context.validate_only) return;
+  const std::vector<int64_t> sink_keys =
+      item_sinks > 0 ? item_sink_keys(*context.layout, item_sinks) : std::vector<int64_t>{};
   const HeadOperands operands(*context.inputs, shape, context.head_slot, *context.keys);
   const int64_t offset = shape.causal_offset();
 
@@ -96,6 +120,11 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
       if (frontiers.empty()) continue;
       keys.use_space(group.key_spaces[s]);
       patterns[tile_group[t]][s]->add_tile_keys(frontiers, keys);
+    }
+    // The item sinks some row of the tile sees causally.
+    const int64_t last_aligned = *std::max_element(positions.begin(), positions.end()) + offset;
+    for (auto key = sink_keys.begin(); key != sink_keys.end() && *key <= last_aligned; ++key) {
+      keys.add_original_column(*key);
     }
     keys.write(builder);
   }

@@ -31,6 +31,9 @@ namespace mmsparse::detail {
 inline constexpr char kLastQueriesParam[] = "last_q";
 inline constexpr char kSinkParam[] = "sink";
 inline constexpr char kLocalParam[] = "local";
+// Per-item sinks: every tile also reads item_sink_keys(layout, item_sinks) (the first tokens of
+// every frame and media item) below its last row, as columns; 0 = none. Needs a layout when > 0.
+inline constexpr char kItemSinksParam[] = "item_sinks";
 // MMInference §4.1: "For the Vertical-Slash and Grid Head patterns, we set last_q = 64".
 inline constexpr int64_t kDefaultLastQueries = 64;
 // MInference's estimate forces the first 30 keys (sinks) and the last 100 diagonals (local window)
@@ -38,7 +41,11 @@ inline constexpr int64_t kDefaultLastQueries = 64;
 inline constexpr int64_t kDefaultSinkKeys = 30;
 inline constexpr int64_t kDefaultLocalDiagonals = 100;
 
-Params dynamic_params();  // last_q, sink, local, boundary with their defaults
+Params dynamic_params();  // last_q, sink, local, item_sinks, boundary with their defaults
+
+// The spec's item_sinks, checked (>= 0; a layout of kv_len tokens when > 0); errors name it.
+int64_t item_sinks_param(const PatternSpec& spec, const PlanShape& shape,
+                         const ModalityLayout* layout);
 
 // The query order of a head slot under construction: runs, the positions they visit, and tiles as
 // ranges of that order.

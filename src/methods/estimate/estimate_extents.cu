@@ -47,6 +47,14 @@ detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
                                 std::to_string(static_cast<int64_t>(mode));
     throw Error(ErrorCode::kUnsupported, message);
   }
+  // Per-item sink columns are added by the host builder only.
+  const auto item_sinks = resolved_spec.params.find(detail::kItemSinksParam);
+  if (item_sinks != resolved_spec.params.end() && item_sinks->second != 0) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter " + detail::kItemSinksParam +
+                    ": the GPU index builder serves 0 (item sinks are built on the host), got " +
+                    std::to_string(item_sinks->second));
+  }
   return mode;
 }
 

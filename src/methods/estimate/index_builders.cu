@@ -171,6 +171,12 @@ detail::BoundaryMode spec_boundary(const PatternSpec& resolved_spec) {
              : static_cast<detail::BoundaryMode>(boundary->second);
 }
 
+// Per-item sink columns (item_sinks > 0) are built on the host only.
+bool has_item_sinks(const PatternSpec& resolved_spec) {
+  const auto item_sinks = resolved_spec.params.find(detail::kItemSinksParam);
+  return item_sinks != resolved_spec.params.end() && item_sinks->second != 0;
+}
+
 }  // namespace
 
 namespace {
@@ -190,6 +196,8 @@ bool fits_boundary_mode(const PatternSpec& resolved_spec, const PlanOf& plan_of)
       } catch (const Error&) {
         return true;  // the build reports the spec's or the layout's error
       }
+    case detail::BoundaryMode::kItem:
+      return false;  // one group per media item: built on the host
   }
   return false;  // an out-of-range mode: the host build reports it
 }
@@ -199,6 +207,7 @@ bool fits_boundary_mode(const PatternSpec& resolved_spec, const PlanOf& plan_of)
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout) {
   if (!detail::is_spec_of(resolved_spec, detail::vertical_slash_entry())) return false;
+  if (has_item_sinks(resolved_spec)) return false;
   return fits_boundary_mode(
       resolved_spec, [&] { return index::plan_vertical_slash(resolved_spec, shape, layout); });
 }
@@ -206,6 +215,7 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
 bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout) {
   if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) return false;
+  if (has_item_sinks(resolved_spec)) return false;
   const detail::BoundaryMode mode = spec_boundary(resolved_spec);
   const bool grouped =
       mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD;

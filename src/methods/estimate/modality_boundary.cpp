@@ -3,6 +3,7 @@
 #include "methods/estimate/modality_boundary.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -44,14 +45,60 @@ void check_layout(const PatternSpec& spec, BoundaryMode mode, const PlanShape& s
   }
 }
 
+// Item boundary: the text rows over all keys, then each media item's rows over its own tokens
+// (primary) and every other key.
+std::vector<QueryGroup> item_groups(const PlanShape& shape, const ModalityLayout& layout) {
+  const int64_t offset = shape.causal_offset();
+  std::vector<std::vector<IndexRange>> item_keys(layout.media().size());
+  std::vector<IndexRange> text_rows;
+  for (const Segment& segment : layout.segments()) {
+    if (segment.media >= 0) {
+      item_keys[static_cast<std::size_t>(segment.media)].push_back({segment.begin, segment.end});
+    }
+    // Query rows of the segment (keys [offset, kv_len) have queries).
+    const int64_t begin = std::max(segment.begin, offset) - offset;
+    const int64_t end = segment.end - offset;
+    if (segment.media < 0 && begin < end) {
+      if (!text_rows.empty() && text_rows.back().end == begin) {
+        text_rows.back().end = end;
+      } else {
+        text_rows.push_back({begin, end});
+      }
+    }
+  }
+  std::vector<QueryGroup> groups;
+  if (!text_rows.empty()) groups.push_back({text_rows, {KeySpace::all_keys(shape.kv_len)}, 0});
+  for (const std::vector<IndexRange>& keys : item_keys) {
+    QueryGroup group;
+    for (const IndexRange& range : keys) {
+      const int64_t begin = std::max(range.begin, offset) - offset;
+      if (begin < range.end - offset) group.rows.push_back({begin, range.end - offset});
+    }
+    if (group.rows.empty()) continue;
+    std::vector<IndexRange> others;  // the complement of the item's tokens in [0, kv_len)
+    int64_t next = 0;
+    for (const IndexRange& range : keys) {
+      if (next < range.begin) others.push_back({next, range.begin});
+      next = range.end;
+    }
+    if (next < shape.kv_len) others.push_back({next, shape.kv_len});
+    group.key_spaces.emplace_back(keys);
+    if (!others.empty()) group.key_spaces.emplace_back(std::move(others));
+    group.primary = 0;
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 }  // namespace
 
 BoundaryMode boundary_mode(const PatternSpec& spec) {
   const int64_t value = spec.params.at(kBoundaryParam);
   if (value < static_cast<int64_t>(BoundaryMode::kNone) ||
-      value > static_cast<int64_t>(BoundaryMode::kTwoD)) {
+      value > static_cast<int64_t>(BoundaryMode::kItem)) {
     throw_invalid_argument(spec.name + " parameter " + kBoundaryParam,
-                           "0 (none), 1 (K-boundary), 2 (Q-boundary) or 3 (2D-boundary)",
+                           "0 (none), 1 (K-boundary), 2 (Q-boundary), 3 (2D-boundary) or 4 (item "
+                           "boundary)",
                            std::to_string(value));
   }
   return static_cast<BoundaryMode>(value);
@@ -83,6 +130,7 @@ std::vector<QueryGroup> query_groups(const PatternSpec& spec, const PlanShape& s
     return {all};
   }
   check_layout(spec, mode, shape, layout);
+  if (mode == BoundaryMode::kItem) return item_groups(shape, *layout);
   const std::vector<uint8_t> types = layout->token_types();
   const int64_t offset = shape.causal_offset();
   const auto query_ranges = ranges_by_modality(types, offset, shape.kv_len, offset);
@@ -103,6 +151,23 @@ std::vector<QueryGroup> query_groups(const PatternSpec& spec, const PlanShape& s
     groups.push_back(std::move(group));
   }
   return groups;
+}
+
+std::vector<int64_t> item_sink_keys(const ModalityLayout& layout, int64_t count) {
+  std::vector<int64_t> keys;
+  if (count <= 0) return keys;
+  const std::vector<int32_t> media = layout.token_media();
+  const std::vector<int64_t> frames = layout.token_frames();
+  // Tokens seen so far of each (item, frame); a frame interrupted by text continues its count.
+  std::map<std::pair<int32_t, int64_t>, int64_t> seen;
+  for (int64_t position = 0; position < layout.length(); ++position) {
+    if (media[position] < 0) continue;
+    int64_t& tokens = seen[{media[position], frames[position]}];
+    if (tokens == 0 && position > 0 && media[position - 1] < 0) keys.push_back(position - 1);
+    if (tokens < count) keys.push_back(position);
+    ++tokens;
+  }
+  return keys;
 }
 
 }  // namespace mmsparse::detail

@@ -41,6 +41,7 @@ class TileKeys {
   // Compact keys begin, begin + step, ... below end of the space in use (step >= 1).
   void add_lattice(int64_t begin, int64_t end, int64_t step);
   void add_column(int64_t key);  // a compact key of the space in use
+  void add_original_column(int64_t key) { columns_.push_back(key); }  // an original position
   // Whether the space in use maps compact keys elsewhere (one modality's keys, 2D boundary).
   bool compact_space() const { return !space_->is_identity(); }
   // Adds the gathered keys to the tile the builder began last, then forgets them. Each lattice

@@ -288,7 +288,10 @@ PatternEntry& grid_entry() {
        "(0: searched up to max_stride on the last-q estimate) plus sink keys and a local "
        "window (default the diagonal), computed in a phase-major query order; exact except "
        "local windows, which widen along the slash lines within a tile (a superset); "
-       "`boundary` 0 none, 1 K, 2 Q, 3 2D",
+       "`boundary` 0 none, 1 K, 2 Q, 3 2D, 4 per media item (the grid in each item's frame "
+       "coordinates: text between frames drops out, each video its own stride and phase, "
+       "estimated from its own last rows); `item_sinks` N: the first N tokens of every frame "
+       "and media item (and the text token before each) as columns",
        "grid:stride=0,hline=1,vline=1,slash=1,max_stride=1024", true},
       build_grid,
       grid_params};

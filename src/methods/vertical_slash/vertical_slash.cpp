@@ -112,7 +112,9 @@ PatternEntry& vertical_slash_entry() {
        "MInference: top `vertical` key columns and `slash` diagonals of the last-q estimate "
        "(first `sink` keys and `local` diagonals always kept); diagonals become tile-wide "
        "bands (a superset of the lines, as MInference converts them); `boundary` 0 none, "
-       "1 K, 2 Q, 3 2D (MMInference §3.2)",
+       "1 K, 2 Q, 3 2D (MMInference §3.2), 4 per media item (each item's own tokens as a key "
+       "space, estimated from its own last rows); `item_sinks` N: the first N tokens of every "
+       "frame and media item (and the text token before each) as columns",
        "vertical-slash:vertical=1000,slash=6096",
        true,
        // The budgets count the lines always kept; they stay at least that large.

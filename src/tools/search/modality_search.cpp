@@ -28,10 +28,12 @@ using detail::Scope;
 // noise. Recall decides first, then output error (relative gap), then the lower cost.
 constexpr double kRecallTie = 1e-3;
 constexpr double kRelativeOutputErrorTie = 0.05;
-// The inter-modality modes stage 3 can score: none, Q-boundary, 2D-boundary. K-boundary (1)
-// builds the same plan as none (docs/dynamic_patterns.md), so it is not scored twice.
-constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3};
+// The inter-modality modes stage 3 can score: none, Q-boundary, 2D-boundary, item boundary.
+// K-boundary (1) builds the same plan as none (docs/dynamic_patterns.md), so it is not scored
+// twice.
+constexpr int64_t kScoredBoundaryModes[] = {0, 2, 3, 4};
 constexpr char kBoundaryParam[] = "boundary";
+constexpr char kItemSinksParam[] = "item_sinks";
 // The layer recall target's scope: the recall ladder scored on the whole sequence.
 constexpr char kRaiseStage[] = "raise";
 constexpr char kFullScope[] = "full";
@@ -73,15 +75,22 @@ void check_search_inputs(const TensorView& q, const TensorView& k, const TensorV
                            std::to_string(options.target_mean_recall));
   }
   if (options.boundary_modes.empty()) {
-    throw_invalid_argument("boundary_modes", "at least one of 0, 2, 3", "none");
+    throw_invalid_argument("boundary_modes", "at least one of 0, 2, 3, 4", "none");
   }
   for (int64_t mode : options.boundary_modes) {
     if (std::find(std::begin(kScoredBoundaryModes), std::end(kScoredBoundaryModes), mode) ==
         std::end(kScoredBoundaryModes)) {
       throw_invalid_argument("boundary_modes",
-                             "modes among 0 (none), 2 (Q-boundary), 3 (2D-boundary)",
+                             "modes among 0 (none), 2 (Q-boundary), 3 (2D-boundary), 4 (item "
+                             "boundary)",
                              std::to_string(mode));
     }
+  }
+  if (options.item_sinks.empty()) {
+    throw_invalid_argument("item_sinks", "at least one count (0: none)", "none");
+  }
+  for (int64_t count : options.item_sinks) {
+    if (count < 0) throw_invalid_argument("item_sinks", "counts >= 0", std::to_string(count));
   }
   if (options.sample_rows < 1) {
     throw_invalid_argument("sample_rows", ">= 1", std::to_string(options.sample_rows));
@@ -346,9 +355,12 @@ class HeadSearch {
         continue;
       }
       for (int64_t mode : options_.boundary_modes) {
-        PatternSpec with_mode = winner;
-        with_mode.params[kBoundaryParam] = mode;
-        add(with_mode);
+        for (int64_t item_sinks : options_.item_sinks) {
+          PatternSpec with_mode = winner;
+          with_mode.params[kBoundaryParam] = mode;
+          with_mode.params[kItemSinksParam] = item_sinks;
+          add(with_mode);
+        }
       }
     }
     return candidates;
