@@ -88,7 +88,7 @@ std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
   auto state = std::make_unique<CudaPreparedState>();
   state->device_passes.push_back(
       builder->build(resolved, shape, layout, operands ? &*operands : nullptr, stream).plan);
-  state->pass_masks.push_back(builder->mask_policies(resolved, shape));
+  state->pass_masks.push_back(builder->mask_policies_for_layout(resolved, shape, layout));
   state->device = device;
   return built_pattern(std::move(state));
 }
