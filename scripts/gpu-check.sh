@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one call: builds the CUDA engine and its GPU tests (Release, MMSPARSE_CUDA=ON),
-# runs `ctest -L gpu`, then compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on a small
+# runs `ctest -L '^gpu$'` (the single-GPU suite: -L takes a regex, and `gpu` alone also matches
+# multi_gpu), then compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on a small
 # selection of GPU tests. Logs go to $OUT when it is set (the device machine's output folder), else
 # to <build>/gpu-check-logs. Exits non-zero when any step fails; prints a summary table last.
 #
@@ -85,8 +86,8 @@ else
   if [[ ${MMSPARSE_GPU_SKIP_TESTS:-0} == 1 ]]; then
     echo "gpu-check: tests skipped (MMSPARSE_GPU_SKIP_TESTS=1)" >"$logs/ctest.log"
   elif grep -q "$build" "$build/tests/gpu/CTestTestfile.cmake" 2>/dev/null; then
-    (cd "$build" && ctest -L gpu --output-on-failure) >"$logs/ctest.log" 2>&1
-    record "ctest -L gpu" $?
+    (cd "$build" && ctest -L '^gpu$' --output-on-failure) >"$logs/ctest.log" 2>&1
+    record "ctest -L '^gpu$'" $?
   else
     "$test_binary" >"$logs/ctest.log" 2>&1
     record "test_gpu (carried build)" $?

@@ -10,11 +10,14 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "accuracy.h"
+#include "common/errors.h"
 #include "common/random.h"
+#include "fault_options.h"
 #include "mmsparse/dist.h"
 #include "mmsparse/status.h"
 #include "mmsparse/tools/workload.h"
@@ -185,6 +188,34 @@ TEST(DistLse, AWrongShapeIsNamed) {
     EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(error.what()).find("lse"), std::string::npos) << error.what();
   }
+}
+
+// A fault test on one GPU has no rank 1 to kill: refused, naming the flag, instead of waiting for
+// a death that never comes.
+TEST(DistFaultOptions, AKilledRankOutsideTheRunIsRefusedNamingTheFlag) {
+  EXPECT_NO_THROW(check_fault_rank(-1, 1));  // no fault test
+  EXPECT_NO_THROW(check_fault_rank(1, 2));
+  EXPECT_NO_THROW(check_fault_rank(0, 4));
+  testing::expect_error([] { check_fault_rank(1, 1); }, ErrorCode::kInvalidArgument,
+                        {"--fault-kill-rank", "at least 2 ranks"});
+  testing::expect_error([] { check_fault_rank(0, 1); }, ErrorCode::kInvalidArgument,
+                        {"--fault-kill-rank", "at least 2 ranks"});
+  testing::expect_error([] { check_fault_rank(2, 2); }, ErrorCode::kInvalidArgument,
+                        {"--fault-kill-rank", "[0, 1]", "2"});
+  testing::expect_error([] { check_fault_rank(7, 4); }, ErrorCode::kInvalidArgument,
+                        {"--fault-kill-rank", "[0, 3]", "7"});
+}
+
+TEST(DistFaultOptions, TooFewGpusSkipWithTheReason) {
+  EXPECT_EQ(kExitSkipped, 77);  // ctest's SKIP_RETURN_CODE in tests/multi_gpu
+  EXPECT_FALSE(skip_reason(1, 1).has_value());
+  EXPECT_FALSE(skip_reason(2, 2).has_value());
+  EXPECT_FALSE(skip_reason(2, 4).has_value());
+  const std::optional<std::string> reason = skip_reason(2, 1);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("SKIPPED"), std::string::npos);
+  EXPECT_NE(reason->find("at least 2 GPUs"), std::string::npos);
+  EXPECT_NE(reason->find("1 visible"), std::string::npos);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct BenchOptions {
   // Launcher: SIGTERM the other ranks as soon as one fails (off: each must detect it on its own).
   bool signal_peers = true;
   int gpus = 0;              // launcher: ranks to start (0: every visible GPU)
+  int min_gpus = 1;          // launcher: fewer ranks than this: skipped (exit 77)
   int fault_kill_rank = -1;  // fault test: this rank kills itself after the warm-up
   double fault_bound_seconds = 60.0;
   // Event trace: after each scheme's timed runs, trace_runs more runs record CUDA events on the

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_options.h"
+#include "fault_options.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::dist_bench {
@@ -231,6 +232,8 @@ void add_options(CLI::App& app, BenchOptions& options) {
                "launcher: do not SIGTERM the other ranks when one fails (each must then detect "
                "the fault itself, within --timeout)");
   app.add_option("--gpus", options.gpus, "ranks to start (0: every visible GPU)");
+  app.add_option("--min-gpus", options.min_gpus,
+                 "launcher: when fewer ranks would start, print why and exit with 77 (skipped)");
   app.add_option("--fault-kill-rank", options.fault_kill_rank,
                  "fault test: this rank kills itself after the warm-up; the run passes when the "
                  "others end with an error within --fault-bound");
@@ -294,10 +297,15 @@ int main(int argc, char** argv) {
       }
     }
     const int world = options.gpus > 0 ? options.gpus : visible_gpus();
+    if (const auto reason = skip_reason(options.min_gpus, world)) {
+      fmt::print(stderr, "mmsparse-dist-bench: {}\n", *reason);
+      return kExitSkipped;
+    }
     if (world < 1) {
       throw mmsparse::Error(mmsparse::ErrorCode::kInvalidArgument,
                             "--gpus: expected >= 1, found no visible GPU (set --gpus)");
     }
+    check_fault_rank(options.fault_kill_rank, world);
     return launch(options, world, argv);
   } catch (const mmsparse::Error& error) {
     fmt::print(stderr, "mmsparse-dist-bench: {}: {}\n", mmsparse::error_code_name(error.code()),

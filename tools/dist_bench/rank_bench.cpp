@@ -15,11 +15,14 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_inputs.h"
 #include "bench_options.h"
+#include "dist/deadline.h"
 #include "event_trace.h"
+#include "fault_options.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/dist.h"
@@ -37,6 +40,22 @@ using dist::Communicator;
 constexpr const char* kDense = "dense";
 // After NCCL's abort has had its wait: time for the error to unwind to main and be printed.
 constexpr double kUnwindSeconds = 2.0;
+// How much longer than --timeout a watched step may run before the watchdog ends the rank: the
+// communicator's own deadlines (the same --timeout, from each collective's issue) report first
+// whenever the rank's thread is polling one; the watchdog catches it blocked anywhere else.
+constexpr double kWatchdogMarginSeconds = 1.0;
+constexpr double kWatchdogIntervalSeconds = 0.05;
+
+// The rank's watchdog and the bound of every step it watches: each step that waits on the GPU or
+// on peers (a timed run, a gather of host values, the final synchronisation) ends within the
+// bound, or the rank aborts NCCL and exits naming the step.
+struct Watch {
+  dist::detail::StepWatchdog* watchdog = nullptr;
+  double bound_seconds = 0.0;
+  dist::detail::WatchedStep step(const std::string& name) const {
+    return {watchdog, name, bound_seconds};
+  }
+};
 
 struct Problem {
   Workload::Tensors host;  // [1, length, heads, head_dim] bf16
@@ -63,9 +82,12 @@ Problem make_problem(const BenchOptions& options) {
 
 // Median milliseconds of `work` between a barrier and a synchronize, after the warm-up.
 double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOptions& options,
-                 const std::function<void()>& work, bool fault_point) {
+                 const Watch& watch, const std::string& name, const std::function<void()>& work,
+                 bool fault_point) {
   std::vector<double> times;
   for (int run = 0; run < options.warmup + options.repeats; ++run) {
+    const auto step =
+        watch.step(name + " run " + std::to_string(run + 1) + " (barrier, attention, synchronize)");
     communicator.barrier();
     if (fault_point && run == options.warmup && communicator.rank() == options.fault_kill_rank) {
       fmt::print(stderr, "rank {}: killing itself mid-run (fault test)\n", communicator.rank());
@@ -84,9 +106,11 @@ double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOpt
 
 // Extra runs of `work` recording the event trace (not timed).
 void trace_runs(Communicator& communicator, cudaStream_t stream, const BenchOptions& options,
-                EventTrace* trace, const std::string& name, const std::function<void()>& work) {
+                const Watch& watch, EventTrace* trace, const std::string& name,
+                const std::function<void()>& work) {
   if (trace == nullptr) return;
   for (int run = 0; run < options.trace_runs; ++run) {
+    const auto step = watch.step(name + " traced run " + std::to_string(run + 1));
     communicator.barrier();
     trace->begin_run(name);
     communicator.set_tracer(trace);
@@ -98,7 +122,8 @@ void trace_runs(Communicator& communicator, cudaStream_t stream, const BenchOpti
 
 SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
                          const DeviceProblem& problem, Communicator& communicator,
-                         cudaStream_t stream, bool fault_point, EventTrace* trace) {
+                         cudaStream_t stream, const Watch& watch, bool fault_point,
+                         EventTrace* trace) {
   SchemeResult result;
   result.name = name;
   const int rank = communicator.rank();
@@ -115,7 +140,7 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
                   device);
     }
     const double ms = time_runs(
-        communicator, stream, options,
+        communicator, stream, options, watch, name,
         [&] {
           if (rank == 0) {
             attention_dense(q, problem.k.view(), problem.v.view(), out->view(), lse->view(),
@@ -123,6 +148,7 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
           }
         },
         false);
+    const auto step = watch.step(name + ": gather of the medians");
     result.median_ms = gather_doubles(communicator, {ms})[0];
     result.compute_only_ms = result.median_ms;
     result.compute_min_ms = result.median_ms;
@@ -131,19 +157,25 @@ SchemeResult time_scheme(const std::string& name, const BenchOptions& options,
   const dist::DistConfig config = config_for(name, options);
   const dist::SequenceSplit split = dist::split_sequence(
       config, problem.context_len, problem.query_len, communicator.world_size());
+  std::optional<dist::detail::WatchedStep> setup(std::in_place, watch.watchdog,
+                                                 name + ": local rows and the config check",
+                                                 watch.bound_seconds);
   LocalProblem local = local_from_device(problem, split, rank, device, stream);
   dist::check_same_config(communicator, config, split, local.q.view(), local.k.view());
+  setup.reset();
   dist::Workspace workspace;
   const auto run = [&](Communicator& through) {
     dist::attention(config, split, through, local.q.view(), local.k.view(), local.v.view(),
                     local.out.view(), attention_options, &workspace);
   };
   const double ms = time_runs(
-      communicator, stream, options, [&] { run(communicator); }, fault_point);
+      communicator, stream, options, watch, name, [&] { run(communicator); }, fault_point);
   SilentCommunicator silent(communicator);
   const double compute_ms = time_runs(
-      communicator, stream, options, [&] { run(silent); }, false);
-  trace_runs(communicator, stream, options, trace, name, [&] { run(communicator); });
+      communicator, stream, options, watch, name + " without communication", [&] { run(silent); },
+      false);
+  trace_runs(communicator, stream, options, watch, trace, name, [&] { run(communicator); });
+  const auto step = watch.step(name + ": gather of the medians");
   const std::vector<double> all = gather_doubles(communicator, {ms, compute_ms});
   result.compute_min_ms = all[1];
   for (int r = 0; r < communicator.world_size(); ++r) {
@@ -241,11 +273,13 @@ void write_json(const BenchOptions& options, const std::vector<SchemeResult>& re
 
 // --check: every scheme against single-GPU references, on the whole problem held on the host.
 bool check_rank(const BenchOptions& options, const RankIdentity& identity,
-                Communicator& communicator, cudaStream_t stream, const std::string& gpu) {
+                Communicator& communicator, cudaStream_t stream, const Watch& watch,
+                const std::string& gpu) {
   const Problem problem = make_problem(options);
   std::vector<SchemeResult> results;
   for (const std::string& name : options.schemes) {
     if (name == kDense) continue;
+    const auto step = watch.step(name + ": check against the single-GPU reference");
     results.push_back(check_scheme(name, options, problem.host, problem.context_len,
                                    problem.query_len, communicator, stream));
   }
@@ -265,10 +299,13 @@ bool check_rank(const BenchOptions& options, const RankIdentity& identity,
 // Timing: the problem generated across the ranks (bench_inputs.h), each scheme timed, and traced
 // after its timed runs with --trace.
 bool time_rank(const BenchOptions& options, const RankIdentity& identity,
-               Communicator& communicator, cudaStream_t stream, const std::string& gpu) {
+               Communicator& communicator, cudaStream_t stream, const Watch& watch,
+               const std::string& gpu) {
   const int threads = std::max(
       1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, identity.world));
   const DeviceProblem problem = generate_on_ranks(options, communicator, stream, threads);
+  std::optional<dist::detail::WatchedStep> gather_step(
+      std::in_place, watch.watchdog, "gather of the input timings", watch.bound_seconds);
   const std::vector<double> inputs =
       gather_doubles(communicator, {static_cast<double>(problem.generated_rows),
                                     problem.generate_seconds, problem.exchange_seconds});
@@ -281,19 +318,23 @@ bool time_rank(const BenchOptions& options, const RankIdentity& identity,
           inputs[3 * r + 2]);
     }
   }
+  gather_step.reset();
   std::optional<EventTrace> trace;
   if (!options.trace_path.empty()) trace.emplace(identity.rank, stream);
   std::vector<SchemeResult> results;
   bool first_timed = true;
   for (const std::string& name : options.schemes) {
-    results.push_back(time_scheme(name, options, problem, communicator, stream, first_timed,
+    results.push_back(time_scheme(name, options, problem, communicator, stream, watch, first_timed,
                                   trace ? &*trace : nullptr));
     first_timed = false;
   }
   std::vector<TraceSummary> summaries;
   if (trace) {
     write_trace_part(options.trace_path, identity.rank, trace->intervals());
-    communicator.barrier();
+    {
+      const auto step = watch.step("barrier after the trace parts");
+      communicator.barrier();
+    }
     if (identity.rank == 0) summaries = merge_trace_parts(options.trace_path, identity.world);
   }
   if (identity.rank == 0) {
@@ -306,6 +347,7 @@ bool time_rank(const BenchOptions& options, const RankIdentity& identity,
 }  // namespace
 
 int run_rank(const BenchOptions& options, const RankIdentity& identity) {
+  check_fault_rank(options.fault_kill_rank, identity.world);
   end_on_sigterm(identity.rank);
   dist::NcclOptions nccl;
   nccl.rank = identity.rank;
@@ -326,8 +368,22 @@ int run_rank(const BenchOptions& options, const RankIdentity& identity) {
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, identity.local_rank);
   const std::string gpu = properties.name;
-  const bool passed = options.check ? check_rank(options, identity, *communicator, stream, gpu)
-                                    : time_rank(options, identity, *communicator, stream, gpu);
+  // Declared after the communicator: destroyed (its thread stopped) before it.
+  dist::detail::StepWatchdog watchdog(
+      [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+      },
+      [rank = identity.rank, communicator = communicator.get()](const std::string& message) {
+        communicator->abort(message);  // reports it and waits at most --abort-wait for NCCL
+        exit_now(rank, message);
+      });
+  watchdog.start(kWatchdogIntervalSeconds);
+  const Watch watch{&watchdog, options.timeout_seconds + kWatchdogMarginSeconds};
+  const bool passed = options.check
+                          ? check_rank(options, identity, *communicator, stream, watch, gpu)
+                          : time_rank(options, identity, *communicator, stream, watch, gpu);
+  const auto step = watch.step("final synchronisation");
   communicator->synchronize(stream);
   cudaStreamDestroy(stream);
   return passed ? 0 : 1;

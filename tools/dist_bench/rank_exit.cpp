@@ -58,4 +58,11 @@ void end_within(int rank, const std::string& reason, double seconds) {
   }).detach();
 }
 
+void exit_now(int rank, const std::string& reason) {
+  fmt::print(stderr, "mmsparse-dist-bench: rank {}: {}: exiting\n", rank, reason);
+  std::fflush(stderr);
+  std::fflush(stdout);
+  _exit(kRankFailed);
+}
+
 }  // namespace mmsparse::dist_bench

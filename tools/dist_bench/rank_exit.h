@@ -19,4 +19,8 @@ void end_on_sigterm(int rank);
 // kernel, a kernel may wait for a dead peer) and so can NCCL's abort.
 void end_within(int rank, const std::string& reason, double seconds);
 
+// Ends the process now with kRankFailed after printing `reason` (a step past its bound: the thread
+// that runs it is blocked, so unwinding is not an option).
+[[noreturn]] void exit_now(int rank, const std::string& reason);
+
 }  // namespace mmsparse::dist_bench

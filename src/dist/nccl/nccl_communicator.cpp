@@ -9,17 +9,20 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "dist/bounded_call.h"
+#include "dist/deadline.h"
 #include "mmsparse/dist_nccl.h"
 #include "mmsparse/status.h"
 
@@ -47,6 +50,17 @@ std::string seconds_text(double seconds) {
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// The steady clock in seconds, for wait_until_deadline.
+double clock_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+double clock_seconds(Clock::time_point point) {
+  return std::chrono::duration<double>(point.time_since_epoch()).count();
+}
+
+void pause_between_polls() { std::this_thread::sleep_for(kPollInterval); }
 
 // Rank 0 publishes the unique id; the others wait for the file.
 ncclUniqueId exchange_unique_id(const NcclOptions& options) {
@@ -255,13 +269,17 @@ class NcclCommunicator final : public Communicator {
   // Reports first (on_abort), then aborts NCCL for at most abort_wait_seconds: ncclCommAbort is
   // blocking even on a non-blocking communicator and tears it down in the calling thread, which
   // can wait for peers that are gone and, through cudaFree, for the whole device.
+  // Safe to call from another thread (a watchdog) while the rank's thread is blocked.
   void abort(const std::string& reason) override {
-    if (aborted_) return;
-    aborted_ = true;
-    reason_ = reason;
+    {
+      const std::lock_guard lock(reason_mutex_);
+      if (aborted_) return;
+      reason_ = reason;
+      aborted_ = true;
+    }
     if (faults_.on_abort) {
       try {
-        faults_.on_abort(reason_);
+        faults_.on_abort(reason);
       } catch (...) {  // reporting must not keep the abort from happening
       }
     }
@@ -273,6 +291,7 @@ class NcclCommunicator final : public Communicator {
     }
     if (!returned) {
       abandoned_ = true;
+      const std::lock_guard lock(reason_mutex_);
       reason_ += "; ncclCommAbort had not returned after " +
                  seconds_text(faults_.abort_wait_seconds) + " and was left running";
     }
@@ -280,16 +299,18 @@ class NcclCommunicator final : public Communicator {
 
   // Polls a non-blocking call's completion (ncclInProgress) under the timeout.
   void wait_ready(const char* what) {
-    const auto start = Clock::now();
-    while (true) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
-      if (query != ncclSuccess) state = query;
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) fail(state, what);
-      if (seconds_since(start) > faults_.timeout_seconds) timeout(what, seconds_since(start));
-      std::this_thread::sleep_for(kPollInterval);
-    }
+    ncclResult_t failure = ncclSuccess;
+    const detail::WaitOutcome outcome = detail::wait_until_deadline(
+        [&] {
+          if (aborted_) return detail::WaitState::kFailed;  // by the watchdog: touch no NCCL
+          failure = async_error();
+          if (failure == ncclSuccess) return detail::WaitState::kComplete;
+          return failure == ncclInProgress ? detail::WaitState::kPending
+                                           : detail::WaitState::kFailed;
+        },
+        [] { return clock_seconds(); }, pause_between_polls, clock_seconds(),
+        faults_.timeout_seconds);
+    settle(outcome, failure, cudaSuccess, what);
   }
 
  private:
@@ -338,23 +359,47 @@ class NcclCommunicator final : public Communicator {
     return ticket;
   }
 
+  // NCCL's asynchronous error (ncclInProgress while a non-blocking call is under way).
+  ncclResult_t async_error() {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
+    return query != ncclSuccess ? query : state;
+  }
+
   // Waits for `event`, polling NCCL's async error, until `since` + the timeout.
   void await(cudaEvent_t event, Clock::time_point since, const std::string& what) {
-    while (true) {
-      const cudaError_t state = cudaEventQuery(event);
-      if (state == cudaSuccess) return;
-      if (state != cudaErrorNotReady) {
-        abort(what + " on rank " + std::to_string(rank_) + ": " + cudaGetErrorString(state));
-        throw_aborted();
-      }
-      ncclResult_t async = ncclSuccess;
-      const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
-      if (query != ncclSuccess) async = query;
-      if (async != ncclSuccess && async != ncclInProgress) fail(async, what.c_str());
-      const double waited = seconds_since(since);
-      if (waited > faults_.timeout_seconds) timeout(what.c_str(), waited);
-      std::this_thread::sleep_for(kPollInterval);
+    ncclResult_t nccl_failure = ncclSuccess;
+    cudaError_t cuda_failure = cudaSuccess;
+    const detail::WaitOutcome outcome = detail::wait_until_deadline(
+        [&] {
+          if (aborted_) return detail::WaitState::kFailed;  // by the watchdog: touch no NCCL
+          cuda_failure = cudaEventQuery(event);
+          if (cuda_failure == cudaSuccess) return detail::WaitState::kComplete;
+          if (cuda_failure != cudaErrorNotReady) return detail::WaitState::kFailed;
+          cuda_failure = cudaSuccess;
+          nccl_failure = async_error();
+          return nccl_failure == ncclSuccess || nccl_failure == ncclInProgress
+                     ? detail::WaitState::kPending
+                     : detail::WaitState::kFailed;
+        },
+        [] { return clock_seconds(); }, pause_between_polls, clock_seconds(since),
+        faults_.timeout_seconds);
+    settle(outcome, nccl_failure, cuda_failure, what.c_str());
+  }
+
+  // Returns when the wait completed; else aborts (a failure reported by CUDA or NCCL, or the
+  // deadline) and throws.
+  void settle(const detail::WaitOutcome& outcome, ncclResult_t nccl_failure,
+              cudaError_t cuda_failure, const char* what) {
+    if (outcome.state == detail::WaitState::kComplete) return;
+    throw_if_aborted();
+    if (outcome.state == detail::WaitState::kPending) timeout(what, outcome.waited_seconds);
+    if (cuda_failure != cudaSuccess) {
+      abort(std::string(what) + " on rank " + std::to_string(rank_) + ": " +
+            cudaGetErrorString(cuda_failure));
+      throw_aborted();
     }
+    fail(nccl_failure, what);
   }
 
   void check_nccl(ncclResult_t result, const char* what) {
@@ -386,7 +431,12 @@ class NcclCommunicator final : public Communicator {
     if (aborted_) throw_aborted();
   }
   [[noreturn]] void throw_aborted() const {
-    throw Error(ErrorCode::kBackendError, "NCCL communicator aborted: " + reason_);
+    std::string reason;
+    {
+      const std::lock_guard lock(reason_mutex_);
+      reason = reason_;
+    }
+    throw Error(ErrorCode::kBackendError, "NCCL communicator aborted: " + reason);
   }
 
   ncclComm_t comm_;
@@ -400,8 +450,10 @@ class NcclCommunicator final : public Communicator {
   void* barrier_word_ = nullptr;
   std::deque<InFlight> in_flight_;  // issue order
   Ticket next_ticket_ = 0;
-  bool aborted_ = false;
-  bool abandoned_ = false;  // ncclCommAbort did not return in time: touch no CUDA state
+  // Written by abort(), which a watchdog thread may call while the rank's thread polls.
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> abandoned_{false};  // ncclCommAbort did not return in time: touch no CUDA state
+  mutable std::mutex reason_mutex_;
   std::string reason_;
 };
 
