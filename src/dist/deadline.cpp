@@ -71,6 +71,7 @@ void StepWatchdog::arm(const std::string& step, double bound_seconds) {
   const double now = now_seconds_();
   std::lock_guard lock(mutex_);
   step_ = step;
+  phase_.clear();
   armed_at_ = now;
   bound_seconds_ = bound_seconds;
 }
@@ -80,6 +81,11 @@ void StepWatchdog::disarm() {
   step_.reset();
 }
 
+void StepWatchdog::set_phase(const std::string& phase) {
+  std::lock_guard lock(mutex_);
+  phase_ = phase;
+}
+
 bool StepWatchdog::check() {
   std::string message;
   {
@@ -87,7 +93,8 @@ bool StepWatchdog::check() {
     if (!step_) return false;
     const double running = now_seconds_() - armed_at_;
     if (running <= bound_seconds_) return false;
-    message = "step \"" + *step_ + "\" still running " + seconds_text(running) +
+    const std::string phase = phase_.empty() ? "" : " (in: " + phase_ + ")";
+    message = "step \"" + *step_ + "\"" + phase + " still running " + seconds_text(running) +
               " after it began (bound " + seconds_text(bound_seconds_) +
               "): the rank is blocked in a call with no deadline of its own (a CUDA copy, free or "
               "synchronisation behind a collective a dead peer holds up)";

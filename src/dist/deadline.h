@@ -52,6 +52,8 @@ class StepWatchdog {
   // `step` must end within `bound_seconds` (> 0) of now; replaces any step armed before.
   void arm(const std::string& step, double bound_seconds);
   void disarm();
+  // Names the part of the armed step now running (its bound is unchanged), for the report.
+  void set_phase(const std::string& phase);
   // Runs on_overdue (once per armed step) when the armed step is past its bound; returns whether
   // it did.
   bool check();
@@ -63,6 +65,7 @@ class StepWatchdog {
   std::condition_variable stop_signal_;
   bool stopping_ = false;
   std::optional<std::string> step_;  // the armed step
+  std::string phase_;                // the part of it running now
   double armed_at_ = 0.0;
   double bound_seconds_ = 0.0;
   std::thread thread_;

@@ -89,14 +89,15 @@ TEST(DistDeadline, WatchdogReportsAnOverdueStepOnceNamingIt) {
   StepWatchdog watchdog([&] { return now; },
                         [&](const std::string& message) { reports.push_back(message); });
   EXPECT_FALSE(watchdog.check());  // nothing armed
-  watchdog.arm("spava run 2 (barrier, attention, synchronize)", 16.0);
+  watchdog.arm("spava run 2", 16.0);
+  watchdog.set_phase("synchronize");
   now = 16.0;
   EXPECT_FALSE(watchdog.check());
   now = 16.5;
   EXPECT_TRUE(watchdog.check());
   EXPECT_FALSE(watchdog.check());  // once per armed step
   ASSERT_EQ(reports.size(), 1u);
-  EXPECT_NE(reports[0].find("spava run 2 (barrier, attention, synchronize)"), std::string::npos);
+  EXPECT_NE(reports[0].find("spava run 2\" (in: synchronize)"), std::string::npos);
   EXPECT_NE(reports[0].find("16.5 s"), std::string::npos);
   EXPECT_NE(reports[0].find("bound 16.0 s"), std::string::npos);
   // A step that ends in time is never reported; each new step gets its bound from its start.

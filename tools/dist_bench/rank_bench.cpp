@@ -6,11 +6,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -55,6 +57,9 @@ struct Watch {
   dist::detail::WatchedStep step(const std::string& name) const {
     return {watchdog, name, bound_seconds};
   }
+  void phase(const std::string& name) const {
+    if (watchdog != nullptr) watchdog->set_phase(name);
+  }
 };
 
 struct Problem {
@@ -86,15 +91,17 @@ double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOpt
                  bool fault_point) {
   std::vector<double> times;
   for (int run = 0; run < options.warmup + options.repeats; ++run) {
-    const auto step =
-        watch.step(name + " run " + std::to_string(run + 1) + " (barrier, attention, synchronize)");
+    const auto step = watch.step(name + " run " + std::to_string(run + 1));
+    watch.phase("barrier");
     communicator.barrier();
     if (fault_point && run == options.warmup && communicator.rank() == options.fault_kill_rank) {
       fmt::print(stderr, "rank {}: killing itself mid-run (fault test)\n", communicator.rank());
       raise(SIGKILL);
     }
     const auto start = std::chrono::steady_clock::now();
+    watch.phase("attention (issuing its kernels and collectives)");
     work();
+    watch.phase("synchronize (waiting for the collectives and the stream)");
     communicator.synchronize(stream);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -357,7 +364,11 @@ int run_rank(const BenchOptions& options, const RankIdentity& identity) {
   nccl.faults.timeout_seconds = options.timeout_seconds;
   nccl.faults.abort_wait_seconds = options.abort_wait_seconds;
   const double exit_seconds = options.abort_wait_seconds + kUnwindSeconds;
-  nccl.faults.on_abort = [rank = identity.rank, exit_seconds](const std::string& reason) {
+  // Set once a fault was reported: the exit is then armed, and the watchdog leaves it to that.
+  const auto fault_reported = std::make_shared<std::atomic<bool>>(false);
+  nccl.faults.on_abort = [rank = identity.rank, exit_seconds,
+                          fault_reported](const std::string& reason) {
+    fault_reported->store(true);
     end_within(rank, reason, exit_seconds);
   };
   const std::unique_ptr<Communicator> communicator = dist::make_nccl_communicator(nccl);
@@ -374,7 +385,10 @@ int run_rank(const BenchOptions& options, const RankIdentity& identity) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
             .count();
       },
-      [rank = identity.rank, communicator = communicator.get()](const std::string& message) {
+      [rank = identity.rank, communicator = communicator.get(),
+       fault_reported](const std::string& message) {
+        // The rank's own deadline fired first: its abort has --abort-wait, its exit is armed.
+        if (fault_reported->load()) return;
         communicator->abort(message);  // reports it and waits at most --abort-wait for NCCL
         exit_now(rank, message);
       });
