@@ -98,8 +98,8 @@ double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOpt
       fmt::print(stderr, "rank {}: killing itself mid-run (fault test)\n", communicator.rank());
       raise(SIGKILL);
     }
-    const auto start = std::chrono::steady_clock::now();
     watch.phase("attention (issuing its kernels and collectives)");
+    const auto start = std::chrono::steady_clock::now();
     work();
     watch.phase("synchronize (waiting for the collectives and the stream)");
     communicator.synchronize(stream);
