@@ -412,6 +412,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   [[noreturn]] void fail(ncclResult_t result, const char* what) {
+    throw_if_aborted();  // aborted by the watchdog: the communicator may be gone already
     const std::string detail = ncclGetLastError(comm_);
     abort(std::string(what) + " failed on rank " + std::to_string(rank_) + ": " +
           ncclGetErrorString(result) + (detail.empty() ? "" : " (" + detail + ")") +
