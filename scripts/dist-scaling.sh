@@ -13,25 +13,10 @@
 #   MMSPARSE_DIST_ACCURACY_LENGTH=n   accuracy sweep length (default 131072, needle preset)
 set -uo pipefail
 
-if [[ $# -lt 2 ]]; then
-  echo "usage: $0 BUILD_DIR RESULTS_DIR [LENGTH ...]" >&2
-  exit 2
-fi
-build=$(cd "$1" && pwd)
-results=$2
-shift 2
-lengths=("$@")
-[[ ${#lengths[@]} -eq 0 ]] && lengths=(131072 262144 524288)
-repeats=${MMSPARSE_DIST_REPEATS:-3}
-bench=$build/tools/dist_bench/mmsparse-dist-bench
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}  # no NVLink multicast on shared hosts
-mkdir -p "$results"
+# shellcheck source-path=SCRIPTDIR source=dist-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/dist-common.sh"
 started=$(date +%s.%N)
 verdicts=()
-failed=0
-
-now() { date +%s.%N; }
-elapsed() { awk -v from="$1" -v to="$(now)" 'BEGIN { printf "%.1f", to - from }'; }
 
 # step NAME SECONDS COMMAND...: runs it under a timeout, logs to RESULTS/NAME.log.
 step() {

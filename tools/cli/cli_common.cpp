@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <optional>
 
 #include <fmt/core.h>
@@ -78,6 +79,24 @@ void WorkloadFlags::add_to(CLI::App& command) {
                   "give every query head one behaviour: local, grid, vertical or dense "
                   "(default: the preset's mix)")
       ->check(CLI::IsMember({"local", "grid", "vertical", "dense"}));
+}
+
+WorkloadHeadRows workload_head_rows(const Workload& workload, int64_t head, DType dtype) {
+  const WorkloadSpec& spec = workload.spec();
+  const int64_t kv_head = head / (spec.q_heads / spec.kv_heads);
+  const int64_t length = workload.seq_len();
+  std::vector<int64_t> positions(static_cast<std::size_t>(length));
+  std::iota(positions.begin(), positions.end(), int64_t{0});
+  WorkloadHeadRows rows{Tensor(DType::kFloat32, {1, length, 1, spec.head_dim}),
+                        Tensor(DType::kFloat32, {1, length, 1, spec.head_dim})};
+  std::vector<float> values(static_cast<std::size_t>(length * spec.head_dim));
+  workload.generate_q(head, positions, rows.q.data_as<float>());
+  workload.generate_kv(kv_head, rows.k.data_as<float>(), values.data());
+  if (dtype != DType::kFloat32) {
+    rows.q = to_contiguous(rows.q.view(), dtype);
+    rows.k = to_contiguous(rows.k.view(), dtype);
+  }
+  return rows;
 }
 
 std::string head_mix_note(const WorkloadSpec& spec) {

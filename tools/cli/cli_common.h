@@ -43,6 +43,14 @@ struct WorkloadFlags {
   WorkloadSpec spec() const;
 };
 
+// One query head's q rows and its KV head's k rows of a synthetic workload, each
+// [1, seq_len, 1, head_dim], generated alone and rounded to `dtype` (the rounding of the inputs
+// bench and run read). The maps and curves that read them need no V.
+struct WorkloadHeadRows {
+  Tensor q, k;
+};
+WorkloadHeadRows workload_head_rows(const Workload& workload, int64_t head, DType dtype);
+
 // " (every head grid)" for a workload whose query heads all have one behaviour, else "".
 std::string head_mix_note(const WorkloadSpec& spec);
 

@@ -132,19 +132,9 @@ HeadInputs head_inputs(const CurveSource& source, int64_t head, DType dtype) {
     inputs.head = head;
     return inputs;
   }
-  const Workload& workload = *source.workload;
-  const int64_t kv_head = head / (source.q_heads / workload.spec().kv_heads);
-  std::vector<int64_t> positions(static_cast<std::size_t>(source.q_len));
-  std::iota(positions.begin(), positions.end(), int64_t{0});
-  inputs.q_rows = Tensor(DType::kFloat32, {1, source.q_len, 1, source.head_dim});
-  inputs.k_rows = Tensor(DType::kFloat32, {1, source.kv_len, 1, source.head_dim});
-  std::vector<float> values(static_cast<std::size_t>(source.kv_len * source.head_dim));
-  workload.generate_q(head, positions, inputs.q_rows.data_as<float>());
-  workload.generate_kv(kv_head, inputs.k_rows.data_as<float>(), values.data());
-  if (dtype != DType::kFloat32) {
-    inputs.q_rows = to_contiguous(inputs.q_rows.view(), dtype);
-    inputs.k_rows = to_contiguous(inputs.k_rows.view(), dtype);
-  }
+  WorkloadHeadRows rows = workload_head_rows(*source.workload, head, dtype);
+  inputs.q_rows = std::move(rows.q);
+  inputs.k_rows = std::move(rows.k);
   inputs.q = inputs.q_rows.view();
   inputs.k = inputs.k_rows.view();
   return inputs;

@@ -115,20 +115,9 @@ HeadTensors head_tensors(const Source& source, int64_t head, DType dtype) {
     tensors.k = head_slice(source.file->at("k").view(), kv_head);
     return tensors;
   }
-  const Workload& workload = *source.workload;
-  const int64_t length = workload.seq_len();
-  const int64_t head_dim = workload.spec().head_dim;
-  std::vector<int64_t> positions(static_cast<std::size_t>(length));
-  std::iota(positions.begin(), positions.end(), int64_t{0});
-  tensors.q_rows = Tensor(DType::kFloat32, {1, length, 1, head_dim});
-  tensors.k_rows = Tensor(DType::kFloat32, {1, length, 1, head_dim});
-  std::vector<float> values(static_cast<std::size_t>(length * head_dim));  // maps need no V
-  workload.generate_q(head, positions, tensors.q_rows.data_as<float>());
-  workload.generate_kv(kv_head, tensors.k_rows.data_as<float>(), values.data());
-  if (dtype != DType::kFloat32) {  // the rounding of the inputs bench and run read
-    tensors.q_rows = to_contiguous(tensors.q_rows.view(), dtype);
-    tensors.k_rows = to_contiguous(tensors.k_rows.view(), dtype);
-  }
+  WorkloadHeadRows rows = workload_head_rows(*source.workload, head, dtype);
+  tensors.q_rows = std::move(rows.q);
+  tensors.k_rows = std::move(rows.k);
   tensors.q = tensors.q_rows.view();
   tensors.k = tensors.k_rows.view();
   return tensors;

@@ -30,14 +30,6 @@ constexpr char kVecPattern[] = "vec";
 // probabilities in another order never makes it look worse than a method it dominates.
 constexpr double kTargetSlack = 1e-9;
 
-TensorView as_one_head(const Tensor& rows) {  // rows [n, head_dim]
-  TensorView view = rows.view();
-  view.ndim = 4;
-  view.shape = {1, rows.shape()[0], 1, rows.shape()[1]};
-  view.strides = {rows.shape()[0] * rows.shape()[1], rows.shape()[1], rows.shape()[1], 1};
-  return view;
-}
-
 // One query head as a problem of its own, with the softmax probabilities of its sampled rows.
 struct SampledHead {
   detail::HeadTensors tensors;
@@ -87,8 +79,8 @@ SampledHead sample_head(const TensorView& q, const TensorView& k, int64_t head,
   }
   SampledHead sampled;
   sampled.tensors = detail::head_tensors(q, k, k, head);
-  sampled.q = as_one_head(sampled.tensors.q);
-  sampled.k = as_one_head(sampled.tensors.k);
+  sampled.q = detail::as_one_head(sampled.tensors.q);
+  sampled.k = detail::as_one_head(sampled.tensors.k);
   sampled.scale =
       options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(q.shape[3]));
   sampled.causal = options.causal;

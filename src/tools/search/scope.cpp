@@ -68,6 +68,14 @@ HeadTensors head_tensors(const TensorView& q, const TensorView& k, const TensorV
   return {head_rows(q, q_head), head_rows(k, kv_head), head_rows(v, kv_head)};
 }
 
+TensorView as_one_head(const Tensor& rows) {  // rows [n, head_dim]
+  TensorView view = rows.view();
+  view.ndim = 4;
+  view.shape = {1, rows.shape()[0], 1, rows.shape()[1]};
+  view.strides = {rows.shape()[0] * rows.shape()[1], rows.shape()[1], rows.shape()[1], 1};
+  return view;
+}
+
 Scope::Scope(std::string name, const HeadTensors& head, const ModalityLayout& layout,
              ModalitySet kept, ModalitySet query, ModalitySet keys, int64_t tile_rows,
              const SearchOptions& options, std::recursive_mutex* device_mutex)

@@ -31,6 +31,8 @@ struct HeadTensors {
 };
 HeadTensors head_tensors(const TensorView& q, const TensorView& k, const TensorView& v,
                          int64_t q_head);
+// Rows [n, head_dim] (a HeadTensors member) as a one-head attention input [1, n, 1, head_dim].
+TensorView as_one_head(const Tensor& rows);
 
 // Bit m set: modality m.
 using ModalitySet = uint8_t;

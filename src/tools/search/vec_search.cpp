@@ -33,14 +33,6 @@ struct HeadProblem {
   float scale = 0.0f;
 };
 
-TensorView as_one_head(const Tensor& rows) {  // rows [n, head_dim]
-  TensorView view = rows.view();
-  view.ndim = 4;
-  view.shape = {1, rows.shape()[0], 1, rows.shape()[1]};
-  view.strides = {rows.shape()[0] * rows.shape()[1], rows.shape()[1], rows.shape()[1], 1};
-  return view;
-}
-
 // Row `row`'s log-sum-exp over `keys` (natural log, in double). q, k: [n, head_dim] rows.
 double row_lse(const float* query, const float* keys, int64_t head_dim, float scale,
                const std::vector<int64_t>& key_list) {
@@ -215,9 +207,9 @@ PatternSpec checked_base(const VecSearchOptions& options) {
 HeadProblem head_problem(const TensorView& q, const TensorView& k, const TensorView& v,
                          int64_t head, float scale) {
   HeadProblem problem{detail::head_tensors(q, k, v, head), {}, {}, {}, scale};
-  problem.q = as_one_head(problem.tensors.q);
-  problem.k = as_one_head(problem.tensors.k);
-  problem.v = as_one_head(problem.tensors.v);
+  problem.q = detail::as_one_head(problem.tensors.q);
+  problem.k = detail::as_one_head(problem.tensors.k);
+  problem.v = detail::as_one_head(problem.tensors.v);
   if (problem.scale == 0.0f) {
     problem.scale = 1.0f / std::sqrt(static_cast<float>(problem.q.shape[3]));
   }

@@ -100,8 +100,6 @@ using detail::synthetic::uniform;
 
 namespace {
 
-using enum HeadBehaviour;
-
 float lerp(float a, float b, float t) { return a + (b - a) * t; }
 
 QueryGains interpolate(const QueryGains& a, const QueryGains& b, float t) {
@@ -128,25 +126,6 @@ void normalise(float* values, int64_t count) {
 }
 
 }  // namespace
-
-std::string_view head_behaviour_name(HeadBehaviour behaviour) {
-  switch (behaviour) {
-    case kLocal: return "local";
-    case kGrid: return "grid";
-    case kVertical: return "vertical";
-    case kDense: return "dense";
-  }
-  return "unknown";
-}
-
-HeadBehaviour head_behaviour_from_name(std::string_view name, const std::string& argument) {
-  for (HeadBehaviour behaviour : {kLocal, kGrid, kVertical, kDense}) {
-    if (head_behaviour_name(behaviour) == name) return behaviour;
-  }
-  std::string given = "\"";
-  given.append(name).push_back('"');
-  throw_invalid_argument(argument, "local, grid, vertical or dense", given);
-}
 
 // Generates the vectors of one workload; holds only derived, read-only state.
 class WorkloadGenerator {
