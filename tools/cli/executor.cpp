@@ -82,12 +82,34 @@ Executor::PatternPlan Executor::prepare_pattern_plan(const PatternSpec& spec, Pl
   return result;
 }
 
+namespace {
+
+// What a static plan depends on: the spec, the shape and the layout (and the head dim where the
+// tile height follows it).
+std::string static_plan_key(const PatternSpec& spec, const PlanShape& shape,
+                            const ModalityLayout* layout, int64_t head_dim) {
+  return spec.to_string() + "|" + std::to_string(shape.batch) + "x" + std::to_string(shape.heads) +
+         "x" + std::to_string(shape.q_len) + "x" + std::to_string(shape.kv_len) + "|t" +
+         std::to_string(shape.tile_rows) + "|d" + std::to_string(head_dim) + "|" +
+         (layout != nullptr ? layout->to_json() : std::string());
+}
+
+}  // namespace
+
+int64_t Executor::static_slot_pair_count(const PatternSpec& spec, const PlanShape& one_slot,
+                                         const ModalityLayout* layout) {
+  const std::string key = static_plan_key(spec, one_slot, layout, 0);
+  if (const auto found = static_slot_pairs_.find(key); found != static_slot_pairs_.end()) {
+    return found->second;
+  }
+  const int64_t pairs = count_plan_pairs(build_plan(spec, one_slot, layout), 0);
+  static_slot_pairs_.emplace(key, pairs);
+  return pairs;
+}
+
 Executor::StaticPlan Executor::static_plan(const PatternSpec& spec, PlanShape shape,
                                            const ModalityLayout* layout, int64_t head_dim) {
-  const std::string key = spec.to_string() + "|" + std::to_string(shape.batch) + "x" +
-                          std::to_string(shape.heads) + "x" + std::to_string(shape.q_len) + "x" +
-                          std::to_string(shape.kv_len) + "|d" + std::to_string(head_dim) + "|" +
-                          (layout != nullptr ? layout->to_json() : std::string());
+  const std::string key = static_plan_key(spec, shape, layout, head_dim);
   if (const auto found = static_plans_.find(key); found != static_plans_.end()) {
     StaticPlan reused = found->second;
     reused.reused = true;

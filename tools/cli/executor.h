@@ -78,6 +78,11 @@ class Executor {
   };
   StaticPlan static_plan(const PatternSpec& spec, PlanShape shape, const ModalityLayout* layout,
                          int64_t head_dim);
+  // The pairs one head slot of `shape` computes under static `spec`, counted on a host plan of
+  // that one slot, once per spec, shape and layout: every layer of a run reuses it (at 300K tokens
+  // one BlindSight slot's host plan takes over a second).
+  int64_t static_slot_pair_count(const PatternSpec& spec, const PlanShape& one_slot,
+                                 const ModalityLayout* layout);
   // A spec per head (a config layer) on a GPU, through prepare_pattern's per-head form: heads the
   // GPU builds from the device tensors, the others (grid, vertical-slash with boundary Q/2D) on
   // the host from `host_inputs`, concatenated into one plan on the device. Synchronised; `times`
@@ -117,7 +122,8 @@ class Executor {
   TimingFlags timing_;
   TensorView q_, k_, v_;
   std::optional<DeviceTensor> device_q_, device_k_, device_v_;
-  std::map<std::string, StaticPlan> static_plans_;  // by spec, shape and layout
+  std::map<std::string, StaticPlan> static_plans_;     // by spec, shape and layout
+  std::map<std::string, int64_t> static_slot_pairs_;  // likewise
 };
 
 }  // namespace mmsparse::cli

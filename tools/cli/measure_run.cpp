@@ -79,7 +79,8 @@ RunPlan build_run_plan(Executor& executor, const PatternRun& run, const LayerInp
 }  // namespace
 
 std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_specs,
-                                       const PlanShape& shape, const ModalityLayout* layout) {
+                                       const PlanShape& shape, const ModalityLayout* layout,
+                                       Executor* executor) {
   PlanShape one_slot = shape;
   one_slot.batch = 1;
   one_slot.heads = 1;
@@ -90,7 +91,11 @@ std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_
         resolved_specs[resolved_specs.size() == 1 ? 0
                                                   : static_cast<std::size_t>(slot % shape.heads)];
     const auto [found, added] = pairs_of_spec.emplace(spec.to_string(), 0);
-    if (added) found->second = count_plan_pairs(build_plan(spec, one_slot, layout), 0);
+    if (added) {
+      found->second = executor != nullptr
+                          ? executor->static_slot_pair_count(spec, one_slot, layout)
+                          : count_plan_pairs(build_plan(spec, one_slot, layout), 0);
+    }
     pairs.push_back(found->second);
   }
   return pairs;
@@ -126,7 +131,7 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
   const Plan* plan = whole_plan ? &prepared.plan() : nullptr;
   const std::vector<int64_t> slot_pairs =
       plan != nullptr ? count_plan_pairs(*plan)
-                      : static_slot_pairs(resolved, prepared.shape(), inputs.layout);
+                      : static_slot_pairs(resolved, prepared.shape(), inputs.layout, &executor);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t head = 0; head < heads; ++head) {
       const int64_t slot = (inputs.plan_batch == 1 ? 0 : b) * heads + head;

@@ -127,9 +127,10 @@ RunReport measure_run(Executor& executor, const PatternRun& run, const LayerInpu
 // or one per head): each distinct spec's plan built for one head slot, since every head slot of a
 // static spec is the same. What count_plan_pairs(build_plan(resolved_specs, shape, layout))
 // gives, without a host plan of every head slot (at 300K tokens a BlindSight head's plan lists
-// millions of columns).
+// millions of columns). With `executor`, its counts are kept for the next layer and run.
 std::vector<int64_t> static_slot_pairs(const std::vector<PatternSpec>& resolved_specs,
-                                       const PlanShape& shape, const ModalityLayout* layout);
+                                       const PlanShape& shape, const ModalityLayout* layout,
+                                       Executor* executor = nullptr);
 
 // Text tables (stdout).
 // The summary table: dense, then a line per run; a needles column when `needles` > 0.
