@@ -426,8 +426,8 @@ def config_settings(args, preset, seq_len, path, shipped):
 
 
 def mmsparse_entries(args, module, t, reference, preset, path, scratch, remaining_s):
-    """(config entries, pattern groups, searched entries) of mmsparse on this input, through the
-    package (`module`) or, without it, the CLI."""
+    """(dense entries, config entries, pattern groups, searched entries) of mmsparse on this
+    input, through the package (`module`) or, without it, the CLI."""
     seq_len = t.seq_len
     shipped = None if args.no_shipped_config else \
         mm_lib.shipped_config(REPO, preset, seq_len, bool(args.heads or args.kv_heads))
@@ -442,7 +442,7 @@ def mmsparse_entries(args, module, t, reference, preset, path, scratch, remainin
         names = mm_lib.pattern_groups(None, args.mmsparse_patterns)
         groups = [[mm_lib.CliEntry(args, path, adapter.name, specs=adapter.settings,
                                    with_dense=index == 0)] for index, adapter in enumerate(names)]
-        return config_entries, groups, []   # searched configs need the package's config runs
+        return [], config_entries, groups, []   # searched configs need the package
     shipped_adapter = mm_lib.MmsparseConfig(module, mm_lib.SHIPPED_METHOD, configs)
     config_entries = [PeerEntry(shipped_adapter, setting, t, reference, args)
                       for setting in configs]
@@ -457,7 +457,8 @@ def mmsparse_entries(args, module, t, reference, preset, path, scratch, remainin
         return None if math.isinf(timeout) else max(1.0, timeout)
     searched_entries = [PeerEntry(search_adapter, setting, t, reference, args,
                                   ready_timeout=search_timeout) for setting in searched]
-    return config_entries, groups, searched_entries
+    dense = [PeerEntry(mm_lib.MmsparseDense(module), "dense", t, reference, args)]
+    return dense, config_entries, groups, searched_entries
 
 
 def peer_entries(args, adapters, t, reference, results, result):
@@ -511,9 +512,10 @@ def run_input(args, adapters, module, spec, scratch, results, budget, log):
         result[key] = value
     log(f"{label} {t.seq_len}: input ready ({t.heads} heads, {t.kv_heads} KV heads); "
         f"budget {budget.remaining():.0f} s")
-    configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset, path,
-                                                    scratch, budget.remaining)
+    mm_dense, configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset,
+                                                              path, scratch, budget.remaining)
     dense, peer_groups = peer_entries(args, adapters, t, reference, results, result)
+    dense += [[entry] for entry in mm_dense]
     oracle = OracleEntry(args, preset, t.seq_len, results, result, budget) if preset else None
     entries = ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched)
     schedule.run_entries(entries, results, result, budget,

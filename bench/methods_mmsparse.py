@@ -63,6 +63,25 @@ class MmsparsePattern(peers_lib.Adapter):
         return {"density": plan.density()}
 
 
+class MmsparseDense(MmsparsePattern):
+    """The engine's dense causal attention (a dense plan): mmsparse's own dense bar."""
+    family = "dense"
+
+    def __init__(self, module):
+        peers_lib.Adapter.__init__(self, "mmsparse dense", ["dense"])
+        self.module = module
+
+    def prepare(self, t, setting):
+        return self.module.prepare(t.q, t.k)
+
+    def describe(self, t, plan):
+        return {}
+
+    def exact_accuracy(self):
+        return {"recall": 1.0, "recall_min": 1.0, "recall_source": "dense (every causal pair)",
+                "density": 1.0}
+
+
 class MmsparseConfig(MmsparsePattern):
     """Per-head configs (one point each): the shipped config for this preset and length, configs
     given with --config-file, or configs `mmsparse search` writes at recall targets. A setting is
