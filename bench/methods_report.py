@@ -206,9 +206,12 @@ def markdown_table(report, recall=DEFAULT_RECALL):
                          f"{best['total_ms']:.2f} | {best['index_ms']:.2f} | {speedup} |")
         skipped = result.get("skipped") or {}
         if skipped:
+            by_reason = {}
+            for name, why in skipped.items():
+                by_reason.setdefault(why, []).append(name)
             lines.append("")
-            reasons = (f"{name} ({why})" for name, why in skipped.items())
-            lines.append("Not run: " + "; ".join(reasons))
+            lines.append("Not run: " + "; ".join(f"{', '.join(names)} ({why})"
+                                                 for why, names in by_reason.items()))
         failed = result.get("failed") or {}
         if failed:
             lines.append("")

@@ -45,7 +45,7 @@ class Budget:
             if reason:
                 return reason
         if self.own_remaining() <= 0:
-            return f"{self.name} {self.seconds:g} s spent"
+            return f"{self.name} {self.seconds:.0f} s spent"
         return None
 
     def child(self, seconds, name):
@@ -194,7 +194,7 @@ class MethodLedger:
 
     def spent_reason(self, method):
         if self.limit and self.used.get(method, 0.0) >= self.limit:
-            return f"method budget {self.limit:g} s spent"
+            return f"method budget {self.limit:.0f} s spent"
         return None
 
 
