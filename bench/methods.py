@@ -35,6 +35,7 @@ budget lasts.
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -489,11 +490,15 @@ def ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched):
     return dense_entries + configs + first + ([oracle] if oracle else []) + rest + searched
 
 
+def finite_or_none(seconds):
+    return None if math.isinf(seconds) else round(seconds, 1)
+
+
 def run_input(args, adapters, module, spec, scratch, results, budget, log):
     """Every entry of one input, its points written as they come."""
     label, preset, seq_len, path = spec
     result = results.begin_input({"label": label, "seq_len": seq_len, "synthetic": bool(preset),
-                                  "path": path, "budget_s": round(budget.remaining(), 1)})
+                                  "path": path, "budget_s": finite_or_none(budget.remaining())})
     start = time.monotonic()
     if preset:
         path = os.path.join(scratch, f"{preset}-{seq_len}.safetensors")
@@ -579,6 +584,7 @@ def main(argv=None):
             for file in os.listdir(scratch):
                 if file.endswith(".safetensors"):
                     os.remove(os.path.join(scratch, file))
+            gc.collect()  # the input's tensors, before the next input allocates its own
             if args.device == "cuda":
                 torch.cuda.empty_cache()
     sys.stdout.write(report_lib.markdown_table(report))

@@ -36,7 +36,10 @@ def find_cli():
 
 
 def have_package():
-    return bool(glob.glob(os.path.join(REPO, "python", "mmsparse", "_core*.so")))
+    """The package's extension, built in the tree for this interpreter."""
+    import importlib.machinery
+    return any(os.path.isfile(os.path.join(REPO, "python", "mmsparse", "_core" + suffix))
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def small_tensors(seq=200, heads=4, kv_heads=2, dim=32, seed=11):
