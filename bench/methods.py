@@ -57,6 +57,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDLE_KEPT_SHARE = 0.95  # docs/report.md: a needle is kept with >= 95% of its dense mass
 PRESETS = ("video-qwen2.5vl-128k", "mixed-interleaved", "multi-image")
 ERROR_CHUNK_ROWS = 16384  # rows per step of the output error (bounds its fp32 temporaries)
+# A file that exists while a peer's package is still being built beside this run
+# (scripts/device-methods.sh): a peer found missing then says so.
+BUILDING_MARKER_ENV = "METHODS_BUILDING_MARKER"
 
 
 def parse_pair(text):
@@ -348,7 +351,6 @@ class PeerEntry:
             self.accuracy = self.measure(state)
         self.index_ms.append(index_ms)
         self.attention_ms.append(attention_ms)
-        del state
 
     def measure(self, state):
         adapter, t = self.adapter, self.t
@@ -466,8 +468,11 @@ def peer_entries(args, adapters, t, reference, results, result):
     """(dense entries, sweep groups) of the peers that can run here; the others are listed under
     `skipped` with the reason."""
     dense, groups = [], []
+    building = os.environ.get(BUILDING_MARKER_ENV)
     for adapter in adapters:
         reason = adapter.available() if args.device == "cuda" else "needs a CUDA device"
+        if reason and building and os.path.exists(building) and adapter.family == "minference":
+            reason += " (MInference's CUDA extension was still compiling when this input began)"
         if reason:
             results.skip(result, adapter.name, reason)
             continue
@@ -500,6 +505,8 @@ def run_input(args, adapters, module, spec, scratch, results, budget, log):
     result = results.begin_input({"label": label, "seq_len": seq_len, "synthetic": bool(preset),
                                   "path": path, "budget_s": finite_or_none(budget.remaining())})
     start = time.monotonic()
+    log(f"{label} {seq_len or ''}: preparing the input (budget "
+        f"{finite_or_none(budget.remaining())} s)")
     if preset:
         path = os.path.join(scratch, f"{preset}-{seq_len}.safetensors")
         mm_lib.run_cli([args.mmsparse, "generate", *workload_flags(args, preset, seq_len),
@@ -515,8 +522,8 @@ def run_input(args, adapters, module, spec, scratch, results, budget, log):
     for key, value in (("seq_len", t.seq_len), ("heads", t.heads), ("kv_heads", t.kv_heads),
                        ("head_dim", t.head_dim), ("needles", len(reference.needle_keys))):
         result[key] = value
-    log(f"{label} {t.seq_len}: input ready ({t.heads} heads, {t.kv_heads} KV heads); "
-        f"budget {budget.remaining():.0f} s")
+    log(f"{label} {t.seq_len}: input ready ({t.heads} heads, {t.kv_heads} KV heads, "
+        f"{len(reference.needle_keys)} needles); {budget.remaining():.0f} s left")
     mm_dense, configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset,
                                                               path, scratch, budget.remaining)
     dense, peer_groups = peer_entries(args, adapters, t, reference, results, result)

@@ -6,7 +6,9 @@ part a prefill pays once per input: estimation and whatever turns it into the ke
 returns a state; `attend(state, v)` is its attention kernel over that fixed selection and returns
 (out [1, seq, q_heads, head_dim], lse [1, q_heads, seq] natural log, or None when the kernel gives
 none). `attend` takes V so that the harness can rerun the same selection on probe values
-(methods.py: sentinel and needle probes).
+(methods.py: sentinel and needle probes). `setup(t)` is the one-time cost on an input's shapes
+(JIT compilation), run before any timing and recorded apart; `describe` adds point fields only the
+method knows (density); `exact_accuracy` marks dense methods, which need no probe.
 
 Peer packages are imported inside the adapters; `available()` says why one cannot run ("not
 installed: ...") instead of failing. MInference is loaded module by module (`_minference_module`):

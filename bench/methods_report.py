@@ -308,7 +308,10 @@ def plot_input(result, path, title_note=""):
     axes.set_yscale("log")
     axes.set_xlabel("recall (mean over rows of exp(LSE_method - LSE_dense))")
     axes.set_ylabel("total time, index + attention (ms, log)")
-    axes.set_title(f"{result['label']}, {result['seq_len']} tokens{title_note}", fontsize=10)
+    axes.axvline(DEFAULT_RECALL, color="grey", linewidth=0.8, alpha=0.5)  # the table's recall
+    # Two lines: the note (GPU, date, SYNTHETIC, partial) would run past a one-line title.
+    axes.set_title(f"{result['label']}, {result['seq_len']} tokens\n{title_note.strip()}",
+                   fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=7, loc="best")
     figure.tight_layout()

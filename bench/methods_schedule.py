@@ -216,6 +216,7 @@ def run_entries(entries, results, result, budget, ledger, rounds, log, point_bud
             broken.get(entry.method)
         if reason:
             results.skip(result, entry.name, reason)
+            log(f"  skipped: {entry.name} ({reason})")
             continue
         if entry.method not in set_up:
             set_up.add(entry.method)

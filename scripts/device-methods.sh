@@ -93,6 +93,8 @@ if [[ -n $sdist ]]; then
       echo "minference: install failed (its peers will be reported as not installed)"
   fi
   if [[ $minference_cuda -eq 1 ]] && ! compgen -G "$site/minference/*.so" >/dev/null; then
+    export METHODS_BUILDING_MARKER=$work/minference-building
+    touch "$METHODS_BUILDING_MARKER"
     (
       staging=$work/minference-staging
       start=$SECONDS
@@ -107,6 +109,7 @@ if [[ -n $sdist ]]; then
       else
         echo "minference: CUDA extension build FAILED after $((SECONDS - start)) s"
       fi
+      rm -f "$METHODS_BUILDING_MARKER"
     ) >"$work/minference-build.log" 2>&1 &
     build_pid=$!
     stamp "minference: CUDA extension compiling in the background (pid $build_pid)"
