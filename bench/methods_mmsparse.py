@@ -46,6 +46,10 @@ class MmsparsePattern(peers_lib.Adapter):
     every head, through `mmsparse.prepare(q, k, pattern=spec, layout=...)`."""
     family, kernel = "mmsparse", "mmsparse engine"
 
+    # The density counts every computed pair on the host (count_plan_pairs: seconds per plan at
+    # 128K, more than the point itself); above this length points go without it.
+    density_max_len = 32768
+
     def __init__(self, module, pattern, specs):
         super().__init__(f"mmsparse {pattern}", specs)
         self.module = module
@@ -60,7 +64,7 @@ class MmsparsePattern(peers_lib.Adapter):
         return plan.run(t.q, t.k, v, return_lse=True)
 
     def describe(self, t, plan):
-        return {"density": plan.density()}
+        return {"density": plan.density()} if t.seq_len <= self.density_max_len else {}
 
 
 class MmsparseDense(MmsparsePattern):
