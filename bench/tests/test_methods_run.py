@@ -99,6 +99,48 @@ def peers_a_shape_pairs(seq, sink, local):
     return sum(min(i + 1, local) + min(max(i + 1 - local, 0), sink) for i in range(seq))
 
 
+class Args:
+    warmup, repeats = 0, 2
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch or safetensors not installed")
+class PeerEntryTest(unittest.TestCase):
+    """A real peer adapter (FlexAttention's A-shape, eager on the CPU) through the harness: set-up,
+    timing, accuracy from its LSE, and the point."""
+
+    def test_flex_a_shape_point_matches_its_mask(self):
+        t = small_tensors(seq=256)
+        reference = methods.Reference(t, None, methods.math_dense)
+        adapter = peers.FlexAShape([32, 128], sink=16)
+
+        original = peers.create_block_mask
+
+        def eager_block_mask(*args, **kwargs):
+            return original(*args, **dict(kwargs, _compile=False))
+        with mock.patch.object(peers, "compiled_flex", lambda: peers.flex_attention), \
+                mock.patch.object(peers, "create_block_mask", side_effect=eager_block_mask):
+            adapter_points = []
+            for local in adapter.settings:
+                entry = methods.PeerEntry(adapter, local, t, reference, Args())
+                entry.setup()
+                entry.run_round(0.0)
+                entry.run_round(0.0)
+                adapter_points += entry.points()
+        rows = torch.arange(t.seq_len)
+        for local, point in zip(adapter.settings, adapter_points):
+            keep = (rows[None, :] <= rows[:, None]) & \
+                ((rows[None, :] < 16) | (rows[:, None] - rows[None, :] < local))
+            scores = torch.einsum("bhqd,bhkd->bhqk", t.qt.float(), t.kt_full.float()) * t.scale
+            lse = torch.logsumexp(scores.masked_fill(~keep, float("-inf")), -1)
+            expected = torch.exp(lse - reference.lse).mean().item()
+            self.assertAlmostEqual(point["recall"], expected, places=4)
+            self.assertEqual(point["recall_source"], "lse")
+            self.assertEqual(point["knob"], f"sink=16,local={local}")
+            self.assertEqual(len(point["round_total_ms"]), 2)
+        self.assertLess(adapter_points[0]["recall"], adapter_points[1]["recall"])
+        self.assertLess(adapter_points[1]["recall"], 1.0)
+
+
 class FakeEntry:
     def __init__(self, name):
         self.name = name
