@@ -19,6 +19,9 @@ import statistics
 import sys
 import time
 
+NEGLIGIBLE_SETUP_S = 0.01  # a set-up this short is not recorded
+
+
 class Budget:
     """A deadline `seconds` after creation (0: none), never later than its parent's."""
 
@@ -228,8 +231,9 @@ def run_entries(entries, results, result, budget, ledger, rounds, log, point_bud
                 results.fail(result, entry.name, broken[entry.method])
                 log(f"  {entry.method}: {broken[entry.method]}")
                 continue
-            results.setup_time(result, entry.method, clock() - start)
-            log(f"  {entry.method}: set up (JIT warm-up) in {clock() - start:.1f} s")
+            if clock() - start >= NEGLIGIBLE_SETUP_S:  # entries without a set-up stay quiet
+                results.setup_time(result, entry.method, clock() - start)
+                log(f"  {entry.method}: set up (JIT warm-up) in {clock() - start:.1f} s")
         if _run_one(entry, results, result, ledger, log, point_budget_s, clock, round_number=1) \
                 and getattr(entry, "repeatable", True):
             done.append(entry)
