@@ -1,14 +1,20 @@
 // The last-q estimate of every head slot on the GPU (index_kernels.h), GQA native: one block per
-// (key chunk, batch element, KV head) loads its keys once and scores the estimate rows of every
-// query head of the group against them with tensor-core MMAs (fp32 accumulation). Two passes over
-// the same scores, because the softmax of a row needs its maximum and sum over all keys first:
-//   stats pass    per row and chunk: max and sum of exp(score - max);  combine -> per row
-//   sums pass     p = exp(score - max) / sum, as the host computes it; per chunk the column sums
-//                 (the block owns its keys) and per-chunk diagonal partials; a gather adds the
-//                 partials of each diagonal in chunk order; and, for the grid search, the
-//                 probabilities themselves when asked for.
-// Every sum runs over rows in ascending order, in double like the host's; the scores themselves
-// differ from the host's by summation order in the dot product only (the contract allows that).
+// (range of kBlockChunks key chunks, batch element, KV head) loads its keys into shared memory once
+// and scores the estimate rows of every query head of the group against them with tensor-core
+// MMAs (m16n8k16, fp32 accumulation), a 64-row tile at a time whose query fragments stay in
+// registers for all the block's chunks. Two passes over the same scores, because the softmax of a
+// row needs its maximum and sum over all keys first:
+//   stats pass    per row and chunk: max and sum of exp(score - max), reduced in registers across
+//                 the four lanes that hold a row;  combine -> per row
+//   sums pass     p = exp(score - max) / sum; per chunk the column sums (the block owns its keys)
+//                 and per-chunk diagonal partials; a gather adds the partials of each diagonal in
+//                 chunk order; and, for the grid search, the probabilities themselves when asked.
+// Precision: the scores differ from the host's by the dot product's summation order; p is
+// exp(score - max) times the float reciprocal of the row's sum (within 2 ulp of the host's
+// rounded quotient); a chunk's partial sums add a row tile's 64 rows (or a chunk's 64 keys) in
+// float, and everything across chunks and row tiles adds in double, rows and chunks in ascending
+// order, so a run repeats its results bit for bit. The GPU tests compare with the host estimate
+// at a relative tolerance and compare plans only where the top-k cut is clear.
 // The estimate rows come in segments of consecutive queries (EstimateSegment): the last rows of q,
 // or a Q- or 2D-boundary group's last rows, one segment per run of its modality; a segment's rows
 // meet a chunk's keys on (rows - 1) * step + kChunk diagonals (step 1: each row's frontier one
@@ -39,26 +45,35 @@ namespace mmsparse::cuda::index {
 namespace {
 
 constexpr int kChunk = static_cast<int>(kEstimateChunkKeys);
+// Key chunks per block: their keys are loaded once and read by every head and row tile, so the
+// query tiles are loaded once per kBlockChunks chunks; two keep four blocks resident per SM.
+constexpr int kBlockChunks = 2;
+constexpr int kBlockKeys = kBlockChunks * kChunk;
 constexpr int kTileRows = 64;  // estimate rows per MMA tile
 constexpr int kWarpRows = 16;  // the MMA's m extent: each warp scores 16 rows
 constexpr int kWarps = kTileRows / kWarpRows;
 constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kMinBlocksPerSm = 4;
 constexpr int kMmaKeys = 8;  // the MMA's n extent
 constexpr int kKeyTiles = kChunk / kMmaKeys;
 constexpr int kMmaDepth = static_cast<int>(kEstimateHeadDimStep);
+constexpr int kMaxDepthSteps = static_cast<int>(kMaxEstimateHeadDim) / kMmaDepth;
 constexpr int kVectorElements = static_cast<int>(kEstimateVectorElements);
 constexpr int kFragmentHalfRows = 8;   // a fragment's second row group is 8 rows below the first
 constexpr int kFragmentHalfDepth = 8;  // and its second k group 8 columns right
+constexpr int kFragmentElements = 4;   // accumulator elements per lane and key tile
+constexpr int kRowHalves = 2;          // a lane holds two rows of its warp's 16
+constexpr int kQuadLanes = 4;          // the lanes holding one row: lane / 4 names the row
 // Shared rows are padded by 8 elements (16 bytes) so that the 8 row groups of a fragment load fall
 // on distinct banks.
 constexpr int kRowPitch = static_cast<int>(kMaxEstimateHeadDim) + 8;
 constexpr int kScorePitch = kChunk + 1;
-constexpr int kTileDiagonals = kTileRows + kChunk - 1;
-constexpr int kMaxDiagonals = static_cast<int>(kMaxEstimateDiagonals);
 constexpr int kMaxSegments = static_cast<int>(kMaxEstimateSegments);
 constexpr int kGatherThreads = 256;
 constexpr int kCombineWarpsPerBlock = 8;
-static_assert(kChunk % kMmaKeys == 0 && kThreads >= kTileDiagonals && kThreads >= kTileRows);
+constexpr int kColumnAccumulators = 4;  // independent float sums down a column
+static_assert(kChunk % kMmaKeys == 0 && kThreads >= 2 * kChunk - 1 && kThreads >= kTileRows);
+static_assert(kWarpRows == kRowHalves * kFragmentHalfRows && kTileRows % kColumnAccumulators == 0);
 
 enum class EstimatePass : int32_t { kStats, kSums };
 
@@ -121,217 +136,399 @@ struct EstimateParams {
   }
 };
 
+// Dynamic shared memory of an estimate block (above the 48 KB of static shared memory).
 struct EstimateShared {
-  alignas(16) uint16_t keys[kChunk * kRowPitch];
+  alignas(16) uint16_t keys[kBlockKeys * kRowPitch];
   union {
-    alignas(16) uint16_t queries[kTileRows * kRowPitch];  // before the MMAs
-    float values[kTileRows * kScorePitch];                // after: scores or probabilities
+    alignas(16) uint16_t queries[kTileRows * kRowPitch];  // staged, then held in registers
+    float values[kTileRows * kScorePitch];                // sums pass: one chunk's probabilities
   } tile;
-  double columns[kChunk];
-  double diagonals[kMaxDiagonals];  // per segment, by u = its row - key in chunk + kChunk - 1
-  int64_t row_frontier[kTileRows];
-  float row_max[kTileRows];
-  double row_sum[kTileRows];
+  double columns[kBlockKeys];  // sums pass: the head's column sums of the block's keys
 };
 
 __device__ inline uint32_t load_pair(const uint16_t* shared, int index) {
   return *reinterpret_cast<const uint32_t*>(shared + index);
 }
 
-// One block: key chunk blockIdx.x of the blockIdx.y-th (batch element, used KV head), every
-// estimate row of every estimated query head of its GQA group.
-template <class Element>
-__global__ void __launch_bounds__(kThreads)
-    estimate_kernel(const EstimateParams params, const EstimatePass pass) {
-  __shared__ EstimateShared shared;
-  const int64_t chunk = blockIdx.x;
+// Where a lane works: its warp's 16 rows of the tile, its fragment row and key pair.
+struct Lane {
+  int warp, group_row, pair;
+  __device__ Lane()
+      : warp(static_cast<int>(threadIdx.x) / kWarpSize),
+        group_row(static_cast<int>(threadIdx.x) % kWarpSize / kQuadLanes),
+        pair(static_cast<int>(threadIdx.x) % kQuadLanes * 2) {}
+  // Tile row of the lane's half h (fragment ownership, see TensorCore in sm80/ptx.cuh).
+  __device__ int tile_row(int half) const {
+    return warp * kWarpRows + group_row + half * kFragmentHalfRows;
+  }
+  // Key within the chunk of accumulator element `element` of key tile `key_tile`.
+  __device__ int key(int key_tile, int element) const {
+    return key_tile * kMmaKeys + pair + element % 2;
+  }
+};
+
+// The block's batch element, KV head and the local indices [member_begin, member_end) of the
+// estimated query heads that read it.
+struct BlockHeads {
+  int32_t batch, kv_head, member_begin, member_end;
+};
+
+__device__ BlockHeads block_heads(const EstimateParams& params) {
   const HeadSelection& selection = params.selection;
   const bool selected = selection.count > 0;
   const int32_t kv_blocks = selected ? selection.kv_count : params.kv_heads;
-  const int32_t batch = static_cast<int32_t>(blockIdx.y) / kv_blocks;
+  BlockHeads heads;
+  heads.batch = static_cast<int32_t>(blockIdx.y) / kv_blocks;
   const int32_t kv_block = static_cast<int32_t>(blockIdx.y) % kv_blocks;
-  const int32_t member_begin = selected ? selection.kv_first[kv_block] : kv_block * params.group;
-  const int32_t member_end =
-      selected ? selection.kv_first[kv_block + 1] : member_begin + params.group;
-  const int32_t kv_head = selected ? selection.heads[member_begin] / params.group : kv_block;
-  const int64_t key_begin = chunk * kChunk;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int group_row = lane / 4;  // fragment ownership, see TensorCore in cuda/attention/sm80/ptx.cuh
-  const int pair = (lane % 4) * 2;
-  const int head_dim = params.head_dim;
+  heads.member_begin = selected ? selection.kv_first[kv_block] : kv_block * params.group;
+  heads.member_end =
+      selected ? selection.kv_first[kv_block + 1] : heads.member_begin + params.group;
+  heads.kv_head = selected ? selection.heads[heads.member_begin] / params.group : kv_block;
+  return heads;
+}
 
-  const int row_vectors = head_dim / kVectorElements;
-  const uint16_t* keys = params.k + batch * params.k_stride_batch + kv_head * params.k_stride_head;
-  for (int v = static_cast<int>(threadIdx.x); v < kChunk * row_vectors; v += kThreads) {
+// The block's keys [key_begin, key_begin + kBlockKeys) into shared rows; zeros beyond the scores
+// (no row sees them).
+__device__ void load_key_range(const EstimateParams& params, const BlockHeads& heads,
+                               int64_t key_begin, uint16_t* keys) {
+  const int row_vectors = params.head_dim / kVectorElements;
+  const uint16_t* base =
+      params.k + heads.batch * params.k_stride_batch + heads.kv_head * params.k_stride_head;
+  for (int v = static_cast<int>(threadIdx.x); v < kBlockKeys * row_vectors; v += kThreads) {
     const int key = v / row_vectors;
     const int dim = v % row_vectors * kVectorElements;
     uint4 bits = {};
-    if (key_begin + key < params.scores) {  // no row sees a key beyond the scores
+    if (key_begin + key < params.scores) {
       const int64_t original = params.keys.original(key_begin + key);
-      bits = *reinterpret_cast<const uint4*>(keys + original * params.k_stride_row + dim);
+      bits = *reinterpret_cast<const uint4*>(base + original * params.k_stride_row + dim);
     }
-    *reinterpret_cast<uint4*>(shared.keys + key * kRowPitch + dim) = bits;
+    *reinterpret_cast<uint4*>(keys + key * kRowPitch + dim) = bits;
   }
+}
 
-  for (int32_t member = member_begin; member < member_end; ++member) {
-    const int32_t q_head = selected ? selection.heads[member] : member;
-    const int64_t slot = static_cast<int64_t>(batch) * params.slots_per_batch + member;
-    if (pass == EstimatePass::kSums) {
-      __syncthreads();  // the previous head's sums are stored
-      for (int i = static_cast<int>(threadIdx.x); i < kMaxDiagonals; i += kThreads) {
-        shared.diagonals[i] = 0.0;
-        if (i < kChunk) shared.columns[i] = 0.0;
+// The query rows [row_begin, row_begin + tile_rows) of one head into shared rows; zeros below.
+__device__ void stage_query_tile(const EstimateParams& params, const uint16_t* queries,
+                                 int64_t row_begin, int tile_rows, uint16_t* staged) {
+  const int row_vectors = params.head_dim / kVectorElements;
+  for (int v = static_cast<int>(threadIdx.x); v < kTileRows * row_vectors; v += kThreads) {
+    const int row = v / row_vectors;
+    const int dim = v % row_vectors * kVectorElements;
+    uint4 bits = {};
+    if (row < tile_rows) {
+      bits = *reinterpret_cast<const uint4*>(
+          queries + params.position(row_begin + row) * params.q_stride_row + dim);
+    }
+    *reinterpret_cast<uint4*>(staged + row * kRowPitch + dim) = bits;
+  }
+}
+
+// A warp's 16 query rows as MMA A fragments, one per 16 dimensions.
+struct QueryFragments {
+  uint32_t a[kMaxDepthSteps][4];
+};
+
+__device__ void load_query_fragments(const uint16_t* staged, const Lane& lane, int steps,
+                                     QueryFragments& fragments) {
+  const int warp_row = lane.tile_row(0);
+#pragma unroll
+  for (int step = 0; step < kMaxDepthSteps; ++step) {
+    if (step >= steps) break;
+    const int column = step * kMmaDepth + lane.pair;
+    const int low = warp_row * kRowPitch + column;
+    const int high = (warp_row + kFragmentHalfRows) * kRowPitch + column;
+    fragments.a[step][0] = load_pair(staged, low);
+    fragments.a[step][1] = load_pair(staged, high);
+    fragments.a[step][2] = load_pair(staged, low + kFragmentHalfDepth);
+    fragments.a[step][3] = load_pair(staged, high + kFragmentHalfDepth);
+  }
+}
+
+// The warp's 16 rows × the chunk's 64 keys (shared rows from `keys`), unscaled, in accumulator
+// fragments.
+template <class Element>
+__device__ void score_chunk(const QueryFragments& fragments, const uint16_t* keys, const Lane& lane,
+                            int steps, float (&scores)[kKeyTiles][kFragmentElements]) {
+#pragma unroll
+  for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+#pragma unroll
+    for (int element = 0; element < kFragmentElements; ++element) scores[key_tile][element] = 0.0f;
+  }
+#pragma unroll
+  for (int step = 0; step < kMaxDepthSteps; ++step) {
+    if (step >= steps) break;
+    const int column = step * kMmaDepth + lane.pair;
+#pragma unroll
+    for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+      const int key_row = (key_tile * kMmaKeys + lane.group_row) * kRowPitch + column;
+      TensorCore<Element>::mma(scores[key_tile], fragments.a[step], load_pair(keys, key_row),
+                               load_pair(keys, key_row + kFragmentHalfDepth));
+    }
+  }
+}
+
+// A lane's two tile rows: the keys each sees (0 beyond the tile) and, in the sums pass, its
+// softmax maximum and the reciprocal of its sum.
+struct LaneRows {
+  int64_t frontier[kRowHalves];
+  float maximum[kRowHalves];
+  float inverse_sum[kRowHalves];
+};
+
+template <EstimatePass kPass>
+__device__ LaneRows lane_rows(const EstimateParams& params, const Lane& lane, int64_t slot,
+                              int64_t row_begin, int tile_rows) {
+  LaneRows rows{};
+  for (int half = 0; half < kRowHalves; ++half) {
+    const int row = lane.tile_row(half);
+    if (row >= tile_rows) continue;
+    rows.frontier[half] = params.frontier(row_begin + row);
+    if (kPass == EstimatePass::kSums) {
+      const int64_t at = slot * params.rows + row_begin + row;
+      rows.maximum[half] = params.scratch.row_max[at];
+      rows.inverse_sum[half] = static_cast<float>(1.0 / params.scratch.row_sum[at]);
+    }
+  }
+  return rows;
+}
+
+// Stats pass, a chunk no row of the tile sees: maximum -inf and sum 0 for each row.
+__device__ void write_unseen_chunk_stats(const EstimateParams& params, int64_t slot,
+                                         int64_t row_begin, int tile_rows, int64_t chunk) {
+  const int x = static_cast<int>(threadIdx.x);
+  if (x >= tile_rows) return;
+  const int64_t at = (slot * params.rows + row_begin + x) * params.chunks + chunk;
+  params.scratch.partial_max[at] = -INFINITY;
+  params.scratch.partial_sum[at] = 0.0;
+}
+
+// Stats pass: each of the lane's rows' maximum over the chunk's keys it sees and the sum of
+// exp(score - maximum), reduced over the row's four lanes; the first of them writes.
+__device__ void write_chunk_stats(const EstimateParams& params, const Lane& lane,
+                                  const LaneRows& rows,
+                                  float (&scores)[kKeyTiles][kFragmentElements], int64_t slot,
+                                  int64_t row_begin, int tile_rows, int64_t chunk) {
+  const int64_t chunk_begin = chunk * kChunk;
+  float maximum[kRowHalves] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+#pragma unroll
+    for (int element = 0; element < kFragmentElements; ++element) {
+      const int half = element / 2;
+      const bool seen = chunk_begin + lane.key(key_tile, element) < rows.frontier[half];
+      const float score = seen ? scores[key_tile][element] * params.scale : -INFINITY;
+      scores[key_tile][element] = score;
+      maximum[half] = fmaxf(maximum[half], score);
+    }
+  }
+  float sum[kRowHalves] = {0.0f, 0.0f};
+  for (int half = 0; half < kRowHalves; ++half) {
+    for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+      maximum[half] = fmaxf(maximum[half], __shfl_xor_sync(kFullWarpMask, maximum[half], offset));
+    }
+  }
+#pragma unroll
+  for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+#pragma unroll
+    for (int element = 0; element < kFragmentElements; ++element) {
+      const int half = element / 2;
+      if (scores[key_tile][element] != -INFINITY) {
+        sum[half] += expf(scores[key_tile][element] - maximum[half]);
       }
     }
+  }
+  for (int half = 0; half < kRowHalves; ++half) {
+    for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+      sum[half] += __shfl_xor_sync(kFullWarpMask, sum[half], offset);
+    }
+    const int row = lane.tile_row(half);
+    if (lane.pair != 0 || row >= tile_rows) continue;
+    const int64_t at = (slot * params.rows + row_begin + row) * params.chunks + chunk;
+    params.scratch.partial_max[at] = maximum[half];
+    params.scratch.partial_sum[at] = sum[half];
+  }
+}
+
+// Sums pass: the lane's probabilities of the chunk (0 where a row does not see the key) into the
+// shared tile of values.
+__device__ void store_chunk_probabilities(const EstimateParams& params, const Lane& lane,
+                                          const LaneRows& rows,
+                                          const float (&scores)[kKeyTiles][kFragmentElements],
+                                          int64_t chunk_begin, float* values) {
+#pragma unroll
+  for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
+#pragma unroll
+    for (int element = 0; element < kFragmentElements; ++element) {
+      const int half = element / 2;
+      const int key = lane.key(key_tile, element);
+      const bool seen = chunk_begin + key < rows.frontier[half];
+      const float score = scores[key_tile][element] * params.scale;
+      values[lane.tile_row(half) * kScorePitch + key] =
+          seen ? expf(score - rows.maximum[half]) * rows.inverse_sum[half] : 0.0f;
+    }
+  }
+}
+
+// Sums pass, for the grid search: the tile's rows of the chunk into the softmax rows (every key
+// below the scores, 0 where the row does not see it).
+__device__ void copy_chunk_probabilities(const EstimateParams& params, const float* values,
+                                         int64_t slot, int64_t row_begin, int tile_rows,
+                                         int64_t chunk_begin) {
+  for (int i = static_cast<int>(threadIdx.x); i < tile_rows * kChunk; i += kThreads) {
+    const int row = i / kChunk;
+    const int key = i % kChunk;
+    if (chunk_begin + key < params.scores) {
+      params.scratch.probabilities[(slot * params.rows + row_begin + row) * params.scores +
+                                   chunk_begin + key] = values[row * kScorePitch + key];
+    }
+  }
+}
+
+// Sums pass: the tile's rows of each key of the chunk added to its column sum (a thread per key).
+__device__ void add_chunk_columns(const float* values, int tile_rows, double* columns) {
+  const int x = static_cast<int>(threadIdx.x);
+  if (x >= kChunk) return;
+  float sums[kColumnAccumulators] = {};
+  for (int row = 0; row < tile_rows; ++row) {
+    sums[row % kColumnAccumulators] += values[row * kScorePitch + x];
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < kColumnAccumulators; ++i) sum += sums[i];
+  columns[x] += static_cast<double>(sum);
+}
+
+// Sums pass: each segment's rows of the tile, [first, last), added to the chunk's diagonal
+// partials (a thread per diagonal u = (row - first) * step - key + kChunk - 1, rows ascending).
+__device__ void add_chunk_diagonals(const EstimateParams& params, const float* values,
+                                    int64_t row_begin, int tile_rows, double* partials) {
+  const int x = static_cast<int>(threadIdx.x);
+  for (int s = 0; s < params.segment_count; ++s) {
+    const SegmentView& segment = params.segments[s];
+    const int64_t first = max(static_cast<int64_t>(segment.first_row), row_begin);
+    const int64_t last =
+        min(static_cast<int64_t>(segment.first_row) + segment.rows, row_begin + tile_rows);
+    if (first >= last) continue;
+    const int tile_first = static_cast<int>(first - row_begin);
+    const int count = static_cast<int>(last - first);
+    float sum = 0.0f;
+    if (segment.step == 0) {  // one frontier: u = kChunk - 1 - key for every row
+      if (x >= kChunk) continue;
+      for (int row = 0; row < count; ++row) {
+        sum += values[(tile_first + row) * kScorePitch + kChunk - 1 - x];
+      }
+      partials[segment.first_entry + x] += static_cast<double>(sum);
+      continue;
+    }
+    if (x >= count + kChunk - 1) continue;
+    for (int row = max(0, x - (kChunk - 1)); row <= min(count - 1, x); ++row) {
+      sum += values[(tile_first + row) * kScorePitch + row + kChunk - 1 - x];
+    }
+    partials[segment.first_entry + (first - segment.first_row) + x] += static_cast<double>(sum);
+  }
+}
+
+// What every row tile of a block needs: its first chunk and how many it holds.
+struct BlockChunks {
+  int64_t first;
+  int count;
+};
+
+// One row tile of one head against the block's chunks: stage its queries, hold them as fragments,
+// then per chunk the stats (kStats) or the probabilities and their sums (kSums).
+template <class Element, EstimatePass kPass>
+__device__ void estimate_row_tile(const EstimateParams& params, EstimateShared& shared,
+                                  const BlockHeads& heads, int32_t q_head, int64_t slot,
+                                  const BlockChunks& chunks, int64_t row_begin) {
+  const int tile_rows =
+      static_cast<int>(min(static_cast<int64_t>(kTileRows), params.rows - row_begin));
+  // Frontiers ascend with the rows, so the tile's last row sees the most keys.
+  const int64_t seen_keys = params.frontier(row_begin + tile_rows - 1);
+  const int seen_chunks =
+      static_cast<int>(min(static_cast<int64_t>(chunks.count),
+                           max(int64_t{0}, ceil_div(seen_keys, kChunk) - chunks.first)));
+  if (kPass == EstimatePass::kStats) {
+    for (int c = seen_chunks; c < chunks.count; ++c) {
+      write_unseen_chunk_stats(params, slot, row_begin, tile_rows, chunks.first + c);
+    }
+  }
+  if (seen_chunks == 0) return;
+  const Lane lane;
+  const int steps = params.head_dim / kMmaDepth;
+  __syncthreads();  // the previous tile's queries and values are consumed
+  stage_query_tile(params,
+                   params.q + heads.batch * params.q_stride_batch + q_head * params.q_stride_head,
+                   row_begin, tile_rows, shared.tile.queries);
+  __syncthreads();
+  QueryFragments fragments;
+  load_query_fragments(shared.tile.queries, lane, steps, fragments);
+  const LaneRows rows = lane_rows<kPass>(params, lane, slot, row_begin, tile_rows);
+  for (int c = 0; c < seen_chunks; ++c) {
+    const int64_t chunk = chunks.first + c;
+    float scores[kKeyTiles][kFragmentElements];
+    score_chunk<Element>(fragments, shared.keys + c * kChunk * kRowPitch, lane, steps, scores);
+    if (kPass == EstimatePass::kStats) {
+      write_chunk_stats(params, lane, rows, scores, slot, row_begin, tile_rows, chunk);
+      continue;
+    }
+    __syncthreads();  // the queries (first chunk) or the previous chunk's values are consumed
+    store_chunk_probabilities(params, lane, rows, scores, chunk * kChunk, shared.tile.values);
+    __syncthreads();
+    if (params.scratch.probabilities != nullptr) {
+      copy_chunk_probabilities(params, shared.tile.values, slot, row_begin, tile_rows,
+                               chunk * kChunk);
+    }
+    add_chunk_columns(shared.tile.values, tile_rows, shared.columns + c * kChunk);
+    add_chunk_diagonals(params, shared.tile.values, row_begin, tile_rows,
+                        params.scratch.diagonal_partials +
+                            (slot * params.chunks + chunk) * params.diagonal_entries);
+  }
+}
+
+// Sums pass, before a head's row tiles: its column sums of the block's keys and its diagonal
+// partials of the block's chunks start at zero (the row tiles' barriers order the adds after).
+__device__ void begin_head_sums(const EstimateParams& params, EstimateShared& shared, int64_t slot,
+                                const BlockChunks& chunks) {
+  __syncthreads();  // the previous head's column sums are written out
+  const int x = static_cast<int>(threadIdx.x);
+  for (int i = x; i < kBlockKeys; i += kThreads) shared.columns[i] = 0.0;
+  const int64_t entries = static_cast<int64_t>(chunks.count) * params.diagonal_entries;
+  double* partials = params.scratch.diagonal_partials +
+                     (slot * params.chunks + chunks.first) * params.diagonal_entries;
+  for (int64_t u = x; u < entries; u += kThreads) partials[u] = 0.0;
+}
+
+// Sums pass, after a head's row tiles: its column sums of the block's keys.
+__device__ void write_head_columns(const EstimateParams& params, const EstimateShared& shared,
+                                   int64_t slot, const BlockChunks& chunks) {
+  __syncthreads();
+  const int64_t key_begin = chunks.first * kChunk;
+  for (int x = static_cast<int>(threadIdx.x); x < chunks.count * kChunk; x += kThreads) {
+    if (key_begin + x < params.scores) {
+      params.scratch.column_sums[slot * params.scores + key_begin + x] = shared.columns[x];
+    }
+  }
+}
+
+// One block: key chunks [blockIdx.x * kBlockChunks, + kBlockChunks) of the blockIdx.y-th (batch
+// element, used KV head), every estimate row of every estimated query head of its GQA group.
+template <class Element, EstimatePass kPass>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    estimate_kernel(const EstimateParams params) {
+  extern __shared__ __align__(16) unsigned char shared_memory[];
+  EstimateShared& shared = *reinterpret_cast<EstimateShared*>(shared_memory);
+  const BlockHeads heads = block_heads(params);
+  BlockChunks chunks;
+  chunks.first = static_cast<int64_t>(blockIdx.x) * kBlockChunks;
+  chunks.count =
+      static_cast<int>(min(static_cast<int64_t>(kBlockChunks), params.chunks - chunks.first));
+  load_key_range(params, heads, chunks.first * kChunk, shared.keys);  // a tile's barrier follows
+  for (int32_t member = heads.member_begin; member < heads.member_end; ++member) {
+    const int32_t q_head = params.selection.count > 0 ? params.selection.heads[member] : member;
+    const int64_t slot = static_cast<int64_t>(heads.batch) * params.slots_per_batch + member;
+    if (kPass == EstimatePass::kSums) begin_head_sums(params, shared, slot, chunks);
     for (int64_t row_begin = 0; row_begin < params.rows; row_begin += kTileRows) {
-      const int tile_rows =
-          static_cast<int>(params.rows - row_begin < kTileRows ? params.rows - row_begin : kTileRows);
-      // Frontiers ascend with the rows, so the tile's last row sees the most keys.
-      if (params.frontier(row_begin + tile_rows - 1) <= key_begin) {
-        // Causality: no row of the tile sees a key of the chunk.
-        if (pass == EstimatePass::kStats && static_cast<int>(threadIdx.x) < tile_rows) {
-          const int64_t at = (slot * params.rows + row_begin + threadIdx.x) * params.chunks + chunk;
-          params.scratch.partial_max[at] = -INFINITY;
-          params.scratch.partial_sum[at] = 0.0;
-        }
-        continue;
-      }
-      __syncthreads();  // the previous tile's values are consumed
-      const uint16_t* queries =
-          params.q + batch * params.q_stride_batch + q_head * params.q_stride_head;
-      for (int v = static_cast<int>(threadIdx.x); v < kTileRows * row_vectors; v += kThreads) {
-        const int row = v / row_vectors;
-        const int dim = v % row_vectors * kVectorElements;
-        uint4 bits = {};
-        if (row < tile_rows) {
-          bits = *reinterpret_cast<const uint4*>(
-              queries + params.position(row_begin + row) * params.q_stride_row + dim);
-        }
-        *reinterpret_cast<uint4*>(shared.tile.queries + row * kRowPitch + dim) = bits;
-      }
-      if (static_cast<int>(threadIdx.x) < tile_rows) {
-        shared.row_frontier[threadIdx.x] = params.frontier(row_begin + threadIdx.x);
-      }
-      if (pass == EstimatePass::kSums && static_cast<int>(threadIdx.x) < tile_rows) {
-        const int64_t row = slot * params.rows + row_begin + threadIdx.x;
-        shared.row_max[threadIdx.x] = params.scratch.row_max[row];
-        shared.row_sum[threadIdx.x] = params.scratch.row_sum[row];
-      }
-      __syncthreads();
-
-      float scores[kKeyTiles][4] = {};
-      const int warp_row = warp * kWarpRows + group_row;
-      for (int depth = 0; depth < head_dim; depth += kMmaDepth) {
-        const int column = depth + pair;
-        const uint32_t a[4] = {
-            load_pair(shared.tile.queries, warp_row * kRowPitch + column),
-            load_pair(shared.tile.queries, (warp_row + kFragmentHalfRows) * kRowPitch + column),
-            load_pair(shared.tile.queries, warp_row * kRowPitch + column + kFragmentHalfDepth),
-            load_pair(shared.tile.queries,
-                      (warp_row + kFragmentHalfRows) * kRowPitch + column + kFragmentHalfDepth)};
-#pragma unroll
-        for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
-          const int key_row = (key_tile * kMmaKeys + group_row) * kRowPitch + column;
-          TensorCore<Element>::mma(scores[key_tile], a, load_pair(shared.keys, key_row),
-                                   load_pair(shared.keys, key_row + kFragmentHalfDepth));
-        }
-      }
-      __syncthreads();  // every warp has read its queries; the values overwrite them
-
-#pragma unroll
-      for (int key_tile = 0; key_tile < kKeyTiles; ++key_tile) {
-#pragma unroll
-        for (int element = 0; element < 4; ++element) {
-          const int row = warp_row + (element / 2) * kFragmentHalfRows;
-          const int key = key_tile * kMmaKeys + pair + element % 2;
-          const int64_t position = key_begin + key;
-          const bool valid = row < tile_rows && position < shared.row_frontier[row];
-          const float score = scores[key_tile][element] * params.scale;
-          float value;
-          if (pass == EstimatePass::kStats) {
-            value = valid ? score : -INFINITY;
-          } else {
-            // The host: exp in float, the division by the double sum, rounded to float.
-            value = valid ? static_cast<float>(static_cast<double>(expf(score - shared.row_max[row])) /
-                                               shared.row_sum[row])
-                          : 0.0f;
-          }
-          shared.tile.values[row * kScorePitch + key] = value;
-        }
-      }
-      __syncthreads();
-
-      const int x = static_cast<int>(threadIdx.x);
-      if (pass == EstimatePass::kStats) {
-        if (x < tile_rows) {
-          const float* row = shared.tile.values + x * kScorePitch;
-          float maximum = -INFINITY;
-          for (int key = 0; key < kChunk; ++key) maximum = fmaxf(maximum, row[key]);
-          double sum = 0.0;
-          if (maximum != -INFINITY) {
-            for (int key = 0; key < kChunk; ++key) {
-              if (row[key] != -INFINITY) sum += expf(row[key] - maximum);
-            }
-          }
-          const int64_t at = (slot * params.rows + row_begin + x) * params.chunks + chunk;
-          params.scratch.partial_max[at] = maximum;
-          params.scratch.partial_sum[at] = sum;
-        }
-      } else {
-        if (params.scratch.probabilities != nullptr) {
-          for (int i = x; i < tile_rows * kChunk; i += kThreads) {
-            const int row = i / kChunk;
-            const int key = i % kChunk;
-            if (key_begin + key < params.scores) {
-              params.scratch.probabilities[(slot * params.rows + row_begin + row) * params.scores +
-                                           key_begin + key] =
-                  shared.tile.values[row * kScorePitch + key];
-            }
-          }
-        }
-        if (x < kChunk) {
-          double sum = 0.0;
-          for (int row = 0; row < tile_rows; ++row) sum += shared.tile.values[row * kScorePitch + x];
-          shared.columns[x] += sum;
-        }
-        // Each segment's rows of the tile, [first, last) relative to it: diagonal
-        // u = (row - first) * step - key + kChunk - 1 of them, rows ascending.
-        for (int s = 0; s < params.segment_count; ++s) {
-          const SegmentView& segment = params.segments[s];
-          const int64_t first = max(static_cast<int64_t>(segment.first_row), row_begin);
-          const int64_t last =
-              min(static_cast<int64_t>(segment.first_row) + segment.rows, row_begin + tile_rows);
-          const int tile_first = static_cast<int>(first - row_begin);
-          const int count = static_cast<int>(last - first);
-          double sum = 0.0;
-          if (segment.step == 0) {  // one frontier: u = kChunk - 1 - key for every row
-            if (first >= last || x >= kChunk) continue;
-            for (int row = 0; row < count; ++row) {
-              sum += shared.tile.values[(tile_first + row) * kScorePitch + kChunk - 1 - x];
-            }
-            shared.diagonals[segment.first_entry + x] += sum;
-            continue;
-          }
-          if (first >= last || x >= last - first + kChunk - 1) continue;
-          for (int row = max(0, x - (kChunk - 1)); row <= min(count - 1, x); ++row) {
-            sum += shared.tile.values[(tile_first + row) * kScorePitch + row + kChunk - 1 - x];
-          }
-          shared.diagonals[segment.first_entry + (first - segment.first_row) + x] += sum;
-        }
-      }
+      estimate_row_tile<Element, kPass>(params, shared, heads, q_head, slot, chunks, row_begin);
     }
-    if (pass == EstimatePass::kSums) {
-      __syncthreads();
-      const int x = static_cast<int>(threadIdx.x);
-      if (x < kChunk && key_begin + x < params.scores) {
-        params.scratch.column_sums[slot * params.scores + key_begin + x] = shared.columns[x];
-      }
-      const int64_t entries = params.diagonal_entries;
-      double* partials =
-          params.scratch.diagonal_partials + (slot * params.chunks + chunk) * entries;
-      for (int64_t u = x; u < entries; u += kThreads) partials[u] = shared.diagonals[u];
-    }
+    if (kPass == EstimatePass::kSums) write_head_columns(params, shared, slot, chunks);
   }
 }
 
@@ -393,7 +590,6 @@ __global__ void gather_diagonals_kernel(const EstimateParams params) {
   params.scratch.diagonal_sums[slot * params.scores + d] = sum;
 }
 
-
 EstimateParams make_params(const EstimateOperands& operands, const EstimateExtents& extents,
                            const EstimateScratch& scratch) {
   EstimateParams params{};
@@ -443,17 +639,31 @@ EstimateParams make_params(const EstimateOperands& operands, const EstimateExten
   return params;
 }
 
+// One pass's kernel, its shared memory above the static 48 KB (set per launch: the attribute is
+// per device).
+template <class Element, EstimatePass kPass>
+void launch_estimate_pass(const EstimateParams& params, dim3 grid, cudaStream_t stream,
+                          const char* what) {
+  const auto kernel = estimate_kernel<Element, kPass>;
+  constexpr int kSharedBytes = static_cast<int>(sizeof(EstimateShared));
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+      what);
+  kernel<<<grid, kThreads, kSharedBytes, stream>>>(params);
+  check_launch(what);
+}
+
 template <class Element>
 void launch_passes(const EstimateParams& params, dim3 grid, int64_t total_rows,
                    cudaStream_t stream) {
-  estimate_kernel<Element><<<grid, kThreads, 0, stream>>>(params, EstimatePass::kStats);
-  check_launch("index estimate: stats pass");
+  launch_estimate_pass<Element, EstimatePass::kStats>(params, grid, stream,
+                                                      "index estimate: stats pass");
   const auto combine_blocks = static_cast<unsigned>(ceil_div(total_rows, kCombineWarpsPerBlock));
   combine_rows_kernel<<<combine_blocks, kCombineWarpsPerBlock * kWarpSize, 0, stream>>>(params,
-                                                                                      total_rows);
+                                                                                        total_rows);
   check_launch("index estimate: combine rows");
-  estimate_kernel<Element><<<grid, kThreads, 0, stream>>>(params, EstimatePass::kSums);
-  check_launch("index estimate: sums pass");
+  launch_estimate_pass<Element, EstimatePass::kSums>(params, grid, stream,
+                                                     "index estimate: sums pass");
 }
 
 }  // namespace
@@ -466,7 +676,7 @@ void launch_estimate(const EstimateOperands& operands, const EstimateExtents& ex
   params.keys = keys;
   const int64_t kv_blocks =
       params.selection.count > 0 ? params.selection.kv_count : operands.kv_heads;
-  const dim3 grid(static_cast<unsigned>(extents.chunks),
+  const dim3 grid(static_cast<unsigned>(ceil_div(extents.chunks, kBlockChunks)),
                   static_cast<unsigned>(operands.batch * kv_blocks));
   const int64_t total_rows = extents.slots * extents.rows;
   if (operands.dtype == DType::kBFloat16) {
