@@ -6,8 +6,9 @@
 //                 the array in global memory; once the keys sharing the prefix fit in shared
 //                 memory, one more pass copies them there and the remaining digits count only
 //                 them. It stops early when every key sharing the prefix is kept.
-//   ordered pass  each thread takes 8 consecutive scores, one block scan of (above, equal) counts
-//                 places the kept indices, taking equal keys from the lowest index up.
+//   ordered pass  each thread takes 16 consecutive scores; one block scan of (above, equal)
+//                 counts per 8192 scores places the kept indices, taking equal keys from the
+//                 lowest index up.
 // Nothing depends on the order of atomics: the counts are exact, so a run repeats bit for bit.
 
 #include <cstdint>
@@ -27,13 +28,15 @@ constexpr int kDigits = 1 << kDigitBits;
 constexpr int kBinsPerThread = kDigits / kSelectThreads;
 constexpr int kKeyBits = 64;
 // Scores each thread reads per step of a pass: independent loads in flight.
-constexpr int kValuesPerThread = 8;
+constexpr int kValuesPerThread = 16;
 constexpr int kValuesPerStep = kSelectThreads * kValuesPerThread;
 // Keys that share the prefix, held in shared memory once they fit.
 constexpr int kCandidateCapacity = 4096;
 constexpr int kCountBits = 32;  // the ordered pass packs (equal, above) counts of a step
 constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
-static_assert(kDigits % kSelectThreads == 0 && kValuesPerStep <= kCountMask);
+constexpr int kFlagBits = 32;  // the ordered pass keeps a thread's flags in one unsigned
+static_assert(kDigits % kSelectThreads == 0 && kValuesPerStep <= kCountMask &&
+              kValuesPerThread <= kFlagBits);
 
 // Scores are sums of probabilities, never negative: the bits of a non-negative double order like
 // its value.
