@@ -217,6 +217,123 @@ TEST_F(GpuEstimate, HeadSelectionEstimatesTheSelectedHeads) {
   }
 }
 
+// --- Segments and key spaces ------------------------------------------------------------
+
+constexpr int64_t kSpaceLength = 901;  // q_len = kv_len: a position aligns with its own key
+constexpr int64_t kMaxRangeKeys = 120;
+constexpr int64_t kMaxGapKeys = 90;
+constexpr int64_t kMaxRuns = 8;  // runs of estimate rows: segments
+constexpr int64_t kMaxRunRows = 10;
+
+// Ascending disjoint ranges of [0, length) with gaps of at least one key between them.
+std::vector<detail::IndexRange> random_ranges(Random& random, int64_t length) {
+  std::vector<detail::IndexRange> ranges;
+  for (int64_t start = random.uniform_int(0, kMaxGapKeys); start < length;) {
+    const int64_t end = std::min(length, start + random.uniform_int(1, kMaxRangeKeys));
+    ranges.push_back({start, end});
+    start = end + random.uniform_int(1, kMaxGapKeys);
+  }
+  return ranges;
+}
+
+// Up to kMaxRuns runs of consecutive positions, one inside each of the last pieces, ascending.
+std::vector<int64_t> random_runs(Random& random, const std::vector<detail::IndexRange>& pieces) {
+  std::vector<int64_t> positions;
+  const auto first =
+      static_cast<int64_t>(pieces.size()) - std::min<int64_t>(kMaxRuns, pieces.size());
+  for (auto piece = static_cast<std::size_t>(first); piece < pieces.size(); ++piece) {
+    const detail::IndexRange& range = pieces[piece];
+    const int64_t rows = std::min(range.end - range.begin, random.uniform_int(1, kMaxRunRows));
+    const int64_t start = random.uniform_int(range.begin, range.end - rows);
+    for (int64_t r = 0; r < rows; ++r) positions.push_back(start + r);
+  }
+  return positions;
+}
+
+// The gaps between and around `ranges` in [0, length).
+std::vector<detail::IndexRange> gaps_of(const std::vector<detail::IndexRange>& ranges,
+                                        int64_t length) {
+  std::vector<detail::IndexRange> gaps;
+  int64_t start = 0;
+  for (const detail::IndexRange& range : ranges) {
+    if (range.begin > start) gaps.push_back({start, range.begin});
+    start = range.end;
+  }
+  if (start < length) gaps.push_back({start, length});
+  return gaps;
+}
+
+// A Q-boundary group's rows over all keys (segments of step 1) and a 2D-boundary pair's over one
+// modality's keys in compact coordinates, the rows in that modality (step 1) or in another one
+// (step 0, one frontier per run): the sums against the host estimate of the same rows and keys.
+TEST_F(GpuEstimate, SegmentsAndKeySpacesMatchTheHostEstimate) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : kGroups) {
+    ProblemSize size = estimate_problem(random, group, pick(random, kHeadDims));
+    size.q_len = kSpaceLength;
+    size.kv_len = kSpaceLength;
+    const PlanShape shape = plan_shape(size);
+    const AttentionInputs inputs = random_inputs(random, size);
+    const DeviceOperand q(inputs.q);
+    const DeviceOperand k(inputs.k);
+    const cuda::EstimateOperands operands =
+        cuda::make_estimate_operands(kPattern, {q.view, k.view, size.scale}, shape);
+    const std::vector<detail::IndexRange> ranges = random_ranges(random, kSpaceLength);
+    const detail::KeySpace space(ranges);
+    std::vector<int64_t> begins;
+    for (const detail::IndexRange& range : ranges) begins.push_back(range.begin);
+    DeviceBuffer device_begins(begins.size() * sizeof(int64_t));
+    DeviceBuffer device_prefix(space.prefix().size() * sizeof(int64_t));
+    device_begins.upload(begins.data());
+    device_prefix.upload(space.prefix().data());
+    const cuda::index::KeySpaceView space_view{static_cast<const int64_t*>(device_begins.data()),
+                                               static_cast<const int64_t*>(device_prefix.data()),
+                                               static_cast<int32_t>(ranges.size()),
+                                               !space.is_identity()};
+    enum class Rows { kAllKeys, kOwnSpace, kOtherSpace };
+    for (const Rows mode : {Rows::kAllKeys, Rows::kOwnSpace, Rows::kOtherSpace}) {
+      const bool all_keys = mode == Rows::kAllKeys;
+      const std::vector<int64_t> positions =
+          random_runs(random, mode == Rows::kOtherSpace ? gaps_of(ranges, kSpaceLength) : ranges);
+      SCOPED_TRACE("rows " + std::to_string(static_cast<int>(mode)) + ", " +
+                   std::to_string(positions.size()) + " in " + std::to_string(ranges.size()) +
+                   " ranges, " + describe(size));
+      const cuda::index::EstimateExtents extents =
+          all_keys ? cuda::index::estimate_extents(operands, positions, kPattern)
+                   : cuda::index::estimate_extents(operands, positions, space,
+                                                   mode == Rows::kOwnSpace, kPattern);
+      cuda::ScratchLayout layout;
+      const cuda::index::EstimateRegions regions =
+          cuda::index::add_estimate_regions(layout, extents, false);
+      DeviceBuffer scratch(layout.bytes());
+      scratch.poison();
+      auto* base = static_cast<std::byte*>(scratch.data());
+      cuda::index::launch_estimate(operands, extents, cuda::index::estimate_scratch(base, regions),
+                                   stream_, all_keys ? cuda::index::KeySpaceView{} : space_view);
+      expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      expect_cuda(cudaGetLastError(), "estimate kernels");
+      const std::vector<double> columns =
+          download<double>(base, regions.column_sums, extents.slots * extents.scores);
+      const std::vector<double> diagonals =
+          download<double>(base, regions.diagonal_sums, extents.slots * extents.scores);
+      const detail::KeySpace keys = all_keys ? detail::KeySpace::all_keys(kSpaceLength) : space;
+      detail::KeyCache cache;
+      for (int64_t slot = 0; slot < extents.slots; ++slot) {
+        SCOPED_TRACE("head slot " + std::to_string(slot));
+        const detail::HeadOperands head({inputs.q.view, inputs.k.view, size.scale}, shape, slot,
+                                        cache);
+        const detail::Estimate host =
+            detail::estimate_last_queries(head, positions, keys, shape.causal_offset());
+        ASSERT_EQ(host.max_frontier(), extents.scores);
+        EXPECT_EQ(mismatches(columns, host.column_sums(), slot * extents.scores, "column"), 0);
+        EXPECT_EQ(mismatches(diagonals, host.diagonal_sums(), slot * extents.scores, "diagonal"),
+                  0);
+      }
+    }
+  }
+}
+
 // --- Top-k ----------------------------------------------------------------------------------
 
 enum class ScoreKind { kUniform, kFewValues, kMostlyZero, kAdjacentDoubles };
