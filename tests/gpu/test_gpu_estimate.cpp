@@ -35,10 +35,11 @@
 namespace mmsparse::test {
 namespace {
 
-// The GPU's scores differ from the host's by the dot product's summation order (about 1e-6
-// relative on these inputs, more on a peaked softmax); a wrong row, key or diagonal is off by far
-// more than this.
-constexpr double kRelativeTolerance = 1e-4;
+// The GPU's scores differ from the host's by the dot product's summation order (the tensor core's
+// fp32 accumulation; about 1e-6 to 1e-5 of a probability on these inputs, more on a peaked
+// softmax); a wrong row, key or diagonal is off by far more than this, and it stays below the
+// plan tests' clear-cut margin (kClearGap).
+constexpr double kRelativeTolerance = 2e-4;
 // Probabilities that underflow differently near the float range's end.
 constexpr double kAbsoluteTolerance = 1e-30;
 constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};
@@ -47,7 +48,7 @@ constexpr std::array<int64_t, 2> kFixedLastQueries = {64, 128};
 constexpr int64_t kMaxOddLastQueries = 150;
 constexpr int64_t kMaxQueries = 700;
 constexpr int64_t kMaxExtraKeys = 300;
-constexpr float kPeakedScale = 8.0f;  // times 1/sqrt(head_dim): rows that underflow to zeros
+constexpr float kPeakedScale = 4.0f;  // times 1/sqrt(head_dim): a peaked softmax
 constexpr char kPattern[] = "vertical-slash";
 
 class GpuEstimate : public StreamTest {};
