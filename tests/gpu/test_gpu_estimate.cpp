@@ -1,7 +1,8 @@
 // The GPU estimate and top-k kernels (methods/estimate/index_kernels.h) on their own, against the
 // host estimate (methods/estimate/estimation.h), their oracle: on fresh random inputs (odd lengths,
 // GQA groups of 1, 4 and 7, last_q 64, 128 and odd, head_dim 64 and 128, both dtypes, random
-// memory layouts) the softmax rows, column sums and diagonal sums agree within a relative
+// memory layouts; Q-boundary segments, 2D key spaces) the softmax rows, column sums and diagonal
+// sums agree within a relative
 // tolerance far below the plans' clear-cut margin (kClearGap) and far above the rounding the other
 // summation order adds; two runs agree bit for bit; and the top-k selection equals the host's
 // top_k exactly (same doubles in, so no tolerance) on arrays with ties at the cut, long runs of
@@ -40,6 +41,7 @@ namespace {
 // softmax); a wrong row, key or diagonal is off by far more than this, and it stays below the
 // plan tests' clear-cut margin (kClearGap).
 constexpr double kRelativeTolerance = 2e-4;
+static_assert(kRelativeTolerance < kClearGap);
 // Probabilities that underflow differently near the float range's end.
 constexpr double kAbsoluteTolerance = 1e-30;
 constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};
