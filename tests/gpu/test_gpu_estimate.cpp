@@ -2,11 +2,10 @@
 // host estimate (methods/estimate/estimation.h), their oracle: on fresh random inputs (odd lengths,
 // GQA groups of 1, 4 and 7, last_q 64, 128 and odd, head_dim 64 and 128, both dtypes, random
 // memory layouts; Q-boundary segments, 2D key spaces) the softmax rows, column sums and diagonal
-// sums agree within a relative
-// tolerance far below the plans' clear-cut margin (kClearGap) and far above the rounding the other
-// summation order adds; two runs agree bit for bit; and the top-k selection equals the host's
-// top_k exactly (same doubles in, so no tolerance) on arrays with ties at the cut, long runs of
-// equal keys and keys that differ only in their last bits.
+// sums agree within a relative tolerance below the plans' clear-cut margin (kClearGap) and far
+// above the rounding the other summation order adds; two runs agree bit for bit; and the top-k
+// selection equals the host's top_k exactly (same doubles in, so no tolerance) on arrays with ties
+// at the cut, long runs of equal keys and keys that differ only in their last bits.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
