@@ -202,9 +202,11 @@ __device__ void mark_lattice_columns(const SpaceLattices& l, const Window& windo
   });
 }
 
-// The space's strided spans, appended at `out` (fill pass) in the order threads claim them, and
-// counted with their keys in `shared`.
-__device__ void append_strided_spans(const SpaceLattices& l, SpanRecord* out, TileShared& shared) {
+// The space's strided spans, appended at `out` (fill pass; null in the count pass) in the order
+// threads claim them, and counted with their keys in `shared`.
+__device__ void append_strided_spans(const SpaceLattices& l,
+                                     SpanRecord* out,  // [the tile's strided spans]
+                                     TileShared& shared) {
   for_each_lattice_piece(l, [&](const LatticeCut& piece) {
     if (piece.strided == 0) return;
     const int index = atomicAdd(&shared.piece_count, 1);
@@ -219,7 +221,7 @@ __device__ void append_strided_spans(const SpaceLattices& l, SpanRecord* out, Ti
 
 // Sorts the tile's `count` strided spans by first key (unique: see SpaceLattices), the order
 // TileKeys::write gives them, by odd-even transposition in place; block-wide, count uniform.
-__device__ void sort_by_begin(SpanRecord* records, int count) {
+__device__ void sort_by_begin(SpanRecord* records /* [count] */, int count) {
   for (int round = 0; round < count; ++round) {
     for (int i = 2 * static_cast<int>(threadIdx.x) + (round & 1); i + 1 < count;
          i += 2 * kThreads) {

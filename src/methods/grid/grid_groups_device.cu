@@ -18,12 +18,14 @@
 //   runs              copied into the plan unless the slot's order is the identity
 //   count, fill       a block per tile of the capacity (grid_group_tiles_device.cu): its rows
 //                     (pieces of its phase's runs) and, in every space of its group, the keys
-//                     GridPattern::add_tile_keys adds for their frontiers there, marked in bitmaps
-//                     and read off as records (key_bitmaps.cuh); CUB scans between
+//                     GridPattern::add_tile_keys adds for their frontiers there: spans and columns
+//                     marked in bitmaps and read off as records (key_bitmaps.cuh), the lines'
+//                     strided spans cut between the spans range by range; CUB scans between
 //   schedule          the upload's heaviest-first order by a stable radix sort, as for boundary
 //                     none/K
 // The lines are the searches'; for given lines every record is the host's (the bitmaps hold
-// exactly TileKeys's sets).
+// exactly TileKeys's span and column sets in LatticeKeys::kStridedSpansInRanges, the strided spans
+// are its lattice pieces).
 
 #include <algorithm>
 #include <cstddef>
