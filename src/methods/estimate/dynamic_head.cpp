@@ -105,8 +105,10 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
 
   builder.begin_head(order.is_identity() ? std::vector<QueryRun>{} : order.runs);
   const BoundaryMode boundary = boundary_mode(spec);
+  // Q/2D-boundary lattices stay one per original range of their key space, as the GPU grid
+  // builder cuts them (docs/index_builders.md, "Grid with a Q or 2D boundary").
   TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD
-                    ? LatticeKeys::kColumns
+                    ? LatticeKeys::kStridedSpansInRanges
                     : LatticeKeys::kStridedSpans);
   std::vector<int64_t> frontiers;
   for (std::size_t t = 0; t < order.tiles.size(); ++t) {
