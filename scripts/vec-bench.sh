@@ -24,8 +24,9 @@
 # Environment: VEC_BENCH_DEVICE (cuda), VEC_BENCH_SEQ_LEN (131072), VEC_BENCH_DIT_SEQ_LEN (0: the
 # presets' 75600 and 118800), VEC_BENCH_PEERS (1; 0 skips peers.py), VEC_BENCH_SEARCHES (1; 0
 # skips the two MMInference searches and their benches), VEC_BENCH_SEARCH_TIMEOUT (60 s per
-# search), VEC_BENCH_CURVE_HEADS (all), VEC_BENCH_CURVE_TIMEOUT (90 s), VEC_BENCH_BUDGET (200 s:
-# steps 5-6 start only before it; about 4 minutes in all on one H100). VEC_BENCH_DEVICE=cpu with
+# search), VEC_BENCH_CURVE_HEADS (all), VEC_BENCH_CURVE_TIMEOUT (90 s), VEC_BENCH_BUDGET (180 s:
+# each command of steps 5-6 starts only before it, so the script ends within about 4 minutes on
+# one H100: one command past the budget at most). VEC_BENCH_DEVICE=cpu with
 # short lengths checks
 # every command line on a machine without a GPU (the CPU test cli.vec_bench_script does).
 set -uo pipefail
@@ -43,7 +44,7 @@ searches=${VEC_BENCH_SEARCHES:-1}
 search_timeout=${VEC_BENCH_SEARCH_TIMEOUT:-60}
 curve_heads=${VEC_BENCH_CURVE_HEADS:-all}
 curve_timeout=${VEC_BENCH_CURVE_TIMEOUT:-90}
-budget=${VEC_BENCH_BUDGET:-200}
+budget=${VEC_BENCH_BUDGET:-180}
 # The timing step's vec alphas (alpha_ppm): around the default 0.1, so that one of them matches
 # vertical-slash's recall or the 0.95 target.
 timing_alphas=(30000 100000 300000)
@@ -105,17 +106,18 @@ if [[ -f $out/vec-128k.json ]]; then
 fi
 
 # 5. MMInference's search without and with vec candidates, and their configs out of sample.
-if [[ $searches -eq 1 ]] && within_budget searches-128k; then
-  step search-mminference-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
-    --target-mean-recall 0.95 --device "$device" -o "$out/mminference-128k.json" \
-    --json "$out/search-mminference-128k.json"
-  step search-mixed-128k timeout "$search_timeout" "$cli" search "${video[@]}" --seed 0 \
-    --target-mean-recall 0.95 --vec-alphas 100000,300000,500000,700000 --device "$device" \
-    -o "$out/mixed-128k.json" --json "$out/search-mixed-128k.json"
+if [[ $searches -eq 1 ]]; then
+  within_budget search-mixed-128k && step search-mixed-128k timeout "$search_timeout" "$cli" \
+    search "${video[@]}" --seed 0 --target-mean-recall 0.95 \
+    --vec-alphas 100000,300000,500000,700000 --device "$device" -o "$out/mixed-128k.json" \
+    --json "$out/search-mixed-128k.json"
+  within_budget search-mminference-128k && step search-mminference-128k timeout \
+    "$search_timeout" "$cli" search "${video[@]}" --seed 0 --target-mean-recall 0.95 \
+    --device "$device" -o "$out/mminference-128k.json" --json "$out/search-mminference-128k.json"
   for config in mixed mminference; do
     [[ -f $out/$config-128k.json ]] || { echo "== bench-$config-128k: no config (search cut)"; continue; }
-    step "bench-$config-128k" "$cli" bench "${video[@]}" --seed 1 --device "$device" \
-      "${timing[@]}" --config "$out/$config-128k.json" --per-head \
+    within_budget "bench-$config-128k" && step "bench-$config-128k" "$cli" bench "${video[@]}" \
+      --seed 1 --device "$device" "${timing[@]}" --config "$out/$config-128k.json" --per-head \
       --json "$out/bench-$config-128k.json"
   done
 fi
@@ -123,16 +125,17 @@ fi
 # 6. Video DiTs, non-causal: vec config vs full attention, and SDPA non-causal.
 dit_lengths=()
 for preset in dit-wan2.1-76k dit-hunyuan-119k; do
-  within_budget "dit-$preset" || continue
+  within_budget "search-vec-$preset" || continue
   n=$(dit_length "$preset")
   dit_lengths+=("$n")
   step "search-vec-$preset" "$cli" search-vec --preset "$preset" --seq-len "$n" "${dit_heads[@]}" \
     --seed 0 --recall-target 0.95 --device "$device" -o "$out/vec-$preset.json"
-  [[ -f $out/vec-$preset.json ]] && step "bench-vec-$preset" "$cli" bench --preset "$preset" \
+  [[ -f $out/vec-$preset.json ]] && within_budget "bench-vec-$preset" &&
+    step "bench-vec-$preset" "$cli" bench --preset "$preset" \
     --seq-len "$n" "${dit_heads[@]}" --seed 1 --device "$device" "${timing[@]}" \
     --config "$out/vec-$preset.json" --per-head --json "$out/bench-vec-$preset.json"
 done
-if [[ $peers -eq 1 && ${#dit_lengths[@]} -gt 0 ]]; then
+if [[ $peers -eq 1 && ${#dit_lengths[@]} -gt 0 ]] && within_budget peers-dit; then
   step peers-dit python3 "$repo/bench/peers.py" --mmsparse "$cli" --seq-lens "${dit_lengths[@]}" \
     --heads 4 --kv-heads 4 --head-dim 128 --masks --skip-flex --non-causal --rounds 1 \
     --warmup 2 --repeats 5 --out "$out/peers-dit.json"

@@ -16,15 +16,15 @@ namespace mmsparse::test {
 namespace {
 
 constexpr Device kCudaDevice{DeviceType::kCUDA, 0};
-// fp32 unit roundoff for any rounding mode (2^-23), per addition of a score's sum.
-const float kRoundoff = std::ldexp(1.0f, -23);
+// Per addition of a score's sum: twice fp32's unit roundoff (vec_selection_check.h).
+const float kRoundoff = std::ldexp(1.0f, -22);
 // A key's two scores differ by at most twice the per-sum bound; a margin (score minus a maximum)
 // by twice that again.
 constexpr float kScoreSides = 2.0f;
 constexpr float kMarginTerms = 2.0f;
 constexpr int kMaxReports = 5;  // mismatches printed per check
 
-// The block's tolerance on margins: kMarginTerms * kScoreSides * head_dim * 2^-23 * scale *
+// The block's tolerance on margins: kMarginTerms * kScoreSides * head_dim * 2^-22 * scale *
 // max over its candidates of sum_d |p_d k_d|.
 float margin_tolerance(const detail::HeadOperands& operands, const detail::VecBlock& block,
                        std::span<const detail::VecKeyMargin> margins) {

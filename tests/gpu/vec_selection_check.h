@@ -5,13 +5,14 @@
 // running maximum) lies within rounding of log(alpha), and nowhere else.
 //
 // The bound. Every product is exact in fp32 (two 8- or 11-bit significands); a sum of head_dim of
-// them in any order and any fp32 rounding mode is within head_dim * 2^-23 * sum_d |p_d k_d| of
-// the exact sum, and the FMA chain too; so the two scores of a key differ by at most twice that
-// (times the scale). A margin is a score minus a maximum of scores, so it moves by at most twice
+// them in any order is within head_dim * u * sum_d |p_d k_d| of the exact sum, u = 2^-22: twice
+// fp32's unit roundoff, which covers truncating additions and the tensor cores' alignment of
+// several products to the largest; the host's FMA chain too. So the two scores of a key differ by
+// at most twice that (times the scale). A margin is a score minus a maximum of scores, so it moves by at most twice
 // the largest such difference among the block's candidates: that is the block's tolerance. Keys
 // whose host margin lies farther than the tolerance from log(alpha) must be kept or dropped alike;
-// the others may differ. With N(0, 1) inputs the tolerance is under 1e-3 of the scores' spread,
-// so a wrong score, maximum, group, candidate range or write position still fails.
+// the others may differ. With N(0, 1) inputs the tolerance is about 1e-4 in margin, so a wrong
+// score, maximum, group, candidate range or write position still fails.
 
 #include <cuda_runtime.h>
 
