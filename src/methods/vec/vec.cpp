@@ -106,8 +106,9 @@ void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t r
     for (int64_t d = 0; d < head_dim; ++d) out[d] += row[d];
   }
   const auto count = static_cast<float>(row_end - row_begin);
-  for (int64_t d = 0; d < head_dim; ++d)
+  for (int64_t d = 0; d < head_dim; ++d) {
     out[d] = vec_round_to(operands.query_dtype(), out[d] / count);
+  }
 }
 
 float vec_round_to(DType dtype, float value) {
