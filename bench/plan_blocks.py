@@ -1,0 +1,204 @@
+"""Block maps of mmsparse plans, for block-sparse kernels (FlashInfer's BSR wrappers, Flex masks).
+
+`block_map(passes, shape, block_q, block_k)` marks block (query block, key block) of a head slot
+when the plan computes at least one (query, key) pair in it, for blocks of block_q x block_k
+positions. A kernel run on those blocks computes a SUPERSET of the plan's pairs (every pair of a
+marked block that its own causal mask keeps), so its recall is measured from its own output.
+
+Input: per pass the arrays `mmsparse.Plan.pass_arrays(p)` returns (the host plan's CSR records as
+numpy views: query runs, tiles, tile masks, spans, strided spans, columns; include/mmsparse/plan.h),
+and the plan's shape (batch, heads, q_len, kv_len, tile_rows). The work is tile-level and
+vectorised: each key record of a tile is cut at key-block edges into pieces, each piece is paired
+with the query blocks its tile's rows fall in (one or two for the usual tiles), and the mask rule
+(src/core/mask_rule.h) is evaluated on the pair's ranges of rows and keys, never row by row.
+
+Exact (the marked blocks are those holding a plan pair) when the masks are causal and minimum
+distance only, or when a window, its sink or a periodic band is present and the tile's rows inside
+a query block and the piece's keys are contiguous (natural query order, spans and columns). Else
+(strided keys or phase-major query orders under a window or band, and masks on token arrays:
+same-media, modality pairs, bidirectional media, which are not evaluated) the rows' and keys' hulls
+are used, which can only add blocks.
+"""
+
+import numpy as np
+
+MASK_FIELDS = ("causal", "window", "window_sink", "min_distance", "period", "band", "same_media",
+               "modality_pairs", "media_bidirectional")
+# Records per chunk of tiles: bounds the temporary arrays (about 100 bytes per piece and cell).
+CHUNK_RECORDS = 1 << 22
+_FAR = np.int64(1) << 62  # a distance bound no position reaches
+
+
+def _exclusive_cumsum(counts):
+    out = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def _expand(counts):
+    """(owner, rank): for each owner i, counts[i] entries with ranks 0..counts[i]-1."""
+    counts = np.asarray(counts, dtype=np.int64)
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    rank = np.arange(len(owner), dtype=np.int64) - np.repeat(_exclusive_cumsum(counts), counts)
+    return owner, rank
+
+
+def _query_positions(arrays, slots, q_len):
+    """[slots, q_len]: the original position of each order index (identity without runs)."""
+    positions = np.tile(np.arange(q_len, dtype=np.int64), (slots, 1))
+    runs = np.asarray(arrays["runs"], dtype=np.int64).reshape(-1, 3)
+    if len(runs) == 0:
+        return positions
+    run_counts = np.diff(np.asarray(arrays["head_run_offsets"], dtype=np.int64))
+    run, rank = _expand(runs[:, 1])
+    values = runs[run, 0] + runs[run, 2] * rank
+    positions[run_counts > 0] = values.reshape(-1, q_len)  # runs permute the whole head
+    return positions
+
+
+def _query_cells(arrays, positions, block_q, num_q_blocks):
+    """The (tile, query block) cells: tile, block, first and last row position, and per tile its
+    first cell and cell count (cells sorted by tile)."""
+    q_len = positions.shape[1]
+    tiles = np.asarray(arrays["tiles"], dtype=np.int64).reshape(-1, 2)
+    tile_counts = np.diff(np.asarray(arrays["head_tile_offsets"], dtype=np.int64))
+    tile_slot = np.repeat(np.arange(len(tile_counts), dtype=np.int64), tile_counts)
+    tile, rank = _expand(tiles[:, 1] - tiles[:, 0])
+    rows = positions.reshape(-1)[tile_slot[tile] * q_len + tiles[tile, 0] + rank]
+    key = tile * num_q_blocks + rows // block_q
+    if len(key) > 1 and np.any(key[1:] < key[:-1]):  # phase-major orders: group the rows
+        order = np.argsort(key, kind="stable")
+        key, rows = key[order], rows[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else key
+    cell_tile = key[starts] // num_q_blocks
+    cells = {
+        "tile": cell_tile,
+        "block": key[starts] % num_q_blocks,
+        "first": np.minimum.reduceat(rows, starts) if len(key) else rows,
+        "last": np.maximum.reduceat(rows, starts) if len(key) else rows,
+    }
+    cell_count = np.bincount(cell_tile, minlength=len(tiles)).astype(np.int64)
+    return cells, cell_count, _exclusive_cumsum(cell_count), tile_slot
+
+
+def _records(arrays, tile_begin, tile_end):
+    """Key records of tiles [tile_begin, tile_end) as (tile, first key, last key, step)."""
+    parts = []
+    for offsets_name, records_name, width in (("tile_span_offsets", "spans", 2),
+                                              ("tile_strided_offsets", "strided_spans", 3),
+                                              ("tile_column_offsets", "columns", 1)):
+        offsets = np.asarray(arrays[offsets_name], dtype=np.int64)
+        lo, hi = offsets[tile_begin], offsets[tile_end]
+        records = np.asarray(arrays[records_name])[lo:hi].reshape(-1, width).astype(np.int64)
+        tile = tile_begin + np.repeat(np.arange(tile_end - tile_begin, dtype=np.int64),
+                                      np.diff(offsets[tile_begin:tile_end + 1]))
+        if width == 1:
+            parts.append((tile, records[:, 0], records[:, 0], np.ones_like(tile)))
+        else:  # a span's and a strided span's end is their last key + 1
+            step = records[:, 2] if width == 3 else np.ones_like(tile)
+            parts.append((tile, records[:, 0], records[:, 1] - 1, step))
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def _align_up(first, key, step):
+    """The first key >= `key` of the run first, first + step, ..."""
+    return first + np.maximum(0, -((first - key) // step)) * step
+
+
+def _align_down(first, key, step):
+    """The last key <= `key` of the run first, first + step, ..."""
+    return first + ((key - first) // step) * step
+
+
+def _pieces(tile, first, last, step, block_k):
+    """Records cut at key-block edges: (tile, key block, first key, last key, step), non-empty."""
+    record, rank = _expand(last // block_k - first // block_k + 1)
+    block = first[record] // block_k + rank
+    lo = _align_up(first[record], block * block_k, step[record])
+    hi = _align_down(first[record], np.minimum(last[record], (block + 1) * block_k - 1),
+                     step[record])
+    keep = lo <= hi
+    return tile[record][keep], block[keep], lo[keep], hi[keep], step[record][keep]
+
+
+def _distances_meet(low, high, lower, upper, period, band):
+    """Whether some distance of [low, high] lies in [lower, upper] and, with a period, has a phase
+    below the band."""
+    low, high = np.maximum(low, lower), np.minimum(high, upper)
+    phase = np.mod(low, np.maximum(period, 1))
+    banded = (phase < band) | (low + (period - phase) <= high)
+    return (low <= high) & ((period == 0) | banded)
+
+
+def _keeps(masks, rows, keys, offset):
+    """Per (cell, piece): whether the mask keeps a pair of rows [first, last] x keys (first, last,
+    step). masks: field name -> per-pair values."""
+    aligned_first, aligned_last = rows[0] + offset, rows[1] + offset
+    key_first, key_last, step = keys
+    lower = np.where(masks["causal"] != 0, 0, -_FAR)
+    lower = np.maximum(lower, np.where(masks["min_distance"] > 0, masks["min_distance"], -_FAR))
+    window, sink = masks["window"], masks["window_sink"]
+    period, band = masks["period"], masks["band"]
+    # Keys below the sink are exempt from the window; the others are held to it.
+    exempt_last = _align_down(key_first, np.minimum(key_last, sink - 1), step)
+    exempt = (window == 0) | (key_first < sink)
+    kept = exempt & _distances_meet(aligned_first - np.where(window == 0, key_last, exempt_last),
+                                    aligned_last - key_first, lower, _FAR, period, band)
+    held_first = _align_up(key_first, np.maximum(key_first, sink), step)
+    held = (window > 0) & (held_first <= key_last)
+    kept |= held & _distances_meet(aligned_first - key_last, aligned_last - held_first, lower,
+                                   window - 1, period, band)
+    return kept | (masks["media_bidirectional"] != 0)  # lifted pairs: not evaluated
+
+
+def _mark_pass(out, arrays, shape, block_q, block_k):
+    _, _, q_len, kv_len, _ = shape
+    slots, num_q_blocks, num_k_blocks = out.shape
+    positions = _query_positions(arrays, slots, q_len)
+    cells, cell_count, cell_first, tile_slot = _query_cells(arrays, positions, block_q,
+                                                            num_q_blocks)
+    mask_table = np.asarray(arrays["masks"], dtype=np.int64).reshape(-1, len(MASK_FIELDS))
+    tile_masks = np.asarray(arrays["tile_masks"], dtype=np.int64)
+    record_counts = sum(np.diff(np.asarray(arrays[name], dtype=np.int64)) for name in
+                        ("tile_span_offsets", "tile_strided_offsets", "tile_column_offsets"))
+    ends = np.cumsum(record_counts)
+    flat = out.reshape(-1)
+    tile_begin = 0
+    while tile_begin < len(record_counts):
+        done = ends[tile_begin - 1] if tile_begin else 0
+        tile_end = max(tile_begin + 1,
+                       int(np.searchsorted(ends, done + CHUNK_RECORDS, side="right")))
+        tile, block, first, last, step = _pieces(*_records(arrays, tile_begin, tile_end), block_k)
+        piece, rank = _expand(cell_count[tile])
+        cell = cell_first[tile[piece]] + rank
+        mask_rows = mask_table[tile_masks[tile[piece]]]
+        masks = {name: mask_rows[:, i] for i, name in enumerate(MASK_FIELDS)}
+        kept = _keeps(masks, (cells["first"][cell], cells["last"][cell]),
+                      (first[piece], last[piece], step[piece]), kv_len - q_len)
+        index = ((tile_slot[tile[piece]] * num_q_blocks + cells["block"][cell]) * num_k_blocks +
+                 block[piece])
+        flat[index[kept]] = True
+        tile_begin = tile_end
+
+
+def block_map(passes, shape, block_q, block_k):
+    """bool [head slots, ceil(q_len / block_q), ceil(kv_len / block_k)]: the blocks holding a
+    computed pair of any pass. passes: each pass's arrays (Plan.pass_arrays); shape: (batch, heads,
+    q_len, kv_len, tile_rows)."""
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block_q, block_k: expected >= 1, got {block_q}, {block_k}")
+    batch, heads, q_len, kv_len, _ = shape
+    out = np.zeros((batch * heads, -(-q_len // block_q), -(-kv_len // block_k)), dtype=bool)
+    for arrays in passes:
+        fields = tuple(arrays.get("mask_fields", MASK_FIELDS))
+        if fields != MASK_FIELDS:
+            raise ValueError(f"mask_fields: expected {MASK_FIELDS}, got {fields}")
+        _mark_pass(out, arrays, shape, block_q, block_k)
+    return out
+
+
+def plan_block_map(plan, block_q, block_k):
+    """block_map of an mmsparse.Plan (its host plan: built or downloaded on the first call)."""
+    native = plan._native
+    passes = [native.pass_arrays(p) for p in range(native.num_passes)]
+    return block_map(passes, native.shape, block_q, block_k)
