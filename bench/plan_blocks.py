@@ -81,23 +81,23 @@ def _query_cells(arrays, positions, block_q, num_q_blocks):
     return cells, cell_count, _exclusive_cumsum(cell_count), tile_slot
 
 
-def _records(arrays, tile_begin, tile_end):
-    """Key records of tiles [tile_begin, tile_end) as (tile, first key, last key, step)."""
-    parts = []
-    for offsets_name, records_name, width in (("tile_span_offsets", "spans", 2),
-                                              ("tile_strided_offsets", "strided_spans", 3),
-                                              ("tile_column_offsets", "columns", 1)):
-        offsets = np.asarray(arrays[offsets_name], dtype=np.int64)
-        lo, hi = offsets[tile_begin], offsets[tile_end]
-        records = np.asarray(arrays[records_name])[lo:hi].reshape(-1, width).astype(np.int64)
-        tile = tile_begin + np.repeat(np.arange(tile_end - tile_begin, dtype=np.int64),
-                                      np.diff(offsets[tile_begin:tile_end + 1]))
-        if width == 1:
-            parts.append((tile, records[:, 0], records[:, 0], np.ones_like(tile)))
-        else:  # a span's and a strided span's end is their last key + 1
-            step = records[:, 2] if width == 3 else np.ones_like(tile)
-            parts.append((tile, records[:, 0], records[:, 1] - 1, step))
-    return tuple(np.concatenate(column) for column in zip(*parts))
+RECORD_KINDS = (("tile_span_offsets", "spans", 2), ("tile_strided_offsets", "strided_spans", 3),
+                ("tile_column_offsets", "columns", 1))
+
+
+def _records(arrays, kind, tile_begin, tile_end):
+    """One kind of key record of tiles [tile_begin, tile_end) as (tile, first key, last key,
+    step); step is 1 for spans and columns."""
+    offsets_name, records_name, width = kind
+    offsets = np.asarray(arrays[offsets_name], dtype=np.int64)
+    lo, hi = offsets[tile_begin], offsets[tile_end]
+    records = np.asarray(arrays[records_name])[lo:hi].reshape(-1, width)  # int32 keys
+    tile = tile_begin + np.repeat(np.arange(tile_end - tile_begin, dtype=np.int64),
+                                  np.diff(offsets[tile_begin:tile_end + 1]))
+    if width == 1:
+        return tile, records[:, 0], records[:, 0], 1
+    # A span's and a strided span's end is their last key + 1.
+    return tile, records[:, 0], records[:, 1] - 1, (records[:, 2] if width == 3 else 1)
 
 
 def _align_up(first, key, step):
@@ -111,34 +111,55 @@ def _align_down(first, key, step):
 
 
 def _pieces(tile, first, last, step, block_k):
-    """Records cut at key-block edges: (tile, key block, first key, last key, step), non-empty."""
+    """Records cut at key-block edges: (tile, key block, first key, last key, step), non-empty.
+    Most records (columns, short spans) lie in one block and are kept as they are."""
+    block = first // block_k
+    single = block == last // block_k
+    if np.all(single):
+        return tile, block, first, last, step
+    steps = np.broadcast_to(step, first.shape)
+    parts = [(tile[single], block[single], first[single], last[single], steps[single])]
+    tile, first, last, steps = tile[~single], first[~single], last[~single], steps[~single]
     record, rank = _expand(last // block_k - first // block_k + 1)
     block = first[record] // block_k + rank
-    lo = _align_up(first[record], block * block_k, step[record])
+    lo = _align_up(first[record], block * block_k, steps[record])
     hi = _align_down(first[record], np.minimum(last[record], (block + 1) * block_k - 1),
-                     step[record])
+                     steps[record])
     keep = lo <= hi
-    return tile[record][keep], block[keep], lo[keep], hi[keep], step[record][keep]
+    parts.append((tile[record][keep], block[keep], lo[keep], hi[keep], steps[record][keep]))
+    return tuple(np.concatenate(column) for column in zip(*parts))
 
 
 def _distances_meet(low, high, lower, upper, period, band):
     """Whether some distance of [low, high] lies in [lower, upper] and, with a period, has a phase
     below the band."""
     low, high = np.maximum(low, lower), np.minimum(high, upper)
+    if not np.any(period > 0):
+        return low <= high
     phase = np.mod(low, np.maximum(period, 1))
     banded = (phase < band) | (low + (period - phase) <= high)
     return (low <= high) & ((period == 0) | banded)
 
 
+def _lifted(masks, kept):
+    """Pairs a bidirectional media item lifts past the mask are not evaluated: kept."""
+    lifted = masks["media_bidirectional"]
+    return kept | (lifted != 0) if np.ndim(lifted) or lifted else kept
+
+
 def _keeps(masks, rows, keys, offset):
     """Per (cell, piece): whether the mask keeps a pair of rows [first, last] x keys (first, last,
-    step). masks: field name -> per-pair values."""
-    aligned_first, aligned_last = rows[0] + offset, rows[1] + offset
+    step). masks: field name -> per-pair values (or one scalar for all)."""
     key_first, key_last, step = keys
     lower = np.where(masks["causal"] != 0, 0, -_FAR)
     lower = np.maximum(lower, np.where(masks["min_distance"] > 0, masks["min_distance"], -_FAR))
     window, sink = masks["window"], masks["window_sink"]
     period, band = masks["period"], masks["band"]
+    aligned_last = rows[1] + offset
+    if not np.any(window > 0) and not np.any(period > 0):
+        # Causal and minimum distance only: the nearest distance, last row to first key, decides.
+        return _lifted(masks, aligned_last - key_first >= lower)
+    aligned_first = rows[0] + offset
     # Keys below the sink are exempt from the window; the others are held to it.
     exempt_last = _align_down(key_first, np.minimum(key_last, sink - 1), step)
     exempt = (window == 0) | (key_first < sink)
@@ -148,7 +169,36 @@ def _keeps(masks, rows, keys, offset):
     held = (window > 0) & (held_first <= key_last)
     kept |= held & _distances_meet(aligned_first - key_last, aligned_last - held_first, lower,
                                    window - 1, period, band)
-    return kept | (masks["media_bidirectional"] != 0)  # lifted pairs: not evaluated
+    return _lifted(masks, kept)
+
+
+def _pick(values, index):
+    """values[index], or the scalar itself (one value for every record)."""
+    return values[index] if np.ndim(values) else values
+
+
+def _mark_pieces(flat, pieces, query, mask_fields, offset):
+    """Marks the blocks of the (cell, piece) pairs the mask keeps."""
+    tile, block, first, last, step = pieces
+    cells, cell_count, cell_first = query
+    if len(tile) and cell_count.max() == 1:  # every tile in one query block: no expansion
+        piece, cell = slice(None), cell_first[tile]
+    else:
+        piece, rank = _expand(cell_count[tile])
+        cell = cell_first[tile[piece]] + rank
+    masks = {name: _pick(values, tile[piece]) for name, values in mask_fields.items()}
+    kept = _keeps(masks, (cells["first"][cell], cells["last"][cell]),
+                  (first[piece], last[piece], _pick(step, piece)), offset)
+    flat[(cells["base"][cell] + block[piece])[kept]] = True
+
+
+def _mask_fields(arrays):
+    """Field name -> per-tile values, or one scalar each where every tile has the same policy."""
+    table = np.asarray(arrays["masks"], dtype=np.int64).reshape(-1, len(MASK_FIELDS))
+    if len(np.unique(table, axis=0)) == 1:
+        return dict(zip(MASK_FIELDS, table[0]))
+    rows = table[np.asarray(arrays["tile_masks"], dtype=np.int64)]
+    return {name: rows[:, i] for i, name in enumerate(MASK_FIELDS)}
 
 
 def _mark_pass(out, arrays, shape, block_q, block_k):
@@ -157,10 +207,12 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
     positions = _query_positions(arrays, slots, q_len)
     cells, cell_count, cell_first, tile_slot = _query_cells(arrays, positions, block_q,
                                                             num_q_blocks)
-    mask_table = np.asarray(arrays["masks"], dtype=np.int64).reshape(-1, len(MASK_FIELDS))
-    tile_masks = np.asarray(arrays["tile_masks"], dtype=np.int64)
-    record_counts = sum(np.diff(np.asarray(arrays[name], dtype=np.int64)) for name in
-                        ("tile_span_offsets", "tile_strided_offsets", "tile_column_offsets"))
+    # The flat index of each cell's key block 0 in `out`.
+    cells["base"] = (tile_slot[cells["tile"]] * num_q_blocks + cells["block"]) * num_k_blocks
+    query = (cells, cell_count, cell_first)
+    mask_fields = _mask_fields(arrays)
+    record_counts = sum(np.diff(np.asarray(arrays[kind[0]], dtype=np.int64))
+                        for kind in RECORD_KINDS)
     ends = np.cumsum(record_counts)
     flat = out.reshape(-1)
     tile_begin = 0
@@ -168,16 +220,9 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
         done = ends[tile_begin - 1] if tile_begin else 0
         tile_end = max(tile_begin + 1,
                        int(np.searchsorted(ends, done + CHUNK_RECORDS, side="right")))
-        tile, block, first, last, step = _pieces(*_records(arrays, tile_begin, tile_end), block_k)
-        piece, rank = _expand(cell_count[tile])
-        cell = cell_first[tile[piece]] + rank
-        mask_rows = mask_table[tile_masks[tile[piece]]]
-        masks = {name: mask_rows[:, i] for i, name in enumerate(MASK_FIELDS)}
-        kept = _keeps(masks, (cells["first"][cell], cells["last"][cell]),
-                      (first[piece], last[piece], step[piece]), kv_len - q_len)
-        index = ((tile_slot[tile[piece]] * num_q_blocks + cells["block"][cell]) * num_k_blocks +
-                 block[piece])
-        flat[index[kept]] = True
+        for kind in RECORD_KINDS:
+            pieces = _pieces(*_records(arrays, kind, tile_begin, tile_end), block_k)
+            _mark_pieces(flat, pieces, query, mask_fields, kv_len - q_len)
         tile_begin = tile_end
 
 
