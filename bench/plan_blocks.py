@@ -244,6 +244,5 @@ def block_map(passes, shape, block_q, block_k):
 
 def plan_block_map(plan, block_q, block_k):
     """block_map of an mmsparse.Plan (its host plan: built or downloaded on the first call)."""
-    native = plan._native
-    passes = [native.pass_arrays(p) for p in range(native.num_passes)]
-    return block_map(passes, native.shape, block_q, block_k)
+    passes = [plan.pass_arrays(p) for p in range(plan.num_passes)]
+    return block_map(passes, plan.shape, block_q, block_k)
