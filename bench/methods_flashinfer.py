@@ -1,4 +1,4 @@
-"""FlashInfer's block-sparse kernel on mmsparse's own plans (kernel vs kernel), for bench/methods.py.
+"""FlashInfer's block-sparse kernel on mmsparse's own plans (kernel vs kernel), for methods.py.
 
 Each setting is an mmsparse plan (a spec for every head, or a config such as the shipped one);
 the plan's blocks (bench/plan_blocks.py: every block holding a pair the plan computes, a SUPERSET

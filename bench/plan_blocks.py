@@ -201,6 +201,31 @@ def _mask_fields(arrays):
     return {name: rows[:, i] for i, name in enumerate(MASK_FIELDS)}
 
 
+def _column_reach(mask_fields, cells, cell_count, offset):
+    """Per tile, the last key its rows reach, where a column needs nothing else to be kept: every
+    tile in one query block and one policy without window or band (causal, minimum distance), the
+    usual vertical-slash plan. None otherwise (the general path)."""
+    if not len(cell_count) or cell_count.max() != 1 or cell_count.min() != 1 or \
+            any(np.ndim(value) for value in mask_fields.values()) or \
+            mask_fields["window"] > 0 or mask_fields["period"] > 0:
+        return None
+    if mask_fields["media_bidirectional"] or not (mask_fields["causal"] or
+                                                   mask_fields["min_distance"] > 0):
+        return np.full(len(cell_count), _FAR)
+    lower = max(0 if mask_fields["causal"] else -_FAR, mask_fields["min_distance"])
+    return cells["last"] + (offset - lower)  # cells are the tiles, in order
+
+
+def _mark_columns(flat, arrays, tile_begin, tile_end, reach, base, block_k):
+    """The columns of tiles [tile_begin, tile_end) on the fast path (_column_reach): a column's
+    block is kept when its key is within its tile's reach."""
+    offsets = np.asarray(arrays["tile_column_offsets"], dtype=np.int64)
+    counts = np.diff(offsets[tile_begin:tile_end + 1])
+    columns = np.asarray(arrays["columns"])[offsets[tile_begin]:offsets[tile_end]]
+    kept = columns <= np.repeat(reach[tile_begin:tile_end], counts)
+    flat[(np.repeat(base[tile_begin:tile_end], counts) + columns // block_k)[kept]] = True
+
+
 def _mark_pass(out, arrays, shape, block_q, block_k):
     _, _, q_len, kv_len, _ = shape
     slots, num_q_blocks, num_k_blocks = out.shape
@@ -211,6 +236,7 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
     cells["base"] = (tile_slot[cells["tile"]] * num_q_blocks + cells["block"]) * num_k_blocks
     query = (cells, cell_count, cell_first)
     mask_fields = _mask_fields(arrays)
+    reach = _column_reach(mask_fields, cells, cell_count, kv_len - q_len)
     record_counts = sum(np.diff(np.asarray(arrays[kind[0]], dtype=np.int64))
                         for kind in RECORD_KINDS)
     ends = np.cumsum(record_counts)
@@ -221,6 +247,9 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
         tile_end = max(tile_begin + 1,
                        int(np.searchsorted(ends, done + CHUNK_RECORDS, side="right")))
         for kind in RECORD_KINDS:
+            if kind[1] == "columns" and reach is not None:
+                _mark_columns(flat, arrays, tile_begin, tile_end, reach, cells["base"], block_k)
+                continue
             pieces = _pieces(*_records(arrays, kind, tile_begin, tile_end), block_k)
             _mark_pieces(flat, pieces, query, mask_fields, kv_len - q_len)
         tile_begin = tile_end

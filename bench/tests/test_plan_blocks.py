@@ -109,10 +109,14 @@ def random_mask(rng, kinds):
     return [mask[name] for name in plan_blocks.MASK_FIELDS]
 
 
-def tile_records(rng, kv_len, strided):
-    """Disjoint spans, strided spans and columns of one tile (keys drawn once each)."""
-    free = list(range(kv_len))
+def tile_records(rng, kv_len, strided, diagonal):
+    """Disjoint spans, strided spans and columns of one tile (keys drawn once each); some columns
+    next to `diagonal` (the tile's last row's aligned position), where the causal cut decides."""
+    free = [key for key in range(diagonal - 2, diagonal + 3) if 0 <= key < kv_len]
+    rest = [key for key in range(kv_len) if key not in free]
     rng.shuffle(free)
+    rng.shuffle(rest)
+    free += rest
     taken = set()
     spans, stridden, columns = [], [], []
     for _ in range(rng.randint(0, 3)):
@@ -134,9 +138,10 @@ def tile_records(rng, kv_len, strided):
     return spans, stridden, sorted(columns)
 
 
-def random_pass(rng, shape, kinds, permuted):
+def random_pass(rng, shape, kinds, permuted, aligned=False):
     """One pass's arrays: every head split into tiles of up to tile_rows order indices (some left
-    out), in natural order or, with `permuted`, a phase-major order of runs."""
+    out), in natural order or, with `permuted`, a phase-major order of runs; `aligned`: tiles of
+    exactly tile_rows (the last shorter)."""
     batch, heads, q_len, kv_len, tile_rows = shape
     runs, run_offsets, tiles, tile_offsets = [], [0], [], [0]
     masks = [random_mask(rng, kinds) for _ in range(3)]
@@ -149,11 +154,13 @@ def random_pass(rng, shape, kinds, permuted):
         run_offsets.append(len(runs))
         begin = 0
         while begin < q_len:
-            end = min(q_len, begin + rng.randint(1, tile_rows))
+            end = min(q_len, begin + (tile_rows if aligned else rng.randint(1, tile_rows)))
             if rng.random() < 0.9:
                 tiles.append((begin, end))
                 tile_masks.append(rng.randrange(len(masks)))
-                for records, new in zip(per_tile, tile_records(rng, kv_len, "strided" in kinds)):
+                diagonal = end - 1 + kv_len - q_len
+                for records, new in zip(per_tile, tile_records(rng, kv_len, "strided" in kinds,
+                                                               diagonal)):
                     records.append(new)
             begin = end
         tile_offsets.append(len(tiles))
@@ -173,15 +180,17 @@ def random_pass(rng, shape, kinds, permuted):
 
 @unittest.skipUnless(HAVE_NUMPY, "numpy not installed")
 class RandomPlanBlocks(unittest.TestCase):
-    def check(self, kinds, permuted, exact, seed):
+    def check(self, kinds, permuted, exact, seed, aligned=False):
         rng = random.Random(seed)
         for case in range(MAX_RANDOM_CASES):
             q_len = rng.randint(1, 90)
             shape = (rng.randint(1, 2), rng.randint(1, 3), q_len, q_len + rng.choice([0, 0, 17]),
                      rng.choice([4, 16, 32]))
-            passes = [random_pass(rng, shape, kinds, permuted)
+            passes = [random_pass(rng, shape, kinds, permuted, aligned)
                       for _ in range(rng.choice([1, 1, 2]))]
             block_q, block_k = rng.choice([1, 8, 16, 64]), rng.choice([1, 8, 16, 64])
+            if aligned:  # tiles inside query blocks: the columns' fast path
+                block_q = shape[4] * rng.choice([1, 2])
             blocks = plan_blocks.block_map(passes, shape, block_q, block_k)
             expected = reference_blocks(reference_pairs(passes, shape), shape, block_q, block_k)
             chunk = plan_blocks.CHUNK_RECORDS
@@ -199,6 +208,9 @@ class RandomPlanBlocks(unittest.TestCase):
 
     def test_causal_spans_and_columns_are_exact(self):
         self.check(kinds=(), permuted=False, exact=True, seed=1)
+
+    def test_columns_of_one_block_tiles_are_exact(self):
+        self.check(kinds=("distance",), permuted=False, exact=True, seed=5, aligned=True)
 
     def test_windows_sinks_distances_and_bands_are_exact_on_contiguous_rows(self):
         self.check(kinds=("window", "distance", "band"), permuted=False, exact=True, seed=2)
@@ -241,7 +253,7 @@ def host_view(array):
                      [stride // array.itemsize for stride in array.strides])
 
 
-@unittest.skipUnless(CORE is not None, "mmsparse._core not built (cmake -DMMSPARSE_BUILD_PYTHON=ON)")
+@unittest.skipUnless(CORE is not None, "mmsparse._core not built (-DMMSPARSE_BUILD_PYTHON=ON)")
 class RealPlanBlocks(unittest.TestCase):
     def test_static_patterns_match_the_reference_and_the_engine_pair_counts(self):
         rng = np.random.default_rng(0)
