@@ -201,10 +201,10 @@ def _mask_fields(arrays):
     return {name: rows[:, i] for i, name in enumerate(MASK_FIELDS)}
 
 
-def _column_reach(mask_fields, cells, cell_count, offset):
-    """Per tile, the last key its rows reach, where a column needs nothing else to be kept: every
-    tile in one query block and one policy without window or band (causal, minimum distance), the
-    usual vertical-slash plan. None otherwise (the general path)."""
+def _causal_reach(mask_fields, cells, cell_count, offset):
+    """Per tile, the last key its rows reach, where that alone decides which blocks a span or a
+    column marks: every tile in one query block and one policy without window or band (causal,
+    minimum distance), the usual vertical-slash plan. None otherwise (the general path)."""
     if not len(cell_count) or cell_count.max() != 1 or cell_count.min() != 1 or \
             any(np.ndim(value) for value in mask_fields.values()) or \
             mask_fields["window"] > 0 or mask_fields["period"] > 0:
@@ -216,14 +216,29 @@ def _column_reach(mask_fields, cells, cell_count, offset):
     return cells["last"] + (offset - lower)  # cells are the tiles, in order
 
 
-def _mark_columns(flat, arrays, tile_begin, tile_end, reach, base, block_k):
-    """The columns of tiles [tile_begin, tile_end) on the fast path (_column_reach): a column's
-    block is kept when its key is within its tile's reach."""
-    offsets = np.asarray(arrays["tile_column_offsets"], dtype=np.int64)
+def _mark_reached(flat, arrays, kind, tile_range, reach, base, block_k):
+    """Spans or columns of the tiles in tile_range on the fast path (_causal_reach): a record
+    marks the key blocks from its first key's to that of its last key within its tile's reach."""
+    offsets_name, records_name, width = kind
+    tile_begin, tile_end = tile_range
+    offsets = np.asarray(arrays[offsets_name], dtype=np.int64)
     counts = np.diff(offsets[tile_begin:tile_end + 1])
-    columns = np.asarray(arrays["columns"])[offsets[tile_begin]:offsets[tile_end]]
-    kept = columns <= np.repeat(reach[tile_begin:tile_end], counts)
-    flat[(np.repeat(base[tile_begin:tile_end], counts) + columns // block_k)[kept]] = True
+    records = np.asarray(arrays[records_name])[offsets[tile_begin]:offsets[tile_end]]
+    first = records.reshape(-1, width)[:, 0]
+    tile_reach = np.repeat(reach[tile_begin:tile_end], counts)
+    kept = first <= tile_reach
+    first_block = (first // block_k)[kept]
+    tile_base = np.repeat(base[tile_begin:tile_end], counts)[kept]
+    if width == 1:
+        flat[tile_base + first_block] = True
+        return
+    last = np.minimum(records[:, 1][kept] - 1, tile_reach[kept])  # a span's end is last + 1
+    blocks = last // block_k - first_block + 1
+    if np.all(blocks == 1):
+        flat[tile_base + first_block] = True
+        return
+    span, rank = _expand(blocks)
+    flat[tile_base[span] + first_block[span] + rank] = True
 
 
 def _mark_pass(out, arrays, shape, block_q, block_k):
@@ -236,7 +251,7 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
     cells["base"] = (tile_slot[cells["tile"]] * num_q_blocks + cells["block"]) * num_k_blocks
     query = (cells, cell_count, cell_first)
     mask_fields = _mask_fields(arrays)
-    reach = _column_reach(mask_fields, cells, cell_count, kv_len - q_len)
+    reach = _causal_reach(mask_fields, cells, cell_count, kv_len - q_len)
     record_counts = sum(np.diff(np.asarray(arrays[kind[0]], dtype=np.int64))
                         for kind in RECORD_KINDS)
     ends = np.cumsum(record_counts)
@@ -247,8 +262,9 @@ def _mark_pass(out, arrays, shape, block_q, block_k):
         tile_end = max(tile_begin + 1,
                        int(np.searchsorted(ends, done + CHUNK_RECORDS, side="right")))
         for kind in RECORD_KINDS:
-            if kind[1] == "columns" and reach is not None:
-                _mark_columns(flat, arrays, tile_begin, tile_end, reach, cells["base"], block_k)
+            if kind[1] != "strided_spans" and reach is not None:
+                _mark_reached(flat, arrays, kind, (tile_begin, tile_end), reach, cells["base"],
+                              block_k)
                 continue
             pieces = _pieces(*_records(arrays, kind, tile_begin, tile_end), block_k)
             _mark_pieces(flat, pieces, query, mask_fields, kv_len - q_len)
