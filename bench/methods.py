@@ -11,7 +11,8 @@ and their total (docs/methods-bench.md). Methods:
   --config-file, and configs `mmsparse search` finds at several mean-recall targets (searched on
   seed 1 of a preset: out of sample). Without the package, `mmsparse run --compare` instead;
 - peers (bench/methods_peers.py): MInference's vertical-slash, XAttention and FlexPrefill,
-  FlexAttention's A-shape, FlashInfer on XAttention's blocks (--peers flashinfer), dense cuDNN and
+  FlexAttention's A-shape, FlashInfer on XAttention's blocks and on mmsparse's plans (--peers
+  flashinfer: bench/methods_flashinfer.py), dense cuDNN and
   FlashAttention-2 through torch SDPA. A peer whose package is missing is reported and skipped.
 
 Accuracy is measured against one dense reference per input (FlashAttention-2's output and LSE
@@ -48,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+import methods_flashinfer as flashinfer_lib  # noqa: E402
 import methods_mmsparse as mm_lib  # noqa: E402
 import methods_peers as peers_lib  # noqa: E402
 import methods_report as report_lib  # noqa: E402
@@ -111,6 +113,12 @@ def parse_args(argv=None):
                         help="MInference vertical,slash counts")
     parser.add_argument("--xattn-thresholds", type=float, nargs="*", default=[0.8, 0.9, 0.95])
     parser.add_argument("--flexprefill-gammas", type=float, nargs="*", default=[0.9, 0.95, 0.99])
+    parser.add_argument("--flashinfer-specs", nargs="*", default=None,
+                        help="mmsparse specs whose plans FlashInfer runs (--peers flashinfer; "
+                             "default: the vertical-slash ones of --mmsparse-patterns), beside the "
+                             "input's configs (shipped, --config-file)")
+    parser.add_argument("--flashinfer-block", type=int, default=64,
+                        help="block size (rows = columns) of the plans' block maps for FlashInfer")
     parser.add_argument("--flex-locals", type=int, nargs="*", default=[1024, 4096, 16384])
     parser.add_argument("--budget-s", type=float, default=0,
                         help="the whole run's time (0: no limit): no entry starts after it; each "
@@ -482,6 +490,27 @@ def peer_entries(args, adapters, t, reference, results, result):
     return dense, groups
 
 
+def flashinfer_plan_entries(args, module, t, reference, preset, path, results, result):
+    """FlashInfer on mmsparse's plans (bench/methods_flashinfer.py) as one sweep group, or none
+    (listed under `skipped` with the reason)."""
+    if "flashinfer" not in args.peers:
+        return []
+    adapter_name = flashinfer_lib.METHOD
+    reason = "needs the mmsparse Python package" if module is None else None
+    reason = reason or ("needs a CUDA device" if args.device != "cuda" else None)
+    shipped = None if args.no_shipped_config else \
+        mm_lib.shipped_config(REPO, preset, t.seq_len, bool(args.heads or args.kv_heads))
+    settings = flashinfer_lib.settings_for_input(
+        args, config_settings(args, preset, t.seq_len, path, shipped))
+    adapter = None if reason else flashinfer_lib.FlashInferOnPlans(module, settings,
+                                                                   args.flashinfer_block)
+    reason = reason or adapter.available() or (None if settings else "no plan to feed it")
+    if reason:
+        results.skip(result, adapter_name, reason)
+        return []
+    return [[PeerEntry(adapter, setting, t, reference, args) for setting in settings]]
+
+
 def ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched):
     """Entries by value: dense (the ratio's denominator), mmsparse's configs for this input, one
     point of every method (mmsparse's patterns and the peers alternating), the tile oracle, the
@@ -527,6 +556,8 @@ def run_input(args, adapters, module, spec, scratch, results, budget, log):
     mm_dense, configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset,
                                                               path, scratch, budget.remaining)
     dense, peer_groups = peer_entries(args, adapters, t, reference, results, result)
+    peer_groups += flashinfer_plan_entries(args, module, t, reference, preset, path, results,
+                                           result)
     dense += [[entry] for entry in mm_dense]
     oracle = OracleEntry(args, preset, t.seq_len, results, result, budget) if preset else None
     entries = ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched)

@@ -14,8 +14,11 @@
 #   ARGS go to methods.py (e.g. -- --rounds 3)
 #
 #   --no-minference-cuda  no nvcc build: XAttention and FlexPrefill run, vertical-slash does not
-#   --flashinfer          also FlashInfer on XAttention's blocks (its JIT compiles kernels with
-#                         nvcc on first use: a minute or more of the budget)
+#   --flashinfer          also FlashInfer on XAttention's blocks and on mmsparse's own plans (the
+#                         input's configs, the vertical-slash specs; bench/methods_flashinfer.py).
+#                         Its JIT compiles kernels with nvcc on first use (a minute or more, outside
+#                         the method budget) and each plan's block map takes seconds on the host:
+#                         raise METHODS_TIMEOUT_S and METHODS_BUDGET_S by about 120 s
 #   --no-search           no `mmsparse search` configs at 32K (they come last anyway)
 #
 # Time: METHODS_TIMEOUT_S (default 300) bounds methods.py; no entry starts after METHODS_BUDGET_S

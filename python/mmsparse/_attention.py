@@ -220,6 +220,19 @@ class Plan:
         counts = self._native.pair_counts()
         return sum(counts) / (len(counts) * causal_pairs) if causal_pairs else 0.0
 
+    @property
+    def num_passes(self) -> int:
+        """The plan's passes (plan.h): tile geometries whose pairs are disjoint."""
+        return self._native.num_passes
+
+    def pass_arrays(self, pass_index: int = 0) -> dict:
+        """One pass's records as read-only numpy views of the host plan (built or downloaded on
+        the first call), for tile-level converters: head_run_offsets, runs [n, 3] (start, count,
+        step), head_tile_offsets, tiles [n, 2] (order begin, end), tile_masks, masks [m, 9]
+        (fields in mask_fields), and per tile in CSR form spans [n, 2] (begin, end), strided_spans
+        [n, 3] (begin, last + 1, step) and columns. Needs numpy."""
+        return self._native.pass_arrays(pass_index)
+
     def run(self, q, k, v, *, out=None, scale: float | None = None, return_lse: bool = False,
             tensor_layout: str = "bshd"):
         qb, kb, vb = _inputs(q, k, v, tensor_layout)

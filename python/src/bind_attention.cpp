@@ -2,10 +2,13 @@
 // CUDA work is enqueued on the stream the caller passes (torch's current stream).
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -81,6 +84,72 @@ PreparedPlan prepare(const std::vector<std::string>& spec_texts, const PlanReque
                          inputs_pointer, host_pointer);
 }
 
+// The plan's records as numpy arrays over the host plan's own vectors (no copy; each array keeps
+// the Python PreparedPlan alive), so that tile-level converters (e.g. to a kernel's block map)
+// can run vectorised instead of walking every query row.
+template <typename Record, typename Field>
+nb::ndarray<nb::numpy, const Field> record_array(const std::vector<Record>& records, size_t fields,
+                                                 nb::handle owner) {
+  static_assert(sizeof(Record) % sizeof(Field) == 0, "records are packed arrays of Field");
+  const size_t shape[2] = {records.size(), fields};
+  // NOLINTNEXTLINE: the records are standard-layout structs of `fields` Field members
+  const auto* data = reinterpret_cast<const Field*>(records.data());
+  return nb::ndarray<nb::numpy, const Field>(data, fields == 1 ? 1 : 2, shape, owner);
+}
+
+// [masks, 9] int64 in the order of kMaskFields: the policies are few, so they are copied.
+constexpr const char* kMaskFields[] = {"causal",       "window",         "window_sink",
+                                       "min_distance", "period",         "band",
+                                       "same_media",   "modality_pairs", "media_bidirectional"};
+constexpr size_t kNumMaskFields = sizeof(kMaskFields) / sizeof(kMaskFields[0]);
+
+nb::ndarray<nb::numpy, int64_t> mask_array(const std::vector<MaskPolicy>& masks) {
+  auto* values = new int64_t[masks.size() * kNumMaskFields];
+  for (size_t m = 0; m < masks.size(); ++m) {
+    const MaskPolicy& mask = masks[m];
+    const int64_t row[kNumMaskFields] = {
+        mask.causal, mask.window,     mask.window_sink,    mask.min_distance,       mask.period,
+        mask.band,   mask.same_media, mask.modality_pairs, mask.media_bidirectional};
+    std::copy(row, row + kNumMaskFields, values + m * kNumMaskFields);
+  }
+  nb::capsule owner(values,
+                    [](void* pointer) noexcept { delete[] static_cast<int64_t*>(pointer); });
+  const size_t shape[2] = {masks.size(), kNumMaskFields};
+  return nb::ndarray<nb::numpy, int64_t>(values, 2, shape, owner);
+}
+
+nb::dict pass_arrays(nb::handle_t<PreparedPlan> self, int64_t pass_index) {
+  const PreparedPlan& prepared = nb::cast<const PreparedPlan&>(self);
+  const Plan* host_plan = nullptr;
+  {
+    nb::gil_scoped_release release;  // the first call may build or download the host plan
+    host_plan = &prepared.plan();
+  }
+  if (pass_index < 0 || pass_index >= host_plan->num_passes()) {
+    throw_invalid_argument("pass_index", "in [0, " + std::to_string(host_plan->num_passes()) + ")",
+                           std::to_string(pass_index));
+  }
+  const Plan& plan = host_plan->pass(pass_index);
+  nb::dict arrays;
+  arrays["head_run_offsets"] = record_array<int64_t, int64_t>(plan.head_run_offsets, 1, self);
+  arrays["runs"] = record_array<QueryRun, int64_t>(plan.runs, 3, self);  // start, count, step
+  arrays["head_tile_offsets"] = record_array<int64_t, int64_t>(plan.head_tile_offsets, 1, self);
+  arrays["tiles"] = record_array<QueryTile, int64_t>(plan.tiles, 2, self);  // begin, end
+  arrays["tile_masks"] = record_array<int32_t, int32_t>(plan.tile_masks, 1, self);
+  arrays["tile_span_offsets"] = record_array<int64_t, int64_t>(plan.tile_span_offsets, 1, self);
+  arrays["spans"] = record_array<KeySpan, int32_t>(plan.spans, 2, self);  // begin, end
+  arrays["tile_strided_offsets"] =
+      record_array<int64_t, int64_t>(plan.tile_strided_offsets, 1, self);
+  arrays["strided_spans"] = record_array<StridedSpan, int32_t>(plan.strided_spans, 3, self);
+  arrays["tile_column_offsets"] = record_array<int64_t, int64_t>(plan.tile_column_offsets, 1, self);
+  arrays["columns"] = record_array<int32_t, int32_t>(plan.columns, 1, self);
+  arrays["masks"] = mask_array(plan.masks);
+  nb::list fields;
+  for (const char* field : kMaskFields) fields.append(field);
+  arrays["mask_fields"] = fields;
+  return arrays;
+}
+
 void bind_prepared_plan(nb::module_& module) {
   nb::class_<PreparedPlan>(module, "PreparedPlan")
       .def_prop_ro("shape",
@@ -98,7 +167,12 @@ void bind_prepared_plan(nb::module_& module) {
           "pair_counts",
           [](const PreparedPlan& prepared) { return count_plan_pairs(prepared.plan()); },
           nb::call_guard<nb::gil_scoped_release>(),
-          "(query, key) pairs each head slot computes after masking");
+          "(query, key) pairs each head slot computes after masking")
+      .def_prop_ro("num_passes",
+                   [](const PreparedPlan& prepared) { return prepared.plan().num_passes(); })
+      .def("pass_arrays", &pass_arrays, nb::arg("pass_index") = 0,
+           "The host plan's records of one pass as numpy arrays (views, no copy): query runs, "
+           "tiles, their masks, spans, strided spans and columns in CSR form (plan.h)");
 }
 
 }  // namespace

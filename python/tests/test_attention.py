@@ -153,3 +153,24 @@ def test_build_info_and_patterns():
     assert info["version"] == mmsparse.__version__ and "cpu-reference" in info["backends"]
     names = {p["name"] for p in mmsparse.known_patterns()}
     assert {"dense", "a-shape", "vertical-slash", "grid"} <= names
+
+
+def test_pass_arrays_are_the_plans_records(generator):
+    q, k, _ = qkv(generator, q_len=96)
+    plan = mmsparse.prepare(q, k, pattern="a-shape:sink=8,local=32")
+    assert plan.num_passes >= 1
+    arrays = plan.pass_arrays(0)
+    heads, q_len, kv_len = plan.shape[1], plan.shape[2], plan.shape[3]
+    tiles = arrays["tiles"]
+    assert len(arrays["head_tile_offsets"]) == heads + 1
+    assert arrays["head_tile_offsets"][-1] == len(tiles) == len(arrays["tile_masks"])
+    assert (tiles[:, 0] < tiles[:, 1]).all() and tiles[:, 1].max() <= q_len
+    spans = arrays["spans"]
+    assert arrays["tile_span_offsets"][-1] == len(spans) and spans.max() <= kv_len
+    assert not spans.flags.writeable  # views of the plan, not copies
+    assert list(arrays["mask_fields"])[:2] == ["causal", "window"]
+    assert arrays["masks"].shape[1] == len(arrays["mask_fields"])
+    del plan  # the arrays keep the plan's memory alive
+    assert int(arrays["tiles"][0, 1]) == int(tiles[0, 1])
+    with pytest.raises(ValueError, match="pass_index"):
+        mmsparse.prepare(q, k).pass_arrays(99)
