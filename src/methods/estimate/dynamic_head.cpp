@@ -105,7 +105,10 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
 
   builder.begin_head(order.is_identity() ? std::vector<QueryRun>{} : order.runs);
   const BoundaryMode boundary = boundary_mode(spec);
-  TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD
+  // The item boundary's lattices, and those of heads with item sinks, are written as the Q/2D
+  // boundaries' are: the GPU builders share their conversion.
+  TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD ||
+                        boundary == BoundaryMode::kItem || item_sinks > 0
                     ? LatticeKeys::kColumns
                     : LatticeKeys::kStridedSpans);
   std::vector<int64_t> frontiers;

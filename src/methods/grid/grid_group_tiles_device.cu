@@ -1,7 +1,8 @@
-// The grouped grid's (Q/2D boundary) tile conversion on the GPU: a block per tile of the capacity
-// finds its rows (pieces of its phase's runs, from the arrangement of grid_groups_device.cu) and,
-// in every key space of its group, the keys GridPattern::add_tile_keys adds for their frontiers
-// there, marked in bitmaps and read off as records (key_bitmaps.cuh). The count pass sizes each
+// The grouped grid's (Q/2D/item boundary) tile conversion on the GPU: a block per tile of the
+// capacity finds its rows (pieces of its phase's runs, from the arrangement of
+// grid_groups_device.cu) and, in every key space of its group, the keys GridPattern::add_tile_keys
+// adds for their frontiers there, and the item sinks its rows see (build_dynamic_head), marked in
+// bitmaps and read off as records (key_bitmaps.cuh). The count pass sizes each
 // tile's records; after the caller's scans the fill pass writes them.
 
 #include <algorithm>
@@ -181,8 +182,8 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
   const int64_t i = threadIdx.x;
   int64_t* frontiers = shared.frontier[space];
   if (i < site.rows) {
-    frontiers[i] =
-        c.space[space].frontier(shared.position[i] + c.causal_offset, c.space_keys[space]);
+    frontiers[i] = c.view(site.group, space)
+                       .frontier(shared.position[i] + c.causal_offset, c.keys(site.group, space));
   }
   if (i == 0) shared.phase_count[space] = 0;
   __syncthreads();
@@ -200,12 +201,27 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
   return frontiers[site.rows - 1];
 }
 
+// How many item sinks lie at or before original position `last_aligned` (none without them).
+__device__ int64_t visible_sinks(const Conversion& c, int64_t last_aligned) {
+  int64_t low = 0;
+  int64_t high = c.sink_count;
+  while (low < high) {  // the first sink beyond last_aligned
+    const int64_t middle = (low + high) / 2;
+    if (c.sink_keys[middle] <= last_aligned) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
 // One space's keys of the tile in the window (GridPattern::add_tile_keys), block-wide.
 __device__ void mark_space(const Conversion& c, const TileSite& site, int64_t space,
                            const detail::GridLines& lines, int64_t last, const TileShared& shared,
                            const Window& window) {
   if (last < 1) return;
-  const KeySpaceView& view = c.space[space];
+  const KeySpaceView view = c.view(site.group, space);
   const detail::GridOptions& options = c.options;
   mark_compact_span_block(view, 0, min64(options.sink, last), window);
   const int64_t local = detail::tile_window(options);
@@ -251,11 +267,14 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   detail::GridLines lines[kMaxKeySpaces];
   int64_t last[kMaxKeySpaces];
-  int64_t key_end = 0;  // every key read lies below it
-  for (int64_t s = 0; s < a.spaces; ++s) {
-    lines[s] = a.lines[(site.group * a.spaces + s) * a.slots + site.slot];
+  const grouped::GroupView& group = a.group[site.group];
+  // The item sinks the tile's last row sees (rows ascend), and every key read lies below key_end.
+  const int64_t sinks = visible_sinks(c, shared.position[site.rows - 1] + c.causal_offset);
+  int64_t key_end = sinks > 0 ? c.sink_keys[sinks - 1] + 1 : 0;
+  for (int64_t s = 0; s < group.spaces; ++s) {
+    lines[s] = a.lines[(group.first_pair + s) * a.slots + site.slot];
     last[s] = collect_phases(c, site, s, lines[s], shared);
-    if (last[s] >= 1) key_end = max64(key_end, c.space[s].original(last[s] - 1) + 1);
+    if (last[s] >= 1) key_end = max64(key_end, c.view(site.group, s).original(last[s] - 1) + 1);
   }
   __syncthreads();
 
@@ -266,8 +285,9 @@ __global__ void __launch_bounds__(kThreads)
     columns = out.sections.columns + out.column_offsets[g];
   }
   const auto mark = [&](const Window& window) {
-    for (int64_t s = 0; s < a.spaces; ++s)
+    for (int64_t s = 0; s < group.spaces; ++s)
       mark_space(c, site, s, lines[s], last[s], shared, window);
+    for (int64_t j = threadIdx.x; j < sinks; j += kThreads) window.mark_column(c.sink_keys[j]);
   };
   const bitmaps::RecordCounts total =
       bitmaps::read_tile_records<kFill>(shared.records, key_end, mark, spans, columns);
