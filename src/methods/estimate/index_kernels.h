@@ -422,6 +422,9 @@ void check_grid_positions(const std::string& pattern, const PlanShape& shape, in
 // with a thread per row, so tiles hold at most kMaxGroupedGridTileRows rows; taller ones throw
 // kUnsupported naming shape.tile_rows (builds_grid_on_device says no to them).
 inline constexpr int64_t kMaxGroupedGridTileRows = 128;
+// The most query groups a grouped grid takes (they travel to its kernels by value): the item
+// boundary's text rows and media items; layouts of more items build on the host.
+inline constexpr int64_t kMaxGroupedGridGroups = 32;
 void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
                        detail::BoundaryMode mode, GridBuild& build);
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,

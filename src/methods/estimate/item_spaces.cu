@@ -1,11 +1,10 @@
 // The item boundary's pair table and the per-item sinks of the GPU index builders (item_spaces.h).
 // Host arithmetic on the layout only: nothing here touches the device.
 
-#include "methods/estimate/item_spaces.h"
-
 #include <algorithm>
 
 #include "methods/estimate/dynamic_head.h"
+#include "methods/estimate/item_spaces.h"
 
 namespace mmsparse::cuda::index::items {
 

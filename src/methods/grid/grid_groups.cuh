@@ -14,8 +14,8 @@
 namespace mmsparse::cuda::index::grouped {
 
 // Q/2D boundary: one group per modality; item boundary: the text rows and one group per media
-// item (builds with more items go to the host). The groups travel to the kernels by value.
-inline constexpr int kMaxGroups = 32;
+// item (builds with more items go to the host).
+inline constexpr int kMaxGroups = static_cast<int>(kMaxGroupedGridGroups);
 static_assert(kMaxGroups >= kNumModalities);
 
 // A group as the kernels read it.
