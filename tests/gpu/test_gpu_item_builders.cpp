@@ -288,6 +288,17 @@ PatternSpec item_grid_spec(Random& random, int64_t boundary, int64_t item_sinks)
   return spec;
 }
 
+// A problem for the fp64 oracle (oracle_problem) on an item layout of no more media items than
+// the grouped grid's query groups.
+QueryBoundaryProblem item_oracle_problem(Random& random, DType dtype, int64_t tile_rows) {
+  const PatternSpec item_grid = resolve_pattern(PatternSpec::parse("grid:boundary=4"));
+  QueryBoundaryProblem problem;
+  do {
+    problem = item_problem(random, oracle_problem(random, kItemLimits, dtype, tile_rows));
+  } while (!grid_groups_fit(item_grid, problem));
+  return problem;
+}
+
 // Boundary and item sinks of a trial: the item boundary with or without sinks, or sinks under
 // another boundary.
 void random_item_mode(Random& random, int64_t& boundary, int64_t& item_sinks) {
@@ -341,11 +352,7 @@ TEST_F(GpuIndexBuild, ItemPlansAttentionMatchesTheOracle) {
   SCOPED_TRACE(random.trace());
   for (const DType dtype : kDtypes) {
     for (const int64_t tile_rows : kTileRows) {
-      const PatternSpec item_grid = resolve_pattern(PatternSpec::parse("grid:boundary=4"));
-      QueryBoundaryProblem problem;
-      do {  // a layout of no more items than the grouped grid's query groups
-        problem = item_problem(random, oracle_problem(random, kItemLimits, dtype, tile_rows));
-      } while (!grid_groups_fit(item_grid, problem));
+      QueryBoundaryProblem problem = item_oracle_problem(random, dtype, tile_rows);
       problem.last_q = 1;  // one estimate row per group: every group fits the estimate
       const AttentionInputs inputs = grid_trial_inputs(random, problem.size);
       const int64_t item_sinks = random.uniform_int(0, kMaxItemSinks);
@@ -402,8 +409,8 @@ TEST_F(GpuIndexBuild, ItemGridOfTooManyItemsStaysOnTheHost) {
 TEST_F(GpuIndexBuild, ItemHeadsServePreparePattern) {
   Random random;
   SCOPED_TRACE(random.trace());
-  const QueryBoundaryProblem problem = item_problem(
-      random, oracle_problem(random, kItemLimits, DType::kBFloat16, kTileRows.front()));
+  const QueryBoundaryProblem problem =
+      item_oracle_problem(random, DType::kBFloat16, kTileRows.front());
   const AttentionInputs inputs = grid_trial_inputs(random, problem.size);
   const PlanShape shape = plan_shape(problem.size);
   const DeviceOperand q(inputs.q);

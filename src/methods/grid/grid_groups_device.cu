@@ -366,6 +366,28 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   return arrange;
 }
 
+// The key spaces of the groups' pairs (2D: the spaces every group shares; item boundary: each
+// pair's own) and the item sinks, into `build`; throws kUnsupported naming the boundary for more
+// query groups than the kernels take.
+void plan_spaces_and_sinks(const PatternSpec& resolved_spec, const ModalityLayout* layout,
+                           detail::BoundaryMode mode, const std::vector<detail::QueryGroup>& groups,
+                           GridBuild& build) {
+  if (static_cast<int64_t>(groups.size()) > grouped::kMaxGroups) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter boundary: the GPU grid builder takes at most " +
+                    std::to_string(grouped::kMaxGroups) +
+                    " query groups (media items + text), got " + std::to_string(groups.size()));
+  }
+  if (mode == detail::BoundaryMode::kTwoD && !groups.empty()) {
+    build.spaces = groups.front().key_spaces;
+  }
+  if (mode == detail::BoundaryMode::kItem) {
+    build.spaces = items::pair_table(groups).spaces;
+    build.pair_spaces = true;
+  }
+  build.sink_keys = items::spec_sink_keys(resolved_spec, build.shape, layout);
+}
+
 }  // namespace
 
 void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
@@ -378,20 +400,10 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
                     std::to_string(shape.tile_rows));
   }
   const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
-  const bool two_d = mode == detail::BoundaryMode::kTwoD;
-  const bool item = mode == detail::BoundaryMode::kItem;
-  if (static_cast<int64_t>(groups.size()) > grouped::kMaxGroups) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter boundary: the GPU grid builder takes at most " +
-                    std::to_string(grouped::kMaxGroups) + " query groups (media items + text), got " +
-                    std::to_string(groups.size()));
-  }
-  if (two_d && !groups.empty()) build.spaces = groups.front().key_spaces;
-  if (item) {
-    build.spaces = items::pair_table(groups).spaces;
-    build.pair_spaces = true;
-  }
-  build.sink_keys = items::spec_sink_keys(resolved_spec, shape, layout);
+  // With the 2D and item boundaries a group's primary space is its own tokens' (Q: all keys).
+  const bool own_spaces =
+      mode == detail::BoundaryMode::kTwoD || mode == detail::BoundaryMode::kItem;
+  plan_spaces_and_sinks(resolved_spec, layout, mode, groups, build);
   const int64_t offset = shape.causal_offset();
   const detail::GridOptions& options = build.options;
   const int64_t residues = (options.slash ? 1 : 0) + (options.vline ? 1 : 0);
@@ -404,7 +416,7 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
   for (const detail::QueryGroup& group : groups) {
     GridGroup planned;
     const detail::KeySpace& own = group.key_spaces[group.primary];
-    planned.own_space = two_d || item ? static_cast<int32_t>(group.primary) : 0;
+    planned.own_space = own_spaces ? static_cast<int32_t>(group.primary) : 0;
     planned.first_pair = static_cast<int64_t>(build.selections.size());
     planned.spaces = static_cast<int64_t>(group.key_spaces.size());
     for (const detail::IndexRange& rows : group.rows) {

@@ -99,7 +99,7 @@ struct KeySpaceTiles {
   KeySpaceView space[kMaxKeySpaces];
   // Item boundary (items::PairTable): group g reads the pairs [first_pair[g], first_pair[g + 1])
   // in the views pair_space; null otherwise.
-  const int32_t* first_pair = nullptr;      // [groups + 1]
+  const int32_t* first_pair = nullptr;       // [groups + 1]
   const KeySpaceView* pair_space = nullptr;  // [pairs]
   // Per-item sinks: tile t reads sink_keys[0, tile_sinks[t]) as columns; null without them.
   const int64_t* sink_keys = nullptr;

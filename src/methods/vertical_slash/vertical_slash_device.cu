@@ -237,9 +237,9 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
         for (std::size_t s = 0; !build.spaces.empty() && s < width; ++s) {
           const bool reads = s < groups[g].key_spaces.size();
           build.tile_frontiers.push_back(
-              reads ? space_frontiers(build.space_of(static_cast<int64_t>(g),
-                                                     static_cast<int64_t>(s)),
-                                      first_row, last_row, shape.causal_offset())
+              reads ? space_frontiers(
+                          build.space_of(static_cast<int64_t>(g), static_cast<int64_t>(s)),
+                          first_row, last_row, shape.causal_offset())
                     : SpaceFrontiers{});
         }
         if (!build.sink_keys.empty()) {
@@ -329,10 +329,9 @@ std::vector<EstimateExtents> selection_extents(const VerticalSlashBuild& build,
   for (int64_t g = 0; g < build.groups(); ++g) {
     for (int64_t s = 0; s < build.group_spaces(g); ++s) {
       if (two_d) {
-        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
-                                           build.space_of(g, s),
-                                           build.own_space[static_cast<std::size_t>(g)] == s,
-                                           "vertical-slash"));
+        extents.push_back(estimate_extents(
+            operands, build.group_rows[static_cast<std::size_t>(g)], build.space_of(g, s),
+            build.own_space[static_cast<std::size_t>(g)] == s, "vertical-slash"));
       } else if (build.group_rows.empty()) {
         extents.push_back(estimate_extents(operands, build.last_q));
       } else {
@@ -416,11 +415,14 @@ VerticalSlashRegions add_vertical_slash_regions(ScratchLayout& layout,
 // spaces' views, items::space_views); all keys (no ranges) without a 2D boundary. With the item
 // boundary, each group's pairs (`first_pair`, `pair_views`: device copies); with item sinks, the
 // sink keys and each tile's count of them (device copies).
-KeySpaceTiles key_space_tiles(const VerticalSlashBuild& build, const VerticalSlashTile* listed_tiles,
+KeySpaceTiles key_space_tiles(const VerticalSlashBuild& build,
+                              const VerticalSlashTile* listed_tiles,
                               const SpaceFrontiers* frontiers,
                               const std::vector<KeySpaceView>& views, std::byte* base,
                               const VerticalSlashRegions& at) {
-  KeySpaceTiles space_tiles{listed_tiles, frontiers, build.tiles_per_head,
+  KeySpaceTiles space_tiles{listed_tiles,
+                            frontiers,
+                            build.tiles_per_head,
                             static_cast<int32_t>(build.spaces.empty() ? 0 : build.space_count()),
                             {}};
   if (build.first_pair.empty()) {
@@ -658,7 +660,8 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
 
   const std::vector<KeySpaceView> views = items::space_views(build.spaces, begins, prefixes);
   copy_item_arrays(build, views, base, at, stream);
-  const KeySpaceTiles space_tiles = key_space_tiles(build, listed_tiles, frontiers, views, base, at);
+  const KeySpaceTiles space_tiles =
+      key_space_tiles(build, listed_tiles, frontiers, views, base, at);
   const LineArrays lines{region<int32_t>(base, at.verticals), region<int32_t>(base, at.slashes),
                          line_counts, line_counts + selections};
   estimate_and_select(build, operands, extents, at, views, base, capacity, lines, stream);
