@@ -103,6 +103,32 @@ TEST(ItemBoundary, ItemSinksAreReadByEveryTileThatSeesThem) {
   }
 }
 
+// The GPU index builders convert item-boundary heads and heads with item sinks through tile
+// bitmaps, which list lattice keys as columns (docs/index_builders.md, "Item boundary and item
+// sinks"); the host writes those heads' grid lattices so too, so that the plans stay equal record
+// for record. Without either, a long lattice is a strided span.
+TEST(ItemBoundary, GridLatticesAreColumnsWithTheItemBoundaryOrItemSinks) {
+  constexpr int64_t kFrames = 24;
+  const ModalityLayout layout = LayoutBuilder().text(40).video({kFrames, 8, 8}, 3).text(60).build();
+  const int64_t n = layout.length();
+  test::Random random;
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, n, 1, 8});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, n, 1, 8});
+  const PatternInputs inputs{q.view(), k.view()};
+  const PlanShape shape{.q_len = n, .kv_len = n};
+  // Vertical lines every 2 keys: far more lattice keys per tile than a strided span gathers.
+  const std::string lines = "grid:stride=2,hline=0,vline=1,slash=0,sink=0,local=0";
+  const auto strided_spans = [&](const std::string& text) {
+    const Plan plan = build_plan(PatternSpec::parse(text), shape, &layout, &inputs);
+    EXPECT_NO_THROW(plan.validate()) << text;
+    return plan.strided_spans.size();
+  };
+  EXPECT_GT(strided_spans(lines), 0u);
+  EXPECT_EQ(strided_spans(lines + ",item_sinks=1"), 0u);
+  EXPECT_EQ(strided_spans(lines + ",boundary=4"), 0u);
+  EXPECT_EQ(strided_spans(lines + ",boundary=4,item_sinks=2"), 0u);
+}
+
 // --- Recall on layouts without a constant frame period ------------------------------------------
 
 // A layout with text of 2..9 tokens between frames, a video of 8 frames of 6 x 8, an image, and
