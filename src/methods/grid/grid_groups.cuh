@@ -43,7 +43,8 @@ __device__ inline int64_t phase_run_rows(const GridRange& range, int64_t phase, 
 
 // What the arrangement writes and the conversion reads, per head slot.
 struct Arrangement {
-  int64_t slots, groups, spaces, tile_rows;
+  // Group g's (group, space) pairs are group[g].first_pair + s (lines [pairs, slots]).
+  int64_t slots, groups, tile_rows;
   int64_t phase_capacity;  // the most phases of a group + 1
   int64_t runs_per_head;
   GroupView group[kMaxGroups];

@@ -338,7 +338,6 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   Arrangement arrange{};
   arrange.slots = build.shape.head_slots();
   arrange.groups = static_cast<int64_t>(build.groups.size());
-  arrange.spaces = build.space_count();
   arrange.tile_rows = build.shape.tile_rows;
   arrange.phase_capacity = phase_capacity;
   arrange.runs_per_head = build.runs_per_head;
