@@ -6,25 +6,28 @@ safetensors file of q, k, v [1, seq, heads, head_dim] given with --input). For e
 setting of its main knob, one point: recall, output error, needles kept, index time, attention time
 and their total (docs/methods-bench.md). Methods:
 
-- mmsparse through its CLI (`mmsparse run --compare --json`): per-pattern knobs and configs that
-  `mmsparse search` found at several mean-recall targets (searched on another seed of the preset:
-  out of sample; on the input itself for --input files, which the point's note says);
+- mmsparse through its Python package in this process (bench/methods_mmsparse.py): per-pattern
+  knob sweeps, the shipped config of the preset and length (configs/), configs given with
+  --config-file, and configs `mmsparse search` finds at several mean-recall targets (searched on
+  seed 1 of a preset: out of sample). Without the package, `mmsparse run --compare` instead;
 - peers (bench/methods_peers.py): MInference's vertical-slash, XAttention and FlexPrefill,
   FlexAttention's A-shape, FlashInfer on XAttention's blocks (--peers flashinfer), dense cuDNN and
   FlashAttention-2 through torch SDPA. A peer whose package is missing is reported and skipped.
 
 Accuracy is measured against one dense reference per input (FlashAttention-2's output and LSE
-through torch). Recall = mean over query rows of exp(LSE_method - LSE_dense), averaged over heads,
-as the CLI defines it. A kernel that returns no LSE is run once more on the same selection with
-probe values: V = 0 except key 0 (always kept by those methods: vertical-slash's forced columns,
-FlexPrefill's first block) carrying 1 in channel 0, so out[i, 0] = exp(s_i0 - LSE_method(i)) and
-LSE_method(i) = s_i0 - log out[i, 0] ("sentinel probe"; rows where the probe reads 0 are counted and
-left out). The same run carries each needle key in a channel of its own, which gives the method's
-probability on the needle and from it the needle verdict of docs/report.md.
+through torch), computed once. Recall = mean over query rows of exp(LSE_method - LSE_dense),
+averaged over heads, as the CLI defines it. A kernel that returns no LSE is run once more on the
+same selection with probe values: V = 0 except key 0 (always kept by those methods) carrying 1 in
+channel 0, so out[i, 0] = exp(s_i0 - LSE_method(i)) ("sentinel probe"). The same run carries each
+needle key in a channel of its own: the needle verdict of docs/report.md.
 
-Timing: every point is timed in each of --rounds rounds, the order rotated from round to round as
-bench/peers.py does (its median_ms times each measurement: CUDA events, warm-up, median). A point's
-total is the median over rounds of index + attention.
+Time (bench/methods_schedule.py): entries (a method at one setting) run in order of value, every
+method's middle setting first, inside budgets for the run, each input, each method and each point;
+each method's JIT warm-up runs once per input before its first point and is recorded apart
+(setup_s). Every point is written to methods.json as soon as it is measured, and progress lines
+with times go to stdout, so a run cut by a timeout still reports. Round 1 measures every entry;
+further rounds (order rotated, as bench/peers.py does) refine the medians while the input's
+budget lasts.
 
     python3 bench/methods.py --mmsparse build-gpu/tools/cli/mmsparse --out $OUT
     python3 bench/methods_report.py table $OUT/methods.json
@@ -32,10 +35,10 @@ total is the median over rounds of index + attention.
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,12 +48,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+import methods_mmsparse as mm_lib  # noqa: E402
 import methods_peers as peers_lib  # noqa: E402
 import methods_report as report_lib  # noqa: E402
-from peers import median_ms, relative_error  # noqa: E402  (the timing and error of peers.py)
+import methods_schedule as schedule  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDLE_KEPT_SHARE = 0.95  # docs/report.md: a needle is kept with >= 95% of its dense mass
-PRESETS = ("video-qwen2.5vl-128k", "multi-image", "mixed-interleaved")
+PRESETS = ("video-qwen2.5vl-128k", "mixed-interleaved", "multi-image")
+ERROR_CHUNK_ROWS = 16384  # rows per step of the output error (bounds its fp32 temporaries)
+# A file that exists while a peer's package is still being built beside this run
+# (scripts/device-methods.sh): a peer found missing then says so.
+BUILDING_MARKER_ENV = "METHODS_BUILDING_MARKER"
 
 
 def parse_pair(text):
@@ -64,7 +73,7 @@ def parse_args(argv=None):
     parser.add_argument("--mmsparse", required=True, help="path to the mmsparse CLI (CUDA build)")
     parser.add_argument("--out", required=True, help="folder for methods.json and the PNGs")
     parser.add_argument("--presets", nargs="*", default=list(PRESETS),
-                        help="SYNTHETIC presets, each at every --seq-lens")
+                        help="SYNTHETIC presets: the first at every --seq-lens, then the others")
     parser.add_argument("--seq-lens", type=int, nargs="+", default=[32768, 131072])
     parser.add_argument("--extra", action="append", default=[],
                         help="one more preset:length input (repeatable), e.g. multi-image:131072")
@@ -73,20 +82,29 @@ def parse_args(argv=None):
                              "(repeatable)")
     parser.add_argument("--peers", nargs="*", default=["flex", "minference"],
                         choices=["flex", "minference", "flashinfer"])
+    parser.add_argument("--mmsparse-api", default="auto", choices=["auto", "python", "cli"],
+                        help="mmsparse through its Python package (auto: when importable) or its "
+                             "CLI")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--needles", type=int, default=4,
+                        help="needles planted in the SYNTHETIC inputs (the bench's needle task)")
     parser.add_argument("--mmsparse-patterns", nargs="*", default=[
-        "a-shape:sink=128,local=1024", "a-shape:sink=128,local=4096",
         "vertical-slash:vertical=500,slash=2000", "vertical-slash:vertical=1000,slash=6096",
-        "vec:alpha_ppm=30000", "vec:alpha_ppm=100000", "grid"],
-        help="mmsparse specs for every head (its per-pattern knobs)")
+        "vertical-slash:vertical=2000,slash=12000", "grid", "a-shape:sink=128,local=4096",
+        "a-shape:sink=128,local=16384", "vec:alpha_ppm=30000", "vec:alpha_ppm=100000"],
+        help="mmsparse specs for every head (its per-pattern knobs), one method per pattern")
+    parser.add_argument("--no-shipped-config", action="store_true",
+                        help="leave out configs/<preset>-<len>.json where it exists")
     parser.add_argument("--search-targets", type=float, nargs="*", default=[0.90, 0.95, 0.98],
                         help="mean-recall targets of `mmsparse search` configs")
+    parser.add_argument("--search-timeout-s", type=float, default=90,
+                        help="stop a search after this many seconds (its point then fails)")
     parser.add_argument("--config-file", action="append", default=[], metavar="PRESET:LEN=PATH",
                         help="a config `mmsparse search` wrote earlier, run as a searched-config "
                              "point on that input (repeatable)")
-    parser.add_argument("--search-max-len", type=int, default=131072,
+    parser.add_argument("--search-max-len", type=int, default=32768,
                         help="no search above this length (search time grows with it)")
     parser.add_argument("--vs-counts", type=parse_pair, nargs="*",
                         default=[(100, 800), (500, 2000), (1000, 6096), (3000, 12000)],
@@ -95,22 +113,38 @@ def parse_args(argv=None):
     parser.add_argument("--flexprefill-gammas", type=float, nargs="*", default=[0.9, 0.95, 0.99])
     parser.add_argument("--flex-locals", type=int, nargs="*", default=[1024, 4096, 16384])
     parser.add_argument("--budget-s", type=float, default=0,
-                        help="start no new input after this many seconds (0: no limit); the inputs "
-                             "left are listed under not_run")
+                        help="the whole run's time (0: no limit): no entry starts after it; each "
+                             "input gets a share of what is left; inputs never started are listed "
+                             "under not_run")
+    parser.add_argument("--method-budget-s", type=float, default=0,
+                        help="one method's time on one input, its JIT warm-up excluded (0: no "
+                             "limit): its remaining settings are skipped after it")
+    parser.add_argument("--point-budget-s", type=float, default=0,
+                        help="one point's timed runs (0: no limit): fewer repeats when they would "
+                             "overrun it (at least one)")
+    parser.add_argument("--oracle-timeout-s", type=float, default=60)
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--heads", type=int, default=0,
                         help="query heads of the presets (0: theirs)")
     parser.add_argument("--kv-heads", type=int, default=0,
                         help="KV heads of the presets (0: theirs)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                        help="cpu: a smoke run at small lengths (mmsparse's CLI on its CPU "
-                             "backend, the report and pictures; every peer needs CUDA and is "
-                             "skipped)")
+                        help="cpu: a smoke run at small lengths (mmsparse on its CPU backend, the "
+                             "report and pictures; every peer needs CUDA and is skipped)")
     args = parser.parse_args(argv)
+    check_args(parser, args)
+    return args
+
+
+def check_args(parser, args):
     for name in ("warmup", "repeats", "rounds"):
         minimum = 0 if name == "warmup" else 1
         if getattr(args, name) < minimum:
             parser.error(f"--{name} must be at least {minimum}, got {getattr(args, name)}")
+    for name in ("budget_s", "method_budget_s", "point_budget_s", "search_timeout_s",
+                 "oracle_timeout_s"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     for target in args.search_targets:
         if not 0.0 < target <= 1.0:
             parser.error(f"--search-targets must be in (0, 1], got {target}")
@@ -120,14 +154,14 @@ def parse_args(argv=None):
             parser.error(f"--config-file: expected PRESET:LEN=PATH, got {spec!r}")
         if not os.path.isfile(path):
             parser.error(f"--config-file: no file {path!r}")
-    return args
 
 
 # --- Inputs ------------------------------------------------------------------------------------
 
 def input_list(args):
-    """[(label, preset or None, seq_len or None, path or None)] in run order."""
-    inputs = [(preset, preset, n, None) for n in args.seq_lens for preset in args.presets]
+    """[(label, preset or None, seq_len or None, path or None)] in order of value."""
+    inputs = [(preset, preset, n, None)
+              for preset, n in schedule.input_order(args.presets, args.seq_lens)]
     for extra in args.extra:
         preset, _, length = extra.partition(":")
         if not length.isdigit():
@@ -139,7 +173,8 @@ def input_list(args):
 
 def workload_flags(args, preset, seq_len, seed=0):
     """The CLI's workload flags for one preset input: generate, search and bench take the same."""
-    flags = ["--preset", preset, "--seq-len", str(seq_len), "--seed", str(seed)]
+    flags = ["--preset", preset, "--seq-len", str(seq_len), "--seed", str(seed),
+             "--needles", str(args.needles)]
     if args.heads:
         flags += ["--heads", str(args.heads)]
     if args.kv_heads:
@@ -147,15 +182,9 @@ def workload_flags(args, preset, seq_len, seed=0):
     return flags
 
 
-def run_cli(command):
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    return result.stdout
-
-
 def load_input(path, device):
-    """q, k, v on `device` and the file's needle task (docs/report.md) or None."""
+    """q, k, v on `device`, the file's needle task (docs/report.md) or None, and its modality
+    layout (JSON text) or None."""
     with safe_open(path, "pt") as file:
         metadata = file.metadata() or {}
         names = set(file.keys())
@@ -166,8 +195,8 @@ def load_input(path, device):
     if q.dim() != 4 or q.shape[0] != 1:
         raise SystemExit(f"{path}: q must be [1, seq, heads, head_dim], got {list(q.shape)}")
     needles = metadata.get("mmsparse.needles")
-    return q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), \
-        (json.loads(needles) if needles else None)
+    return (q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16),
+            json.loads(needles) if needles else None, metadata.get("mmsparse.layout"))
 
 
 # --- Accuracy ----------------------------------------------------------------------------------
@@ -192,15 +221,33 @@ def math_dense(t):
 
 
 class Reference:
-    """Dense output and LSE of one input (`dense`: flash2_dense on the GPU), and the probes."""
+    """Dense output and LSE of one input (`dense`: flash2_dense on the GPU), computed once and
+    reused by every point, and the probe values."""
 
     def __init__(self, t, needles, dense=flash2_dense):
         out, lse = dense(t)
         # [1, seq, heads, dim] and [1, heads, seq] (natural log)
         self.out, self.lse = out.transpose(1, 2), lse.float()[..., : t.seq_len]
+        self.out_norm = self._head_norms(lambda rows: self.out[:, rows])
         self.needle_keys = list(needles["keys"]) if needles else []
         self.question_begin = needles["question_begin"] if needles else None
         self.probe_v = self._probe_values(t)
+        self.key0_logits = self.logits(t, slice(None), 0)   # [heads, seq], for the probe
+
+    def _head_norms(self, rows_of):
+        """Per head ||x|| of a [1, seq, heads, dim] tensor given by rows_of(slice), summed over
+        row chunks so that no fp32 copy of the whole tensor is made."""
+        squares = None
+        for begin in range(0, self.out.shape[1], ERROR_CHUNK_ROWS):
+            chunk = rows_of(slice(begin, begin + ERROR_CHUNK_ROWS)).float()
+            part = chunk.square().sum(dim=(0, 1, 3))
+            squares = part if squares is None else squares + part
+        return squares.sqrt()
+
+    def output_error(self, out):
+        """Mean over heads of ||O - O_dense|| / ||O_dense||, out [1, seq, heads, dim]."""
+        error = self._head_norms(lambda rows: out[:, rows].float() - self.out[:, rows].float())
+        return float((error / self.out_norm).mean())
 
     def _probe_values(self, t):
         """Zeros, key 0 -> channel 0, needle j -> channel 1 + j (in every KV head)."""
@@ -212,27 +259,25 @@ class Reference:
         return probe
 
     def logits(self, t, rows, key):
-        """scale * q_i . k_key for rows [n] of every head: [heads, n] fp32."""
+        """scale * q_i . k_key for rows (a slice or an index tensor) of every head: [heads, n]."""
         keys = t.kt_full[0, :, key, :].float()                      # [heads, d]
         return torch.einsum("hnd,hd->hn", t.qt[0, :, rows, :].float(), keys) * t.scale
 
     def measure(self, t, out, lse, probe_out):
         """Recall, output error and needles of one method's outputs."""
-        all_rows = torch.arange(t.seq_len, device=t.q.device)
         source = "lse"
         missed = 0
         if lse is None:
             sentinel = probe_out[0, :, :, 0].float().transpose(0, 1)  # [heads, seq]
             missed = int((sentinel <= 0).sum())
-            lse = (self.logits(t, all_rows, 0) - torch.log(sentinel))[None]
+            lse = (self.key0_logits - torch.log(sentinel))[None]
             source = "sentinel probe"
         row_recall = torch.exp(lse.float() - self.lse)[0]                # [heads, seq]
         finite = torch.isfinite(row_recall)
         per_head = torch.where(finite, row_recall, 0).sum(-1) / finite.sum(-1).clamp(min=1)
-        errors = [relative_error(out[0, :, h], self.out[0, :, h]) for h in range(t.heads)]
         result = {"recall": float(per_head.mean()),
                   "recall_min": float(torch.where(finite, row_recall, math.inf).min()),
-                  "recall_source": source, "output_error": sum(errors) / len(errors)}
+                  "recall_source": source, "output_error": self.output_error(out)}
         if missed:
             result["note"] = f"sentinel probe read 0 on {missed} (head, row) pairs, left out"
         result.update(self.needles(t, lse, probe_out))
@@ -256,189 +301,299 @@ class Reference:
 
 # --- Timed entries ------------------------------------------------------------------------------
 
+def event_ms(work):
+    """One run of `work` timed with CUDA events."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    work()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
+
+
+def wall_ms(work):
+    """One run of `work` on the host clock (the CPU smoke run)."""
+    start = time.perf_counter()
+    work()
+    return 1000.0 * (time.perf_counter() - start)
+
+
 class PeerEntry:
-    """One peer at one knob setting: timed each round, measured once."""
+    """One method (a peer's or mmsparse's adapter) at one knob setting: timed each round, measured
+    once (the first round)."""
 
-    def __init__(self, adapter, setting):
-        self.adapter, self.setting = adapter, setting
+    repeatable = True
+
+    def __init__(self, adapter, setting, t, reference, args, ready_timeout=lambda: None):
+        self.adapter, self.setting, self.t, self.reference, self.args = \
+            adapter, setting, t, reference, args
         self.name = f"{adapter.name} {adapter.knob(setting)}"
-        self.index_ms, self.attention_ms, self.accuracy, self.error = [], [], None, None
+        self.method = adapter.name
+        self.ready_timeout, self.note = ready_timeout, None  # () -> seconds or None
+        self.measure_ms = event_ms if t.q.device.type == "cuda" else wall_ms
+        self.index_ms, self.attention_ms, self.accuracy = [], [], None
 
-    def run_round(self, t, reference, args):
-        adapter, setting = self.adapter, self.setting
-        self.index_ms.append(median_ms(lambda: adapter.prepare(t, setting), args.warmup,
-                                       args.repeats))
+    def setup(self):
+        self.adapter.setup(self.t)
+
+    def run_round(self, point_budget_s):
+        adapter, setting, t, args = self.adapter, self.setting, self.t, self.args
+        if self.accuracy is None and hasattr(adapter, "ready"):
+            self.note = adapter.ready(t, setting, self.ready_timeout())
+        half = point_budget_s / 2  # index and attention timing share the point's budget
+        index_ms, _ = schedule.budgeted_median_ms(lambda: adapter.prepare(t, setting),
+                                                  self.measure_ms, args.warmup, args.repeats, half)
         state = adapter.prepare(t, setting)
-        self.attention_ms.append(median_ms(lambda: adapter.attend(t, state, t.v), args.warmup,
-                                           args.repeats))
+        attention_ms, _ = schedule.budgeted_median_ms(lambda: adapter.attend(t, state, t.v),
+                                                      self.measure_ms, args.warmup, args.repeats,
+                                                      half)
         if self.accuracy is None:
-            out, lse = adapter.attend(t, state, t.v)
-            lse = lse if lse is not None else adapter.lse_for_recall(t, state)
-            probe_out, _ = adapter.attend(t, state, reference.probe_v)
-            self.accuracy = reference.measure(t, out, lse, probe_out)
-            del out, probe_out
-        del state
+            self.accuracy = self.measure(state)
+        self.index_ms.append(index_ms)
+        self.attention_ms.append(attention_ms)
+
+    def measure(self, state):
+        adapter, t = self.adapter, self.t
+        out, lse = adapter.attend(t, state, t.v)
+        exact = adapter.exact_accuracy()
+        if exact:
+            return dict(exact, output_error=self.reference.output_error(out))
+        lse = lse if lse is not None else adapter.lse_for_recall(t, state)
+        probe_out, _ = adapter.attend(t, state, self.reference.probe_v)
+        accuracy = self.reference.measure(t, out, lse, probe_out)
+        accuracy.update(adapter.describe(t, state))
+        return accuracy
 
     def points(self):
         point = report_lib.make_point(method=self.adapter.name, family=self.adapter.family,
                                       knob=self.adapter.knob(self.setting),
-                                      kernel=self.adapter.kernel)
-        point.update(self.accuracy or {})
+                                      kernel=self.adapter.kernel, note=self.note)
+        accuracy = dict(self.accuracy or {})
+        if accuracy.get("note") and self.note:
+            accuracy["note"] = f"{self.note}; {accuracy['note']}"
+        point.update(accuracy)
         return [report_lib.finish_point(point, self.index_ms, self.attention_ms)]
 
 
-class MmsparseEntry:
-    """One `mmsparse run --compare` call: every pattern spec, or one config."""
+class OracleEntry:
+    """The tile oracle of the input (`mmsparse bench`), once: the pictures' bound line."""
 
-    def __init__(self, args, path, specs=(), config=None, label=None, note=None):
-        self.command = [args.mmsparse, "run", "-i", path, "--compare", "--device", args.device,
-                        "--warmup", str(args.warmup), "--repeats", str(args.repeats),
-                        "--json", "-", "--quiet"]
-        for spec in specs:
-            self.command += ["--pattern", spec]
-        if config:
-            self.command += ["--config", config]
-        self.label, self.note, self.rounds = label, note, []
-        self.name = f"{report_lib.SEARCHED_METHOD} {label}" if label else "mmsparse patterns"
-        self.error = None
+    repeatable = False
+    name = method = "tile oracle"
 
-    def run_round(self, t, reference, args):
-        self.rounds.append(report_lib.mmsparse_points_from_run(json.loads(run_cli(self.command)),
-                                                               self.label))
+    def __init__(self, args, preset, seq_len, results, result, budget):
+        self.args, self.preset, self.seq_len = args, preset, seq_len
+        self.results, self.result, self.budget = results, result, budget
+
+    def setup(self):
+        pass
+
+    def run_round(self, point_budget_s):
+        timeout = min(self.args.oracle_timeout_s or math.inf, self.budget.remaining())
+        levels = mm_lib.tile_oracle(self.args.mmsparse,
+                                    workload_flags(self.args, self.preset, self.seq_len),
+                                    self.args.device, None if math.isinf(timeout) else timeout)
+        self.results.set(self.result, "tile_oracle", levels)
 
     def points(self):
-        points = []
-        for index, point in enumerate(self.rounds[0]):
-            point = dict(point, note=self.note)
-            report_lib.finish_point(point, [r[index]["index_ms"] for r in self.rounds],
-                                    [r[index]["attention_ms"] for r in self.rounds])
-            points.append(point)
-        return points
+        return []
 
 
-def mmsparse_entries(args, path, preset, seq_len, scratch, skipped):
-    """The pattern sweep and one searched config per recall target (searched on seed 1 of a
-    preset: out of sample; on the input itself for a file). A failed search goes to `skipped`."""
-    entries = []
-    if args.mmsparse_patterns:
-        entries.append(MmsparseEntry(args, path, specs=args.mmsparse_patterns))
+# --- One input ---------------------------------------------------------------------------------
+
+def searcher(args, preset, path, scratch):
+    """search(setting, timeout_s) -> the config path `mmsparse search` wrote for the setting's
+    target (seed 1 of a preset: out of sample; the input itself for a file)."""
+    def search(setting, timeout_s):
+        target = float(setting[0].split("=", 1)[1])
+        config = os.path.join(scratch, f"search-{os.path.basename(path)}-{target}.json")
+        source = workload_flags(args, preset, setting[3], seed=1) if preset else ["-i", path]
+        mm_lib.run_cli([args.mmsparse, "search", *source, "--device", args.device,
+                        "--target-mean-recall", str(target), "-o", config, "--quiet"], timeout_s)
+        return config
+    return search
+
+
+def config_settings(args, preset, seq_len, path, shipped):
+    """(label, path, note) of the configs given for this input: the shipped one, --config-file."""
+    settings = []
+    if shipped:
+        settings.append((f"configs/{os.path.basename(shipped)}", shipped,
+                         mm_lib.config_provenance(shipped)))
     for spec in args.config_file:
         where, _, config = spec.partition("=")
         if where == f"{preset or os.path.basename(path)}:{seq_len}":
-            entries.append(MmsparseEntry(args, path, config=config,
-                                         label=f"file={os.path.basename(config)}",
-                                         note=config_provenance(config)))
-    if seq_len > args.search_max_len:
-        return entries
-    for target in args.search_targets:
-        config = os.path.join(scratch, f"search-{os.path.basename(path)}-{target}.json")
-        source = workload_flags(args, preset, seq_len, seed=1) if preset else ["-i", path]
-        try:
-            run_cli([args.mmsparse, "search", *source, "--device", args.device,
-                     "--target-mean-recall", str(target), "-o", config, "--quiet"])
-        except RuntimeError as error:
-            skipped[f"mmsparse search@{target:.2f}"] = f"search failed: {str(error)[-300:]}"
-            continue
-        note = ("searched on seed 1 (out of sample)" if preset
-                else "searched on this input (in sample)")
-        entries.append(MmsparseEntry(args, path, config=config, label=f"target={target:.2f}",
-                                     note=note))
-    return entries
+            settings.append((f"file={os.path.basename(config)}", config,
+                             mm_lib.config_provenance(config)))
+    return settings
 
 
-def config_provenance(path):
-    """What a config file says it was searched on (its `search.calibration`)."""
-    try:
-        with open(path) as file:
-            calibration = json.load(file).get("search", {}).get("calibration", "unknown")
-    except (OSError, ValueError) as error:
-        return f"config unreadable: {error}"
-    return f"searched earlier on: {calibration}"
+def mmsparse_entries(args, module, t, reference, preset, path, scratch, remaining_s):
+    """(dense entries, config entries, pattern groups, searched entries) of mmsparse on this
+    input, through the package (`module`) or, without it, the CLI."""
+    seq_len = t.seq_len
+    shipped = None if args.no_shipped_config else \
+        mm_lib.shipped_config(REPO, preset, seq_len, bool(args.heads or args.kv_heads))
+    configs = config_settings(args, preset, seq_len, path, shipped)
+    targets = schedule.middle_out(args.search_targets) if seq_len <= args.search_max_len else []
+    note = ("searched on seed 1 (out of sample)" if preset
+            else "searched on this input (in sample)")
+    searched = [(f"target={target:.2f}", None, note, seq_len) for target in targets]
+    if module is None:
+        config_entries = [mm_lib.CliEntry(args, path, mm_lib.SHIPPED_METHOD, config=config,
+                                          label=label, note=why) for label, config, why in configs]
+        names = mm_lib.pattern_groups(None, args.mmsparse_patterns)
+        groups = [[mm_lib.CliEntry(args, path, adapter.name, specs=adapter.settings,
+                                   with_dense=index == 0)] for index, adapter in enumerate(names)]
+        return [], config_entries, groups, []   # searched configs need the package
+    shipped_adapter = mm_lib.MmsparseConfig(module, mm_lib.SHIPPED_METHOD, configs)
+    config_entries = [PeerEntry(shipped_adapter, setting, t, reference, args)
+                      for setting in configs]
+    groups = [[PeerEntry(adapter, spec, t, reference, args)
+               for spec in schedule.middle_out(adapter.settings)]
+              for adapter in mm_lib.pattern_groups(module, args.mmsparse_patterns)]
+    search_adapter = mm_lib.MmsparseConfig(module, report_lib.SEARCHED_METHOD, searched,
+                                           searcher(args, preset, path, scratch))
+
+    def search_timeout():
+        timeout = min(args.search_timeout_s or math.inf, remaining_s())
+        return None if math.isinf(timeout) else max(1.0, timeout)
+    searched_entries = [PeerEntry(search_adapter, setting, t, reference, args,
+                                  ready_timeout=search_timeout) for setting in searched]
+    dense = [PeerEntry(mm_lib.MmsparseDense(module), "dense", t, reference, args)]
+    return dense, config_entries, groups, searched_entries
 
 
-def tile_oracle(args, preset, seq_len):
-    """The tile oracle of `mmsparse bench` on the same SYNTHETIC workload (presets only)."""
-    if not preset:
-        return []
-    try:
-        bench = json.loads(run_cli([args.mmsparse, "bench", "--device", args.device,
-                                    *workload_flags(args, preset, seq_len), "--pattern", "dense",
-                                    "--warmup", "1", "--repeats", "1", "--json", "-", "--quiet"]))
-    except RuntimeError as error:
-        print(f"tile oracle of {preset} {seq_len} failed: {error}", flush=True)
-        return []
-    return report_lib.tile_oracle_from_bench(bench)
-
-
-def run_input(args, adapters, label, preset, seq_len, path, scratch):
-    if preset:
-        path = os.path.join(scratch, f"{preset}-{seq_len}.safetensors")
-        run_cli([args.mmsparse, "generate", *workload_flags(args, preset, seq_len), "-o", path])
-    q, k, v, needles = load_input(path, args.device)
-    t = peers_lib.Tensors(q, k, v)
-    reference = Reference(t, needles, flash2_dense if args.device == "cuda" else math_dense)
-    skipped = {}
-    entries = []
+def peer_entries(args, adapters, t, reference, results, result):
+    """(dense entries, sweep groups) of the peers that can run here; the others are listed under
+    `skipped` with the reason."""
+    dense, groups = [], []
+    building = os.environ.get(BUILDING_MARKER_ENV)
     for adapter in adapters:
         reason = adapter.available() if args.device == "cuda" else "needs a CUDA device"
+        if reason and building and os.path.exists(building) and adapter.family == "minference":
+            reason += " (MInference's CUDA extension was still compiling when this input began)"
         if reason:
-            skipped[adapter.name] = reason
+            results.skip(result, adapter.name, reason)
             continue
-        entries += [PeerEntry(adapter, setting) for setting in adapter.settings]
-    entries += mmsparse_entries(args, path, preset, t.seq_len, scratch, skipped)
-    for round_index in range(args.rounds if entries else 0):
-        shift = round_index % len(entries)
-        for entry in entries[shift:] + entries[:shift]:
-            if entry.error:
-                continue
-            try:
-                entry.run_round(t, reference, args)
-            except Exception as error:  # one failing point must not lose the others
-                entry.error = f"{type(error).__name__}: {str(error)[:300]}"
-                print(f"  failed: {entry.name}: {entry.error}", flush=True)
-        print(f"{label} {t.seq_len}: round {round_index + 1}/{args.rounds} done", flush=True)
-    points, failed = [], {}
-    for entry in entries:
-        if entry.error:
-            failed[entry.name] = entry.error
-        else:
-            points += entry.points()
-    result = {"label": label, "seq_len": t.seq_len, "synthetic": bool(preset), "path": path,
-              "heads": t.heads, "kv_heads": t.kv_heads, "head_dim": t.head_dim,
-              "needles": len(reference.needle_keys), "points": points,
-              "tile_oracle": tile_oracle(args, preset, t.seq_len), "skipped": skipped,
-              "failed": failed}
-    del q, k, v, t, reference
-    torch.cuda.empty_cache()
-    return result
+        entries = [PeerEntry(adapter, setting, t, reference, args)
+                   for setting in schedule.middle_out(adapter.settings)]
+        (dense if adapter.family == "dense" else groups).append(entries)
+    return dense, groups
+
+
+def ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched):
+    """Entries by value: dense (the ratio's denominator), mmsparse's configs for this input, one
+    point of every method (mmsparse's patterns and the peers alternating), the tile oracle, the
+    rest of every sweep round-robin, then the searched configs."""
+    groups = []
+    for index in range(max(len(mm_groups), len(peer_groups))):
+        groups += [g[index] for g in (mm_groups, peer_groups) if index < len(g)]
+    sweeps = schedule.interleave(groups)
+    first, rest = sweeps[: len(groups)], sweeps[len(groups):]
+    dense_entries = [entries[0] for entries in dense]
+    return dense_entries + configs + first + ([oracle] if oracle else []) + rest + searched
+
+
+def finite_or_none(seconds):
+    return None if math.isinf(seconds) else round(seconds, 1)
+
+
+def run_input(args, adapters, module, spec, scratch, results, budget, log):
+    """Every entry of one input, its points written as they come."""
+    label, preset, seq_len, path = spec
+    result = results.begin_input({"label": label, "seq_len": seq_len, "synthetic": bool(preset),
+                                  "path": path, "budget_s": finite_or_none(budget.remaining())})
+    start = time.monotonic()
+    log(f"{label} {seq_len or ''}: preparing the input (budget "
+        f"{finite_or_none(budget.remaining())} s)")
+    if preset:
+        path = os.path.join(scratch, f"{preset}-{seq_len}.safetensors")
+        mm_lib.run_cli([args.mmsparse, "generate", *workload_flags(args, preset, seq_len),
+                        "-o", path])
+        results.setup_time(result, "input: mmsparse generate", time.monotonic() - start)
+    start = time.monotonic()
+    q, k, v, needles, layout_text = load_input(path, args.device)
+    t = peers_lib.Tensors(q, k, v)
+    t.layout = module.Layout.from_json(layout_text) if module and layout_text else None
+    reference = Reference(t, needles, flash2_dense if args.device == "cuda" else math_dense)
+    peers_lib.synchronize(t)
+    results.setup_time(result, "input: load + dense reference", time.monotonic() - start)
+    for key, value in (("seq_len", t.seq_len), ("heads", t.heads), ("kv_heads", t.kv_heads),
+                       ("head_dim", t.head_dim), ("needles", len(reference.needle_keys))):
+        result[key] = value
+    log(f"{label} {t.seq_len}: input ready ({t.heads} heads, {t.kv_heads} KV heads, "
+        f"{len(reference.needle_keys)} needles); {budget.remaining():.0f} s left")
+    mm_dense, configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset,
+                                                              path, scratch, budget.remaining)
+    dense, peer_groups = peer_entries(args, adapters, t, reference, results, result)
+    dense += [[entry] for entry in mm_dense]
+    oracle = OracleEntry(args, preset, t.seq_len, results, result, budget) if preset else None
+    entries = ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched)
+    schedule.run_entries(entries, results, result, budget,
+                         schedule.MethodLedger(args.method_budget_s), args.rounds, log,
+                         args.point_budget_s)
+    results.set(result, "complete", True)
+    log(f"{label} {t.seq_len}: done, {len(result['points'])} points")
+
+
+def plot(args, report, result, log):
+    if args.no_plots:
+        return
+    try:
+        picture = os.path.join(args.out, report_lib.picture_name(result))
+        report_lib.plot_input(result, picture, report_lib.title_note(report, result))
+    except Exception as error:  # e.g. no matplotlib: the JSON is the result, pictures redraw
+        log(f"picture of {result['label']} not drawn: {type(error).__name__}: {error}")
 
 
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
+    log = schedule.Progress()
     adapters = peers_lib.build_adapters(args)
+    module, why = mm_lib.import_mmsparse() if args.mmsparse_api != "cli" else \
+        (None, "--mmsparse-api cli")
+    if module is None and args.mmsparse_api == "python":
+        raise SystemExit(f"--mmsparse-api python: the package cannot be imported ({why})")
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "none (CPU smoke run)"
     report = {"gpu": gpu, "date": datetime.date.today().isoformat(),
               "command": " ".join(sys.argv), "versions": peers_lib.installed_versions(),
               "flash_attn_4": peers_lib.fa4_status(), "rounds": args.rounds,
-              "warmup": args.warmup, "repeats": args.repeats, "inputs": [], "not_run": []}
-    start = time.monotonic()
+              "warmup": args.warmup, "repeats": args.repeats,
+              "mmsparse_api": "python package" if module else f"CLI ({why})",
+              "budgets_s": {"run": args.budget_s, "method": args.method_budget_s,
+                            "point": args.point_budget_s}}
+    results = schedule.ResultsFile(os.path.join(args.out, "methods.json"), report)
+    log(f"methods bench on {gpu}; mmsparse via {report['mmsparse_api']}")
+    run_budget = schedule.Budget(args.budget_s, "run budget")
+    inputs = input_list(args)
     with tempfile.TemporaryDirectory() as scratch:
-        for label, preset, seq_len, path in input_list(args):
-            if args.budget_s and time.monotonic() - start > args.budget_s:
-                report["not_run"].append(f"{label} {seq_len or ''}".strip())
-                print(f"{label} {seq_len or ''}: not run (--budget-s {args.budget_s:g} spent)")
+        for index, spec in enumerate(inputs):
+            name = f"{spec[0]} {spec[2] or ''}".strip()
+            if run_budget.spent_reason():
+                results.not_run(name)
+                log(f"{name}: not run ({run_budget.spent_reason()})")
                 continue
-            result = run_input(args, adapters, label, preset, seq_len, path, scratch)
-            report["inputs"].append(result)
-            with open(os.path.join(args.out, "methods.json"), "w") as file:
-                json.dump(report, file, indent=1)  # after every input: a late failure keeps these
-            if not args.no_plots:
-                picture = os.path.join(args.out, report_lib.picture_name(result))
-                report_lib.plot_input(result, picture, report_lib.title_note(report, result))
-    with open(os.path.join(args.out, "methods.json"), "w") as file:
-        json.dump(report, file, indent=1)
+            weights = [schedule.input_weight(s[2], first=(i == 0))
+                       for i, s in enumerate(inputs) if i >= index]
+            share = schedule.input_shares(weights, run_budget.remaining())
+            budget = run_budget.child(share, "input budget")
+            try:
+                run_input(args, adapters, module, spec, scratch, results, budget, log)
+            except Exception as error:  # e.g. out of memory: the next input still runs
+                results.report["inputs"][-1]["error"] = f"{type(error).__name__}: {error}"[:500]
+                results.write()
+                log(f"{name}: failed: {type(error).__name__}: {str(error)[:300]}")
+            if results.report["inputs"]:
+                plot(args, report, results.report["inputs"][-1], log)
+            for file in os.listdir(scratch):
+                if file.endswith(".safetensors"):
+                    os.remove(os.path.join(scratch, file))
+            gc.collect()  # the input's tensors, before the next input allocates its own
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
     sys.stdout.write(report_lib.markdown_table(report))
     return 0
 

@@ -161,7 +161,7 @@ def best_at_recall(points, recall):
 def dense_reference(result):
     """The input's dense point that times are compared with: cuDNN SDPA when it ran (the dense bar,
     GUIDE §5), else the fastest dense point; None without one."""
-    dense = [p for p in result["points"] if p["family"] == "dense" and p.get("total_ms")]
+    dense = [p for p in result.get("points", []) if p["family"] == "dense" and p.get("total_ms")]
     chosen = [p for p in dense if "cudnn" in p["method"]] or dense
     return min(chosen, key=lambda p: p["total_ms"]) if chosen else None
 
@@ -175,7 +175,7 @@ def summary_rows(result, recall=DEFAULT_RECALL):
     """Per method of one input: its best point at `recall` (None if none reaches it)."""
     rows = []
     dense_ms = dense_time(result)
-    for method, points in by_method(result["points"]).items():
+    for method, points in by_method(result.get("points", [])).items():
         best = best_at_recall(points, recall)
         speedup = dense_ms / best["total_ms"] if best and dense_ms else None
         rows.append({"method": method, "best": best, "speedup_vs_dense": speedup})
@@ -186,11 +186,12 @@ def summary_rows(result, recall=DEFAULT_RECALL):
 def markdown_table(report, recall=DEFAULT_RECALL):
     """The README table: per input, each method's best total time at `recall` and its speedup."""
     lines = []
-    for result in report["inputs"]:
+    for result in report.get("inputs", []):
         dense = dense_reference(result)
         dense_text = f"{dense['method']} {dense['total_ms']:.2f} ms" if dense else "not measured"
-        lines.append(f"**{result['label']}** ({result['seq_len']} tokens; dense: {dense_text}; "
-                     f"best point at recall >= {recall:.2f}, index included)")
+        lines.append(f"**{result['label']}** ({result.get('seq_len')} tokens; dense: {dense_text}; "
+                     f"best point at recall >= {recall:.2f}, index included)"
+                     f"{incomplete_note(result)}")
         lines.append("")
         lines.append("| method | setting | recall | total ms | index ms | dense / total |")
         lines.append("| --- | --- | --- | --- | --- | --- |")
@@ -205,17 +206,68 @@ def markdown_table(report, recall=DEFAULT_RECALL):
                          f"{best['total_ms']:.2f} | {best['index_ms']:.2f} | {speedup} |")
         skipped = result.get("skipped") or {}
         if skipped:
+            by_reason = {}
+            for name, why in skipped.items():
+                by_reason.setdefault(why, []).append(name)
             lines.append("")
-            reasons = (f"{name} ({why})" for name, why in skipped.items())
-            lines.append("Not run: " + "; ".join(reasons))
+            lines.append("Not run: " + "; ".join(f"{', '.join(names)} ({why})"
+                                                 for why, names in by_reason.items()))
         failed = result.get("failed") or {}
         if failed:
             lines.append("")
             lines.append("Failed (see methods.json): " + "; ".join(sorted(failed)))
+        setup = result.get("setup_s") or {}
+        if setup:
+            lines.append("")
+            lines.append("Set-up, in no point's time (s): " + ", ".join(
+                f"{name} {seconds:.1f}" for name, seconds in setup.items()))
         lines.append("")
     if report.get("not_run"):
         lines.append("Inputs not run (time budget): " + ", ".join(report["not_run"]))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def summary_table(report, recall=DEFAULT_RECALL):
+    """The README's table: one row per method, one column per input; a cell is the method's best
+    total time at `recall` (index included) and dense / that time, "below" when no setting
+    reaches the recall, "-" when the method has no point on the input."""
+    inputs = report.get("inputs", [])
+    methods = []
+    for result in inputs:
+        methods += [m for m in by_method(result.get("points", [])) if m not in methods]
+    header = [f"{result['label']} {result.get('seq_len')}{'*' if incomplete_note(result) else ''}"
+              for result in inputs]
+    lines = [f"Best total time (ms, index included) at recall >= {recall:.2f}, and dense / it:",
+             "", "| method | " + " | ".join(header) + " |",
+             "| --- |" + " --- |" * len(inputs)]
+    for method in methods:
+        cells = []
+        for result in inputs:
+            rows = {row["method"]: row for row in summary_rows(result, recall)}
+            row = rows.get(method)
+            if row is None:
+                cells.append("-")
+            elif row["best"] is None:
+                cells.append(f"below {recall:.2f}")
+            else:
+                speedup = f" ({row['speedup_vs_dense']:.2f}x)" if row["speedup_vs_dense"] else ""
+                cells.append(f"{row['best']['total_ms']:.2f}{speedup}")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    if any(incomplete_note(result) for result in inputs):
+        lines += ["", "*: partial input (budget, timeout or failure; see the per-input table)"]
+    return "\n".join(lines) + "\n"
+
+
+def incomplete_note(result):
+    """Why an input's points may be fewer than asked for: cut by its budget or a timeout, or it
+    failed ("" for an input that ran to its end)."""
+    if result.get("error"):
+        return f"; FAILED after {len(result.get('points', []))} points: {result['error'][:200]}"
+    if result.get("complete") is False:
+        return "; INCOMPLETE: the run stopped (timeout) before this input's end"
+    if result.get("skipped") and any("budget" in why for why in result["skipped"].values()):
+        return "; some settings skipped by the time budget (see Not run)"
+    return ""
 
 
 # --- Pictures -----------------------------------------------------------------------------------
@@ -235,7 +287,7 @@ def plot_input(result, path, title_note=""):
 
     figure, axes = plt.subplots(figsize=(8, 5.5))
     markers = "osD^v<>pXh*"
-    for index, (method, points) in enumerate(by_method(result["points"]).items()):
+    for index, (method, points) in enumerate(by_method(result.get("points", [])).items()):
         usable = [p for p in points if _usable(p)]
         if not usable:
             continue
@@ -256,7 +308,10 @@ def plot_input(result, path, title_note=""):
     axes.set_yscale("log")
     axes.set_xlabel("recall (mean over rows of exp(LSE_method - LSE_dense))")
     axes.set_ylabel("total time, index + attention (ms, log)")
-    axes.set_title(f"{result['label']}, {result['seq_len']} tokens{title_note}", fontsize=10)
+    axes.axvline(DEFAULT_RECALL, color="grey", linewidth=0.8, alpha=0.5)  # the table's recall
+    # Two lines: the note (GPU, date, SYNTHETIC, partial) would run past a one-line title.
+    axes.set_title(f"{result['label']}, {result['seq_len']} tokens\n{title_note.strip()}",
+                   fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=7, loc="best")
     figure.tight_layout()
@@ -266,15 +321,17 @@ def plot_input(result, path, title_note=""):
 
 
 def plot_report(report, out_dir):
-    """One PNG per input into out_dir; returns the paths written."""
+    """One PNG per input with at least one point into out_dir; returns the paths written."""
     os.makedirs(out_dir, exist_ok=True)
     return [plot_input(result, os.path.join(out_dir, picture_name(result)),
-                       title_note(report, result)) for result in report["inputs"]]
+                       title_note(report, result))
+            for result in report.get("inputs", []) if any(map(_usable, result.get("points", [])))]
 
 
 def title_note(report, result):
     synthetic = ", SYNTHETIC workload" if result.get("synthetic") else ""
-    return f" ({report.get('gpu', 'GPU?')}, {report.get('date', '')}{synthetic})"
+    partial = ", partial" if result.get("complete") is False or result.get("error") else ""
+    return f" ({report.get('gpu', 'GPU?')}, {report.get('date', '')}{synthetic}{partial})"
 
 
 def main(argv=None):
@@ -284,6 +341,8 @@ def main(argv=None):
     table = commands.add_parser("table", help="print the README table (markdown)")
     table.add_argument("results", help="the JSON bench/methods.py wrote")
     table.add_argument("--recall", type=float, default=DEFAULT_RECALL)
+    table.add_argument("--summary", action="store_true",
+                       help="one row per method, one column per input (the README's table)")
     plot = commands.add_parser("plot", help="draw one PNG per input")
     plot.add_argument("results")
     plot.add_argument("out_dir")
@@ -293,7 +352,8 @@ def main(argv=None):
     if args.command == "table":
         if not 0.0 < args.recall <= 1.0:
             parser.error(f"--recall must be in (0, 1], got {args.recall}")
-        sys.stdout.write(markdown_table(report, args.recall))
+        write = summary_table if args.summary else markdown_table
+        sys.stdout.write(write(report, args.recall))
     else:
         for path in plot_report(report, args.out_dir):
             print(path)

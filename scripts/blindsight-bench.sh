@@ -2,18 +2,23 @@
 # BlindSight on the GPU (docs/blindsight.md), SYNTHETIC inputs throughout:
 #   1. characterise the SYNTHETIC Qwen-style BlindSight model (28 heads, 6 layers, 20 prompts) into
 #      a config at NMSE <= alpha (0.1), and print its attention FLOPs reduction on the multi-image
-#      preset (Table 8's measure) at each length;
-#   2. time that config (every layer) against mmsparse's dense on the multi-image preset;
-#   3. time the sink-packed templates (blindsight-sink, blindsight-intra-sink) against dense, for
-#      the throughput on computed pairs (bench --json: tflops, throughput_vs_dense);
-#   4. time cuDNN dense (PyTorch SDPA) at the same shapes (bench/peers.py, dense only);
-#   5. print per length: cuDNN and mmsparse dense per layer, the config per layer, its speedups,
-#      and the templates' throughput as a share of dense's.
-# Logs and JSON go to $OUT (else <build>/blindsight-logs). Run from a CUDA build with Python on
-# (torch and safetensors for step 4; SKIP_PEERS=1 leaves it out).
+#      preset (Table 8's measure) at each length; on the CPU, in the background, beside step 2;
+#   2. time cuDNN dense (PyTorch SDPA, cuDNN backend, K/V expanded to the query heads) at every
+#      length: 1 warm-up and 3 timed calls each;
+#   3. per length ONE bench on the multi-image preset: mmsparse's dense, the config and the
+#      sink-packed templates (blindsight-sink, blindsight-intra-sink) in every layer, for the
+#      config's speedups and the throughput on computed pairs (bench --json: tflops,
+#      throughput_vs_dense); the oracle metrics, which this script does not print, on few rows;
+#   4. print per length cuDNN's and mmsparse's dense and the config per layer with its speedups,
+#      then per layer the config's and the templates' throughput as a share of dense's.
+# Logs and JSON go to $OUT (else <build>/blindsight-logs); steps.txt has each step's time, and each
+# bench log its steps per layer. Run from a CUDA build with Python on (torch for step 2;
+# SKIP_PEERS=1 leaves it out).
 #
 #   scripts/blindsight-bench.sh [build-dir] [seq-len ...]        (default 36864 131072 307200)
-#   CHARACTERISE_DEVICE=cuda scripts/blindsight-bench.sh ...     (Alg. 1's attention on the GPU)
+#   LAYERS=1,3 scripts/blindsight-bench.sh ...                   (those layers only; default all)
+#   CHARACTERISE_DEVICE=cuda scripts/blindsight-bench.sh ...     (Alg. 1's attention on the GPU,
+#                                                                 then before step 2, not beside)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,8 +31,16 @@ logs=${OUT:-$build/blindsight-logs}
 mkdir -p "$logs"
 config=$logs/blindsight-qwen-28h.json
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
-shape=(--heads 28 --kv-heads 4 --head-dim 128)
-timing=(--warmup 1 --repeats 3)
+heads=28
+kv_heads=4
+head_dim=128
+shape=(--heads "$heads" --kv-heads "$kv_heads" --head-dim "$head_dim")
+warmup=1
+repeats=3
+timing=(--warmup "$warmup" --repeats "$repeats")
+# The oracle density and the tile oracle are not what this script reports: a few rows and tiles
+# keep their work per layer small at 300K tokens.
+oracle=(--oracle-rows 8 --oracle-tiles 8)
 
 status=0
 # Prints how long the step that just ended took, so that a device run shows where its time goes.
@@ -36,73 +49,121 @@ step_done() {
   echo "[blindsight-bench] $1: $((SECONDS - step_start)) s" | tee -a "$logs/steps.txt"
   step_start=$SECONDS
 }
+
 # About 35 s of one CPU core (measured on a shared 2-core machine: 33 s user time).
-"$cli" characterise --preset blindsight-qwen --heads 28 --layers 6 --prompts 20 \
-  --device "${CHARACTERISE_DEVICE:-cpu}" -o "$config" --layout-preset multi-image \
-  --seq-len "$csv_lengths" --json "$logs/characterise.json" 2>&1 |
-  tee "$logs/characterise.txt" || status=1
-step_done characterise
+characterise() {
+  "$cli" characterise --preset blindsight-qwen --heads "$heads" --layers 6 --prompts 20 \
+    --device "${CHARACTERISE_DEVICE:-cpu}" -o "$config" --layout-preset multi-image \
+    --seq-len "$csv_lengths" --json "$logs/characterise.json" >"$logs/characterise.txt" 2>&1
+}
+characterise_pid=
+if [[ ${CHARACTERISE_DEVICE:-cpu} == cpu ]]; then
+  characterise &
+  characterise_pid=$!
+else
+  characterise || status=1
+  cat "$logs/characterise.txt"
+  step_done characterise
+fi
+
+if [[ -z ${SKIP_PEERS:-} ]]; then
+  python3 - "$logs/cudnn-dense.json" "$heads" "$kv_heads" "$head_dim" "$warmup" "$repeats" \
+    "${lengths[@]}" <<'PYTHON' 2>&1 | tee "$logs/cudnn-dense.txt" || status=1
+# cuDNN dense (SDPA) on random bf16 inputs: times do not depend on values. K/V expanded to the
+# query heads, as bench/peers.py runs it.
+import json, sys
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+path = sys.argv[1]
+heads, kv_heads, head_dim, warmup, repeats = map(int, sys.argv[2:7])
+result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "ms": {}}
+for n in map(int, sys.argv[7:]):
+    q = torch.randn(1, heads, n, head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, kv_heads, n, head_dim, device="cuda", dtype=torch.bfloat16)
+            .repeat_interleave(heads // kv_heads, 1) for _ in range(2))
+
+    def call():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    result["ms"][str(n)] = sorted(times)[len(times) // 2]
+    print(f"cuDNN dense at {n} tokens: {result['ms'][str(n)]:.2f} ms (median of {repeats})",
+          flush=True)
+    del q, k, v
+    torch.cuda.empty_cache()
+json.dump(result, open(path, "w"), indent=2)
+PYTHON
+  step_done "cuDNN dense (SDPA)"
+fi
+
+if [[ -n $characterise_pid ]]; then
+  wait "$characterise_pid" || status=1
+  cat "$logs/characterise.txt"
+  step_done "characterise (what was left after cuDNN)"
+fi
 
 for n in "${lengths[@]}"; do
   "$cli" bench --device cuda --preset multi-image --seq-len "$n" "${shape[@]}" \
-    --config "$config" --layers all "${timing[@]}" --quiet \
-    --json "$logs/bench-config-$n.json" 2>&1 | tee "$logs/bench-config-$n.txt" || status=1
-  step_done "config at $n tokens"
-  "$cli" bench --device cuda --preset multi-image --seq-len "$n" "${shape[@]}" \
-    --pattern blindsight-sink --pattern blindsight-intra-sink "${timing[@]}" --quiet \
-    --json "$logs/bench-templates-$n.json" 2>&1 | tee "$logs/bench-templates-$n.txt" || status=1
-  step_done "templates at $n tokens"
+    --config "$config" --layers "${LAYERS:-all}" \
+    --pattern blindsight-sink --pattern blindsight-intra-sink "${timing[@]}" "${oracle[@]}" \
+    --json "$logs/bench-$n.json" 2>&1 | tee "$logs/bench-$n.txt" || status=1
+  step_done "bench at $n tokens"
 done
 
-if [[ -z ${SKIP_PEERS:-} ]]; then
-  # Dense only (--masks with no mask), no FlexAttention; one round of 1 + 3 calls per peer.
-  python3 "$repo/bench/peers.py" --mmsparse "$cli" --seq-lens "${lengths[@]}" --heads 28 \
-    --kv-heads 4 --head-dim 128 --masks --skip-flex --warmup 1 --repeats 3 --rounds 1 \
-    --out "$logs/peers-dense.json" 2>&1 | tee "$logs/peers-dense.txt" || status=1
-  step_done "cuDNN dense (bench/peers.py)"
-fi
-
-python3 - "$logs" "${lengths[@]}" <<'EOF' | tee "$logs/summary.txt" || status=1
+python3 - "$logs" "${lengths[@]}" <<'PYTHON' | tee "$logs/summary.txt" || status=1
 import json, os, sys
 
 logs, lengths = sys.argv[1], [int(n) for n in sys.argv[2:]]
-peers_file = os.path.join(logs, "peers-dense.json")
-cudnn = {}
-if os.path.exists(peers_file):
-    for row in json.load(open(peers_file))["rows"]:
-        if row["impl"] == "sdpa-cudnn" and row["pattern"] == "dense":
-            cudnn[row["seq_len"]] = row["ms"]
+
 
 def load(name):
     path = os.path.join(logs, name)
     return json.load(open(path)) if os.path.exists(path) else None
 
+
+cudnn = (load("cudnn-dense.json") or {"ms": {}})["ms"]
+nan = float("nan")
 print("BlindSight on the multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16")
 print(f"{'tokens':>8} {'cuDNN ms':>9} {'dense ms':>9} {'config ms':>9} {'vs cuDNN':>9} "
-      f"{'vs dense':>9}   (per layer, mean over the config's layers)")
+      f"{'vs dense':>9}   (per layer, mean over the layers run)")
 for n in lengths:
-    config = load(f"bench-config-{n}.json")
-    if config is None:
+    bench = load(f"bench-{n}.json")
+    if bench is None:
         continue
-    layers = config["layers"]
+    layers = bench["layers"]
     dense_ms = sum(layer["dense"]["attention_ms"] for layer in layers) / len(layers)
-    config_ms = sum(layer["patterns"][0]["attention_ms"] for layer in layers) / len(layers)
-    base = cudnn.get(n)
-    print(f"{n:>8} {base if base else float('nan'):>9.2f} {dense_ms:>9.2f} {config_ms:>9.2f} "
-          f"{(base / config_ms) if base else float('nan'):>8.2f}x {dense_ms / config_ms:>8.2f}x")
+    config_ms = sum(run["attention_ms"] for layer in layers for run in layer["patterns"]
+                    if run["pattern"] == "config") / len(layers)
+    base = cudnn.get(str(n), nan)
+    print(f"{n:>8} {base:>9.2f} {dense_ms:>9.2f} {config_ms:>9.2f} {base / config_ms:>8.2f}x "
+          f"{dense_ms / config_ms:>8.2f}x")
 print()
-print("throughput on computed pairs (4 * pairs * d / time) against dense's")
-print(f"{'tokens':>8} {'pattern':<24} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} {'of dense':>9}")
+print("per layer: throughput on computed pairs (4 * pairs * d / time) as a share of dense's")
+print(f"{'tokens':>8} {'layer':>5} {'pattern':<22} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} "
+      f"{'of dense':>9} {'speedup':>8}")
 for n in lengths:
-    templates = load(f"bench-templates-{n}.json")
-    if templates is None:
+    bench = load(f"bench-{n}.json")
+    if bench is None:
         continue
-    layer = templates["layers"][0]
-    dense = layer["dense"]
-    print(f"{n:>8} {'dense':<24} {dense['pairs']:>15} {dense['attention_ms']:>9.2f} "
-          f"{dense['tflops']:>8.1f} {1.0:>8.1%}")
-    for run in layer["patterns"]:
-        print(f"{n:>8} {run['pattern']:<24} {run['computed_pairs']:>15} {run['attention_ms']:>9.2f} "
-              f"{run['tflops']:>8.1f} {run['throughput_vs_dense']:>8.1%}")
-EOF
+    for layer in bench["layers"]:
+        dense = layer["dense"]
+        print(f"{n:>8} {layer['layer']:>5} {'dense':<22} {dense['pairs']:>15} "
+              f"{dense['attention_ms']:>9.2f} {dense['tflops']:>8.1f} {1.0:>8.1%} {1.0:>7.2f}x")
+        for run in layer["patterns"]:
+            print(f"{n:>8} {layer['layer']:>5} {run['pattern']:<22} {run['computed_pairs']:>15} "
+                  f"{run['attention_ms']:>9.2f} {run['tflops']:>8.1f} "
+                  f"{run['throughput_vs_dense']:>8.1%} "
+                  f"{dense['attention_ms'] / run['attention_ms']:>7.2f}x")
+PYTHON
 exit $status

@@ -1,77 +1,80 @@
 #!/usr/bin/env bash
 # The methods benchmark (bench/methods.py, docs/methods-bench.md) on the lent GPU machine, in one
-# call: the peer packages carried in .whl/ installed into /tmp/site (no registry there), MInference
-# built from its sdist against the machine's torch and nvcc, the mmsparse CLI (build-gpu, built
-# when missing, as scripts/device-bench.sh builds it), then the sweep. Results (methods.json, one
-# PNG per input, the log) are packed into $OUT/methods.tar.gz (one file: a call returns at most 8),
-# and the README table is printed.
+# bounded call: peer packages from .whl/ (no registry there), MInference's CUDA extension compiled
+# in the background while the benchmark starts, mmsparse through its Python package (build-gpu's
+# extension in python/mmsparse; built here when missing), then the sweep under `timeout`. Every
+# point is in methods.json the moment it is measured, so a cut run still reports; the pictures and
+# tables are drawn from that file afterwards whatever happened. Results in $OUT:
+#   methods.json   every point, the inputs' set-up times, what was skipped or failed and why
+#   methods.md     the README table (methods x inputs at recall 0.95) and the per-input tables
+#   methods.tar.gz the above, one PNG per input, the run's log and the MInference build log
 #
-#   scripts/device-methods.sh [--no-minference-cuda] [--flashinfer] [--search] [-- methods.py args]
+#   scripts/device-methods.sh [--no-minference-cuda] [--flashinfer] [--no-search] [-- ARGS]
 #
-#   --no-minference-cuda  install MInference without its CUDA extension (no nvcc build, an
-#                         estimated 1-2 minutes on 16 cores saved): XAttention and FlexPrefill run,
-#                         vertical-slash is skipped
-#   --flashinfer          also FlashInfer on XAttention's blocks (its first use JIT-compiles
-#                         kernels with nvcc: minutes)
-#   --search              also `mmsparse search` at 32K (0.90/0.95/0.98 targets, on seed 1): about
-#                         a minute per target and preset
+#   ARGS go to methods.py (e.g. -- --rounds 3)
 #
-# Default sweep (SYNTHETIC): video-qwen2.5vl-128k at 131072 tokens first (the issue's headline
-# input, with the config searched earlier for it, docs/results/e2e-128k-target095-*-config.json),
-# then video-qwen2.5vl-128k, multi-image and mixed-interleaved at 32768; 2 rounds, 1 warm-up +
-# median of 3. No input starts after METHODS_BUDGET_S seconds (default 240) and methods.py is
-# stopped at METHODS_TIMEOUT_S (default 480); results are written after every input, so what ran
-# comes back either way.
+#   --no-minference-cuda  no nvcc build: XAttention and FlexPrefill run, vertical-slash does not
+#   --flashinfer          also FlashInfer on XAttention's blocks (its JIT compiles kernels with
+#                         nvcc on first use: a minute or more of the budget)
+#   --no-search           no `mmsparse search` configs at 32K (they come last anyway)
+#
+# Time: METHODS_TIMEOUT_S (default 300) bounds methods.py; no entry starts after METHODS_BUDGET_S
+# (default 270). Installing and drawing add about 20 s: about 5.5 minutes in all on one H100 with
+# build-gpu built (CUDA, Release, Python on). Inputs (SYNTHETIC), in order of value:
+# video-qwen2.5vl-128k at 32768 then 131072 (with configs/video-qwen2.5vl-128k-131072.json, the
+# shipped config, on the latter), then mixed-interleaved and multi-image at 32768; each input gets
+# a share of the time left, each method at most METHODS_METHOD_BUDGET_S (25) per input, each point
+# METHODS_POINT_BUDGET_S (6) of timed runs.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MMSPARSE_GPU_BUILD_DIR:-$repo/build-gpu}
 out=${OUT:-$build/methods-logs}
 work=/tmp/mmsparse-methods
-site=/tmp/site
+# Kept in the build folder, which a warm machine keeps between calls: a second call reuses the
+# MInference build.
+site=$build/methods-site
 wheels=$repo/.whl
 minference_cuda=1
 peers=(flex minference)
-search_args=(--search-targets)
+search_args=(--search-targets 0.90 0.95 0.98 --search-max-len 32768)
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-minference-cuda) minference_cuda=0 ;;
     --flashinfer) peers+=(flashinfer) ;;
-    --search) search_args=(--search-targets 0.90 0.95 0.98 --search-max-len 32768) ;;
+    --no-search) search_args=(--search-targets) ;;
     --) shift; break ;;
     *) echo "device-methods: unknown argument $1 (see the header)" >&2; exit 2 ;;
   esac
   shift
 done
+rm -rf "$work"
 mkdir -p "$out" "$work" "$site"
+stamp() { echo "[$(date -u +%H:%M:%S) +$SECONDS s] $*"; }
 
-# The mmsparse CLI, as scripts/device-bench.sh builds it (its Debian packages from .deps/).
+# The mmsparse CLI and Python extension, as scripts/device-python.sh builds them (its Debian
+# packages from .deps/), only when missing.
 cli=$build/tools/cli/mmsparse
-if [[ ! -x $cli ]]; then
-  prefix_args=()
-  if compgen -G "$repo/.deps/*.deb" >/dev/null; then
-    deps=/tmp/mmsparse-deps
-    for package in "$repo"/.deps/*.deb; do dpkg -x "$package" "$deps"; done
-    prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
-    export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  fi
+if [[ ! -x $cli ]] || ! compgen -G "$repo/python/mmsparse/_core*.so" >/dev/null; then
+  stamp "building the mmsparse CLI and Python extension (build-gpu lacks them)"
+  # shellcheck source=carried-deps.sh
+  source "$repo/scripts/carried-deps.sh"
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMSPARSE_CUDA=ON \
-    "${prefix_args[@]}" >"$work/configure.log" 2>&1 &&
-    cmake --build "$build" -j "$(nproc)" --target mmsparse_cli >"$work/build.log" 2>&1 ||
-    { echo "device-methods: CLI build failed"; tail -n 30 "$work/build.log"; exit 1; }
+    -DMMSPARSE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" "${prefix_args[@]}" \
+    >"$work/configure.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" --target mmsparse_cli mmsparse_python \
+      >"$work/build.log" 2>&1 ||
+    { echo "device-methods: build failed"; tail -n 30 "$work/build.log"; exit 1; }
 fi
 
-install_quietly() {  # pip from the carried files only, into /tmp/site
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" "$@"
-}
-
-# MInference: an sdist whose setup.py compiles one CUDA extension (the vertical-slash index
-# conversion) with torch's cpp_extension. FORCE_BUILD stops it from fetching a prebuilt wheel from
-# GitHub (unreachable there); one architecture keeps nvcc short. setup.py imports
-# wheel.bdist_wheel, which newer `wheel` releases dropped: then a shim package provides that module
-# (setuptools' command) and extends its __path__ to the real `wheel` for everything else.
+# MInference: an sdist. Its Python modules (XAttention, FlexPrefill, the Triton kernels) are
+# installed at once without compiling; its one CUDA extension (the vertical-slash index
+# conversion) is compiled in the background into a staging folder and its .so files moved into
+# place when done (a rename: the benchmark, which re-checks at each input, never sees half a
+# file). FORCE_BUILD stops setup.py fetching a prebuilt wheel (no network there). setup.py imports
+# wheel.bdist_wheel, which newer `wheel` releases dropped: a shim then provides it.
 sdist=$(compgen -G "$wheels/minference-*.tar.gz" | head -n 1)
+build_pid=
 if [[ -n $sdist ]]; then
   shim=()
   if ! python3 -c 'import wheel.bdist_wheel' 2>/dev/null; then
@@ -82,20 +85,34 @@ if [[ -n $sdist ]]; then
       >/tmp/wheel-shim/wheel/bdist_wheel.py
     shim=(env PYTHONPATH=/tmp/wheel-shim)
   fi
-  start=$SECONDS
-  built=0
-  if [[ $minference_cuda -eq 1 ]]; then
-    MINFERENCE_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$(nproc) timeout 600 \
-      "${shim[@]}" python3 -m pip install -q --no-index --no-deps --no-build-isolation \
-      --no-cache-dir --target "$site" "$sdist" >"$work/minference-build.log" 2>&1 && built=1
-    echo "minference: CUDA extension build $([[ $built -eq 1 ]] && echo ok || echo FAILED)" \
-      "in $((SECONDS - start)) s (log in methods.tar.gz: minference-build.log)"
-  fi
-  if [[ $built -eq 0 ]]; then
-    MINFERENCE_SKIP_CUDA_BUILD=TRUE "${shim[@]}" python3 -m pip install -q --no-index --no-deps \
-      --no-build-isolation --no-cache-dir --target "$site" "$sdist" \
-      >>"$work/minference-build.log" 2>&1 ||
+  pip_sdist=(python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir
+             --upgrade)
+  if [[ ! -d $site/minference ]]; then
+    MINFERENCE_SKIP_CUDA_BUILD=TRUE "${shim[@]}" "${pip_sdist[@]}" --target "$site" "$sdist" \
+      >"$work/minference-install.log" 2>&1 ||
       echo "minference: install failed (its peers will be reported as not installed)"
+  fi
+  if [[ $minference_cuda -eq 1 ]] && ! compgen -G "$site/minference/*.so" >/dev/null; then
+    export METHODS_BUILDING_MARKER=$work/minference-building
+    touch "$METHODS_BUILDING_MARKER"
+    (
+      staging=$work/minference-staging
+      start=$SECONDS
+      # Bounded, so that it never outlives this call.
+      if MINFERENCE_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=4 timeout 280 \
+        "${shim[@]}" "${pip_sdist[@]}" --target "$staging" "$sdist"; then
+        (cd "$staging" && find minference -name '*.so') | while read -r library; do
+          mkdir -p "$(dirname "$site/$library")"
+          cp "$staging/$library" "$site/$library.part" && mv "$site/$library.part" "$site/$library"
+        done
+        echo "minference: CUDA extension built in $((SECONDS - start)) s"
+      else
+        echo "minference: CUDA extension build FAILED after $((SECONDS - start)) s"
+      fi
+      rm -f "$METHODS_BUILDING_MARKER"
+    ) >"$work/minference-build.log" 2>&1 &
+    build_pid=$!
+    stamp "minference: CUDA extension compiling in the background (pid $build_pid)"
   fi
 else
   echo "minference: no sdist in $wheels (its peers will be reported as not installed)"
@@ -104,26 +121,52 @@ if [[ " ${peers[*]} " == *" flashinfer "* ]]; then
   mapfile -t flashinfer_wheels < <(compgen -G "$wheels/flashinfer_python-*.whl"
     compgen -G "$wheels/apache_tvm_ffi-*.whl")
   if [[ ${#flashinfer_wheels[@]} -gt 0 ]]; then
-    install_quietly "${flashinfer_wheels[@]}" || echo "flashinfer: install failed"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "${flashinfer_wheels[@]}" || echo "flashinfer: install failed"
   fi
   export FLASHINFER_CUDA_ARCH_LIST=9.0a
 fi
 
-export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-configs=()
-config=$repo/docs/results/e2e-128k-target095-h100-2026-11-22-config.json
-[[ -f $config ]] && configs+=(--config-file "video-qwen2.5vl-128k:131072=$config")
+# The inputs, in order of value (METHODS_INPUTS replaces them: methods.py's input flags).
+read -r -a inputs <<<"${METHODS_INPUTS:---presets video-qwen2.5vl-128k --seq-lens 32768 131072 \
+--extra mixed-interleaved:32768 --extra multi-image:32768}"
 
-start=$SECONDS
+export PYTHONPATH=$repo/python:$site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+stamp "methods.py starts (timeout ${METHODS_TIMEOUT_S:-300} s, budget ${METHODS_BUDGET_S:-270} s)"
 status=0
-timeout "${METHODS_TIMEOUT_S:-480}" python3 "$repo/bench/methods.py" --mmsparse "$cli" \
-  --out "$work" --presets video-qwen2.5vl-128k --seq-lens 131072 \
-  --extra video-qwen2.5vl-128k:32768 --extra multi-image:32768 --extra mixed-interleaved:32768 \
-  --peers "${peers[@]}" --rounds 2 --warmup 1 --repeats 3 --budget-s "${METHODS_BUDGET_S:-240}" \
-  --mmsparse-patterns a-shape:sink=128,local=4096 vertical-slash:vertical=500,slash=2000 \
-  vertical-slash:vertical=1000,slash=6096 vec:alpha_ppm=30000 vec:alpha_ppm=100000 grid \
-  "${search_args[@]}" "${configs[@]}" "$@" 2>&1 |
-  tee "$work/methods.log" || status=1
-echo "methods.py: $((SECONDS - start)) s"
-tar -czf "$out/methods.tar.gz" -C "$work" --exclude='*.safetensors' . || status=1
+timeout "${METHODS_TIMEOUT_S:-300}" python3 "$repo/bench/methods.py" --mmsparse "$cli" \
+  --out "$work" --mmsparse-api python "${inputs[@]}" --peers "${peers[@]}" \
+  --rounds 2 --warmup 1 --repeats 3 --budget-s "${METHODS_BUDGET_S:-270}" \
+  --method-budget-s "${METHODS_METHOD_BUDGET_S:-25}" \
+  --point-budget-s "${METHODS_POINT_BUDGET_S:-6}" --search-timeout-s 45 \
+  "${search_args[@]}" --no-plots "$@" >"$work/methods.log" 2>&1 || status=$?
+grep '^\[' "$work/methods.log" | tail -n 80  # the progress lines: what ran when
+case $status in
+  0) ;;
+  124) stamp "methods.py stopped by its timeout: methods.json holds every point measured" ;;
+  *) echo "methods.py failed (exit $status):"; tail -n 20 "$work/methods.log" ;;
+esac
+if [[ -n $build_pid ]]; then
+  wait "$build_pid"
+  tail -n 3 "$work/minference-build.log"
+fi
+
+# Tables and pictures from whatever methods.json holds.
+if [[ -f $work/methods.json ]]; then
+  { python3 "$repo/bench/methods_report.py" table "$work/methods.json" --summary
+    echo
+    python3 "$repo/bench/methods_report.py" table "$work/methods.json"
+  } >"$work/methods.md" 2>&1
+  python3 "$repo/bench/methods_report.py" plot "$work/methods.json" "$work" >/dev/null 2>&1 ||
+    echo "pictures not drawn (matplotlib?)"
+  cat "$work/methods.md"
+  cp "$work/methods.json" "$work/methods.md" "$out/"
+else
+  echo "device-methods: no methods.json (methods.py failed at its start; log below)"
+  tail -n 30 "$work/methods.log"
+  status=1
+fi
+tar -czf "$out/methods.tar.gz" -C "$work" --exclude='*.safetensors' \
+  --exclude='minference-staging' . || status=1
+stamp "done"
 exit $status

@@ -11,6 +11,7 @@
 #   MMSPARSE_DIST_REPEATS=n    timed runs per scheme (default 3; 1 is enough at 1M)
 #   MMSPARSE_DIST_SKIP_FAULTS=1, MMSPARSE_DIST_SKIP_ACCURACY=1   leave those steps out
 #   MMSPARSE_DIST_ACCURACY_LENGTH=n   accuracy sweep length (default 131072, needle preset)
+#   MMSPARSE_DIST_LOCAL_PATTERN=spec   also time spava+sparse: this pattern inside each GPU
 set -uo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=dist-common.sh
@@ -62,6 +63,11 @@ if [[ ${MMSPARSE_DIST_SKIP_FAULTS:-0} != 1 && $gpus -ge 2 ]]; then
     --output-on-failure
 fi
 schemes=spava,zigzag-ring,star,apb
+sparse=()
+if [[ -n ${MMSPARSE_DIST_LOCAL_PATTERN:-} ]]; then
+  schemes+=,spava+sparse
+  sparse=(--local-pattern "$MMSPARSE_DIST_LOCAL_PATTERN")
+fi
 for length in "${lengths[@]}"; do
   limit=$(limit_for "$length")
   step "w1_$length" "$limit" env CUDA_VISIBLE_DEVICES=0 "$bench" --gpus 1 --length "$length" \
@@ -70,7 +76,7 @@ for length in "${lengths[@]}"; do
     [[ $gpus -ge $world ]] || continue
     visible=$(seq -s, 0 $((world - 1)))
     step "w${world}_$length" "$limit" env CUDA_VISIBLE_DEVICES="$visible" "$bench" --gpus "$world" \
-      --length "$length" --schemes "$schemes" --warmup 1 --repeats "$repeats" \
+      --length "$length" --schemes "$schemes" "${sparse[@]}" --warmup 1 --repeats "$repeats" \
       --trace "$results/trace_w${world}_$length.json" --json "$results/w${world}_$length.json"
   done
 done

@@ -115,8 +115,22 @@ PatternSpec spec_of(const std::string& mask, const Case& test_case) {
   return spec;
 }
 
+// The sparse templates' query order: every image row, ascending, then every text row, ascending
+// (image rows of one tile are then consecutive positions, and text rows fill whole tiles).
+void expect_images_then_text(const Oracle& oracle, int64_t offset,
+                             const std::vector<int64_t>& order) {
+  std::vector<int64_t> expected;
+  for (const bool text : {false, true}) {
+    for (int64_t row = 0; row < static_cast<int64_t>(order.size()); ++row) {
+      if ((oracle.image[row + offset] < 0) == text) expected.push_back(row);
+    }
+  }
+  EXPECT_EQ(order, expected);
+}
+
 // Plans of every mask equal the oracle pair by pair; tiles hold one image or text only, are never
-// empty, and image tiles gather every key run shorter than a key chunk.
+// empty, text tiles are full but the last, and image tiles gather every key run shorter than a key
+// chunk.
 void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
   const ModalityLayout& layout = test_case.layout;
   const int64_t kv_len = layout.length();
@@ -139,23 +153,30 @@ void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
       }
     }
     EXPECT_EQ(count_plan_pairs(plan, 0), pairs);
+    const std::vector<int64_t> order = plan.query_order(0);
+    if (mask != "dense") expect_images_then_text(oracle, offset, order);
     for (int64_t t = 0; t < plan.num_tiles(); ++t) {
       const QueryTile& tile = plan.tiles[t];
       ASSERT_LT(tile.begin, tile.end);
       const bool has_keys = plan.tile_span_offsets[t] < plan.tile_span_offsets[t + 1] ||
                             plan.tile_column_offsets[t] < plan.tile_column_offsets[t + 1];
       EXPECT_TRUE(has_keys) << "tile " << t;
-      const int32_t image = oracle.image[tile.begin + offset];
+      const int64_t first_row = order[tile.begin];
+      const int32_t image = oracle.image[first_row + offset];
       if (mask == "dense") continue;  // the model's mask: uniform tiles
-      for (int64_t row = tile.begin; row < tile.end; ++row) {
-        ASSERT_EQ(oracle.image[row + offset], image) << "tile " << t << " mixes rows";
+      for (int64_t i = tile.begin; i < tile.end; ++i) {
+        ASSERT_EQ(oracle.image[order[i] + offset], image) << "tile " << t << " mixes rows";
       }
-      if (image < 0) continue;
+      if (image < 0) {
+        // Text rows fill whole tiles: only the last text tile (the plan's last tile) is short.
+        if (t + 1 < plan.num_tiles()) EXPECT_EQ(tile.end - tile.begin, tile_rows) << "tile " << t;
+        continue;
+      }
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
         const int64_t length = plan.spans[s].end - plan.spans[s].begin;
         EXPECT_GE(length, kGatherChunkKeys) << "tile " << t;
         // Left of every row: whole chunks only.
-        if (plan.spans[s].end <= tile.begin + offset) {
+        if (plan.spans[s].end <= first_row + offset) {
           EXPECT_EQ(length % kGatherChunkKeys, 0) << "tile " << t;
         }
       }

@@ -34,7 +34,7 @@ constexpr std::array<int64_t, 3> kTileRows = {16, 64, 128};
 Plan plan_from_geometry(const BlindSightGeometry& geometry, const PlanShape& shape,
                         const ModalityLayout& layout) {
   PlanBuilder builder(shape);
-  builder.begin_head();
+  builder.begin_head(geometry.order);
   for (const BlindSightTile& tile : geometry.tiles) {
     builder.begin_tile(tile.begin, tile.end, geometry.masks[tile.mask]);
     if (tile.image < 0) {
@@ -74,6 +74,8 @@ void expect_geometry_is_the_plan(const PatternSpec& spec, const PlanShape& shape
   const Plan host = build_plan(resolved, shape, &layout);
   const BlindSightGeometry geometry = detail::blindsight_geometry(resolved, shape, &layout);
   const Plan written = plan_from_geometry(geometry, shape, layout);
+  EXPECT_EQ(written.runs, host.runs);  // the query order
+  EXPECT_EQ(written.head_run_offsets, host.head_run_offsets);
   ASSERT_EQ(written.tiles.size(), host.tiles.size());
   for (std::size_t t = 0; t < host.tiles.size(); ++t) {
     EXPECT_EQ(written.tiles[t].begin, host.tiles[t].begin) << "tile " << t;

@@ -467,19 +467,6 @@ TEST(TileKeys, LatticesAreCutBySpansJoinedAndListedWhereTheyCross) {
   EXPECT_EQ(tile_key_set(plan, 1), expected);
   EXPECT_TRUE(
       std::is_sorted(plan.columns.begin(), plan.columns.begin() + plan.tile_column_offsets[1]));
-
-  // Lattices listed key by key (the Q/2D-boundary grid's mode) cover the same keys.
-  PlanBuilder listed_builder(plan.shape);
-  listed_builder.begin_head();
-  detail::TileKeys listed(detail::LatticeKeys::kColumns);
-  listed_builder.begin_tile(0, 1, {.causal = false});
-  listed.use_space(media);
-  listed.add_lattice(0, 900, 3);
-  listed.write(listed_builder);
-  listed_builder.begin_tile(1, 2, {.causal = false});
-  const Plan listed_plan = listed_builder.finish();
-  EXPECT_TRUE(listed_plan.strided_spans.empty());
-  EXPECT_EQ(tile_key_set(listed_plan, 0), expected);
 }
 
 // --- Errors

@@ -112,7 +112,12 @@ NaiveBlock naive_block(const Problem& p, const PatternSpec& spec, int64_t slot, 
           q, batch * q.strides[0] + r * q.strides[1] + head * q.strides[2] + d * q.strides[3]);
     }
   }
-  for (float& value : pooled) value /= static_cast<float>(block.row_end - block.row_begin);
+  // The mean, rounded to the inputs' dtype (the tensor-core operand on the GPU).
+  for (float& value : pooled) {
+    value /= static_cast<float>(block.row_end - block.row_begin);
+    if (q.dtype == DType::kBFloat16) value = bfloat16_to_float(float_to_bfloat16(value));
+    if (q.dtype == DType::kFloat16) value = half_to_float(float_to_half(value));
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   std::vector<float> score(static_cast<std::size_t>(shape.kv_len));
   std::vector<uint8_t> candidate(static_cast<std::size_t>(shape.kv_len), 0);

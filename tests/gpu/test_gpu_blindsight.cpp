@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attention_harness.h"
+#include "common/blindsight_cases.h"
 #include "common/random.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
@@ -35,8 +36,6 @@ namespace mmsparse::test {
 namespace {
 
 constexpr std::array<int64_t, 4> kGroups = {1, 2, 4, 7};  // GQA ratios
-constexpr std::array<const char*, 4> kTemplates = {"blindsight-dense", "blindsight-sink",
-                                                   "blindsight-intra", "blindsight-intra-sink"};
 // Images up to 12 × 12 tokens, so that image runs reach past one 128-key chunk (spans) while sinks
 // and short text stay columns; a hundred images of up to 3 × 3. A few thousand tokens at most: the
 // fp64 oracle is dense.
@@ -46,53 +45,19 @@ constexpr int64_t kMaxImages = 8;
 constexpr int64_t kMaxText = 30;
 constexpr int64_t kMaxQueryShortfall = 90;
 
-struct BlindSightCase {
-  ModalityLayout layout;
-  std::vector<int64_t> sink_offsets;  // Gemma 3 style when not empty
-  bool bidirectional = false;
-};
-
-BlindSightCase random_case(Random& random, int64_t images, int64_t max_side) {
-  BlindSightCase result;
-  const bool fixed = random.bernoulli(0.5);
-  const Grid fixed_grid{1, random.uniform_int(1, max_side), random.uniform_int(2, max_side)};
-  LayoutBuilder builder;
-  if (random.bernoulli(0.8)) builder.text(random.uniform_int(1, kMaxText));
-  for (int64_t i = 0; i < images; ++i) {
-    const Grid grid =
-        fixed ? fixed_grid
-              : Grid{1, random.uniform_int(1, max_side), random.uniform_int(1, max_side)};
-    if (!fixed && random.bernoulli(0.1)) {
-      builder.video({2, grid.h, grid.w}, random.uniform_int(0, 3));
-    } else {
-      builder.image(grid, random.bernoulli(0.6));  // no markers: adjacent images
-    }
-    if (random.bernoulli(0.5)) builder.text(random.uniform_int(1, kMaxText));
-  }
-  builder.text(random.uniform_int(1, kMaxText));
-  result.layout = builder.build();
-  if (fixed) {
-    for (int64_t offset = 0; offset < fixed_grid.tokens(); ++offset) {
-      if (random.bernoulli(0.1)) result.sink_offsets.push_back(offset);
-    }
-  }
-  result.bidirectional = random.bernoulli(0.5);
-  return result;
+// A random case of the shared generator (common/blindsight_cases.h) with this file's sizes.
+BlindSightLayoutCase random_case(Random& random, int64_t images, int64_t max_side) {
+  return random_blindsight_case(random, images, max_side, kMaxText);
 }
 
 // One template per query head, in turn from a random first.
-std::vector<PatternSpec> head_specs(Random& random, const BlindSightCase& test_case,
+std::vector<PatternSpec> head_specs(Random& random, const BlindSightLayoutCase& test_case,
                                     int64_t heads) {
   std::vector<PatternSpec> specs;
   const int64_t first = random.uniform_int(0, 3);
   for (int64_t head = 0; head < heads; ++head) {
-    const std::string name = kTemplates[(first + head) % kTemplates.size()];
-    PatternSpec spec{name, {{"bidirectional", test_case.bidirectional ? 1 : 0}}};
-    if (name == "blindsight-sink" || name == "blindsight-intra-sink") {
-      spec.params["sink_percent"] = random.uniform_int(1, 30);
-      spec.lists["sinks"] = test_case.sink_offsets;
-    }
-    specs.push_back(spec);
+    specs.push_back(blindsight_spec(
+        random, test_case, kBlindSightTemplates[(first + head) % kBlindSightTemplates.size()]));
   }
   return specs;
 }
@@ -114,7 +79,7 @@ TEST_P(GpuBlindSight, TemplatesMatchTheOracle) {
   SCOPED_TRACE(random.trace());
   const KernelConfig& config = GetParam();
   for (const int64_t group : kGroups) {
-    const BlindSightCase test_case =
+    const BlindSightLayoutCase test_case =
         random_case(random, random.uniform_int(1, kMaxImages), kMaxSide);
     const ProblemSize size = case_problem(random, config, group, test_case.layout.length());
     const PlanShape shape{.heads = size.q_heads(),
@@ -139,7 +104,7 @@ TEST_P(GpuBlindSight, AHundredImages) {
   Random random;
   SCOPED_TRACE(random.trace());
   constexpr int64_t kImages = 100;
-  const BlindSightCase test_case = random_case(random, kImages, kMaxSideOfMany);
+  const BlindSightLayoutCase test_case = random_case(random, kImages, kMaxSideOfMany);
   const ProblemSize size = case_problem(random, GetParam(), 2, test_case.layout.length());
   const PlanShape shape{.heads = size.q_heads(),
                         .q_len = size.q_len,
@@ -164,7 +129,7 @@ TEST_F(GpuBlindSightConfig, MixedWithDeviceBuiltHeads) {
   SCOPED_TRACE(random.trace());
   constexpr int64_t kGroup = 4;
   const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, kWgmma, cuda::kMaxTileRows};
-  BlindSightCase test_case = random_case(random, random.uniform_int(2, kMaxImages), kMaxSide);
+  BlindSightLayoutCase test_case = random_case(random, random.uniform_int(2, kMaxImages), kMaxSide);
   test_case.bidirectional = false;
   const ProblemSize size = case_problem(random, config, kGroup, test_case.layout.length());
   const PlanShape shape{.heads = size.q_heads(),

@@ -451,6 +451,108 @@ TEST_F(GpuIndexBuild, GridBoundaryAttentionMatchesTheOracle) {
   }
 }
 
+// A layout where a Q/2D-boundary tile's gaps between spans hold 128 keys of a residue and more,
+// in one range or across several: text runs of up to 300 tokens between videos (frames of 4-8 ×
+// 4-8 tokens, 0 or 1 timestamp token between frames) and images. Frames of many tokens keep each
+// group's last 64 rows in few runs, within the GPU estimate's limit. `frame_tokens`: the first
+// video's tokens per frame.
+ModalityLayout long_interleaved_layout(Random& random, int64_t length, int64_t& frame_tokens) {
+  constexpr int64_t kMaxTextRun = 300;
+  constexpr int kAttempts = 12;
+  LayoutBuilder builder;
+  int64_t used = 0;
+  frame_tokens = 0;
+  for (int attempt = 0; attempt < kAttempts && used < length; ++attempt) {
+    LayoutBuilder extended = builder;
+    extended.text(random.uniform_int(1, kMaxTextRun));
+    const Grid frame{random.uniform_int(2, 12), random.uniform_int(4, 8), random.uniform_int(4, 8)};
+    const bool video = random.bernoulli(0.7);
+    if (video) {
+      extended.video(frame, random.uniform_int(0, 1), random.bernoulli(0.5));
+    } else {
+      extended.image({1, frame.h, frame.w}, random.bernoulli(0.5));
+    }
+    const int64_t extended_length = extended.build().length();
+    if (extended_length > length) continue;
+    builder = extended;
+    used = extended_length;
+    if (video && frame_tokens == 0) frame_tokens = frame.h * frame.w;
+  }
+  if (used < length) builder.text(length - used);
+  if (frame_tokens == 0) frame_tokens = kMinPlantedStride;
+  return builder.build();
+}
+
+// Q/2D-boundary grid heads at a few thousand tokens, where their lines' pieces between spans are
+// strided spans (LatticeKeys::kStridedSpansInRanges): the device records equal the host plan's,
+// record for record, on odd lengths, GQA 1, 4 and 7, both modes, at the first video's frame
+// stride, at short strides (every residue a long lattice) and at searched strides over planted
+// grids; the first trial's attention through the device plan matches the fp64 oracle.
+TEST_F(GpuIndexBuild, GridBoundaryStridedSpansMatchTheHostOnLongLayouts) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int kTrials = 12;
+  constexpr std::array<Gqa, 3> kGqa = {{{1, 1}, {1, 4}, {1, 7}}};
+  constexpr int64_t kMaxShortStride = 7;
+  constexpr int64_t kMaxWindow = 9;  // local: windows narrower and wider than the strides
+  int built = 0;
+  int64_t strided_spans = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const bool oracle = trial == 0;
+    ProblemSize size;
+    // GQA shape by trial / 3 and stride kind by trial % 3 (below): every pair of them.
+    const Gqa& gqa = kGqa[static_cast<std::size_t>(trial / 3) % kGqa.size()];
+    size.kv_heads = gqa.kv_heads;
+    size.group = gqa.group;
+    size.head_dim = pick(random, kHeadDims);
+    size.dtype = pick(random, kDtypes);
+    // Odd lengths; the oracle's trial short enough for the fp64 reference.
+    size.q_len = (oracle ? random.uniform_int(900, 1300) : random.uniform_int(1500, 4500)) | 1;
+    size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+    size.tile_rows =
+        size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    int64_t frame_tokens = 0;
+    const QueryBoundaryProblem problem{
+        size, long_interleaved_layout(random, size.kv_len, frame_tokens), 64};
+    AttentionInputs inputs = random_inputs(random, size);
+    int64_t stride = 0;
+    int64_t max_stride = kMaxShortStride;
+    switch (oracle ? 1 : trial % 3) {
+      case 0:
+        stride = frame_tokens;
+        break;
+      case 1:
+        stride = random.uniform_int(2, kMaxShortStride);
+        break;
+      default: {
+        const int64_t planted = random.uniform_int(kMinPlantedStride, kMaxPlantedStride);
+        plant_grid(random, inputs, size, planted, random.uniform_int(0, planted - 1));
+        max_stride = planted + kMaxShortStride;
+      }
+    }
+    int64_t lines = 0;
+    while (lines == 0) lines = random.uniform_int(1, 7);  // hline, vline, slash bits, not all 0
+    const auto mode = trial % 2 == 0 ? detail::BoundaryMode::kQuery : detail::BoundaryMode::kTwoD;
+    const PatternSpec spec =
+        grid(stride, max_stride, lines & 1, (lines >> 1) & 1, (lines >> 2) & 1,
+             random.uniform_int(0, kMaxSink), random.uniform_int(0, kMaxWindow), problem.last_q,
+             static_cast<int64_t>(mode));
+    SCOPED_TRACE(spec.to_string() + " " + describe(size) + " layout " + problem.layout.to_json());
+    GridBuilt device;
+    Plan host;
+    if (check_grouped_grid(spec, problem, inputs, stream_, &device, &host) < 0) continue;
+    ++built;
+    strided_spans += static_cast<int64_t>(host.strided_spans.size());
+    if (oracle) {
+      const AttentionResult gpu = run_gpu(device.plan, inputs, size, random_layout(random));
+      expect_matches_oracle(host, inputs, size, gpu);
+    }
+  }
+  EXPECT_GT(built, kTrials / 2) << "too few trials' groups fit the GPU estimate";
+  EXPECT_GT(strided_spans, 0) << "no trial's lines made a strided span";
+}
+
 TEST_F(GpuIndexBuild, GridBadParametersNameTheArgument) {
   Random random;
   const ProblemSize size = error_case_size();

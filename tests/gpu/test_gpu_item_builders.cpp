@@ -13,6 +13,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,17 +76,24 @@ struct LayoutParts {
   }
 };
 
+// How many media items a layout holds at most, and their sizes.
+struct ItemLayoutLimits {
+  int64_t max_items = std::numeric_limits<int64_t>::max();
+  int64_t max_frames = kMaxItemFrames;
+  int64_t min_side = kMinFrameSide, max_side = kMaxFrameSide;
+};
+
 // A random Qwen3-VL-like layout of `length` tokens: text runs between videos (each its own frame
 // size, 1 to 4 frames, a timestamp of 1 to 5 text tokens before every frame) and images; text
-// fills what no item fits in.
-ModalityLayout item_layout(Random& random, int64_t length) {
+// fills what no item fits in, and the rest once `limits.max_items` items are placed.
+ModalityLayout item_layout(Random& random, int64_t length, const ItemLayoutLimits& limits = {}) {
   LayoutParts parts;
-  while (parts.length < length) {
+  while (parts.length < length && static_cast<int64_t>(parts.media.size()) < limits.max_items) {
     parts.text(std::min(length - parts.length, random.uniform_int(1, kMaxTextRun)));
     const bool video = random.bernoulli(0.6);
-    const Grid grid{video ? random.uniform_int(1, kMaxItemFrames) : 1,
-                    random.uniform_int(kMinFrameSide, kMaxFrameSide),
-                    random.uniform_int(kMinFrameSide, kMaxFrameSide)};
+    const Grid grid{video ? random.uniform_int(1, limits.max_frames) : 1,
+                    random.uniform_int(limits.min_side, limits.max_side),
+                    random.uniform_int(limits.min_side, limits.max_side)};
     std::vector<int64_t> timestamps;
     int64_t tokens = grid.tokens();
     for (int64_t f = 0; video && f < grid.t; ++f) {
@@ -99,6 +107,7 @@ ModalityLayout item_layout(Random& random, int64_t length) {
       parts.frame(video ? Modality::kVideo : Modality::kImage, grid.frame_tokens(), f);
     }
   }
+  parts.text(length - parts.length);
   return ModalityLayout(parts.segments, parts.media);
 }
 
@@ -343,6 +352,68 @@ TEST_F(GpuIndexBuild, ItemGridMatchesTheHostPlanOnQwen3VlLikeLayouts) {
   }
   EXPECT_GT(built, 0) << "no trial's groups fit the GPU estimate";
   EXPECT_GT(clear, 0) << "no search had a clear host choice to compare";
+}
+
+// (tile, item sink) pairs of `plan` whose sink lies on one of the tile's strided spans.
+int64_t sinks_on_strided_spans(const Plan& plan, const std::vector<int64_t>& sinks) {
+  int64_t count = 0;
+  for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
+    for (int64_t i = plan.tile_strided_offsets[t]; i < plan.tile_strided_offsets[t + 1]; ++i) {
+      const StridedSpan& span = plan.strided_spans[static_cast<std::size_t>(i)];
+      count += std::count_if(sinks.begin(), sinks.end(), [&](int64_t key) {
+        return key >= span.begin && key < span.end && (key - span.begin) % span.step == 0;
+      });
+    }
+  }
+  return count;
+}
+
+// Item-boundary grids and grids with item sinks at a few thousand tokens and short strides, where
+// the lines' pieces between spans are strided spans (LatticeKeys::kStridedSpansInRanges) and item
+// sinks lie on them: the device plan equals the host plan record for record (a sink on a strided
+// span is read through it, not listed again as a column), on odd lengths and GQA 1, 4 and 7; the
+// item boundary with and without sinks, and sinks under boundaries 0-3.
+TEST_F(GpuIndexBuild, ItemGridStridedSpansMatchTheHostOnLongLayouts) {
+  constexpr int kTrials = 9;
+  constexpr int64_t kMaxShortStride = 7;
+  constexpr int64_t kMaxWindow = 9;         // local: windows narrower and wider than the strides
+  constexpr int64_t kMaxEstimateRows = 16;  // few estimate runs: every group fits the estimate
+  // Few items (the grid's query groups), frames of 16 to 256 tokens.
+  constexpr ItemLayoutLimits kLongLayout{6, 2 * kMaxItemFrames, 4, 16};
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  int64_t strided_spans = 0;
+  int64_t sinks_on_lines = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    ProblemSize size = random_problem(random, kItemLimits);
+    size.q_len = random.uniform_int(1500, 4500) | 1;
+    size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
+    const QueryBoundaryProblem problem{size, item_layout(random, size.kv_len, kLongLayout),
+                                       random.uniform_int(1, kMaxEstimateRows)};
+    const AttentionInputs inputs = grid_trial_inputs(random, size);
+    // By trial: sinks under boundary 0-3, the item boundary alone, the item boundary with sinks.
+    const int64_t boundary = trial % 3 == 0 ? random.uniform_int(0, 3) : kItemBoundary;
+    const int64_t item_sinks = trial % 3 == 1 ? 0 : random.uniform_int(1, kMaxItemSinks);
+    // Vertical lines with sinks, so that some sinks lie on a lattice.
+    const int64_t hline = random.uniform_int(0, 1);
+    const int64_t vline = item_sinks > 0 ? 1 : random.uniform_int(0, 1);
+    const int64_t slash = hline == 0 && vline == 0 ? 1 : random.uniform_int(0, 1);
+    const int64_t stride = random.bernoulli(0.25) ? 0 : random.uniform_int(2, kMaxShortStride);
+    PatternSpec spec =
+        grid(stride, kMaxShortStride, hline, vline, slash, random.uniform_int(0, kMaxSink),
+             random.uniform_int(0, kMaxWindow), problem.last_q, boundary);
+    spec.params["item_sinks"] = item_sinks;
+    Plan host;
+    if (expect_item_grid(spec, problem, inputs, stream_, nullptr, &host) < 0) continue;
+    ++built;
+    strided_spans += static_cast<int64_t>(host.strided_spans.size());
+    sinks_on_lines +=
+        sinks_on_strided_spans(host, detail::item_sink_keys(problem.layout, item_sinks));
+  }
+  EXPECT_GT(built, kTrials / 2) << "too few trials' groups fit the GPU estimate";
+  EXPECT_GT(strided_spans, 0) << "no trial's lines made a strided span";
+  EXPECT_GT(sinks_on_lines, 0) << "no item sink lay on a strided span";
 }
 
 // Attention through item-boundary and item-sink plans (permuted query orders, empty capacity

@@ -146,11 +146,12 @@ TEST_F(GpuPlanDownload, UploadedPlansDownloadToThemselves) {
   EXPECT_GT(lattice_plans, 0) << "no upload held a lattice: the expansion went untested";
 }
 
-// Pooling up to the tile height (the GPU builds those), alphas from every key to none, causal or
-// not.
+// Pooling up to the tile height (the GPU builds those), causal or not, alphas whose selection no
+// rounding can change: every candidate or none (the GPU's tensor-core scores may flip keys within
+// rounding of other thresholds; test_gpu_vec.cpp checks those against the bound).
 PatternSpec random_vec_spec(Random& random, int64_t tile_rows) {
   constexpr std::array<int64_t, 4> kPoolings = {16, 24, 48, 64};
-  constexpr std::array<int64_t, 5> kAlphas = {0, 100000, 500000, 900000, 1000000};
+  constexpr std::array<int64_t, 2> kAlphas = {0, 2000000};
   return {"vec",
           {{"pooling", std::min(tile_rows, pick(random, kPoolings))},
            {"group", random.uniform_int(1, 16)},

@@ -4,7 +4,8 @@
 // lengths, GQA ratios, tiles of 64 and 128 rows, bfloat16 and float16, span-only plans (the span
 // instantiations) and plans with gathered keys (the gather instantiations), head_dim 128 and 256.
 // Plans with lattice records fall back to the mma.sync kernel (refused at head_dim 256, which it
-// does not serve).
+// does not serve). Bidirectional images also run on the mma.sync kernel (what head_dim 64 takes),
+// whose chunk classification lifts them separately.
 
 #include <gtest/gtest.h>
 
@@ -47,13 +48,15 @@ enum class KeyLists { kSpans, kSpansAndColumns };
 
 class GpuTokenMasks : public ::testing::TestWithParam<KernelConfig> {
  protected:
-  // Runs the plan, which must be served by the wgmma kernel, and checks it against the oracles.
-  static void check_on_wgmma(Random& random, const Plan& plan, const AttentionInputs& inputs,
-                             const ProblemSize& size) {
+  // Runs the plan, which must be served by the kernel the size asks for, and checks it against
+  // the oracles.
+  static void check_on_kernel(Random& random, const Plan& plan, const AttentionInputs& inputs,
+                              const ProblemSize& size) {
     const OperandLayout out_layout = random_layout(random);
     SCOPED_TRACE(describe(size) + " out=" + layout_name(out_layout) + " plan: " + plan.summary());
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
-    ASSERT_TRUE(runs_on_wgmma(passes, size)) << "the wgmma kernel must serve token masks";
+    ASSERT_EQ(runs_on_wgmma(passes, size), size.kernel == cuda::AttentionKernel::kWgmma)
+        << "token masks must run on the kernel asked for";
     expect_matches_oracle(plan, inputs, size, run_gpu(passes, inputs, size, out_layout));
   }
 
@@ -89,6 +92,8 @@ class GpuTokenMasks : public ::testing::TestWithParam<KernelConfig> {
     builder.attach_layout(layout);
     return builder.finish();
   }
+
+  static void check_bidirectional_images(const KernelConfig& config);
 };
 
 // Text, a large image (markers around it), text, a small image without markers, text.
@@ -162,7 +167,7 @@ TEST_P(GpuTokenMasks, RandomMixedPlans) {
     }
     PlanShape shape = plan_shape(size);
     shape.batch = size.batch;
-    check_on_wgmma(random, random_plan(random, shape, options, &layout), inputs, size);
+    check_on_kernel(random, random_plan(random, shape, options, &layout), inputs, size);
   }
 }
 
@@ -189,14 +194,14 @@ TEST_P(GpuTokenMasks, SameMediaAndModalityPairs) {
     const ModalityLayout layout = mixed_layout(random, size.kv_len, one_token_runs(size.kv_len));
     for (const KeyLists lists : {KeyLists::kSpans, KeyLists::kSpansAndColumns}) {
       const Plan plan = whole_plan(random, plan_shape(size), policies[p], lists, layout);
-      check_on_wgmma(random, plan, inputs, size);
+      check_on_kernel(random, plan, inputs, size);
     }
   }
 }
 
 // Gemma 3: causal, bidirectional inside each image; with a sliding window (its local layers), or
 // restricted further by same-media or modality pairs.
-TEST_P(GpuTokenMasks, BidirectionalImages) {
+void GpuTokenMasks::check_bidirectional_images(const KernelConfig& config) {
   Random random;
   SCOPED_TRACE(random.trace());
   const std::vector<MaskPolicy> policies = {
@@ -211,15 +216,23 @@ TEST_P(GpuTokenMasks, BidirectionalImages) {
   for (std::size_t p = 0; p < policies.size(); ++p) {
     SCOPED_TRACE("policy " + std::to_string(p));
     const ModalityLayout drawn = gemma_layout(random);
-    const ProblemSize size = gemma_problem(random, GetParam(), drawn, kGroups[p % kGroups.size()]);
+    const ProblemSize size = gemma_problem(random, config, drawn, kGroups[p % kGroups.size()]);
     const ModalityLayout layout = fit_layout(drawn, size.kv_len);
     const AttentionInputs inputs = random_inputs(random, size);
     for (const KeyLists lists : {KeyLists::kSpans, KeyLists::kSpansAndColumns}) {
       const Plan plan = whole_plan(random, plan_shape(size), policies[p], lists, layout);
-      check_on_wgmma(random, plan, inputs, size);
+      check_on_kernel(random, plan, inputs, size);
     }
   }
 }
+
+TEST_P(GpuTokenMasks, BidirectionalImages) { check_bidirectional_images(GetParam()); }
+
+// The mma.sync kernel under the same policies: it never skips a chunk of a bidirectional policy
+// (pairs of one image are kept at any distance) and masks it element by element.
+class GpuMmaSyncTokenMasks : public GpuTokenMasks {};
+
+TEST_P(GpuMmaSyncTokenMasks, BidirectionalImages) { check_bidirectional_images(GetParam()); }
 
 constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
 
@@ -327,6 +340,17 @@ INSTANTIATE_TEST_SUITE_P(
         KernelConfig{DType::kBFloat16, cuda::kWgmmaWideHeadDim, kWgmma, cuda::kMaxTileRows},
         KernelConfig{DType::kFloat16, cuda::kWgmmaWideHeadDim, kWgmma, cuda::kMaxTileRows}),
     [](const ::testing::TestParamInfo<KernelConfig>& info) { return config_name(info.param); });
+
+constexpr auto kMmaSync = cuda::AttentionKernel::kMmaSync;
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuMmaSyncTokenMasks,
+                         ::testing::Values(KernelConfig{DType::kBFloat16, 64, kMmaSync},
+                                           KernelConfig{DType::kFloat16, 64, kMmaSync},
+                                           KernelConfig{DType::kBFloat16, 128, kMmaSync},
+                                           KernelConfig{DType::kFloat16, 128, kMmaSync}),
+                         [](const ::testing::TestParamInfo<KernelConfig>& info) {
+                           return config_name(info.param);
+                         });
 
 }  // namespace
 }  // namespace mmsparse::test

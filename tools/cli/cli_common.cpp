@@ -1,6 +1,7 @@
 #include "cli_common.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -327,6 +328,29 @@ CLI::Option* add_threads_option(CLI::App& command, int& threads) {
       .add_option("--threads", threads,
                   "CPU threads (0: all cores; at most " + std::to_string(kMaxThreads) + ")")
       ->check(CLI::Range(0, kMaxThreads));
+}
+
+std::vector<int64_t> parse_head_list(const std::string& text, int64_t heads) {
+  std::vector<int64_t> list;
+  if (text == "all") {
+    list.resize(static_cast<std::size_t>(heads));
+    std::iota(list.begin(), list.end(), int64_t{0});
+    return list;
+  }
+  const std::string expected =
+      fmt::format("all, or head indices in [0, {}) separated by commas", heads);
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    int64_t head = -1;
+    const auto [next, error] = std::from_chars(text.data() + begin, text.data() + end, head);
+    if (error != std::errc() || next != text.data() + end || head < 0 || head >= heads) {
+      throw_invalid_argument("--head", expected, "'" + text + "'");
+    }
+    list.push_back(head);
+    begin = end + 1;
+  }
+  return list;
 }
 
 void add_calibration_options(CLI::App& command, std::string& input, std::string& layers,

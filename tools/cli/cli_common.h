@@ -128,6 +128,10 @@ void check_output_path(const std::string& path, const std::string& flag);
 inline constexpr int kMaxThreads = 4096;
 CLI::Option* add_threads_option(CLI::App& command, int& threads);
 
+// The query heads of --head: "all" (every head in order) or indices in [0, heads) separated by
+// commas, as given. Throws Error(kInvalidArgument) naming --head and quoting `text` otherwise.
+std::vector<int64_t> parse_head_list(const std::string& text, int64_t heads);
+
 // The calibration input of the searches: --input/-i (a safetensors file of layers.<L>.q/k/v or
 // q/k/v and the layout; empty: a SYNTHETIC preset), --layers ("all" or a list) and --head (query
 // heads, comma-separated; empty: all).

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -140,23 +139,6 @@ HeadInputs head_inputs(const CurveSource& source, int64_t head, DType dtype) {
   return inputs;
 }
 
-std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
-  std::vector<int64_t> list;
-  if (text == "all") {
-    list.resize(static_cast<std::size_t>(heads));
-    std::iota(list.begin(), list.end(), int64_t{0});
-    return list;
-  }
-  const std::string expected =
-      fmt::format("all, or head indices in [0, {}) separated by commas", heads);
-  for (const std::string& part : split(text)) {
-    const int64_t head = parse_count(part, "--head", expected);
-    if (head >= heads) throw_invalid_argument("--head", expected, "'" + text + "'");
-    list.push_back(head);
-  }
-  return list;
-}
-
 // The families' spec texts, as the flags give them (or their defaults for the length).
 std::vector<std::pair<std::string, std::vector<std::string>>> family_texts(const CurveFlags& flags,
                                                                            int64_t seq_len) {
@@ -282,7 +264,7 @@ int run_curve(const CurveFlags& flags) {
     }
   }
   const CurveSource source = load_source(flags);
-  const std::vector<int64_t> heads = parse_heads(flags.heads, source.q_heads);
+  const std::vector<int64_t> heads = parse_head_list(flags.heads, source.q_heads);
   std::vector<CurveFamily> families;
   for (const auto& [name, texts] : family_texts(flags, source.kv_len)) {
     families.push_back(

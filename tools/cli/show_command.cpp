@@ -1,10 +1,8 @@
 #include "show_command.h"
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <numeric>
 #include <optional>
 
 #include <fmt/core.h>
@@ -123,29 +121,6 @@ HeadTensors head_tensors(const Source& source, int64_t head, DType dtype) {
   return tensors;
 }
 
-std::vector<int64_t> parse_heads(const std::string& text, int64_t heads) {
-  std::vector<int64_t> list;
-  if (text == "all") {
-    list.resize(static_cast<std::size_t>(heads));
-    std::iota(list.begin(), list.end(), int64_t{0});
-    return list;
-  }
-  const std::string expected =
-      "all, or head indices in [0, " + std::to_string(heads) + ") separated by commas";
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t end = std::min(text.find(',', begin), text.size());
-    int64_t head = -1;
-    const auto [next, error] = std::from_chars(text.data() + begin, text.data() + end, head);
-    if (error != std::errc() || next != text.data() + end || head < 0 || head >= heads) {
-      throw_invalid_argument("--head", expected, "'" + text + "'");
-    }
-    list.push_back(head);
-    begin = end + 1;
-  }
-  return list;
-}
-
 PatternSpec chosen_pattern(const ShowFlags& flags, const Source& source) {
   return resolve_pattern_flags({flags.pattern.empty() ? kDefaultPattern : flags.pattern},
                                source.layout_or_null(), source.q_len, source.kv_len,
@@ -173,7 +148,7 @@ int run_show(const ShowFlags& flags) {
   const std::filesystem::path output_dir = prepare_output_dir(flags.output_dir);
 
   const Source source = load_source(flags);
-  const std::vector<int64_t> heads = parse_heads(flags.heads, source.q_heads);
+  const std::vector<int64_t> heads = parse_head_list(flags.heads, source.q_heads);
   const PatternSpec spec = chosen_pattern(flags, source);
   if (progress_enabled) {
     fmt::print(stderr, "{}: {} tokens, {} heads; pattern {}\n", source.label, source.kv_len,
@@ -229,8 +204,8 @@ int run_show(const ShowFlags& flags) {
     picture.title = fmt::format("{}: {} tokens, {} of {}, pattern {}", source.label, source.kv_len,
                                 head_label, source.q_heads, spec.to_string());
     const std::string name =
-        fmt::format("head{:02}{}-{}-recall{:.4f}.png", head, behaviour.empty() ? "" : "-" + behaviour,
-                    spec.name, maps.recall_mean);
+        fmt::format("head{:02}{}-{}-recall{:.4f}.png", head,
+                    behaviour.empty() ? "" : "-" + behaviour, spec.name, maps.recall_mean);
     const std::filesystem::path path = output_dir / name;
     write_png(path.string(), render_attention_picture(maps, picture));
     progress.done(fmt::format("{:.2f} s", seconds_since(started)));
@@ -250,7 +225,8 @@ int run_show(const ShowFlags& flags) {
   }
   const std::filesystem::path sidecar = output_dir / kSidecarName;
   std::ofstream file(sidecar);
-  if (!file) throw Error(ErrorCode::kIoError, "--output-dir: cannot write '" + sidecar.string() + "'");
+  if (!file)
+    throw Error(ErrorCode::kIoError, "--output-dir: cannot write '" + sidecar.string() + "'");
   file << report.dump(2) << '\n';
   write_json_output(flags.exec.json_path, report.dump(2));
   return 0;
@@ -263,9 +239,10 @@ Command add_show_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "show", "PNG pictures of heads' attention maps beside a pattern's mask (MMInference Fig. 3)");
   flags->workload.add_to(*command);
-  command->add_option("--input,-i", flags->input,
-                      "safetensors file with q, k [batch, seq, heads, head_dim] (first batch "
-                      "element) instead of a synthetic workload")
+  command
+      ->add_option("--input,-i", flags->input,
+                   "safetensors file with q, k [batch, seq, heads, head_dim] (first batch "
+                   "element) instead of a synthetic workload")
       ->check(CLI::ExistingFile);
   command->add_option("--head", flags->heads, "query head, a comma-separated list, or all")
       ->capture_default_str();

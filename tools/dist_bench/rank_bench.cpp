@@ -227,15 +227,19 @@ void print_table(const std::vector<SchemeResult>& results, const Shape& problem,
   const SchemeResult* ring = find("zigzag-ring");
   fmt::print("{:<13} {:>11} {:>11} {:>13} {:>10} {:>9} {:>9}\n", "scheme", "median ms",
              "no-comm ms", "exposed comm", "imbalance", "vs dense", "vs ring");
+  // A ratio to a scheme that did not run in this bench reads "-", not 0.00x.
+  const auto ratio = [](const SchemeResult* base, const SchemeResult& result) {
+    return base && result.median_ms > 0 ? fmt::format("{:.2f}x", base->median_ms / result.median_ms)
+                                        : std::string("-");
+  };
   for (const SchemeResult& result : results) {
     const double exposed =
         result.median_ms > 0 ? 1.0 - result.compute_only_ms / result.median_ms : 0.0;
     const double imbalance =
         result.compute_only_ms > 0 ? 1.0 - result.compute_min_ms / result.compute_only_ms : 0.0;
-    fmt::print("{:<13} {:>11.2f} {:>11.2f} {:>12.1f}% {:>9.1f}% {:>8.2f}x {:>8.2f}x\n", result.name,
+    fmt::print("{:<13} {:>11.2f} {:>11.2f} {:>12.1f}% {:>9.1f}% {:>9} {:>9}\n", result.name,
                result.median_ms, result.compute_only_ms, 100.0 * std::max(0.0, exposed),
-               100.0 * imbalance, dense ? dense->median_ms / result.median_ms : 0.0,
-               ring ? ring->median_ms / result.median_ms : 0.0);
+               100.0 * imbalance, ratio(dense, result), ratio(ring, result));
   }
   fmt::print(
       "exposed comm = 1 - (the slowest rank's time with no data moved) / (its time); "

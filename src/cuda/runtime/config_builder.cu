@@ -389,7 +389,7 @@ ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& 
     const int64_t copies = section_copies(section, shape);
     const DevicePlanLayout& part = section.plan.layout();
     sizes.tiles += copies * section.plan.num_tiles();
-    runs += section.runs;
+    runs += copies * section.runs;
     span_capacity += copies * capacity(part.spans, part.columns, sizeof(SpanRecord));
     sizes.column_capacity += copies * capacity(part.columns, part.token_info, sizeof(int32_t));
     sizes.max_slot_tiles = std::max(sizes.max_slot_tiles, section.max_slot_tiles);

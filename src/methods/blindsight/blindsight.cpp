@@ -114,6 +114,27 @@ ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& spec,
   return images;
 }
 
+std::vector<QueryRun> images_then_text_order(std::span<const int32_t> token_media,
+                                             const PlanShape& shape) {
+  std::vector<QueryRun> order;
+  const auto append = [&](int64_t row) {
+    if (!order.empty() && order.back().start + order.back().count == row) {
+      ++order.back().count;
+    } else {
+      order.push_back({row, 1, 1});
+    }
+  };
+  const int64_t offset = shape.causal_offset();
+  for (int64_t row = 0; row < shape.q_len; ++row) {
+    if (token_media[row + offset] >= 0) append(row);
+  }
+  for (int64_t row = 0; row < shape.q_len; ++row) {
+    if (token_media[row + offset] < 0) append(row);
+  }
+  if (order.size() == 1) order.clear();  // one run from row 0: the identity
+  return order;
+}
+
 namespace {
 
 // Sorts and merges the ranges into runs and lists them so that key chunks are full. A run left of
@@ -236,27 +257,32 @@ void build_dense(PlanBuilder& builder, const PatternSpec& spec, const HeadContex
   }
 }
 
-// The sparse templates: tiles split wherever the row's image (or text) changes.
+// The sparse templates: image tiles split wherever the row's image changes, in the query order
+// of images_then_text_order (order index = position in the rows of images so far); then the text
+// rows, ascending, in tiles of tile_rows that each read every key up to their last row.
 void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context,
                   BlindSightMask mask) {
   const bool bidirectional = check_blindsight_head(spec, context);
   const PlanShape& shape = context.shape;
-  builder.begin_head();
   if (context.layout == nullptr || context.layout->media().empty()) {
+    builder.begin_head();
     append_causal_tiles(builder, shape, 0, shape.q_len);  // text only: every query is a text query
     return;
   }
   const ImageLayout images = read_layout(*context.layout, spec, mask);
+  builder.begin_head(images_then_text_order(images.token_media, shape));
   if (bidirectional) builder.attach_layout(*context.layout);
   const MaskPolicy image_mask{.causal = true, .media_bidirectional = bidirectional};
   const int64_t offset = shape.causal_offset();
   std::vector<KeyRange> ranges;
+  std::vector<int64_t> text_rows;
+  int64_t image_rows = 0;  // order index of the next image row
   for (int64_t row = 0; row < shape.q_len;) {
     const int32_t image = images.token_media[row + offset];
     int64_t run_end = row + 1;
     while (run_end < shape.q_len && images.token_media[run_end + offset] == image) ++run_end;
     if (image < 0) {
-      append_causal_tiles(builder, shape, row, run_end);
+      for (int64_t text = row; text < run_end; ++text) text_rows.push_back(text);
     } else {
       for (int64_t begin = row; begin < run_end; begin += shape.tile_rows) {
         const int64_t end = std::min(run_end, begin + shape.tile_rows);
@@ -264,11 +290,18 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
         // No key for any row (an image before any text, its sinks still ahead): the rows stay in
         // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
         if (ranges.empty()) continue;
-        builder.begin_tile(begin, end, image_mask);
+        builder.begin_tile(image_rows + begin - row, image_rows + end - row, image_mask);
         add_key_runs(builder, ranges, begin + offset);
       }
+      image_rows += run_end - row;
     }
     row = run_end;
+  }
+  const auto text_count = static_cast<int64_t>(text_rows.size());
+  for (int64_t begin = 0; begin < text_count; begin += shape.tile_rows) {
+    const int64_t end = std::min(text_count, begin + shape.tile_rows);
+    builder.begin_tile(image_rows + begin, image_rows + end);
+    builder.add_span(0, std::clamp<int64_t>(text_rows[end - 1] + 1 + offset, 0, shape.kv_len));
   }
 }
 

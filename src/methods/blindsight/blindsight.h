@@ -12,15 +12,20 @@
 // (Gemma 3). Sinks: the first ceil(sink_percent% of its tokens) of each image (Qwen), or, when the
 // list `sinks` is given, the tokens at those offsets inside each image (Gemma 3, App. C).
 //
-// Plans: query tiles never mix text with image rows nor two images (a tile has one key set);
-// contiguous key runs of at least kGatherChunkKeys are spans and shorter ones (sinks, the text
+// Plans: query tiles never mix text with image rows nor two images (a tile has one key set). The
+// query order puts every image row first and every text row after them, both ascending, so that
+// text rows, a few dozen between images, fill whole tiles instead of one short tile per gap (each
+// reads every key before it); contiguous key runs of at least kGatherChunkKeys are spans and shorter ones (sinks, the text
 // between images) gathered columns, which the engines pack into full key chunks: the paper's
 // sink packing by key permutation (App. L) without moving memory.
 
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "methods/registry.h"
 #include "mmsparse/layout.h"
+#include "mmsparse/plan.h"
 
 namespace mmsparse::detail {
 
@@ -61,6 +66,11 @@ struct ImageLayout {
 // q_len <= kv_len, the bidirectional switch and, for templates with sinks, the sink parameters.
 // Returns the bidirectional switch.
 bool check_blindsight_head(const PatternSpec& resolved_spec, const HeadContext& context);
+// The query order of a sparse template's head slot: the rows whose aligned token (row +
+// causal_offset) is an image's, ascending, then the text rows, ascending, as maximal runs of step
+// 1; empty where that is the identity order. `token_media`: [kv_len] media index, -1 for text.
+std::vector<QueryRun> images_then_text_order(std::span<const int32_t> token_media,
+                                             const PlanShape& shape);
 // Reads the layout; throws naming the sink list when an offset lies outside an image.
 ImageLayout read_layout(const ModalityLayout& layout, const PatternSpec& resolved_spec,
                         BlindSightMask mask);

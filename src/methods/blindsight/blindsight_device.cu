@@ -183,6 +183,35 @@ void write_masks(const std::vector<MaskPolicy>& masks, int64_t kv_len, MaskRecor
              "blindsight plan: cudaMemcpyAsync masks");
 }
 
+// Every head slot's query order: the same runs, as the upload writes them (RunRecord, order
+// indices counted from 0 per slot), and the run offsets slot by slot. A few records per image: one
+// host copy per section.
+void write_query_order(const std::vector<QueryRun>& order, int64_t slots, std::byte* base,
+                       const DevicePlanLayout& sections, cudaStream_t stream) {
+  std::vector<RunRecord> slot_runs;
+  int32_t order_begin = 0;
+  for (const QueryRun& run : order) {
+    slot_runs.push_back(
+        {order_begin, static_cast<int32_t>(run.start), static_cast<int32_t>(run.step)});
+    order_begin += static_cast<int32_t>(run.count);
+  }
+  const auto per_slot = static_cast<int64_t>(slot_runs.size());
+  std::vector<int64_t> offsets(static_cast<std::size_t>(slots) + 1);
+  std::vector<RunRecord> runs;
+  runs.reserve(static_cast<std::size_t>(per_slot * slots));
+  for (int64_t slot = 0; slot <= slots; ++slot) {
+    offsets[static_cast<std::size_t>(slot)] = slot * per_slot;
+    if (slot < slots) runs.insert(runs.end(), slot_runs.begin(), slot_runs.end());
+  }
+  // From pageable memory each copy returns once its vector has been read.
+  check_cuda(cudaMemcpyAsync(region<int64_t>(base, sections.head_run_offsets), offsets.data(),
+                             offsets.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+             "blindsight plan: cudaMemcpyAsync run offsets");
+  check_cuda(cudaMemcpyAsync(region<RunRecord>(base, sections.runs), runs.data(),
+                             runs.size() * sizeof(RunRecord), cudaMemcpyHostToDevice, stream),
+             "blindsight plan: cudaMemcpyAsync runs");
+}
+
 void launch_records(const RecordParams& p, cudaStream_t stream) {
   records_kernel<<<blocks_for(p.tile_count), kThreadsPerBlock, 0, stream>>>(p);
   check_launch("blindsight plan: records_kernel");
@@ -197,7 +226,8 @@ void launch_records(const RecordParams& p, cudaStream_t stream) {
 }  // namespace
 
 DevicePlan build_blindsight_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                           const ModalityLayout* layout, void* stream_handle) {
+                                           const ModalityLayout* layout, void* stream_handle,
+                                           int64_t* run_count) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   const detail::BlindSightGeometry geometry =
       detail::blindsight_geometry(resolved_spec, shape, layout);
@@ -210,15 +240,21 @@ DevicePlan build_blindsight_plan_on_device(const PatternSpec& resolved_spec, con
                     " tiles; the schedule indexes tiles in int32");
   }
   const int64_t token_info = geometry.token_masks ? shape.kv_len : 0;
-  DevicePlanLayout plan_sections =
-      plan_layout({slots, 0, slot_tiles * slots, static_cast<int64_t>(geometry.masks.size()),
-                   geometry.spans * slots, geometry.columns * slots, token_info});
+  const auto slot_runs = static_cast<int64_t>(geometry.order.size());
+  DevicePlanLayout plan_sections = plan_layout(
+      {slots, slot_runs * slots, slot_tiles * slots, static_cast<int64_t>(geometry.masks.size()),
+       geometry.spans * slots, geometry.columns * slots, token_info});
   plan_sections.gathers = geometry.columns > 0;  // exact, as the upload has it
+  // Every head slot has the same order, which the kernels then read without the run offsets.
+  if (slot_runs > 0) plan_sections.shared_runs = slot_runs;
+  if (run_count != nullptr) *run_count = slot_runs * slots;
   DevicePlan plan =
       DevicePlan::for_builder(shape, plan_sections, slot_tiles * slots, geometry.columns * slots,
                               geometry.covers_every_row, plan_sections.spans, stream);
-  if (slot_tiles == 0 || slots == 0) return plan;
+  if (slots == 0) return plan;
   auto* base = static_cast<std::byte*>(plan.builder_data());
+  if (slot_runs > 0) write_query_order(geometry.order, slots, base, plan_sections, stream);
+  if (slot_tiles == 0) return plan;
   write_masks(geometry.masks, shape.kv_len, region<MaskRecord>(base, plan_sections.masks), stream);
   if (geometry.token_masks) {
     write_token_info(*layout, region<int32_t>(base, plan_sections.token_info), stream);

@@ -22,10 +22,12 @@ class BlindSightDeviceBuilder final : public DeviceBuilder {
                       const ModalityLayout* layout, const cuda::EstimateOperands*,
                       void* stream) const override {
     DeviceSection section;
-    section.plan = cuda::build_blindsight_plan_on_device(resolved_spec, shape, layout, stream);
+    // Its query order (images, then text) has runs unless that is the identity.
+    section.plan = cuda::build_blindsight_plan_on_device(resolved_spec, shape, layout, stream,
+                                                         &section.runs);
     const int64_t slots = shape.head_slots();
     section.max_slot_tiles = slots > 0 ? section.plan.num_tiles() / slots : 0;
-    return section;  // the identity query order: no runs
+    return section;
   }
   std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,
                                         const PlanShape& shape) const override {

@@ -68,8 +68,10 @@ class TileList {
                  MaskPolicy{});
     }
   }
-  // A tile of image rows; left out (its rows in no tile) when no row has a key.
-  void add_image(int64_t begin, int64_t end, int32_t image, bool bidirectional) {
+  // A tile of the image rows [begin, end) at order indices from `order_begin`; left out (its rows
+  // in no tile) when no row has a key.
+  void add_image(int64_t begin, int64_t end, int64_t order_begin, int32_t image,
+                 bool bidirectional) {
     const int64_t offset = shape_.causal_offset();
     const MaskPolicy mask{.causal = true, .media_bidirectional = bidirectional};
     BlindSightTile tile{};
@@ -92,7 +94,7 @@ class TileList {
       geometry_.covers_every_row = false;
       return;
     }
-    const BlindSightTile counted = make(begin, end, mask);
+    const BlindSightTile counted = make(order_begin, order_begin + end - begin, mask);
     tile.begin = counted.begin;
     tile.end = counted.end;
     tile.mask = counted.mask;
@@ -150,11 +152,13 @@ void add_bidirectional_dense(TileList& tiles, const ModalityLayout& layout,
   }
 }
 
-// The sparse templates: text runs as causal tiles, image runs as image tiles.
+// The sparse templates: image runs as image tiles in the query order of images_then_text_order,
+// then the text rows in tiles of tile_rows, each reading every key up to its last row.
 void add_sparse(TileList& tiles, BlindSightGeometry& geometry, const ModalityLayout& layout,
                 const PatternSpec& spec, const PlanShape& shape, bool bidirectional) {
   const BlindSightMask mask = blindsight_mask_of(spec);
   const ImageLayout images = read_layout(layout, spec, mask);
+  geometry.order = images_then_text_order(images.token_media, shape);
   geometry.shared = as_runs(images.shared);
   geometry.own_offsets.push_back(0);
   for (std::size_t image = 0; image < images.segments.size(); ++image) {
@@ -163,14 +167,37 @@ void add_sparse(TileList& tiles, BlindSightGeometry& geometry, const ModalityLay
     geometry.own.insert(geometry.own.end(), own.begin(), own.end());
     geometry.own_offsets.push_back(static_cast<int32_t>(geometry.own.size()));
   }
+  std::vector<RowRun> text;
+  int64_t image_rows = 0;  // order index of the next image row
   for (const RowRun& run : row_runs(layout, shape)) {
     if (run.media < 0) {
-      tiles.add_causal(run.begin, run.end);
+      text.push_back(run);
       continue;
     }
     for (int64_t begin = run.begin; begin < run.end; begin += shape.tile_rows) {
-      tiles.add_image(begin, std::min(run.end, begin + shape.tile_rows), run.media, bidirectional);
+      tiles.add_image(begin, std::min(run.end, begin + shape.tile_rows),
+                      image_rows + begin - run.begin, run.media, bidirectional);
     }
+    image_rows += run.end - run.begin;
+  }
+  // Text tiles over the text runs in turn: each holds tile_rows rows (the last fewer).
+  int64_t order_begin = image_rows;
+  std::size_t run = 0;
+  int64_t row = text.empty() ? 0 : text.front().begin;
+  while (run < text.size()) {
+    int64_t rows = 0;
+    int64_t last = row;
+    while (run < text.size() && rows < shape.tile_rows) {
+      const int64_t taken = std::min(shape.tile_rows - rows, text[run].end - row);
+      rows += taken;
+      last = row + taken - 1;
+      row += taken;
+      if (row == text[run].end && ++run < text.size()) row = text[run].begin;
+    }
+    tiles.add_prefix(order_begin, order_begin + rows,
+                     std::clamp<int64_t>(last + 1 + shape.causal_offset(), 0, shape.kv_len),
+                     MaskPolicy{});
+    order_begin += rows;
   }
 }
 

@@ -2,12 +2,14 @@
 // BlindSight's plans for the device builder (blindsight_device.h), split where the work lies.
 //
 // The host reads the layout into a geometry of one head slot (every head slot of a template is
-// the same): its tiles (rows, mask, and either one key span [0, keys_end) or an image and the
-// positions its key runs are clipped at), the runs of keys every image query may read (text and
-// sinks), each image's own runs (its tokens, or its sinks), the mask table in first-use order and
-// each tile's offsets into the spans and columns sections. That costs O(tiles × images) integer
-// steps and no per-key work. The device then writes every record; the columns (the packed sinks
-// and short text runs, the bulk of the plan at 300K tokens) never exist on the host.
+// the same): its query order (image rows, then text rows: images_then_text_order), its tiles (rows
+// as order indices, mask, and either one key span [0, keys_end) or an image and the positions its
+// key runs are clipped at), the runs of keys every image query may read (text and sinks), each
+// image's own runs (its tokens, or its sinks), the mask table in first-use order and each tile's
+// offsets into the spans and columns sections. That costs O(tiles × images) integer steps, one
+// walk over the rows for the order and no per-key work. The device then writes every record; the
+// columns (the packed sinks and short text runs, the bulk of the plan at 300K tokens) never exist
+// on the host.
 //
 // for_each_key_run is the one definition of a tile's key runs, called by the host to count and
 // by the kernels to write; its result is the host builder's (blindsight.cpp: add_key_runs over
@@ -54,6 +56,7 @@ struct BlindSightGeometry {
   std::vector<BlindSightRun> own;     // per image, ascending
   std::vector<MaskPolicy> masks;      // first-use order (PlanBuilder's numbering)
   std::vector<int32_t> schedule;      // the tiles heaviest first, ties by position
+  std::vector<QueryRun> order;        // the head slot's query order (empty: the identity)
   int64_t spans = 0;                  // one head slot's records
   int64_t columns = 0;
   int64_t pieces = 0;        // runs with columns, over the tiles

@@ -81,6 +81,7 @@ class HeadOperands {
                KeyCache& cache);
   int64_t head_dim() const { return head_dim_; }
   float scale() const { return scale_; }
+  DType query_dtype() const { return q_.dtype; }
   void query(int64_t row, float* out) const;  // out [head_dim]
   const float* key(int64_t position) const { return keys_ + position * head_dim_; }  // [head_dim]
 

@@ -43,8 +43,8 @@ namespace mmsparse::cuda::index {
 
 // Keys per estimate block: the block scores the group's estimate rows against them.
 inline constexpr int64_t kEstimateChunkKeys = 64;
-// Bounds of the estimate kernels' shared memory (one K chunk, one Q tile, one row of diagonal sums
-// per estimate row plus a chunk).
+// Bounds of what one estimate takes: its rows, and the diagonal partials each key chunk gets (one
+// per estimate row plus a chunk's).
 inline constexpr int64_t kMaxEstimateRows = 1024;
 // Diagonal entries a block holds per key chunk: every estimate row's plus a chunk's.
 inline constexpr int64_t kMaxEstimateDiagonals = kMaxEstimateRows + kEstimateChunkKeys - 1;

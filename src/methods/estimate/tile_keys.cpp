@@ -26,11 +26,7 @@ void TileKeys::add_lattice(int64_t begin, int64_t end, int64_t step) {
     compact += last - first;
     if (first_key >= compact) return;
     const int64_t last_key = first_key + (compact - 1 - first_key) / step * step;
-    if (lattice_keys_ == LatticeKeys::kColumns) {
-      for (int64_t key = first_key; key <= last_key; key += step) columns_.push_back(key + offset);
-    } else {
-      lattices_.push_back({first_key + offset, last_key + offset + 1, step});
-    }
+    lattices_.push_back({first_key + offset, last_key + offset + 1, step});
   });
 }
 

@@ -25,12 +25,9 @@ inline int64_t floor_mod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 //                          of a compact key space stays one lattice per original range it crosses
 //                          even where the shift across the gap happens to keep its residue: each
 //                          range's pieces then follow from the tile's own data in that range,
-//                          which a GPU builder of Q/2D boundaries can find without scanning its
-//                          bitmaps (docs/index_builders.md, "Grid with a Q/2D boundary").
-//   kColumns               listed key by key as columns: what the GPU builder of grids with a Q
-//                          or 2D boundary writes today, so those heads' host plans do too (record-
-//                          for-record parity) until it writes kStridedSpansInRanges' records.
-enum class LatticeKeys { kStridedSpans, kStridedSpansInRanges, kColumns };
+//                          which the GPU builder of Q/2D-boundary grids finds without scanning its
+//                          bitmaps (docs/index_builders.md, "Grid with a Q or 2D boundary").
+enum class LatticeKeys { kStridedSpans, kStridedSpansInRanges };
 
 class TileKeys {
  public:

@@ -1,9 +1,10 @@
-// The grouped grid's (Q/2D/item boundary) tile conversion on the GPU: a block per tile of the
-// capacity finds its rows (pieces of its phase's runs, from the arrangement of
+// The grouped grid's (Q/2D/item boundary, or item sinks) tile conversion on the GPU: a block per
+// tile of the capacity finds its rows (pieces of its phase's runs, from the arrangement of
 // grid_groups_device.cu) and, in every key space of its group, the keys GridPattern::add_tile_keys
-// adds for their frontiers there, and the item sinks its rows see (build_dynamic_head), marked in
-// bitmaps and read off as records (key_bitmaps.cuh). The count pass sizes each
-// tile's records; after the caller's scans the fill pass writes them.
+// adds for their frontiers there, and the item sinks its rows see (build_dynamic_head): spans, line
+// keys outside the strided spans and item sinks off them marked in bitmaps and read off as records
+// (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (below). The
+// count pass sizes each tile's records; after the caller's scans the fill pass writes them.
 
 #include <algorithm>
 #include <cstddef>
@@ -61,6 +62,8 @@ struct TileShared {
   int64_t frontier[kMaxKeySpaces][kMaxTileRows];  // their frontiers in each space
   PhaseLine phases[kMaxKeySpaces][kMaxTileRows];  // each space's phases of the rows
   int phase_count[kMaxKeySpaces];
+  int piece_count;                // the tile's strided spans
+  unsigned long long piece_keys;  // and the keys they hold
 };
 
 // Sets the bits of the original keys [first, last) in the window, the block's threads taking
@@ -98,30 +101,191 @@ __device__ void mark_compact_span_block(const KeySpaceView& space, int64_t begin
   }
 }
 
-// The compact keys k ≡ phase (mod stride), k < end, of `space` as column keys, block-wide.
-__device__ void mark_residue_block(const KeySpaceView& space, int64_t phase, int64_t stride,
-                                   int64_t end, const Window& window) {
-  if (space.ranges == 0) {
-    // Word by word: each word's keys of the residue at once.
-    const int64_t last = min64(end, window.begin + bitmaps::kWindowKeys);
-    if (last <= window.begin) return;
-    const int64_t words = ceil_div(last - window.begin, kWordBits);
-    for (int64_t w = threadIdx.x; w < words; w += kThreads) {
-      const int64_t word_begin = window.begin + w * kWordBits;
-      const int64_t word_end = min64(last, word_begin + kWordBits);
-      uint32_t bits = 0;
-      for (int64_t key = word_begin + floor_mod(phase - word_begin, stride); key < word_end;
-           key += stride) {
-        bits |= 1u << (key - word_begin);
-      }
-      if (bits != 0) atomicOr(window.bits->columns + w, bits);
+// A space's line keys in a tile (GridPattern::add_tile_keys' slash and vline lattices) as
+// TileKeys::write writes them in LatticeKeys::kStridedSpansInRanges. In the space's compact
+// coordinates the tile's spans are the prefix [0, prefix) (sink, hline) and each row's window
+// [f - window, f), so the keys between spans are the gaps [max(prefix, f_prev), f - window) before
+// each distinct frontier f (one gap [prefix, last) without windows). Within one original range of
+// the space original keys are compact ones shifted, and only this space's spans lie there, so a
+// lattice piece is one residue's keys in one gap and one range: its first whole multiple of
+// kGatherChunkKeys keys is a strided span, the others are columns. Lattices of one residue (a slash
+// phase and the vline phase) join into the longer one; pieces of distinct residues of one stride,
+// or of different spaces (different ranges), never share a key, so none is listed as columns.
+struct SpaceLattices {
+  KeySpaceView view;
+  int64_t stride = 0, vline_phase = 0;
+  int64_t prefix = 0, window = 0, last = 0;
+  const int64_t* frontiers = nullptr;  // [rows] the tile rows' frontiers, ascending
+  const PhaseLine* phases = nullptr;   // [phase_count] each row phase's last frontier
+  int rows = 0, phase_count = 0;
+  bool slash = false, vline = false;
+  bool vline_alone = false;  // the vline residue is no slash phase's (or slash lines are off)
+
+  __device__ int gaps() const { return window > 0 ? rows : 1; }
+  __device__ int residues() const { return phase_count + 1; }
+  // Gap g's compact keys [begin, end); false when it has none.
+  __device__ bool gap(int g, int64_t& begin, int64_t& end) const {
+    if (window == 0) {
+      begin = prefix;
+      end = last;
+      return begin < end;
     }
-    return;
+    const int64_t frontier = frontiers[g];
+    const int64_t before = g > 0 ? frontiers[g - 1] : 0;
+    if (frontier < 1 || (g > 0 && frontier == before)) return false;
+    begin = max64(prefix, before);
+    end = frontier - window;
+    return begin < end;
   }
-  for (int64_t key = phase + threadIdx.x * stride; key < end; key += kThreads * stride) {
-    const int64_t original = space.original(key);
-    if (window.past(original)) return;  // this thread's keys ascend
-    window.mark_column(original);
+  // Residue j: its phase and the end of its joined lattice; false when there is none.
+  __device__ bool residue(int j, int64_t& phase, int64_t& end) const {
+    if (j < phase_count) {
+      if (!slash) return false;
+      phase = phases[j].phase;
+      end = vline && phase == vline_phase ? last : phases[j].frontier;
+      return true;
+    }
+    if (!vline_alone) return false;
+    phase = vline_phase;
+    end = last;
+    return true;
+  }
+};
+
+// One residue's keys first + i·step (i < count) in a piece; the first `strided` of them form the
+// strided span, the others are columns. `offset` maps them to original positions.
+struct LatticeCut {
+  int64_t first = 0, count = 0, strided = 0, offset = 0;
+};
+
+// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none).
+__device__ LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low, int64_t high,
+                                int64_t offset) {
+  LatticeCut piece;
+  piece.first = low + floor_mod(phase - low, l.stride);
+  if (piece.first >= high) return piece;
+  piece.count = (high - 1 - piece.first) / l.stride + 1;
+  piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
+  piece.offset = offset;
+  return piece;
+}
+
+// Calls visit(cut) for each piece of every (gap, residue) pair of the space, the block's threads
+// taking pairs in turn.
+template <class Visit>
+__device__ void for_each_lattice_piece(const SpaceLattices& l, const Visit& visit) {
+  const int residues = l.residues();
+  const int64_t pairs = static_cast<int64_t>(l.gaps()) * residues;
+  for (int64_t pair = threadIdx.x; pair < pairs; pair += kThreads) {
+    int64_t begin = 0, gap_end = 0, phase = 0, lattice_end = 0;
+    if (!l.gap(static_cast<int>(pair / residues), begin, gap_end) ||
+        !l.residue(static_cast<int>(pair % residues), phase, lattice_end)) {
+      continue;
+    }
+    const int64_t end = min64(gap_end, lattice_end);
+    if (begin >= end) continue;
+    const auto cut = [&](int64_t low, int64_t high, int64_t offset) {
+      const LatticeCut piece = cut_piece(l, phase, low, high, offset);
+      if (piece.count > 0) visit(piece);
+    };
+    if (l.view.ranges == 0) {
+      cut(begin, end, 0);
+      continue;
+    }
+    for (int32_t r = l.view.range_of(begin); r < l.view.ranges && l.view.prefix[r] < end; ++r) {
+      cut(max64(begin, l.view.prefix[r]), min64(end, l.view.prefix[r + 1]),
+          l.view.begins[r] - l.view.prefix[r]);
+    }
+  }
+}
+
+// The space's line keys outside its strided spans as column keys of the window.
+__device__ void mark_lattice_columns(const SpaceLattices& l, const Window& window) {
+  for_each_lattice_piece(l, [&](const LatticeCut& piece) {
+    for (int64_t i = piece.strided; i < piece.count; ++i) {
+      const int64_t key = piece.first + i * l.stride + piece.offset;
+      if (window.past(key)) return;
+      window.mark_column(key);
+    }
+  });
+}
+
+// Whether original key `key` lies on one of the space's strided spans: the piece of
+// for_each_lattice_piece that holds it, found for this key alone (its range, gap and residue).
+__device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
+  if (l.last < 1) return false;
+  int64_t compact = key;  // and its range's compact keys [low, high), original = compact + offset
+  int64_t low = 0, high = l.last, offset = 0;
+  if (l.view.ranges != 0) {
+    compact = l.view.frontier(key - 1, 0);
+    if (l.view.frontier(key, 0) == compact) return false;  // not a key of the space
+    const int32_t r = l.view.range_of(compact);
+    low = l.view.prefix[r];
+    high = l.view.prefix[r + 1];
+    offset = l.view.begins[r] - low;
+  }
+  if (compact >= l.last) return false;
+  int64_t begin = 0, end = 0;
+  bool in_gap = false;
+  for (int g = 0; g < l.gaps() && !in_gap; ++g) {
+    in_gap = l.gap(g, begin, end) && begin <= compact && compact < end;
+  }
+  if (!in_gap) return false;
+  for (int j = 0; j < l.residues(); ++j) {
+    int64_t phase = 0, lattice_end = 0;
+    if (!l.residue(j, phase, lattice_end) || floor_mod(compact - phase, l.stride) != 0) continue;
+    if (compact >= lattice_end) return false;  // residues are distinct: no other holds it
+    const LatticeCut piece =
+        cut_piece(l, phase, max64(begin, low), min64(min64(end, lattice_end), high), offset);
+    return (compact - piece.first) / l.stride < piece.strided;
+  }
+  return false;
+}
+
+// The item sinks [0, sinks) of the tile in the window as columns, but those on a strided span of
+// one of the group's `spaces`: TileKeys::write drops a column a strided span holds, so the sink
+// is not listed twice.
+__device__ void mark_item_sinks(const Conversion& c, int64_t sinks, const SpaceLattices* lattices,
+                                int64_t spaces, const Window& window) {
+  for (int64_t j = threadIdx.x; j < sinks; j += kThreads) {
+    const int64_t key = c.sink_keys[j];
+    if (key < window.begin || window.past(key)) continue;
+    bool strided = false;
+    for (int64_t s = 0; s < spaces && !strided; ++s) strided = on_strided_span(lattices[s], key);
+    if (!strided) window.mark_column(key);
+  }
+}
+
+// The space's strided spans, appended at `out` (fill pass; null in the count pass) in the order
+// threads claim them, and counted with their keys in `shared`.
+__device__ void append_strided_spans(const SpaceLattices& l,
+                                     SpanRecord* out,  // [the tile's strided spans]
+                                     TileShared& shared) {
+  for_each_lattice_piece(l, [&](const LatticeCut& piece) {
+    if (piece.strided == 0) return;
+    const int index = atomicAdd(&shared.piece_count, 1);
+    atomicAdd(&shared.piece_keys, static_cast<unsigned long long>(piece.strided));
+    if (out == nullptr) return;
+    const int64_t begin = piece.first + piece.offset;
+    out[index] = {static_cast<int32_t>(begin),
+                  static_cast<int32_t>(begin + (piece.strided - 1) * l.stride + 1),
+                  static_cast<int32_t>(l.stride), 1};
+  });
+}
+
+// Sorts the tile's `count` strided spans by first key (unique: see SpaceLattices), the order
+// TileKeys::write gives them, by odd-even transposition in place; block-wide, count uniform.
+__device__ void sort_by_begin(SpanRecord* records /* [count] */, int count) {
+  for (int round = 0; round < count; ++round) {
+    for (int i = 2 * static_cast<int>(threadIdx.x) + (round & 1); i + 1 < count;
+         i += 2 * kThreads) {
+      if (records[i].begin > records[i + 1].begin) {
+        const SpanRecord swapped = records[i];
+        records[i] = records[i + 1];
+        records[i + 1] = swapped;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -216,15 +380,44 @@ __device__ int64_t visible_sinks(const Conversion& c, int64_t last_aligned) {
   return low;
 }
 
-// One space's keys of the tile in the window (GridPattern::add_tile_keys), block-wide.
-__device__ void mark_space(const Conversion& c, const TileSite& site, int64_t space,
-                           const detail::GridLines& lines, int64_t last, const TileShared& shared,
-                           const Window& window) {
-  if (last < 1) return;
-  const KeySpaceView view = c.view(site.group, space);
+// The space's lattices of the tile (after collect_phases).
+__device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& site, int64_t space,
+                                        const detail::GridLines& lines, int64_t last,
+                                        const TileShared& shared) {
   const detail::GridOptions& options = c.options;
-  mark_compact_span_block(view, 0, min64(options.sink, last), window);
-  const int64_t local = detail::tile_window(options);
+  SpaceLattices l;
+  l.view = c.view(site.group, space);
+  l.stride = lines.stride;
+  l.vline_phase = lines.phase;
+  l.window = detail::tile_window(options);
+  l.last = last;
+  l.frontiers = shared.frontier[space];
+  l.phases = shared.phases[space];
+  l.rows = static_cast<int>(site.rows);
+  l.phase_count = last >= 1 ? shared.phase_count[space] : 0;
+  l.slash = options.slash;
+  l.vline = options.vline && last >= 1;
+  l.prefix = min64(options.sink, last);
+  bool vline_is_slash = false;
+  for (int e = 0; e < l.phase_count; ++e) {
+    if (l.phases[e].phase != lines.phase) continue;
+    if (options.hline) l.prefix = max64(l.prefix, l.phases[e].frontier);
+    vline_is_slash = l.slash;
+  }
+  l.vline_alone = l.vline && !vline_is_slash;
+  return l;
+}
+
+// One space's keys of the tile in the window (GridPattern::add_tile_keys) but its strided spans,
+// block-wide.
+__device__ void mark_space(const TileSite& site, int64_t space, const SpaceLattices& lattices,
+                           const TileShared& shared, const Window& window) {
+  const int64_t last = lattices.last;
+  if (last < 1) return;
+  const KeySpaceView& view = lattices.view;
+  // The sink and hline prefix [0, prefix) as one span (the host's spans there merge).
+  mark_compact_span_block(view, 0, lattices.prefix, window);
+  const int64_t local = lattices.window;
   if (local > 0 && threadIdx.x < site.rows) {
     // Each row's window as a span (windows of consecutive frontiers touch: the host's merged
     // window is their union).
@@ -233,14 +426,7 @@ __device__ void mark_space(const Conversion& c, const TileSite& site, int64_t sp
       bitmaps::mark_compact_span(view, max64(0, frontier - local), frontier, window);
     }
   }
-  for (int e = 0; e < shared.phase_count[space]; ++e) {
-    const PhaseLine& line = shared.phases[space][e];
-    if (options.hline && line.phase == lines.phase) {
-      mark_compact_span_block(view, 0, line.frontier, window);
-    }
-    if (options.slash) mark_residue_block(view, line.phase, lines.stride, line.frontier, window);
-  }
-  if (options.vline) mark_residue_block(view, lines.phase, lines.stride, last, window);
+  mark_lattice_columns(lattices, window);
 }
 
 template <bool kFill>
@@ -276,7 +462,15 @@ __global__ void __launch_bounds__(kThreads)
     last[s] = collect_phases(c, site, s, lines[s], shared);
     if (last[s] >= 1) key_end = max64(key_end, c.view(site.group, s).original(last[s] - 1) + 1);
   }
+  if (threadIdx.x == 0) {
+    shared.piece_count = 0;
+    shared.piece_keys = 0;
+  }
   __syncthreads();
+  SpaceLattices lattices[kMaxKeySpaces];
+  for (int64_t s = 0; s < group.spaces; ++s) {
+    lattices[s] = space_lattices(c, site, s, lines[s], last[s], shared);
+  }
 
   SpanRecord* spans = nullptr;
   int32_t* columns = nullptr;
@@ -285,12 +479,19 @@ __global__ void __launch_bounds__(kThreads)
     columns = out.sections.columns + out.column_offsets[g];
   }
   const auto mark = [&](const Window& window) {
-    for (int64_t s = 0; s < group.spaces; ++s)
-      mark_space(c, site, s, lines[s], last[s], shared, window);
-    for (int64_t j = threadIdx.x; j < sinks; j += kThreads) window.mark_column(c.sink_keys[j]);
+    for (int64_t s = 0; s < group.spaces; ++s) mark_space(site, s, lattices[s], shared, window);
+    mark_item_sinks(c, sinks, lattices, group.spaces, window);
   };
   const bitmaps::RecordCounts total =
       bitmaps::read_tile_records<kFill>(shared.records, key_end, mark, spans, columns);
+  // The strided spans after the spans, sorted by first key as TileKeys::write sorts them.
+  SpanRecord* strided = kFill ? spans + total.starts : nullptr;
+  for (int64_t s = 0; s < group.spaces; ++s) append_strided_spans(lattices[s], strided, shared);
+  __syncthreads();
+  const int strided_count = shared.piece_count;
+  if constexpr (kFill) sort_by_begin(strided, strided_count);
+  const int64_t range_count = total.starts + strided_count;
+  const int64_t keys = total.keys + static_cast<int64_t>(shared.piece_keys);
 
   if (threadIdx.x != 0) return;
   if constexpr (kFill) {
@@ -302,15 +503,15 @@ __global__ void __launch_bounds__(kThreads)
                              static_cast<int32_t>(site.slot),
                              0,
                              span_begin,
-                             span_begin + total.starts,
+                             span_begin + range_count,
                              column_begin,
                              column_begin + total.columns};
     // The upload's order (device_plan.cu, heaviest_first): more keys, lower positions, lower
     // tile indices (the stable sort keeps those).
-    out.sort_keys[g] = grid_sort_key(total.keys, site.position);
+    out.sort_keys[g] = grid_sort_key(keys, site.position);
     out.tile_indices[g] = static_cast<int32_t>(g);
   } else {
-    out.span_counts[g] = total.starts;
+    out.span_counts[g] = range_count;
     out.column_counts[g] = total.columns;
   }
 }

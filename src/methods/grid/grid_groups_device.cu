@@ -18,12 +18,14 @@
 //   runs              copied into the plan unless the slot's order is the identity
 //   count, fill       a block per tile of the capacity (grid_group_tiles_device.cu): its rows
 //                     (pieces of its phase's runs) and, in every space of its group, the keys
-//                     GridPattern::add_tile_keys adds for their frontiers there, marked in bitmaps
-//                     and read off as records (key_bitmaps.cuh); CUB scans between
+//                     GridPattern::add_tile_keys adds for their frontiers there: spans and columns
+//                     marked in bitmaps and read off as records (key_bitmaps.cuh), the lines'
+//                     strided spans cut between the spans range by range; CUB scans between
 //   schedule          the upload's heaviest-first order by a stable radix sort, as for boundary
 //                     none/K
 // The lines are the searches'; for given lines every record is the host's (the bitmaps hold
-// exactly TileKeys's sets).
+// exactly TileKeys's span and column sets in LatticeKeys::kStridedSpansInRanges, the strided spans
+// are its lattice pieces).
 
 #include <algorithm>
 #include <cstddef>
@@ -42,6 +44,7 @@
 #include "methods/estimate/key_bitmaps.cuh"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid_geometry.h"
+#include "methods/grid/grid_group_bounds.h"
 #include "methods/grid/grid_groups.cuh"
 #include "mmsparse/status.h"
 
@@ -163,22 +166,8 @@ void copy_to_device(T* target, const std::vector<T>& values, cudaStream_t stream
 
 // The candidate strides of a search over `keys` estimate keys (search_grid's).
 GridSelection selection_for(const detail::GridOptions& options, int64_t keys) {
-  GridSelection selection;
-  selection.keys = keys;
-  if (options.stride != 0) {
-    selection.first_stride = selection.last_stride = options.stride;
-  } else {
-    selection.first_stride = detail::kMinStride;
-    selection.last_stride =
-        std::max(detail::kMinStride, std::min(options.max_stride, keys / detail::kMinGridLines));
-  }
-  return selection;
-}
-
-// Tiles of a group of `rows` rows under stride s: each phase's rows cut into tiles, at most
-// min(s, rows) phases with rows, so at most (rows + min(s, rows)·(tile_rows − 1)) / tile_rows.
-int64_t tile_bound(int64_t rows, int64_t stride, int64_t tile_rows) {
-  return std::min(rows, (rows + std::min(stride, rows) * (tile_rows - 1)) / tile_rows);
+  const detail::StrideCandidates candidates = detail::grid_stride_candidates(options, keys);
+  return {keys, candidates.first, candidates.last};
 }
 
 // Every (group, space) pair's estimate extents, in pair order. They throw (naming last_q) for
@@ -405,10 +394,10 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
   plan_spaces_and_sinks(resolved_spec, layout, mode, groups, build);
   const int64_t offset = shape.causal_offset();
   const detail::GridOptions& options = build.options;
-  const int64_t residues = (options.slash ? 1 : 0) + (options.vline ? 1 : 0);
   const int64_t window = detail::tile_window(options);
   int64_t order_begin = 0;
-  int64_t columns_per_head = 0;
+  detail::LatticeRecordBound lattices_per_head;
+  int64_t sink_columns_per_head = 0;
   int64_t spans_per_head = 0;
   build.first_stride = 0;
   build.last_stride = 0;
@@ -438,27 +427,20 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
     }
     const GridSelection& arranged =
         build.selections[build.selections.size() - group.key_spaces.size() + group.primary];
-    planned.tiles_per_head = tile_bound(planned.rows, arranged.last_stride, shape.tile_rows);
+    planned.tiles_per_head =
+        detail::grouped_grid_tile_bound(planned.rows, arranged.last_stride, shape.tile_rows);
     for (const detail::IndexRange& rows : group.rows) {
       planned.runs_per_head += std::min(arranged.last_stride, rows.end - rows.begin);
     }
-    // Columns (docs/index_builders.md, "Grid with a Q/2D boundary"): in the own space a tile reads
-    // at most `residues` residue classes below the group's last frontier F, F / s + 1 keys each;
-    // in another space at most the keys the group sees there.
-    const int64_t own_keys = visible[group.primary];
-    int64_t own_columns = 0;
-    for (int64_t stride = arranged.first_stride; stride <= arranged.last_stride; ++stride) {
-      own_columns =
-          std::max(own_columns, tile_bound(planned.rows, stride, shape.tile_rows) *
-                                    std::min(own_keys, residues * (own_keys / stride + 1)));
-    }
-    int64_t other_keys = 0;
-    for (std::size_t s = 0; s < visible.size(); ++s) {
-      if (s != group.primary) other_keys += visible[s];
-    }
+    // The lines' strided spans and columns in every space of the group, over every candidate
+    // stride.
+    const detail::LatticeRecordBound lattices =
+        detail::grouped_grid_lattice_bound(group, options, shape);
+    lattices_per_head.strided_spans += lattices.strided_spans;
+    lattices_per_head.columns += lattices.columns;
     // The item sinks the group's last row sees, as columns of each of its tiles.
-    const int64_t sinks = items::visible_sinks(build.sink_keys, last_row + offset);
-    columns_per_head += own_columns + planned.tiles_per_head * (other_keys + sinks);
+    sink_columns_per_head +=
+        planned.tiles_per_head * items::visible_sinks(build.sink_keys, last_row + offset);
     // Spans: per space, the sink and hline prefixes give at most one piece per range of the
     // space, and each row's window at most min(window, ranges) pieces.
     for (const detail::KeySpace& space : group.key_spaces) {
@@ -471,8 +453,9 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
     build.groups.push_back(std::move(planned));
   }
   check_grid_positions(resolved_spec.name, shape, build.last_stride);
-  build.span_capacity = spans_per_head * shape.head_slots();
-  build.column_capacity = columns_per_head * shape.head_slots();
+  build.span_capacity = (spans_per_head + lattices_per_head.strided_spans) * shape.head_slots();
+  build.column_capacity =
+      (lattices_per_head.columns + sink_columns_per_head) * shape.head_slots();
 }
 
 bool fits_estimate(const GridBuild& build) {

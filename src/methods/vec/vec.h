@@ -13,10 +13,13 @@
 // see (causal: the keys before its diagonal; non-causal: every other key). Selected keys become the
 // tile's gathered columns, ascending.
 //
-// Arithmetic (fixed so that the GPU builder selects the same set, key for key): the pooled query
-// is the fp32 sum of the block's rows in row order divided by the row count; a score is the fp32
-// fused multiply-add chain over head_dim in order, from 0, times the scale; a key is kept when
-// (score - m) >= log(alpha) in fp32, log(alpha) rounded once from double.
+// Arithmetic: the pooled query is the fp32 sum of the block's rows in row order divided by the row
+// count, rounded to the query's dtype (bf16 or fp16 inputs: the operand of the GPU's tensor-core
+// scores; fp32 inputs: unrounded); a score is the fp32 fused multiply-add chain over head_dim in
+// order, from 0, times the scale; a key is kept when (score - m) >= log(alpha) in fp32,
+// log(alpha) rounded once from double. The GPU builder (vec_device.h) pools bit for bit the same
+// way, but its tensor cores sum a score's products in their own order: its kept set can differ
+// only at keys whose margin lies within that rounding of log(alpha).
 //
 // GQA: each query head selects its own keys against its KV head's keys, unexpanded.
 
@@ -27,6 +30,7 @@
 
 #include "methods/registry.h"
 #include "mmsparse/patterns.h"
+#include "mmsparse/tensor.h"
 
 namespace mmsparse::detail {
 
@@ -68,7 +72,10 @@ struct VecBlock {
 int64_t vec_block_count(const PlanShape& shape, const VecParams& params);
 VecBlock vec_block(const PlanShape& shape, const VecParams& params, int64_t block);
 
-// The pooled query of rows [row_begin, row_end) of a head slot. out: [head_dim]
+// `value` rounded to `dtype`'s precision (round to nearest even; float32 and others unchanged).
+float vec_round_to(DType dtype, float value);
+// The pooled query of rows [row_begin, row_end) of a head slot, rounded to the query's dtype.
+// out: [head_dim]
 void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t row_end, float* out);
 // The score of one key, with the arithmetic above. pooled, key: [head_dim]
 inline float vec_score(const float* pooled, const float* key, int64_t head_dim, float scale) {

@@ -1,10 +1,10 @@
 #pragma once
 // VecAttention's plan built on the GPU from device q and k (vec.h defines the selection and its
-// arithmetic, which the kernels repeat operation for operation, so that they keep the host's keys
-// exactly). Plain C++: no CUDA types.
+// arithmetic; the kernels pool as the host does and score on tensor cores, so their kept keys
+// equal the host's except within rounding of the threshold). Plain C++: no CUDA types.
 //
 // Passes (vec_device.cu): the pooled queries; a count pass of TilingSelect + minS giving each
-// tile's column count; an exclusive sum of the counts into the tiles' column offsets; one read of
+// tile's column count per key split; an exclusive sum of the counts into column offsets; one read of
 // the total back to the host, which sizes the plan buffer exactly (memory O(selected), no index
 // buffer of every key); the tile, span, mask and schedule records; a write pass that recomputes
 // the same scores and writes each tile's kept keys at its offset, ascending. Deterministic: no
@@ -25,7 +25,8 @@ namespace mmsparse::cuda {
 bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& shape);
 
 // The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, record for record as the
-// upload writes it (RecordForm::kAsDeviceBuilders). Synchronises `stream` once, to read the column
+// upload writes it (RecordForm::kAsDeviceBuilders), except that keys within rounding of the
+// threshold may be kept on one side only (vec.h, "Arithmetic"). Synchronises `stream` once, to read the column
 // count; throws like the host builder on bad parameters, kUnsupported for shapes
 // builds_vec_on_device refuses. With a head selection, shape.heads must equal its size.
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,

@@ -22,11 +22,14 @@ enum class ChunkCoverage {
 
 // How `policy` treats a chunk whose keys lie in [key_lowest, key_highest] for rows whose aligned
 // positions lie in [row_lowest, row_highest]; `element_mask_needed` when something besides the
-// bounds removes pairs (a short chunk's empty slots, token masks). Conservative: kPartial may be
-// returned for a chunk that needs no mask, never kFull or kNone wrongly. Both kernels use it.
+// bounds removes pairs (a short chunk's empty slots, token masks). `skippable` false (a policy
+// whose media_bidirectional lift may keep pairs that the positional terms remove) turns kNone
+// into kPartial. Conservative: kPartial may be returned for a chunk that needs no mask, never
+// kFull or kNone wrongly. Both kernels use it.
 __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t row_lowest,
                                                int32_t row_highest, int32_t key_lowest,
-                                               int32_t key_highest, bool element_mask_needed) {
+                                               int32_t key_highest, bool element_mask_needed,
+                                               bool skippable = true) {
   // Every term is evaluated and the verdicts combined without branches: this runs once per chunk
   // on the path to the warpgroup's next wgmma, where a chain of dependent branches costs more than
   // the few comparisons it would skip.
@@ -41,12 +44,15 @@ __device__ inline ChunkCoverage classify_chunk(const MaskRecord& policy, int32_t
   // distances from max(nearest, 0) on, which start at `phase` within their period.
   const int32_t band_nearest = max(nearest, 0);
   const int32_t phase = banded ? band_nearest % policy.period : 0;
+  // The lift folded into `none` (not applied to the verdict afterwards) keeps the skip test one
+  // early branch in the mma.sync kernel, with the partial terms computed after it.
   const bool none =
-      (causal & (farthest < 0)) |
-      (windowed & (key_lowest >= policy.window_sink) & (nearest >= policy.window)) |
-      (min_distanced & (farthest < policy.min_distance)) |
-      // every distance falls in the gap between two bands
-      (banded & (phase >= policy.band) & (phase + (farthest - band_nearest) < policy.period));
+      skippable &
+      ((causal & (farthest < 0)) |
+       (windowed & (key_lowest >= policy.window_sink) & (nearest >= policy.window)) |
+       (min_distanced & (farthest < policy.min_distance)) |
+       // every distance falls in the gap between two bands
+       (banded & (phase >= policy.band) & (phase + (farthest - band_nearest) < policy.period)));
   const bool partial =
       element_mask_needed | (causal & (nearest < 0)) |
       (windowed & (key_highest >= policy.window_sink) & (farthest >= policy.window)) |
@@ -106,10 +112,9 @@ class TileMask {
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
     if (chunk.from_columns()) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
-    const ChunkCoverage coverage =
-        classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
-                       chunk.count < Traits::kBlockN || policy_.needs_tokens);
-    return lift_skips(policy_, coverage);
+    return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
+                          chunk.count < Traits::kBlockN || policy_.needs_tokens,
+                          /*skippable=*/!policy_.media_bidirectional);
   }
 
   // Sets the scores of removed pairs and of empty chunk slots to -inf.
@@ -123,12 +128,13 @@ class TileMask {
       for (int e = 0; e < 4; ++e) {
         const int slot = tile * Traits::kMmaN + lane % kThreadsPerRow * 2 + e % 2;
         const int row = e / 2;
-        if (slot >= chunk.count) {
+        // One condition, not an early `continue` for empty slots: with the continue, ptxas
+        // keeps more of the unrolled mask live and spends more registers and instructions on
+        // the whole kernel, the unmasked chunks' path included.
+        if (slot >= chunk.count ||
+            !allows(row, key_positions[slot], policy_.needs_tokens ? key_tokens[slot] : kNoToken)) {
           scores[tile][e] = kRemoved;
-          continue;
         }
-        const int32_t key_token = policy_.needs_tokens ? key_tokens[slot] : kNoToken;
-        if (!allows(row, key_positions[slot], key_token)) scores[tile][e] = kRemoved;
       }
     }
   }

@@ -55,27 +55,125 @@ class IssueTurns {
   int warpgroup_;
 };
 
-// `lattice_step`: the step of the plan's lattice records (0 without any).
+// The software pipeline's state between chunks: chunk j's Q·K^T runs while chunk j-1's P·V is
+// issued, and chunk j's softmax runs while that P·V completes, so one chunk's probabilities wait
+// for their P·V. A chunk's stage is released once its P·V has completed (every wgmma of this warp
+// that read the stage).
 template <class Traits>
-__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                             int32_t lattice_step, const TileWork& work, int warpgroup,
-                             int thread) {
-  using Mainloop = WgmmaMainloop<Traits>;
-  const int lane = thread % kWarpSize;
-  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
-  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
-  int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
+struct PendingChunk {
+  typename WgmmaMainloop<Traits>::Probabilities probabilities;
+  // Factors that take the output to the newest chunk's maxima; applied as soon as no P·V is in
+  // flight, so that the output is always at the pending chunk's maxima when its P·V is issued.
+  float corrections[OnlineSoftmax<Traits>::kRowsPerThread] = {};
+  bool pending = false;  // `probabilities` hold a chunk whose P·V is not yet issued
+  int stage = 0;         // the stage that chunk holds
+};
 
-  // Original positions of the warpgroup's rows, one thread per row, whole warps.
+template <class Traits>
+__device__ __forceinline__ void release_stage(WgmmaSharedStorage<Traits>& storage, int stage,
+                                              int lane) {
+  if (lane == 0) barrier_arrive(shared_address(&storage.chunk_consumed[stage]));
+}
+
+// The pending chunk's P·V, issued and completed now.
+template <class Traits>
+__device__ __forceinline__ void flush_pending(WgmmaSharedStorage<Traits>& storage,
+                                              PendingChunk<Traits>& pending, int lane,
+                                              float (&output)[Traits::kOutputTiles][4]) {
+  WgmmaMainloop<Traits>::issue_output(storage, pending.stage, pending.probabilities, output);
+  warpgroup_wait<0>();
+  pin_accumulators(output);
+  WgmmaMainloop<Traits>::pin_fragments(pending.probabilities);
+  release_stage(storage, pending.stage, lane);
+  pending.pending = false;
+}
+
+// Raw scores, masked, folded into the softmax; once the scores' group has completed.
+template <class Traits>
+__device__ __forceinline__ void fold_scores(float (&scores)[Traits::kScoreTiles][4],
+                                            ChunkCoverage coverage, const KeyChunk& chunk,
+                                            WarpgroupMask<Traits>& mask,
+                                            OnlineSoftmax<Traits>& softmax,
+                                            PendingChunk<Traits>& pending, int lane) {
+  pin_accumulators(scores);
+  if (coverage == ChunkCoverage::kPartial) mask.apply(scores, chunk, lane);
+  softmax.fold(scores, pending.corrections);
+}
+
+// Waits for `chunk`'s stage (the current one of `state`, which moves on) and classifies it.
+template <class Traits>
+__device__ __forceinline__ ChunkCoverage await_chunk(WgmmaSharedStorage<Traits>& storage,
+                                                     int warpgroup, int lane, const KeyChunk& chunk,
+                                                     PipelineState<Traits::kStages>& state,
+                                                     WarpgroupMask<Traits>& mask,
+                                                     PendingChunk<Traits>& pending,
+                                                     float (&output)[Traits::kOutputTiles][4]) {
+  const int stage = state.stage;
+  // After skipped chunks the ring can come round to the stage the pending chunk still holds; the
+  // producer refills it only once it is released. Out of turn, like the wait for the chunk: a
+  // warpgroup holding the turn never waits on the other's progress.
+  if (pending.pending && stage == pending.stage) flush_pending(storage, pending, lane, output);
+  barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
+  state.advance();
+  // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
+  if constexpr (Traits::kGathers) {
+    if (chunk.gathered()) fence_proxy_async();
+  }
+  // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
+  // branches below do not diverge.
+  return static_cast<ChunkCoverage>(__shfl_sync(
+      kFullWarpMask, static_cast<int>(mask.classify(storage, warpgroup, chunk, lane)), 0));
+}
+
+// After the last chunk: the pending chunk's P·V, issued in the warpgroup's turn.
+template <class Traits>
+__device__ __forceinline__ void drain_pending(WgmmaSharedStorage<Traits>& storage, int lane,
+                                              const IssueTurns<Traits>& turns,
+                                              PendingChunk<Traits>& pending,
+                                              float (&output)[Traits::kOutputTiles][4]) {
+  turns.wait();
+  if (pending.pending) {
+    WgmmaMainloop<Traits>::issue_output(storage, pending.stage, pending.probabilities, output);
+    turns.pass();
+    warpgroup_wait<0>();
+    pin_accumulators(output);
+    WgmmaMainloop<Traits>::pin_fragments(pending.probabilities);
+    release_stage(storage, pending.stage, lane);
+  } else {
+    turns.pass();
+  }
+}
+
+// Original positions of the warpgroup's rows, one thread per row, whole warps.
+template <class Traits>
+__device__ __forceinline__ void find_warpgroup_rows(const AttentionParams& params,
+                                                    const TileWork& work, int warpgroup, int thread,
+                                                    int32_t* rows /* [kWarpgroupRows] shared */) {
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
   if (thread < Traits::kWarpgroupRows) {
     rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
   }
+}
+
+// One consumer warpgroup's 64 rows of the tile: their query rows, resumed state and mask bounds,
+// then every chunk through the pipeline, then the epilogue. `lattice_step`: the step of the plan's
+// lattice records (0 without any).
+template <class Traits>
+__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
+                             int32_t lattice_step, const TileWork& work, int warpgroup,
+                             int thread) {
+  using Mainloop = WgmmaMainloop<Traits>;
+  using Softmax = OnlineSoftmax<Traits>;
+  const int lane = thread % kWarpSize;
+  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
+  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
+  int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
+
+  find_warpgroup_rows<Traits>(params, work, warpgroup, thread, rows);
   named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
 
   Mainloop::start_query_load(storage, params, work, warpgroup, thread);
-  using Softmax = OnlineSoftmax<Traits>;
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
   // The resumed rows' loads wait beside the query's copies, not after them.
@@ -90,27 +188,8 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   named_barrier_sync(barrier, kWarpgroupThreads);  // query rows and warp bounds are in place
   mask.gather_bounds(storage, warpgroup);
 
-  // Software pipeline over the chunks: chunk j's Q·K^T runs while chunk j-1's P·V is issued, and
-  // chunk j's softmax runs while that P·V completes. A chunk's stage is released once its P·V has
-  // completed (every wgmma of this warp that read the stage).
-  typename Mainloop::Probabilities probabilities;
-  // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in
-  // flight, so that `output` is always at the pending chunk's maxima when its P·V is issued.
-  float corrections[Softmax::kRowsPerThread] = {};
-  bool pending = false;  // `probabilities` hold a chunk whose P·V is not yet issued
-  int pending_stage = 0;
-  const auto release = [&](int stage) {
-    if (lane == 0) barrier_arrive(shared_address(&storage.chunk_consumed[stage]));
-  };
-  // The pending chunk's P·V, issued and completed now.
-  const auto flush_pending = [&] {
-    Mainloop::issue_output(storage, pending_stage, probabilities, output);
-    warpgroup_wait<0>();
-    pin_accumulators(output);
-    Mainloop::pin_fragments(probabilities);
-    release(pending_stage);
-    pending = false;
-  };
+  // The software pipeline over the chunks (PendingChunk says how the products overlap).
+  PendingChunk<Traits> pending;
   IssueTurns<Traits> turns(warpgroup);
   KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
       work.tile, work.first_range, params.plan.spans);
@@ -118,74 +197,46 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;
-    // After skipped chunks the ring can come round to the stage the pending chunk still holds; the
-    // producer refills it only once it is released. Out of turn, like the wait for the chunk: a
-    // warpgroup holding the turn never waits on the other's progress.
-    if (pending && stage == pending_stage) flush_pending();
-    barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
-    state.advance();
-    // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
-    if constexpr (Traits::kGathers) {
-      if (chunk.gathered()) fence_proxy_async();
-    }
-    // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
-    // branches below do not diverge.
-    const auto coverage = static_cast<ChunkCoverage>(__shfl_sync(
-        kFullWarpMask, static_cast<int>(mask.classify(storage, warpgroup, chunk, lane)), 0));
+    const ChunkCoverage coverage =
+        await_chunk(storage, warpgroup, lane, chunk, state, mask, pending, output);
     turns.wait();
     if (coverage == ChunkCoverage::kNone) {
       turns.pass();
-      release(stage);
+      release_stage(storage, stage, lane);
       continue;
     }
     float scores[Traits::kScoreTiles][4];
-    // Raw scores, masked, folded into the softmax; once the scores' group has completed.
-    const auto fold_scores = [&] {
-      pin_accumulators(scores);
-      if (coverage == ChunkCoverage::kPartial) mask.apply(scores, chunk, lane);
-      softmax.fold(scores, corrections);
-    };
     Mainloop::issue_scores(storage, stage, warpgroup, scores);
     // Each wgmma group is waited for on the path that issued it: the compiler serialises every
     // wgmma when a group may still run where two paths merge.
-    if (pending) {
-      Mainloop::issue_output(storage, pending_stage, probabilities, output);
+    if (pending.pending) {
+      Mainloop::issue_output(storage, pending.stage, pending.probabilities, output);
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
-      fold_scores();
+      fold_scores(scores, coverage, chunk, mask, softmax, pending, lane);
       // ptxas schedules this wait ahead of the softmax (the softmax then starts once the P·V has
       // completed). Keeping it after needs a branch around it, and wgmma.wait_group is .aligned:
       // only a warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
-      // (docs/perf-notes.md, v16 to v19).
+      // (docs/history/perf-notes.md, v16 to v19).
       warpgroup_wait<0>();
       pin_accumulators(output);
-      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
-      Mainloop::pin_fragments(probabilities);
-      release(pending_stage);
+      if (Softmax::moved(pending.corrections)) Softmax::rescale(output, pending.corrections);
+      Mainloop::pin_fragments(pending.probabilities);
+      release_stage(storage, pending.stage, lane);
     } else {
       turns.pass();
       warpgroup_wait<0>();
-      fold_scores();
-      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
+      fold_scores(scores, coverage, chunk, mask, softmax, pending, lane);
+      if (Softmax::moved(pending.corrections)) Softmax::rescale(output, pending.corrections);
     }
-    Mainloop::pack_probabilities(scores, probabilities);
-    pending = true;
-    pending_stage = stage;
+    Mainloop::pack_probabilities(scores, pending.probabilities);
+    pending.pending = true;
+    pending.stage = stage;
   }
-  turns.wait();
-  if (pending) {
-    Mainloop::issue_output(storage, pending_stage, probabilities, output);
-    turns.pass();
-    warpgroup_wait<0>();
-    pin_accumulators(output);
-    Mainloop::pin_fragments(probabilities);
-    release(pending_stage);
-  } else {
-    turns.pass();
-  }
+  drain_pending(storage, lane, turns, pending, output);
   turns.finish();
 
-  float lse[OnlineSoftmax<Traits>::kRowsPerThread];
+  float lse[Softmax::kRowsPerThread];
   softmax.finish(output, lse);
   WarpgroupEpilogue<Traits>::store(storage, params, work, warpgroup, thread, output, lse);
 }

@@ -1,0 +1,322 @@
+#pragma once
+// VecAttention's selection kernels (vec_device.cu's design comment): the pooled queries and
+// TilingSelect + minS on tensor cores, as a count pass or a write pass. Included by vec_device.cu
+// only, which launches them.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cuda/attention/sm80/ptx.cuh"
+#include "cuda/common/math.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/vec/vec.h"
+
+namespace mmsparse::cuda::vec_kernels {
+
+constexpr int kSelectWarps = 8;
+constexpr int kSelectThreads = kSelectWarps * kWarpSize;
+constexpr int kMmaRows = 16;   // pooled blocks per warp: the MMA's M
+constexpr int kMmaK = 16;      // head_dim per MMA
+constexpr int kMmaN = 8;       // keys per MMA
+constexpr int kQuadLanes = 4;  // lanes that share an accumulator row
+constexpr int kCtaRows = kSelectWarps * kMmaRows;
+constexpr int kTileKeys = static_cast<int>(detail::kVecKeyTileKeys);
+constexpr int kChunkKeys = 64;  // keys per shared-memory stage
+constexpr int kChunkTiles = kChunkKeys / kTileKeys;
+constexpr int kStages = 2;
+constexpr int kMaxHeadDim = 128;  // make_estimate_operands admits head_dim <= 128
+constexpr int kMaxKSteps = kMaxHeadDim / kMmaK;
+// Padding a key row by 16 bytes shifts consecutive rows by four banks: ldmatrix conflict-free.
+constexpr int kKeyRowPitch = kMaxHeadDim + 8;
+// Keys per split before rounding to whole groups: enough CTAs to fill an H100 at 32K+ tokens,
+// few enough that each CTA's pipeline runs long.
+constexpr int64_t kSplitKeys = 4096;
+constexpr int kPoolThreads = 128;
+
+// The query heads a plan's head slots read (EstimateOperands::heads), by value.
+struct HeadList {
+  int32_t heads[kMaxSelectedHeads];
+  int32_t count;  // 0: every query head
+};
+
+struct VecKernelParams {
+  const void* q;  // [batch, q_len, q_heads, head_dim], last dimension contiguous
+  int64_t q_stride_batch, q_stride_row, q_stride_head;
+  const void* k;  // [batch, kv_len, kv_heads, head_dim], last dimension contiguous
+  int64_t k_stride_batch, k_stride_row, k_stride_head;
+  int32_t heads;  // plan heads (estimated query heads)
+  int32_t group;  // query heads per KV head
+  int32_t head_dim;
+  int32_t q_len, kv_len, causal_offset;
+  int32_t pooling, blocks, group_tiles;
+  int32_t split_keys, splits;  // keys per split (whole groups), splits per block
+  int32_t causal;
+  float scale, log_alpha;
+  HeadList selection;
+  void* pooled;            // [slots, blocks, head_dim] of the input dtype
+  int64_t* counts;         // [slots * blocks * splits + 1] kept keys per (tile, split); last 0
+  const int64_t* offsets;  // [slots * blocks * splits + 1] their exclusive sum (write pass)
+  int32_t* columns;        // the plan's columns section (write pass)
+};
+
+// The host's VecBlock (vec.cpp), for the kernels.
+struct BlockKeys {
+  int32_t sink_end, diagonal_begin, diagonal_end, candidate_end;
+  __device__ bool is_candidate(int32_t key) const {
+    return key >= sink_end && key < candidate_end && (key < diagonal_begin || key >= diagonal_end);
+  }
+};
+
+__device__ inline int32_t clamp_key(int64_t key, int32_t kv_len) {
+  return static_cast<int32_t>(key < 0 ? 0 : (key > kv_len ? kv_len : key));
+}
+
+__device__ inline BlockKeys block_keys(const VecKernelParams& p, int32_t block) {
+  const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
+  const int64_t row_end = min(static_cast<int64_t>(p.q_len), row_begin + p.pooling);
+  BlockKeys keys;
+  keys.sink_end = clamp_key(p.pooling, p.kv_len);
+  keys.diagonal_begin = clamp_key(row_begin + p.causal_offset, p.kv_len);
+  keys.diagonal_end = clamp_key(row_end + p.causal_offset, p.kv_len);
+  keys.candidate_end = p.causal != 0 ? keys.diagonal_begin : p.kv_len;
+  return keys;
+}
+
+__device__ inline int32_t query_head(const VecKernelParams& p, int32_t head) {
+  return p.selection.count > 0 ? p.selection.heads[head] : head;
+}
+
+__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ inline float to_float(__half value) { return __half2float(value); }
+template <class Element>
+__device__ Element from_float(float value);
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+template <>
+__device__ inline __half from_float<__half>(float value) {
+  return __float2half_rn(value);
+}
+
+// Block (blockIdx.x, slot blockIdx.y): the fp32 sum of its rows in row order over the row count,
+// rounded to the input dtype (the MMA's operand).
+template <class Element>
+__global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParams p) {
+  const int32_t block = static_cast<int32_t>(blockIdx.x);
+  const int32_t slot = static_cast<int32_t>(blockIdx.y);
+  const int32_t batch = slot / p.heads;
+  const int32_t head = query_head(p, slot % p.heads);
+  const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
+  const int64_t row_end = min(static_cast<int64_t>(p.q_len), row_begin + p.pooling);
+  const auto* q =
+      static_cast<const Element*>(p.q) + batch * p.q_stride_batch + head * p.q_stride_head;
+  auto* pooled = static_cast<Element*>(p.pooled);
+  for (int d = static_cast<int>(threadIdx.x); d < p.head_dim; d += kPoolThreads) {
+    float sum = 0.0f;
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      sum = __fadd_rn(sum, to_float(q[row * p.q_stride_row + d]));
+    }
+    pooled[(static_cast<int64_t>(slot) * p.blocks + block) * p.head_dim + d] =
+        from_float<Element>(__fdiv_rn(sum, static_cast<float>(row_end - row_begin)));
+  }
+}
+
+// The key rows of one shared-memory stage.
+template <class Element>
+using KeyStage = Element[kChunkKeys][kKeyRowPitch];
+
+// Queues the copy of keys [chunk_begin, chunk_begin + kChunkKeys) into `stage`; keys past kv_len
+// are zero-filled (no row is a candidate there).
+template <class Element>
+__device__ void load_key_chunk(const VecKernelParams& p, const Element* keys, int32_t chunk_begin,
+                               KeyStage<Element>& stage) {
+  constexpr int kVector = kCopyBytes / static_cast<int>(sizeof(Element));
+  const int vectors_per_key = p.head_dim / kVector;
+  for (int i = static_cast<int>(threadIdx.x); i < kChunkKeys * vectors_per_key;
+       i += kSelectThreads) {
+    const int row = i / vectors_per_key;
+    const int column = (i % vectors_per_key) * kVector;
+    const int32_t key = chunk_begin + row;
+    const bool valid = key < p.kv_len;
+    const Element* source =
+        keys + (valid ? static_cast<int64_t>(key) * p.k_stride_row : 0) + column;
+    copy_async_16(shared_address(&stage[row][column]), source, valid);
+  }
+  commit_async_copies();
+}
+
+// The A fragments of this warp's 16 pooled blocks from `first_row` (rows past the last block are
+// zero): a[s] covers head_dim [16 s, 16 s + 16).
+template <class Element>
+__device__ void load_pooled_fragments(const VecKernelParams& p, int32_t slot, int32_t first_row,
+                                      uint32_t (&a)[kMaxKSteps][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int32_t rows[2] = {first_row + lane / kQuadLanes, first_row + lane / kQuadLanes + kMmaN};
+  const auto* pooled = static_cast<const Element*>(p.pooled);
+  const int k_steps = p.head_dim / kMmaK;
+#pragma unroll
+  for (int s = 0; s < kMaxKSteps; ++s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int32_t row = rows[i % 2];
+      const int column = s * kMmaK + (lane % kQuadLanes) * 2 + (i / 2) * kMmaN;
+      a[s][i] = 0;
+      if (s < k_steps && row < p.blocks) {
+        a[s][i] = *reinterpret_cast<const uint32_t*>(
+            pooled + (static_cast<int64_t>(slot) * p.blocks + row) * p.head_dim + column);
+      }
+    }
+  }
+}
+
+// The running state of the two pooled blocks a lane holds a row of (rows lane / 4 and lane / 4 +
+// 8 of its warp's 16): their key ranges, running maxima and kept counts (or write cursors).
+struct RowState {
+  BlockKeys keys[2];
+  float running[2];
+  int64_t kept[2];
+};
+
+// Scores one tile of 16 keys (from `tile_begin`, at `row` of the stage) against the warp's pooled
+// blocks and filters it: acc[j] holds keys 8 j .. 8 j + 7 (this lane: 2 (lane % 4) and the next)
+// for rows lane / 4 (acc[j][0..1]) and lane / 4 + 8 (acc[j][2..3]).
+template <class Element, bool kWrite>
+__device__ void select_tile(const VecKernelParams& p, const KeyStage<Element>& stage, int row,
+                            int32_t tile_begin, const uint32_t (&a)[kMaxKSteps][4],
+                            RowState& state) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  float acc[2][4] = {};
+  // ldmatrix: lanes 0-7 address keys 0-7 at dims 0-7, 8-15 keys 0-7 at dims 8-15, 16-23 keys
+  // 8-15 at dims 0-7, 24-31 keys 8-15 at dims 8-15: the B fragments of both key halves.
+  const int matrix = lane / 8;
+  const Element* address_row = stage[row + (matrix / 2) * kMmaN + lane % 8] + (matrix % 2) * kMmaN;
+  const int k_steps = p.head_dim / kMmaK;
+#pragma unroll
+  for (int s = 0; s < kMaxKSteps; ++s) {
+    if (s < k_steps) {
+      uint32_t b[4];
+      load_matrix_x4(b, shared_address(address_row + s * kMmaK));
+      TensorCore<Element>::mma(acc[0], a[s], b[0], b[1]);
+      TensorCore<Element>::mma(acc[1], a[s], b[2], b[3]);
+    }
+  }
+  const bool group_starts = (tile_begin / kTileKeys) % p.group_tiles == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float scores[4];
+    bool candidate[4];
+    float tile_max = -std::numeric_limits<float>::infinity();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int32_t key = tile_begin + (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
+      scores[i] = __fmul_rn(acc[i / 2][2 * h + i % 2], p.scale);
+      candidate[i] = state.keys[h].is_candidate(key);
+      if (candidate[i]) tile_max = fmaxf(tile_max, scores[i]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 2));
+    if (group_starts) state.running[h] = -std::numeric_limits<float>::infinity();
+    state.running[h] = fmaxf(state.running[h], tile_max);
+    unsigned kept = 0;  // bit i: key tile_begin + i
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int bit = (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
+      if (candidate[i] && __fsub_rn(scores[i], state.running[h]) >= p.log_alpha) kept |= 1u << bit;
+    }
+    kept |= __shfl_xor_sync(kFullWarpMask, kept, 1);
+    kept |= __shfl_xor_sync(kFullWarpMask, kept, 2);
+    if (kWrite) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int bit = (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
+        if ((kept >> bit & 1u) != 0) {
+          p.columns[state.kept[h] + __popc(kept & ((1u << bit) - 1u))] = tile_begin + bit;
+        }
+      }
+    }
+    state.kept[h] += __popc(kept);
+  }
+}
+
+// The largest candidate_end of a warp's rows (its keys stop there).
+__device__ inline int32_t warp_key_end(const RowState& state) {
+  int32_t end = max(state.keys[0].candidate_end, state.keys[1].candidate_end);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    end = max(end, __shfl_xor_sync(kFullWarpMask, end, offset));
+  }
+  return end;
+}
+
+// Counts (kWrite false) or writes (true) the kept keys of kCtaRows pooled blocks of slot
+// blockIdx.x, from block blockIdx.z * kCtaRows, within key split blockIdx.y. Slots vary fastest in
+// launch order, so the query heads of a KV head scan the same keys side by side and share them in
+// L2.
+template <class Element, bool kWrite>
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(const VecKernelParams p) {
+  __shared__ alignas(16) KeyStage<Element> stages[kStages];
+  const int32_t slot = static_cast<int32_t>(blockIdx.x);
+  const int32_t split = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int32_t warp_row = first_block + warp * kMmaRows;
+  const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
+  RowState state;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
+    if (rows[h] >= p.blocks) state.keys[h].candidate_end = 0;
+    state.running[h] = -std::numeric_limits<float>::infinity();
+    const int64_t item = (static_cast<int64_t>(slot) * p.blocks + rows[h]) * p.splits + split;
+    state.kept[h] = kWrite && rows[h] < p.blocks ? p.offsets[item] : 0;
+  }
+  // The CTA's keys: this split, from the tile holding the first non-sink key, up to its last row's
+  // candidates (candidate_end never decreases with the block).
+  const int32_t split_begin = split * p.split_keys;
+  const int32_t scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
+  const int32_t scan_end =
+      min(min(p.kv_len, split_begin + p.split_keys),
+          block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
+  const int32_t warp_end = min(scan_end, warp_key_end(state));
+  if (scan_begin < scan_end) {
+    const int32_t batch = slot / p.heads;
+    const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
+    const auto* keys =
+        static_cast<const Element*>(p.k) + batch * p.k_stride_batch + kv_head * p.k_stride_head;
+    uint32_t a[kMaxKSteps][4];
+    load_pooled_fragments<Element>(p, slot, warp_row, a);
+    const int32_t chunks = static_cast<int32_t>(ceil_div(scan_end - scan_begin, kChunkKeys));
+    load_key_chunk(p, keys, scan_begin, stages[0]);
+    for (int32_t c = 0; c < chunks; ++c) {
+      const int32_t chunk_begin = scan_begin + c * kChunkKeys;
+      if (c + 1 < chunks) {
+        load_key_chunk(p, keys, chunk_begin + kChunkKeys, stages[(c + 1) % kStages]);
+        wait_async_copies<1>();
+      } else {
+        wait_async_copies<0>();
+      }
+      __syncthreads();
+      for (int t = 0; t < kChunkTiles; ++t) {
+        const int32_t tile_begin = chunk_begin + t * kTileKeys;
+        if (tile_begin >= warp_end) break;
+        select_tile<Element, kWrite>(p, stages[c % kStages], t * kTileKeys, tile_begin, a, state);
+      }
+      __syncthreads();  // the next iteration's copy overwrites the stage read here
+    }
+  }
+  if (!kWrite && lane % kQuadLanes == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows[h] < p.blocks) {
+        p.counts[(static_cast<int64_t>(slot) * p.blocks + rows[h]) * p.splits + split] =
+            state.kept[h];
+      }
+    }
+  }
+}
+
+}  // namespace mmsparse::cuda::vec_kernels

@@ -1,0 +1,42 @@
+#pragma once
+// VecAttention's device selection against the CPU reference (methods/vec/vec.h). The GPU pools the
+// queries bit for bit as the host does, but sums each score's products on tensor cores in their
+// own order, so its kept set may differ from the host's at keys whose margin (score minus the
+// running maximum) lies within rounding of log(alpha), and nowhere else.
+//
+// The bound. Every product is exact in fp32 (two 8- or 11-bit significands); a sum of head_dim of
+// them in any order is within head_dim * u * sum_d |p_d k_d| of the exact sum, u = 2^-22: twice
+// fp32's unit roundoff, which covers truncating additions and the tensor cores' alignment of
+// several products to the largest; the host's FMA chain too. So the two scores of a key differ by
+// at most twice that (times the scale). A margin is a score minus a maximum of scores, so it moves by at most twice
+// the largest such difference among the block's candidates: that is the block's tolerance. Keys
+// whose host margin lies farther than the tolerance from log(alpha) must be kept or dropped alike;
+// the others may differ. With N(0, 1) inputs the tolerance is about 1e-4 in margin, so a wrong
+// score, maximum, group, candidate range or write position still fails.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/runtime/engine.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+
+namespace mmsparse::test {
+
+struct VecSelectionStats {
+  int64_t candidates = 0;  // candidate keys compared
+  int64_t borderline = 0;  // of which within the tolerance of log(alpha)
+  int64_t differing = 0;   // of which kept on one side only (all borderline)
+};
+
+// Downloads `built` (one vec spec, `resolved`, over host_inputs' device copies) and checks its
+// columns against `host` = build_plan(spec, shape, nullptr, &host_inputs), tile for tile, within
+// the bound above; adds to `stats`. Returns `host` with the device's columns (and column
+// offsets): the plan every other record of `built` must equal (expect_same_records), and the plan
+// whose attention the device plan computes.
+Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& host,
+                                  const PatternSpec& resolved, const PatternInputs& host_inputs,
+                                  VecSelectionStats& stats);
+
+}  // namespace mmsparse::test

@@ -1,0 +1,279 @@
+// mmsparse-plan-model: a work model of static plans on the wgmma kernel, from host-built plans
+// alone (no GPU). For each pattern it cuts one head slot's tiles into 128-key chunks as the kernel
+// does (spans from their begin, then the gathered columns), costs each chunk by the warpgroups
+// that compute it (a warpgroup whose 64 rows all precede a chunk skips it), adds a fixed cost per
+// CTA, and list-schedules heads × tiles heaviest first onto the SMs as the hardware dispatches the
+// launch order. Throughput on computed pairs is the exact pair count over the makespan, reported
+// as a share of dense's under the same model.
+//
+// The cost constants default to a fit of six H100 measurements (the sink, intra and intra+sink
+// templates at 36,864 and 131,072 tokens, docs/blindsight.md) and can be set per run. For sparse
+// BlindSight templates a second figure models the same plan with one text tile per text run (the
+// plan before text rows were gathered), so that the gain of the gathering is predicted alongside.
+//
+//   mmsparse-plan-model [--preset multi-image] [--seq-len 36864,131072,307200] [--sms 132] ...
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/engine_chunks.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "mmsparse/tools/workload.h"
+
+namespace mmsparse {
+namespace {
+
+constexpr int64_t kChunkKeys = kGatherChunkKeys;  // the wgmma kernel's key chunk at head_dim 128
+constexpr int64_t kWarpgroupRows = 64;
+constexpr int64_t kTileRows = 128;  // two consumer warpgroups
+constexpr int64_t kH100Sms = 132;
+constexpr int64_t kDefaultHeads = 28;
+
+// Costs in units of one chunk computed by both warpgroups (128 × 128 pairs at full rate).
+struct CostModel {
+  double cta_overhead = 6.0;     // launch, query load, pipeline fill and epilogue of one CTA
+  double one_warpgroup = 0.6;    // a chunk only one warpgroup computes (no ping-pong overlap)
+  double skipped = 0.05;         // a chunk every warpgroup skips (loaded, classified, released)
+  double masked_extra = 0.15;    // a chunk some row masks in part
+  double gathered_extra = 0.15;  // a chunk of gathered columns (cp.async rows, not a tensor copy)
+};
+
+struct TileWork {
+  double cost = 0;
+  int64_t keys = 0;  // the schedule's weight
+  int64_t chunks = 0;
+  int64_t empty_slots = 0;  // key slots of partial chunks
+  bool text = false;
+};
+
+// The cost of one chunk whose keys lie in [lowest, highest] for rows `rows` (positions, ascending
+// per warpgroup of kWarpgroupRows).
+double chunk_cost(const std::vector<int64_t>& rows, int64_t lowest, int64_t highest, bool gathered,
+                  const CostModel& model) {
+  int active = 0;
+  bool masked = false;
+  for (std::size_t first = 0; first < rows.size(); first += kWarpgroupRows) {
+    const std::size_t last = std::min(rows.size(), first + kWarpgroupRows);
+    const int64_t low = *std::min_element(rows.begin() + first, rows.begin() + last);
+    const int64_t high = *std::max_element(rows.begin() + first, rows.begin() + last);
+    if (lowest > high) continue;
+    ++active;
+    masked = masked || highest > low;
+  }
+  double cost = active == 2 ? 1.0 : active == 1 ? model.one_warpgroup : model.skipped;
+  if (active > 0 && masked) cost += model.masked_extra;
+  if (gathered) cost += model.gathered_extra;
+  return cost;
+}
+
+TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t t,
+                   const std::vector<int32_t>& token_media, const CostModel& model) {
+  const QueryTile& tile = plan.tiles[t];
+  const int64_t offset = plan.shape.causal_offset();
+  std::vector<int64_t> rows;
+  for (int64_t i = tile.begin; i < tile.end; ++i) rows.push_back(order[i] + offset);
+  TileWork work;
+  work.cost = model.cta_overhead;
+  work.text = token_media.empty() || token_media[rows.front()] < 0;
+  const auto add_chunk = [&](int64_t count, int64_t lowest, int64_t highest, bool gathered) {
+    ++work.chunks;
+    work.keys += count;
+    work.empty_slots += kChunkKeys - count;
+    work.cost += chunk_cost(rows, lowest, highest, gathered, model);
+  };
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    const KeySpan& span = plan.spans[s];
+    for (int64_t begin = span.begin; begin < span.end; begin += kChunkKeys) {
+      const int64_t end = std::min<int64_t>(span.end, begin + kChunkKeys);
+      add_chunk(end - begin, begin, end - 1, false);
+    }
+  }
+  const int64_t columns_end = plan.tile_column_offsets[t + 1];
+  for (int64_t c = plan.tile_column_offsets[t]; c < columns_end; c += kChunkKeys) {
+    const int64_t end = std::min(columns_end, c + kChunkKeys);
+    const auto [low, high] =
+        std::minmax_element(plan.columns.begin() + c, plan.columns.begin() + end);
+    add_chunk(end - c, *low, *high, true);
+  }
+  return work;
+}
+
+// The same key sets with one text tile per run of consecutive text rows, rows in position order:
+// the plan before text rows were gathered into full tiles.
+Plan text_tile_per_run(const Plan& plan, const std::vector<int64_t>& order,
+                       const std::vector<int32_t>& token_media) {
+  const int64_t offset = plan.shape.causal_offset();
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> tiles;  // first row, last row + 1, source
+  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+    const QueryTile& tile = plan.tiles[t];
+    if (token_media[order[tile.begin] + offset] >= 0) {
+      tiles.emplace_back(order[tile.begin], order[tile.end - 1] + 1, t);
+      continue;
+    }
+    for (int64_t i = tile.begin; i < tile.end; ++i) tiles.emplace_back(order[i], order[i] + 1, -1);
+  }
+  std::sort(tiles.begin(), tiles.end());
+  PlanBuilder builder(plan.shape);
+  builder.begin_head();
+  for (std::size_t i = 0; i < tiles.size();) {
+    const auto [begin, end, source] = tiles[i];
+    if (source >= 0) {
+      builder.begin_tile(begin, end, plan.masks[plan.tile_masks[source]]);
+      for (int64_t s = plan.tile_span_offsets[source]; s < plan.tile_span_offsets[source + 1]; ++s)
+        builder.add_span(plan.spans[s].begin, plan.spans[s].end);
+      for (int64_t c = plan.tile_column_offsets[source]; c < plan.tile_column_offsets[source + 1];
+           ++c)
+        builder.add_column(plan.columns[c]);
+      ++i;
+      continue;
+    }
+    std::size_t run_end = i + 1;  // text rows of one run, at most a tile
+    while (run_end < tiles.size() && std::get<2>(tiles[run_end]) < 0 &&
+           std::get<0>(tiles[run_end]) == std::get<0>(tiles[run_end - 1]) + 1 &&
+           static_cast<int64_t>(run_end - i) < plan.shape.tile_rows)
+      ++run_end;
+    const int64_t last = std::get<0>(tiles[run_end - 1]);
+    builder.begin_tile(begin, last + 1);
+    builder.add_span(0, std::min(last + 1 + offset, plan.shape.kv_len));
+    i = run_end;
+  }
+  return builder.finish();
+}
+
+struct Prediction {
+  int64_t tiles = 0, chunks = 0, empty_slots = 0;
+  double cost = 0, text_cost = 0, overhead = 0;
+  double makespan = 0;    // in chunk units on `sms` SMs
+  double efficiency = 0;  // computed pairs per chunk unit of SM time
+};
+
+// Greedy list scheduling of `heads` copies of the slot's tiles, heaviest first (ties by position,
+// then head), onto `sms` SMs, one CTA each.
+Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, int64_t heads,
+                   int64_t sms, const CostModel& model) {
+  const std::vector<int64_t> order = plan.query_order(0);
+  std::vector<TileWork> works;
+  Prediction result;
+  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+    works.push_back(tile_work(plan, order, t, token_media, model));
+    result.chunks += works.back().chunks;
+    result.empty_slots += works.back().empty_slots;
+    result.cost += works.back().cost;
+    if (works.back().text) result.text_cost += works.back().cost;
+  }
+  result.tiles = plan.num_tiles();
+  result.overhead = model.cta_overhead * static_cast<double>(result.tiles);
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> launch;  // -keys, position, head
+  for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t t = 0; t < plan.num_tiles(); ++t) launch.emplace_back(-works[t].keys, t, head);
+  }
+  std::sort(launch.begin(), launch.end());
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (int64_t sm = 0; sm < sms; ++sm) free_at.push(0.0);
+  for (const auto& [keys, t, head] : launch) {
+    const double start = free_at.top();
+    free_at.pop();
+    free_at.push(start + works[t].cost);
+    result.makespan = std::max(result.makespan, start + works[t].cost);
+  }
+  const double pairs = static_cast<double>(count_plan_pairs(plan, 0)) * static_cast<double>(heads);
+  result.efficiency = pairs / (static_cast<double>(kTileRows * kChunkKeys) * result.makespan *
+                               static_cast<double>(sms));
+  return result;
+}
+
+void print_prediction(int64_t tokens, const std::string& name, const std::string& form,
+                      const Prediction& p, const Prediction& dense, int64_t heads, int64_t sms) {
+  const double busy = p.cost * static_cast<double>(heads) / static_cast<double>(sms);
+  fmt::print(
+      "{:>8} {:<22} {:<13} {:>6} {:>8} {:>8.1f}% {:>8.1f}% {:>8.1f}% {:>8.2f}% {:>8.1f}%\n", tokens,
+      name, form, p.tiles, p.chunks,
+      100.0 * static_cast<double>(p.empty_slots) / static_cast<double>(p.chunks * kChunkKeys),
+      100.0 * p.text_cost / p.cost, 100.0 * p.overhead / p.cost, 100.0 * (p.makespan / busy - 1.0),
+      100.0 * p.efficiency / dense.efficiency);
+}
+
+int run(const std::string& preset, const std::vector<int64_t>& lengths,
+        const std::vector<std::string>& patterns, int64_t heads, int64_t sms,
+        const CostModel& model) {
+  fmt::print("{:>8} {:<22} {:<13} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "tokens", "pattern",
+             "text tiles", "tiles", "chunks", "part.fill", "text", "per-CTA", "imbalance",
+             "of dense");
+  for (const int64_t seq_len : lengths) {
+    WorkloadSpec spec;
+    spec.preset = preset;
+    spec.seq_len = seq_len;
+    const Workload workload = Workload::create(spec);
+    const ModalityLayout& layout = workload.layout();
+    const std::vector<int32_t> token_media = layout.token_media();
+    const PlanShape shape{
+        .q_len = layout.length(), .kv_len = layout.length(), .tile_rows = kTileRows};
+    const Prediction dense = predict(build_plan(PatternSpec::parse("dense"), shape, &layout),
+                                     token_media, heads, sms, model);
+    print_prediction(layout.length(), "dense", "-", dense, dense, heads, sms);
+    for (const std::string& text : patterns) {
+      const PatternSpec resolved = resolve_pattern(PatternSpec::parse(text), &layout);
+      const Plan plan = build_plan(resolved, shape, &layout);
+      if (!plan.runs.empty()) {
+        const Plan per_run = text_tile_per_run(plan, plan.query_order(0), token_media);
+        print_prediction(layout.length(), text, "one per run",
+                         predict(per_run, token_media, heads, sms, model), dense, heads, sms);
+      }
+      print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered",
+                       predict(plan, token_media, heads, sms, model), dense, heads, sms);
+    }
+  }
+  fmt::print(
+      "\nSYNTHETIC layout (preset '{}'), one head slot's plan replicated on {} heads, {} SMs. "
+      "part.fill: key slots of partial chunks; text: share of the cost in text tiles; per-CTA: "
+      "share that is the fixed cost per CTA ({:.2f} chunks); imbalance: makespan over the "
+      "SMs' mean busy time; of dense: modelled throughput on computed pairs over dense's.\n",
+      preset, heads, sms, model.cta_overhead);
+  return 0;
+}
+
+}  // namespace
+}  // namespace mmsparse
+
+int main(int argc, char** argv) {
+  CLI::App app{"Work model of static plans on the wgmma kernel (host plans, no GPU)"};
+  std::string preset = "multi-image";
+  std::vector<int64_t> lengths = {36864, 131072, 307200};
+  std::vector<std::string> patterns = {"blindsight-sink", "blindsight-intra",
+                                       "blindsight-intra-sink"};
+  int64_t heads = mmsparse::kDefaultHeads;
+  int64_t sms = mmsparse::kH100Sms;
+  mmsparse::CostModel model;
+  app.add_option("--preset", preset, "SYNTHETIC workload preset whose layout the plans read")
+      ->capture_default_str();
+  app.add_option("--seq-len", lengths, "sequence lengths")->delimiter(',')->capture_default_str();
+  app.add_option("--pattern", patterns, "pattern specs to model besides dense")
+      ->capture_default_str();
+  app.add_option("--heads", heads, "query heads (CTAs per tile)")->check(CLI::PositiveNumber);
+  app.add_option("--sms", sms, "SMs (one CTA each)")->check(CLI::PositiveNumber);
+  app.add_option("--cta-overhead", model.cta_overhead, "fixed cost per CTA, in chunks")
+      ->capture_default_str();
+  app.add_option("--one-warpgroup", model.one_warpgroup, "cost of a one-warpgroup chunk")
+      ->capture_default_str();
+  app.add_option("--gathered-extra", model.gathered_extra, "extra cost of a gathered chunk")
+      ->capture_default_str();
+  app.add_option("--masked-extra", model.masked_extra, "extra cost of a partly masked chunk")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return mmsparse::run(preset, lengths, patterns, heads, sms, model);
+  } catch (const mmsparse::Error& error) {
+    fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  }
+}
