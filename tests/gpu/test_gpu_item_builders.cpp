@@ -376,8 +376,8 @@ int64_t sinks_on_strided_spans(const Plan& plan, const std::vector<int64_t>& sin
 TEST_F(GpuIndexBuild, ItemGridStridedSpansMatchTheHostOnLongLayouts) {
   constexpr int kTrials = 9;
   constexpr int64_t kMaxShortStride = 7;
-  constexpr int64_t kMaxWindow = 9;         // local: windows narrower and wider than the strides
-  constexpr int64_t kMaxEstimateRows = 16;  // few estimate runs: every group fits the estimate
+  constexpr int64_t kMaxWindow = 9;  // local: windows narrower and wider than the strides
+  constexpr int64_t kMaxLastQ = 16;  // at most 16 estimate runs: every group fits the estimate
   // Few items (the grid's query groups), frames of 16 to 256 tokens.
   constexpr ItemLayoutLimits kLongLayout{6, 2 * kMaxItemFrames, 4, 16};
   Random random;
@@ -390,7 +390,7 @@ TEST_F(GpuIndexBuild, ItemGridStridedSpansMatchTheHostOnLongLayouts) {
     size.q_len = random.uniform_int(1500, 4500) | 1;
     size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
     const QueryBoundaryProblem problem{size, item_layout(random, size.kv_len, kLongLayout),
-                                       random.uniform_int(1, kMaxEstimateRows)};
+                                       random.uniform_int(1, kMaxLastQ)};
     const AttentionInputs inputs = grid_trial_inputs(random, size);
     // By trial: sinks under boundary 0-3, the item boundary alone, the item boundary with sinks.
     const int64_t boundary = trial % 3 == 0 ? random.uniform_int(0, 3) : kItemBoundary;
