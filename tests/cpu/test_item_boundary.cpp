@@ -103,6 +103,48 @@ TEST(ItemBoundary, ItemSinksAreReadByEveryTileThatSeesThem) {
   }
 }
 
+// The GPU index builders convert item-boundary heads and heads with item sinks with the Q/2D
+// grid conversion, which writes a lattice as strided spans cut range by range
+// (LatticeKeys::kStridedSpansInRanges); the host writes those heads so too, so that the plans stay
+// equal record for record. An item sink on a line is read once: through the strided span, not
+// again as a column (which validate() rejects).
+TEST(ItemBoundary, GridLatticesAreStridedSpansWithTheItemBoundaryOrItemSinks) {
+  constexpr int64_t kFrames = 24;
+  constexpr int64_t kItemSinks = 2;
+  const ModalityLayout layout = LayoutBuilder().text(40).video({kFrames, 8, 8}, 3).text(60).build();
+  const int64_t n = layout.length();
+  test::Random random;
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, n, 1, 8});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, n, 1, 8});
+  const PatternInputs inputs{q.view(), k.view()};
+  const PlanShape shape{.q_len = n, .kv_len = n};
+  // Vertical lines every 2 keys: far more lattice keys per tile than a strided span gathers, and
+  // half of the item sinks lie on them.
+  const std::string lines = "grid:stride=2,hline=0,vline=1,slash=0,sink=0,local=0";
+  const std::vector<int64_t> sinks = detail::item_sink_keys(layout, kItemSinks);
+  const auto check = [&](const std::string& text, bool with_sinks) {
+    SCOPED_TRACE(text);
+    const Plan plan = build_plan(PatternSpec::parse(text), shape, &layout, &inputs);
+    ASSERT_NO_THROW(plan.validate());
+    EXPECT_GT(plan.strided_spans.size(), 0u);
+    if (!with_sinks) return;
+    int64_t sinks_on_lines = 0;  // (tile, sink) pairs read through a strided span
+    for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
+      for (int64_t i = plan.tile_strided_offsets[t]; i < plan.tile_strided_offsets[t + 1]; ++i) {
+        const StridedSpan& span = plan.strided_spans[static_cast<std::size_t>(i)];
+        sinks_on_lines += std::count_if(sinks.begin(), sinks.end(), [&](int64_t key) {
+          return key >= span.begin && key < span.end && (key - span.begin) % span.step == 0;
+        });
+      }
+    }
+    EXPECT_GT(sinks_on_lines, 0) << "no item sink lies on a strided span";
+  };
+  check(lines, false);
+  check(lines + ",boundary=4", false);
+  check(lines + ",item_sinks=" + std::to_string(kItemSinks), true);
+  check(lines + ",boundary=4,item_sinks=" + std::to_string(kItemSinks), true);
+}
+
 // --- Recall on layouts without a constant frame period ------------------------------------------
 
 // A layout with text of 2..9 tokens between frames, a video of 8 frames of 6 x 8, an image, and

@@ -276,7 +276,8 @@ void print_summary(const LayerSearchResult& result, int64_t layer, const CostMod
   if (host_index > 0) {
     fmt::print(
         "note: {} candidate scoring(s) skipped: their index would be built on the host at every "
-        "run (Q/2D-boundary grid heads; docs/index_builders.md); --host-index "
+        "run (boundary heads whose groups the GPU builders do not take; "
+        "docs/index_builders.md); --host-index "
         "allows them\n",
         host_index);
   }

@@ -185,15 +185,15 @@ struct SearchOptions {
   double dense_below_recall = 0.0;
   // The inter-modality modes stage 3 tries on grid and vertical-slash winners of a mixed-modality
   // input: 0 none, 2 Q-boundary, 3 2D-boundary, 4 item boundary (1, K-boundary, builds the plan
-  // of 0). {0} keeps a config to what the GPU index builders serve today (docs/index_builders.md;
-  // item-boundary heads are built on the host).
+  // of 0). The GPU index builders serve all of them (docs/index_builders.md).
   std::vector<int64_t> boundary_modes = {0, 2, 3, 4};
   // Per-item sink counts (item_sinks: the first tokens of every frame and media item) stage 3
-  // tries with each boundary mode; 0 = none. Heads with item sinks are built on the host.
+  // tries with each boundary mode; 0 = none.
   std::vector<int64_t> item_sinks = {0, 1};
   // When set, candidates whose plan prepare_pattern would build on the host for this device
-  // (builds_plan_on_device is false: Q/2D-boundary heads whose groups' last rows are too many
-  // runs for the GPU estimate) are dropped
+  // (builds_plan_on_device is false: Q/2D/item-boundary heads whose groups' last rows are too many
+  // runs for the GPU estimate, item-boundary grids of more media items than the GPU builder's
+  // query groups) are dropped
   // in every stage (ScopeSearch::host_index): their index would take host time at every run,
   // hundreds of ms per head at 128K. `mmsparse search` sets it for a measured (GPU) search.
   std::optional<Device> index_device;

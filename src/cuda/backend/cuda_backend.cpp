@@ -79,9 +79,10 @@ std::optional<BuiltPattern> build_pattern_on_device(const PatternSpec& resolved,
     throw Error(ErrorCode::kUnsupported,
                 "prepare_pattern: " + resolved.to_string() +
                     " is not built on the GPU (vertical-slash and grid heads are, unless a "
-                    "Q/2D-boundary query group's last rows form more than 16 runs, the "
-                    "boundary is 4 (items) or item_sinks > 0; vec heads whose pooling fits the "
-                    "tile height are); pass host inputs to build it on the host");
+                    "Q/2D/item-boundary query group's last rows form more than 16 runs, a grid "
+                    "head has item_sinks > 0 without a boundary, or more than 31 media items "
+                    "under an item boundary; vec heads whose pooling fits the tile height are); "
+                    "pass host inputs to build it on the host");
   }
   std::optional<cuda::EstimateOperands> operands;
   if (builder->estimates()) operands = cuda::make_estimate_operands(resolved.name, *inputs, shape);

@@ -105,9 +105,11 @@ void build_dynamic_head(PlanBuilder& builder, const PatternSpec& spec, const Hea
 
   builder.begin_head(order.is_identity() ? std::vector<QueryRun>{} : order.runs);
   const BoundaryMode boundary = boundary_mode(spec);
-  // Q/2D-boundary lattices stay one per original range of their key space, as the GPU grid
-  // builder cuts them (docs/index_builders.md, "Grid with a Q or 2D boundary").
-  TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD
+  // Q/2D/item-boundary lattices, and those of heads with item sinks, stay one per original range
+  // of their key space, as the GPU grid builder cuts them (the grouped conversion serves them all:
+  // docs/index_builders.md, "Grid with a Q or 2D boundary").
+  TileKeys keys(boundary == BoundaryMode::kQuery || boundary == BoundaryMode::kTwoD ||
+                        boundary == BoundaryMode::kItem || item_sinks > 0
                     ? LatticeKeys::kStridedSpansInRanges
                     : LatticeKeys::kStridedSpans);
   std::vector<int64_t> frontiers;

@@ -38,7 +38,7 @@ int64_t checked_estimate_queries(const PatternSpec& resolved_spec, const PlanSha
 detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
                                       detail::BoundaryMode last_served) {
   constexpr const char* kModeNames[] = {"0 (none)", "1 (K-boundary)", "2 (Q-boundary)",
-                                        "3 (2D-boundary)"};
+                                        "3 (2D-boundary)", "4 (item boundary)"};
   const detail::BoundaryMode mode = detail::boundary_mode(resolved_spec);
   if (mode > last_served) {
     const std::string message = resolved_spec.name + " parameter " + detail::kBoundaryParam +
@@ -46,14 +46,6 @@ detail::BoundaryMode checked_boundary(const PatternSpec& resolved_spec,
                                 kModeNames[static_cast<int>(last_served)] + ", got " +
                                 std::to_string(static_cast<int64_t>(mode));
     throw Error(ErrorCode::kUnsupported, message);
-  }
-  // Per-item sink columns are added by the host builder only.
-  const auto item_sinks = resolved_spec.params.find(detail::kItemSinksParam);
-  if (item_sinks != resolved_spec.params.end() && item_sinks->second != 0) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter " + detail::kItemSinksParam +
-                    ": the GPU index builder serves 0 (item sinks are built on the host), got " +
-                    std::to_string(item_sinks->second));
   }
   return mode;
 }

@@ -171,7 +171,7 @@ detail::BoundaryMode spec_boundary(const PatternSpec& resolved_spec) {
              : static_cast<detail::BoundaryMode>(boundary->second);
 }
 
-// Per-item sink columns (item_sinks > 0) are built on the host only.
+// Whether the spec asks for per-item sink columns (item_sinks > 0).
 bool has_item_sinks(const PatternSpec& resolved_spec) {
   const auto item_sinks = resolved_spec.params.find(detail::kItemSinksParam);
   return item_sinks != resolved_spec.params.end() && item_sinks->second != 0;
@@ -181,25 +181,25 @@ bool has_item_sinks(const PatternSpec& resolved_spec) {
 
 namespace {
 
-// Boundary none/K always fit the estimate; Q/2D where the query groups' last rows do (`plan_of`
-// makes the method's geometry; a spec or layout it rejects is the build's error to report).
+// Boundary none/K always fit the estimate (with item sinks, where its last rows do); Q/2D/item
+// where the query groups' last rows do (`plan_of` makes the method's geometry; a spec or layout
+// it rejects is the build's error to report, a geometry the GPU cannot take goes to the host).
 template <class PlanOf>
 bool fits_boundary_mode(const PatternSpec& resolved_spec, const PlanOf& plan_of) {
-  switch (spec_boundary(resolved_spec)) {
-    case detail::BoundaryMode::kNone:
-    case detail::BoundaryMode::kKey:
-      return true;
-    case detail::BoundaryMode::kQuery:
-    case detail::BoundaryMode::kTwoD:
-      try {
-        return index::fits_estimate(plan_of());
-      } catch (const Error&) {
-        return true;  // the build reports the spec's or the layout's error
-      }
-    case detail::BoundaryMode::kItem:
-      return false;  // one group per media item: built on the host
+  const detail::BoundaryMode mode = spec_boundary(resolved_spec);
+  if (mode < detail::BoundaryMode::kNone || mode > detail::BoundaryMode::kItem) {
+    return false;  // an out-of-range mode: the host build reports it
   }
-  return false;  // an out-of-range mode: the host build reports it
+  const bool grouped = mode != detail::BoundaryMode::kNone && mode != detail::BoundaryMode::kKey;
+  if (!grouped && !has_item_sinks(resolved_spec)) return true;
+  try {
+    return index::fits_estimate(plan_of());
+  } catch (const Error& error) {
+    if (error.code() == ErrorCode::kUnsupported && mode == detail::BoundaryMode::kItem) {
+      return false;  // more media items than the GPU builder's query groups
+    }
+    return true;  // the build reports the spec's or the layout's error
+  }
 }
 
 }  // namespace
@@ -207,7 +207,6 @@ bool fits_boundary_mode(const PatternSpec& resolved_spec, const PlanOf& plan_of)
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout) {
   if (!detail::is_spec_of(resolved_spec, detail::vertical_slash_entry())) return false;
-  if (has_item_sinks(resolved_spec)) return false;
   return fits_boundary_mode(
       resolved_spec, [&] { return index::plan_vertical_slash(resolved_spec, shape, layout); });
 }
@@ -215,10 +214,11 @@ bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape&
 bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout) {
   if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) return false;
-  if (has_item_sinks(resolved_spec)) return false;
   const detail::BoundaryMode mode = spec_boundary(resolved_spec);
-  const bool grouped =
-      mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD;
+  // Item sinks take the grouped conversion with any boundary.
+  const bool grouped = mode == detail::BoundaryMode::kQuery ||
+                       mode == detail::BoundaryMode::kTwoD ||
+                       mode == detail::BoundaryMode::kItem || has_item_sinks(resolved_spec);
   if (grouped && shape.tile_rows > index::kMaxGroupedGridTileRows) return false;
   return fits_boundary_mode(resolved_spec,
                             [&] { return index::plan_grid(resolved_spec, shape, layout); });

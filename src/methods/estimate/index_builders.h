@@ -6,7 +6,8 @@
 // every record of the plan equals the host plan's upload.
 //
 // Built here: vertical-slash and grid with boundary 0 (none), 1 (K-boundary, the same plan),
-// 2 (Q-boundary) or 3 (2D-boundary).
+// 2 (Q-boundary), 3 (2D-boundary) or 4 (item boundary), and per-item sinks (item_sinks > 0) for
+// with any boundary.
 //
 // Sizes. How many key spans and columns a tile gets depends on the data (for the grid also how
 // many runs and tiles a head slot gets: the stride found decides), but the plan buffer must be
@@ -73,16 +74,18 @@ EstimateOperands make_estimate_operands(const std::string& pattern, const Patter
 
 // Whether the resolved spec is a vertical-slash head the GPU estimate builds for this shape and
 // layout, whole plans and head subsets alike (per-head configs route their device sections by it):
-// boundary none or K, or Q and 2D when each query group's estimate rows fit the estimate kernels
-// (at most kMaxEstimateSegments runs of consecutive rows; index_kernels.h). Specs whose layout does
-// not suit their boundary answer true, so that the build reports the layout error.
+// boundary none or K, or Q, 2D and item (and item sinks with any boundary) when each query group's
+// estimate rows fit the estimate kernels (at most kMaxEstimateSegments runs of consecutive rows;
+// index_kernels.h). Specs whose layout does not suit their boundary answer true, so that the build
+// reports the layout error.
 bool builds_dynamic_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout);
 // Whether the resolved spec is a grid head build_grid_plan_on_device builds for this shape and
-// layout, whole plans and head subsets alike: boundary none or K, or Q and 2D when each query
-// group's estimate rows fit the estimate kernels and tiles hold at most kMaxGroupedGridTileRows
-// rows. Specs whose layout does not suit their boundary answer true, so that the build reports
-// the layout error.
+// layout, whole plans and head subsets alike: boundary none or K, or Q, 2D and item (and item sinks
+// with any boundary) when each query group's estimate rows fit the estimate kernels, tiles hold at
+// most kMaxGroupedGridTileRows rows and (item) there are at most grouped::kMaxGroups query
+// groups. Specs whose layout does not suit their boundary answer true,
+// so that the build reports the layout error.
 bool builds_grid_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                            const ModalityLayout* layout);
 

@@ -252,14 +252,39 @@ struct VerticalSlashBuild {
   std::vector<detail::KeySpace> spaces;
   std::vector<int32_t> own_space;
   std::vector<SpaceFrontiers> tile_frontiers;
+  // Item boundary (items::PairTable): `spaces` holds every (group, space) pair's space, group g's
+  // from first_pair[g]; tile_frontiers has pair_width entries per tile ({0, 0} past its group's
+  // spaces). Empty otherwise.
+  std::vector<int32_t> first_pair;
+  int64_t pair_width = 0;
+  // Per-item sinks (item_sinks > 0): the sink keys, and how many of them each tile reads
+  // ([tiles_per_head]). Such heads take the key-space conversion (all keys as one space without a
+  // 2D or item boundary).
+  std::vector<int64_t> sink_keys;
+  std::vector<int32_t> tile_sinks;
 
   int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
   int64_t runs() const { return shape.head_slots() * static_cast<int64_t>(order_runs.size()); }
   int64_t groups() const {
     return group_rows.empty() ? 1 : static_cast<int64_t>(group_rows.size());
   }
-  int64_t space_count() const { return spaces.empty() ? 1 : static_cast<int64_t>(spaces.size()); }
-  int64_t selections() const { return groups() * space_count(); }
+  int64_t space_count() const {
+    if (!first_pair.empty()) return pair_width;
+    return spaces.empty() ? 1 : static_cast<int64_t>(spaces.size());
+  }
+  int64_t selections() const {
+    return first_pair.empty() ? groups() * space_count() : first_pair.back();
+  }
+  // The selection of group g's s-th space, and that space.
+  int64_t pair(int64_t g, int64_t s) const {
+    return first_pair.empty() ? g * space_count() + s : first_pair[static_cast<std::size_t>(g)] + s;
+  }
+  int64_t group_spaces(int64_t g) const {
+    return first_pair.empty() ? space_count() : pair(g + 1, 0) - pair(g, 0);
+  }
+  const detail::KeySpace& space_of(int64_t g, int64_t s) const {
+    return spaces[static_cast<std::size_t>(first_pair.empty() ? s : pair(g, s))];
+  }
 };
 // Checks the spec as the host builder does (budgets, last_q, any boundary mode; a Q- or 2D-boundary
 // layout as query_groups requires it) and lays out its query order and tiles.
@@ -284,6 +309,8 @@ struct GridGroup {
   std::vector<GridRange> ranges;       // ascending
   std::vector<int64_t> estimate_rows;  // its last last_q rows, ascending
   int32_t own_space = 0;               // the space of its own tokens: its arrangement's pair
+  int64_t first_pair = 0;              // its (group, space) pairs: [first_pair, + spaces)
+  int64_t spaces = 0;
   int64_t rows = 0;                    // query rows in all
   int64_t order_begin = 0;             // order index of its first row: the rows of earlier groups
   int64_t tiles_per_head = 0;          // capacities over the candidate strides
@@ -318,12 +345,23 @@ struct GridBuild {
   std::vector<GridGroup> groups;
   std::vector<detail::KeySpace> spaces;
   std::vector<GridSelection> selections;
+  // Item boundary: each group reads spaces of its own, so `spaces` holds every pair's space in
+  // pair order (GridGroup::first_pair) instead of the spaces all groups share.
+  bool pair_spaces = false;
+  // Per-item sinks (item_sinks > 0, Q/2D/item boundary): the sink keys, ascending; every tile
+  // reads those up to its last row as columns.
+  std::vector<int64_t> sink_keys;
 
   int64_t strides() const { return last_stride - first_stride + 1; }
   int64_t runs() const { return shape.head_slots() * runs_per_head; }
   int64_t tiles() const { return shape.head_slots() * tiles_per_head; }
   int64_t space_count() const { return spaces.empty() ? 1 : static_cast<int64_t>(spaces.size()); }
   bool grouped() const { return !groups.empty(); }
+  // Pair e's space (Q boundary: none, all keys).
+  const detail::KeySpace* pair_space(int64_t e) const {
+    if (spaces.empty()) return nullptr;
+    return &spaces[static_cast<std::size_t>(pair_spaces ? e : e % space_count())];
+  }
 };
 // Checks the spec as the host builder does (parameters, last_q, any boundary mode; a Q- or
 // 2D-boundary layout as query_groups requires it) and sizes the plan.
@@ -384,6 +422,9 @@ void check_grid_positions(const std::string& pattern, const PlanShape& shape, in
 // with a thread per row, so tiles hold at most kMaxGroupedGridTileRows rows; taller ones throw
 // kUnsupported naming shape.tile_rows (builds_grid_on_device says no to them).
 inline constexpr int64_t kMaxGroupedGridTileRows = 128;
+// The most query groups a grouped grid takes (they travel to its kernels by value): the item
+// boundary's text rows and media items; layouts of more items build on the host.
+inline constexpr int64_t kMaxGroupedGridGroups = 32;
 void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
                        detail::BoundaryMode mode, GridBuild& build);
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,

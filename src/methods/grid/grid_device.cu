@@ -243,9 +243,14 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape,
   GridBuild build;
   build.shape = shape;
   build.options = detail::grid_options(resolved_spec);
-  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kTwoD);
+  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kItem);
   build.last_q = checked_estimate_queries(resolved_spec, shape);
-  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD) {
+  // Item sinks add columns, which the closed-form conversion below has no room for: such heads
+  // take the grouped conversion (one group of every row without a boundary), whose lattices are
+  // columns as the host writes them with item sinks (build_dynamic_head).
+  const bool item_sinks = detail::item_sinks_param(resolved_spec, shape, layout) > 0;
+  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD ||
+      mode == detail::BoundaryMode::kItem || (item_sinks && shape.q_len > 0)) {
     plan_grouped_grid(resolved_spec, layout, mode, build);
     return build;
   }

@@ -1,7 +1,8 @@
 #pragma once
-// How many lattice records a Q/2D-boundary grid head's tiles can get, from the shape and the
-// layout only: the GPU builder (grid_groups_device.cu) sizes its plan sections with it before any
-// kernel has chosen a stride. Plain C++, so the CPU tests check it against host plans.
+// How many lattice records a grouped grid head's tiles (Q/2D/item boundary, or item sinks; each
+// query group over its own key spaces) can get, from the shape and the layout only: the GPU
+// builder (grid_groups_device.cu) sizes its plan sections with it before any kernel has chosen a
+// stride. Plain C++, so the CPU tests check it against host plans.
 
 #include <cstdint>
 

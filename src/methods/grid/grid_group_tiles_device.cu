@@ -1,7 +1,8 @@
-// The grouped grid's (Q/2D boundary) tile conversion on the GPU: a block per tile of the capacity
-// finds its rows (pieces of its phase's runs, from the arrangement of grid_groups_device.cu) and,
-// in every key space of its group, the keys GridPattern::add_tile_keys adds for their frontiers
-// there: spans and line keys outside the strided spans marked in bitmaps and read off as records
+// The grouped grid's (Q/2D/item boundary, or item sinks) tile conversion on the GPU: a block per
+// tile of the capacity finds its rows (pieces of its phase's runs, from the arrangement of
+// grid_groups_device.cu) and, in every key space of its group, the keys GridPattern::add_tile_keys
+// adds for their frontiers there, and the item sinks its rows see (build_dynamic_head): spans, line
+// keys outside the strided spans and item sinks off them marked in bitmaps and read off as records
 // (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (below). The
 // count pass sizes each tile's records; after the caller's scans the fill pass writes them.
 
@@ -157,6 +158,18 @@ struct LatticeCut {
   int64_t first = 0, count = 0, strided = 0, offset = 0;
 };
 
+// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none).
+__device__ LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low, int64_t high,
+                                int64_t offset) {
+  LatticeCut piece;
+  piece.first = low + floor_mod(phase - low, l.stride);
+  if (piece.first >= high) return piece;
+  piece.count = (high - 1 - piece.first) / l.stride + 1;
+  piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
+  piece.offset = offset;
+  return piece;
+}
+
 // Calls visit(cut) for each piece of every (gap, residue) pair of the space, the block's threads
 // taking pairs in turn.
 template <class Visit>
@@ -172,13 +185,8 @@ __device__ void for_each_lattice_piece(const SpaceLattices& l, const Visit& visi
     const int64_t end = min64(gap_end, lattice_end);
     if (begin >= end) continue;
     const auto cut = [&](int64_t low, int64_t high, int64_t offset) {
-      LatticeCut piece;
-      piece.first = low + floor_mod(phase - low, l.stride);
-      if (piece.first >= high) return;
-      piece.count = (high - 1 - piece.first) / l.stride + 1;
-      piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
-      piece.offset = offset;
-      visit(piece);
+      const LatticeCut piece = cut_piece(l, phase, low, high, offset);
+      if (piece.count > 0) visit(piece);
     };
     if (l.view.ranges == 0) {
       cut(begin, end, 0);
@@ -200,6 +208,52 @@ __device__ void mark_lattice_columns(const SpaceLattices& l, const Window& windo
       window.mark_column(key);
     }
   });
+}
+
+// Whether original key `key` lies on one of the space's strided spans: the piece of
+// for_each_lattice_piece that holds it, found for this key alone (its range, gap and residue).
+__device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
+  if (l.last < 1) return false;
+  int64_t compact = key;  // and its range's compact keys [low, high), original = compact + offset
+  int64_t low = 0, high = l.last, offset = 0;
+  if (l.view.ranges != 0) {
+    compact = l.view.frontier(key - 1, 0);
+    if (l.view.frontier(key, 0) == compact) return false;  // not a key of the space
+    const int32_t r = l.view.range_of(compact);
+    low = l.view.prefix[r];
+    high = l.view.prefix[r + 1];
+    offset = l.view.begins[r] - low;
+  }
+  if (compact >= l.last) return false;
+  int64_t begin = 0, end = 0;
+  bool in_gap = false;
+  for (int g = 0; g < l.gaps() && !in_gap; ++g) {
+    in_gap = l.gap(g, begin, end) && begin <= compact && compact < end;
+  }
+  if (!in_gap) return false;
+  for (int j = 0; j < l.residues(); ++j) {
+    int64_t phase = 0, lattice_end = 0;
+    if (!l.residue(j, phase, lattice_end) || floor_mod(compact - phase, l.stride) != 0) continue;
+    if (compact >= lattice_end) return false;  // residues are distinct: no other holds it
+    const LatticeCut piece =
+        cut_piece(l, phase, max64(begin, low), min64(min64(end, lattice_end), high), offset);
+    return (compact - piece.first) / l.stride < piece.strided;
+  }
+  return false;
+}
+
+// The item sinks [0, sinks) of the tile in the window as columns, but those on a strided span of
+// one of the group's `spaces`: TileKeys::write drops a column a strided span holds, so the sink
+// is not listed twice.
+__device__ void mark_item_sinks(const Conversion& c, int64_t sinks, const SpaceLattices* lattices,
+                                int64_t spaces, const Window& window) {
+  for (int64_t j = threadIdx.x; j < sinks; j += kThreads) {
+    const int64_t key = c.sink_keys[j];
+    if (key < window.begin || window.past(key)) continue;
+    bool strided = false;
+    for (int64_t s = 0; s < spaces && !strided; ++s) strided = on_strided_span(lattices[s], key);
+    if (!strided) window.mark_column(key);
+  }
 }
 
 // The space's strided spans, appended at `out` (fill pass; null in the count pass) in the order
@@ -292,8 +346,8 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
   const int64_t i = threadIdx.x;
   int64_t* frontiers = shared.frontier[space];
   if (i < site.rows) {
-    frontiers[i] =
-        c.space[space].frontier(shared.position[i] + c.causal_offset, c.space_keys[space]);
+    frontiers[i] = c.view(site.group, space)
+                       .frontier(shared.position[i] + c.causal_offset, c.keys(site.group, space));
   }
   if (i == 0) shared.phase_count[space] = 0;
   __syncthreads();
@@ -311,13 +365,28 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
   return frontiers[site.rows - 1];
 }
 
+// How many item sinks lie at or before original position `last_aligned` (none without them).
+__device__ int64_t visible_sinks(const Conversion& c, int64_t last_aligned) {
+  int64_t low = 0;
+  int64_t high = c.sink_count;
+  while (low < high) {  // the first sink beyond last_aligned
+    const int64_t middle = (low + high) / 2;
+    if (c.sink_keys[middle] <= last_aligned) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
 // The space's lattices of the tile (after collect_phases).
 __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& site, int64_t space,
                                         const detail::GridLines& lines, int64_t last,
                                         const TileShared& shared) {
   const detail::GridOptions& options = c.options;
   SpaceLattices l;
-  l.view = c.space[space];
+  l.view = c.view(site.group, space);
   l.stride = lines.stride;
   l.vline_phase = lines.phase;
   l.window = detail::tile_window(options);
@@ -341,12 +410,11 @@ __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& sit
 
 // One space's keys of the tile in the window (GridPattern::add_tile_keys) but its strided spans,
 // block-wide.
-__device__ void mark_space(const Conversion& c, const TileSite& site, int64_t space,
-                           const SpaceLattices& lattices, const TileShared& shared,
-                           const Window& window) {
+__device__ void mark_space(const TileSite& site, int64_t space, const SpaceLattices& lattices,
+                           const TileShared& shared, const Window& window) {
   const int64_t last = lattices.last;
   if (last < 1) return;
-  const KeySpaceView& view = c.space[space];
+  const KeySpaceView& view = lattices.view;
   // The sink and hline prefix [0, prefix) as one span (the host's spans there merge).
   mark_compact_span_block(view, 0, lattices.prefix, window);
   const int64_t local = lattices.window;
@@ -385,11 +453,14 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   detail::GridLines lines[kMaxKeySpaces];
   int64_t last[kMaxKeySpaces];
-  int64_t key_end = 0;  // every key read lies below it
-  for (int64_t s = 0; s < a.spaces; ++s) {
-    lines[s] = a.lines[(site.group * a.spaces + s) * a.slots + site.slot];
+  const grouped::GroupView& group = a.group[site.group];
+  // The item sinks the tile's last row sees (rows ascend), and every key read lies below key_end.
+  const int64_t sinks = visible_sinks(c, shared.position[site.rows - 1] + c.causal_offset);
+  int64_t key_end = sinks > 0 ? c.sink_keys[sinks - 1] + 1 : 0;
+  for (int64_t s = 0; s < group.spaces; ++s) {
+    lines[s] = a.lines[(group.first_pair + s) * a.slots + site.slot];
     last[s] = collect_phases(c, site, s, lines[s], shared);
-    if (last[s] >= 1) key_end = max64(key_end, c.space[s].original(last[s] - 1) + 1);
+    if (last[s] >= 1) key_end = max64(key_end, c.view(site.group, s).original(last[s] - 1) + 1);
   }
   if (threadIdx.x == 0) {
     shared.piece_count = 0;
@@ -397,7 +468,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   SpaceLattices lattices[kMaxKeySpaces];
-  for (int64_t s = 0; s < a.spaces; ++s) {
+  for (int64_t s = 0; s < group.spaces; ++s) {
     lattices[s] = space_lattices(c, site, s, lines[s], last[s], shared);
   }
 
@@ -408,13 +479,14 @@ __global__ void __launch_bounds__(kThreads)
     columns = out.sections.columns + out.column_offsets[g];
   }
   const auto mark = [&](const Window& window) {
-    for (int64_t s = 0; s < a.spaces; ++s) mark_space(c, site, s, lattices[s], shared, window);
+    for (int64_t s = 0; s < group.spaces; ++s) mark_space(site, s, lattices[s], shared, window);
+    mark_item_sinks(c, sinks, lattices, group.spaces, window);
   };
   const bitmaps::RecordCounts total =
       bitmaps::read_tile_records<kFill>(shared.records, key_end, mark, spans, columns);
   // The strided spans after the spans, sorted by first key as TileKeys::write sorts them.
   SpanRecord* strided = kFill ? spans + total.starts : nullptr;
-  for (int64_t s = 0; s < a.spaces; ++s) append_strided_spans(lattices[s], strided, shared);
+  for (int64_t s = 0; s < group.spaces; ++s) append_strided_spans(lattices[s], strided, shared);
   __syncthreads();
   const int strided_count = shared.piece_count;
   if constexpr (kFill) sort_by_begin(strided, strided_count);

@@ -13,13 +13,18 @@
 
 namespace mmsparse::cuda::index::grouped {
 
-inline constexpr int kMaxGroups = kNumModalities;
+// Q/2D boundary: one group per modality; item boundary: the text rows and one group per media
+// item (builds with more items go to the host).
+inline constexpr int kMaxGroups = static_cast<int>(kMaxGroupedGridGroups);
+static_assert(kMaxGroups >= kNumModalities);
 
 // A group as the kernels read it.
 struct GroupView {
   int64_t first_range = 0, range_count = 0;
   int64_t order_begin = 0;
   int32_t own_space = 0;
+  int32_t spaces = 0;      // the key spaces it reads
+  int64_t first_pair = 0;  // its (group, space) pairs' first: lines [first_pair + s, slots]
 };
 
 // One run of a slot's query order: rows start + i·step (i < count) at order indices
@@ -38,7 +43,8 @@ __device__ inline int64_t phase_run_rows(const GridRange& range, int64_t phase, 
 
 // What the arrangement writes and the conversion reads, per head slot.
 struct Arrangement {
-  int64_t slots, groups, spaces, tile_rows;
+  // Group g's (group, space) pairs are group[g].first_pair + s (lines [pairs, slots]).
+  int64_t slots, groups, tile_rows;
   int64_t phase_capacity;  // the most phases of a group + 1
   int64_t runs_per_head;
   GroupView group[kMaxGroups];
@@ -54,7 +60,7 @@ struct Arrangement {
   int64_t* tile_counts;  // [slots + 1]
 
   __device__ int64_t stride(int64_t g, int64_t slot) const {
-    return lines[(g * spaces + group[g].own_space) * slots + slot].stride;
+    return lines[(group[g].first_pair + group[g].own_space) * slots + slot].stride;
   }
   __device__ int64_t phase_base(int64_t slot, int64_t g) const {
     return (slot * groups + g) * phase_capacity;
@@ -70,6 +76,21 @@ struct Conversion {
   detail::GridOptions options;
   KeySpaceView space[kMaxKeySpaces];
   int64_t space_keys[kMaxKeySpaces];  // each space's size (all keys: kv_len)
+  // Item boundary: each pair's view and size (device memory, [pairs]); null otherwise (group g's
+  // space s is space[s]).
+  const KeySpaceView* pair_space = nullptr;
+  const int64_t* pair_keys = nullptr;
+  // Per-item sinks (ascending, device memory): a tile reads those at or before its last row's
+  // aligned position as columns.
+  const int64_t* sink_keys = nullptr;
+  int64_t sink_count = 0;
+
+  __device__ KeySpaceView view(int64_t g, int64_t s) const {
+    return pair_space != nullptr ? pair_space[a.group[g].first_pair + s] : space[s];
+  }
+  __device__ int64_t keys(int64_t g, int64_t s) const {
+    return pair_keys != nullptr ? pair_keys[a.group[g].first_pair + s] : space_keys[s];
+  }
 };
 
 // Where the fill writes.

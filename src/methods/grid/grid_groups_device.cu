@@ -40,6 +40,7 @@
 #include "cuda/common/cuda_check.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
+#include "methods/estimate/item_spaces.h"
 #include "methods/estimate/key_bitmaps.cuh"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid_geometry.h"
@@ -173,16 +174,14 @@ GridSelection selection_for(const detail::GridOptions& options, int64_t keys) {
 // groups whose last rows do not fit the estimate, so they are all taken before anything is queued.
 std::vector<EstimateExtents> pair_extents(const GridBuild& build,
                                           const EstimateOperands& operands) {
-  const int64_t spaces = build.space_count();
-  const bool two_d = !build.spaces.empty();
   std::vector<EstimateExtents> extents;
-  for (int64_t e = 0; e < static_cast<int64_t>(build.selections.size()); ++e) {
-    const GridGroup& group = build.groups[static_cast<std::size_t>(e / spaces)];
-    const int64_t s = e % spaces;
-    extents.push_back(two_d ? estimate_extents(operands, group.estimate_rows,
-                                               build.spaces[static_cast<std::size_t>(s)],
-                                               group.own_space == s, "grid")
-                            : estimate_extents(operands, group.estimate_rows, "grid"));
+  for (const GridGroup& group : build.groups) {
+    for (int64_t s = 0; s < group.spaces; ++s) {
+      const detail::KeySpace* space = build.pair_space(group.first_pair + s);
+      extents.push_back(space != nullptr ? estimate_extents(operands, group.estimate_rows, *space,
+                                                            group.own_space == s, "grid")
+                                         : estimate_extents(operands, group.estimate_rows, "grid"));
+    }
   }
   return extents;
 }
@@ -220,6 +219,7 @@ struct TempBytes {
 // The offsets of the build's arrays in its scratch allocation.
 struct GroupedRegions {
   std::size_t lines, ranges, begins, prefixes;
+  std::size_t pair_views, pair_keys, sink_keys;  // item boundary, item sinks
   std::size_t phase_rows, phase_tiles, phase_runs;
   std::size_t order_runs, group_tiles, group_runs;
   std::size_t run_counts, tile_counts, tile_offsets;
@@ -237,6 +237,10 @@ GroupedRegions add_grouped_regions(ScratchLayout& layout, const GridBuild& build
   at.ranges = layout.add<GridRange>(static_cast<int64_t>(host.ranges.size()));
   at.begins = layout.add<int64_t>(static_cast<int64_t>(host.range_begins.size()));
   at.prefixes = layout.add<int64_t>(static_cast<int64_t>(host.range_prefixes.size()));
+  const int64_t pairs = build.pair_spaces ? static_cast<int64_t>(build.spaces.size()) : 0;
+  at.pair_views = layout.add<KeySpaceView>(pairs);
+  at.pair_keys = layout.add<int64_t>(pairs);
+  at.sink_keys = layout.add<int64_t>(static_cast<int64_t>(build.sink_keys.size()));
   const int64_t phase_entries = slots * groups * host.phase_capacity;
   at.phase_rows = layout.add<int64_t>(phase_entries);
   at.phase_tiles = layout.add<int64_t>(phase_entries);
@@ -253,24 +257,36 @@ GroupedRegions add_grouped_regions(ScratchLayout& layout, const GridBuild& build
   return at;
 }
 
-// The conversion's shape and key spaces: each space's size and, unless it is the identity, its
-// ranges' begins and prefixes (device copies at `begins`, `prefixes`).
-Conversion conversion_of(const GridBuild& build, const int64_t* begins, const int64_t* prefixes) {
+// The conversion's shape and key spaces from `views` (items::space_views of build.spaces): by
+// value for the spaces every group shares, else (item boundary) each pair's view and size in the
+// scratch at `base`; and the item sinks there. The pairs' arrays are copied in stream order.
+Conversion conversion_of(const GridBuild& build, const std::vector<KeySpaceView>& views,
+                         std::byte* base, const GroupedRegions& at, cudaStream_t stream) {
   Conversion convert{};
   convert.causal_offset = build.shape.causal_offset();
   convert.options = build.options;
   convert.tiles = build.tiles();
   convert.space_keys[0] = build.shape.kv_len;  // Q boundary: all keys
-  int64_t first_range = 0;
-  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
-    const detail::KeySpace& space = build.spaces[s];
-    const auto space_ranges = static_cast<int64_t>(space.ranges().size());
-    convert.space_keys[s] = space.size();
-    if (!space.is_identity()) {
-      convert.space[s] = {begins + first_range, prefixes + first_range + static_cast<int64_t>(s),
-                          static_cast<int32_t>(space_ranges), true};
+  if (build.pair_spaces) {
+    std::vector<int64_t> sizes;
+    for (const detail::KeySpace& space : build.spaces) sizes.push_back(space.size());
+    convert.pair_space = region<KeySpaceView>(base, at.pair_views);
+    convert.pair_keys = region<int64_t>(base, at.pair_keys);
+    copy_to_device(region<KeySpaceView>(base, at.pair_views), views, stream,
+                   "grouped grid index: cudaMemcpyAsync item pair views");
+    copy_to_device(region<int64_t>(base, at.pair_keys), sizes, stream,
+                   "grouped grid index: cudaMemcpyAsync item pair sizes");
+  } else {
+    for (std::size_t s = 0; s < build.spaces.size(); ++s) {
+      convert.space[s] = views[s];
+      convert.space_keys[s] = build.spaces[s].size();
     }
-    first_range += space_ranges;
+  }
+  if (!build.sink_keys.empty()) {
+    convert.sink_keys = region<int64_t>(base, at.sink_keys);
+    convert.sink_count = static_cast<int64_t>(build.sink_keys.size());
+    copy_to_device(region<int64_t>(base, at.sink_keys), build.sink_keys, stream,
+                   "grouped grid index: cudaMemcpyAsync item sinks");
   }
   return convert;
 }
@@ -279,8 +295,9 @@ Conversion conversion_of(const GridBuild& build, const int64_t* begins, const in
 // scratch of its own, freed in stream order before the next pair's is allocated (the pool reuses
 // it): the softmax rows are the largest arrays.
 void search_pairs(const GridBuild& build, const EstimateOperands& operands,
-                  const std::vector<EstimateExtents>& extents, const Conversion& convert,
-                  detail::GridLines* lines, detail::GridLines* chosen, cudaStream_t stream) {
+                  const std::vector<EstimateExtents>& extents,
+                  const std::vector<KeySpaceView>& views, detail::GridLines* lines,
+                  detail::GridLines* chosen, cudaStream_t stream) {
   const int64_t slots = build.shape.head_slots();
   const int64_t spaces = build.space_count();
   const bool two_d = !build.spaces.empty();
@@ -294,8 +311,9 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
     const StreamScratch pair_scratch(pair_layout.bytes(), stream,
                                      "grouped grid index: cudaMallocAsync estimate scratch");
     const EstimateScratch estimate = estimate_scratch(pair_scratch.base(), estimate_at);
+    const int64_t view = build.pair_spaces ? e : e % spaces;
     launch_estimate(operands, pair, estimate, stream,
-                    two_d ? convert.space[e % spaces] : KeySpaceView{});
+                    two_d ? views[static_cast<std::size_t>(view)] : KeySpaceView{});
     launch_grid_search({&pair, estimate.probabilities, build.options, selection.first_stride,
                         selection.last_stride, lines + e * slots,
                         chosen != nullptr ? chosen + e * slots : nullptr},
@@ -309,15 +327,18 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   Arrangement arrange{};
   arrange.slots = build.shape.head_slots();
   arrange.groups = static_cast<int64_t>(build.groups.size());
-  arrange.spaces = build.space_count();
   arrange.tile_rows = build.shape.tile_rows;
   arrange.phase_capacity = phase_capacity;
   arrange.runs_per_head = build.runs_per_head;
   int64_t group_range = 0;
   for (int64_t g = 0; g < arrange.groups; ++g) {
     const GridGroup& group = build.groups[static_cast<std::size_t>(g)];
-    arrange.group[g] = {group_range, static_cast<int64_t>(group.ranges.size()), group.order_begin,
-                        group.own_space};
+    arrange.group[g] = {group_range,
+                        static_cast<int64_t>(group.ranges.size()),
+                        group.order_begin,
+                        group.own_space,
+                        static_cast<int32_t>(group.spaces),
+                        group.first_pair};
     group_range += static_cast<int64_t>(group.ranges.size());
   }
   arrange.ranges = region<GridRange>(base, at.ranges);
@@ -333,6 +354,28 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   return arrange;
 }
 
+// The key spaces of the groups' pairs (2D: the spaces every group shares; item boundary: each
+// pair's own) and the item sinks, into `build`; throws kUnsupported naming the boundary for more
+// query groups than the kernels take.
+void plan_spaces_and_sinks(const PatternSpec& resolved_spec, const ModalityLayout* layout,
+                           detail::BoundaryMode mode, const std::vector<detail::QueryGroup>& groups,
+                           GridBuild& build) {
+  if (static_cast<int64_t>(groups.size()) > grouped::kMaxGroups) {
+    throw Error(ErrorCode::kUnsupported,
+                resolved_spec.name + " parameter boundary: the GPU grid builder takes at most " +
+                    std::to_string(grouped::kMaxGroups) +
+                    " query groups (media items + text), got " + std::to_string(groups.size()));
+  }
+  if (mode == detail::BoundaryMode::kTwoD && !groups.empty()) {
+    build.spaces = groups.front().key_spaces;
+  }
+  if (mode == detail::BoundaryMode::kItem) {
+    build.spaces = items::pair_table(groups).spaces;
+    build.pair_spaces = true;
+  }
+  build.sink_keys = items::spec_sink_keys(resolved_spec, build.shape, layout);
+}
+
 }  // namespace
 
 void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
@@ -345,19 +388,25 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
                     std::to_string(shape.tile_rows));
   }
   const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
-  const bool two_d = mode == detail::BoundaryMode::kTwoD;
-  if (two_d && !groups.empty()) build.spaces = groups.front().key_spaces;
+  // With the 2D and item boundaries a group's primary space is its own tokens' (Q: all keys).
+  const bool own_spaces =
+      mode == detail::BoundaryMode::kTwoD || mode == detail::BoundaryMode::kItem;
+  plan_spaces_and_sinks(resolved_spec, layout, mode, groups, build);
   const int64_t offset = shape.causal_offset();
   const detail::GridOptions& options = build.options;
   const int64_t window = detail::tile_window(options);
   int64_t order_begin = 0;
   detail::LatticeRecordBound lattices_per_head;
+  int64_t sink_columns_per_head = 0;
+  int64_t spans_per_head = 0;
   build.first_stride = 0;
   build.last_stride = 0;
   for (const detail::QueryGroup& group : groups) {
     GridGroup planned;
     const detail::KeySpace& own = group.key_spaces[group.primary];
-    planned.own_space = two_d ? static_cast<int32_t>(group.primary) : 0;
+    planned.own_space = own_spaces ? static_cast<int32_t>(group.primary) : 0;
+    planned.first_pair = static_cast<int64_t>(build.selections.size());
+    planned.spaces = static_cast<int64_t>(group.key_spaces.size());
     for (const detail::IndexRange& rows : group.rows) {
       planned.ranges.push_back({rows.begin, rows.end, own.frontier(rows.begin + offset) - 1});
     }
@@ -383,27 +432,30 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
     for (const detail::IndexRange& rows : group.rows) {
       planned.runs_per_head += std::min(arranged.last_stride, rows.end - rows.begin);
     }
-    // The lines' strided spans and columns, over every candidate stride.
+    // The lines' strided spans and columns in every space of the group, over every candidate
+    // stride.
     const detail::LatticeRecordBound lattices =
         detail::grouped_grid_lattice_bound(group, options, shape);
     lattices_per_head.strided_spans += lattices.strided_spans;
     lattices_per_head.columns += lattices.columns;
+    // The item sinks the group's last row sees, as columns of each of its tiles.
+    sink_columns_per_head +=
+        planned.tiles_per_head * items::visible_sinks(build.sink_keys, last_row + offset);
+    // Spans: per space, the sink and hline prefixes give at most one piece per range of the
+    // space, and each row's window at most min(window, ranges) pieces.
+    for (const detail::KeySpace& space : group.key_spaces) {
+      const int64_t ranges = std::max<int64_t>(1, static_cast<int64_t>(space.ranges().size()));
+      spans_per_head += planned.tiles_per_head *
+                        (ranges + (window > 0 ? shape.tile_rows * std::min(window, ranges) : 0));
+    }
     build.tiles_per_head += planned.tiles_per_head;
     build.runs_per_head += planned.runs_per_head;
     build.groups.push_back(std::move(planned));
   }
-  // Spans: per space, the sink and hline prefixes give at most one piece per range of the space,
-  // and each row's window at most min(window, ranges) pieces.
-  int64_t spans_per_tile = 0;
-  const std::vector<detail::KeySpace> all_keys = {detail::KeySpace::all_keys(shape.kv_len)};
-  for (const detail::KeySpace& space : build.spaces.empty() ? all_keys : build.spaces) {
-    const int64_t ranges = std::max<int64_t>(1, static_cast<int64_t>(space.ranges().size()));
-    spans_per_tile += ranges + (window > 0 ? shape.tile_rows * std::min(window, ranges) : 0);
-  }
   check_grid_positions(resolved_spec.name, shape, build.last_stride);
-  build.span_capacity = (build.tiles_per_head * spans_per_tile + lattices_per_head.strided_spans) *
-                        shape.head_slots();
-  build.column_capacity = lattices_per_head.columns * shape.head_slots();
+  build.span_capacity = (spans_per_head + lattices_per_head.strided_spans) * shape.head_slots();
+  build.column_capacity =
+      (lattices_per_head.columns + sink_columns_per_head) * shape.head_slots();
 }
 
 bool fits_estimate(const GridBuild& build) {
@@ -449,8 +501,9 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   copy_to_device(prefixes, host.range_prefixes, stream,
                  "grouped grid index: cudaMemcpyAsync key space prefixes");
 
-  Conversion convert = conversion_of(build, begins, prefixes);
-  search_pairs(build, operands, extents, convert, region<detail::GridLines>(base, at.lines), chosen,
+  const std::vector<KeySpaceView> views = items::space_views(build.spaces, begins, prefixes);
+  Conversion convert = conversion_of(build, views, base, at, stream);
+  search_pairs(build, operands, extents, views, region<detail::GridLines>(base, at.lines), chosen,
                stream);
 
   convert.a = arrangement_of(build, host.phase_capacity, base, at);

@@ -175,65 +175,56 @@ __device__ Candidate block_best(Candidate mine, Candidate* shared /* [kWarps] */
   return mine;
 }
 
-// A block per (candidate stride, head slot): score_stride of grid.cpp.
-__global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParams params) {
-  __shared__ double row_mass[kMaxEstimateRows];
-  __shared__ int64_t row_entries[kMaxEstimateRows];
-  __shared__ double part_mass[kThreads];
-  __shared__ int64_t part_entries[kThreads];
-  __shared__ double total_mass;
-  __shared__ int64_t total_entries;
-  __shared__ Candidate warp_best[kWarps];
-  const int64_t stride = params.first_stride + blockIdx.x;
-  const int64_t slot = blockIdx.y;
-  const int x = static_cast<int>(threadIdx.x);
-  const int lane = x % kWarpLanes;
-  const int warp = x / kWarpLanes;
+// Each row's slash lines under `stride`: its keys at distances that are multiples of the stride,
+// from the first multiple outside the local window down to the sink; a warp per row writes the
+// row's mass and entries.
+__device__ void slash_row_masses(const SearchParams& params, int64_t stride,
+                                 const float* probabilities /* [rows, keys] */,
+                                 double* row_mass /* [rows] */, int64_t* row_entries /* [rows] */) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpLanes;
   const detail::GridOptions& options = params.options;
-  const double cost = params.entry_cost[slot];
-  const float* probabilities = params.probabilities + slot * params.rows * params.keys;
-
-  // Each row's slash lines: its keys at distances that are multiples of the stride, from the
-  // first multiple outside the local window down to the sink.
-  if (options.slash) {
-    const int64_t first_distance = ceil_div(options.local, stride) * stride;
-    for (int64_t r = warp; r < params.rows; r += kWarps) {
-      const int64_t top = params.coordinate(r) - first_distance;
-      const int64_t count = top >= options.sink ? (top - options.sink) / stride + 1 : 0;
-      double mass = 0.0;
-      for (int64_t j = lane; j < count; j += kWarpLanes) {
-        mass += probabilities[r * params.keys + top - j * stride];
-      }
-      for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-        mass += __shfl_xor_sync(kAllLanes, mass, offset);
-      }
-      if (lane == 0) {
-        row_mass[r] = mass;
-        row_entries[r] = count;
-      }
-    }
-  }
-  __syncthreads();
-  if (x == 0) {
+  const int64_t first_distance = ceil_div(options.local, stride) * stride;
+  for (int64_t r = warp; r < params.rows; r += kWarps) {
+    const int64_t top = params.coordinate(r) - first_distance;
+    const int64_t count = top >= options.sink ? (top - options.sink) / stride + 1 : 0;
     double mass = 0.0;
-    int64_t entries = 0;
-    for (int64_t r = 0; options.slash && r < params.rows; ++r) {
-      mass += row_mass[r];
-      entries += row_entries[r];
+    for (int64_t j = lane; j < count; j += kWarpLanes) {
+      mass += probabilities[r * params.keys + top - j * stride];
     }
-    total_mass = mass;
-    total_entries = entries;
-  }
-  __syncthreads();
-  const int64_t out = slot * params.strides + blockIdx.x;
-  if (!options.vline && !options.hline) {
-    if (x == 0) {
-      params.stride_scores[out] = total_mass - cost * static_cast<double>(total_entries);
-      params.stride_phases[out] = 0;
+    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
+      mass += __shfl_xor_sync(kAllLanes, mass, offset);
     }
-    return;
+    if (lane == 0) {
+      row_mass[r] = mass;
+      row_entries[r] = count;
+    }
   }
+}
 
+// The rows' slash mass and entries summed in row order (thread 0; none without slash lines).
+__device__ void sum_slash_rows(const SearchParams& params, const double* row_mass,
+                               const int64_t* row_entries, double& total_mass,
+                               int64_t& total_entries) {
+  double mass = 0.0;
+  int64_t entries = 0;
+  for (int64_t r = 0; params.options.slash && r < params.rows; ++r) {
+    mass += row_mass[r];
+    entries += row_entries[r];
+  }
+  total_mass = mass;
+  total_entries = entries;
+}
+
+// This thread's best phase under `stride` (the vertical phase of the lines): `parts` threads sum
+// a phase's vline keys, the first of them adds the slash lines of the rows off that phase and
+// scores the lines. Block-wide; `part_mass` and `part_entries` are [kThreads] shared scratch.
+__device__ Candidate best_phase_of_thread(const SearchParams& params, int64_t stride, int64_t slot,
+                                          const double* row_mass, const int64_t* row_entries,
+                                          double total_mass, int64_t total_entries,
+                                          double* part_mass, int64_t* part_entries) {
+  const int x = static_cast<int>(threadIdx.x);
+  const double cost = params.entry_cost[slot];
   // Phases beyond the keys have no keys and no rows, so they all score like the first of them:
   // the search stops there.
   const int64_t phases = min64(stride, params.keys + 1);
@@ -266,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
       // A row's slash keys lie on its own phase's vline: rows of this phase add nothing new.
       double phase_mass = 0.0;
       int64_t phase_entries = 0;
-      if (options.slash) {
+      if (params.options.slash) {
         params.for_each_row_of_phase(phase, stride, [&](int64_t r) {
           phase_mass += row_mass[r];
           phase_entries += row_entries[r];
@@ -279,8 +270,43 @@ __global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParam
     }
     __syncthreads();
   }
-  const Candidate best = block_best(mine, warp_best);
-  if (x == 0) {
+  return mine;
+}
+
+// A block per (candidate stride, head slot): score_stride of grid.cpp.
+__global__ void __launch_bounds__(kThreads) grid_stride_kernel(const SearchParams params) {
+  __shared__ double row_mass[kMaxEstimateRows];
+  __shared__ int64_t row_entries[kMaxEstimateRows];
+  __shared__ double part_mass[kThreads];
+  __shared__ int64_t part_entries[kThreads];
+  __shared__ double total_mass;
+  __shared__ int64_t total_entries;
+  __shared__ Candidate warp_best[kWarps];
+  const int64_t stride = params.first_stride + blockIdx.x;
+  const int64_t slot = blockIdx.y;
+  const detail::GridOptions& options = params.options;
+
+  if (options.slash) {
+    slash_row_masses(params, stride, params.probabilities + slot * params.rows * params.keys,
+                     row_mass, row_entries);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) sum_slash_rows(params, row_mass, row_entries, total_mass, total_entries);
+  __syncthreads();
+  const int64_t out = slot * params.strides + blockIdx.x;
+  if (!options.vline && !options.hline) {
+    if (threadIdx.x == 0) {
+      params.stride_scores[out] =
+          total_mass - params.entry_cost[slot] * static_cast<double>(total_entries);
+      params.stride_phases[out] = 0;
+    }
+    return;
+  }
+  const Candidate best =
+      block_best(best_phase_of_thread(params, stride, slot, row_mass, row_entries, total_mass,
+                                      total_entries, part_mass, part_entries),
+                 warp_best);
+  if (threadIdx.x == 0) {
     params.stride_scores[out] = best.score;
     params.stride_phases[out] = best.index;
   }

@@ -5,6 +5,9 @@
 // when the space is compact and the band narrower than kNarrowBandKeys, else as a span split at the
 // space's ranges; every selected vertical < hi is a column.
 //
+// With the item boundary a tile reads its group's own spaces (KeySpaceTiles::view); with per-item
+// sinks also the sink keys its rows see, as columns.
+//
 // A block per tile marks those keys in the bitmaps of key_bitmaps.cuh and reads the records off
 // them: the sets are TileKeys's, so the records are the host's, whatever the selected lines.
 
@@ -62,11 +65,14 @@ __global__ void __launch_bounds__(kThreads)
   const VerticalSlashTile rows = geometry.tiles[position];
   const SpaceFrontiers* frontiers = geometry.frontiers + position * geometry.spaces;
 
-  // Keys read lie below key_end: each space's last visible compact key is its largest original one.
-  int64_t key_end = 0;
-  for (int32_t s = 0; s < geometry.spaces; ++s) {
+  const int32_t spaces = geometry.group_spaces(rows.group);
+  const int32_t sinks = geometry.tile_sinks != nullptr ? geometry.tile_sinks[position] : 0;
+  // Keys read lie below key_end: each space's last visible compact key is its largest original
+  // one, and the last sink the tile reads.
+  int64_t key_end = sinks > 0 ? geometry.sink_keys[sinks - 1] + 1 : 0;
+  for (int32_t s = 0; s < spaces; ++s) {
     if (frontiers[s].high < 1) continue;
-    const int64_t last = geometry.space[s].original(frontiers[s].high - 1) + 1;
+    const int64_t last = geometry.view(rows.group, s).original(frontiers[s].high - 1) + 1;
     key_end = last > key_end ? last : key_end;
   }
 
@@ -77,9 +83,13 @@ __global__ void __launch_bounds__(kThreads)
     columns = targets.fill.sections.columns + targets.fill.column_offsets[index];
   }
   const auto mark = [&](const Window& window) {
-    for (int32_t s = 0; s < geometry.spaces; ++s) {
-      mark_space(geometry.space[s], frontiers[s],
-                 selected.of(static_cast<int64_t>(rows.group) * geometry.spaces + s, slot), window);
+    for (int32_t s = 0; s < spaces; ++s) {
+      if (frontiers[s].high < 1) continue;
+      mark_space(geometry.view(rows.group, s), frontiers[s],
+                 selected.of(geometry.pair(rows.group, s), slot), window);
+    }
+    for (int32_t j = static_cast<int32_t>(threadIdx.x); j < sinks; j += kThreads) {
+      window.mark_column(geometry.sink_keys[j]);
     }
   };
   const bitmaps::RecordCounts total =

@@ -97,6 +97,23 @@ struct KeySpaceTiles {
   int64_t tiles_per_head = 0;
   int32_t spaces = 0;
   KeySpaceView space[kMaxKeySpaces];
+  // Item boundary (items::PairTable): group g reads the pairs [first_pair[g], first_pair[g + 1])
+  // in the views pair_space; null otherwise.
+  const int32_t* first_pair = nullptr;       // [groups + 1]
+  const KeySpaceView* pair_space = nullptr;  // [pairs]
+  // Per-item sinks: tile t reads sink_keys[0, tile_sinks[t]) as columns; null without them.
+  const int64_t* sink_keys = nullptr;
+  const int32_t* tile_sinks = nullptr;  // [tiles_per_head]
+
+  __device__ int32_t group_spaces(int32_t group) const {
+    return first_pair != nullptr ? first_pair[group + 1] - first_pair[group] : spaces;
+  }
+  __device__ int64_t pair(int32_t group, int32_t s) const {
+    return first_pair != nullptr ? first_pair[group] + s : static_cast<int64_t>(group) * spaces + s;
+  }
+  __device__ KeySpaceView view(int32_t group, int32_t s) const {
+    return pair_space != nullptr ? pair_space[pair(group, s)] : space[s];
+  }
 };
 
 // A block per tile of every head slot (head slot major): its span and column counts, as the host's

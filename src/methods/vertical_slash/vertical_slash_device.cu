@@ -23,6 +23,7 @@
 #include <cub/device/device_scan.cuh>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/common/cub_storage.cuh"
@@ -30,6 +31,7 @@
 #include "cuda/common/math.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
+#include "methods/estimate/item_spaces.h"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/vertical_slash/lines_device.cuh"
 #include "methods/vertical_slash/vertical_slash.h"
@@ -205,9 +207,22 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
   detail::RowOrder order;
   const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
   const bool two_d = mode == detail::BoundaryMode::kTwoD;
+  const bool item = mode == detail::BoundaryMode::kItem;
   if (two_d && !groups.empty()) build.spaces = groups.front().key_spaces;
+  if (item) {
+    items::PairTable table = items::pair_table(groups);
+    build.spaces = std::move(table.spaces);
+    build.first_pair = std::move(table.first_pair);
+    build.pair_width = table.width;
+  } else if (!build.sink_keys.empty() && !two_d) {
+    // Sinks take the key-space conversion: all keys as the one space of every group.
+    build.spaces = {detail::KeySpace::all_keys(shape.kv_len)};
+  }
+  const auto width = static_cast<std::size_t>(build.space_count());
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (two_d) build.own_space.push_back(static_cast<int32_t>(groups[g].primary));
+    if (!build.spaces.empty()) {
+      build.own_space.push_back(two_d || item ? static_cast<int32_t>(groups[g].primary) : 0);
+    }
     for (const detail::IndexRange& rows : groups[g].rows) {
       const auto first_tile = order.tiles.size();
       const auto first = static_cast<int64_t>(order.positions.size());
@@ -219,9 +234,17 @@ void arrange_query_groups(const PatternSpec& resolved_spec, const ModalityLayout
         const int64_t last_row = rows.begin + tile.end - 1 - first;
         build.head_tiles.push_back(
             geometry.tile_of(tile.begin, tile.end, first_row, last_row, static_cast<int32_t>(g)));
-        for (const detail::KeySpace& space : build.spaces) {
+        for (std::size_t s = 0; !build.spaces.empty() && s < width; ++s) {
+          const bool reads = s < groups[g].key_spaces.size();
           build.tile_frontiers.push_back(
-              space_frontiers(space, first_row, last_row, shape.causal_offset()));
+              reads ? space_frontiers(
+                          build.space_of(static_cast<int64_t>(g), static_cast<int64_t>(s)),
+                          first_row, last_row, shape.causal_offset())
+                    : SpaceFrontiers{});
+        }
+        if (!build.sink_keys.empty()) {
+          build.tile_sinks.push_back(
+              items::visible_sinks(build.sink_keys, last_row + shape.causal_offset()));
         }
       }
     }
@@ -245,21 +268,23 @@ void two_d_capacities(VerticalSlashBuild& build, int64_t& spans_per_head,
   for (std::size_t i = 0; i < build.tile_frontiers.size(); ++i) {
     const SpaceFrontiers& rows = build.tile_frontiers[i];
     if (rows.high < 1) continue;
-    const std::size_t s = i % space_count;
-    const std::vector<int64_t>& prefix = build.spaces[s].prefix();
+    const auto s = static_cast<int64_t>(i % space_count);
+    const detail::KeySpace& space = build.space_of(build.head_tiles[i / space_count].group, s);
+    const std::vector<int64_t>& prefix = space.prefix();
     const auto ranges_below = static_cast<int64_t>(
         std::lower_bound(prefix.begin(), prefix.end() - 1, rows.high) - prefix.begin());
     const int64_t band = rows.high - rows.low + 1;
     const int64_t slash_lines = std::min(build.slash, rows.high);
     spans_per_head += std::min(slash_lines, 1 + (rows.high - 1) / (band + 1)) + ranges_below - 1;
     int64_t narrow = 0;
-    if (!build.spaces[s].is_identity()) {
+    if (!space.is_identity()) {
       const int64_t widths = std::min(band, detail::kNarrowBandKeys - 1);
       narrow = widths * (widths + 1) / 2;
       if (band < detail::kNarrowBandKeys) narrow += std::min(slash_lines, rows.low - 1) * band;
     }
     columns_per_head += std::min(rows.high, std::min(build.vertical, rows.high) + narrow);
   }
+  for (const int32_t sinks : build.tile_sinks) columns_per_head += sinks;
 }
 
 // Copies `values` into device memory at `target` in stream order. From pageable memory the copy
@@ -299,16 +324,14 @@ void write_runs(const VerticalSlashBuild& build, const PlanSections& sections,
 // whose rows do not fit the estimate, so they are all taken before anything is queued.
 std::vector<EstimateExtents> selection_extents(const VerticalSlashBuild& build,
                                                const EstimateOperands& operands) {
-  const int64_t spaces = build.space_count();
   const bool two_d = !build.spaces.empty();
   std::vector<EstimateExtents> extents;
   for (int64_t g = 0; g < build.groups(); ++g) {
-    for (int64_t s = 0; s < spaces; ++s) {
+    for (int64_t s = 0; s < build.group_spaces(g); ++s) {
       if (two_d) {
-        extents.push_back(estimate_extents(operands, build.group_rows[static_cast<std::size_t>(g)],
-                                           build.spaces[static_cast<std::size_t>(s)],
-                                           build.own_space[static_cast<std::size_t>(g)] == s,
-                                           "vertical-slash"));
+        extents.push_back(estimate_extents(
+            operands, build.group_rows[static_cast<std::size_t>(g)], build.space_of(g, s),
+            build.own_space[static_cast<std::size_t>(g)] == s, "vertical-slash"));
       } else if (build.group_rows.empty()) {
         extents.push_back(estimate_extents(operands, build.last_q));
       } else {
@@ -348,6 +371,7 @@ struct VerticalSlashRegions {
   std::vector<EstimateRegions> estimates;  // one per selection
   std::size_t verticals, slashes, line_counts;
   std::size_t listed_tiles, frontiers, range_begins, range_prefixes;
+  std::size_t first_pair, pair_views, sink_keys, tile_sinks;  // item boundary, item sinks
   std::size_t span_counts, column_counts, span_offsets, column_offsets;
   std::size_t keys, sorted_keys, indices, temp;
 };
@@ -371,6 +395,11 @@ VerticalSlashRegions add_vertical_slash_regions(ScratchLayout& layout,
   at.frontiers = layout.add<SpaceFrontiers>(static_cast<int64_t>(build.tile_frontiers.size()));
   at.range_begins = layout.add<int64_t>(static_cast<int64_t>(arrays.range_begins.size()));
   at.range_prefixes = layout.add<int64_t>(static_cast<int64_t>(arrays.range_prefixes.size()));
+  at.first_pair = layout.add<int32_t>(static_cast<int64_t>(build.first_pair.size()));
+  at.pair_views = layout.add<KeySpaceView>(
+      build.first_pair.empty() ? 0 : static_cast<int64_t>(build.spaces.size()));
+  at.sink_keys = layout.add<int64_t>(static_cast<int64_t>(build.sink_keys.size()));
+  at.tile_sinks = layout.add<int32_t>(static_cast<int64_t>(build.tile_sinks.size()));
   at.span_counts = layout.add<int64_t>(tiles);
   at.column_counts = layout.add<int64_t>(tiles);
   at.span_offsets = layout.add<int64_t>(tiles);
@@ -382,25 +411,46 @@ VerticalSlashRegions add_vertical_slash_regions(ScratchLayout& layout,
   return at;
 }
 
-// The key spaces on the device over the listed tiles and their frontiers; all keys (no ranges)
-// without a 2D boundary. `begins` and `prefixes` are the device copies of key_space_arrays.
+// The key spaces on the device over the listed tiles and their frontiers, from `views` (the
+// spaces' views, items::space_views); all keys (no ranges) without a 2D boundary. With the item
+// boundary, each group's pairs (`first_pair`, `pair_views`: device copies); with item sinks, the
+// sink keys and each tile's count of them (device copies).
 KeySpaceTiles key_space_tiles(const VerticalSlashBuild& build,
                               const VerticalSlashTile* listed_tiles,
-                              const SpaceFrontiers* frontiers, const int64_t* begins,
-                              const int64_t* prefixes) {
-  KeySpaceTiles space_tiles{
-      listed_tiles, frontiers, build.tiles_per_head, static_cast<int32_t>(build.spaces.size()), {}};
-  int64_t first_range = 0;
-  for (std::size_t s = 0; s < build.spaces.size(); ++s) {
-    const detail::KeySpace& space = build.spaces[s];
-    const auto ranges = static_cast<int64_t>(space.ranges().size());
-    if (!space.is_identity()) {
-      space_tiles.space[s] = {begins + first_range, prefixes + first_range + s,
-                              static_cast<int32_t>(ranges), true};
-    }
-    first_range += ranges;
+                              const SpaceFrontiers* frontiers,
+                              const std::vector<KeySpaceView>& views, std::byte* base,
+                              const VerticalSlashRegions& at) {
+  KeySpaceTiles space_tiles{listed_tiles,
+                            frontiers,
+                            build.tiles_per_head,
+                            static_cast<int32_t>(build.spaces.empty() ? 0 : build.space_count()),
+                            {}};
+  if (build.first_pair.empty()) {
+    for (std::size_t s = 0; s < views.size(); ++s) space_tiles.space[s] = views[s];
+  } else {
+    space_tiles.first_pair = region<int32_t>(base, at.first_pair);
+    space_tiles.pair_space = region<KeySpaceView>(base, at.pair_views);
+  }
+  if (!build.sink_keys.empty()) {
+    space_tiles.sink_keys = region<int64_t>(base, at.sink_keys);
+    space_tiles.tile_sinks = region<int32_t>(base, at.tile_sinks);
   }
   return space_tiles;
+}
+
+// The item boundary's pairs and the item sinks into their regions (none without them).
+void copy_item_arrays(const VerticalSlashBuild& build, const std::vector<KeySpaceView>& views,
+                      std::byte* base, const VerticalSlashRegions& at, cudaStream_t stream) {
+  copy_to_device(region<int32_t>(base, at.first_pair), build.first_pair, stream,
+                 "vertical-slash index: cudaMemcpyAsync item pairs");
+  if (!build.first_pair.empty()) {
+    copy_to_device(region<KeySpaceView>(base, at.pair_views), views, stream,
+                   "vertical-slash index: cudaMemcpyAsync item pair views");
+  }
+  copy_to_device(region<int64_t>(base, at.sink_keys), build.sink_keys, stream,
+                 "vertical-slash index: cudaMemcpyAsync item sinks");
+  copy_to_device(region<int32_t>(base, at.tile_sinks), build.tile_sinks, stream,
+                 "vertical-slash index: cudaMemcpyAsync tile sinks");
 }
 
 // Where the selections write their lines: [selections, slots, capacity] line arrays and
@@ -415,7 +465,7 @@ struct LineArrays {
 // Each selection's estimate, then its slots' top vertical and slash lines.
 void estimate_and_select(const VerticalSlashBuild& build, const EstimateOperands& operands,
                          const std::vector<EstimateExtents>& extents,
-                         const VerticalSlashRegions& at, const KeySpaceTiles& space_tiles,
+                         const VerticalSlashRegions& at, const std::vector<KeySpaceView>& views,
                          std::byte* base, const LineCapacities& capacity, const LineArrays& lines,
                          cudaStream_t stream) {
   const bool two_d = !build.spaces.empty();
@@ -424,7 +474,9 @@ void estimate_and_select(const VerticalSlashBuild& build, const EstimateOperands
   for (std::size_t e = 0; e < extents.size(); ++e) {
     const EstimateExtents& selection = extents[e];
     const EstimateScratch estimate = estimate_scratch(base, at.estimates[e]);
-    const KeySpaceView keys = two_d ? space_tiles.space[e % spaces] : KeySpaceView{};
+    // Selections are (group, space) pairs in pair order: with the item boundary one view each.
+    const std::size_t view = build.first_pair.empty() ? e % spaces : e;
+    const KeySpaceView keys = two_d ? views[view] : KeySpaceView{};
     launch_estimate(operands, selection, estimate, stream, keys);
     if (selection.scores == 0) continue;
     const int64_t first = static_cast<int64_t>(e) * slots;
@@ -517,10 +569,12 @@ VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const P
   build.slash = budgets.slash;
   build.sink = budgets.sink;
   build.local = budgets.local;
-  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kTwoD);
+  const detail::BoundaryMode mode = checked_boundary(resolved_spec, detail::BoundaryMode::kItem);
   build.last_q = checked_estimate_queries(resolved_spec, shape);
+  build.sink_keys = items::spec_sink_keys(resolved_spec, shape, layout);
   const TileGeometry geometry = tile_geometry(shape);
-  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD) {
+  if (mode == detail::BoundaryMode::kQuery || mode == detail::BoundaryMode::kTwoD ||
+      mode == detail::BoundaryMode::kItem || !build.sink_keys.empty()) {
     arrange_query_groups(resolved_spec, layout, mode, build);
   } else {
     build.tiles_per_head = geometry.tiles_per_head;
@@ -604,11 +658,13 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
                  "vertical-slash index: cudaMemcpyAsync range prefixes");
   write_runs(build, sections, stream);
 
+  const std::vector<KeySpaceView> views = items::space_views(build.spaces, begins, prefixes);
+  copy_item_arrays(build, views, base, at, stream);
   const KeySpaceTiles space_tiles =
-      key_space_tiles(build, listed_tiles, frontiers, begins, prefixes);
+      key_space_tiles(build, listed_tiles, frontiers, views, base, at);
   const LineArrays lines{region<int32_t>(base, at.verticals), region<int32_t>(base, at.slashes),
                          line_counts, line_counts + selections};
-  estimate_and_select(build, operands, extents, at, space_tiles, base, capacity, lines, stream);
+  estimate_and_select(build, operands, extents, at, views, base, capacity, lines, stream);
 
   const SelectedLines selected{
       slots,         lines.verticals, capacity.vertical, lines.vertical_counts,
