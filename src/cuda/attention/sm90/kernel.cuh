@@ -58,11 +58,14 @@ class IssueTurns {
 // The software pipeline's state between chunks: chunk j's Q·K^T runs while chunk j-1's P·V is
 // issued, and chunk j's softmax runs while that P·V completes, so one chunk's probabilities wait
 // for their P·V. A chunk's stage is released once its P·V has completed (every wgmma of this warp
-// that read the stage). The probabilities and corrections stay local arrays of consume_tile, and
-// the P·V flush and the fold of the scores stay lambdas there: with the arrays in this struct, or
-// either lambda a function, nvcc numbers the loop's values differently and ptxas allocates other
-// uniform registers (in the dense two-warpgroup kernel it also rebuilds the final P·V's
-// descriptors per wgmma); as it is, every wgmma kernel keeps the SASS it was measured with.
+// that read the stage). The corrections, factors that take the output to the newest chunk's
+// maxima, are applied as soon as no P·V is in flight, so that the output is always at the pending
+// chunk's maxima when its P·V is issued. The probabilities and corrections stay local arrays of
+// consume_tile, and the P·V flush and the fold of the scores stay lambdas there: with the arrays
+// in this struct, or either lambda a function, nvcc numbers the loop's values differently and
+// ptxas allocates other uniform registers (in the dense two-warpgroup kernel it also rebuilds the
+// final P·V's descriptors per wgmma); as it is, every wgmma kernel keeps the SASS it was measured
+// with.
 struct PendingChunk {
   bool pending = false;  // the probabilities hold a chunk whose P·V is not yet issued
   int stage = 0;         // the stage that chunk holds
@@ -119,21 +122,42 @@ __device__ __forceinline__ void drain_pending(
   }
 }
 
-// Original positions of the warpgroup's rows, one thread per row, whole warps.
+// The warpgroup's rows before their first chunk: their original positions (one thread per row,
+// whole warps), then the copies of their query rows and, beside them, their resumed state.
 template <class Traits>
-__device__ __forceinline__ void find_warpgroup_rows(const AttentionParams& params,
-                                                    const TileWork& work, int warpgroup, int thread,
-                                                    int32_t* rows /* [kWarpgroupRows] shared */) {
+__device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
+                                           const AttentionParams& params, const TileWork& work,
+                                           int warpgroup, int thread,
+                                           OnlineSoftmax<Traits>& softmax,
+                                           float (&output)[Traits::kOutputTiles][4]) {
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
+  const int lane = thread % kWarpSize;
+  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
+  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
+  int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
   if (thread < Traits::kWarpgroupRows) {
     rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
+  }
+  // Positions steer the loads and masks.
+  named_barrier_sync(barrier, kWarpgroupThreads);
+  WgmmaMainloop<Traits>::start_query_load(storage, params, work, warpgroup, thread);
+  // The resumed rows' loads wait beside the query's copies, not after them.
+  if (params.accumulate) {
+    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
+                        lane, softmax, output);
   }
 }
 
 // One consumer warpgroup's 64 rows of the tile: their query rows, resumed state and mask bounds,
 // then every chunk through the pipeline, then the epilogue. `lattice_step`: the step of the plan's
 // lattice records (0 without any).
+// Each wgmma group is waited for on the path that issued it: the compiler serialises every wgmma
+// when a group may still run where two paths merge. With a chunk pending, ptxas schedules the wait
+// for its P·V ahead of the softmax (the softmax then starts once the P·V has completed). Keeping it
+// after needs a branch around it, and wgmma.wait_group is .aligned: only a warpgroup-wide decision
+// is legal, and its barrier cost more than the overlap gained (docs/history/perf-notes.md, v16 to
+// v19).
 template <class Traits>
 __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
                              int32_t lattice_step, const TileWork& work, int warpgroup,
@@ -145,17 +169,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
 
-  find_warpgroup_rows<Traits>(params, work, warpgroup, thread, rows);
-  named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
-
-  Mainloop::start_query_load(storage, params, work, warpgroup, thread);
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
-  // The resumed rows' loads wait beside the query's copies, not after them.
-  if (params.accumulate) {
-    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
-                        lane, softmax, output);
-  }
+  start_rows(storage, params, work, warpgroup, thread, softmax, output);
   // The rows' bounds (shared memory only) are found while the query copies are in flight.
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, params.plan.token_info, lattice_step,
                              storage, consumer_warp, lane);
@@ -165,9 +181,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
 
   // The software pipeline over the chunks (PendingChunk says how the products overlap).
   typename Mainloop::Probabilities probabilities;
-  // Factors that take `output` to the newest chunk's maxima; applied as soon as no P·V is in
-  // flight, so that `output` is always at the pending chunk's maxima when its P·V is issued.
-  float corrections[Softmax::kRowsPerThread] = {};
+  float corrections[Softmax::kRowsPerThread] = {};  // to the newest chunk's maxima
   PendingChunk pending;
   const auto flush_pending = [&] {
     Mainloop::issue_output(storage, pending.stage, probabilities, output);
@@ -200,18 +214,12 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       softmax.fold(scores, corrections);
     };
     Mainloop::issue_scores(storage, stage, warpgroup, scores);
-    // Each wgmma group is waited for on the path that issued it: the compiler serialises every
-    // wgmma when a group may still run where two paths merge.
-    if (pending.pending) {
+    if (pending.pending) {  // each wgmma group is waited for on the path that issued it
       Mainloop::issue_output(storage, pending.stage, probabilities, output);
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
       fold_scores();
-      // ptxas schedules this wait ahead of the softmax (the softmax then starts once the P·V has
-      // completed). Keeping it after needs a branch around it, and wgmma.wait_group is .aligned:
-      // only a warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
-      // (docs/history/perf-notes.md, v16 to v19).
-      warpgroup_wait<0>();
+      warpgroup_wait<0>();  // the P·V (ptxas moves it ahead of the softmax: see above)
       pin_accumulators(output);
       if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
       Mainloop::pin_fragments(probabilities);
