@@ -58,14 +58,16 @@ class IssueTurns {
 // The software pipeline's state between chunks: chunk j's Q·K^T runs while chunk j-1's P·V is
 // issued, and chunk j's softmax runs while that P·V completes, so one chunk's probabilities wait
 // for their P·V. A chunk's stage is released once its P·V has completed (every wgmma of this warp
-// that read the stage).
-template <class Traits>
+// that read the stage). The corrections, factors that take the output to the newest chunk's
+// maxima, are applied as soon as no P·V is in flight, so that the output is always at the pending
+// chunk's maxima when its P·V is issued. The probabilities and corrections stay local arrays of
+// consume_tile, and the P·V flush and the fold of the scores stay lambdas there: with the arrays
+// in this struct, or either lambda a function, nvcc numbers the loop's values differently and
+// ptxas allocates other uniform registers (in the dense two-warpgroup kernel it also rebuilds the
+// final P·V's descriptors per wgmma); as it is, every wgmma kernel keeps the SASS it was measured
+// with.
 struct PendingChunk {
-  typename WgmmaMainloop<Traits>::Probabilities probabilities;
-  // Factors that take the output to the newest chunk's maxima; applied as soon as no P·V is in
-  // flight, so that the output is always at the pending chunk's maxima when its P·V is issued.
-  float corrections[OnlineSoftmax<Traits>::kRowsPerThread] = {};
-  bool pending = false;  // `probabilities` hold a chunk whose P·V is not yet issued
+  bool pending = false;  // the probabilities hold a chunk whose P·V is not yet issued
   int stage = 0;         // the stage that chunk holds
 };
 
@@ -75,44 +77,20 @@ __device__ __forceinline__ void release_stage(WgmmaSharedStorage<Traits>& storag
   if (lane == 0) barrier_arrive(shared_address(&storage.chunk_consumed[stage]));
 }
 
-// The pending chunk's P·V, issued and completed now.
-template <class Traits>
-__device__ __forceinline__ void flush_pending(WgmmaSharedStorage<Traits>& storage,
-                                              PendingChunk<Traits>& pending, int lane,
-                                              float (&output)[Traits::kOutputTiles][4]) {
-  WgmmaMainloop<Traits>::issue_output(storage, pending.stage, pending.probabilities, output);
-  warpgroup_wait<0>();
-  pin_accumulators(output);
-  WgmmaMainloop<Traits>::pin_fragments(pending.probabilities);
-  release_stage(storage, pending.stage, lane);
-  pending.pending = false;
-}
-
-// Raw scores, masked, folded into the softmax; once the scores' group has completed.
-template <class Traits>
-__device__ __forceinline__ void fold_scores(float (&scores)[Traits::kScoreTiles][4],
-                                            ChunkCoverage coverage, const KeyChunk& chunk,
-                                            WarpgroupMask<Traits>& mask,
-                                            OnlineSoftmax<Traits>& softmax,
-                                            PendingChunk<Traits>& pending, int lane) {
-  pin_accumulators(scores);
-  if (coverage == ChunkCoverage::kPartial) mask.apply(scores, chunk, lane);
-  softmax.fold(scores, pending.corrections);
-}
-
 // Waits for `chunk`'s stage (the current one of `state`, which moves on) and classifies it.
-template <class Traits>
+// `flush_pending` issues and completes the pending chunk's P·V.
+template <class Traits, class FlushPending>
 __device__ __forceinline__ ChunkCoverage await_chunk(WgmmaSharedStorage<Traits>& storage,
                                                      int warpgroup, int lane, const KeyChunk& chunk,
                                                      PipelineState<Traits::kStages>& state,
                                                      WarpgroupMask<Traits>& mask,
-                                                     PendingChunk<Traits>& pending,
-                                                     float (&output)[Traits::kOutputTiles][4]) {
+                                                     const PendingChunk& pending,
+                                                     const FlushPending& flush_pending) {
   const int stage = state.stage;
   // After skipped chunks the ring can come round to the stage the pending chunk still holds; the
   // producer refills it only once it is released. Out of turn, like the wait for the chunk: a
   // warpgroup holding the turn never waits on the other's progress.
-  if (pending.pending && stage == pending.stage) flush_pending(storage, pending, lane, output);
+  if (pending.pending && stage == pending.stage) flush_pending();
   barrier_wait(shared_address(&storage.chunk_loaded[stage]), state.phase);
   state.advance();
   // Gathered rows were written by cp.async (the generic proxy); wgmma reads them.
@@ -127,38 +105,59 @@ __device__ __forceinline__ ChunkCoverage await_chunk(WgmmaSharedStorage<Traits>&
 
 // After the last chunk: the pending chunk's P·V, issued in the warpgroup's turn.
 template <class Traits>
-__device__ __forceinline__ void drain_pending(WgmmaSharedStorage<Traits>& storage, int lane,
-                                              const IssueTurns<Traits>& turns,
-                                              PendingChunk<Traits>& pending,
-                                              float (&output)[Traits::kOutputTiles][4]) {
+__device__ __forceinline__ void drain_pending(
+    WgmmaSharedStorage<Traits>& storage, int lane, const IssueTurns<Traits>& turns,
+    const PendingChunk& pending, typename WgmmaMainloop<Traits>::Probabilities& probabilities,
+    float (&output)[Traits::kOutputTiles][4]) {
   turns.wait();
   if (pending.pending) {
-    WgmmaMainloop<Traits>::issue_output(storage, pending.stage, pending.probabilities, output);
+    WgmmaMainloop<Traits>::issue_output(storage, pending.stage, probabilities, output);
     turns.pass();
     warpgroup_wait<0>();
     pin_accumulators(output);
-    WgmmaMainloop<Traits>::pin_fragments(pending.probabilities);
+    WgmmaMainloop<Traits>::pin_fragments(probabilities);
     release_stage(storage, pending.stage, lane);
   } else {
     turns.pass();
   }
 }
 
-// Original positions of the warpgroup's rows, one thread per row, whole warps.
+// The warpgroup's rows before their first chunk: their original positions (one thread per row,
+// whole warps), then the copies of their query rows and, beside them, their resumed state.
 template <class Traits>
-__device__ __forceinline__ void find_warpgroup_rows(const AttentionParams& params,
-                                                    const TileWork& work, int warpgroup, int thread,
-                                                    int32_t* rows /* [kWarpgroupRows] shared */) {
+__device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
+                                           const AttentionParams& params, const TileWork& work,
+                                           int warpgroup, int thread,
+                                           OnlineSoftmax<Traits>& softmax,
+                                           float (&output)[Traits::kOutputTiles][4]) {
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
+  const int lane = thread % kWarpSize;
+  const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
+  const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
+  int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
   if (thread < Traits::kWarpgroupRows) {
     rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
+  }
+  // Positions steer the loads and masks.
+  named_barrier_sync(barrier, kWarpgroupThreads);
+  WgmmaMainloop<Traits>::start_query_load(storage, params, work, warpgroup, thread);
+  // The resumed rows' loads wait beside the query's copies, not after them.
+  if (params.accumulate) {
+    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
+                        lane, softmax, output);
   }
 }
 
 // One consumer warpgroup's 64 rows of the tile: their query rows, resumed state and mask bounds,
 // then every chunk through the pipeline, then the epilogue. `lattice_step`: the step of the plan's
 // lattice records (0 without any).
+// Each wgmma group is waited for on the path that issued it: the compiler serialises every wgmma
+// when a group may still run where two paths merge. With a chunk pending, ptxas schedules the wait
+// for its P·V ahead of the softmax (the softmax then starts once the P·V has completed). Keeping it
+// after needs a branch around it, and wgmma.wait_group is .aligned: only a warpgroup-wide decision
+// is legal, and its barrier cost more than the overlap gained (docs/history/perf-notes.md, v16 to
+// v19).
 template <class Traits>
 __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
                              int32_t lattice_step, const TileWork& work, int warpgroup,
@@ -170,17 +169,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
 
-  find_warpgroup_rows<Traits>(params, work, warpgroup, thread, rows);
-  named_barrier_sync(barrier, kWarpgroupThreads);  // positions steer the loads and masks
-
-  Mainloop::start_query_load(storage, params, work, warpgroup, thread);
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
-  // The resumed rows' loads wait beside the query's copies, not after them.
-  if (params.accumulate) {
-    resume_rows<Traits>(params, work, rows + consumer_warp % kWarpgroupWarps * Traits::kRowsPerWarp,
-                        lane, softmax, output);
-  }
+  start_rows(storage, params, work, warpgroup, thread, softmax, output);
   // The rows' bounds (shared memory only) are found while the query copies are in flight.
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, params.plan.token_info, lattice_step,
                              storage, consumer_warp, lane);
@@ -189,7 +180,17 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
   mask.gather_bounds(storage, warpgroup);
 
   // The software pipeline over the chunks (PendingChunk says how the products overlap).
-  PendingChunk<Traits> pending;
+  typename Mainloop::Probabilities probabilities;
+  float corrections[Softmax::kRowsPerThread] = {};  // to the newest chunk's maxima
+  PendingChunk pending;
+  const auto flush_pending = [&] {
+    Mainloop::issue_output(storage, pending.stage, probabilities, output);
+    warpgroup_wait<0>();
+    pin_accumulators(output);
+    Mainloop::pin_fragments(probabilities);
+    release_stage(storage, pending.stage, lane);
+    pending.pending = false;
+  };
   IssueTurns<Traits> turns(warpgroup);
   KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
       work.tile, work.first_range, params.plan.spans);
@@ -198,7 +199,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;
     const ChunkCoverage coverage =
-        await_chunk(storage, warpgroup, lane, chunk, state, mask, pending, output);
+        await_chunk(storage, warpgroup, lane, chunk, state, mask, pending, flush_pending);
     turns.wait();
     if (coverage == ChunkCoverage::kNone) {
       turns.pass();
@@ -206,34 +207,34 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
       continue;
     }
     float scores[Traits::kScoreTiles][4];
+    // Raw scores, masked, folded into the softmax; once the scores' group has completed.
+    const auto fold_scores = [&] {
+      pin_accumulators(scores);
+      if (coverage == ChunkCoverage::kPartial) mask.apply(scores, chunk, lane);
+      softmax.fold(scores, corrections);
+    };
     Mainloop::issue_scores(storage, stage, warpgroup, scores);
-    // Each wgmma group is waited for on the path that issued it: the compiler serialises every
-    // wgmma when a group may still run where two paths merge.
-    if (pending.pending) {
-      Mainloop::issue_output(storage, pending.stage, pending.probabilities, output);
+    if (pending.pending) {  // each wgmma group is waited for on the path that issued it
+      Mainloop::issue_output(storage, pending.stage, probabilities, output);
       turns.pass();
       warpgroup_wait<1>();  // the scores, the older group
-      fold_scores(scores, coverage, chunk, mask, softmax, pending, lane);
-      // ptxas schedules this wait ahead of the softmax (the softmax then starts once the P·V has
-      // completed). Keeping it after needs a branch around it, and wgmma.wait_group is .aligned:
-      // only a warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
-      // (docs/history/perf-notes.md, v16 to v19).
-      warpgroup_wait<0>();
+      fold_scores();
+      warpgroup_wait<0>();  // the P·V (ptxas moves it ahead of the softmax: see above)
       pin_accumulators(output);
-      if (Softmax::moved(pending.corrections)) Softmax::rescale(output, pending.corrections);
-      Mainloop::pin_fragments(pending.probabilities);
+      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
+      Mainloop::pin_fragments(probabilities);
       release_stage(storage, pending.stage, lane);
     } else {
       turns.pass();
       warpgroup_wait<0>();
-      fold_scores(scores, coverage, chunk, mask, softmax, pending, lane);
-      if (Softmax::moved(pending.corrections)) Softmax::rescale(output, pending.corrections);
+      fold_scores();
+      if (Softmax::moved(corrections)) Softmax::rescale(output, corrections);
     }
-    Mainloop::pack_probabilities(scores, pending.probabilities);
+    Mainloop::pack_probabilities(scores, probabilities);
     pending.pending = true;
     pending.stage = stage;
   }
-  drain_pending(storage, lane, turns, pending, output);
+  drain_pending(storage, lane, turns, pending, probabilities, output);
   turns.finish();
 
   float lse[Softmax::kRowsPerThread];
