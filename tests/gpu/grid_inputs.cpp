@@ -1,5 +1,7 @@
 #include "grid_inputs.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 
 #include "methods/estimate/dynamic_head.h"
@@ -159,6 +161,18 @@ Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
         });
   }
   return builder.finish();
+}
+
+int64_t expect_clear_lines_equal(const HostGridSearch& search,
+                                 const std::vector<detail::GridLines>& built) {
+  int64_t clear = 0;
+  for (std::size_t i = 0; i < search.lines.size() && i < built.size(); ++i) {
+    if (!search.clear(i)) continue;
+    ++clear;
+    EXPECT_EQ(built[i].stride, search.lines[i].stride) << "search " << i;
+    EXPECT_EQ(built[i].phase, search.lines[i].phase) << "search " << i;
+  }
+  return clear;
 }
 
 }  // namespace mmsparse::test

@@ -47,6 +47,11 @@ HostGridSearch host_grouped_grid_search(const PatternSpec& resolved, const PlanS
                                         const PatternInputs& inputs, const ModalityLayout& layout,
                                         const std::vector<int64_t>& heads = {});
 
+// Expects the device's lines `built` (in `search`'s order) to equal the host search's wherever it
+// chose clearly; returns how many searches were clear.
+int64_t expect_clear_lines_equal(const HostGridSearch& search,
+                                 const std::vector<detail::GridLines>& built);
+
 // The host builder's plan of the given lines (host_grouped_grid_search's order; one pair per slot
 // without a Q/2D boundary): the conversion's oracle.
 Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,

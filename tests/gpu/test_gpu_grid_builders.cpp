@@ -117,13 +117,7 @@ int64_t check_grid(const PatternSpec& spec, const ProblemSize& size, const Atten
   int64_t clear = 0;
   std::vector<detail::GridLines> lines = built.lines;
   if (shape.q_len > 0) {
-    const HostGridSearch search = host_grid_search(resolved, shape, host_inputs);
-    for (std::size_t slot = 0; slot < lines.size(); ++slot) {
-      if (!search.clear(slot)) continue;
-      ++clear;
-      EXPECT_EQ(lines[slot].stride, search.lines[slot].stride) << "head slot " << slot;
-      EXPECT_EQ(lines[slot].phase, search.lines[slot].phase) << "head slot " << slot;
-    }
+    clear = expect_clear_lines_equal(host_grid_search(resolved, shape, host_inputs), lines);
   } else {
     lines.assign(static_cast<std::size_t>(shape.head_slots()), {});
   }
@@ -330,12 +324,7 @@ int64_t check_grouped_grid(const PatternSpec& spec, const QueryBoundaryProblem& 
     const HostGridSearch search =
         host_grouped_grid_search(resolved, shape, host_inputs, problem.layout);
     EXPECT_EQ(search.lines.size(), built.lines.size());
-    for (std::size_t i = 0; i < search.lines.size() && i < built.lines.size(); ++i) {
-      if (!search.clear(i)) continue;
-      ++clear;
-      EXPECT_EQ(built.lines[i].stride, search.lines[i].stride) << "search " << i;
-      EXPECT_EQ(built.lines[i].phase, search.lines[i].phase) << "search " << i;
-    }
+    clear = expect_clear_lines_equal(search, built.lines);
   }
   Plan host = host_grid_plan(resolved, shape, host_inputs, built.lines, &problem.layout);
   SCOPED_TRACE(host.summary());

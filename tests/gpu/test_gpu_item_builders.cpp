@@ -267,12 +267,7 @@ int64_t expect_item_grid(const PatternSpec& spec, const QueryBoundaryProblem& pr
     const HostGridSearch search =
         host_grouped_grid_search(resolved, shape, host_inputs, problem.layout);
     EXPECT_EQ(search.lines.size(), built.lines.size());
-    for (std::size_t i = 0; i < search.lines.size() && i < built.lines.size(); ++i) {
-      if (!search.clear(i)) continue;
-      ++clear;
-      EXPECT_EQ(built.lines[i].stride, search.lines[i].stride) << "search " << i;
-      EXPECT_EQ(built.lines[i].phase, search.lines[i].phase) << "search " << i;
-    }
+    clear = expect_clear_lines_equal(search, built.lines);
   }
   Plan host = host_grid_plan(resolved, shape, host_inputs, built.lines, &problem.layout);
   SCOPED_TRACE(host.summary());
