@@ -96,6 +96,8 @@ def check_args(parser, args):
                  "oracle_timeout_s"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.flashinfer_block < 1:
+        parser.error(f"--flashinfer-block must be at least 1, got {args.flashinfer_block}")
     for target in args.search_targets:
         if not 0.0 < target <= 1.0:
             parser.error(f"--search-targets must be in (0, 1], got {target}")
