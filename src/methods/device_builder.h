@@ -6,11 +6,10 @@
 //
 // Registration. The registry entry (methods/registry.h) owns the builder through its `device`
 // slot. The method's device file, compiled only in CUDA builds (the DEVICE sources of
-// mmsparse_method_sources), defines the builder and a DeviceBuilderRegistration naming the entry
-// through the function of the method's own header that returns it:
+// mmsparse_method_sources), defines the builder and one RegisteredDeviceBuilder naming its entries
+// through the functions of the method's own header that return them:
 //
-//   const VerticalSlashDeviceBuilder kBuilder;
-//   const DeviceBuilderRegistration kRegistration(vertical_slash_entry(), kBuilder);
+//   const RegisteredDeviceBuilder<VecDeviceBuilder> kBuilder(vec_entry());
 //
 // Nothing references that object file; it lives in the mmsparse_cuda library, which consumers link
 // whole (mmsparse::cuda, src/CMakeLists.txt), so the registration is kept. A CPU-only build
@@ -22,6 +21,7 @@
 // a builder whose tile count is data-dependent stores each head slot's real tiles slot by slot,
 // followed by empty tiles (no rows) that belong to no head slot.
 
+#include <concepts>
 #include <cstdint>
 #include <vector>
 
@@ -81,7 +81,56 @@ class DeviceBuilder {
   }
 };
 
-// Attaches `builder` to `entry` during static initialisation (see above).
+// The builder of a method whose plan needs no device q and k (the spec, the shape and the layout
+// decide it) and is the same for every head slot, so a per-head config builds one slot and
+// replicates it. The method supplies the plan and its masks (mask_policies, and
+// mask_policies_for_layout where their order follows the layout).
+class ReplicatedDeviceBuilder : public DeviceBuilder {
+ public:
+  bool estimates() const final { return false; }
+  bool replicates_one_head() const final { return true; }
+  bool builds(const PatternSpec&, const PlanShape&, const ModalityLayout*) const override {
+    return true;
+  }
+  DeviceSection build(const PatternSpec& resolved_spec, const PlanShape& shape,
+                      const ModalityLayout* layout, const cuda::EstimateOperands*,
+                      void* stream) const final {
+    DeviceSection section;
+    section.plan = build_plan(resolved_spec, shape, layout, stream, &section.runs);
+    // Every head slot holds the same number of tiles.
+    const int64_t slots = shape.head_slots();
+    section.max_slot_tiles = slots > 0 ? section.plan.num_tiles() / slots : 0;
+    return section;
+  }
+
+ protected:
+  // The plan of every head slot of `shape`, asynchronous on `stream`. `runs`: set to its run
+  // record count where its query order is not the identity; left at 0 where it is.
+  virtual cuda::DevicePlan build_plan(const PatternSpec& resolved_spec, const PlanShape& shape,
+                                      const ModalityLayout* layout, void* stream,
+                                      int64_t* runs) const = 0;
+};
+
+// Owns one `Builder` and attaches it to every entry given during static initialisation (see
+// above), so that one method's builder may serve several entries (the static patterns, the
+// BlindSight templates). Entries keep its address: it is neither copied nor moved.
+template <std::derived_from<DeviceBuilder> Builder>
+class RegisteredDeviceBuilder {
+ public:
+  template <std::same_as<PatternEntry>... Entries>
+  explicit RegisteredDeviceBuilder(Entries&... entries) {
+    static_assert(sizeof...(entries) > 0, "name the entries the builder serves");
+    ((entries.device = &builder_), ...);
+  }
+  RegisteredDeviceBuilder(const RegisteredDeviceBuilder&) = delete;
+  RegisteredDeviceBuilder& operator=(const RegisteredDeviceBuilder&) = delete;
+
+ private:
+  Builder builder_;
+};
+
+// Attaches `builder` to `entry` during static initialisation: the one-entry form that
+// RegisteredDeviceBuilder generalises, for builders defined apart from their registration.
 class DeviceBuilderRegistration {
  public:
   DeviceBuilderRegistration(PatternEntry& entry, const DeviceBuilder& builder) {

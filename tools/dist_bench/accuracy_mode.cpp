@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include "accuracy.h"
 #include "bench_inputs.h"
@@ -51,12 +52,12 @@ bool exact_rows_recall_one(const std::vector<AccuracyRow>& rows) {
 
 int run_accuracy(const BenchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const Workload workload = Workload::create(workload_spec(options));
+  HostProblem problem = make_host_problem(options);
   AccuracyInputs inputs;
-  inputs.host = workload.materialize(DType::kBFloat16);
-  inputs.query_len = query_length(options, workload);
-  inputs.context_len = workload.seq_len() - inputs.query_len;
-  inputs.needles = workload.needles();
+  inputs.host = std::move(problem.host);
+  inputs.query_len = problem.query_len;
+  inputs.context_len = problem.context_len;
+  inputs.needles = std::move(problem.needles);
   std::optional<DeviceTensor> q, k, v;
   RowCopy copy;
   if (options.accuracy_on_cpu) {
@@ -80,7 +81,7 @@ int run_accuracy(const BenchOptions& options) {
   const std::vector<AccuracyRow> rows = accuracy_sweep(sweep, inputs, copy);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const WorkloadSpec& spec = workload.spec();
+  const WorkloadSpec& spec = problem.spec;
   std::string worlds;
   for (const int world : options.accuracy_worlds) {
     worlds += (worlds.empty() ? "" : ", ") + std::to_string(world);
@@ -88,7 +89,7 @@ int run_accuracy(const BenchOptions& options) {
   const std::string title = fmt::format(
       "Spava accuracy vs l_a, l_p (SYNTHETIC {}: {} tokens = {} context + {} query, {} needles, "
       "heads {}/{}, head_dim {}, bf16; {} in-process ranks on {}; {:.1f} s)",
-      spec.preset, workload.seq_len(), inputs.context_len, inputs.query_len, inputs.needles.size(),
+      spec.preset, problem.total_len(), inputs.context_len, inputs.query_len, inputs.needles.size(),
       spec.q_heads, spec.kv_heads, spec.head_dim, worlds,
       options.accuracy_on_cpu ? "the CPU" : "GPU 0", seconds);
   print_accuracy(rows, title);

@@ -60,6 +60,17 @@ int64_t query_length(const BenchOptions& options, const Workload& workload) {
   return options.query_len > 0 ? options.query_len : std::max<int64_t>(question, 1);
 }
 
+HostProblem make_host_problem(const BenchOptions& options) {
+  const Workload workload = Workload::create(workload_spec(options));
+  HostProblem problem;
+  problem.spec = workload.spec();
+  problem.query_len = query_length(options, workload);
+  problem.context_len = workload.seq_len() - problem.query_len;
+  problem.host = workload.materialize(DType::kBFloat16);
+  problem.needles = workload.needles();
+  return problem;
+}
+
 DeviceProblem generate_on_ranks(const BenchOptions& options, dist::Communicator& communicator,
                                 cudaStream_t stream, int threads) {
   const Workload workload = Workload::create(workload_spec(options));

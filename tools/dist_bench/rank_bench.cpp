@@ -62,29 +62,6 @@ struct Watch {
   }
 };
 
-struct Problem {
-  Workload::Tensors host;  // [1, length, heads, head_dim] bf16
-  std::vector<Needle> needles;
-  int64_t context_len = 0;
-  int64_t query_len = 0;
-  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t length() const { return context_len + query_len; }
-};
-
-// The whole problem on the host, for --check's references (short sequences).
-Problem make_problem(const BenchOptions& options) {
-  const Workload workload = Workload::create(workload_spec(options));
-  Problem problem;
-  problem.query_len = query_length(options, workload);
-  problem.context_len = workload.seq_len() - problem.query_len;
-  problem.q_heads = workload.spec().q_heads;
-  problem.kv_heads = workload.spec().kv_heads;
-  problem.head_dim = workload.spec().head_dim;
-  problem.host = workload.materialize(DType::kBFloat16);
-  problem.needles = workload.needles();
-  return problem;
-}
-
 // Median milliseconds of `work` between a barrier and a synchronize, after the warm-up.
 double time_runs(Communicator& communicator, cudaStream_t stream, const BenchOptions& options,
                  const Watch& watch, const std::string& name, const std::function<void()>& work,
@@ -205,9 +182,9 @@ Shape shape_of(const DeviceProblem& problem) {
           q.shape[2],          problem.k.view().shape[2], q.shape[3]};
 }
 
-Shape shape_of(const Problem& problem) {
-  return {problem.length(), problem.context_len, problem.query_len,
-          problem.q_heads,  problem.kv_heads,    problem.head_dim};
+Shape shape_of(const HostProblem& problem) {
+  return {problem.total_len(),  problem.context_len,   problem.query_len,
+          problem.spec.q_heads, problem.spec.kv_heads, problem.spec.head_dim};
 }
 
 void print_table(const std::vector<SchemeResult>& results, const Shape& problem, int world,
@@ -286,7 +263,7 @@ void write_json(const BenchOptions& options, const std::vector<SchemeResult>& re
 bool check_rank(const BenchOptions& options, const RankIdentity& identity,
                 Communicator& communicator, cudaStream_t stream, const Watch& watch,
                 const std::string& gpu) {
-  const Problem problem = make_problem(options);
+  const HostProblem problem = make_host_problem(options);
   std::vector<SchemeResult> results;
   for (const std::string& name : options.schemes) {
     if (name == kDense) continue;

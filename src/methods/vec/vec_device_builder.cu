@@ -32,8 +32,7 @@ class VecDeviceBuilder final : public DeviceBuilder {
   }
 };
 
-const VecDeviceBuilder kBuilder;
-const DeviceBuilderRegistration kRegistration(vec_entry(), kBuilder);
+const RegisteredDeviceBuilder<VecDeviceBuilder> kBuilder(vec_entry());
 
 }  // namespace
 }  // namespace mmsparse::detail
