@@ -16,9 +16,11 @@
 // shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a tile of 16 keys
 // with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its candidates within the
 // lane quad that holds the row, raises the running maximum (reset where a group starts), and
-// filters. The count pass stores a count per (tile, split); the write pass places each kept key
-// at its (tile, split)'s offset plus its rank in the tile's 16-bit kept mask, so the columns come
-// out ascending without atomics.
+// filters, then feeds the 16-bit kept mask (with the tile's sink and diagonal bits) to the row's run
+// cursor. The count pass stores per (tile, split) the runs at the window's edges and the spans and
+// column keys of the others; the resolve pass joins edge runs across splits and stores span and
+// column counts; after their scans the write pass writes each span where its run ends and each
+// column run's keys at its offset, so spans and columns come out ascending without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
