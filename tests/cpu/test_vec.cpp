@@ -1,8 +1,8 @@
 // VecAttention (vec): the plan's keys equal a naive selection written here from the paper's
 // definition (pooled queries, minS against a per-group running maximum, Eq. 3 and Alg. 1), set for
-// set; attention over the plan equals the masked-dense oracle; the kept set contains the exact
-// row-wise minS set; alpha's extremes give every key and only sinks + diagonal; bad specs name
-// the parameter.
+// set, as spans where runs are anchored or long and columns elsewhere; attention over the plan
+// equals the masked-dense oracle; the kept set contains the exact row-wise minS set; alpha's
+// extremes give every key and only sinks + diagonal; bad specs name the parameter.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -155,8 +156,39 @@ NaiveBlock naive_block(const Problem& p, const PatternSpec& spec, int64_t slot, 
   return block;
 }
 
-// Every tile of the plan: rows inside one block, sinks and diagonal as its spans, the naive
-// selection as its columns; and the materialised mask equals the naive pairs under the mask.
+// The tile's records from the block's keys, written from the rule (not from vec_add_tile_keys):
+// walk the keys, cut maximal runs of kept keys (sinks, diagonal, selected); a run with a sink or
+// diagonal key, or of at least kVecMinSpanKeys keys, is a span, the rest columns.
+struct TileKeys {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::vector<int64_t> columns;
+};
+TileKeys naive_tile_keys(const NaiveBlock& block) {
+  const auto kv_len = static_cast<int64_t>(block.dense.size());
+  std::vector<uint8_t> kept = block.dense;
+  for (const int64_t key : block.kept) kept[key] = 1;
+  TileKeys tile;
+  for (int64_t key = 0; key < kv_len;) {
+    if (kept[key] == 0) {
+      ++key;
+      continue;
+    }
+    int64_t end = key;
+    bool anchored = false;
+    for (; end < kv_len && kept[end] != 0; ++end) anchored = anchored || block.dense[end] != 0;
+    if (anchored || end - key >= detail::kVecMinSpanKeys) {
+      tile.spans.emplace_back(key, end);
+    } else {
+      for (int64_t j = key; j < end; ++j) tile.columns.push_back(j);
+    }
+    key = end;
+  }
+  return tile;
+}
+
+// Every tile of the plan: rows inside one block, its spans and columns those of the naive
+// selection's runs (so spans and columns together hold exactly the sinks, the diagonal and the
+// naive kept keys); and the materialised mask equals the naive pairs under the mask.
 void expect_plan_matches_naive(const Problem& p, const PatternSpec& spec) {
   const PatternInputs inputs = p.inputs();
   const Plan plan = build_plan(spec, p.shape, nullptr, &inputs);
@@ -175,10 +207,28 @@ void expect_plan_matches_naive(const Problem& p, const PatternSpec& spec) {
         ASSERT_LT(tile, plan.head_tile_offsets[slot + 1]);
         EXPECT_EQ(plan.tiles[tile].begin, row);
         EXPECT_EQ(plan.tiles[tile].end, std::min(block.row_end, row + shape.tile_rows));
+        const TileKeys expected_keys = naive_tile_keys(block);
         const std::vector<int64_t> columns(
             plan.columns.begin() + plan.tile_column_offsets[tile],
             plan.columns.begin() + plan.tile_column_offsets[tile + 1]);
-        ASSERT_EQ(columns, block.kept) << "block " << b;
+        ASSERT_EQ(columns, expected_keys.columns) << "block " << b;
+        std::vector<std::pair<int64_t, int64_t>> spans;
+        for (int64_t s = plan.tile_span_offsets[tile]; s < plan.tile_span_offsets[tile + 1]; ++s) {
+          spans.emplace_back(plan.spans[s].begin, plan.spans[s].end);
+        }
+        ASSERT_EQ(spans, expected_keys.spans) << "block " << b;
+        // The keys, as a set: the sinks, the diagonal and the selected keys, each once.
+        std::vector<int64_t> keys = columns;
+        for (const auto& [begin, end] : spans) {
+          for (int64_t j = begin; j < end; ++j) keys.push_back(j);
+        }
+        std::sort(keys.begin(), keys.end());
+        std::vector<int64_t> wanted = block.kept;
+        for (int64_t j = 0; j < shape.kv_len; ++j) {
+          if (block.dense[j] != 0) wanted.push_back(j);
+        }
+        std::sort(wanted.begin(), wanted.end());
+        ASSERT_EQ(keys, wanted) << "block " << b;
         EXPECT_EQ(plan.masks[plan.tile_masks[tile]].causal, causal);
       }
       for (int64_t r = block.row_begin; r < block.row_end; ++r) {
@@ -280,8 +330,58 @@ TEST(VecPattern, AlphaExtremes) {
       const Plan none = build_plan(PatternSpec{"vec", {{"alpha_ppm", 1000001}, {"causal", causal}}},
                                    p.shape, nullptr, &inputs);
       EXPECT_TRUE(none.columns.empty());
+      // Every candidate kept: each tile's keys are one run holding the sinks, so one span.
+      EXPECT_TRUE(all.columns.empty());
+      for (int64_t t = 0; t < all.num_tiles(); ++t) {
+        EXPECT_LE(all.tile_span_offsets[t + 1] - all.tile_span_offsets[t], 1) << "tile " << t;
+      }
     }
   }
+}
+
+// The representation's edges, on a block chosen by hand: a run one key short of kVecMinSpanKeys
+// stays columns, one of exactly kVecMinSpanKeys becomes a span, runs touching the sinks or the
+// diagonal (from either side: non-causal) merge into their span whatever their length.
+TEST(VecPattern, RunsBecomeSpansAtTheThresholdOrNextToSinksAndDiagonal) {
+  constexpr int64_t kLen = 1000;
+  constexpr int64_t kSinks = 16;
+  const PlanShape shape{1, 1, kLen, kLen, 64};
+  detail::VecBlock block;
+  block.row_begin = 600;
+  block.row_end = 664;
+  block.sink_end = kSinks;
+  block.diagonal_begin = 600;
+  block.diagonal_end = 664;
+  block.candidate_end = kLen;  // non-causal
+  const int64_t short_run = detail::kVecMinSpanKeys - 1;
+  std::vector<int64_t> selected;
+  const auto select = [&](int64_t begin, int64_t end) {
+    for (int64_t key = begin; key < end; ++key) selected.push_back(key);
+  };
+  select(kSinks, kSinks + 3);                              // touches the sinks
+  select(100, 100 + short_run);                            // columns
+  select(300, 300 + detail::kVecMinSpanKeys);              // a span of its own
+  select(block.diagonal_begin - 2, block.diagonal_begin);  // touches the diagonal's start
+  select(block.diagonal_end, block.diagonal_end + 1);      // and its end
+  select(900, 905);                                        // columns
+  PlanBuilder builder(shape);
+  builder.begin_head();
+  builder.begin_tile(block.row_begin, block.row_end, MaskPolicy{false});
+  detail::vec_add_tile_keys(builder, block, selected);
+  const Plan plan = builder.finish();
+  const std::vector<KeySpan>& spans = plan.spans;
+  const std::vector<KeySpan> expected_spans = {
+      {0, kSinks + 3},
+      {300, static_cast<int32_t>(300 + detail::kVecMinSpanKeys)},
+      {static_cast<int32_t>(block.diagonal_begin - 2),
+       static_cast<int32_t>(block.diagonal_end + 1)}};
+  EXPECT_EQ(spans, expected_spans);
+  std::vector<int32_t> expected_columns;
+  for (int64_t key = 100; key < 100 + short_run; ++key) {
+    expected_columns.push_back(static_cast<int32_t>(key));
+  }
+  for (int32_t key = 900; key < 905; ++key) expected_columns.push_back(key);
+  EXPECT_EQ(plan.columns, expected_columns);
 }
 
 TEST(VecPattern, BadParametersAndInputsAreNamed) {

@@ -399,14 +399,15 @@ namespace mmsparse {
 namespace {
 
 // VecAttention's selected vectors: a panel beside the attention map whose pixels, one per (query,
-// key) pair, are lit exactly where the plan gathers the key for the query's block, read back from
-// the PNG on disk.
+// key) pair, are lit exactly where the plan gathers the key for the query's block (its columns;
+// selected runs long enough to be spans are not drawn there), read back from the PNG on disk.
 TEST(Picture, VecSelectedVectorsMatchThePlanPixelForPixel) {
   Random random;
   constexpr int64_t kLength = 200;  // a last block shorter than the pooling
   const HeadInputs inputs = random_inputs(random, kLength, kLength);
   const PatternInputs pattern_inputs{inputs.q.view(), inputs.k.view()};
-  const Plan plan = build_plan(PatternSpec::parse("vec:alpha_ppm=300000,pooling=16,group=2"),
+  // A high alpha keeps few keys, in short runs: gathered columns rather than spans (vec.h).
+  const Plan plan = build_plan(PatternSpec::parse("vec:alpha_ppm=900000,pooling=16,group=2"),
                                {1, 1, kLength, kLength, 16}, nullptr, &pattern_inputs);
   AttentionMapOptions options{.cells = kLength, .gathered_columns = true};
   const HeadAttentionMaps maps =

@@ -1,7 +1,9 @@
 // VecAttention's plan built on the GPU (methods/vec/vec_device.h) against the host builder, its
-// oracle. The GPU's scores are tensor-core sums, so its columns are compared with the host's
-// within the rounding bound of vec_selection_check.h (every key farther than the bound from the
-// threshold kept or dropped alike), and then every other record byte for byte, on every input
+// oracle. The GPU's scores are tensor-core sums, so its selected keys (spans and columns but the
+// sinks and diagonal) are compared with the host's within the rounding bound of
+// vec_selection_check.h (every key farther than the bound from the threshold kept or dropped
+// alike), and then every record byte for byte against the host's cut of those keys into spans and
+// columns (runs joined across key splits included), on every input
 // (random, edge shapes, keys across several splits, a synthetic preset; GQA 1, 4 and 7; pooling
 // 64 and 128; head_dim 64 and 128; causal and non-causal; alpha from "every key" to "sinks and
 // diagonal only"). Attention through the device plan matches the fp64 oracle of the plan it holds;
@@ -76,8 +78,8 @@ BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const Patt
   return plans;
 }
 
-// The columns within the rounding bound, every other record byte for byte; returns the host plan
-// with the device's columns (the plan the device plan stands for).
+// The selected keys within the rounding bound, every record byte for byte against the host's
+// records for the device's selection; returns that plan (the plan the device plan stands for).
 Plan expect_matching_plans(const BothPlans& plans, const PatternInputs& host_inputs,
                            VecSelectionStats& stats, cudaStream_t stream) {
   const Plan adopted =
@@ -137,7 +139,6 @@ PatternSpec clear_spec(Random& random, int64_t tile_rows) {
 TEST_F(GpuVecBuild, MatchesTheHostPlanOnRandomInputs) {
   Random random;
   SCOPED_TRACE(random.trace());
-  int64_t columns = 0;
   VecSelectionStats stats;
   for (int trial = 0; trial < kRandomTrials; ++trial) {
     const ProblemSize size = random_problem(random, kVecLimits);
@@ -154,9 +155,9 @@ TEST_F(GpuVecBuild, MatchesTheHostPlanOnRandomInputs) {
     SCOPED_TRACE(plans.host.summary());
     const Plan adopted = expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
     EXPECT_EQ(plans.built.num_columns(), static_cast<int64_t>(adopted.columns.size()));
-    columns += static_cast<int64_t>(adopted.columns.size());
   }
-  EXPECT_GT(columns, 0) << "no trial selected a key: the comparison saw no columns";
+  EXPECT_GT(stats.selected_in_columns, 0) << "no trial listed a selected key as a column";
+  EXPECT_GT(stats.selected_in_spans, 0) << "no trial made a span of selected keys";
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
   RecordProperty("borderline_keys", std::to_string(stats.borderline));
@@ -194,9 +195,52 @@ TEST_F(GpuVecBuild, KeysAcrossSplitsMatchTheHostPlan) {
       const BothPlans plans = build_both(spec, size, inputs, stream_);
       const Plan adopted =
           expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
-      EXPECT_GT(adopted.columns.size(), 0u);
+      (void)adopted;
     }
   }
+  EXPECT_GT(stats.selected_in_spans + stats.selected_in_columns, 0);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
+}
+
+// Runs of kept keys joined across key splits (vec_select.cuh's resolve pass): alphas from every
+// candidate (one span per tile, across every split) to sparse selections (short runs, columns),
+// groups that divide the 4096-key split, GQA 1, 4 and 7, pooling 64 and 128, head_dim 64 and
+// 128, causal and not, odd lengths over three splits. Every record equals the host's cut of the
+// device's selection; spans must cross split edges and both spans and columns must occur.
+TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr std::array<int64_t, 5> kSpanAlphas = {0, 1000, 100000, 600000, 950000};
+  constexpr std::array<int64_t, 2> kDividingGroups = {1, 16};
+  VecSelectionStats stats;
+  constexpr std::array<int64_t, 3> kGqa = {1, 4, 7};
+  for (std::size_t trial = 0; trial < kSpanAlphas.size(); ++trial) {
+    const int64_t alpha = kSpanAlphas[trial];
+    const int64_t group = kGqa[trial % kGqa.size()];
+    {
+      ProblemSize size;
+      size.q_len = 2 * kCheckedSplitKeys + 333;
+      size.kv_len = size.q_len + random.uniform_int(0, 1) * 77;
+      size.group = group;
+      size.head_dim = pick(random, kHeadDims);
+      size.dtype = pick(random, kDtypes);
+      size.tile_rows = 128;
+      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      const AttentionInputs inputs = random_inputs(random, size);
+      const PatternSpec spec{"vec",
+                             {{"pooling", random.bernoulli(0.5) ? 64 : 128},
+                              {"group", pick(random, kDividingGroups)},
+                              {"alpha_ppm", alpha},
+                              {"causal", random.uniform_int(0, 1)}}};
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      const BothPlans plans = build_both(spec, size, inputs, stream_);
+      (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+    }
+  }
+  EXPECT_GT(stats.spans_across_splits, 0);
+  EXPECT_GT(stats.selected_in_spans, 0);
+  EXPECT_GT(stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
@@ -231,7 +275,7 @@ TEST_F(GpuVecBuild, EdgeShapesMatchTheHostPlan) {
 }
 
 // SYNTHETIC preset inputs (structured attention, not N(0, 1)): all heads, GQA of the preset. Two
-// builds of one spec hold the same columns (no atomics decide where a key goes).
+// builds of one spec hold the same spans and columns (no atomics decide where a key goes).
 TEST_F(GpuVecBuild, SyntheticPresetMatchesTheHostPlan) {
   WorkloadSpec workload_spec;
   workload_spec.seq_len = kSyntheticLength;
@@ -250,11 +294,11 @@ TEST_F(GpuVecBuild, SyntheticPresetMatchesTheHostPlan) {
     SCOPED_TRACE(text);
     const PatternSpec spec = PatternSpec::parse(text);
     const BothPlans plans = build_both(spec, shape, host_inputs, device_inputs, stream_);
-    EXPECT_GT(plans.host.columns.size(), 0u);
     const Plan adopted = expect_matching_plans(plans, host_inputs, stats, stream_);
     const BothPlans again = build_both(spec, shape, host_inputs, device_inputs, stream_);
     const Plan adopted_again = expect_matching_plans(again, host_inputs, stats, stream_);
     EXPECT_EQ(adopted_again.columns, adopted.columns) << "two builds chose different columns";
+    EXPECT_EQ(adopted_again.spans, adopted.spans) << "two builds chose different spans";
   }
 }
 

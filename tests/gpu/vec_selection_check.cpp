@@ -42,20 +42,41 @@ float margin_tolerance(const detail::HeadOperands& operands, const detail::VecBl
          std::abs(operands.scale()) * largest;
 }
 
-std::span<const int32_t> tile_columns(const Plan& plan, int64_t tile) {
-  const auto begin = static_cast<std::size_t>(plan.tile_column_offsets[tile]);
-  const auto end = static_cast<std::size_t>(plan.tile_column_offsets[tile + 1]);
-  return std::span<const int32_t>(plan.columns).subspan(begin, end - begin);
+// The tile's selected keys: its spans' and columns' keys but the block's sinks and diagonal,
+// ascending; fails where a key is listed twice or a sink or diagonal key is missing.
+std::vector<int32_t> tile_selected_keys(const Plan& plan, int64_t tile,
+                                        const detail::VecBlock& block) {
+  std::vector<int32_t> keys(plan.columns.begin() + plan.tile_column_offsets[tile],
+                            plan.columns.begin() + plan.tile_column_offsets[tile + 1]);
+  for (int64_t s = plan.tile_span_offsets[tile]; s < plan.tile_span_offsets[tile + 1]; ++s) {
+    for (int32_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  EXPECT_TRUE(std::adjacent_find(keys.begin(), keys.end()) == keys.end())
+      << "tile " << tile << ": a key listed twice";
+  std::vector<int32_t> selected;
+  int64_t fixed = 0;
+  for (const int32_t key : keys) {
+    const bool sink = key < block.sink_end;
+    const bool diagonal = key >= block.diagonal_begin && key < block.diagonal_end;
+    if (sink || diagonal) {
+      ++fixed;
+    } else {
+      selected.push_back(key);
+    }
+  }
+  const int64_t overlap =
+      std::max<int64_t>(0, std::min(block.sink_end, block.diagonal_end) - block.diagonal_begin);
+  EXPECT_EQ(fixed, block.sink_end + (block.diagonal_end - block.diagonal_begin) - overlap)
+      << "tile " << tile << ": sinks or diagonal keys missing";
+  return selected;
 }
 
-// One tile: the device's columns ascending, every one a candidate, and equal to the host's kept
-// set except at borderline keys.
+// One tile: the device's selected keys (spans and columns but sinks and diagonal), every one a
+// candidate, and equal to the host's kept set except at borderline keys.
 void check_tile(const detail::HeadOperands& operands, const detail::VecBlock& block,
                 const detail::VecParams& params, std::span<const int32_t> device, int64_t tile,
                 VecSelectionStats& stats, int& reports) {
-  EXPECT_TRUE(std::is_sorted(device.begin(), device.end()) &&
-              std::adjacent_find(device.begin(), device.end()) == device.end())
-      << "tile " << tile << ": device columns not strictly ascending";
   const std::vector<detail::VecKeyMargin> margins =
       detail::vec_key_margins(operands, block, params);
   const float tolerance = margin_tolerance(operands, block, margins);
@@ -93,24 +114,39 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
   if (shape.q_len > 0) masks[0].push_back(detail::vec_mask(params));
   const Plan device =
       cuda::download_plan(std::span<const cuda::DevicePlan>(&built, 1), masks, kCudaDevice);
-  Plan adopted = host;
   EXPECT_EQ(device.num_tiles(), host.num_tiles());
-  if (device.num_tiles() != host.num_tiles()) return adopted;
+  if (device.num_tiles() != host.num_tiles()) return host;
+  // The host's records for the device's selection: what the device must have written.
+  PlanBuilder adopted(shape);
+  const MaskPolicy mask = detail::vec_mask(params);
   int reports = 0;
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     detail::KeyCache cache;
     const detail::HeadOperands operands(host_inputs, shape, slot, cache);
+    adopted.begin_head();
     for (int64_t tile = host.head_tile_offsets[slot]; tile < host.head_tile_offsets[slot + 1];
          ++tile) {
       // One tile per pooled block (the device builds pooling <= tile_rows only).
-      const int64_t block = host.tiles[tile].begin / params.pooling;
-      check_tile(operands, detail::vec_block(shape, params, block), params,
-                 tile_columns(device, tile), tile, stats, reports);
+      const detail::VecBlock block =
+          detail::vec_block(shape, params, host.tiles[tile].begin / params.pooling);
+      const std::vector<int32_t> selected = tile_selected_keys(device, tile, block);
+      const int64_t listed =
+          device.tile_column_offsets[tile + 1] - device.tile_column_offsets[tile];
+      stats.selected_in_columns += listed;
+      stats.selected_in_spans += static_cast<int64_t>(selected.size()) - listed;
+      for (int64_t s = device.tile_span_offsets[tile]; s < device.tile_span_offsets[tile + 1];
+           ++s) {
+        const int64_t last = device.spans[s].end - 1;
+        stats.spans_across_splits +=
+            last / kCheckedSplitKeys != device.spans[s].begin / kCheckedSplitKeys;
+      }
+      check_tile(operands, block, params, selected, tile, stats, reports);
+      adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
+      detail::vec_add_tile_keys(adopted, block,
+                                std::vector<int64_t>(selected.begin(), selected.end()));
     }
   }
-  adopted.columns = device.columns;
-  adopted.tile_column_offsets = device.tile_column_offsets;
-  return adopted;
+  return adopted.finish();
 }
 
 }  // namespace mmsparse::test

@@ -8,11 +8,11 @@
 // them in any order is within head_dim * u * sum_d |p_d k_d| of the exact sum, u = 2^-22: twice
 // fp32's unit roundoff, which covers truncating additions and the tensor cores' alignment of
 // several products to the largest; the host's FMA chain too. So the two scores of a key differ by
-// at most twice that (times the scale). A margin is a score minus a maximum of scores, so it moves by at most twice
-// the largest such difference among the block's candidates: that is the block's tolerance. Keys
-// whose host margin lies farther than the tolerance from log(alpha) must be kept or dropped alike;
-// the others may differ. With N(0, 1) inputs the tolerance is about 1e-4 in margin, so a wrong
-// score, maximum, group, candidate range or write position still fails.
+// at most twice that (times the scale). A margin is a score minus a maximum of scores, so it moves
+// by at most twice the largest such difference among the block's candidates: that is the block's
+// tolerance. Keys whose host margin lies farther than the tolerance from log(alpha) must be kept or
+// dropped alike; the others may differ. With N(0, 1) inputs the tolerance is about 1e-4 in margin,
+// so a wrong score, maximum, group, candidate range or write position still fails.
 
 #include <cuda_runtime.h>
 
@@ -25,16 +25,24 @@
 namespace mmsparse::test {
 
 struct VecSelectionStats {
-  int64_t candidates = 0;  // candidate keys compared
-  int64_t borderline = 0;  // of which within the tolerance of log(alpha)
-  int64_t differing = 0;   // of which kept on one side only (all borderline)
+  int64_t candidates = 0;           // candidate keys compared
+  int64_t borderline = 0;           // of which within the tolerance of log(alpha)
+  int64_t differing = 0;            // of which kept on one side only (all borderline)
+  int64_t selected_in_spans = 0;    // device-selected keys that lie in spans
+  int64_t selected_in_columns = 0;  // device-selected keys listed as columns
+  int64_t spans_across_splits = 0;  // device spans that hold keys on both sides of a multiple
+                                    // of kCheckedSplitKeys
 };
+// The device's key split when a group of the running maximum divides it (vec_select.cuh's
+// kSplitKeys): spans crossing its multiples exercise the runs joined across splits.
+inline constexpr int64_t kCheckedSplitKeys = 4096;
 
 // Downloads `built` (one vec spec, `resolved`, over host_inputs' device copies) and checks its
-// columns against `host` = build_plan(spec, shape, nullptr, &host_inputs), tile for tile, within
-// the bound above; adds to `stats`. Returns `host` with the device's columns (and column
-// offsets): the plan every other record of `built` must equal (expect_same_records), and the plan
-// whose attention the device plan computes.
+// selected keys (spans and columns but the sinks and diagonal, which must all be there once)
+// against `host` = build_plan(spec, shape, nullptr, &host_inputs), tile for tile, within the bound
+// above; adds to `stats`. Returns the host's plan for the device's selected keys
+// (vec_add_tile_keys: the same cut into spans and columns): the plan `built` must equal record
+// for record (expect_same_records), and the plan whose attention the device plan computes.
 Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& host,
                                   const PatternSpec& resolved, const PatternInputs& host_inputs,
                                   VecSelectionStats& stats);

@@ -33,16 +33,6 @@ Params vec_default_params(int64_t) {
           {kCausalParam, 1}};
 }
 
-// The spans every row of the block computes: sinks and diagonal, one span where they touch.
-void add_block_spans(PlanBuilder& builder, const VecBlock& block) {
-  if (block.diagonal_begin <= block.sink_end) {
-    builder.add_span(0, std::max(block.sink_end, block.diagonal_end));
-    return;
-  }
-  builder.add_span(0, block.sink_end);
-  builder.add_span(block.diagonal_begin, block.diagonal_end);
-}
-
 void build_vec(PlanBuilder& builder, const PatternSpec& spec, const HeadContext& context) {
   const VecParams params = vec_params(spec);
   const PlanShape& shape = context.shape;
@@ -62,8 +52,7 @@ void build_vec(PlanBuilder& builder, const PatternSpec& spec, const HeadContext&
     // A block taller than the plan's tiles is cut into tiles that share its keys.
     for (int64_t row = block.row_begin; row < block.row_end; row += shape.tile_rows) {
       builder.begin_tile(row, std::min(block.row_end, row + shape.tile_rows), mask);
-      add_block_spans(builder, block);
-      for (int64_t key : selected[b]) builder.add_column(key);
+      vec_add_tile_keys(builder, block, selected[b]);
     }
   }
 }
@@ -159,6 +148,46 @@ std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBloc
     if (candidate.margin >= log_alpha) kept.push_back(candidate.key);
   }
   return kept;
+}
+
+void vec_add_tile_keys(PlanBuilder& builder, const VecBlock& block,
+                       const std::vector<int64_t>& selected) {
+  struct KeyRun {
+    int64_t begin, end;
+    bool anchored;  // holds a sink or diagonal key
+  };
+  // Sinks, diagonal and the selected runs, by first key (sinks start at 0, selected keys are
+  // neither sinks nor diagonal, so sorting by begin orders them all).
+  std::vector<KeyRun> runs = {{0, block.sink_end, true},
+                              {block.diagonal_begin, block.diagonal_end, true}};
+  for (std::size_t i = 0; i < selected.size();) {
+    std::size_t j = i + 1;
+    while (j < selected.size() && selected[j] == selected[j - 1] + 1) ++j;
+    runs.push_back({selected[i], selected[j - 1] + 1, false});
+    i = j;
+  }
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const KeyRun& a, const KeyRun& b) { return a.begin < b.begin; });
+  const auto emit = [&](const KeyRun& run) {
+    if (run.anchored || run.end - run.begin >= kVecMinSpanKeys) {
+      builder.add_span(run.begin, run.end);
+      return;
+    }
+    for (int64_t key = run.begin; key < run.end; ++key) builder.add_column(key);
+  };
+  // Touching or overlapping runs merge (sinks and diagonal overlap in the first blocks).
+  KeyRun current{0, 0, false};
+  for (const KeyRun& run : runs) {
+    if (run.begin >= run.end) continue;
+    if (current.end > current.begin && run.begin <= current.end) {
+      current.end = std::max(current.end, run.end);
+      current.anchored = current.anchored || run.anchored;
+      continue;
+    }
+    if (current.end > current.begin) emit(current);
+    current = run;
+  }
+  if (current.end > current.begin) emit(current);
 }
 
 MaskPolicy vec_mask(const VecParams& params) {

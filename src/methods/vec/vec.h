@@ -10,8 +10,11 @@
 //
 // Always computed as key spans: the sinks (the first `pooling` keys) and the block's diagonal
 // (the keys aligned with its own queries); the selection runs over the other keys the block may
-// see (causal: the keys before its diagonal; non-causal: every other key). Selected keys become the
-// tile's gathered columns, ascending.
+// see (causal: the keys before its diagonal; non-causal: every other key). The tile's keys (sinks,
+// diagonal and selected keys) are cut into maximal runs of consecutive keys: a run that holds a
+// sink or diagonal key, or at least kVecMinSpanKeys keys, is one key span; the keys of the other
+// runs are gathered columns, ascending (vec_add_tile_keys). The pairs are the same either way; a
+// span is read by tensor copies at the dense rate where columns are gathered row by row.
 //
 // Arithmetic: the pooled query is the fp32 sum of the block's rows in row order divided by the row
 // count, rounded to the query's dtype (bf16 or fp16 inputs: the operand of the GPU's tensor-core
@@ -38,6 +41,13 @@ class HeadOperands;
 
 inline constexpr int64_t kVecKeyTileKeys = 16;     // B_k: keys per tile of the scan (the paper's)
 inline constexpr int64_t kVecAlphaUnit = 1000000;  // alpha_ppm: alpha in parts per million
+// The shortest run of selected keys (touching neither sinks nor diagonal) that becomes a span.
+// The engines compute a span in chunks of kGatherChunkKeys = 128 keys (wgmma; 64 on mma.sync),
+// its last chunk whole whatever it holds, while gathered columns fill whole chunks but run at
+// about half the dense rate in vec's 64-row tiles (docs/vec.md, "Spans"): a run of L <= 128 keys
+// costs one chunk as a span and L / 128 / 0.53 chunks as columns, even at L ~ 68. Half a wgmma
+// chunk (one whole mma.sync chunk) is the round threshold at that break-even.
+inline constexpr int64_t kVecMinSpanKeys = 64;
 
 // A resolved vec spec's parameters, checked.
 struct VecParams {
@@ -97,6 +107,12 @@ std::vector<VecKeyMargin> vec_key_margins(const HeadOperands& operands, const Ve
 // candidates whose margin is at least log(alpha).
 std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
                                      const VecParams& params);
+
+// Adds one tile's keys to `builder` (a tile begun): sinks, diagonal and `selected` (ascending,
+// candidates of `block`) as maximal runs of consecutive keys; runs holding a sink or diagonal
+// key or at least kVecMinSpanKeys keys become spans, the others' keys columns, both ascending.
+void vec_add_tile_keys(PlanBuilder& builder, const VecBlock& block,
+                       const std::vector<int64_t>& selected);
 
 // The mask policy of every tile.
 MaskPolicy vec_mask(const VecParams& params);

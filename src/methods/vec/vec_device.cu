@@ -16,9 +16,11 @@
 // shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a tile of 16 keys
 // with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its candidates within the
 // lane quad that holds the row, raises the running maximum (reset where a group starts), and
-// filters. The count pass stores a count per (tile, split); the write pass places each kept key
-// at its (tile, split)'s offset plus its rank in the tile's 16-bit kept mask, so the columns come
-// out ascending without atomics.
+// filters, then feeds the 16-bit kept mask (with the tile's sink and diagonal bits) to the row's run
+// cursor. The count pass stores per (tile, split) the runs at the window's edges and the spans and
+// column keys of the others; the resolve pass joins edge runs across splits and stores span and
+// column counts; after their scans the write pass writes each span where its run ends and each
+// column run's keys at its offset, so spans and columns come out ascending without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,62 +48,43 @@ using vec_kernels::BlockKeys;
 using vec_kernels::kCtaRows;
 using vec_kernels::kMaxHeadDim;
 using vec_kernels::kPoolThreads;
+using vec_kernels::kResolveThreads;
 using vec_kernels::kSelectThreads;
 using vec_kernels::kSplitKeys;
 using vec_kernels::kTileKeys;
 using vec_kernels::pool_kernel;
+using vec_kernels::resolve_kernel;
 using vec_kernels::select_kernel;
+using vec_kernels::SplitRuns;
 using vec_kernels::VecKernelParams;
 
 constexpr int kRecordThreads = 256;
 constexpr int64_t kMaxGridYZ = 65535;
 
-// Where each head slot's tiles find their spans: blocks before `first_split` have one span (sinks
-// and diagonal touch), the others two; every slot the same.
-struct SpanGeometry {
-  int32_t first_split;
-  int64_t spans_per_head;
-};
-
-// Per tile (slot-major): its record, its key ranges, its schedule sort key and value in
+// Per tile (slot-major): its record, and its schedule sort key (its kept keys) and value in
 // position-major order (ties of the heaviest-first order go position-major, then slot); tile 0's
-// thread writes the mask record.
+// thread writes the mask record. The write pass writes the spans and columns themselves.
 __global__ void __launch_bounds__(kRecordThreads)
-    records_kernel(const VecKernelParams p, const SpanGeometry spans_at, const MaskRecord mask,
-                   TileRecord* tiles, SpanRecord* spans, MaskRecord* masks, uint32_t* sort_keys,
-                   int32_t* sort_values, int32_t slots) {
+    records_kernel(const VecKernelParams p, const MaskRecord mask, TileRecord* tiles,
+                   MaskRecord* masks, uint32_t* sort_keys, int32_t* sort_values, int32_t slots) {
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * kRecordThreads + threadIdx.x;
   if (tile >= static_cast<int64_t>(slots) * p.blocks) return;
   if (tile == 0) masks[0] = mask;
   const auto slot = static_cast<int32_t>(tile / p.blocks);
   const auto block = static_cast<int32_t>(tile % p.blocks);
-  const BlockKeys keys = block_keys(p, block);
-  const int64_t head_span = block < spans_at.first_split ? block : 2 * block - spans_at.first_split;
-  const int64_t span_begin = slot * spans_at.spans_per_head + head_span;
-  int64_t span_keys = 0;
-  if (block < spans_at.first_split) {
-    const int32_t end = max(keys.sink_end, keys.diagonal_end);
-    spans[span_begin] = {0, end, 1, 1};
-    span_keys = end;
-  } else {
-    spans[span_begin] = {0, keys.sink_end, 1, 1};
-    spans[span_begin + 1] = {keys.diagonal_begin, keys.diagonal_end, 1, 1};
-    span_keys = keys.sink_end + keys.diagonal_end - keys.diagonal_begin;
-  }
-  const int64_t span_end = span_begin + (block < spans_at.first_split ? 1 : 2);
   TileRecord record;
   record.begin = block * p.pooling;
   record.end = min(p.q_len, (block + 1) * p.pooling);
   record.head_slot = slot;
   record.mask = 0;
-  record.span_begin = span_begin;
-  record.span_end = span_end;
-  // A tile's columns are its splits' in key order.
+  // A tile's spans and columns are its splits' in key order.
+  record.span_begin = p.span_offsets[tile * p.splits];
+  record.span_end = p.span_offsets[(tile + 1) * p.splits];
   record.column_begin = p.offsets[tile * p.splits];
   record.column_end = p.offsets[(tile + 1) * p.splits];
   tiles[tile] = record;
   const int64_t item = static_cast<int64_t>(block) * slots + slot;
-  sort_keys[item] = static_cast<uint32_t>(span_keys + record.column_end - record.column_begin);
+  sort_keys[item] = p.tile_keys[tile];
   sort_values[item] = static_cast<int32_t>(tile);
 }
 
@@ -139,22 +122,10 @@ VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& sha
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
   p.log_alpha = vec.log_alpha();
+  p.min_span_keys = static_cast<int32_t>(detail::kVecMinSpanKeys);
   p.selection.count = static_cast<int32_t>(operands.heads.size());
   std::copy(operands.heads.begin(), operands.heads.end(), p.selection.heads);
   return p;
-}
-
-SpanGeometry span_geometry(const PlanShape& shape, const detail::VecParams& vec, int64_t blocks) {
-  SpanGeometry geometry{static_cast<int32_t>(blocks), 0};
-  for (int64_t b = 0; b < blocks; ++b) {
-    const detail::VecBlock block = detail::vec_block(shape, vec, b);
-    if (block.diagonal_begin > block.sink_end) {
-      geometry.first_split = static_cast<int32_t>(b);  // diagonals only move right
-      break;
-    }
-  }
-  geometry.spans_per_head = 2 * blocks - geometry.first_split;
-  return geometry;
 }
 
 void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
@@ -271,6 +242,10 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   const std::size_t pooled_at = at.add<uint16_t>(tiles * operands.head_dim);  // bf16 or fp16
   const std::size_t counts_at = at.add<int64_t>(counts);
   const std::size_t offsets_at = at.add<int64_t>(counts);
+  const std::size_t span_counts_at = at.add<int64_t>(counts);
+  const std::size_t span_offsets_at = at.add<int64_t>(counts);
+  const std::size_t runs_at = at.add<SplitRuns>(counts - 1);
+  const std::size_t tile_keys_at = at.add<uint32_t>(tiles);
   const std::size_t keys_at = at.add<uint32_t>(tiles);
   const std::size_t sorted_at = at.add<uint32_t>(tiles);
   const std::size_t values_at = at.add<int32_t>(tiles);
@@ -281,38 +256,54 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   p.pooled = region<uint16_t>(base, pooled_at);
   p.counts = region<int64_t>(base, counts_at);
   p.offsets = region<int64_t>(base, offsets_at);
+  p.span_counts = region<int64_t>(base, span_counts_at);
+  p.span_offsets = region<int64_t>(base, span_offsets_at);
+  p.runs = region<SplitRuns>(base, runs_at);
+  p.tile_keys = region<uint32_t>(base, tile_keys_at);
   check_cuda(cudaMemsetAsync(p.counts + counts - 1, 0, sizeof(int64_t), stream),
              "vec index: counts");
+  check_cuda(cudaMemsetAsync(p.span_counts + counts - 1, 0, sizeof(int64_t), stream),
+             "vec index: span counts");
   run_selection(operands, p, slots, false, stream);
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(region<std::byte>(base, temp_at), temp_bytes, p.counts,
-                                           region<int64_t>(base, offsets_at),
-                                           static_cast<int>(counts), stream),
-             "vec index: column offsets");
-  int64_t columns = 0;
-  check_cuda(cudaMemcpyAsync(&columns, p.offsets + counts - 1, sizeof(int64_t),
+  resolve_kernel<<<static_cast<unsigned>(ceil_div(tiles, kResolveThreads)), kResolveThreads, 0,
+                   stream>>>(p, tiles);
+  check_launch("vec index: runs across splits");
+  // Exclusive sums: each (tile, split)'s first column and first span; the last entry the total.
+  const auto exclusive_sum = [&](const int64_t* in, std::size_t out_at, const char* what) {
+    std::size_t temp_bytes = scan_bytes;
+    check_cuda(cub::DeviceScan::ExclusiveSum(region<std::byte>(base, temp_at), temp_bytes, in,
+                                             region<int64_t>(base, out_at),
+                                             static_cast<int>(counts), stream),
+               what);
+  };
+  exclusive_sum(p.counts, offsets_at, "vec index: column offsets");
+  exclusive_sum(p.span_counts, span_offsets_at, "vec index: span offsets");
+  int64_t totals[2] = {0, 0};  // columns, spans
+  check_cuda(cudaMemcpyAsync(&totals[0], p.offsets + counts - 1, sizeof(int64_t),
                              cudaMemcpyDeviceToHost, stream),
              "vec index: column count");
-  check_cuda(cudaStreamSynchronize(stream), "vec index: column count");
+  check_cuda(cudaMemcpyAsync(&totals[1], p.span_offsets + counts - 1, sizeof(int64_t),
+                             cudaMemcpyDeviceToHost, stream),
+             "vec index: span count");
+  check_cuda(cudaStreamSynchronize(stream), "vec index: column and span counts");
+  const int64_t columns = totals[0];
 
-  const SpanGeometry spans_at = span_geometry(shape, vec, blocks);
-  DevicePlanLayout layout =
-      plan_layout({slots, 0, tiles, 1, slots * spans_at.spans_per_head, columns});
+  DevicePlanLayout layout = plan_layout({slots, 0, tiles, 1, totals[1], columns});
   layout.gathers = columns > 0;  // known exactly here: without columns the lean kernel runs
   DevicePlan plan =
       DevicePlan::for_builder(shape, layout, tiles, columns, true, layout.spans, stream);
   auto* plan_base = static_cast<std::byte*>(plan.builder_data());
   records_kernel<<<static_cast<unsigned>(ceil_div(tiles, kRecordThreads)), kRecordThreads, 0,
                    stream>>>(
-      p, spans_at, make_mask_record(detail::vec_mask(vec), shape.kv_len),
-      region<TileRecord>(plan_base, layout.tiles), region<SpanRecord>(plan_base, layout.spans),
-      region<MaskRecord>(plan_base, layout.masks), region<uint32_t>(base, keys_at),
-      region<int32_t>(base, values_at), slots);
+      p, make_mask_record(detail::vec_mask(vec), shape.kv_len),
+      region<TileRecord>(plan_base, layout.tiles), region<MaskRecord>(plan_base, layout.masks),
+      region<uint32_t>(base, keys_at), region<int32_t>(base, values_at), slots);
   check_launch("vec index: records");
   p.columns = region<int32_t>(plan_base, layout.columns);
+  p.spans = region<SpanRecord>(plan_base, layout.spans);
   run_selection(operands, p, slots, true, stream);
   // Radix sort is stable: equal key counts keep the position-major order, as the upload sorts.
-  temp_bytes = sort_bytes;
+  std::size_t temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
                  region<std::byte>(base, temp_at), temp_bytes, region<uint32_t>(base, keys_at),
                  region<uint32_t>(base, sorted_at), region<int32_t>(base, values_at),

@@ -3,12 +3,13 @@
 // arithmetic; the kernels pool as the host does and score on tensor cores, so their kept keys
 // equal the host's except within rounding of the threshold). Plain C++: no CUDA types.
 //
-// Passes (vec_device.cu): the pooled queries; a count pass of TilingSelect + minS giving each
-// tile's column count per key split; an exclusive sum of the counts into column offsets; one read of
-// the total back to the host, which sizes the plan buffer exactly (memory O(selected), no index
-// buffer of every key); the tile, span, mask and schedule records; a write pass that recomputes
-// the same scores and writes each tile's kept keys at its offset, ascending. Deterministic: no
-// atomic decides where a key goes.
+// Passes (vec_device.cu): the pooled queries; a count pass of TilingSelect + minS that cuts each
+// (tile, key split)'s keys into runs (vec.h: spans and columns); a resolve pass joining the runs
+// across splits into span and column counts; exclusive sums of both; one read of the two totals
+// back to the host, which sizes the plan buffer exactly (memory O(selected records), no index
+// buffer of every key); the tile, mask and schedule records; a write pass that recomputes the same
+// scores and runs and writes each tile's spans and columns, ascending. Deterministic: no atomic
+// decides where a record goes.
 
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 #pragma once
 // VecAttention's selection kernels (vec_device.cu's design comment): the pooled queries and
-// TilingSelect + minS on tensor cores, as a count pass or a write pass. Included by vec_device.cu
+// TilingSelect + minS on tensor cores, as a count pass or a write pass, with the cut of each
+// tile's kept keys into spans and columns (vec.h; RunCursor below). Included by vec_device.cu
 // only, which launches them.
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 
 #include "cuda/attention/sm80/ptx.cuh"
 #include "cuda/common/math.h"
+#include "cuda/runtime/plan_view.cuh"
 #include "methods/estimate/index_builders.h"
 #include "methods/vec/vec.h"
 
@@ -35,6 +37,29 @@ constexpr int kKeyRowPitch = kMaxHeadDim + 8;
 // few enough that each CTA's pipeline runs long.
 constexpr int64_t kSplitKeys = 4096;
 constexpr int kPoolThreads = 128;
+constexpr int kResolveThreads = 128;
+
+// Per (tile, key split): what the count pass saw of the runs of kept keys (sinks, diagonal and
+// selected keys) in the split's window of keys, and what the resolve pass decided for the runs
+// that touch the window's edges (they may go on in the neighbouring splits).
+struct SplitRuns {
+  int32_t lead;         // kept keys from the window's first key on, consecutive
+  int32_t trail;        // kept keys up to the window's last, consecutive (both the window's
+                        // size when it is kept whole)
+  int32_t inner_spans;  // the spans and columns of the runs touching neither edge
+  int32_t inner_columns;
+  int32_t kept;        // kept keys in the window
+  int32_t lead_start;  // resolve: the first key of the run holding the window's first key
+  uint32_t flags;      // SplitFlag bits
+};
+enum SplitFlag : uint32_t {
+  kLeadAnchored = 1u,   // the lead run holds a sink or diagonal key (count pass)
+  kTrailAnchored = 2u,  // the trail run does
+  kLeadSpan = 4u,       // the lead run (whole window: the window's run) is a span (resolve)
+  kTrailSpan = 8u,
+  kLeadEnds = 16u,   // the lead run ends in this window: its span record is written here
+  kTrailEnds = 32u,  // the trail run ends at the window's end
+};
 
 // The query heads a plan's head slots read (EstimateOperands::heads), by value.
 struct HeadList {
@@ -59,7 +84,13 @@ struct VecKernelParams {
   void* pooled;            // [slots, blocks, head_dim] of the input dtype
   int64_t* counts;         // [slots * blocks * splits + 1] kept keys per (tile, split); last 0
   const int64_t* offsets;  // [slots * blocks * splits + 1] their exclusive sum (write pass)
-  int32_t* columns;        // the plan's columns section (write pass)
+  int64_t* span_counts;    // [slots * blocks * splits + 1] span records ending per (tile, split)
+  const int64_t* span_offsets;  // [slots * blocks * splits + 1] their exclusive sum
+  SplitRuns* runs;              // [slots * blocks * splits]
+  uint32_t* tile_keys;          // [slots * blocks] kept keys per tile (the schedule's weight)
+  int32_t min_span_keys;        // detail::kVecMinSpanKeys
+  int32_t* columns;             // the plan's columns section (write pass)
+  SpanRecord* spans;            // the plan's spans section (write pass)
 };
 
 // The host's VecBlock (vec.cpp), for the kernels.
@@ -173,12 +204,155 @@ __device__ void load_pooled_fragments(const VecKernelParams& p, int32_t slot, in
   }
 }
 
+// The keys [window_begin, window_end) of one (pooled block, key split), fed in key order as kept
+// or not; it cuts them into maximal runs. The count pass records the runs touching the window's
+// edges (lead, trail) for the resolve pass and counts the others' spans and columns; the write
+// pass takes the resolve's decisions for the edge runs and writes span records and columns, in
+// key order. Every lane of the quad holding the row keeps the same cursor; lane 0 of the quad
+// writes spans, the four lanes share a run's columns.
+struct RunCursor {
+  int32_t window_begin, window_end;
+  int32_t position;    // the keys before it have been fed
+  int32_t open_begin;  // first key of the run being fed, -1 when none
+  bool open_anchored;
+  SplitRuns runs;  // count pass: being built; write pass: the resolve's flags and lead_start
+  int64_t column;  // write pass: the next column slot and span slot
+  int64_t span;
+};
+
+template <bool kWrite>
+__device__ void close_run(const VecKernelParams& p, RunCursor& c, int32_t end, bool active) {
+  const int32_t begin = c.open_begin;
+  const bool anchored = c.open_anchored;
+  c.open_begin = -1;
+  const bool lead = begin == c.window_begin;
+  const bool trail = end == c.window_end;
+  bool span = anchored || end - begin >= p.min_span_keys;
+  bool ends_here = true;
+  int32_t start = begin;
+  if (lead) {
+    if (!kWrite) {
+      c.runs.lead = end - begin;
+      c.runs.flags |= anchored ? kLeadAnchored : 0u;
+      if (trail) c.runs.trail = end - begin;
+      if (trail) c.runs.flags |= anchored ? kTrailAnchored : 0u;
+      return;
+    }
+    span = (c.runs.flags & kLeadSpan) != 0;
+    start = c.runs.lead_start;
+    ends_here = !trail || (c.runs.flags & kLeadEnds) != 0;
+  } else if (trail) {
+    if (!kWrite) {
+      c.runs.trail = end - begin;
+      c.runs.flags |= anchored ? kTrailAnchored : 0u;
+      return;
+    }
+    span = (c.runs.flags & kTrailSpan) != 0;
+    ends_here = (c.runs.flags & kTrailEnds) != 0;
+  } else if (!kWrite) {
+    if (span) {
+      ++c.runs.inner_spans;
+    } else {
+      c.runs.inner_columns += end - begin;
+    }
+    return;
+  }
+  const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
+  if (span) {
+    if (ends_here) {
+      if (active && quad_lane == 0) p.spans[c.span] = {start, end, 1, 1};
+      ++c.span;
+    }
+    return;
+  }
+  if (active) {
+    for (int32_t key = begin + quad_lane; key < end; key += kQuadLanes) {
+      p.columns[c.column + (key - begin)] = key;
+    }
+  }
+  c.column += end - begin;
+}
+
+// Keys [begin, end) kept (anchored: among them a sink or diagonal key), or not kept.
+template <bool kWrite>
+__device__ void feed_kept(RunCursor& c, int32_t begin, int32_t end, bool anchored) {
+  if (c.open_begin < 0) {
+    c.open_begin = begin;
+    c.open_anchored = anchored;
+  } else {
+    c.open_anchored = c.open_anchored || anchored;
+  }
+  c.runs.kept += end - begin;
+}
+template <bool kWrite>
+__device__ void feed_dropped(const VecKernelParams& p, RunCursor& c, int32_t begin, bool active) {
+  if (c.open_begin >= 0) close_run<kWrite>(p, c, begin, active);
+}
+
+// Keys [begin, end) that the scan does not score: kept where they are sinks or diagonal.
+template <bool kWrite>
+__device__ void feed_unscored(const VecKernelParams& p, RunCursor& c, const BlockKeys& keys,
+                              int32_t begin, int32_t end, bool active) {
+  const int32_t ranges[2][2] = {{0, keys.sink_end}, {keys.diagonal_begin, keys.diagonal_end}};
+  int32_t at = begin;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int32_t from = max(at, ranges[r][0]);
+    const int32_t to = min(end, ranges[r][1]);
+    if (from >= to) continue;
+    if (from > at) feed_dropped<kWrite>(p, c, at, active);
+    feed_kept<kWrite>(c, from, to, true);
+    at = to;
+  }
+  if (at < end) feed_dropped<kWrite>(p, c, at, active);
+  c.position = max(c.position, end);
+}
+
+// The bits of keys [begin, end) within the `count` keys from tile_begin.
+__device__ inline uint32_t range_bits(int32_t begin, int32_t end, int32_t tile_begin, int count) {
+  const int32_t from = max(begin, tile_begin) - tile_begin;
+  const int32_t to = min(end, tile_begin + count) - tile_begin;
+  return from < to ? ((1u << (to - from)) - 1u) << from : 0u;
+}
+
+// A scored tile: bit i of `kept` for key tile_begin + i (the window's keys only: count of them);
+// sinks and diagonal keys are added here.
+template <bool kWrite>
+__device__ void feed_tile(const VecKernelParams& p, RunCursor& c, const BlockKeys& keys,
+                          uint32_t kept, int32_t tile_begin, bool active) {
+  const int count = min(kTileKeys, c.window_end - tile_begin);
+  const uint32_t all = (1u << count) - 1u;
+  const uint32_t anchors = range_bits(0, keys.sink_end, tile_begin, count) |
+                           range_bits(keys.diagonal_begin, keys.diagonal_end, tile_begin, count);
+  const uint32_t present = (kept | anchors) & all;
+  if (present == all) {
+    feed_kept<kWrite>(c, tile_begin, tile_begin + count, anchors != 0);
+    c.position = tile_begin + count;
+    return;
+  }
+  int at = 0;
+  while (at < count) {
+    const uint32_t rest = present >> at;
+    if ((rest & 1u) != 0) {
+      const int run = min(__ffs(~rest) - 1, count - at);
+      feed_kept<kWrite>(c, tile_begin + at, tile_begin + at + run,
+                        ((anchors >> at) & ((1u << run) - 1u)) != 0);
+      at += run;
+    } else {
+      feed_dropped<kWrite>(p, c, tile_begin + at, active);
+      at += rest == 0 ? count - at : __ffs(rest) - 1;
+    }
+  }
+  c.position = tile_begin + count;
+}
+
 // The running state of the two pooled blocks a lane holds a row of (rows lane / 4 and lane / 4 +
-// 8 of its warp's 16): their key ranges, running maxima and kept counts (or write cursors).
+// 8 of its warp's 16): their key ranges, running maxima and run cursors.
 struct RowState {
   BlockKeys keys[2];
   float running[2];
-  int64_t kept[2];
+  RunCursor cursor[2];
+  bool active[2];  // a pooled block (rows past the last block only pad the MMA)
 };
 
 // Scores one tile of 16 keys (from `tile_begin`, at `row` of the stage) against the warp's pooled
@@ -229,16 +403,7 @@ __device__ void select_tile(const VecKernelParams& p, const KeyStage<Element>& s
     }
     kept |= __shfl_xor_sync(kFullWarpMask, kept, 1);
     kept |= __shfl_xor_sync(kFullWarpMask, kept, 2);
-    if (kWrite) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int bit = (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
-        if ((kept >> bit & 1u) != 0) {
-          p.columns[state.kept[h] + __popc(kept & ((1u << bit) - 1u))] = tile_begin + bit;
-        }
-      }
-    }
-    state.kept[h] += __popc(kept);
+    feed_tile<kWrite>(p, state.cursor[h], state.keys[h], kept, tile_begin, state.active[h]);
   }
 }
 
@@ -265,24 +430,37 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const VecKernelP
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int32_t warp_row = first_block + warp * kMmaRows;
   const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
+  const int32_t split_begin = split * p.split_keys;
+  const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
   RowState state;
+  int64_t items[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    state.active[h] = rows[h] < p.blocks;
     state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
-    if (rows[h] >= p.blocks) state.keys[h].candidate_end = 0;
+    if (!state.active[h]) state.keys[h].candidate_end = 0;
     state.running[h] = -std::numeric_limits<float>::infinity();
-    const int64_t item = (static_cast<int64_t>(slot) * p.blocks + rows[h]) * p.splits + split;
-    state.kept[h] = kWrite && rows[h] < p.blocks ? p.offsets[item] : 0;
+    items[h] = (static_cast<int64_t>(slot) * p.blocks + rows[h]) * p.splits + split;
+    RunCursor& cursor = state.cursor[h];
+    cursor = RunCursor{split_begin, window_end, split_begin, -1, false, SplitRuns{}, 0, 0};
+    if (kWrite && state.active[h]) {
+      cursor.runs = p.runs[items[h]];
+      cursor.column = p.offsets[items[h]];
+      cursor.span = p.span_offsets[items[h]];
+    }
   }
   // The CTA's keys: this split, from the tile holding the first non-sink key, up to its last row's
   // candidates (candidate_end never decreases with the block).
-  const int32_t split_begin = split * p.split_keys;
   const int32_t scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
   const int32_t scan_end =
-      min(min(p.kv_len, split_begin + p.split_keys),
-          block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
+      min(window_end, block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
   const int32_t warp_end = min(scan_end, warp_key_end(state));
   if (scan_begin < scan_end) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // the sinks below the first scored tile
+      feed_unscored<kWrite>(p, state.cursor[h], state.keys[h], split_begin, scan_begin,
+                            state.active[h]);
+    }
     const int32_t batch = slot / p.heads;
     const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
     const auto* keys =
@@ -308,15 +486,78 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const VecKernelP
       __syncthreads();  // the next iteration's copy overwrites the stage read here
     }
   }
-  if (!kWrite && lane % kQuadLanes == 0) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (rows[h] < p.blocks) {
-        p.counts[(static_cast<int64_t>(slot) * p.blocks + rows[h]) * p.splits + split] =
-            state.kept[h];
+  for (int h = 0; h < 2; ++h) {  // the window's keys past the scored tiles, then its last run
+    RunCursor& cursor = state.cursor[h];
+    feed_unscored<kWrite>(p, cursor, state.keys[h], cursor.position, window_end, state.active[h]);
+    if (cursor.open_begin >= 0) close_run<kWrite>(p, cursor, window_end, state.active[h]);
+    if (!kWrite && state.active[h] && lane % kQuadLanes == 0) p.runs[items[h]] = cursor.runs;
+  }
+}
+
+// One thread per tile: walks its splits in key order, joins the runs that cross split edges,
+// decides them (span when anchored or at least min_span_keys long), and stores each split's
+// column count (its keys of column runs) and span count (the span records that end in it), the
+// edge decisions for the write pass, and the tile's kept keys.
+__global__ void __launch_bounds__(kResolveThreads)
+    resolve_kernel(const VecKernelParams p, int64_t tiles) {
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kResolveThreads + threadIdx.x;
+  if (tile >= tiles) return;
+  SplitRuns* runs = p.runs + tile * p.splits;
+  int64_t* columns = p.counts + tile * p.splits;
+  int64_t* spans = p.span_counts + tile * p.splits;
+  int64_t kept = 0;
+  bool open = false;
+  int32_t run_begin = 0, run_keys = 0, first_split = 0;
+  bool run_anchored = false, first_is_trail = false;
+  // The open run ends in split `last` (its lead part, or the trail part where it began there).
+  const auto close = [&](int32_t last) {
+    const bool span = run_anchored || run_keys >= p.min_span_keys;
+    for (int32_t s = first_split; s <= last; ++s) {
+      const bool trail_part = s == first_split && first_is_trail;
+      if (span) {
+        runs[s].flags |= trail_part ? kTrailSpan : kLeadSpan;
+      } else {
+        columns[s] += trail_part ? runs[s].trail : runs[s].lead;
       }
+      if (s == last) runs[s].flags |= trail_part ? kTrailEnds : kLeadEnds;
+    }
+    if (span) ++spans[last];
+    open = false;
+  };
+  for (int32_t s = 0; s < p.splits; ++s) {
+    const int32_t window_begin = s * p.split_keys;
+    const int32_t window_size = min(p.kv_len, window_begin + p.split_keys) - window_begin;
+    SplitRuns& split = runs[s];
+    kept += split.kept;
+    columns[s] = split.inner_columns;
+    spans[s] = split.inner_spans;
+    if (open && split.lead == 0) close(s - 1);
+    if (split.lead > 0) {
+      if (!open) {
+        open = true;
+        run_begin = window_begin;
+        run_keys = 0;
+        run_anchored = false;
+        first_split = s;
+        first_is_trail = false;
+      }
+      run_keys += split.lead;
+      run_anchored = run_anchored || (split.flags & kLeadAnchored) != 0;
+      split.lead_start = run_begin;
+      if (split.lead < window_size) close(s);
+    }
+    if (split.lead < window_size && split.trail > 0) {
+      open = true;
+      run_begin = window_begin + window_size - split.trail;
+      run_keys = split.trail;
+      run_anchored = (split.flags & kTrailAnchored) != 0;
+      first_split = s;
+      first_is_trail = true;
     }
   }
+  if (open) close(p.splits - 1);
+  p.tile_keys[tile] = static_cast<uint32_t>(kept);
 }
 
 }  // namespace mmsparse::cuda::vec_kernels
