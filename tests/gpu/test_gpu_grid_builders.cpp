@@ -500,6 +500,8 @@ TEST_F(GpuIndexBuild, GridBoundaryStridedSpansMatchTheHostOnLongLayouts) {
     size.kv_len = size.q_len + random.uniform_int(0, kMaxExtraKeys);
     size.tile_rows =
         size.head_dim == kHeadDims.back() ? pick(random, kTileRows) : kTileRows.front();
+    // The engine's own choice of kernel: 128-row tiles run only on the wgmma kernel.
+    size.kernel = cuda::AttentionKernel::kAuto;
     size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
     int64_t frame_tokens = 0;
     const QueryBoundaryProblem problem{
