@@ -323,16 +323,17 @@ def searcher(args, preset, path, scratch):
 
 
 def config_settings(args, preset, seq_len, path, shipped):
-    """(label, path, note) of the configs given for this input: the shipped one, --config-file."""
+    """(label, path, note, method) of the configs given for this input: the shipped one
+    (SHIPPED_METHOD), those of --config-file (GIVEN_METHOD)."""
     settings = []
     if shipped:
         settings.append((f"configs/{os.path.basename(shipped)}", shipped,
-                         mm_lib.config_provenance(shipped)))
+                         mm_lib.config_provenance(shipped), mm_lib.SHIPPED_METHOD))
     for spec in args.config_file:
         where, _, config = spec.partition("=")
         if where == f"{preset or os.path.basename(path)}:{seq_len}":
             settings.append((f"file={os.path.basename(config)}", config,
-                             mm_lib.config_provenance(config)))
+                             mm_lib.config_provenance(config), mm_lib.GIVEN_METHOD))
     return settings
 
 
@@ -348,14 +349,15 @@ def mmsparse_entries(args, module, t, reference, preset, path, scratch, remainin
             else "searched on this input (in sample)")
     searched = [(f"target={target:.2f}", None, note, seq_len) for target in targets]
     if module is None:
-        config_entries = [mm_lib.CliEntry(args, path, mm_lib.SHIPPED_METHOD, config=config,
-                                          label=label, note=why) for label, config, why in configs]
+        config_entries = [mm_lib.CliEntry(args, path, method, config=config, label=label, note=why)
+                          for label, config, why, method in configs]
         names = mm_lib.pattern_groups(None, args.mmsparse_patterns)
         groups = [[mm_lib.CliEntry(args, path, adapter.name, specs=adapter.settings,
                                    with_dense=index == 0)] for index, adapter in enumerate(names)]
         return [], config_entries, groups, []   # searched configs need the package
-    shipped_adapter = mm_lib.MmsparseConfig(module, mm_lib.SHIPPED_METHOD, configs)
-    config_entries = [PeerEntry(shipped_adapter, setting, t, reference, args)
+    config_adapters = {method: mm_lib.MmsparseConfig(module, method, configs)
+                       for method in (mm_lib.SHIPPED_METHOD, mm_lib.GIVEN_METHOD)}
+    config_entries = [PeerEntry(config_adapters[setting[3]], setting, t, reference, args)
                       for setting in configs]
     groups = [[PeerEntry(adapter, spec, t, reference, args)
                for spec in schedule.middle_out(adapter.settings)]

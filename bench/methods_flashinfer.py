@@ -101,5 +101,5 @@ def settings_for_input(args, configs):
     specs = args.flashinfer_specs
     if specs is None:
         specs = [spec for spec in args.mmsparse_patterns if spec.startswith("vertical-slash")]
-    return [(label, None, path) for label, path, _ in configs] + \
+    return [(label, None, path) for label, path, *_ in configs] + \
         [(spec, spec, None) for spec in specs]

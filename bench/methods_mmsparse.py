@@ -18,6 +18,7 @@ import methods_peers as peers_lib
 import methods_report as report_lib
 
 SHIPPED_METHOD = "mmsparse shipped config"
+GIVEN_METHOD = "mmsparse config file"  # configs given with --config-file
 
 
 def import_mmsparse():

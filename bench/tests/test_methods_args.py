@@ -28,7 +28,7 @@ class MethodsArgsTest(unittest.TestCase):
     def test_defaults_parse(self):
         args = methods_args.parse_args(REQUIRED, "methods", ("video",))
         self.assertEqual(args.presets, ["video"])
-        self.assertEqual(args.flashinfer_block, 64)
+        self.assertEqual(args.flashinfer_block, 128)
 
     def test_bad_values_name_their_option(self):
         for extra, option in ((["--warmup", "-1"], "--warmup"),
