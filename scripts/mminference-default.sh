@@ -19,9 +19,11 @@
 #                (dense is about 14 s at 1M) to stay inside 10 minutes (estimate 5-9 min)
 #
 # Environment for the 1M steps: SEARCH_1M_LEN (default 131072: the length the 1M config is
-# searched at), SEARCH_1M_TARGET (default 0.96: its mean-recall target). A config searched with
-# other values is written to configs/video-qwen2.5vl-1m-<len>-r<target>.json, so the shipped one
-# stays; bench-1m runs CONFIG_1M (default the config those two variables name).
+# searched at), SEARCH_1M_TARGET (default 0.985: its mean-recall target, above the 128K search's
+# 0.96 because the input is harder at 1M than at the length searched; a 0.96 target at 131072
+# recalled 0.8965 at 1M, 0.97 at 262144 recalled 0.9392). A config searched with other values is
+# written to configs/video-qwen2.5vl-1m-<len>-r<target>.json, so the shipped one stays; bench-1m
+# runs CONFIG_1M (default the config those two variables name).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,11 +37,12 @@ mkdir -p "$out/configs"
 # more), given per search.
 default_target=0.96
 search_flags=(--seed 1 --needles 4 --device cuda)
+default_1m_target=0.985
 search_1m_len=${SEARCH_1M_LEN:-131072}
-search_1m_target=${SEARCH_1M_TARGET:-$default_target}
+search_1m_target=${SEARCH_1M_TARGET:-$default_1m_target}
 config_1m_name() {  # the 1M config's file under configs/ for SEARCH_1M_LEN and SEARCH_1M_TARGET
   local suffix=""
-  [[ $search_1m_len == 131072 && $search_1m_target == "$default_target" ]] ||
+  [[ $search_1m_len == 131072 && $search_1m_target == "$default_1m_target" ]] ||
     suffix="-r$search_1m_target"
   echo "video-qwen2.5vl-1m-$search_1m_len$suffix.json"
 }
