@@ -203,11 +203,12 @@ TEST_F(GpuVecBuild, KeysAcrossSplitsMatchTheHostPlan) {
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
 
-// Runs of kept keys joined across key splits (vec_select.cuh's resolve pass): alphas from every
-// candidate (one span per tile, across every split) to sparse selections (short runs, columns),
-// groups that divide the 4096-key split, GQA 1, 4 and 7, pooling 64 and 128, head_dim 64 and
-// 128, causal and not, odd lengths over three splits. Every record equals the host's cut of the
-// device's selection; spans must cross split edges and both spans and columns must occur.
+// Runs of kept keys across the score pass's key splits and the run pass's steps (vec_runs.cuh):
+// alphas from every candidate (one span per tile, across every split) to sparse selections (short
+// runs, columns), groups that divide the 4096-key split, GQA 1, 4 and 7, pooling 64 and 128,
+// head_dim 64 and 128, causal and not, odd lengths over three splits. Every record equals the
+// host's cut of the device's selection; spans must cross split edges, column runs the run pass's
+// step edges, and both spans and columns must occur.
 TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -239,6 +240,7 @@ TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
     }
   }
   EXPECT_GT(stats.spans_across_splits, 0);
+  EXPECT_GT(stats.column_runs_across_steps, 0);
   EXPECT_GT(stats.selected_in_spans, 0);
   EXPECT_GT(stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
