@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
@@ -260,6 +261,84 @@ int key_bits(int64_t kv_len) {
   return bits;
 }
 
+// The build's device scratch: the pooled queries, the keep masks, per-tile counts and offsets, the
+// schedule's sort keys and values, and cub's temporary storage (the scans' or the sort's).
+class BuildScratch {
+ public:
+  BuildScratch(VecKernelParams& p, int64_t tiles, int64_t head_dim, int sort_bits,
+               cudaStream_t stream)
+      : tiles_(tiles),
+        scan_bytes_(
+            scan_storage_bytes(static_cast<int>(tiles + 1), stream, "vec index: scan storage")),
+        sort_bytes_(sort_storage_bytes<uint32_t>(static_cast<int>(tiles), sort_bits, stream,
+                                                 "vec index: sort storage")),
+        pooled_at_(layout_.add<uint16_t>(tiles * head_dim)),  // bf16 or fp16
+        masks_at_(layout_.add<uint16_t>(tiles * p.mask_pitch)),
+        // Per tile, then one more: the total after the exclusive sum.
+        counts_at_(layout_.add<int64_t>(tiles + 1)),
+        offsets_at_(layout_.add<int64_t>(tiles + 1)),
+        span_counts_at_(layout_.add<int64_t>(tiles + 1)),
+        span_offsets_at_(layout_.add<int64_t>(tiles + 1)),
+        tile_keys_at_(layout_.add<uint32_t>(tiles)),
+        keys_at_(layout_.add<uint32_t>(tiles)),
+        sorted_at_(layout_.add<uint32_t>(tiles)),
+        values_at_(layout_.add<int32_t>(tiles)),
+        temp_at_(layout_.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes_, sort_bytes_)))),
+        scratch_(layout_.bytes(), stream, "vec index: scratch") {
+    p.pooled = at<uint16_t>(pooled_at_);
+    p.masks = at<uint16_t>(masks_at_);
+    p.column_counts = at<int64_t>(counts_at_);
+    p.column_offsets = at<int64_t>(offsets_at_);
+    p.span_counts = at<int64_t>(span_counts_at_);
+    p.span_offsets = at<int64_t>(span_offsets_at_);
+    p.tile_keys = at<uint32_t>(tile_keys_at_);
+  }
+
+  // Queues the exclusive sums of the column and span counts (each tile's first column and span,
+  // the last entry the total) and the two totals' copy to `totals` (columns, spans).
+  void queue_offsets(int64_t (&totals)[2], cudaStream_t stream) const {
+    const std::pair<std::size_t, std::size_t> sums[2] = {{counts_at_, offsets_at_},
+                                                         {span_counts_at_, span_offsets_at_}};
+    for (int i = 0; i < 2; ++i) {
+      std::size_t temp_bytes = scan_bytes_;
+      int64_t* offsets = at<int64_t>(sums[i].second);
+      check_cuda(cub::DeviceScan::ExclusiveSum(at<std::byte>(temp_at_), temp_bytes,
+                                               at<int64_t>(sums[i].first), offsets,
+                                               static_cast<int>(tiles_ + 1), stream),
+                 "vec index: offsets");
+      check_cuda(cudaMemcpyAsync(&totals[i], offsets + tiles_, sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "vec index: totals");
+    }
+  }
+
+  uint32_t* sort_keys() const { return at<uint32_t>(keys_at_); }
+  int32_t* sort_values() const { return at<int32_t>(values_at_); }
+
+  // The heaviest-first schedule into `schedule`: radix sort is stable, so equal key counts keep the
+  // position-major order, as the upload sorts.
+  void queue_schedule(int32_t* schedule, int sort_bits, cudaStream_t stream) const {
+    std::size_t temp_bytes = sort_bytes_;
+    check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                   at<std::byte>(temp_at_), temp_bytes, sort_keys(), at<uint32_t>(sorted_at_),
+                   sort_values(), schedule, static_cast<int>(tiles_), 0, sort_bits, stream),
+               "vec index: schedule sort");
+  }
+
+ private:
+  template <class T>
+  T* at(std::size_t offset) const {
+    return region<T>(scratch_.base(), offset);
+  }
+
+  int64_t tiles_;
+  std::size_t scan_bytes_, sort_bytes_;
+  ScratchLayout layout_;
+  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, span_counts_at_, span_offsets_at_,
+      tile_keys_at_, keys_at_, sorted_at_, values_at_, temp_at_;
+  StreamScratch scratch_;
+};
+
 }  // namespace
 
 bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& shape) {
@@ -289,34 +368,7 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   events.record(PhaseEvents::kStart);  // the stream is idle while the host allocates
   VecKernelParams p = kernel_params(vec, shape, operands);
   const int sort_bits = key_bits(shape.kv_len);
-  const auto items = static_cast<int>(tiles);
-  const int64_t counts = tiles + 1;  // one per tile, then one more for the total
-  const std::size_t scan_bytes =
-      scan_storage_bytes(static_cast<int>(counts), stream, "vec index: scan storage");
-  const std::size_t sort_bytes =
-      sort_storage_bytes<uint32_t>(items, sort_bits, stream, "vec index: sort storage");
-  ScratchLayout at;
-  const std::size_t pooled_at = at.add<uint16_t>(tiles * operands.head_dim);  // bf16 or fp16
-  const std::size_t masks_at = at.add<uint16_t>(tiles * p.mask_pitch);
-  const std::size_t counts_at = at.add<int64_t>(counts);
-  const std::size_t offsets_at = at.add<int64_t>(counts);
-  const std::size_t span_counts_at = at.add<int64_t>(counts);
-  const std::size_t span_offsets_at = at.add<int64_t>(counts);
-  const std::size_t tile_keys_at = at.add<uint32_t>(tiles);
-  const std::size_t keys_at = at.add<uint32_t>(tiles);
-  const std::size_t sorted_at = at.add<uint32_t>(tiles);
-  const std::size_t values_at = at.add<int32_t>(tiles);
-  const std::size_t temp_at =
-      at.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
-  const StreamScratch scratch(at.bytes(), stream, "vec index: scratch");
-  std::byte* base = scratch.base();
-  p.pooled = region<uint16_t>(base, pooled_at);
-  p.masks = region<uint16_t>(base, masks_at);
-  p.column_counts = region<int64_t>(base, counts_at);
-  p.column_offsets = region<int64_t>(base, offsets_at);
-  p.span_counts = region<int64_t>(base, span_counts_at);
-  p.span_offsets = region<int64_t>(base, span_offsets_at);
-  p.tile_keys = region<uint32_t>(base, tile_keys_at);
+  const BuildScratch scratch(p, tiles, operands.head_dim, sort_bits, stream);
   events.record(PhaseEvents::kScratch);
   check_cuda(cudaMemsetAsync(p.column_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: counts");
@@ -325,23 +377,8 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   run_scores(operands, p, slots, stream, events);
   run_runs(p, tiles, false, stream);
   events.record(PhaseEvents::kCount);
-  // Exclusive sums: each tile's first column and first span; the last entry the total.
-  const auto exclusive_sum = [&](const int64_t* in, std::size_t out_at, const char* what) {
-    std::size_t temp_bytes = scan_bytes;
-    check_cuda(cub::DeviceScan::ExclusiveSum(region<std::byte>(base, temp_at), temp_bytes, in,
-                                             region<int64_t>(base, out_at),
-                                             static_cast<int>(counts), stream),
-               what);
-  };
-  exclusive_sum(p.column_counts, offsets_at, "vec index: column offsets");
-  exclusive_sum(p.span_counts, span_offsets_at, "vec index: span offsets");
   int64_t totals[2] = {0, 0};  // columns, spans
-  check_cuda(cudaMemcpyAsync(&totals[0], p.column_offsets + tiles, sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream),
-             "vec index: column count");
-  check_cuda(cudaMemcpyAsync(&totals[1], p.span_offsets + tiles, sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream),
-             "vec index: span count");
+  scratch.queue_offsets(totals, stream);
   events.record(PhaseEvents::kOffsets);
   check_cuda(cudaStreamSynchronize(stream), "vec index: column and span counts");
   const int64_t columns = totals[0];
@@ -353,23 +390,17 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   events.record(PhaseEvents::kHost);
   auto* plan_base = static_cast<std::byte*>(plan.builder_data());
   records_kernel<<<static_cast<unsigned>(ceil_div(tiles, kRecordThreads)), kRecordThreads, 0,
-                   stream>>>(
-      p, make_mask_record(detail::vec_mask(vec), shape.kv_len),
-      region<TileRecord>(plan_base, layout.tiles), region<MaskRecord>(plan_base, layout.masks),
-      region<uint32_t>(base, keys_at), region<int32_t>(base, values_at), slots);
+                   stream>>>(p, make_mask_record(detail::vec_mask(vec), shape.kv_len),
+                             region<TileRecord>(plan_base, layout.tiles),
+                             region<MaskRecord>(plan_base, layout.masks), scratch.sort_keys(),
+                             scratch.sort_values(), slots);
   check_launch("vec index: records");
   events.record(PhaseEvents::kRecords);
   p.columns = region<int32_t>(plan_base, layout.columns);
   p.spans = region<SpanRecord>(plan_base, layout.spans);
   run_runs(p, tiles, true, stream);
   events.record(PhaseEvents::kWrite);
-  // Radix sort is stable: equal key counts keep the position-major order, as the upload sorts.
-  std::size_t temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 region<std::byte>(base, temp_at), temp_bytes, region<uint32_t>(base, keys_at),
-                 region<uint32_t>(base, sorted_at), region<int32_t>(base, values_at),
-                 region<int32_t>(plan_base, layout.schedule), items, 0, sort_bits, stream),
-             "vec index: schedule sort");
+  scratch.queue_schedule(region<int32_t>(plan_base, layout.schedule), sort_bits, stream);
   events.record(PhaseEvents::kSchedule);
   events.read();
   return plan;
