@@ -328,8 +328,9 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     if (my_tile_begin < warp_end) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (state.active[h])
+        if (state.active[h]) {
           row_masks[h][my_tile_begin / kTileKeys] = static_cast<uint16_t>(mine[h]);
+        }
       }
     }
     __syncthreads();  // the next iteration's copy overwrites the stage read here
