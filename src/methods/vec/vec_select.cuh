@@ -66,7 +66,7 @@ struct VecKernelParams {
   // candidate at or above the threshold). The score pass writes a block's tiles from its first
   // non-sink tile up to its last candidate's; vec_runs.cuh reads only those.
   uint16_t* masks;
-  int32_t mask_pitch;      // key tiles per row of masks, even (the run pass reads 32-bit words)
+  int32_t mask_pitch;      // key tiles per row of masks, even (a run-pass word is two tiles)
   int64_t* column_counts;  // [slots * blocks + 1] column keys per tile; the last 0
   const int64_t* column_offsets;  // [slots * blocks + 1] their exclusive sum (write pass)
   int64_t* span_counts;           // [slots * blocks + 1] span records per tile; the last 0
