@@ -1,7 +1,8 @@
-// Times the GPU index builders (methods/estimate/index_builders.h) against attention over the plan they build:
-// vertical-slash, and the grid head (every head as a grid head), estimated from device Q and K for
-// every head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC
-// workload "video-qwen2.5vl-128k" (28 query heads over 4 KV heads, head_dim 128;
+// Times the GPU index builders (methods/estimate/index_builders.h) against attention over the plan
+// they build: vertical-slash, the grid head (every head as a grid head) and VecAttention's
+// selection (methods/vec/vec_device.h) at three alphas, estimated from device Q and K for every
+// head slot, then the engine (kernel auto-selected) on that plan. bf16, the SYNTHETIC workload
+// "video-qwen2.5vl-128k" (28 query heads over 4 KV heads unless given, head_dim 128;
 // docs/workloads.md). Index milliseconds are stream time from the build call to its last kernel
 // (allocation, estimate, top-k, conversion, schedule sort), median of repeats after a warm-up,
 // twice: with the default memory pool, which returns freed memory to the system at every
@@ -13,10 +14,13 @@
 // beyond their diagonal). For the grid, "estimate" includes storing the softmax rows and top-k
 // reads "-" (the search and conversion are the rest of the index time); a line after each grid row
 // gives the strides found (grid heads of the workload marked *), the plan buffer (sized for every
-// candidate stride) and the columns the real tiles hold.
+// candidate stride) and the columns the real tiles hold. A line after each vec row gives the
+// selection's phases (stream milliseconds between events, median of the repeats, with the kept
+// pool; VecBuildTimes names them).
 //
-//   mmsparse_index_bench [seq_len] [pattern]   default 131072, every pattern ("vertical-slash" or
-//                                               "grid" to run one)
+//   mmsparse_index_bench [seq_len] [patterns] [q_heads] [kv_heads] [seed]
+//     default 131072, every pattern ("vertical-slash", "grid", "vec" or a comma-separated list),
+//     the preset's heads, seed 0; e.g. `131072 vec,vertical-slash 4 1 1` (vec-bench.sh's shape)
 
 #include <cuda_runtime.h>
 
@@ -34,9 +38,10 @@
 #include <vector>
 
 #include "cuda/runtime/engine.h"
+#include "cuda/runtime/plan_view.cuh"
 #include "methods/estimate/index_builders.h"
 #include "methods/estimate/index_kernels.h"
-#include "cuda/runtime/plan_view.cuh"
+#include "methods/vec/vec_device.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/tools/workload.h"
@@ -51,9 +56,14 @@ constexpr int kWarmups = 1;
 constexpr int kRepeats = 5;
 constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // several times the 50 MB L2
 constexpr int64_t kTileRowChoices[] = {64, 128};
-constexpr const char* kSpecs[] = {"vertical-slash", "vertical-slash:vertical=200,slash=1200",
-                                  "grid"};
+constexpr const char* kSpecs[] = {"vertical-slash",
+                                  "vertical-slash:vertical=200,slash=1200",
+                                  "grid",
+                                  "vec:alpha_ppm=30000",
+                                  "vec:alpha_ppm=100000",
+                                  "vec:alpha_ppm=300000"};
 constexpr char kGrid[] = "grid";
+constexpr char kVec[] = "vec";
 constexpr double kMegabyte = 1e6;
 
 std::string format_milliseconds(double milliseconds) {
@@ -71,7 +81,9 @@ void check(cudaError_t result, const char* what) {
 struct DeviceCopy {
   void* data = nullptr;
   std::size_t bytes = 0;
-  explicit DeviceCopy(std::size_t size) : bytes(size) { check(cudaMalloc(&data, bytes), "cudaMalloc"); }
+  explicit DeviceCopy(std::size_t size) : bytes(size) {
+    check(cudaMalloc(&data, bytes), "cudaMalloc");
+  }
   explicit DeviceCopy(const mmsparse::Tensor& host) : DeviceCopy(host.nbytes()) {
     check(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
@@ -206,10 +218,15 @@ BuildTimes time_builds(const mmsparse::PatternSpec& spec, const mmsparse::PlanSh
         stream, [&] { plan.release(stream); },
         [&] {
           const auto host_start = std::chrono::steady_clock::now();
-          plan = grid ? cuda::build_grid_plan_on_device(
-                            spec, shape, nullptr, operands, stream,
-                            static_cast<mmsparse::detail::GridLines*>(chosen.data))
-                      : cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
+          if (grid) {
+            plan = cuda::build_grid_plan_on_device(
+                spec, shape, nullptr, operands, stream,
+                static_cast<mmsparse::detail::GridLines*>(chosen.data));
+          } else if (spec.name == kVec) {
+            plan = cuda::build_vec_plan_on_device(spec, shape, operands, stream);
+          } else {
+            plan = cuda::build_dynamic_plan_on_device(spec, shape, nullptr, operands, stream);
+          }
           times.host_milliseconds = std::chrono::duration<double, std::milli>(
                                         std::chrono::steady_clock::now() - host_start)
                                         .count();
@@ -224,6 +241,35 @@ BuildTimes time_builds(const mmsparse::PatternSpec& spec, const mmsparse::PlanSh
         "cudaMemPoolSetAttribute");
   times.kept_milliseconds = time_build();
   return times;
+}
+
+// The vec selection's phases (VecBuildTimes), each the median over the repeats after the warm-ups,
+// on the memory pool as the caller left it.
+void print_vec_phases(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& shape,
+                      const cuda::EstimateOperands& operands, cudaStream_t stream,
+                      const char* pool_name) {
+  std::vector<cuda::VecBuildTimes> samples;
+  for (int r = 0; r < kWarmups + kRepeats; ++r) {
+    cuda::VecBuildTimes times;
+    cuda::DevicePlan plan = cuda::build_vec_plan_on_device(spec, shape, operands, stream, &times);
+    plan.release(stream);
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (r >= kWarmups) samples.push_back(times);
+  }
+  const auto median = [&](float cuda::VecBuildTimes::*field) {
+    std::vector<float> values;
+    for (const cuda::VecBuildTimes& sample : samples) values.push_back(sample.*field);
+    std::nth_element(values.begin(), values.begin() + kRepeats / 2, values.end());
+    return values[kRepeats / 2];
+  };
+  std::printf(
+      "    phases (%s pool): scratch %.3f  pool %.3f  score %.3f  count %.3f  offsets %.3f  host "
+      "%.3f  records %.3f  write %.3f  schedule %.3f  = %.3f ms\n",
+      pool_name, median(&cuda::VecBuildTimes::scratch), median(&cuda::VecBuildTimes::pool),
+      median(&cuda::VecBuildTimes::score), median(&cuda::VecBuildTimes::count),
+      median(&cuda::VecBuildTimes::offsets), median(&cuda::VecBuildTimes::host),
+      median(&cuda::VecBuildTimes::records), median(&cuda::VecBuildTimes::write),
+      median(&cuda::VecBuildTimes::schedule), median(&cuda::VecBuildTimes::total));
 }
 
 // The strides the grid build chose per head (* marks the workload's grid heads) and the plan
@@ -266,9 +312,40 @@ void print_header(const mmsparse::Workload& workload, int64_t length, double gen
               "kept pool", "estimate", "top-k", "host ms", "attn ms", "index%", "read density");
 }
 
-void run(int64_t length, const std::string& only) {
+// The command line: the length, the patterns to run (empty: all) and the workload's heads and seed.
+struct BenchOptions {
+  int64_t length = kDefaultLength;
+  std::string only;  // comma-separated pattern names
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  uint64_t seed = 0;
+
+  bool runs(const std::string& name) const {
+    return only.empty() || ("," + only + ",").find("," + name + ",") != std::string::npos;
+  }
+};
+
+// The vec selection's phases with the kept pool, then with the pool releasing its memory.
+void print_vec_phase_lines(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& shape,
+                           const cuda::EstimateOperands& operands, cudaMemPool_t pool,
+                           cudaStream_t stream) {
+  uint64_t release_threshold = std::numeric_limits<uint64_t>::max();
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+        "cudaMemPoolSetAttribute");
+  print_vec_phases(spec, shape, operands, stream, "kept");
+  release_threshold = 0;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release_threshold),
+        "cudaMemPoolSetAttribute");
+  print_vec_phases(spec, shape, operands, stream, "fresh");
+}
+
+void run(const BenchOptions& options) {
+  const int64_t length = options.length;
   mmsparse::WorkloadSpec workload_spec;
   workload_spec.seq_len = length;
+  workload_spec.q_heads = options.q_heads;
+  workload_spec.kv_heads = options.kv_heads;
+  workload_spec.seed = options.seed;
   const auto generate_start = std::chrono::steady_clock::now();
   const mmsparse::Workload workload = mmsparse::Workload::create(workload_spec);
   const mmsparse::Workload::Tensors tensors = workload.materialize(DType::kBFloat16);
@@ -297,9 +374,9 @@ void run(int64_t length, const std::string& only) {
   const mmsparse::TensorView out_view = on_device(tensors.q.view(), out.data);
   const mmsparse::TensorView lse_view =
       mmsparse::TensorView::contiguous(lse.data, DType::kFloat32, {1, q_heads, length}, gpu);
-  cuda::AttentionArgs args = cuda::make_attention_args(
-      mmsparse::describe_attention(q_view, k_view, v_view, {}), q_view, k_view, v_view, out_view,
-      lse_view, stream);
+  cuda::AttentionArgs args =
+      cuda::make_attention_args(mmsparse::describe_attention(q_view, k_view, v_view, {}), q_view,
+                                k_view, v_view, out_view, lse_view, stream);
 
   print_header(workload, length, generate_seconds, tensors);
   const double causal_pairs =
@@ -307,9 +384,11 @@ void run(int64_t length, const std::string& only) {
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
   for (const char* text : kSpecs) {
-    const mmsparse::PatternSpec spec = mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
-    if (!only.empty() && spec.name != only) continue;
+    const mmsparse::PatternSpec spec =
+        mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));
+    if (!options.runs(spec.name)) continue;
     const bool grid = spec.name == kGrid;
+    const bool vec = spec.name == kVec;
     const DeviceCopy chosen(static_cast<std::size_t>(q_heads) *
                             sizeof(mmsparse::detail::GridLines));
     for (const int64_t tile_rows : kTileRowChoices) {
@@ -324,22 +403,26 @@ void run(int64_t length, const std::string& only) {
 
       double estimate_milliseconds = 0.0;
       double select_milliseconds = 0.0;
-      time_stages(spec, shape, operands, stream, estimate_milliseconds, select_milliseconds);
+      if (!vec) {
+        time_stages(spec, shape, operands, stream, estimate_milliseconds, select_milliseconds);
+      }
 
       const double attention_milliseconds = median_milliseconds(
           stream,
           [&] { check(cudaMemsetAsync(flush.data, 0, flush.bytes, stream), "cudaMemsetAsync"); },
           [&] { cuda::attention_planned(plan, args); });
       const PlanReads reads = read_pairs(plan);
+      const std::string none = std::string(8, ' ') + "-";
       const std::string stage_columns =
-          format_milliseconds(estimate_milliseconds) + " " +
-          (grid ? std::string(8, ' ') + "-" : format_milliseconds(select_milliseconds));
+          (vec ? none : format_milliseconds(estimate_milliseconds)) + " " +
+          (grid || vec ? none : format_milliseconds(select_milliseconds));
       std::printf("%-40s %4lld | %9.3f %9.3f %s %7.3f | %9.3f | %5.1f%% | %.2f%%\n", text,
                   static_cast<long long>(tile_rows), fresh_milliseconds, kept_milliseconds,
                   stage_columns.c_str(), host_milliseconds, attention_milliseconds,
                   100.0 * kept_milliseconds / (kept_milliseconds + attention_milliseconds),
                   100.0 * reads.pairs / causal_pairs);
       if (grid) print_grid_strides(workload, q_heads, chosen, plan, reads);
+      if (vec) print_vec_phase_lines(spec, shape, operands, pool, stream);
       std::fflush(stdout);
     }
   }
@@ -351,7 +434,13 @@ void run(int64_t length, const std::string& only) {
 
 int main(int argc, char** argv) {
   try {
-    run(argc > 1 ? std::atoll(argv[1]) : kDefaultLength, argc > 2 ? argv[2] : "");
+    BenchOptions options;
+    if (argc > 1) options.length = std::atoll(argv[1]);
+    if (argc > 2) options.only = argv[2];
+    if (argc > 3) options.q_heads = std::atoll(argv[3]);
+    if (argc > 4) options.kv_heads = std::atoll(argv[4]);
+    if (argc > 5) options.seed = std::strtoull(argv[5], nullptr, 10);
+    run(options);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "mmsparse_index_bench failed: %s\n", error.what());
     return 1;

@@ -3,6 +3,7 @@
 # the issue asks for first, so that a time limit cuts the optional steps, not them:
 #   1. timing: `bench` at 128K (seed 1) of fixed vec alphas beside vertical-slash: selection ms
 #      against vertical-slash's index ms, recall, attention ms;
+#   1b. the selection's phases (bench/index_bench.cu) beside vertical-slash's index stages;
 #   2. cuDNN dense at the same shape (bench/peers.py: PyTorch SDPA, cuDNN backend);
 #   3. the recall-vs-density curve at 128K (`mmsparse curve`: JSON + PNG), bounded by
 #      $VEC_BENCH_CURVE_TIMEOUT seconds;
@@ -83,6 +84,13 @@ timing_patterns=()
 for alpha in "${timing_alphas[@]}"; do timing_patterns+=(--pattern "vec:alpha_ppm=$alpha"); done
 step timing-128k "$cli" bench "${video[@]}" --seed 1 --device "$device" "${timing[@]}" \
   "${timing_patterns[@]}" --pattern vertical-slash --json "$out/bench-timing-128k.json"
+
+# 1b. The selection's phases (stream times between the build's kernels, kept and fresh memory pool)
+# and vertical-slash's index stages at the same shape and seed, from the index benchmark.
+index_bench=$build/bench/mmsparse_index_bench
+if [[ $device == cuda && -x $index_bench ]]; then
+  step phases-128k "$index_bench" "$seq_len" vec,vertical-slash 4 1 1
+fi
 
 # 2. cuDNN dense (and FlashAttention-2) at the 128K shape, random bf16 inputs.
 if [[ $peers -eq 1 ]]; then

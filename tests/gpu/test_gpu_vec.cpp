@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -66,13 +67,15 @@ PlanShape shape_of(const ProblemSize& size) {
   return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
 }
 
-// The host plan from host q and k, the device plan from their device copies.
+// The host plan from host q and k, the device plan from their device copies (its phases timed
+// into `times` when not null).
 BothPlans build_both(const PatternSpec& spec, const PlanShape& shape, const PatternInputs& host,
-                     const PatternInputs& device, cudaStream_t stream) {
+                     const PatternInputs& device, cudaStream_t stream,
+                     cuda::VecBuildTimes* times = nullptr) {
   BothPlans plans{build_plan(spec, shape, nullptr, &host), {}, resolve_pattern(spec)};
   EXPECT_TRUE(cuda::builds_vec_on_device(plans.resolved, shape));
   plans.built = cuda::build_vec_plan_on_device(
-      plans.resolved, shape, cuda::make_estimate_operands("vec", device, shape), stream);
+      plans.resolved, shape, cuda::make_estimate_operands("vec", device, shape), stream, times);
   // The caller frees q and k on return: the build must have read them.
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return plans;
@@ -203,11 +206,12 @@ TEST_F(GpuVecBuild, KeysAcrossSplitsMatchTheHostPlan) {
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
 
-// Runs of kept keys joined across key splits (vec_select.cuh's resolve pass): alphas from every
-// candidate (one span per tile, across every split) to sparse selections (short runs, columns),
-// groups that divide the 4096-key split, GQA 1, 4 and 7, pooling 64 and 128, head_dim 64 and
-// 128, causal and not, odd lengths over three splits. Every record equals the host's cut of the
-// device's selection; spans must cross split edges and both spans and columns must occur.
+// Runs of kept keys across the score pass's key splits and the run pass's steps (vec_runs.cuh):
+// alphas from every candidate (one span per tile, across every split) to sparse selections (short
+// runs, columns), groups that divide the 4096-key split, GQA 1, 4 and 7, pooling 64 and 128,
+// head_dim 64 and 128, causal and not, odd lengths over three splits. Every record equals the
+// host's cut of the device's selection; spans must cross split edges, column runs the run pass's
+// step edges, and both spans and columns must occur.
 TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -239,6 +243,7 @@ TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
     }
   }
   EXPECT_GT(stats.spans_across_splits, 0);
+  EXPECT_GT(stats.column_runs_across_steps, 0);
   EXPECT_GT(stats.selected_in_spans, 0);
   EXPECT_GT(stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
@@ -274,8 +279,27 @@ TEST_F(GpuVecBuild, EdgeShapesMatchTheHostPlan) {
   }
 }
 
+// Every phase time of a timed build is a stream time (>= 0, the score pass > 0), and they add up to
+// the build's total within the events' resolution (about 0.5 us each) and float rounding.
+void expect_phase_times(const cuda::VecBuildTimes& times) {
+  const float phases[] = {times.scratch, times.pool,    times.score, times.count,   times.offsets,
+                          times.host,    times.records, times.write, times.schedule};
+  float sum = 0.0f;
+  for (const float phase : phases) {
+    EXPECT_GE(phase, 0.0f);
+    sum += phase;
+  }
+  EXPECT_GT(times.score, 0.0f);
+  constexpr float kRelativeRounding = 1e-3f;
+  constexpr float kEventResolutionMs = 1e-3f;
+  const float tolerance =
+      kRelativeRounding * times.total + static_cast<float>(std::size(phases)) * kEventResolutionMs;
+  EXPECT_NEAR(sum, times.total, tolerance) << "phases do not add up";
+}
+
 // SYNTHETIC preset inputs (structured attention, not N(0, 1)): all heads, GQA of the preset. Two
-// builds of one spec hold the same spans and columns (no atomics decide where a key goes).
+// builds of one spec hold the same spans and columns (no atomics decide where a key goes), the
+// second one timed by phases.
 TEST_F(GpuVecBuild, SyntheticPresetMatchesTheHostPlan) {
   WorkloadSpec workload_spec;
   workload_spec.seq_len = kSyntheticLength;
@@ -295,10 +319,14 @@ TEST_F(GpuVecBuild, SyntheticPresetMatchesTheHostPlan) {
     const PatternSpec spec = PatternSpec::parse(text);
     const BothPlans plans = build_both(spec, shape, host_inputs, device_inputs, stream_);
     const Plan adopted = expect_matching_plans(plans, host_inputs, stats, stream_);
-    const BothPlans again = build_both(spec, shape, host_inputs, device_inputs, stream_);
+    // The second build times its phases (events between them): the same records, and phase
+    // times that add up to the build's.
+    cuda::VecBuildTimes times;
+    const BothPlans again = build_both(spec, shape, host_inputs, device_inputs, stream_, &times);
     const Plan adopted_again = expect_matching_plans(again, host_inputs, stats, stream_);
     EXPECT_EQ(adopted_again.columns, adopted.columns) << "two builds chose different columns";
     EXPECT_EQ(adopted_again.spans, adopted.spans) << "two builds chose different spans";
+    expect_phase_times(times);
   }
 }
 

@@ -140,6 +140,11 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
         stats.spans_across_splits +=
             last / kCheckedSplitKeys != device.spans[s].begin / kCheckedSplitKeys;
       }
+      for (int64_t c = device.tile_column_offsets[tile] + 1;
+           c < device.tile_column_offsets[tile + 1]; ++c) {
+        stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
+                                          device.columns[c] % kCheckedRunStepKeys == 0;
+      }
       check_tile(operands, block, params, selected, tile, stats, reports);
       adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
       detail::vec_add_tile_keys(adopted, block,

@@ -25,17 +25,22 @@
 namespace mmsparse::test {
 
 struct VecSelectionStats {
-  int64_t candidates = 0;           // candidate keys compared
-  int64_t borderline = 0;           // of which within the tolerance of log(alpha)
-  int64_t differing = 0;            // of which kept on one side only (all borderline)
-  int64_t selected_in_spans = 0;    // device-selected keys that lie in spans
-  int64_t selected_in_columns = 0;  // device-selected keys listed as columns
-  int64_t spans_across_splits = 0;  // device spans that hold keys on both sides of a multiple
-                                    // of kCheckedSplitKeys
+  int64_t candidates = 0;                // candidate keys compared
+  int64_t borderline = 0;                // of which within the tolerance of log(alpha)
+  int64_t differing = 0;                 // of which kept on one side only (all borderline)
+  int64_t selected_in_spans = 0;         // device-selected keys that lie in spans
+  int64_t selected_in_columns = 0;       // device-selected keys listed as columns
+  int64_t spans_across_splits = 0;       // device spans that hold keys on both sides of a multiple
+                                         // of kCheckedSplitKeys
+  int64_t column_runs_across_steps = 0;  // column runs (consecutive columns) holding keys on both
+                                         // sides of a multiple of kCheckedRunStepKeys
 };
 // The device's key split when a group of the running maximum divides it (vec_select.cuh's
 // kSplitKeys): spans crossing its multiples exercise the runs joined across splits.
 inline constexpr int64_t kCheckedSplitKeys = 4096;
+// The keys one step of the device's run pass covers (vec_runs.cuh's kRunStepKeys: 32 lanes of 32
+// keys): column runs crossing its multiples are staged across two steps.
+inline constexpr int64_t kCheckedRunStepKeys = 1024;
 
 // Downloads `built` (one vec spec, `resolved`, over host_inputs' device copies) and checks its
 // selected keys (spans and columns but the sinks and diagonal, which must all be there once)

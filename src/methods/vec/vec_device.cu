@@ -10,17 +10,17 @@
 // equal the host's except for keys whose margin lies within that rounding of log(alpha)
 // (tests/gpu/vec_selection_check.h states and checks the bound).
 //
-// Work. A CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of one head slot (16
-// per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole groups of the
-// running maximum, which restarts at each group, so splits are independent. Keys stream through
-// shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a tile of 16 keys
-// with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its candidates within the
-// lane quad that holds the row, raises the running maximum (reset where a group starts), and
-// filters, then feeds the 16-bit kept mask (with the tile's sink and diagonal bits) to the row's run
-// cursor. The count pass stores per (tile, split) the runs at the window's edges and the spans and
-// column keys of the others; the resolve pass joins edge runs across splits and stores span and
-// column counts; after their scans the write pass writes each span where its run ends and each
-// column run's keys at its offset, so spans and columns come out ascending without atomics.
+// Work. The score pass: a CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of
+// one head slot (16 per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole
+// groups of the running maximum, which restarts at each group, so splits are independent. Keys
+// stream through shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a
+// tile of 16 keys with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its
+// candidates within the lane quad that holds the row, raises the running maximum (reset where a
+// group starts), filters, and stores the row's 16-bit keep mask: every score is computed once, and
+// the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per tile,
+// turns the masks plus the sinks and diagonal into runs with bit operations and warp scans, counts
+// the spans and column keys per tile, and after the exclusive sums writes them at the tile's
+// offsets (columns staged in shared memory, stored coalesced), ascending, without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
@@ -37,6 +38,7 @@
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
+#include "methods/vec/vec_runs.cuh"
 #include "methods/vec/vec_select.cuh"
 #include "mmsparse/status.h"
 
@@ -48,14 +50,14 @@ using vec_kernels::BlockKeys;
 using vec_kernels::kCtaRows;
 using vec_kernels::kMaxHeadDim;
 using vec_kernels::kPoolThreads;
-using vec_kernels::kResolveThreads;
+using vec_kernels::kRunThreads;
+using vec_kernels::kRunWarps;
 using vec_kernels::kSelectThreads;
 using vec_kernels::kSplitKeys;
 using vec_kernels::kTileKeys;
 using vec_kernels::pool_kernel;
-using vec_kernels::resolve_kernel;
+using vec_kernels::runs_kernel;
 using vec_kernels::select_kernel;
-using vec_kernels::SplitRuns;
 using vec_kernels::VecKernelParams;
 
 constexpr int kRecordThreads = 256;
@@ -63,7 +65,7 @@ constexpr int64_t kMaxGridYZ = 65535;
 
 // Per tile (slot-major): its record, and its schedule sort key (its kept keys) and value in
 // position-major order (ties of the heaviest-first order go position-major, then slot); tile 0's
-// thread writes the mask record. The write pass writes the spans and columns themselves.
+// thread writes the mask record. The run pass writes the spans and columns themselves.
 __global__ void __launch_bounds__(kRecordThreads)
     records_kernel(const VecKernelParams p, const MaskRecord mask, TileRecord* tiles,
                    MaskRecord* masks, uint32_t* sort_keys, int32_t* sort_values, int32_t slots) {
@@ -77,11 +79,10 @@ __global__ void __launch_bounds__(kRecordThreads)
   record.end = min(p.q_len, (block + 1) * p.pooling);
   record.head_slot = slot;
   record.mask = 0;
-  // A tile's spans and columns are its splits' in key order.
-  record.span_begin = p.span_offsets[tile * p.splits];
-  record.span_end = p.span_offsets[(tile + 1) * p.splits];
-  record.column_begin = p.offsets[tile * p.splits];
-  record.column_end = p.offsets[(tile + 1) * p.splits];
+  record.span_begin = p.span_offsets[tile];
+  record.span_end = p.span_offsets[tile + 1];
+  record.column_begin = p.column_offsets[tile];
+  record.column_end = p.column_offsets[tile + 1];
   tiles[tile] = record;
   const int64_t item = static_cast<int64_t>(block) * slots + slot;
   sort_keys[item] = p.tile_keys[tile];
@@ -122,7 +123,7 @@ VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& sha
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
   p.log_alpha = vec.log_alpha();
-  p.min_span_keys = static_cast<int32_t>(detail::kVecMinSpanKeys);
+  p.mask_pitch = static_cast<int32_t>(2 * ceil_div(shape.kv_len, 2 * kTileKeys));
   p.selection.count = static_cast<int32_t>(operands.heads.size());
   std::copy(operands.heads.begin(), operands.heads.end(), p.selection.heads);
   return p;
@@ -169,28 +170,88 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
   }
 }
 
+// Events between the build's phases when a caller asks for their times (VecBuildTimes).
+class PhaseEvents {
+ public:
+  enum Phase {
+    kStart,
+    kScratch,
+    kPool,
+    kScore,
+    kCount,
+    kOffsets,
+    kHost,
+    kRecords,
+    kWrite,
+    kSchedule,
+    kEnd
+  };
+  PhaseEvents(VecBuildTimes* times, cudaStream_t stream) : times_(times), stream_(stream) {
+    if (times_ == nullptr) return;
+    for (cudaEvent_t& event : events_) check_cuda(cudaEventCreate(&event), "vec index: events");
+  }
+  ~PhaseEvents() {
+    if (times_ == nullptr) return;
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+  }
+  PhaseEvents(const PhaseEvents&) = delete;
+  PhaseEvents& operator=(const PhaseEvents&) = delete;
+  // The stream reached the end of the phase before `phase` (kStart: the build's start).
+  void record(Phase phase) {
+    if (times_ != nullptr) check_cuda(cudaEventRecord(events_[phase], stream_), "vec index: event");
+  }
+  // Waits for the last event and fills the times.
+  void read() {
+    if (times_ == nullptr) return;
+    check_cuda(cudaEventSynchronize(events_[kSchedule]), "vec index: phase times");
+    float* fields[] = {&times_->scratch, &times_->pool,    &times_->score,
+                       &times_->count,   &times_->offsets, &times_->host,
+                       &times_->records, &times_->write,   &times_->schedule};
+    for (int phase = kScratch; phase <= kSchedule; ++phase) {
+      check_cuda(cudaEventElapsedTime(fields[phase - 1], events_[phase - 1], events_[phase]),
+                 "vec index: phase time");
+    }
+    check_cuda(cudaEventElapsedTime(&times_->total, events_[kStart], events_[kSchedule]),
+               "vec index: build time");
+  }
+
+ private:
+  VecBuildTimes* times_;
+  cudaStream_t stream_;
+  cudaEvent_t events_[kEnd] = {};
+};
+
 template <class Element>
-void launch_selection(const VecKernelParams& p, int32_t slots, bool write, cudaStream_t stream) {
+void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
+                   PhaseEvents& events) {
+  pool_kernel<Element><<<dim3(static_cast<unsigned>(p.blocks), static_cast<unsigned>(slots)),
+                         kPoolThreads, 0, stream>>>(p);
+  check_launch("vec index: pooled queries");
+  events.record(PhaseEvents::kPool);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  if (write) {
-    select_kernel<Element, true><<<grid, kSelectThreads, 0, stream>>>(p);
-    check_launch("vec index: write pass");
+  select_kernel<Element><<<grid, kSelectThreads, 0, stream>>>(p);
+  check_launch("vec index: score pass");
+  events.record(PhaseEvents::kScore);
+}
+
+void run_scores(const EstimateOperands& operands, const VecKernelParams& p, int32_t slots,
+                cudaStream_t stream, PhaseEvents& events) {
+  if (operands.dtype == DType::kBFloat16) {
+    launch_scores<__nv_bfloat16>(p, slots, stream, events);
   } else {
-    pool_kernel<Element><<<dim3(static_cast<unsigned>(p.blocks), static_cast<unsigned>(slots)),
-                           kPoolThreads, 0, stream>>>(p);
-    check_launch("vec index: pooled queries");
-    select_kernel<Element, false><<<grid, kSelectThreads, 0, stream>>>(p);
-    check_launch("vec index: count pass");
+    launch_scores<__half>(p, slots, stream, events);
   }
 }
 
-void run_selection(const EstimateOperands& operands, const VecKernelParams& p, int32_t slots,
-                   bool write, cudaStream_t stream) {
-  if (operands.dtype == DType::kBFloat16) {
-    launch_selection<__nv_bfloat16>(p, slots, write, stream);
+void run_runs(const VecKernelParams& p, int64_t tiles, bool write, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(ceil_div(tiles, kRunWarps));
+  if (write) {
+    runs_kernel<true><<<grid, kRunThreads, 0, stream>>>(p, tiles);
+    check_launch("vec index: spans and columns");
   } else {
-    launch_selection<__half>(p, slots, write, stream);
+    runs_kernel<false><<<grid, kRunThreads, 0, stream>>>(p, tiles);
+    check_launch("vec index: span and column counts");
   }
 }
 
@@ -199,6 +260,84 @@ int key_bits(int64_t kv_len) {
   while ((int64_t{1} << bits) <= kv_len) ++bits;
   return bits;
 }
+
+// The build's device scratch: the pooled queries, the keep masks, per-tile counts and offsets, the
+// schedule's sort keys and values, and cub's temporary storage (the scans' or the sort's).
+class BuildScratch {
+ public:
+  BuildScratch(VecKernelParams& p, int64_t tiles, int64_t head_dim, int sort_bits,
+               cudaStream_t stream)
+      : tiles_(tiles),
+        scan_bytes_(
+            scan_storage_bytes(static_cast<int>(tiles + 1), stream, "vec index: scan storage")),
+        sort_bytes_(sort_storage_bytes<uint32_t>(static_cast<int>(tiles), sort_bits, stream,
+                                                 "vec index: sort storage")),
+        pooled_at_(layout_.add<uint16_t>(tiles * head_dim)),  // bf16 or fp16
+        masks_at_(layout_.add<uint16_t>(tiles * p.mask_pitch)),
+        // Per tile, then one more: the total after the exclusive sum.
+        counts_at_(layout_.add<int64_t>(tiles + 1)),
+        offsets_at_(layout_.add<int64_t>(tiles + 1)),
+        span_counts_at_(layout_.add<int64_t>(tiles + 1)),
+        span_offsets_at_(layout_.add<int64_t>(tiles + 1)),
+        tile_keys_at_(layout_.add<uint32_t>(tiles)),
+        keys_at_(layout_.add<uint32_t>(tiles)),
+        sorted_at_(layout_.add<uint32_t>(tiles)),
+        values_at_(layout_.add<int32_t>(tiles)),
+        temp_at_(layout_.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes_, sort_bytes_)))),
+        scratch_(layout_.bytes(), stream, "vec index: scratch") {
+    p.pooled = at<uint16_t>(pooled_at_);
+    p.masks = at<uint16_t>(masks_at_);
+    p.column_counts = at<int64_t>(counts_at_);
+    p.column_offsets = at<int64_t>(offsets_at_);
+    p.span_counts = at<int64_t>(span_counts_at_);
+    p.span_offsets = at<int64_t>(span_offsets_at_);
+    p.tile_keys = at<uint32_t>(tile_keys_at_);
+  }
+
+  // Queues the exclusive sums of the column and span counts (each tile's first column and span,
+  // the last entry the total) and the two totals' copy to `totals` (columns, spans).
+  void queue_offsets(int64_t (&totals)[2], cudaStream_t stream) const {
+    const std::pair<std::size_t, std::size_t> sums[2] = {{counts_at_, offsets_at_},
+                                                         {span_counts_at_, span_offsets_at_}};
+    for (int i = 0; i < 2; ++i) {
+      std::size_t temp_bytes = scan_bytes_;
+      int64_t* offsets = at<int64_t>(sums[i].second);
+      check_cuda(cub::DeviceScan::ExclusiveSum(at<std::byte>(temp_at_), temp_bytes,
+                                               at<int64_t>(sums[i].first), offsets,
+                                               static_cast<int>(tiles_ + 1), stream),
+                 "vec index: offsets");
+      check_cuda(cudaMemcpyAsync(&totals[i], offsets + tiles_, sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "vec index: totals");
+    }
+  }
+
+  uint32_t* sort_keys() const { return at<uint32_t>(keys_at_); }
+  int32_t* sort_values() const { return at<int32_t>(values_at_); }
+
+  // The heaviest-first schedule into `schedule`: radix sort is stable, so equal key counts keep the
+  // position-major order, as the upload sorts.
+  void queue_schedule(int32_t* schedule, int sort_bits, cudaStream_t stream) const {
+    std::size_t temp_bytes = sort_bytes_;
+    check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                   at<std::byte>(temp_at_), temp_bytes, sort_keys(), at<uint32_t>(sorted_at_),
+                   sort_values(), schedule, static_cast<int>(tiles_), 0, sort_bits, stream),
+               "vec index: schedule sort");
+  }
+
+ private:
+  template <class T>
+  T* at(std::size_t offset) const {
+    return region<T>(scratch_.base(), offset);
+  }
+
+  int64_t tiles_;
+  std::size_t scan_bytes_, sort_bytes_;
+  ScratchLayout layout_;
+  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, span_counts_at_, span_offsets_at_,
+      tile_keys_at_, keys_at_, sorted_at_, values_at_, temp_at_;
+  StreamScratch scratch_;
+};
 
 }  // namespace
 
@@ -209,14 +348,15 @@ bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& sha
 }
 
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                    const EstimateOperands& operands, void* stream_handle) {
+                                    const EstimateOperands& operands, void* stream_handle,
+                                    VecBuildTimes* times) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   check_shape(resolved_spec, shape, operands);
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
   const int64_t tiles = slots * blocks;
-  if (tiles > std::numeric_limits<int32_t>::max()) {
+  if (tiles >= std::numeric_limits<int32_t>::max()) {  // the scans count tiles + 1 in int32
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: " + std::to_string(tiles) +
                                              " tiles; the schedule indexes tiles in int32");
   }
@@ -224,67 +364,22 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
     const DevicePlanLayout layout = plan_layout({slots, 0, 0, 0, 0, 0});
     return DevicePlan::for_builder(shape, layout, 0, 0, true, layout.spans, stream);
   }
+  PhaseEvents events(times, stream);
+  events.record(PhaseEvents::kStart);  // the stream is idle while the host allocates
   VecKernelParams p = kernel_params(vec, shape, operands);
   const int sort_bits = key_bits(shape.kv_len);
-  const auto items = static_cast<int>(tiles);
-  // One count per (tile, split), the tiles' splits in key order, then one more for the total.
-  const int64_t counts = tiles * p.splits + 1;
-  if (counts > std::numeric_limits<int32_t>::max()) {
-    throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: " + std::to_string(counts) +
-                                             " (tile, key split) counts; the scan indexes them "
-                                             "in int32");
-  }
-  const std::size_t scan_bytes =
-      scan_storage_bytes(static_cast<int>(counts), stream, "vec index: scan storage");
-  const std::size_t sort_bytes =
-      sort_storage_bytes<uint32_t>(items, sort_bits, stream, "vec index: sort storage");
-  ScratchLayout at;
-  const std::size_t pooled_at = at.add<uint16_t>(tiles * operands.head_dim);  // bf16 or fp16
-  const std::size_t counts_at = at.add<int64_t>(counts);
-  const std::size_t offsets_at = at.add<int64_t>(counts);
-  const std::size_t span_counts_at = at.add<int64_t>(counts);
-  const std::size_t span_offsets_at = at.add<int64_t>(counts);
-  const std::size_t runs_at = at.add<SplitRuns>(counts - 1);
-  const std::size_t tile_keys_at = at.add<uint32_t>(tiles);
-  const std::size_t keys_at = at.add<uint32_t>(tiles);
-  const std::size_t sorted_at = at.add<uint32_t>(tiles);
-  const std::size_t values_at = at.add<int32_t>(tiles);
-  const std::size_t temp_at =
-      at.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
-  const StreamScratch scratch(at.bytes(), stream, "vec index: scratch");
-  std::byte* base = scratch.base();
-  p.pooled = region<uint16_t>(base, pooled_at);
-  p.counts = region<int64_t>(base, counts_at);
-  p.offsets = region<int64_t>(base, offsets_at);
-  p.span_counts = region<int64_t>(base, span_counts_at);
-  p.span_offsets = region<int64_t>(base, span_offsets_at);
-  p.runs = region<SplitRuns>(base, runs_at);
-  p.tile_keys = region<uint32_t>(base, tile_keys_at);
-  check_cuda(cudaMemsetAsync(p.counts + counts - 1, 0, sizeof(int64_t), stream),
+  const BuildScratch scratch(p, tiles, operands.head_dim, sort_bits, stream);
+  events.record(PhaseEvents::kScratch);
+  check_cuda(cudaMemsetAsync(p.column_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: counts");
-  check_cuda(cudaMemsetAsync(p.span_counts + counts - 1, 0, sizeof(int64_t), stream),
+  check_cuda(cudaMemsetAsync(p.span_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: span counts");
-  run_selection(operands, p, slots, false, stream);
-  resolve_kernel<<<static_cast<unsigned>(ceil_div(tiles, kResolveThreads)), kResolveThreads, 0,
-                   stream>>>(p, tiles);
-  check_launch("vec index: runs across splits");
-  // Exclusive sums: each (tile, split)'s first column and first span; the last entry the total.
-  const auto exclusive_sum = [&](const int64_t* in, std::size_t out_at, const char* what) {
-    std::size_t temp_bytes = scan_bytes;
-    check_cuda(cub::DeviceScan::ExclusiveSum(region<std::byte>(base, temp_at), temp_bytes, in,
-                                             region<int64_t>(base, out_at),
-                                             static_cast<int>(counts), stream),
-               what);
-  };
-  exclusive_sum(p.counts, offsets_at, "vec index: column offsets");
-  exclusive_sum(p.span_counts, span_offsets_at, "vec index: span offsets");
+  run_scores(operands, p, slots, stream, events);
+  run_runs(p, tiles, false, stream);
+  events.record(PhaseEvents::kCount);
   int64_t totals[2] = {0, 0};  // columns, spans
-  check_cuda(cudaMemcpyAsync(&totals[0], p.offsets + counts - 1, sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream),
-             "vec index: column count");
-  check_cuda(cudaMemcpyAsync(&totals[1], p.span_offsets + counts - 1, sizeof(int64_t),
-                             cudaMemcpyDeviceToHost, stream),
-             "vec index: span count");
+  scratch.queue_offsets(totals, stream);
+  events.record(PhaseEvents::kOffsets);
   check_cuda(cudaStreamSynchronize(stream), "vec index: column and span counts");
   const int64_t columns = totals[0];
 
@@ -292,23 +387,22 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   layout.gathers = columns > 0;  // known exactly here: without columns the lean kernel runs
   DevicePlan plan =
       DevicePlan::for_builder(shape, layout, tiles, columns, true, layout.spans, stream);
+  events.record(PhaseEvents::kHost);
   auto* plan_base = static_cast<std::byte*>(plan.builder_data());
   records_kernel<<<static_cast<unsigned>(ceil_div(tiles, kRecordThreads)), kRecordThreads, 0,
-                   stream>>>(
-      p, make_mask_record(detail::vec_mask(vec), shape.kv_len),
-      region<TileRecord>(plan_base, layout.tiles), region<MaskRecord>(plan_base, layout.masks),
-      region<uint32_t>(base, keys_at), region<int32_t>(base, values_at), slots);
+                   stream>>>(p, make_mask_record(detail::vec_mask(vec), shape.kv_len),
+                             region<TileRecord>(plan_base, layout.tiles),
+                             region<MaskRecord>(plan_base, layout.masks), scratch.sort_keys(),
+                             scratch.sort_values(), slots);
   check_launch("vec index: records");
+  events.record(PhaseEvents::kRecords);
   p.columns = region<int32_t>(plan_base, layout.columns);
   p.spans = region<SpanRecord>(plan_base, layout.spans);
-  run_selection(operands, p, slots, true, stream);
-  // Radix sort is stable: equal key counts keep the position-major order, as the upload sorts.
-  std::size_t temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 region<std::byte>(base, temp_at), temp_bytes, region<uint32_t>(base, keys_at),
-                 region<uint32_t>(base, sorted_at), region<int32_t>(base, values_at),
-                 region<int32_t>(plan_base, layout.schedule), items, 0, sort_bits, stream),
-             "vec index: schedule sort");
+  run_runs(p, tiles, true, stream);
+  events.record(PhaseEvents::kWrite);
+  scratch.queue_schedule(region<int32_t>(plan_base, layout.schedule), sort_bits, stream);
+  events.record(PhaseEvents::kSchedule);
+  events.read();
   return plan;
 }
 

@@ -3,13 +3,13 @@
 // arithmetic; the kernels pool as the host does and score on tensor cores, so their kept keys
 // equal the host's except within rounding of the threshold). Plain C++: no CUDA types.
 //
-// Passes (vec_device.cu): the pooled queries; a count pass of TilingSelect + minS that cuts each
-// (tile, key split)'s keys into runs (vec.h: spans and columns); a resolve pass joining the runs
-// across splits into span and column counts; exclusive sums of both; one read of the two totals
-// back to the host, which sizes the plan buffer exactly (memory O(selected records), no index
-// buffer of every key); the tile, mask and schedule records; a write pass that recomputes the same
-// scores and runs and writes each tile's spans and columns, ascending. Deterministic: no atomic
-// decides where a record goes.
+// Passes (vec_device.cu): the pooled queries; one score pass of TilingSelect + minS that stores a
+// 16-bit keep mask per (pooled block, key tile of 16); a run pass over the masks that cuts each
+// tile's keys into runs (vec.h: spans and columns) and counts them; exclusive sums of both; one
+// read of the two totals back to the host, which sizes the plan buffer exactly; the tile, mask and
+// schedule records; the run pass again, writing each tile's spans and columns, ascending. Memory:
+// the plan (O(selected records)) and one bit per (pooled block, key) of scratch.
+// Deterministic: no atomic decides where a record goes.
 
 #include <cstdint>
 
@@ -20,6 +20,22 @@
 
 namespace mmsparse::cuda {
 
+// Stream milliseconds of each phase of one build, for benchmarks (bench/index_bench.cu): the
+// build records an event between phases and synchronises once more at its end to read them.
+struct VecBuildTimes {
+  float scratch =
+      0.0f;           // the scratch's allocation (stream-ordered; host time while the stream idles)
+  float pool = 0.0f;  // the pooled queries
+  float score = 0.0f;     // the score pass: scores, running maxima, keep masks
+  float count = 0.0f;     // the run pass counting spans, columns and kept keys per tile
+  float offsets = 0.0f;   // the exclusive sums and the two totals' copy to the host
+  float host = 0.0f;      // the host's wait for the totals, and the plan's allocation
+  float records = 0.0f;   // tile and mask records, schedule keys
+  float write = 0.0f;     // the run pass writing spans and columns
+  float schedule = 0.0f;  // the heaviest-first sort
+  float total = 0.0f;     // first event to last
+};
+
 // Whether build_vec_plan_on_device builds this resolved vec spec for the shape: a pooled block
 // fits one tile (shape.tile_rows >= pooling) and there are keys. Other vec heads are built on the
 // host.
@@ -27,10 +43,12 @@ bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& sha
 
 // The plan build_plan(resolved_spec, shape, nullptr, inputs) builds, record for record as the
 // upload writes it (RecordForm::kAsDeviceBuilders), except that keys within rounding of the
-// threshold may be kept on one side only (vec.h, "Arithmetic"). Synchronises `stream` once, to read the column
-// count; throws like the host builder on bad parameters, kUnsupported for shapes
-// builds_vec_on_device refuses. With a head selection, shape.heads must equal its size.
+// threshold may be kept on one side only (vec.h, "Arithmetic"). Synchronises `stream` once, to
+// read the column and span counts; throws like the host builder on bad parameters, kUnsupported for
+// shapes builds_vec_on_device refuses. With a head selection, shape.heads must equal its size.
+// `times`, when not null, receives the phases' stream times (and costs one more synchronisation).
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                    const EstimateOperands& operands, void* stream);
+                                    const EstimateOperands& operands, void* stream,
+                                    VecBuildTimes* times = nullptr);
 
 }  // namespace mmsparse::cuda

@@ -1,0 +1,228 @@
+#pragma once
+// VecAttention's run pass (vec_device.cu's design comment): one warp per tile (pooled block) reads
+// the keep masks the score pass stored, adds the sinks and the diagonal, and cuts the tile's keys
+// into maximal runs of consecutive keys; a run holding a sink or diagonal key, or at least
+// kVecMinSpanKeys keys, is a span, the others' keys are columns (vec.h, vec_add_tile_keys). The
+// count pass stores each tile's span records, column keys and kept keys; the write pass, after the
+// exclusive sums, writes them at the tile's offsets, ascending. Included by vec_device.cu only.
+//
+// A warp covers kRunStepKeys keys per step, 32 per lane as one bit word. Run starts and ends are
+// bit operations on the word and its neighbours' edge bits (shuffles; the step's first word sees
+// the previous step's last bit, its last word the next step's first); the start of the run that
+// ends at a bit is the latest start bit at or before it: in the lane's word, or else the warp's
+// inclusive max-scan of the lanes' last starts (carried across steps). Each lane then walks the
+// runs ending in its word: few per word, no per-key work in the count pass. The write pass places
+// a lane's span records by a warp exclusive sum, stages its column runs' keys in shared memory at
+// their warp offsets, and copies the step's columns out with coalesced stores.
+
+#include <cstdint>
+
+#include "cuda/common/math.h"
+#include "cuda/runtime/plan_view.cuh"
+#include "methods/vec/vec.h"
+#include "methods/vec/vec_select.cuh"
+
+namespace mmsparse::cuda::vec_kernels {
+
+constexpr int kRunWarps = 4;
+constexpr int kRunThreads = kRunWarps * kWarpSize;
+constexpr int kWordKeys = 32;
+constexpr int kRunStepKeys = kWarpSize * kWordKeys;
+constexpr int kMinSpanKeys = static_cast<int>(detail::kVecMinSpanKeys);
+// The column keys of the runs ending in one step: the step's keys, plus a column run's keys before
+// the step (shorter than kMinSpanKeys).
+constexpr int kStageKeys = kRunStepKeys + kMinSpanKeys;
+
+// The bits of keys [begin, end) within the word of keys [base, base + kWordKeys).
+__device__ inline uint32_t word_range_bits(int32_t begin, int32_t end, int32_t base) {
+  const int32_t from = max(begin, base) - base;
+  const int32_t to = min(end, base + kWordKeys) - base;
+  if (from >= to) return 0u;
+  const uint32_t below_to = to == kWordKeys ? ~0u : (1u << to) - 1u;
+  return below_to & ~((1u << from) - 1u);
+}
+
+// One tile's keys as bit words: its kept candidates (from the masks, only the tiles the score pass
+// wrote for it) with its sinks and diagonal.
+struct TileWords {
+  const uint16_t* masks;  // [mask_pitch] the tile's row of keep masks
+  BlockKeys keys;
+  int32_t mask_begin, mask_end;  // key tiles the score pass wrote for this block
+  int32_t words;                 // words holding its keys (none from words * kWordKeys on)
+
+  __device__ uint32_t word(int32_t index) const {
+    if (index >= words) return 0u;
+    const int32_t base = index * kWordKeys;
+    uint32_t bits = word_range_bits(0, keys.sink_end, base) |
+                    word_range_bits(keys.diagonal_begin, keys.diagonal_end, base);
+    const int32_t tile = 2 * index;
+    if (tile >= mask_begin && tile < mask_end) bits |= masks[tile];
+    if (tile + 1 >= mask_begin && tile + 1 < mask_end) {
+      bits |= static_cast<uint32_t>(masks[tile + 1]) << kTileKeys;
+    }
+    return bits;
+  }
+  // Whether the run of keys [start, last] is a span.
+  __device__ bool is_span(int32_t start, int32_t last) const {
+    const bool anchored =
+        start < keys.sink_end || (keys.diagonal_begin < keys.diagonal_end &&
+                                  start < keys.diagonal_end && last >= keys.diagonal_begin);
+    return anchored || last - start + 1 >= kMinSpanKeys;
+  }
+};
+
+__device__ inline TileWords tile_words(const VecKernelParams& p, int64_t tile) {
+  const auto block = static_cast<int32_t>(tile % p.blocks);
+  TileWords words;
+  words.masks = p.masks + tile * p.mask_pitch;
+  words.keys = block_keys(p, block);
+  words.mask_begin = words.keys.sink_end / kTileKeys;
+  words.mask_end = words.keys.candidate_end > words.keys.sink_end
+                       ? static_cast<int32_t>(ceil_div(words.keys.candidate_end, kTileKeys))
+                       : words.mask_begin;
+  // Causal: no key past the sinks and the diagonal; otherwise any key.
+  const int32_t key_end =
+      p.causal != 0 ? max(words.keys.sink_end, words.keys.diagonal_end) : p.kv_len;
+  words.words = static_cast<int32_t>(ceil_div(key_end, kWordKeys));
+  return words;
+}
+
+__device__ inline int32_t warp_inclusive_max(int32_t value) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset *= 2) {
+    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
+    if (lane >= offset) value = max(value, other);
+  }
+  return value;
+}
+
+__device__ inline int32_t warp_inclusive_sum(int32_t value) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset *= 2) {
+    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
+    if (lane >= offset) value += other;
+  }
+  return value;
+}
+
+__device__ inline int64_t warp_sum(int64_t value) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(kFullWarpMask, value, offset);
+  }
+  return value;
+}
+
+// The runs of one lane's word in a step: starts and ends as bits, and the start of a run begun
+// before the word.
+struct WordRuns {
+  uint32_t starts, ends;
+  int32_t base;          // the word's first key
+  int32_t start_before;  // the latest run start before the word (-1: none)
+
+  // The first key of the run whose last key is bit `end` of the word.
+  __device__ int32_t run_start(int end) const {
+    const uint32_t below = starts & (end == kWordKeys - 1 ? ~0u : (2u << end) - 1u);
+    return below != 0u ? base + kWordKeys - 1 - __clz(below) : start_before;
+  }
+};
+
+// Writes the runs ending in this lane's word: span records at `span_at`, column keys into the
+// warp's stage at `stage_at`.
+__device__ inline void write_word_runs(const VecKernelParams& p, const TileWords& tile,
+                                       const WordRuns& runs, int64_t span_at, int32_t stage_at,
+                                       int32_t* stage) {
+  for (uint32_t ends = runs.ends; ends != 0u; ends &= ends - 1u) {
+    const int end = __ffs(static_cast<int>(ends)) - 1;
+    const int32_t start = runs.run_start(end);
+    const int32_t last = runs.base + end;
+    if (tile.is_span(start, last)) {
+      p.spans[span_at++] = {start, last + 1, 1, 1};
+    } else {
+      for (int32_t key = start; key <= last; ++key) stage[stage_at++] = key;
+    }
+  }
+}
+
+// Counts (kWrite false: span records, column keys and kept keys per tile) or writes (true) the
+// spans and columns of tile blockIdx.x * kRunWarps + warp.
+template <bool kWrite>
+__global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams p, int64_t tiles) {
+  __shared__ int32_t stages[kWrite ? kRunWarps : 1][kWrite ? kStageKeys : 1];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
+  if (tile >= tiles) return;  // warp-uniform
+  const TileWords words = tile_words(p, tile);
+  int32_t* stage = stages[kWrite ? warp : 0];
+  int64_t span_cursor = kWrite ? p.span_offsets[tile] : 0;
+  int64_t column_cursor = kWrite ? p.column_offsets[tile] : 0;
+  int64_t spans = 0;
+  int64_t columns = 0;
+  int64_t kept = 0;
+  int32_t start_carry = -1;      // the latest run start of the steps before
+  uint32_t last_bit_carry = 0u;  // the previous step's last key kept
+  uint32_t next = words.word(lane);
+  for (int32_t first_word = 0; first_word < words.words; first_word += kWarpSize) {
+    const uint32_t word = next;
+    next = words.word(first_word + kWarpSize + lane);
+    const uint32_t following_first = __shfl_sync(kFullWarpMask, next, 0);
+    uint32_t previous_last = __shfl_up_sync(kFullWarpMask, word >> (kWordKeys - 1), 1);
+    uint32_t next_first = __shfl_down_sync(kFullWarpMask, word & 1u, 1);
+    if (lane == 0) previous_last = last_bit_carry;
+    if (lane == kWarpSize - 1) next_first = following_first & 1u;
+    WordRuns runs;
+    runs.base = (first_word + lane) * kWordKeys;
+    runs.starts = word & ~((word << 1) | previous_last);
+    runs.ends = word & ~((word >> 1) | (next_first << (kWordKeys - 1)));
+    const int32_t last_start =
+        runs.starts != 0u ? runs.base + kWordKeys - 1 - __clz(runs.starts) : -1;
+    const int32_t starts_through = max(warp_inclusive_max(last_start), start_carry);
+    runs.start_before = max(__shfl_up_sync(kFullWarpMask, starts_through, 1), start_carry);
+    if (lane == 0) runs.start_before = start_carry;
+    start_carry = __shfl_sync(kFullWarpMask, starts_through, kWarpSize - 1);
+    last_bit_carry = __shfl_sync(kFullWarpMask, word, kWarpSize - 1) >> (kWordKeys - 1);
+    kept += __popc(word);
+    if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
+    int32_t lane_spans = 0;
+    int32_t lane_columns = 0;
+    for (uint32_t ends = runs.ends; ends != 0u; ends &= ends - 1u) {
+      const int end = __ffs(static_cast<int>(ends)) - 1;
+      const int32_t start = runs.run_start(end);
+      if (words.is_span(start, runs.base + end)) {
+        ++lane_spans;
+      } else {
+        lane_columns += runs.base + end - start + 1;
+      }
+    }
+    if (!kWrite) {
+      spans += lane_spans;
+      columns += lane_columns;
+      continue;
+    }
+    const int32_t spans_through = warp_inclusive_sum(lane_spans);
+    const int32_t columns_through = warp_inclusive_sum(lane_columns);
+    write_word_runs(p, words, runs, span_cursor + spans_through - lane_spans,
+                    columns_through - lane_columns, stage);
+    __syncwarp();
+    const int32_t step_columns = __shfl_sync(kFullWarpMask, columns_through, kWarpSize - 1);
+    for (int32_t i = lane; i < step_columns; i += kWarpSize)
+      p.columns[column_cursor + i] = stage[i];
+    __syncwarp();  // the next step's runs overwrite the stage
+    column_cursor += step_columns;
+    span_cursor += __shfl_sync(kFullWarpMask, spans_through, kWarpSize - 1);
+  }
+  if (kWrite) return;
+  spans = warp_sum(spans);
+  columns = warp_sum(columns);
+  kept = warp_sum(kept);
+  if (lane == 0) {
+    p.span_counts[tile] = spans;
+    p.column_counts[tile] = columns;
+    p.tile_keys[tile] = static_cast<uint32_t>(kept);
+  }
+}
+
+}  // namespace mmsparse::cuda::vec_kernels
