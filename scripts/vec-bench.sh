@@ -25,10 +25,11 @@
 # Environment: VEC_BENCH_DEVICE (cuda), VEC_BENCH_SEQ_LEN (131072), VEC_BENCH_DIT_SEQ_LEN (0: the
 # presets' 75600 and 118800), VEC_BENCH_PEERS (1; 0 skips peers.py), VEC_BENCH_SEARCHES (1; 0
 # skips the two MMInference searches and their benches), VEC_BENCH_SEARCH_TIMEOUT (60 s per
-# search), VEC_BENCH_CURVE_HEADS (all), VEC_BENCH_CURVE_TIMEOUT (90 s), VEC_BENCH_BUDGET (180 s:
-# each command of steps 5-6 starts only before it, so the script ends within about 4 minutes on
-# one H100: one command past the budget at most). VEC_BENCH_DEVICE=cpu with
-# short lengths checks
+# search), VEC_BENCH_CURVE (1; 0 skips the curve, which is computed on the host and does not
+# change with the GPU selection), VEC_BENCH_CURVE_HEADS (all), VEC_BENCH_CURVE_TIMEOUT (90 s),
+# VEC_BENCH_BUDGET (180 s: each command of steps 5-6 starts only before it, so the script ends
+# within about 4 minutes on one H100: one command past the budget at most). VEC_BENCH_DEVICE=cpu
+# with short lengths checks
 # every command line on a machine without a GPU (the CPU test cli.vec_bench_script does).
 set -uo pipefail
 
@@ -45,6 +46,7 @@ searches=${VEC_BENCH_SEARCHES:-1}
 search_timeout=${VEC_BENCH_SEARCH_TIMEOUT:-60}
 curve_heads=${VEC_BENCH_CURVE_HEADS:-all}
 curve_timeout=${VEC_BENCH_CURVE_TIMEOUT:-90}
+curve=${VEC_BENCH_CURVE:-1}
 budget=${VEC_BENCH_BUDGET:-180}
 # The timing step's vec alphas (alpha_ppm): around the default 0.1, so that one of them matches
 # vertical-slash's recall or the 0.95 target.
@@ -101,8 +103,10 @@ fi
 
 # 3. Recall against density at 128K (computed on the host; the device's selection differs from it
 # only at keys within rounding of the threshold).
-step curve-128k timeout "$curve_timeout" "$cli" curve "${video[@]}" --seed 0 --head "$curve_heads" \
-  --device "$device" -o "$out/curve-128k"
+if [[ $curve -eq 1 ]]; then
+  step curve-128k timeout "$curve_timeout" "$cli" curve "${video[@]}" --seed 0 \
+    --head "$curve_heads" --device "$device" -o "$out/curve-128k"
+fi
 
 # 4. The per-head config calibrated on seed 0, benched on seed 1 beside vertical-slash.
 step search-vec-128k "$cli" search-vec "${video[@]}" --seed 0 --recall-target 0.95 \
