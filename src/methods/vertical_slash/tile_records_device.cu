@@ -7,10 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 
+#include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/math.h"
+#include "cuda/common/warp.cuh"
 #include "methods/estimate/index_kernels.h"
 #include "methods/vertical_slash/lines_device.cuh"
 #include "methods/vertical_slash/tile_records.cuh"
@@ -19,8 +20,6 @@ namespace mmsparse::cuda::index {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
-
-__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
 
 struct TileCounts {
   int64_t spans = 0;
@@ -90,15 +89,8 @@ __device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& line
     }
     counts.columns += __popc(keepers);
   }
-  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
-  }
-  counts.keys = lane_keys + counts.columns;
+  counts.keys = warp_sum(lane_keys) + counts.columns;
   return counts;
-}
-
-__device__ inline int64_t warp_index() {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
 }
 
 // One warp per tile of every head slot, head slot major (the host builder's order).
@@ -140,40 +132,31 @@ void write_tile_records(const VerticalSlashBuild& build, const PlanSections& sec
   const int64_t tiles = build.tiles();
   const bool two_d = !build.spaces.empty();
   const auto item_count = static_cast<int>(tiles);
-  const std::size_t scan_bytes = scratch.scan_bytes;
-  const std::size_t sort_bytes = scratch.sort_bytes;
-  const int sort_bits = scratch.sort_bits;
   TileGeometry geometry = tile_geometry(build.shape);
   if (!build.head_tiles.empty()) {
     geometry.listed = listed_tiles;
     geometry.tiles_per_head = build.tiles_per_head;
   }
-  int64_t* span_counts = scratch.span_counts;
-  int64_t* column_counts = scratch.column_counts;
-  int64_t* span_offsets = scratch.span_offsets;
-  int64_t* column_offsets = scratch.column_offsets;
-  void* temp = scratch.temp;
   const auto blocks =
       static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
   if (two_d) {
-    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
+    launch_count_key_space_tiles(space_tiles, selected, tiles, scratch.span_counts,
+                                 scratch.column_counts, stream);
   } else {
-    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
-                                                                span_counts, column_counts);
+    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(
+        geometry, selected, tiles, scratch.span_counts, scratch.column_counts);
     check_launch("vertical-slash index: count_tiles_kernel");
   }
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, item_count,
-                                           stream),
-             "vertical-slash index: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
-                                           item_count, stream),
-             "vertical-slash index: column scan");
+  scan_record_counts(scratch.temp, scratch.scan_bytes, scratch.span_counts, scratch.span_offsets,
+                     scratch.column_counts, scratch.column_offsets, item_count, stream,
+                     "vertical-slash index");
 
-  FillTargets targets{sections,     make_mask_record(MaskPolicy{}, build.shape.kv_len),
-                      span_offsets, column_offsets,
-                      scratch.keys, scratch.indices};
+  FillTargets targets{sections,
+                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
+                      scratch.span_offsets,
+                      scratch.column_offsets,
+                      scratch.keys,
+                      scratch.indices};
   if (two_d) {
     launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
   } else {
@@ -182,10 +165,10 @@ void write_tile_records(const VerticalSlashBuild& build, const PlanSections& sec
   }
 
   // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
-  temp_bytes = sort_bytes;
+  std::size_t temp_bytes = scratch.sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.tile_keys, scratch.sorted_keys, targets.tile_indices,
-                 sections.schedule, item_count, 0, sort_bits, stream),
+                 scratch.temp, temp_bytes, targets.tile_keys, scratch.sorted_keys,
+                 targets.tile_indices, sections.schedule, item_count, 0, scratch.sort_bits, stream),
              "vertical-slash index: schedule sort");
 }
 
