@@ -89,6 +89,10 @@ uint16_t float_to_bfloat16(float value);
 float bfloat16_to_float(uint16_t bits);
 uint16_t float_to_half(float value);
 float half_to_float(uint16_t bits);
+// `value` as storing it in `dtype` and loading it back gives it: rounded to nearest even for
+// bfloat16 and float16, unchanged for float32. References that round where the kernels store
+// (a pooled query, a score, an output) use it.
+float round_to_dtype(DType dtype, float value);
 
 // Element access through a view of a floating dtype (float32/float16/bfloat16) on the host;
 // `offset` is in elements from data.

@@ -139,6 +139,17 @@ float bfloat16_to_float(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
+float round_to_dtype(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return bfloat16_to_float(float_to_bfloat16(value));
+    case DType::kFloat16:
+      return half_to_float(float_to_half(value));
+    default:
+      return value;
+  }
+}
+
 namespace {
 // IEEE half precision, converted by the compiler (round to nearest even). GCC has the arithmetic
 // type _Float16 on x86-64; clang before 15 has only the storage type __fp16, which a function

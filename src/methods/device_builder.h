@@ -129,15 +129,6 @@ class RegisteredDeviceBuilder {
   Builder builder_;
 };
 
-// Attaches `builder` to `entry` during static initialisation: the one-entry form that
-// RegisteredDeviceBuilder generalises, for builders defined apart from their registration.
-class DeviceBuilderRegistration {
- public:
-  DeviceBuilderRegistration(PatternEntry& entry, const DeviceBuilder& builder) {
-    entry.device = &builder;
-  }
-};
-
 // The builder that builds a head of `resolved_spec` on the device, or null when the head is built
 // on the host: its entry has no device builder, the builder estimates and `device_inputs` is false
 // (no device q and k at hand), or it does not build this spec for this shape and layout.

@@ -7,7 +7,7 @@
 // Device builders. An entry's `device` slot holds the method's device builder
 // (methods/device_builder.h), or null where the method builds on the host only. The host library
 // never references device code: in CUDA builds the method's device file fills the slot during
-// static initialisation (a DeviceBuilderRegistration naming the entry through that function), and
+// static initialisation (a RegisteredDeviceBuilder naming the entry through that function), and
 // in a CPU-only build nothing fills it, so every head is built on the host. Entries live in
 // function-local statics, so a registration may run before or after the table is first used.
 // Adding a method: docs/adding-a-method.md.

@@ -41,18 +41,6 @@ enum class Precision {
            // to the dtype, sums in fp32 (FlashAttention-3's "pt" reference)
 };
 
-inline double round_to(DType dtype, double value) {
-  const float single = static_cast<float>(value);
-  switch (dtype) {
-    case DType::kBFloat16:
-      return bfloat16_to_float(float_to_bfloat16(single));
-    case DType::kFloat16:
-      return half_to_float(float_to_half(single));
-    default:
-      return single;
-  }
-}
-
 // A host view's elements as fp64 in row-major order, indexed [a, b, c, d].
 class Elements {
  public:
@@ -74,7 +62,7 @@ inline Reference naive_attention(const TensorView& q_view, const TensorView& k_v
   const int64_t batch = q_view.shape[0], q_len = q_view.shape[1], q_heads = q_view.shape[2];
   const int64_t dim = q_view.shape[3], kv_len = k_view.shape[1], group = q_heads / k_view.shape[2];
   const bool exact = precision == Precision::kExact;
-  const auto round = [&](double value) { return exact ? value : round_to(q_view.dtype, value); };
+  const auto round = [&](double value) { return exact ? value : round_to_dtype(q_view.dtype, static_cast<float>(value)); };
   Reference result{std::vector<double>(q_view.numel(), 0.0),
                    std::vector<double>(batch * q_heads * q_len, test::kNegativeInfinity)};
   for (int64_t b = 0; b < batch; ++b) {

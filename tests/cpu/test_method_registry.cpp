@@ -70,8 +70,9 @@ TEST(MethodRegistry, LengthScaledParametersAreParametersOfTheirPattern) {
 }
 
 #if MMSPARSE_TEST_WITH_CUDA
-// The device files registered their builders, and the link kept them although this test
-// references none of their symbols (mmsparse_method_sources' DEVICE_BUILDER anchors).
+// Each device file's RegisteredDeviceBuilder attached its builder to its entries during static
+// initialisation, and the link kept those objects although this test references none of their
+// symbols (mmsparse::cuda links the mmsparse_cuda library whole).
 TEST(MethodRegistry, CudaBuildsAttachTheMethodsDeviceBuilders) {
   for (detail::StaticPattern pattern : detail::kStaticPatterns) {
     const detail::DeviceBuilder* builder = detail::static_pattern_entry(pattern).device;

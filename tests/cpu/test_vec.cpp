@@ -116,8 +116,7 @@ NaiveBlock naive_block(const Problem& p, const PatternSpec& spec, int64_t slot, 
   // The mean, rounded to the inputs' dtype (the tensor-core operand on the GPU).
   for (float& value : pooled) {
     value /= static_cast<float>(block.row_end - block.row_begin);
-    if (q.dtype == DType::kBFloat16) value = bfloat16_to_float(float_to_bfloat16(value));
-    if (q.dtype == DType::kFloat16) value = half_to_float(float_to_half(value));
+    value = round_to_dtype(q.dtype, value);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   std::vector<float> score(static_cast<std::size_t>(shape.kv_len));

@@ -9,18 +9,6 @@ namespace {
 
 constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
 
-// Rounds a float to the input dtype, as storing it in that dtype would.
-float round_to(DType dtype, float value) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return bfloat16_to_float(float_to_bfloat16(value));
-    case DType::kFloat16:
-      return half_to_float(float_to_half(value));
-    default:
-      return value;
-  }
-}
-
 int64_t row_offset(const TensorView& view, int64_t batch, int64_t row, int64_t head) {
   return batch * view.strides[0] + row * view.strides[1] + head * view.strides[2];
 }
@@ -85,7 +73,7 @@ double attend_row_naive(const RowInputs& in, double* out /* [head_dim] */) {
       dot += load_float(in.q, q_row + d * in.q.strides[3]) *
              load_float(in.k, k_row + d * in.k.strides[3]);
     }
-    scores.push_back(round_to(dtype, round_to(dtype, dot) * in.scale));
+    scores.push_back(round_to_dtype(dtype, round_to_dtype(dtype, dot) * in.scale));
     keys.push_back(key);
   }
   std::fill(out, out + dim, 0.0);
@@ -95,13 +83,13 @@ double attend_row_naive(const RowInputs& in, double* out /* [head_dim] */) {
   for (float score : scores) sum += std::exp(score - max_score);
   std::vector<float> accumulator(static_cast<std::size_t>(dim), 0.0f);
   for (std::size_t n = 0; n < keys.size(); ++n) {
-    const float probability = round_to(dtype, std::exp(scores[n] - max_score) / sum);
+    const float probability = round_to_dtype(dtype, std::exp(scores[n] - max_score) / sum);
     const int64_t v_row = row_offset(in.v, in.batch, keys[n], in.kv_head);
     for (int64_t d = 0; d < dim; ++d) {
       accumulator[d] += probability * load_float(in.v, v_row + d * in.v.strides[3]);
     }
   }
-  for (int64_t d = 0; d < dim; ++d) out[d] = round_to(dtype, accumulator[d]);
+  for (int64_t d = 0; d < dim; ++d) out[d] = round_to_dtype(dtype, accumulator[d]);
   return static_cast<double>(max_score + std::log(sum));
 }
 

@@ -183,34 +183,56 @@ PatternSpec clear_item_spec(Random& random, const QueryBoundaryProblem& problem,
   return spec;
 }
 
+// What a check of both builds of `spec` starts from: the trace naming the spec, the size and the
+// layout; the resolved spec and shape; device copies of q and k with the estimate operands over
+// them; the host inputs; and whether every query group's last rows fit the GPU estimate. Members
+// point into one another: it is neither copied nor moved.
+struct ItemBuildTrial {
+  ItemBuildTrial(const PatternSpec& spec, const QueryBoundaryProblem& problem,
+                 const AttentionInputs& inputs)
+      : trace(__FILE__, __LINE__,
+              spec.to_string() + " " + describe(problem.size) + " layout " +
+                  problem.layout.to_json()),
+        resolved(resolve_pattern(spec)),
+        shape(plan_shape(problem.size)),
+        q(inputs.q),
+        k(inputs.k),
+        operands(
+            cuda::make_estimate_operands(spec.name, {q.view, k.view, problem.size.scale}, shape)),
+        host_inputs{inputs.q.view, inputs.k.view, problem.size.scale},
+        estimate_fits(item_groups_fit(resolved, problem)) {}
+  ItemBuildTrial(const ItemBuildTrial&) = delete;
+  ItemBuildTrial& operator=(const ItemBuildTrial&) = delete;
+
+  ::testing::ScopedTrace trace;
+  PatternSpec resolved;
+  PlanShape shape;
+  DeviceOperand q;
+  DeviceOperand k;
+  cuda::EstimateOperands operands;
+  PatternInputs host_inputs;
+  bool estimate_fits;
+};
+
 // Both builds of a vertical-slash spec where its groups fit the estimate (records compared,
 // returns true); else the spec is routed to the host and the device build says why.
 bool expect_item_vertical_slash(const PatternSpec& spec, const QueryBoundaryProblem& problem,
                                 const AttentionInputs& inputs, cudaStream_t stream,
                                 Plan* keep_host = nullptr, cuda::DevicePlan* keep = nullptr) {
-  const PatternSpec resolved = resolve_pattern(spec);
-  const PlanShape shape = plan_shape(problem.size);
-  SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
-               problem.layout.to_json());
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const cuda::EstimateOperands operands =
-      cuda::make_estimate_operands(spec.name, {q.view, k.view, problem.size.scale}, shape);
-  if (!item_groups_fit(resolved, problem)) {
-    EXPECT_FALSE(cuda::builds_dynamic_on_device(resolved, shape, &problem.layout));
-    expect_error(
-        [&] {
-          (void)cuda::build_dynamic_plan_on_device(resolved, shape, &problem.layout, operands,
-                                                   stream);
-        },
-        ErrorCode::kUnsupported, {"vertical-slash parameter last_q", "runs"});
+  const ItemBuildTrial trial(spec, problem, inputs);
+  const auto build = [&] {
+    return cuda::build_dynamic_plan_on_device(trial.resolved, trial.shape, &problem.layout,
+                                              trial.operands, stream);
+  };
+  if (!trial.estimate_fits) {
+    EXPECT_FALSE(cuda::builds_dynamic_on_device(trial.resolved, trial.shape, &problem.layout));
+    expect_error([&] { (void)build(); }, ErrorCode::kUnsupported,
+                 {"vertical-slash parameter last_q", "runs"});
     return false;
   }
-  EXPECT_TRUE(cuda::builds_dynamic_on_device(resolved, shape, &problem.layout));
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, problem.size.scale};
-  Plan host = build_plan(spec, shape, &problem.layout, &host_inputs);
-  cuda::DevicePlan built =
-      cuda::build_dynamic_plan_on_device(resolved, shape, &problem.layout, operands, stream);
+  EXPECT_TRUE(cuda::builds_dynamic_on_device(trial.resolved, trial.shape, &problem.layout));
+  Plan host = build_plan(spec, trial.shape, &problem.layout, &trial.host_inputs);
+  cuda::DevicePlan built = build();
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   SCOPED_TRACE(host.summary());
   expect_same_records(built, host, stream);
@@ -230,19 +252,15 @@ struct ItemGridBuilt {
 int64_t expect_item_grid(const PatternSpec& spec, const QueryBoundaryProblem& problem,
                          const AttentionInputs& inputs, cudaStream_t stream,
                          ItemGridBuilt* keep = nullptr, Plan* keep_host = nullptr) {
-  const PatternSpec resolved = resolve_pattern(spec);
-  const PlanShape shape = plan_shape(problem.size);
-  SCOPED_TRACE(spec.to_string() + " " + describe(problem.size) + " layout " +
-               problem.layout.to_json());
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const cuda::EstimateOperands operands =
-      cuda::make_estimate_operands(spec.name, {q.view, k.view, problem.size.scale}, shape);
+  const ItemBuildTrial trial(spec, problem, inputs);
+  const PatternSpec& resolved = trial.resolved;
+  const PlanShape& shape = trial.shape;
   const bool groups_fit = grid_groups_fit(resolved, problem);
-  if (!groups_fit || !item_groups_fit(resolved, problem)) {
+  if (!groups_fit || !trial.estimate_fits) {
     EXPECT_FALSE(cuda::builds_grid_on_device(resolved, shape, &problem.layout));
     const auto build = [&] {
-      (void)cuda::build_grid_plan_on_device(resolved, shape, &problem.layout, operands, stream);
+      (void)cuda::build_grid_plan_on_device(resolved, shape, &problem.layout, trial.operands,
+                                            stream);
     };
     if (groups_fit) {
       expect_error(build, ErrorCode::kUnsupported, {"grid parameter last_q", "runs"});
@@ -256,10 +274,11 @@ int64_t expect_item_grid(const PatternSpec& spec, const QueryBoundaryProblem& pr
       shape.head_slots() * cuda::grid_selections(resolved, shape, &problem.layout));
   DeviceBuffer chosen(std::max<std::size_t>(1, entries) * sizeof(detail::GridLines));
   ItemGridBuilt built;
-  built.plan = cuda::build_grid_plan_on_device(resolved, shape, &problem.layout, operands, stream,
-                                               static_cast<detail::GridLines*>(chosen.data()));
+  built.plan =
+      cuda::build_grid_plan_on_device(resolved, shape, &problem.layout, trial.operands, stream,
+                                      static_cast<detail::GridLines*>(chosen.data()));
   expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, problem.size.scale};
+  const PatternInputs& host_inputs = trial.host_inputs;
   int64_t clear = 0;
   if (shape.q_len > 0) {
     built.lines.resize(entries);

@@ -6,8 +6,10 @@
 //                                         head slot
 //   methods/estimate/top_k_device.cu      top-k of each score array with forced lines and the
 //                                         host's tie order
-//   methods/vertical_slash/vertical_slash_device.cu  selected lines -> tiles, spans, columns,
-//                                         schedule (and the driver)
+//   methods/vertical_slash/vertical_slash_device.cu  the tiles' arrangement, the estimates and
+//                                         the line selection (and the driver)
+//   methods/vertical_slash/tile_records_device.cu  selected lines -> tiles, spans, columns,
+//                                         schedule
 //   methods/vertical_slash/key_spaces_device.cu  the same conversion for 2D-boundary tiles, which
 //                                         read several key spaces
 //   methods/grid/grid_search_device.cu    softmax rows -> stride and phase search

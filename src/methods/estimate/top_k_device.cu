@@ -83,10 +83,13 @@ __device__ void count_digit(SelectShared& shared, bool counted, uint64_t key, in
   }
 }
 
-// The histogram of the digit at `shift` of the keys [first, size) whose bits under `mask` equal
-// `prefix`, read from global memory, kValuesPerThread loads in flight per thread.
-__device__ void count_global_digits(SelectShared& shared, const double* scores, int64_t first,
-                                    int64_t size, uint64_t prefix, uint64_t mask, int shift) {
+// Reads the keys [first, size) from global memory, kValuesPerThread loads in flight per thread,
+// and calls visit(matches, key) for each thread's keys in turn; `matches`: the index is in range
+// and the key's bits under `mask` equal `prefix`. Every lane of the warp calls visit together
+// (the visitors vote across the warp), so out-of-range lanes visit with matches false.
+template <class Visit>
+__device__ __forceinline__ void visit_global_keys(const double* scores, int64_t first, int64_t size,
+                                                  uint64_t prefix, uint64_t mask, Visit visit) {
   for (int64_t base = first; base < size; base += kValuesPerStep) {
     uint64_t keys[kValuesPerThread];
 #pragma unroll
@@ -97,9 +100,17 @@ __device__ void count_global_digits(SelectShared& shared, const double* scores, 
 #pragma unroll
     for (int j = 0; j < kValuesPerThread; ++j) {
       const int64_t i = base + j * kSelectThreads + threadIdx.x;
-      count_digit(shared, i < size && (keys[j] & mask) == prefix, keys[j], shift);
+      visit(i < size && (keys[j] & mask) == prefix, keys[j]);
     }
   }
+}
+
+// The histogram of the digit at `shift` of the keys [first, size) whose bits under `mask` equal
+// `prefix`, read from global memory.
+__device__ void count_global_digits(SelectShared& shared, const double* scores, int64_t first,
+                                    int64_t size, uint64_t prefix, uint64_t mask, int shift) {
+  visit_global_keys(scores, first, size, prefix, mask,
+                    [&](bool matches, uint64_t key) { count_digit(shared, matches, key, shift); });
 }
 
 // The same over the candidates in shared memory.
@@ -118,28 +129,16 @@ __device__ void count_candidate_digits(SelectShared& shared, uint64_t prefix, ui
 __device__ void copy_candidates(SelectShared& shared, const double* scores, int64_t first,
                                 int64_t size, uint64_t prefix, uint64_t mask) {
   const int lane = static_cast<int>(threadIdx.x) % kSelectWarpSize;
-  for (int64_t base = first; base < size; base += kValuesPerStep) {
-    uint64_t keys[kValuesPerThread];
-#pragma unroll
-    for (int j = 0; j < kValuesPerThread; ++j) {
-      const int64_t i = base + j * kSelectThreads + threadIdx.x;
-      keys[j] = i < size ? order_key(scores[i]) : 0;
+  visit_global_keys(scores, first, size, prefix, mask, [&](bool matches, uint64_t key) {
+    const unsigned warp_matches = __ballot_sync(kSelectFullMask, matches);
+    if (warp_matches == 0) return;
+    unsigned start = 0;
+    if (lane == 0) {
+      start = atomicAdd(&shared.candidate_count, static_cast<unsigned>(__popc(warp_matches)));
     }
-#pragma unroll
-    for (int j = 0; j < kValuesPerThread; ++j) {
-      const int64_t i = base + j * kSelectThreads + threadIdx.x;
-      const bool match = i < size && (keys[j] & mask) == prefix;
-      const unsigned matches = __ballot_sync(kSelectFullMask, match);
-      if (matches == 0) continue;
-      unsigned start = 0;
-      if (lane == 0)
-        start = atomicAdd(&shared.candidate_count, static_cast<unsigned>(__popc(matches)));
-      start = __shfl_sync(kSelectFullMask, start, 0);
-      if (match) {
-        shared.candidates[start + __popc(matches & ((1u << lane) - 1))] = keys[j];
-      }
-    }
-  }
+    start = __shfl_sync(kSelectFullMask, start, 0);
+    if (matches) shared.candidates[start + __popc(warp_matches & ((1u << lane) - 1))] = key;
+  });
 }
 
 // The digit where the count from the top reaches `remaining`: each thread holds kBinsPerThread

@@ -21,6 +21,7 @@
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/math.h"
+#include "cuda/common/warp.cuh"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
 #include "methods/estimate/modality_boundary.h"
@@ -103,8 +104,6 @@ __device__ PlanTile plan_tile(const ConvertParams& params, int64_t g) {
   return tile;
 }
 
-__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
-
 struct TileCounts {
   int64_t spans = 0;
   int64_t columns = 0;
@@ -151,15 +150,8 @@ __device__ TileCounts tile_keys(const grid::GridTile& tile, SpanRecord* spans, i
     }
     counts.columns += __popc(keepers);
   }
-  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
-  }
-  counts.keys = lane_keys + counts.columns;
+  counts.keys = warp_sum(lane_keys) + counts.columns;
   return counts;
-}
-
-__device__ inline int64_t warp_index() {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
 }
 
 // A warp per tile of the capacity: the real tiles' span and column counts (0 beyond them).
@@ -302,16 +294,10 @@ GridTileRegions add_grid_tile_regions(ScratchLayout& layout, int64_t tiles) {
 void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base,
                              const GridTileRegions& regions, int item_count, cudaStream_t stream,
                              const char* what) {
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(
-                 temp, temp_bytes, region<int64_t>(base, regions.span_counts),
-                 region<int64_t>(base, regions.span_offsets), item_count, stream),
-             what, "span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(
-                 temp, temp_bytes, region<int64_t>(base, regions.column_counts),
-                 region<int64_t>(base, regions.column_offsets), item_count, stream),
-             what, "column scan");
+  scan_record_counts(temp, scan_bytes, region<int64_t>(base, regions.span_counts),
+                     region<int64_t>(base, regions.span_offsets),
+                     region<int64_t>(base, regions.column_counts),
+                     region<int64_t>(base, regions.column_offsets), item_count, stream, what);
 }
 
 void sort_grid_schedule(void* temp, std::size_t sort_bytes, std::byte* base,
@@ -337,8 +323,8 @@ void write_grid_tiles(const ConvertParams& convert, const PlanSections& sections
       convert, region<int64_t>(base, tiles_at.span_counts),
       region<int64_t>(base, tiles_at.column_counts));
   check_launch("grid index: grid_count_kernel");
-  scan_grid_record_counts(temp, scan_bytes, base, tiles_at, static_cast<int>(convert.tiles),
-                          stream, "grid index");
+  scan_grid_record_counts(temp, scan_bytes, base, tiles_at, static_cast<int>(convert.tiles), stream,
+                          "grid index");
 
   const FillTargets targets{sections,
                             make_mask_record(MaskPolicy{}, convert.kv_len),

@@ -36,8 +36,7 @@ class GridDeviceBuilder final : public DeviceBuilder {
   }
 };
 
-const GridDeviceBuilder kBuilder;
-const DeviceBuilderRegistration kRegistration(grid_entry(), kBuilder);
+const RegisteredDeviceBuilder<GridDeviceBuilder> kBuilder(grid_entry());
 
 }  // namespace
 }  // namespace mmsparse::detail

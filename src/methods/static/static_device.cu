@@ -456,14 +456,8 @@ void fill_static_plan(std::byte* base, const DevicePlanLayout& layout, const Til
   count_tiles_kernel<<<head_blocks, kThreadsPerBlock, 0, cuda_stream>>>(geometry, span_counts,
                                                                         column_counts);
   check_launch("build_static_plan_on_device: count_tiles_kernel");
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, head_tiles,
-                                           cuda_stream),
-             "build_static_plan_on_device: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
-                                           head_tiles, cuda_stream),
-             "build_static_plan_on_device: column scan");
+  scan_record_counts(temp, scan_bytes, span_counts, span_offsets, column_counts, column_offsets,
+                     head_tiles, cuda_stream, "build_static_plan_on_device");
 
   FillTargets targets{};
   targets.tiles = reinterpret_cast<TileRecord*>(base + layout.tiles);
@@ -484,7 +478,7 @@ void fill_static_plan(std::byte* base, const DevicePlanLayout& layout, const Til
 
   // Radix sort is stable, so equal key counts keep the input's position-major order: the
   // upload's heaviest_first.
-  temp_bytes = sort_bytes;
+  std::size_t temp_bytes = sort_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairsDescending(
                  temp, temp_bytes, tile_keys, region<uint32_t>(scratch_base, sorted_keys_at),
                  tile_indices, reinterpret_cast<int32_t*>(base + layout.schedule), item_count, 0,
@@ -519,8 +513,8 @@ DevicePlan build_static_plan_on_device(const PatternSpec& resolved_spec, const P
   DevicePlan plan = DevicePlan::for_builder(shape, layout, tiles, slots * per_head.columns, true,
                                             layout.bytes, stream);
   if (tiles == 0) return plan;
-  fill_static_plan(static_cast<std::byte*>(plan.builder_data()), layout, geometry, mask_table, per_head,
-                   shape, tiles, static_cast<cudaStream_t>(stream));
+  fill_static_plan(static_cast<std::byte*>(plan.builder_data()), layout, geometry, mask_table,
+                   per_head, shape, tiles, static_cast<cudaStream_t>(stream));
   return plan;
 }
 

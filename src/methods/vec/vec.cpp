@@ -96,18 +96,7 @@ void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t r
   }
   const auto count = static_cast<float>(row_end - row_begin);
   for (int64_t d = 0; d < head_dim; ++d) {
-    out[d] = vec_round_to(operands.query_dtype(), out[d] / count);
-  }
-}
-
-float vec_round_to(DType dtype, float value) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return bfloat16_to_float(float_to_bfloat16(value));
-    case DType::kFloat16:
-      return half_to_float(float_to_half(value));
-    default:
-      return value;
+    out[d] = round_to_dtype(operands.query_dtype(), out[d] / count);
   }
 }
 

@@ -82,8 +82,6 @@ struct VecBlock {
 int64_t vec_block_count(const PlanShape& shape, const VecParams& params);
 VecBlock vec_block(const PlanShape& shape, const VecParams& params, int64_t block);
 
-// `value` rounded to `dtype`'s precision (round to nearest even; float32 and others unchanged).
-float vec_round_to(DType dtype, float value);
 // The pooled query of rows [row_begin, row_end) of a head slot, rounded to the query's dtype.
 // out: [head_dim]
 void vec_pooled_query(const HeadOperands& operands, int64_t row_begin, int64_t row_end, float* out);

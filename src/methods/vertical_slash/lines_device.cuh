@@ -1,5 +1,5 @@
 #pragma once
-// What the vertical-slash conversions share (methods/vertical_slash/vertical_slash_device.cu for
+// What the vertical-slash conversions share (methods/vertical_slash/tile_records_device.cu for
 // one key space, methods/vertical_slash/key_spaces_device.cu for the 2D boundary's several): the
 // selected lines of every selection and head slot, and where the fill writes the records and the
 // schedule's sort input.

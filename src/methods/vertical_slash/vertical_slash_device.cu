@@ -8,19 +8,18 @@
 //   lo >= 1; consecutive rows give consecutive or equal frontiers, so one run);
 //   every selected diagonal d < hi gives the band [max(0, lo - 1 - d), hi - d), bands merged where
 //   they overlap or touch; every selected vertical < hi outside the bands is a column.
-// A warp per tile ranks the merged spans and the kept verticals (see tile_keys). Counting and
-// writing share that code (as the static builders do): count, scan, write, then the upload's
-// heaviest-first schedule by a stable radix sort.
+// The tiles' records are written from the selected lines by methods/vertical_slash/
+// tile_records_device.cu; this file arranges the tiles, sizes the plan, and runs the estimates
+// and the line selection.
 // Boundary 2D arranges the rows as Q does, but each group reads one key space per key modality in
 // compact coordinates, a (group, space) pair per estimate and selection; its tiles are converted
-// by methods/vertical_slash/key_spaces_device.cu (a block per tile) between the same scans and sort.
+// by methods/vertical_slash/key_spaces_device.cu (a block per tile) between the same scans and
+// sort.
 
 #include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 #include <limits>
 #include <string>
 #include <utility>
@@ -34,159 +33,12 @@
 #include "methods/estimate/item_spaces.h"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/vertical_slash/lines_device.cuh"
+#include "methods/vertical_slash/tile_records.cuh"
 #include "methods/vertical_slash/vertical_slash.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda::index {
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
-
-
-// The tiles of a head slot: by arithmetic in the identity order (boundary none/K), or listed
-// (boundary Q: device memory, [tiles_per_head]).
-struct TileGeometry {
-  int64_t q_len, kv_len, tile_rows, offset, tiles_per_head;
-  const VerticalSlashTile* listed;
-
-  __host__ __device__ int64_t frontier(int64_t row) const {
-    const int64_t aligned_end = row + offset + 1;
-    return aligned_end < 0 ? 0 : (aligned_end > kv_len ? kv_len : aligned_end);
-  }
-  // The tile of consecutive query positions [first, last] at order indices [begin, end).
-  __host__ __device__ VerticalSlashTile tile_of(int64_t begin, int64_t end, int64_t first,
-                                                int64_t last, int32_t group) const {
-    const int64_t low = frontier(first);
-    return {begin, end, low > 1 ? low : 1, frontier(last), group};
-  }
-  __host__ __device__ VerticalSlashTile tile(int64_t t) const {
-    if (listed != nullptr) return listed[t];
-    const int64_t begin = t * tile_rows;
-    const int64_t end = begin + tile_rows < q_len ? begin + tile_rows : q_len;
-    return tile_of(begin, end, begin, end - 1, 0);
-  }
-};
-
-__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
-
-struct TileCounts {
-  int64_t spans = 0;
-  int64_t columns = 0;
-  int64_t keys = 0;  // keys the tile reads (the schedule's sort key)
-};
-
-// A tile's merged spans and columns, computed by one warp, exactly as TileKeys::write hands them to
-// PlanBuilder; written when `spans` and `columns` are not null. In ascending begin order, band j is
-// diagonal slashes[below - 1 - j]; begins and ends both ascend with j, so band j opens a new span
-// exactly when it starts after the previous band's end, and span k ends where the band before span
-// k + 1's first band ends. A vertical v is inside a span when some band holds it, i.e. some selected
-// diagonal d has lo - 1 - v <= d < hi - v: a binary search. The warp takes 32 bands or verticals at
-// a time and ranks them with ballots.
-__device__ TileCounts tile_keys(const VerticalSlashTile& rows, const Lines& lines,
-                                SpanRecord* spans, int32_t* columns) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
-  TileCounts counts;
-  if (rows.high < 1) return counts;
-  const int32_t below = lower_bound(lines.slashes, lines.slash_count, rows.high);
-  int64_t lane_keys = 0;
-  for (int32_t first = 0; first < below; first += kWarpLanes) {
-    const int32_t band = first + lane;
-    bool opens = false;
-    int64_t begin = 0;
-    int64_t previous_end = 0;
-    if (band < below) {
-      const int64_t diagonal = lines.slashes[below - 1 - band];
-      begin = rows.low - 1 - diagonal > 0 ? rows.low - 1 - diagonal : 0;
-      previous_end = band > 0 ? rows.high - lines.slashes[below - band] : 0;
-      opens = band == 0 || begin > previous_end;
-    }
-    const unsigned openers = __ballot_sync(kAllLanes, opens);
-    if (opens) {
-      const int64_t span = counts.spans + __popc(openers & lanes_below(lane));
-      // Length = end - begin, summed over spans: this span's -begin, the previous span's +end.
-      lane_keys += (band > 0 ? previous_end : 0) - begin;
-      if (spans != nullptr) {
-        spans[span].begin = static_cast<int32_t>(begin);
-        spans[span].step = 1;
-        spans[span].width = 1;
-        if (band > 0) spans[span - 1].end = static_cast<int32_t>(previous_end);
-      }
-    }
-    counts.spans += __popc(openers);
-  }
-  if (below > 0 && lane == 0) {
-    const int64_t last_end = rows.high - lines.slashes[0];
-    lane_keys += last_end;
-    if (spans != nullptr) spans[counts.spans - 1].end = static_cast<int32_t>(last_end);
-  }
-
-  const int32_t visible = lower_bound(lines.verticals, lines.vertical_count, rows.high);
-  for (int32_t first = 0; first < visible; first += kWarpLanes) {
-    const int32_t index = first + lane;
-    bool kept = false;
-    int32_t vertical = 0;
-    if (index < visible) {
-      vertical = lines.verticals[index];
-      const int32_t holder =
-          lower_bound(lines.slashes, below, rows.low - 1 - static_cast<int64_t>(vertical));
-      kept = holder == below || lines.slashes[holder] >= rows.high - vertical;
-    }
-    const unsigned keepers = __ballot_sync(kAllLanes, kept);
-    if (kept && columns != nullptr) {
-      columns[counts.columns + __popc(keepers & lanes_below(lane))] = vertical;
-    }
-    counts.columns += __popc(keepers);
-  }
-  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-    lane_keys += __shfl_xor_sync(kAllLanes, lane_keys, offset);
-  }
-  counts.keys = lane_keys + counts.columns;
-  return counts;
-}
-
-__device__ inline int64_t warp_index() {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpLanes;
-}
-
-// One warp per tile of every head slot, head slot major (the host builder's order).
-__global__ void count_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
-                                   int64_t* span_counts, int64_t* column_counts) {
-  const int64_t index = warp_index();
-  if (index >= tiles) return;
-  const VerticalSlashTile tile = geometry.tile(index % geometry.tiles_per_head);
-  const TileCounts counts =
-      tile_keys(tile, selected.of(tile.group, index / geometry.tiles_per_head), nullptr, nullptr);
-  if (threadIdx.x % kWarpLanes == 0) {
-    span_counts[index] = counts.spans;
-    column_counts[index] = counts.columns;
-  }
-}
-
-__global__ void fill_tiles_kernel(TileGeometry geometry, SelectedLines selected, int64_t tiles,
-                                  FillTargets out) {
-  const int64_t index = warp_index();
-  if (index >= tiles) return;
-  const int64_t slot = index / geometry.tiles_per_head;
-  const VerticalSlashTile rows = geometry.tile(index % geometry.tiles_per_head);
-  const int64_t span_begin = out.span_offsets[index];
-  const int64_t column_begin = out.column_offsets[index];
-  const TileCounts counts =
-      tile_keys(rows, selected.of(rows.group, slot), out.sections.spans + span_begin,
-                out.sections.columns + column_begin);
-  if (threadIdx.x % kWarpLanes != 0) return;
-  out.write_tile(index, slot, index % geometry.tiles_per_head, geometry.tiles_per_head, tiles, rows,
-                 counts.spans, counts.columns, counts.keys);
-}
-
-// The identity order's tiles, by arithmetic.
-TileGeometry tile_geometry(const PlanShape& shape) {
-  return {shape.q_len,
-          shape.kv_len,
-          shape.tile_rows,
-          shape.causal_offset(),
-          ceil_div(shape.q_len, shape.tile_rows),
-          nullptr};
-}
 
 // A 2D tile's frontiers in `space`: the distinct frontiers >= 1 of its consecutive query positions
 // [first, last] (the host's tile_frontiers). They form one run: a tile lies inside one run of its
@@ -490,74 +342,6 @@ void estimate_and_select(const VerticalSlashBuild& build, const EstimateOperands
   }
 }
 
-// CUB storage sizes and the sort's key bits of one build.
-struct SortAndScan {
-  std::size_t scan_bytes, sort_bytes;
-  int sort_bits;
-};
-
-// Each tile's spans and columns from the selected lines: counted (a warp per tile, or a block per
-// tile over 2D key spaces), scanned into offsets, written, and the tiles sorted into the upload's
-// heaviest-first schedule.
-void write_tiles(const VerticalSlashBuild& build, const PlanSections& sections,
-                 const KeySpaceTiles& space_tiles, const SelectedLines& selected,
-                 const VerticalSlashTile* listed_tiles, const VerticalSlashRegions& at,
-                 std::byte* base, const SortAndScan& sizes, cudaStream_t stream) {
-  const int64_t tiles = build.tiles();
-  const bool two_d = !build.spaces.empty();
-  const auto item_count = static_cast<int>(tiles);
-  const std::size_t scan_bytes = sizes.scan_bytes;
-  const std::size_t sort_bytes = sizes.sort_bytes;
-  const int sort_bits = sizes.sort_bits;
-  TileGeometry geometry = tile_geometry(build.shape);
-  if (!build.head_tiles.empty()) {
-    geometry.listed = listed_tiles;
-    geometry.tiles_per_head = build.tiles_per_head;
-  }
-  auto* span_counts = region<int64_t>(base, at.span_counts);
-  auto* column_counts = region<int64_t>(base, at.column_counts);
-  auto* span_offsets = region<int64_t>(base, at.span_offsets);
-  auto* column_offsets = region<int64_t>(base, at.column_offsets);
-  void* temp = base + at.temp;
-  const auto blocks =
-      static_cast<unsigned>(ceil_div(tiles * kWarpLanes, kThreadsPerBlock));  // a warp per tile
-  if (two_d) {
-    launch_count_key_space_tiles(space_tiles, selected, tiles, span_counts, column_counts, stream);
-  } else {
-    count_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles,
-                                                                span_counts, column_counts);
-    check_launch("vertical-slash index: count_tiles_kernel");
-  }
-  std::size_t temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, span_counts, span_offsets, item_count,
-                                           stream),
-             "vertical-slash index: span scan");
-  temp_bytes = scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, column_counts, column_offsets,
-                                           item_count, stream),
-             "vertical-slash index: column scan");
-
-  FillTargets targets{sections,
-                      make_mask_record(MaskPolicy{}, build.shape.kv_len),
-                      span_offsets,
-                      column_offsets,
-                      region<uint32_t>(base, at.keys),
-                      region<int32_t>(base, at.indices)};
-  if (two_d) {
-    launch_fill_key_space_tiles(space_tiles, selected, tiles, targets, stream);
-  } else {
-    fill_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(geometry, selected, tiles, targets);
-    check_launch("vertical-slash index: fill_tiles_kernel");
-  }
-
-  // Radix sort is stable, so equal key counts keep tile order: the upload's std::stable_sort.
-  temp_bytes = sort_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                 temp, temp_bytes, targets.tile_keys, region<uint32_t>(base, at.sorted_keys),
-                 targets.tile_indices, sections.schedule, item_count, 0, sort_bits, stream),
-             "vertical-slash index: schedule sort");
-}
-
 }  // namespace
 
 VerticalSlashBuild plan_vertical_slash(const PatternSpec& resolved_spec, const PlanShape& shape,
@@ -669,8 +453,18 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const SelectedLines selected{
       slots,         lines.verticals, capacity.vertical, lines.vertical_counts,
       lines.slashes, capacity.slash,  lines.slash_counts};
-  write_tiles(build, sections, space_tiles, selected, listed_tiles, at, base,
-              {scan_bytes, sort_bytes, sort_bits}, stream);
+  const TileRecordScratch tile_scratch{region<int64_t>(base, at.span_counts),
+                                       region<int64_t>(base, at.column_counts),
+                                       region<int64_t>(base, at.span_offsets),
+                                       region<int64_t>(base, at.column_offsets),
+                                       region<uint32_t>(base, at.keys),
+                                       region<uint32_t>(base, at.sorted_keys),
+                                       region<int32_t>(base, at.indices),
+                                       base + at.temp,
+                                       scan_bytes,
+                                       sort_bytes,
+                                       sort_bits};
+  write_tile_records(build, sections, space_tiles, selected, listed_tiles, tile_scratch, stream);
 }
 
 }  // namespace mmsparse::cuda::index

@@ -35,8 +35,7 @@ class VerticalSlashDeviceBuilder final : public DeviceBuilder {
   }
 };
 
-const VerticalSlashDeviceBuilder kBuilder;
-const DeviceBuilderRegistration kRegistration(vertical_slash_entry(), kBuilder);
+const RegisteredDeviceBuilder<VerticalSlashDeviceBuilder> kBuilder(vertical_slash_entry());
 
 }  // namespace
 }  // namespace mmsparse::detail
