@@ -12,9 +12,9 @@
 # Environment: SEQ_LEN (default 65536, which fits the default time limits; at 131072, the presets'
 # own length, the searches took 114 s (video-qwen3vl-128k) and 93 s (mixed-interleaved) on an H100
 # on 2026-11-27: SEQ_LEN=131072 SEARCH_TIMEOUT=150 BENCH_TIMEOUT=60 takes about 6 minutes),
-# SEARCH_TIMEOUT and BENCH_TIMEOUT (seconds per step, default 110 and 35: at most about 5 minutes in all),
-# PRESETS (default both, space-separated). A search that runs out of its time writes no config and
-# the preset's bench is skipped.
+# SEARCH_TIMEOUT and BENCH_TIMEOUT (seconds per step, default 110 and 35: at most about 5 minutes
+# in all), PRESETS (default both, space-separated). A search that runs out of its time writes no
+# config and the preset's bench is skipped.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
