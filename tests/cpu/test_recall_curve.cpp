@@ -158,7 +158,10 @@ TEST(RecallCurve, FamiliesAreMonotoneInTheirParameter) {
 
 TEST(RecallCurve, VecPointsFromMarginsEqualTheBuiltPlans) {
   const Workload::Tensors tensors = synthetic(5, 1000);  // a last block shorter than the pooling
-  const std::vector<CurveFamily> sweeps = {families()[0], families()[1]};
+  // Both tile modes in one family: each its own selection pass.
+  const std::vector<CurveFamily> sweeps = {
+      families()[0], families()[1],
+      family("vec-tiles", {"vec:alpha_ppm=200000,union_tiles=0", "vec:alpha_ppm=200000"})};
   RecallCurveOptions from_margins;
   from_margins.sample_rows = 0;
   RecallCurveOptions from_plans = from_margins;
