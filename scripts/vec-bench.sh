@@ -2,7 +2,9 @@
 # VecAttention's GPU evidence (docs/vec.md "Reproducing the figures"), all SYNTHETIC, the figures
 # the issue asks for first, so that a time limit cuts the optional steps, not them:
 #   1. timing: `bench` at 128K (seed 1) of fixed vec alphas beside vertical-slash: selection ms
-#      against vertical-slash's index ms, recall, attention ms;
+#      against vertical-slash's index ms, recall, attention ms; each alpha twice, with the default
+#      union tiles (the plan's 128-row tiles hold two pooled blocks and their keys' union) and with
+#      one tile per pooled block (union_tiles=0);
 #   1b. the selection's phases (bench/index_bench.cu) beside vertical-slash's index stages;
 #   2. cuDNN dense at the same shape (bench/peers.py: PyTorch SDPA, cuDNN backend);
 #   3. the recall-vs-density curve at 128K (`mmsparse curve`: JSON + PNG), bounded by
@@ -83,7 +85,9 @@ dit_length() {  # the preset's own length unless VEC_BENCH_DIT_SEQ_LEN is set
 
 # 1. Selection against vertical-slash's index, fixed alphas (no search needed), out of sample.
 timing_patterns=()
-for alpha in "${timing_alphas[@]}"; do timing_patterns+=(--pattern "vec:alpha_ppm=$alpha"); done
+for alpha in "${timing_alphas[@]}"; do
+  timing_patterns+=(--pattern "vec:alpha_ppm=$alpha" --pattern "vec:alpha_ppm=$alpha,union_tiles=0")
+done
 step timing-128k "$cli" bench "${video[@]}" --seed 1 --device "$device" "${timing[@]}" \
   "${timing_patterns[@]}" --pattern vertical-slash --json "$out/bench-timing-128k.json"
 
@@ -102,10 +106,10 @@ if [[ $peers -eq 1 ]]; then
 fi
 
 # 3. Recall against density at 128K (computed on the host; the device's selection differs from it
-# only at keys within rounding of the threshold).
+# only at keys within rounding of the threshold), on the CUDA engine's 128-row tiles.
 if [[ $curve -eq 1 ]]; then
   step curve-128k timeout "$curve_timeout" "$cli" curve "${video[@]}" --seed 0 \
-    --head "$curve_heads" --device "$device" -o "$out/curve-128k"
+    --head "$curve_heads" --device "$device" --tile-rows 128 -o "$out/curve-128k"
 fi
 
 # 4. The per-head config calibrated on seed 0, benched on seed 1 beside vertical-slash.

@@ -73,7 +73,8 @@ def print_timing(found, base):
         return
     for label, (recall, _, index_ms, _, _) in vec.items():
         verdict = "within" if index_ms <= slash[2] else "ABOVE"
-        print(f"selection {label.split(',')[0]:<22} {index_ms:8.3f} ms vs vertical-slash index "
+        name = label.split(',')[0] + (" per block" if "union_tiles=0" in label else "")
+        print(f"selection {name:<22} {index_ms:8.3f} ms vs vertical-slash index "
               f"{slash[2]:8.3f} ms: {verdict}")
     for name, target in (("vertical-slash's recall", slash[0]), ("recall target", RECALL_TARGET)):
         matched = [(values[4], label, values) for label, values in vec.items()

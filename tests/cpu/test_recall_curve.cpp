@@ -158,13 +158,18 @@ TEST(RecallCurve, FamiliesAreMonotoneInTheirParameter) {
 
 TEST(RecallCurve, VecPointsFromMarginsEqualTheBuiltPlans) {
   const Workload::Tensors tensors = synthetic(5, 1000);  // a last block shorter than the pooling
-  const std::vector<CurveFamily> sweeps = {families()[0], families()[1]};
+  // Both tile modes in one family: each its own selection pass.
+  const std::vector<CurveFamily> sweeps = {
+      families()[0], families()[1],
+      family("vec-tiles", {"vec:alpha_ppm=200000,union_tiles=0", "vec:alpha_ppm=200000"})};
   RecallCurveOptions from_margins;
   from_margins.sample_rows = 0;
   RecallCurveOptions from_plans = from_margins;
   from_plans.vec_from_margins = false;
   for (const bool causal : {true, false}) {
     from_margins.causal = from_plans.causal = causal;
+    // 128-row tiles (the CUDA engine's) union the blocks of pooling 32 and 64; 64-row, of 32.
+    from_margins.tile_rows = from_plans.tile_rows = causal ? 128 : 64;
     std::vector<CurveFamily> specs = sweeps;
     for (CurveFamily& sweep : specs) {
       for (PatternSpec& spec : sweep.specs) spec.params["causal"] = causal ? 1 : 0;

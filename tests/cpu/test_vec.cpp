@@ -75,7 +75,8 @@ PatternSpec random_spec(test::Random& random) {
            {"group", kGroups[random.uniform_int(0, 3)]},
            {"alpha_ppm", random.bernoulli(0.3) ? random.uniform_int(0, 1000000)
                                                : kAlphas[random.uniform_int(0, 7)]},
-           {"causal", random.uniform_int(0, 1)}}};
+           {"causal", random.uniform_int(0, 1)},
+           {"union_tiles", random.uniform_int(0, 1)}}};
 }
 
 // --- The naive selection, from the paper's definition ------------------------------------------
@@ -155,6 +156,28 @@ NaiveBlock naive_block(const Problem& p, const PatternSpec& spec, int64_t slot, 
   return block;
 }
 
+// Pooled blocks per plan tile: with union_tiles, as many whole blocks as the plan's tile holds.
+int64_t naive_tile_blocks(const PlanShape& shape, const PatternSpec& spec) {
+  const int64_t pooling = spec.params.at("pooling");
+  return spec.param("union_tiles", 1) == 1 ? std::max<int64_t>(1, shape.tile_rows / pooling) : 1;
+}
+
+// Consecutive blocks as one tile: all their rows, the sinks and diagonals of each (the diagonals
+// of consecutive blocks touch: one run), and every key any of them selects that is not dense.
+NaiveBlock naive_union(const std::vector<NaiveBlock>& blocks) {
+  NaiveBlock tile = blocks.front();
+  tile.row_end = blocks.back().row_end;
+  tile.exact.clear();
+  for (const NaiveBlock& block : blocks) {
+    for (std::size_t j = 0; j < tile.dense.size(); ++j) tile.dense[j] |= block.dense[j];
+    tile.kept.insert(tile.kept.end(), block.kept.begin(), block.kept.end());
+  }
+  std::sort(tile.kept.begin(), tile.kept.end());
+  tile.kept.erase(std::unique(tile.kept.begin(), tile.kept.end()), tile.kept.end());
+  std::erase_if(tile.kept, [&](int64_t key) { return tile.dense[key] != 0; });
+  return tile;
+}
+
 // The tile's records from the block's keys, written from the rule (not from vec_add_tile_keys):
 // walk the keys, cut maximal runs of kept keys (sinks, diagonal, selected); a run with a sink or
 // diagonal key, or of at least kVecMinSpanKeys keys, is a span, the rest columns.
@@ -185,7 +208,8 @@ TileKeys naive_tile_keys(const NaiveBlock& block) {
   return tile;
 }
 
-// Every tile of the plan: rows inside one block, its spans and columns those of the naive
+// Every tile of the plan: rows inside one block (or one plan tile of whole blocks, their keys'
+// union, with union_tiles), its spans and columns those of the naive
 // selection's runs (so spans and columns together hold exactly the sinks, the diagonal and the
 // naive kept keys); and the materialised mask equals the naive pairs under the mask.
 void expect_plan_matches_naive(const Problem& p, const PatternSpec& spec) {
@@ -199,9 +223,14 @@ void expect_plan_matches_naive(const Problem& p, const PatternSpec& spec) {
     SCOPED_TRACE("head slot " + std::to_string(slot));
     std::vector<uint8_t> expected(static_cast<std::size_t>(shape.q_len * shape.kv_len), 0);
     const int64_t blocks = (shape.q_len + pooling - 1) / pooling;
+    const int64_t tile_blocks = naive_tile_blocks(shape, spec);
     int64_t tile = plan.head_tile_offsets[slot];
-    for (int64_t b = 0; b < blocks; ++b) {
-      const NaiveBlock block = naive_block(p, spec, slot, b);
+    for (int64_t b = 0; b < blocks; b += tile_blocks) {
+      std::vector<NaiveBlock> group;
+      for (int64_t g = b; g < std::min(blocks, b + tile_blocks); ++g) {
+        group.push_back(naive_block(p, spec, slot, g));
+      }
+      const NaiveBlock block = naive_union(group);
       for (int64_t row = block.row_begin; row < block.row_end; row += shape.tile_rows, ++tile) {
         ASSERT_LT(tile, plan.head_tile_offsets[slot + 1]);
         EXPECT_EQ(plan.tiles[tile].begin, row);
@@ -259,11 +288,106 @@ TEST(VecPattern, PaperPoolingsOnLongerInputs) {
   SCOPED_TRACE(random.trace());
   for (const int64_t pooling : {64, 128}) {
     for (const int64_t causal : {0, 1}) {
-      Problem problem = random_problem(random, 700);
-      expect_plan_matches_naive(
-          problem,
-          {"vec",
-           {{"pooling", pooling}, {"group", 16}, {"alpha_ppm", 200000}, {"causal", causal}}});
+      for (const int64_t union_tiles : {0, 1}) {
+        Problem problem = random_problem(random, 700);
+        problem.shape.tile_rows = 128;  // the CUDA engine's at head_dim 128
+        expect_plan_matches_naive(problem, {"vec",
+                                            {{"pooling", pooling},
+                                             {"group", 16},
+                                             {"alpha_ppm", 200000},
+                                             {"causal", causal},
+                                             {"union_tiles", union_tiles}}});
+      }
+    }
+  }
+}
+
+// A tile's keys as a sorted set: its spans' keys and its columns.
+std::vector<int64_t> plan_tile_keys(const Plan& plan, int64_t tile) {
+  std::vector<int64_t> keys(plan.columns.begin() + plan.tile_column_offsets[tile],
+                            plan.columns.begin() + plan.tile_column_offsets[tile + 1]);
+  for (int64_t s = plan.tile_span_offsets[tile]; s < plan.tile_span_offsets[tile + 1]; ++s) {
+    for (int64_t j = plan.spans[s].begin; j < plan.spans[s].end; ++j) keys.push_back(j);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+// At the CUDA engine's 128-row tiles, a union tile holds tile_rows / pooling whole blocks (the last
+// tile what is left, odd lengths included) and its keys are those of its blocks' per-block tiles
+// plus, at most, the rest of its own diagonal: each row computes every pair it computed alone.
+TEST(VecPattern, UnionTilesHoldEveryBlocksKeys) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kPlanTileRows = 128;
+  for (int trial = 0; trial < kRandomTrials / 2; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Problem p = random_problem(random, 600);
+    p.shape.tile_rows = kPlanTileRows;
+    PatternSpec spec = random_spec(random);
+    const int64_t pooling = int64_t{16} << random.uniform_int(0, 2);  // 16, 32 or 64
+    spec.params["pooling"] = pooling;
+    spec.params["union_tiles"] = 0;
+    const PatternInputs inputs = p.inputs();
+    const Plan blocks = build_plan(spec, p.shape, nullptr, &inputs);
+    spec.params["union_tiles"] = 1;
+    const Plan tiles = build_plan(spec, p.shape, nullptr, &inputs);
+    const int64_t tile_blocks = kPlanTileRows / pooling;
+    const int64_t offset = p.shape.kv_len - p.shape.q_len;
+    for (int64_t slot = 0; slot < tiles.head_slots(); ++slot) {
+      const int64_t first_block = blocks.head_tile_offsets[slot];
+      const int64_t block_count = blocks.head_tile_offsets[slot + 1] - first_block;
+      const int64_t first_tile = tiles.head_tile_offsets[slot];
+      ASSERT_EQ(tiles.head_tile_offsets[slot + 1] - first_tile,
+                (block_count + tile_blocks - 1) / tile_blocks);
+      for (int64_t t = 0; first_tile + t < tiles.head_tile_offsets[slot + 1]; ++t) {
+        const QueryTile& tile = tiles.tiles[first_tile + t];
+        EXPECT_EQ(tile.begin, t * kPlanTileRows);
+        EXPECT_EQ(tile.end, std::min(p.shape.q_len, (t + 1) * kPlanTileRows));
+        const std::vector<int64_t> keys = plan_tile_keys(tiles, first_tile + t);
+        std::vector<int64_t> joined;
+        for (int64_t b = t * tile_blocks; b < std::min(block_count, (t + 1) * tile_blocks); ++b) {
+          const std::vector<int64_t> own = plan_tile_keys(blocks, first_block + b);
+          ASSERT_TRUE(std::includes(keys.begin(), keys.end(), own.begin(), own.end()));
+          joined.insert(joined.end(), own.begin(), own.end());
+        }
+        std::sort(joined.begin(), joined.end());
+        for (const int64_t key : keys) {
+          if (std::binary_search(joined.begin(), joined.end(), key)) continue;
+          EXPECT_GE(key, tile.begin + offset) << "an added key outside the tile's diagonal";
+          EXPECT_LT(key, tile.end + offset) << "an added key outside the tile's diagonal";
+        }
+      }
+      const std::vector<uint8_t> alone = materialize_mask(blocks, slot);
+      const std::vector<uint8_t> joint = materialize_mask(tiles, slot);
+      for (std::size_t pair = 0; pair < alone.size(); ++pair) ASSERT_LE(alone[pair], joint[pair]);
+    }
+  }
+}
+
+// A block that fills (or overfills) the plan's tile has no neighbour to share it: both modes build
+// the same plan.
+TEST(VecPattern, UnionTilesChangeNothingWhenABlockFillsATile) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t pooling : {64, 128}) {
+    for (const int64_t causal : {0, 1}) {
+      Problem p = random_problem(random, 500);
+      p.shape.tile_rows = 64;
+      const PatternInputs inputs = p.inputs();
+      PatternSpec spec{"vec", {{"pooling", pooling}, {"alpha_ppm", 300000}, {"causal", causal}}};
+      spec.params["union_tiles"] = 0;
+      const Plan blocks = build_plan(spec, p.shape, nullptr, &inputs);
+      spec.params["union_tiles"] = 1;
+      const Plan tiles = build_plan(spec, p.shape, nullptr, &inputs);
+      ASSERT_EQ(tiles.tiles.size(), blocks.tiles.size());
+      for (std::size_t t = 0; t < tiles.tiles.size(); ++t) {
+        EXPECT_EQ(tiles.tiles[t].begin, blocks.tiles[t].begin);
+        EXPECT_EQ(tiles.tiles[t].end, blocks.tiles[t].end);
+        EXPECT_EQ(plan_tile_keys(tiles, static_cast<int64_t>(t)),
+                  plan_tile_keys(blocks, static_cast<int64_t>(t)));
+      }
+      EXPECT_EQ(tiles.columns, blocks.columns);
     }
   }
 }

@@ -253,8 +253,8 @@ TEST(VecSearch, NonCausalDitAlphasHoldOutOfSample) {
       if (sample.alpha_ppm == search.alpha_ppm) calibrated_recall = sample.recall;
     }
     EXPECT_GE(calibrated_recall, kTarget - 1e-9);
-    const VecSample held_out = score_vec_alpha(other.q.view(), other.k.view(), other.v.view(),
-                                               head, non_causal, search.alpha_ppm);
+    const VecSample held_out = score_vec_alpha(other.q.view(), other.k.view(), other.v.view(), head,
+                                               non_causal, search.alpha_ppm);
     EXPECT_GE(held_out.recall, calibrated_recall - kOutOfSampleSlack);
 
     PatternSpec spec = non_causal.base;
@@ -319,30 +319,37 @@ TEST(VecSearch, ScoresEqualTheBuiltPlans) {
   spec.seed = 11;
   const Workload::Tensors tensors = Workload::create(spec).materialize(DType::kFloat32);
   const PatternInputs inputs{tensors.q.view(), tensors.k.view()};
-  for (const char* base : {"vec:pooling=64,group=16", "vec:pooling=48,group=2,causal=0"}) {
-    VecSearchOptions search = options();
-    search.base = PatternSpec::parse(base);
-    const bool causal = search.base.param("causal", 1) == 1;
-    for (const int64_t alpha : {int64_t{0}, int64_t{100000}, int64_t{500000}, int64_t{1000001}}) {
-      PatternSpec vec = resolve_pattern(search.base);
-      vec.params["alpha_ppm"] = alpha;
-      const Plan plan = build_plan(vec, {1, kHeads, spec.seq_len, spec.seq_len}, nullptr, &inputs);
-      const CurveFamily family{"vec", {vec}};
-      RecallCurveOptions curve;
-      curve.sample_rows = search.sample_rows;
-      curve.causal = causal;
-      curve.vec_from_margins = false;  // measured on the built plan
-      for (int64_t head = 0; head < kHeads; ++head) {
-        SCOPED_TRACE(std::string(base) + " alpha " + std::to_string(alpha) + " head " +
-                     std::to_string(head));
-        const VecSample sample = score_vec_alpha(tensors.q.view(), tensors.k.view(),
-                                                 tensors.v.view(), head, search, alpha);
-        EXPECT_EQ(sample.density,
-                  static_cast<double>(count_plan_pairs(plan, head)) /
-                      static_cast<double>(causal_pair_count(spec.seq_len, spec.seq_len, causal)));
-        const HeadCurves measured = measure_recall_curves(tensors.q.view(), tensors.k.view(), head,
-                                                          std::span(&family, 1), curve);
-        EXPECT_NEAR(sample.recall, measured.families[0].points[0].recall, 1e-5);
+  // Tiles of 64 rows: one block per tile; of 128 (the CUDA engine's): the union of two blocks.
+  for (const char* base : {"vec:pooling=64,group=16", "vec:pooling=48,group=2,causal=0",
+                           "vec:pooling=64,group=16,union_tiles=0"}) {
+    for (const int64_t tile_rows : {int64_t{64}, int64_t{128}}) {
+      VecSearchOptions search = options();
+      search.base = PatternSpec::parse(base);
+      search.tile_rows = tile_rows;
+      const bool causal = search.base.param("causal", 1) == 1;
+      for (const int64_t alpha : {int64_t{0}, int64_t{100000}, int64_t{500000}, int64_t{1000001}}) {
+        PatternSpec vec = resolve_pattern(search.base);
+        vec.params["alpha_ppm"] = alpha;
+        const Plan plan =
+            build_plan(vec, {1, kHeads, spec.seq_len, spec.seq_len, tile_rows}, nullptr, &inputs);
+        const CurveFamily family{"vec", {vec}};
+        RecallCurveOptions curve;
+        curve.sample_rows = search.sample_rows;
+        curve.causal = causal;
+        curve.vec_from_margins = false;  // measured on the built plan
+        curve.tile_rows = tile_rows;
+        for (int64_t head = 0; head < kHeads; ++head) {
+          SCOPED_TRACE(std::string(base) + " alpha " + std::to_string(alpha) + " head " +
+                       std::to_string(head));
+          const VecSample sample = score_vec_alpha(tensors.q.view(), tensors.k.view(),
+                                                   tensors.v.view(), head, search, alpha);
+          EXPECT_EQ(sample.density,
+                    static_cast<double>(count_plan_pairs(plan, head)) /
+                        static_cast<double>(causal_pair_count(spec.seq_len, spec.seq_len, causal)));
+          const HeadCurves measured = measure_recall_curves(tensors.q.view(), tensors.k.view(),
+                                                            head, std::span(&family, 1), curve);
+          EXPECT_NEAR(sample.recall, measured.families[0].points[0].recall, 1e-5);
+        }
       }
     }
   }

@@ -114,8 +114,8 @@ struct DeviceCopy {
   TensorView view;
 };
 
-// Pooling up to the tile height (one tile per block), alphas from every key to none, groups of
-// one tile to more than the keys, causal or not.
+// Pooling up to the tile height, one tile per block or plan-height tiles of whole blocks (union
+// tiles), alphas from every key to none, groups of one tile to more than the keys, causal or not.
 PatternSpec random_spec(Random& random, int64_t tile_rows) {
   constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
   constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
@@ -127,7 +127,8 @@ PatternSpec random_spec(Random& random, int64_t tile_rows) {
            {"group", pick(random, kGroups)},
            {"alpha_ppm",
             random.bernoulli(0.3) ? random.uniform_int(0, 1000000) : pick(random, kAlphas)},
-           {"causal", random.uniform_int(0, 1)}}};
+           {"causal", random.uniform_int(0, 1)},
+           {"union_tiles", random.uniform_int(0, 1)}}};
 }
 
 // A random spec whose selection no rounding can change: alpha 0 (every candidate) or above 1
@@ -179,26 +180,30 @@ TEST_F(GpuVecBuild, KeysAcrossSplitsMatchTheHostPlan) {
   VecSelectionStats stats;
   for (const int64_t group : {int64_t{1}, int64_t{4}, int64_t{7}}) {
     for (const int64_t pooling : {int64_t{64}, int64_t{128}}) {
-      ProblemSize size;
-      size.q_len = kQueries;
-      size.kv_len = kKeys;
-      size.group = group;
-      size.head_dim = pick(random, kHeadDims);
-      size.dtype = pick(random, kDtypes);
-      size.tile_rows = 128;
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-      const AttentionInputs inputs = random_inputs(random, size);
-      const int64_t causal = random.uniform_int(0, 1);
-      const PatternSpec spec{"vec",
-                             {{"pooling", pooling},
-                              {"group", pick(random, kGroups)},
-                              {"alpha_ppm", 100000},
-                              {"causal", causal}}};
-      SCOPED_TRACE(spec.to_string() + " " + describe(size));
-      const BothPlans plans = build_both(spec, size, inputs, stream_);
-      const Plan adopted =
-          expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
-      (void)adopted;
+      for (const int64_t union_tiles : {int64_t{0}, int64_t{1}}) {
+        if (pooling == 128 && union_tiles == 0) continue;  // the same plan as union_tiles 1
+        ProblemSize size;
+        size.q_len = kQueries;
+        size.kv_len = kKeys;
+        size.group = group;
+        size.head_dim = pick(random, kHeadDims);
+        size.dtype = pick(random, kDtypes);
+        size.tile_rows = 128;
+        size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+        const AttentionInputs inputs = random_inputs(random, size);
+        const int64_t causal = random.uniform_int(0, 1);
+        const PatternSpec spec{"vec",
+                               {{"pooling", pooling},
+                                {"group", pick(random, kGroups)},
+                                {"alpha_ppm", 100000},
+                                {"causal", causal},
+                                {"union_tiles", union_tiles}}};
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        const Plan adopted =
+            expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+        (void)adopted;
+      }
     }
   }
   EXPECT_GT(stats.selected_in_spans + stats.selected_in_columns, 0);
@@ -270,13 +275,60 @@ TEST_F(GpuVecBuild, EdgeShapesMatchTheHostPlan) {
     const AttentionInputs inputs = random_inputs(random, size);
     for (const int64_t causal : {0, 1}) {
       for (const int64_t alpha : {int64_t{0}, int64_t{200000}, int64_t{1000001}}) {
-        const PatternSpec spec{"vec", {{"pooling", 64}, {"alpha_ppm", alpha}, {"causal", causal}}};
+        const PatternSpec spec{"vec",
+                               {{"pooling", 64},
+                                {"alpha_ppm", alpha},
+                                {"causal", causal},
+                                {"union_tiles", alpha % 2}}};
         SCOPED_TRACE(spec.to_string() + " " + describe(size));
         const BothPlans plans = build_both(spec, size, inputs, stream_);
         (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
       }
     }
   }
+}
+
+// Union tiles at the engine's 128-row tiles: 2 blocks per tile (pooling 64; pooling 48: 96-row
+// tiles) and 8 (pooling 16), the last tile whole, with fewer blocks, or with a partial last block
+// (odd lengths); GQA 1, 4 and 7; causal and not; kv_len at or past q_len. The device ORs its
+// blocks' keep masks: the plan must equal the host's union, record for record.
+TEST_F(GpuVecBuild, UnionTilesMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr std::array<int64_t, 4> kUnionQueries = {1024, 1024 + 64 + 17, 1024 + 30, 1537};
+  VecSelectionStats stats;
+  int64_t trial = 0;
+  for (const int64_t pooling : {int64_t{64}, int64_t{48}, int64_t{16}}) {
+    for (const int64_t group : {int64_t{1}, int64_t{4}, int64_t{7}}) {
+      ProblemSize size;
+      size.q_len = kUnionQueries[static_cast<std::size_t>(trial++) % kUnionQueries.size()];
+      size.kv_len = size.q_len + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+      size.group = group;
+      size.head_dim = pick(random, kHeadDims);
+      size.dtype = pick(random, kDtypes);
+      size.tile_rows = 128;
+      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      const AttentionInputs inputs = random_inputs(random, size);
+      for (const int64_t causal : {0, 1}) {
+        PatternSpec spec{"vec",
+                         {{"pooling", pooling},
+                          {"group", 16},
+                          {"alpha_ppm", random.uniform_int(50000, 600000)},
+                          {"causal", causal},
+                          {"union_tiles", 1}}};
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        const Plan adopted =
+            expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+        const int64_t union_rows = size.tile_rows / pooling * pooling;
+        EXPECT_EQ(adopted.num_tiles(),
+                  size.batch * size.q_heads() * ((size.q_len + union_rows - 1) / union_rows));
+      }
+    }
+  }
+  EXPECT_GT(stats.selected_in_spans + stats.selected_in_columns, 0);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
 
 // Every phase time of a timed build is a stream time (>= 0, the score pass > 0), and they add up to

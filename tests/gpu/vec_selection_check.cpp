@@ -72,14 +72,33 @@ std::vector<int32_t> tile_selected_keys(const Plan& plan, int64_t tile,
   return selected;
 }
 
-// One tile: the device's selected keys (spans and columns but sinks and diagonal), every one a
-// candidate, and equal to the host's kept set except at borderline keys.
-void check_tile(const detail::HeadOperands& operands, const detail::VecBlock& block,
-                const detail::VecParams& params, std::span<const int32_t> device, int64_t tile,
-                VecSelectionStats& stats, int& reports) {
+// A vec tile's tolerance on its keys' margins: the largest of its blocks' (a key's tile margin is
+// the largest of its blocks' margins, each of which moves within its block's tolerance).
+float tile_tolerance(const detail::HeadOperands& operands, const PlanShape& shape,
+                     const detail::VecParams& params, int64_t vec_tile) {
+  const int64_t tile_blocks = detail::vec_tile_blocks(shape, params);
+  const int64_t end =
+      std::min(detail::vec_block_count(shape, params), (vec_tile + 1) * tile_blocks);
+  float tolerance = 0.0f;
+  for (int64_t b = vec_tile * tile_blocks; b < end; ++b) {
+    const detail::VecBlock block = detail::vec_block(shape, params, b);
+    tolerance = std::max(
+        tolerance,
+        margin_tolerance(operands, block, detail::vec_key_margins(operands, block, params)));
+  }
+  return tolerance;
+}
+
+// One tile (vec tile `vec_tile`: a pooled block, or the blocks of a plan-height tile): the
+// device's selected keys (spans and columns but sinks and diagonal), every one a candidate, and
+// equal to the host's kept set (the union of its blocks') except at borderline keys.
+void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
+                const detail::VecParams& params, int64_t vec_tile, std::span<const int32_t> device,
+                int64_t tile, VecSelectionStats& stats, int& reports) {
+  const detail::VecBlock block = detail::vec_tile(shape, params, vec_tile);
   const std::vector<detail::VecKeyMargin> margins =
-      detail::vec_key_margins(operands, block, params);
-  const float tolerance = margin_tolerance(operands, block, margins);
+      detail::vec_tile_key_margins(operands, shape, params, vec_tile);
+  const float tolerance = tile_tolerance(operands, shape, params, vec_tile);
   const float log_alpha = params.log_alpha();
   int64_t found = 0;
   for (const detail::VecKeyMargin& candidate : margins) {
@@ -126,9 +145,10 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
     adopted.begin_head();
     for (int64_t tile = host.head_tile_offsets[slot]; tile < host.head_tile_offsets[slot + 1];
          ++tile) {
-      // One tile per pooled block (the device builds pooling <= tile_rows only).
-      const detail::VecBlock block =
-          detail::vec_block(shape, params, host.tiles[tile].begin / params.pooling);
+      // One tile per vec tile (the device builds pooling <= tile_rows only).
+      const int64_t vec_tile =
+          host.tiles[tile].begin / (detail::vec_tile_blocks(shape, params) * params.pooling);
+      const detail::VecBlock block = detail::vec_tile(shape, params, vec_tile);
       const std::vector<int32_t> selected = tile_selected_keys(device, tile, block);
       const int64_t listed =
           device.tile_column_offsets[tile + 1] - device.tile_column_offsets[tile];
@@ -145,7 +165,7 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
         stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
                                           device.columns[c] % kCheckedRunStepKeys == 0;
       }
-      check_tile(operands, block, params, selected, tile, stats, reports);
+      check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
       adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
       detail::vec_add_tile_keys(adopted, block,
                                 std::vector<int64_t>(selected.begin(), selected.end()));

@@ -316,6 +316,7 @@ int run_curve(const CurveFlags& flags) {
                            {"dtype", dtype_name(flags.exec.data_type())},
                            {"sample_rows", options.sample_rows},
                            {"tile_samples", options.tile_samples},
+                           {"tile_rows", options.tile_rows},
                            {"heads", head_reports},
                            {"mean", curves_json(mean)}};
   const std::filesystem::path dir = flags.output_dir;
@@ -373,6 +374,11 @@ Command add_curve_command(CLI::App& app) {
       ->add_option("--tile-samples", flags->options.tile_samples,
                    "query tiles the tile oracle sums per head (0: all)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--tile-rows", flags->options.tile_rows,
+                   "query rows per plan tile (the CUDA engine's at head_dim 64/128/256: 128)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_flag("!--no-tile-oracle", flags->options.tile_oracle, "leave the tile oracle out");
   command

@@ -25,6 +25,15 @@
 // only at keys whose margin lies within that rounding of log(alpha).
 //
 // GQA: each query head selects its own keys against its KV head's keys, unexpanded.
+//
+// Plan tiles (`union_tiles`, default 1): when the plan's tiles are taller than a pooled block, a
+// tile holds tile_rows / pooling consecutive blocks and its keys are the union of their selections
+// (vec_tile): each row keeps every key its own block keeps, so recall can only rise, and pays for
+// the keys its neighbours keep and it does not. The engine's query tile is then full (at head_dim
+// 128 the wgmma kernel runs two 64-row warpgroups per 128-row tile: a 64-row block would leave one
+// idle). The tile's diagonal is one span over its rows' diagonals. `union_tiles=0` keeps one tile
+// per pooled block (a block taller than the plan's tiles is always cut into tiles sharing its
+// keys).
 
 #include <cmath>
 #include <cstdint>
@@ -55,6 +64,7 @@ struct VecParams {
   int64_t group_tiles = 0;  // G_k: key tiles per group of the running maximum
   int64_t alpha_ppm = 0;    // alpha * 1e6: 0 keeps every key, > 1e6 none
   bool causal = true;
+  bool union_tiles = true;  // tiles of the plan's height union their pooled blocks' keys
 
   // log(alpha) as the selection compares it; -inf for alpha 0.
   float log_alpha() const {
@@ -81,6 +91,17 @@ struct VecBlock {
 };
 int64_t vec_block_count(const PlanShape& shape, const VecParams& params);
 VecBlock vec_block(const PlanShape& shape, const VecParams& params, int64_t block);
+// The VecBlock of query rows [row_begin, row_end) (within the shape, whole pooled blocks or the
+// last partial one): sinks, the rows' diagonal, and the candidates outside both.
+VecBlock vec_rows_block(const PlanShape& shape, const VecParams& params, int64_t row_begin,
+                        int64_t row_end);
+// Pooled blocks per plan tile: tile_rows / pooling when union_tiles and the tiles are taller than
+// a block, else 1.
+int64_t vec_tile_blocks(const PlanShape& shape, const VecParams& params);
+// Vec tiles of the shape (a block taller than the plan's tiles counts once: vec_tile_blocks 1).
+int64_t vec_tile_count(const PlanShape& shape, const VecParams& params);
+// Vec tile `tile` (its blocks vec_tile_blocks * tile onwards) as a VecBlock over all its rows.
+VecBlock vec_tile(const PlanShape& shape, const VecParams& params, int64_t tile);
 
 // The pooled query of rows [row_begin, row_end) of a head slot, rounded to the query's dtype.
 // out: [head_dim]
@@ -105,6 +126,16 @@ std::vector<VecKeyMargin> vec_key_margins(const HeadOperands& operands, const Ve
 // candidates whose margin is at least log(alpha).
 std::vector<int64_t> vec_select_keys(const HeadOperands& operands, const VecBlock& block,
                                      const VecParams& params);
+
+// The kept keys of a vec tile, ascending: the union of its blocks' selections (`count` of them
+// from `selections`, each ascending) without the keys of the tile's diagonal (a later block's
+// candidates include an earlier block's diagonal; non-causal, the other way round too).
+std::vector<int64_t> vec_union_keys(const VecBlock& tile, const std::vector<int64_t>* selections,
+                                    int64_t count);
+// Every candidate key of vec tile `tile` with the largest margin any of its blocks gives it (so
+// the tile keeps it exactly when that margin >= log(alpha)), ascending keys.
+std::vector<VecKeyMargin> vec_tile_key_margins(const HeadOperands& operands, const PlanShape& shape,
+                                               const VecParams& params, int64_t tile);
 
 // Adds one tile's keys to `builder` (a tile begun): sinks, diagonal and `selected` (ascending,
 // candidates of `block`) as maximal runs of consecutive keys; runs holding a sink or diagonal

@@ -17,7 +17,8 @@
 // tile of 16 keys with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its
 // candidates within the lane quad that holds the row, raises the running maximum (reset where a
 // group starts), filters, and stores the row's 16-bit keep mask: every score is computed once, and
-// the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per tile,
+// the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per plan
+// tile (one pooled block, or with union_tiles the blocks of a plan-height tile, their masks ORed),
 // turns the masks plus the sinks and diagonal into runs with bit operations and warp scans, counts
 // the spans and column keys per tile, and after the exclusive sums writes them at the tile's
 // offsets (columns staged in shared memory, stored coalesced), ascending, without atomics.
@@ -63,20 +64,22 @@ using vec_kernels::VecKernelParams;
 constexpr int kRecordThreads = 256;
 constexpr int64_t kMaxGridYZ = 65535;
 
-// Per tile (slot-major): its record, and its schedule sort key (its kept keys) and value in
-// position-major order (ties of the heaviest-first order go position-major, then slot); tile 0's
-// thread writes the mask record. The run pass writes the spans and columns themselves.
+// Per plan tile (slot-major): its record (tile_blocks pooled blocks' rows), and its schedule sort
+// key (its kept keys) and value in position-major order (ties of the heaviest-first order go
+// position-major, then slot); tile 0's thread writes the mask record. The run pass writes the
+// spans and columns themselves.
 __global__ void __launch_bounds__(kRecordThreads)
     records_kernel(const VecKernelParams p, const MaskRecord mask, TileRecord* tiles,
                    MaskRecord* masks, uint32_t* sort_keys, int32_t* sort_values, int32_t slots) {
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * kRecordThreads + threadIdx.x;
-  if (tile >= static_cast<int64_t>(slots) * p.blocks) return;
+  if (tile >= static_cast<int64_t>(slots) * p.tiles) return;
   if (tile == 0) masks[0] = mask;
-  const auto slot = static_cast<int32_t>(tile / p.blocks);
-  const auto block = static_cast<int32_t>(tile % p.blocks);
+  const auto slot = static_cast<int32_t>(tile / p.tiles);
+  const auto position = static_cast<int32_t>(tile % p.tiles);
+  const int64_t tile_rows = static_cast<int64_t>(p.tile_blocks) * p.pooling;
   TileRecord record;
-  record.begin = block * p.pooling;
-  record.end = min(p.q_len, (block + 1) * p.pooling);
+  record.begin = static_cast<int32_t>(position * tile_rows);
+  record.end = static_cast<int32_t>(min(static_cast<int64_t>(p.q_len), (position + 1) * tile_rows));
   record.head_slot = slot;
   record.mask = 0;
   record.span_begin = p.span_offsets[tile];
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kRecordThreads)
   record.column_begin = p.column_offsets[tile];
   record.column_end = p.column_offsets[tile + 1];
   tiles[tile] = record;
-  const int64_t item = static_cast<int64_t>(block) * slots + slot;
+  const int64_t item = static_cast<int64_t>(position) * slots + slot;
   sort_keys[item] = p.tile_keys[tile];
   sort_values[item] = static_cast<int32_t>(tile);
 }
@@ -116,6 +119,8 @@ VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& sha
   p.causal_offset = static_cast<int32_t>(shape.causal_offset());
   p.pooling = static_cast<int32_t>(std::min(vec.pooling, shape.kv_len + shape.q_len + 1));
   p.blocks = static_cast<int32_t>(detail::vec_block_count(shape, vec));
+  p.tile_blocks = static_cast<int32_t>(detail::vec_tile_blocks(shape, vec));
+  p.tiles = static_cast<int32_t>(detail::vec_tile_count(shape, vec));
   p.group_tiles = static_cast<int32_t>(std::min<int64_t>(vec.group_tiles, shape.kv_len + 1));
   const int64_t split_keys = split_key_count(vec, shape.kv_len);
   p.split_keys = static_cast<int32_t>(split_keys);
@@ -265,15 +270,16 @@ int key_bits(int64_t kv_len) {
 // schedule's sort keys and values, and cub's temporary storage (the scans' or the sort's).
 class BuildScratch {
  public:
-  BuildScratch(VecKernelParams& p, int64_t tiles, int64_t head_dim, int sort_bits,
-               cudaStream_t stream)
+  // block_rows: head slots x pooled blocks (pooled queries, masks); tiles: head slots x plan tiles.
+  BuildScratch(VecKernelParams& p, int64_t block_rows, int64_t tiles, int64_t head_dim,
+               int sort_bits, cudaStream_t stream)
       : tiles_(tiles),
         scan_bytes_(
             scan_storage_bytes(static_cast<int>(tiles + 1), stream, "vec index: scan storage")),
         sort_bytes_(sort_storage_bytes<uint32_t>(static_cast<int>(tiles), sort_bits, stream,
                                                  "vec index: sort storage")),
-        pooled_at_(layout_.add<uint16_t>(tiles * head_dim)),  // bf16 or fp16
-        masks_at_(layout_.add<uint16_t>(tiles * p.mask_pitch)),
+        pooled_at_(layout_.add<uint16_t>(block_rows * head_dim)),  // bf16 or fp16
+        masks_at_(layout_.add<uint16_t>(block_rows * p.mask_pitch)),
         // Per tile, then one more: the total after the exclusive sum.
         counts_at_(layout_.add<int64_t>(tiles + 1)),
         offsets_at_(layout_.add<int64_t>(tiles + 1)),
@@ -355,7 +361,7 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
-  const int64_t tiles = slots * blocks;
+  const int64_t tiles = slots * detail::vec_tile_count(shape, vec);
   if (tiles >= std::numeric_limits<int32_t>::max()) {  // the scans count tiles + 1 in int32
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: " + std::to_string(tiles) +
                                              " tiles; the schedule indexes tiles in int32");
@@ -368,7 +374,7 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   events.record(PhaseEvents::kStart);  // the stream is idle while the host allocates
   VecKernelParams p = kernel_params(vec, shape, operands);
   const int sort_bits = key_bits(shape.kv_len);
-  const BuildScratch scratch(p, tiles, operands.head_dim, sort_bits, stream);
+  const BuildScratch scratch(p, slots * blocks, tiles, operands.head_dim, sort_bits, stream);
   events.record(PhaseEvents::kScratch);
   check_cuda(cudaMemsetAsync(p.column_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: counts");

@@ -5,11 +5,11 @@
 //
 // Passes (vec_device.cu): the pooled queries; one score pass of TilingSelect + minS that stores a
 // 16-bit keep mask per (pooled block, key tile of 16); a run pass over the masks that cuts each
-// tile's keys into runs (vec.h: spans and columns) and counts them; exclusive sums of both; one
-// read of the two totals back to the host, which sizes the plan buffer exactly; the tile, mask and
-// schedule records; the run pass again, writing each tile's spans and columns, ascending. Memory:
-// the plan (O(selected records)) and one bit per (pooled block, key) of scratch.
-// Deterministic: no atomic decides where a record goes.
+// plan tile's keys (its blocks' masks ORed: vec.h, "Plan tiles") into runs (vec.h: spans and
+// columns) and counts them; exclusive sums of both; one read of the two totals back to the host,
+// which sizes the plan buffer exactly; the tile, mask and schedule records; the run pass again,
+// writing each tile's spans and columns, ascending. Memory: the plan (O(selected records)) and one
+// bit per (pooled block, key) of scratch. Deterministic: no atomic decides where a record goes.
 
 #include <cstdint>
 

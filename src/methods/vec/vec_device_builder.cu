@@ -7,8 +7,8 @@
 namespace mmsparse::detail {
 namespace {
 
-// One tile per pooled block, so the tile count follows from the shape; spans from the shape too;
-// columns counted on the device before the buffer is sized.
+// One tile per pooled block or per plan-height run of them (vec_tile_count), so the tile count
+// follows from the shape; spans and columns are counted on the device before the buffer is sized.
 class VecDeviceBuilder final : public DeviceBuilder {
  public:
   bool estimates() const override { return true; }
@@ -22,7 +22,7 @@ class VecDeviceBuilder final : public DeviceBuilder {
                       void* stream) const override {
     DeviceSection section;
     section.plan = cuda::build_vec_plan_on_device(resolved_spec, shape, *operands, stream);
-    section.max_slot_tiles = vec_block_count(shape, vec_params(resolved_spec));
+    section.max_slot_tiles = vec_tile_count(shape, vec_params(resolved_spec));
     return section;
   }
   std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,

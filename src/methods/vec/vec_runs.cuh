@@ -1,6 +1,8 @@
 #pragma once
-// VecAttention's run pass (vec_device.cu's design comment): one warp per tile (pooled block) reads
-// the keep masks the score pass stored, adds the sinks and the diagonal, and cuts the tile's keys
+// VecAttention's run pass (vec_device.cu's design comment): one warp per plan tile (a pooled block,
+// or with union_tiles the tile_blocks consecutive blocks of a plan-height tile) reads the keep
+// masks the score pass stored (a union tile ORs its blocks' masks: the union of their selections),
+// adds the tile's sinks and diagonal, and cuts the tile's keys
 // into maximal runs of consecutive keys; a run holding a sink or diagonal key, or at least
 // kVecMinSpanKeys keys, is a span, the others' keys are columns (vec.h, vec_add_tile_keys). The
 // count pass stores each tile's span records, column keys and kept keys; the write pass, after the
@@ -42,12 +44,19 @@ __device__ inline uint32_t word_range_bits(int32_t begin, int32_t end, int32_t b
   return below_to & ~((1u << from) - 1u);
 }
 
-// One tile's keys as bit words: its kept candidates (from the masks, only the tiles the score pass
-// wrote for it) with its sinks and diagonal.
+// One plan tile's keys as bit words: its blocks' kept candidates (ORed from their masks, only the
+// key tiles the score pass wrote for every one of them) with the tile's sinks and diagonal.
+// Causal, a later block's mask range reaches further than the first's, but only into keys of the
+// tile's diagonal (a block's candidates end where its own diagonal begins), which the diagonal's
+// bits hold already; non-causal, every block's range is the same. So the first block's range,
+// which is the tile's (rows_keys over the tile's rows), reads written masks only and misses
+// nothing.
 struct TileWords {
-  const uint16_t* masks;  // [mask_pitch] the tile's row of keep masks
-  BlockKeys keys;
-  int32_t mask_begin, mask_end;  // key tiles the score pass wrote for this block
+  const uint16_t* masks;  // [blocks, mask_pitch] the keep masks of the tile's blocks
+  int32_t mask_pitch;
+  int32_t blocks;                // pooled blocks in the tile
+  BlockKeys keys;                // the tile's: sinks, its rows' diagonal, candidates
+  int32_t mask_begin, mask_end;  // key tiles of the masks the tile reads
   int32_t words;                 // words holding its keys (none from words * kWordKeys on)
 
   __device__ uint32_t word(int32_t index) const {
@@ -56,9 +65,13 @@ struct TileWords {
     uint32_t bits = word_range_bits(0, keys.sink_end, base) |
                     word_range_bits(keys.diagonal_begin, keys.diagonal_end, base);
     const int32_t tile = 2 * index;
-    if (tile >= mask_begin && tile < mask_end) bits |= masks[tile];
-    if (tile + 1 >= mask_begin && tile + 1 < mask_end) {
-      bits |= static_cast<uint32_t>(masks[tile + 1]) << kTileKeys;
+    const bool low = tile >= mask_begin && tile < mask_end;
+    const bool high = tile + 1 >= mask_begin && tile + 1 < mask_end;
+    if (!low && !high) return bits;
+    for (int32_t block = 0; block < blocks; ++block) {
+      const uint16_t* row = masks + static_cast<int64_t>(block) * mask_pitch;
+      if (low) bits |= row[tile];
+      if (high) bits |= static_cast<uint32_t>(row[tile + 1]) << kTileKeys;
     }
     return bits;
   }
@@ -71,11 +84,18 @@ struct TileWords {
   }
 };
 
+// Plan tile `tile` (slot-major: tile / p.tiles is its head slot).
 __device__ inline TileWords tile_words(const VecKernelParams& p, int64_t tile) {
-  const auto block = static_cast<int32_t>(tile % p.blocks);
+  const auto slot = tile / p.tiles;
+  const auto first_block = static_cast<int32_t>(tile % p.tiles) * p.tile_blocks;
   TileWords words;
-  words.masks = p.masks + tile * p.mask_pitch;
-  words.keys = block_keys(p, block);
+  words.blocks = min(p.tile_blocks, p.blocks - first_block);
+  words.mask_pitch = p.mask_pitch;
+  words.masks = p.masks + (slot * p.blocks + first_block) * p.mask_pitch;
+  const int64_t row_begin = static_cast<int64_t>(first_block) * p.pooling;
+  words.keys = rows_keys(p, row_begin,
+                         min(static_cast<int64_t>(p.q_len),
+                             row_begin + static_cast<int64_t>(words.blocks) * p.pooling));
   words.mask_begin = words.keys.sink_end / kTileKeys;
   words.mask_end = words.keys.candidate_end > words.keys.sink_end
                        ? static_cast<int32_t>(ceil_div(words.keys.candidate_end, kTileKeys))

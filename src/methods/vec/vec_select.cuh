@@ -57,6 +57,7 @@ struct VecKernelParams {
   int32_t head_dim;
   int32_t q_len, kv_len, causal_offset;
   int32_t pooling, blocks, group_tiles;
+  int32_t tile_blocks, tiles;  // pooled blocks per plan tile (vec_tile_blocks), tiles per slot
   int32_t split_keys, splits;  // score pass: keys per split (whole groups), splits per block
   int32_t causal;
   float scale, log_alpha;
@@ -66,12 +67,12 @@ struct VecKernelParams {
   // candidate at or above the threshold). The score pass writes a block's tiles from its first
   // non-sink tile up to its last candidate's; vec_runs.cuh reads only those.
   uint16_t* masks;
-  int32_t mask_pitch;      // key tiles per row of masks, even (a run-pass word is two tiles)
-  int64_t* column_counts;  // [slots * blocks + 1] column keys per tile; the last 0
-  const int64_t* column_offsets;  // [slots * blocks + 1] their exclusive sum (write pass)
-  int64_t* span_counts;           // [slots * blocks + 1] span records per tile; the last 0
-  const int64_t* span_offsets;    // [slots * blocks + 1] their exclusive sum (write pass)
-  uint32_t* tile_keys;            // [slots * blocks] keys per tile (the schedule's weight)
+  int32_t mask_pitch;             // key tiles per row of masks, even (a run-pass word is two tiles)
+  int64_t* column_counts;         // [slots * tiles + 1] column keys per plan tile; the last 0
+  const int64_t* column_offsets;  // [slots * tiles + 1] their exclusive sum (write pass)
+  int64_t* span_counts;           // [slots * tiles + 1] span records per plan tile; the last 0
+  const int64_t* span_offsets;    // [slots * tiles + 1] their exclusive sum (write pass)
+  uint32_t* tile_keys;            // [slots * tiles] keys per plan tile (the schedule's weight)
   int32_t* columns;               // the plan's columns section (write pass)
   SpanRecord* spans;              // the plan's spans section (write pass)
 };
@@ -88,15 +89,21 @@ __device__ inline int32_t clamp_key(int64_t key, int32_t kv_len) {
   return static_cast<int32_t>(key < 0 ? 0 : (key > kv_len ? kv_len : key));
 }
 
-__device__ inline BlockKeys block_keys(const VecKernelParams& p, int32_t block) {
-  const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
-  const int64_t row_end = min(static_cast<int64_t>(p.q_len), row_begin + p.pooling);
+// Query rows [row_begin, row_end)'s keys (vec.cpp's vec_rows_block): a pooled block's, or a plan
+// tile's of whole blocks.
+__device__ inline BlockKeys rows_keys(const VecKernelParams& p, int64_t row_begin,
+                                      int64_t row_end) {
   BlockKeys keys;
   keys.sink_end = clamp_key(p.pooling, p.kv_len);
   keys.diagonal_begin = clamp_key(row_begin + p.causal_offset, p.kv_len);
   keys.diagonal_end = clamp_key(row_end + p.causal_offset, p.kv_len);
   keys.candidate_end = p.causal != 0 ? keys.diagonal_begin : p.kv_len;
   return keys;
+}
+
+__device__ inline BlockKeys block_keys(const VecKernelParams& p, int32_t block) {
+  const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
+  return rows_keys(p, row_begin, min(static_cast<int64_t>(p.q_len), row_begin + p.pooling));
 }
 
 __device__ inline int32_t query_head(const VecKernelParams& p, int32_t head) {

@@ -179,7 +179,8 @@ VecRow vec_row(const std::vector<float>& probs, const detail::VecBlock& block,
   return result;
 }
 
-// Every vec spec of one (pooling, group, causal) from one selection pass per sampled block.
+// Every vec spec of one (pooling, group, causal, union_tiles) from one selection pass per sampled
+// row's vec tile.
 std::vector<CurvePoint> vec_points(const std::vector<PatternSpec>& specs, const SampledHead& head,
                                    const RecallCurveOptions& options) {
   const detail::VecParams params = detail::vec_params(specs.front());
@@ -189,8 +190,10 @@ std::vector<CurvePoint> vec_points(const std::vector<PatternSpec>& specs, const 
   const detail::HeadOperands operands(inputs, shape, 0, cache);
   std::vector<VecRow> rows(head.rows.size());
   detail::parallel_for(static_cast<int64_t>(head.rows.size()), options.num_threads, [&](int64_t n) {
-    const detail::VecBlock block = detail::vec_block(shape, params, head.rows[n] / params.pooling);
-    rows[n] = vec_row(head.probs[n], block, detail::vec_key_margins(operands, block, params));
+    // The row's vec tile: its pooled block, or the blocks of its plan tile (vec.h).
+    const int64_t tile = head.rows[n] / (detail::vec_tile_blocks(shape, params) * params.pooling);
+    rows[n] = vec_row(head.probs[n], detail::vec_tile(shape, params, tile),
+                      detail::vec_tile_key_margins(operands, shape, params, tile));
   });
   std::vector<CurvePoint> points;
   for (const PatternSpec& spec : specs) {
@@ -215,12 +218,13 @@ std::vector<CurvePoint> vec_points(const std::vector<PatternSpec>& specs, const 
 std::vector<CurvePoint> family_points(const CurveFamily& family, const SampledHead& head,
                                       const RecallCurveOptions& options) {
   std::vector<CurvePoint> points(family.specs.size());
-  std::map<std::tuple<int64_t, int64_t, bool>, std::vector<std::size_t>> vec_groups;
+  std::map<std::tuple<int64_t, int64_t, bool, bool>, std::vector<std::size_t>> vec_groups;
   for (std::size_t i = 0; i < family.specs.size(); ++i) {
     const PatternSpec spec = resolve_pattern(family.specs[i], options.layout);
     if (spec.name == kVecPattern && options.vec_from_margins) {
       const detail::VecParams params = detail::vec_params(spec);
-      vec_groups[{params.pooling, params.group_tiles, params.causal}].push_back(i);
+      vec_groups[{params.pooling, params.group_tiles, params.causal, params.union_tiles}].push_back(
+          i);
     } else {
       points[i] = plan_point(spec, head, options);
     }

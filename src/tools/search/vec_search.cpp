@@ -57,7 +57,8 @@ int64_t visible_pairs(int64_t begin, int64_t end, int64_t visible) {
 
 // Measures alphas on one head. The selection margins (score - running maximum, vec.h) do not
 // depend on alpha, so they are computed once per head and every alpha's plan is read from them: a
-// block keeps its candidates with margin >= log(alpha), and its sinks and diagonal always. The
+// vec tile (one pooled block, or the blocks of a plan tile: vec.h) keeps its candidates whose
+// largest margin over its blocks is >= log(alpha), and its sinks and diagonal always. The
 // pairs and keys are exactly those of the vec plan build_plan would give (a test compares them);
 // a bisection of 30 alphas then costs one selection pass instead of 30 plan builds.
 class HeadScorer {
@@ -84,12 +85,12 @@ class HeadScorer {
     params.alpha_ppm = alpha_ppm;
     const float log_alpha = params.log_alpha();
     int64_t computed = 0;
-    for (std::size_t b = 0; b < blocks_.size(); ++b) {
-      const std::vector<float>& margins = blocks_[b].sorted_margins;
+    for (std::size_t b = 0; b < tiles_.size(); ++b) {
+      const std::vector<float>& margins = tiles_[b].sorted_margins;
       const auto kept = std::partition_point(margins.begin(), margins.end(),
                                              [&](float margin) { return margin >= log_alpha; }) -
                         margins.begin();
-      computed += blocks_[b].span_pairs + blocks_[b].rows * static_cast<int64_t>(kept);
+      computed += tiles_[b].span_pairs + tiles_[b].rows * static_cast<int64_t>(kept);
     }
     // Each sampled row's recall in parallel, summed in row order (the same sum on any threads).
     std::vector<double> row_recall(rows_.size(), 0.0);
@@ -113,9 +114,9 @@ class HeadScorer {
   }
 
  private:
-  struct Block {
+  struct Tile {
     int64_t rows = 0;
-    int64_t span_pairs = 0;             // the sinks' and diagonal's pairs over the block's rows
+    int64_t span_pairs = 0;             // the sinks' and diagonal's pairs over the tile's rows
     std::vector<float> sorted_margins;  // descending
   };
 
@@ -124,7 +125,7 @@ class HeadScorer {
                           : shape_.kv_len;
   }
 
-  // The spans of the row's block as the plan writes them (one span where they touch).
+  // The spans of a vec tile as the plan writes them (one span where they touch).
   std::vector<std::pair<int64_t, int64_t>> spans(const detail::VecBlock& block) const {
     if (block.diagonal_begin <= block.sink_end) {
       return {{0, std::max(block.sink_end, block.diagonal_end)}};
@@ -134,8 +135,7 @@ class HeadScorer {
 
   std::vector<int64_t> span_keys(int64_t row) const {
     std::vector<int64_t> keys;
-    const detail::VecBlock block = detail::vec_block(shape_, params_, row / params_.pooling);
-    for (const auto& [begin, end] : spans(block)) {
+    for (const auto& [begin, end] : spans(row_tile(row))) {
       for (int64_t key = begin; key < std::min(end, visible(row)); ++key) keys.push_back(key);
     }
     return keys;
@@ -145,27 +145,35 @@ class HeadScorer {
     const PatternInputs inputs{problem_.q, problem_.k, problem_.scale};
     detail::KeyCache cache;
     const detail::HeadOperands operands(inputs, shape_, 0, cache);
-    blocks_.resize(static_cast<std::size_t>(detail::vec_block_count(shape_, params_)));
-    detail::parallel_for(static_cast<int64_t>(blocks_.size()), 0, [&](int64_t b) {
-      const detail::VecBlock block = detail::vec_block(shape_, params_, b);
-      Block& entry = blocks_[b];
-      entry.rows = block.row_end - block.row_begin;
-      for (int64_t row = block.row_begin; row < block.row_end; ++row) {
-        for (const auto& [begin, end] : spans(block)) {
+    tiles_.resize(static_cast<std::size_t>(detail::vec_tile_count(shape_, params_)));
+    detail::parallel_for(static_cast<int64_t>(tiles_.size()), 0, [&](int64_t t) {
+      const detail::VecBlock tile = detail::vec_tile(shape_, params_, t);
+      Tile& entry = tiles_[t];
+      entry.rows = tile.row_end - tile.row_begin;
+      for (int64_t row = tile.row_begin; row < tile.row_end; ++row) {
+        for (const auto& [begin, end] : spans(tile)) {
           entry.span_pairs += visible_pairs(begin, end, visible(row));
         }
       }
       const std::vector<detail::VecKeyMargin> margins =
-          detail::vec_key_margins(operands, block, params_);
+          detail::vec_tile_key_margins(operands, shape_, params_, t);
       for (const detail::VecKeyMargin& candidate : margins) {
         entry.sorted_margins.push_back(candidate.margin);
       }
       std::sort(entry.sorted_margins.begin(), entry.sorted_margins.end(), std::greater<float>());
     });
     for (int64_t row : rows_) {
-      const detail::VecBlock block = detail::vec_block(shape_, params_, row / params_.pooling);
-      row_candidates_.push_back(detail::vec_key_margins(operands, block, params_));
+      row_candidates_.push_back(
+          detail::vec_tile_key_margins(operands, shape_, params_, row_tile_index(row)));
     }
+  }
+
+  // The vec tile (vec.h: whole pooled blocks) holding `row`, and its index.
+  int64_t row_tile_index(int64_t row) const {
+    return row / (detail::vec_tile_blocks(shape_, params_) * params_.pooling);
+  }
+  detail::VecBlock row_tile(int64_t row) const {
+    return detail::vec_tile(shape_, params_, row_tile_index(row));
   }
 
   double lse(int64_t row, const std::vector<int64_t>& keys) const {
@@ -180,7 +188,7 @@ class HeadScorer {
   std::vector<int64_t> rows_;
   std::vector<double> dense_lse_;
   int64_t pairs_ = 0;
-  std::vector<Block> blocks_;
+  std::vector<Tile> tiles_;
   std::vector<std::vector<detail::VecKeyMargin>> row_candidates_;  // per sampled row
 };
 
