@@ -132,6 +132,51 @@ TEST(GridGroupBounds, HostPlansStayWithinTheLatticeBound) {
   EXPECT_GT(strided_spans, 0) << "no trial's lines made a strided span";
 }
 
+// Fixed strides longer than a group's runs of rows (frame-like, as searched configs fix them): a
+// non-primary space's residues are then fewer than the stride, so the bound's residue-key and
+// chunk terms are the ones that bind; the host plans must still fit, with and without a window.
+TEST(GridGroupBounds, HostPlansWithLongFixedStridesStayWithinTheLatticeBound) {
+  constexpr int kLongStrideTrials = 16;
+  constexpr int64_t kMinFixedStride = 16;
+  constexpr int64_t kMaxFixedStride = 160;
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  int64_t columns = 0;
+  for (int trial = 0; trial < kLongStrideTrials; ++trial) {
+    const int64_t kv_len = random.uniform_int(1500, 5000);
+    const int64_t q_len = kv_len - random.uniform_int(0, 40);
+    const int64_t tile_rows = int64_t{16} << random.uniform_int(0, 3);
+    const PlanShape shape{1, random.uniform_int(1, 2), q_len, kv_len, tile_rows};
+    const ModalityLayout layout = interleaved_layout(random, kv_len);
+    const int64_t stride = random.uniform_int(kMinFixedStride, kMaxFixedStride);
+    const PatternSpec spec = resolve_pattern(
+        PatternSpec{"grid",
+                    {{"boundary", random.uniform_int(2, 4)},
+                     {"stride", stride},
+                     {"max_stride", stride},
+                     {"sink", random.uniform_int(0, 40)},
+                     {"local", random.bernoulli(0.5) ? 0 : random.uniform_int(1, 9)},
+                     {"last_q", random.uniform_int(1, 16)},
+                     {"hline", 0},
+                     {"vline", random.uniform_int(0, 1)},
+                     {"slash", 1}}});
+    SCOPED_TRACE(spec.to_string() + " q_len=" + std::to_string(q_len) +
+                 " tile_rows=" + std::to_string(tile_rows) + " layout " + layout.to_json());
+    const Tensor q = random.normal_tensor(DType::kFloat32, {1, q_len, shape.heads, kHeadDim});
+    const Tensor k = random.normal_tensor(DType::kFloat32, {1, kv_len, 1, kHeadDim});
+    const PatternInputs inputs{q.view(), k.view()};
+    const Plan plan = build_plan(spec, shape, &layout, &inputs);
+    const detail::LatticeRecordBound bound = head_bound(spec, shape, layout);
+    for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+      const detail::LatticeRecordBound records = slot_records(plan, slot);
+      EXPECT_LE(records.strided_spans, bound.strided_spans) << "head slot " << slot;
+      EXPECT_LE(records.columns, bound.columns) << "head slot " << slot;
+      columns += records.columns;
+    }
+  }
+  EXPECT_GT(columns, 0) << "no trial's lines made a column";
+}
+
 // The default grid at 1M tokens on the SYNTHETIC hour-long video preset, per head slot: the lines'
 // records now, against the column lists the plan was sized for before (every residue key below a
 // group's last frontier, per tile, in every space), at both kernel tile heights.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -36,6 +37,7 @@
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
+#include "mmsparse/tools/workload.h"
 #include "plan_records.h"
 #include "stream_test.h"
 
@@ -428,6 +430,56 @@ TEST_F(GpuIndexBuild, ItemGridStridedSpansMatchTheHostOnLongLayouts) {
   EXPECT_GT(built, kTrials / 2) << "too few trials' groups fit the GPU estimate";
   EXPECT_GT(strided_spans, 0) << "no trial's lines made a strided span";
   EXPECT_GT(sinks_on_lines, 0) << "no item sink lay on a strided span";
+}
+
+// The searched 128K mixed-interleaved config's grid heads (2D boundary, one sink per frame and
+// item, a fixed frame-like stride, no windows) on the SYNTHETIC preset's layout scaled to a few
+// thousand tokens, 4 query heads over 1 KV head and 7 over 1: up to three query groups over three
+// key spaces, 9 pairs of different sizes one after another in one scratch, plans sized by the
+// residue-key bound of the lattice columns. Record for record against the host, and with a
+// window and the searched stride for the other regimes.
+TEST_F(GpuIndexBuild, ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved) {
+  // Two query groups (text, video) at 6001 tokens, three (text, image, video) beyond.
+  constexpr std::array<int64_t, 3> kLengths = {6001, 16001, 24001};
+  constexpr std::array<int64_t, 2> kGroups = {4, 7};
+  constexpr int64_t kSearchedConfigStride = 448;
+  constexpr int64_t kMaxSearchedStride = 256;  // the host's search stays quick
+  constexpr int64_t kConfigSink = 30;
+  constexpr int64_t kWindow = 5;
+  constexpr int64_t kConfigLastQ = 64;
+  constexpr int64_t kTwoD = 3;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  for (std::size_t trial = 0; trial < kLengths.size() * kGroups.size(); ++trial) {
+    WorkloadSpec workload_spec;
+    workload_spec.preset = "mixed-interleaved";
+    workload_spec.seq_len = kLengths[trial % kLengths.size()];
+    workload_spec.q_heads = 1;
+    workload_spec.kv_heads = 1;
+    const Workload workload = Workload::create(workload_spec);
+    ProblemSize size;
+    size.q_len = workload.seq_len();
+    size.kv_len = workload.seq_len();
+    size.group = kGroups[trial / kLengths.size()];
+    size.head_dim = 128;
+    size.tile_rows = 128;  // the H100's tile height at head dim 128
+    size.kernel = cuda::AttentionKernel::kAuto;
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const QueryBoundaryProblem problem{size, workload.layout(), kConfigLastQ};
+    const AttentionInputs inputs = grid_trial_inputs(random, size);
+    // The config's spec first, then a window (one span per row) or a searched stride.
+    const auto regime = static_cast<int64_t>((trial + trial / kLengths.size()) % 3);
+    const int64_t stride = regime == 2 ? 0 : kSearchedConfigStride;
+    // Slash lines only (hline 0, vline 0, slash 1), as in the config.
+    PatternSpec spec = grid(stride, regime == 2 ? kMaxSearchedStride : kSearchedConfigStride, 0, 0,
+                            1, kConfigSink, regime == 1 ? kWindow : 0, kConfigLastQ, kTwoD);
+    spec.params["item_sinks"] = 1;
+    if (expect_item_grid(spec, problem, inputs, stream_) < 0) continue;
+    ++built;
+  }
+  EXPECT_EQ(built, static_cast<int>(kLengths.size() * kGroups.size()))
+      << "the config's grid heads must build on the GPU";
 }
 
 // Attention through item-boundary and item-sink plans (permuted query orders, empty capacity

@@ -168,12 +168,16 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const Pl
                                  const ModalityLayout* layout, bool device_inputs) {
   std::vector<Section> sections;
   std::map<std::string, std::size_t> by_spec;
+  // Each distinct spec asks for its builder once: a grid builder's answer plans the head
+  // (query groups, item sinks, capacities), which a config's heads of one spec would repeat.
+  std::map<std::string, const detail::DeviceBuilder*> builder_of;
   Section host;
   for (std::size_t h = 0; h < specs.size(); ++h) {
     const PatternSpec& spec = specs[h];
     const auto head = static_cast<int32_t>(h);
-    const detail::DeviceBuilder* builder =
-        detail::device_builder_for(spec, shape, layout, device_inputs);
+    const auto [known, first_time] = builder_of.emplace(spec.to_string(), nullptr);
+    if (first_time) known->second = detail::device_builder_for(spec, shape, layout, device_inputs);
+    const detail::DeviceBuilder* builder = known->second;
     if (builder == nullptr) {
       host.heads.push_back(head);
       host.specs.push_back(spec);

@@ -305,7 +305,8 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
 
 DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                      const ModalityLayout* layout, const EstimateOperands& operands,
-                                     void* stream, detail::GridLines* chosen) {
+                                     void* stream, detail::GridLines* chosen,
+                                     GridPlanCapacities* capacities) {
   PlanBuilder shape_check(shape);  // throws on a bad shape as the host build does
   check_int32_ranges(shape);
   if (!detail::is_spec_of(resolved_spec, detail::grid_entry())) {
@@ -317,6 +318,7 @@ DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const Pla
   const index::GridBuild build = index::plan_grid(resolved_spec, shape, layout);
   const int64_t tiles = build.tiles();
   check_tile_count(tiles);
+  if (capacities != nullptr) *capacities = {build.tiles_per_head, build.runs()};
 
   const DevicePlanLayout buffer =
       dynamic_plan_layout(shape, build.runs(), tiles, build.span_capacity, build.column_capacity);

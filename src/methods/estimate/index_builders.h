@@ -103,9 +103,16 @@ DevicePlan build_dynamic_plan_on_device(const PatternSpec& resolved_spec, const 
 // every head slot and (query group, key space) pair written to it in stream order (device memory,
 // [pairs, head slots]: pair g * spaces + s, one pair without a Q/2D boundary; see
 // grid_selections).
+// `capacities`, when not null, gets the plan's sizes the host planned (what a config's assembly
+// needs), so that callers need not plan the head again.
+struct GridPlanCapacities {
+  int64_t tiles_per_head = 0;  // the most tiles of a head slot (real ones first, then empty ones)
+  int64_t runs = 0;            // run records of all head slots
+};
 DevicePlan build_grid_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                      const ModalityLayout* layout, const EstimateOperands& operands,
-                                     void* stream, detail::GridLines* chosen = nullptr);
+                                     void* stream, detail::GridLines* chosen = nullptr,
+                                     GridPlanCapacities* capacities = nullptr);
 // How many (query group, key space) pairs a grid spec searches for this shape and layout: the
 // length of build_grid_plan_on_device's `chosen` per head slot.
 int64_t grid_selections(const PatternSpec& resolved_spec, const PlanShape& shape,

@@ -371,11 +371,21 @@ GridBuild plan_grid(const PatternSpec& resolved_spec, const PlanShape& shape,
                     const ModalityLayout* layout);
 // Whether the GPU estimate takes the build's query groups (fits_estimate for each).
 bool fits_estimate(const GridBuild& build);
+// Where a build marks the ends of its stages on its stream, for benchmarks that time them
+// (bench/index_bench.cu records an event per mark); builds take none by default.
+class StageMarks {
+ public:
+  virtual ~StageMarks() = default;
+  // Called on the host after the stage's work is queued on `stream`.
+  virtual void mark(const char* stage, cudaStream_t stream) = 0;
+};
+
 // Estimates, searches each head slot's stride and phase (written to `chosen`, device memory
 // [selections, head slots], when not null) and converts them into `sections` (head run offsets,
-// runs, tiles, schedule, mask, spans, columns).
+// runs, tiles, schedule, mask, spans, columns); marks its stages in `marks` when not null.
 void build_grid(const GridBuild& build, const EstimateOperands& operands,
-                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream);
+                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream,
+                StageMarks* marks = nullptr);
 
 // The stride and phase search of one estimate (methods/grid/grid_search_device.cu): every head
 // slot's best lines.
@@ -431,7 +441,7 @@ void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* l
                        detail::BoundaryMode mode, GridBuild& build);
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,
                         const PlanSections& sections, detail::GridLines* chosen,
-                        cudaStream_t stream);
+                        cudaStream_t stream, StageMarks* marks = nullptr);
 
 // The grid schedules' sort key (a descending stable sort gives the upload's heaviest-first order,
 // device_plan.cu): the tile's key count + 1 above its position within its head slot, inverted so

@@ -154,18 +154,38 @@ std::vector<QueryGroup> query_groups(const PatternSpec& spec, const PlanShape& s
 }
 
 std::vector<int64_t> item_sink_keys(const ModalityLayout& layout, int64_t count) {
+  constexpr int64_t kWholeImage = -1;  // an image's frame: the item
   std::vector<int64_t> keys;
   if (count <= 0) return keys;
-  const std::vector<int32_t> media = layout.token_media();
-  const std::vector<int64_t> frames = layout.token_frames();
   // Tokens seen so far of each (item, frame); a frame interrupted by text continues its count.
+  // Walked piece by piece (a frame's tokens within one segment), not token by token: the GPU grid
+  // builder plans a head several times per build, and a per-token lookup cost a millisecond each
+  // time at 128K tokens.
   std::map<std::pair<int32_t, int64_t>, int64_t> seen;
-  for (int64_t position = 0; position < layout.length(); ++position) {
-    if (media[position] < 0) continue;
-    int64_t& tokens = seen[{media[position], frames[position]}];
-    if (tokens == 0 && position > 0 && media[position - 1] < 0) keys.push_back(position - 1);
-    if (tokens < count) keys.push_back(position);
-    ++tokens;
+  const std::vector<Segment>& segments = layout.segments();
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const Segment& segment = segments[s];
+    if (segment.media < 0) continue;
+    const bool video = segment.modality == Modality::kVideo;
+    const int64_t frame_tokens =
+        video ? layout.media()[static_cast<std::size_t>(segment.media)].grid.frame_tokens()
+              : segment.length();
+    // The token before the segment is text where the previous segment is.
+    bool after_text = s > 0 && segments[s - 1].media < 0;
+    for (int64_t begin = segment.begin; begin < segment.end;) {
+      const int64_t local_frame = (begin - segment.begin) / frame_tokens;
+      const int64_t end = std::min(segment.end, segment.begin + (local_frame + 1) * frame_tokens);
+      const int64_t frame = video ? segment.first_frame + local_frame : kWholeImage;
+      int64_t& tokens = seen[{segment.media, frame}];
+      if (tokens == 0 && after_text) keys.push_back(begin - 1);
+      for (int64_t position = begin; position < end && tokens + (position - begin) < count;
+           ++position) {
+        keys.push_back(position);
+      }
+      tokens += end - begin;
+      after_text = false;  // the next piece follows a token of this item
+      begin = end;
+    }
   }
   return keys;
 }

@@ -339,13 +339,17 @@ void write_grid_tiles(const ConvertParams& convert, const PlanSections& sections
 }  // namespace
 
 void build_grid(const GridBuild& build, const EstimateOperands& operands,
-                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream) {
+                const PlanSections& sections, detail::GridLines* chosen, cudaStream_t stream,
+                StageMarks* marks) {
   const int64_t tiles = build.tiles();
   if (tiles == 0) return;
   if (build.grouped()) {
-    build_grouped_grid(build, operands, sections, chosen, stream);
+    build_grouped_grid(build, operands, sections, chosen, stream, marks);
     return;
   }
+  const auto mark = [&](const char* stage) {
+    if (marks != nullptr) marks->mark(stage, stream);
+  };
   const EstimateExtents extents = estimate_extents(operands, build.last_q);
   const int64_t slots = extents.slots;
   const int64_t kv_len = build.shape.kv_len;
@@ -377,12 +381,15 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   check_cuda(cudaMemsetAsync(base + run_counts_at, 0, tile_offsets_at - run_counts_at, stream),
              "grid index: cudaMemsetAsync counts");
 
+  mark("scratch");
   const EstimateScratch estimate = estimate_scratch(base, estimate_at);
   launch_estimate(operands, extents, estimate, stream);
+  mark("estimate");
   auto* lines = region<detail::GridLines>(base, lines_at);
   launch_grid_search({&extents, estimate.probabilities, build.options, build.first_stride,
                       build.last_stride, lines, chosen},
                      base, search_at, stream);
+  mark("search");
 
   auto* run_counts = region<int64_t>(base, run_counts_at);
   auto* tile_counts = region<int64_t>(base, tile_counts_at);
@@ -406,9 +413,12 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
     grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(convert, sections.runs);
     check_launch("grid index: grid_runs_kernel");
   }
+  mark("runs");
   write_grid_tiles(convert, sections, base, tiles_at, temp, scan_bytes, stream);
+  mark("tiles");
   sort_grid_schedule(temp, sort_bytes, base, tiles_at, sections.schedule, item_count, sort_bits,
                      stream, "grid index");
+  mark("schedule");
 }
 
 }  // namespace mmsparse::cuda::index

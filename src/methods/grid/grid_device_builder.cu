@@ -3,7 +3,6 @@
 
 #include "methods/device_builder.h"
 #include "methods/estimate/index_builders.h"
-#include "methods/estimate/index_kernels.h"
 #include "methods/grid/grid.h"
 
 namespace mmsparse::detail {
@@ -24,11 +23,12 @@ class GridDeviceBuilder final : public DeviceBuilder {
                       const ModalityLayout* layout, const cuda::EstimateOperands* operands,
                       void* stream) const override {
     DeviceSection section;
-    section.plan = cuda::build_grid_plan_on_device(resolved_spec, shape, layout, *operands, stream);
-    // The real counts live on the device.
-    const cuda::index::GridBuild capacities = cuda::index::plan_grid(resolved_spec, shape, layout);
+    // The real counts live on the device; the section is sized by the build's capacities.
+    cuda::GridPlanCapacities capacities;
+    section.plan = cuda::build_grid_plan_on_device(resolved_spec, shape, layout, *operands, stream,
+                                                   nullptr, &capacities);
     section.max_slot_tiles = capacities.tiles_per_head;
-    section.runs = capacities.runs();
+    section.runs = capacities.runs;
     return section;
   }
   std::vector<MaskPolicy> mask_policies(const PatternSpec&, const PlanShape& shape) const override {

@@ -11,6 +11,11 @@ namespace {
 // The most columns one lattice piece lists: its keys past its whole chunks.
 constexpr int64_t kPieceColumns = kGatherChunkKeys - 1;
 
+// The most keys of `residues` residues of stride `stride` among a space's first `keys` keys.
+int64_t lattice_keys(int64_t keys, int64_t residues, int64_t stride) {
+  return std::min(keys, residues * (keys / stride + 1));
+}
+
 }  // namespace
 
 int64_t grouped_grid_tile_bound(int64_t rows, int64_t stride, int64_t tile_rows) {
@@ -30,7 +35,12 @@ StrideCandidates grid_stride_candidates(const GridOptions& options, int64_t keys
 // tile's distinct frontiers, and gaps, are at most the phase runs it touches (T + U in all); its
 // residues at most its distinct frontiers (slash) and the vline's. A space's range boundaries
 // split a tile's gaps at most ranges - 1 times. Each (gap piece, residue) gives at most one strided
-// span and kPieceColumns columns; a tile's columns are also at most its residues' keys there.
+// span and kPieceColumns columns; a tile's columns are also at most its residues' keys there: a
+// residue of stride s holds at most keys / s + 1 of the space's keys, s at least the pair's first
+// candidate. Its strided spans hold kGatherChunkKeys keys or more each and never share a key, so
+// they are also at most those keys / kGatherChunkKeys. (Without these two terms a non-primary
+// space's bound was every key of the space per tile: 0.6 GB of columns per head slot for the 2D
+// boundary on the 128K mixed-interleaved layout.)
 LatticeRecordBound grouped_grid_lattice_bound(const QueryGroup& group, const GridOptions& options,
                                               const PlanShape& shape) {
   const int64_t rows = group.row_count();
@@ -54,14 +64,18 @@ LatticeRecordBound grouped_grid_lattice_bound(const QueryGroup& group, const Gri
       const int64_t pieces = tiles + phase_runs + tiles * (ranges - 1);
       if (s == group.primary) {
         const int64_t residues = slash + vline;
-        const int64_t keys_bound = tiles * std::min(keys, residues * (keys / stride + 1));
-        candidate.strided_spans += residues * pieces;
-        candidate.columns += std::min(keys_bound, residues * (rows + kPieceColumns * pieces));
+        const int64_t tile_keys = lattice_keys(keys, residues, stride);
+        candidate.strided_spans +=
+            std::min(residues * pieces, tiles * tile_keys / kGatherChunkKeys);
+        candidate.columns +=
+            std::min(tiles * tile_keys, residues * (rows + kPieceColumns * pieces));
       } else {
-        const int64_t strides = grid_stride_candidates(options, keys).last;
-        const int64_t residues = slash * std::min({tile_rows, runs, strides}) + vline;
-        candidate.strided_spans += residues * pieces;
-        candidate.columns += std::min(tiles * keys, kPieceColumns * residues * pieces);
+        const StrideCandidates strides = grid_stride_candidates(options, keys);
+        const int64_t residues = slash * std::min({tile_rows, runs, strides.last}) + vline;
+        const int64_t tile_keys = lattice_keys(keys, residues, strides.first);
+        candidate.strided_spans +=
+            std::min(residues * pieces, tiles * tile_keys / kGatherChunkKeys);
+        candidate.columns += std::min(tiles * tile_keys, kPieceColumns * residues * pieces);
       }
     }
     bound.strided_spans = std::max(bound.strided_spans, candidate.strided_spans);

@@ -231,9 +231,13 @@ __device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
     in_gap = l.gap(g, begin, end) && begin <= compact && compact < end;
   }
   if (!in_gap) return false;
+  // Phases lie in [0, stride), so the key is on residue j's lattice exactly when its own residue
+  // is j's phase: one 64-bit modulo per key, not one per residue (a tile of a 2D-boundary group
+  // has a phase per distinct frontier in its other spaces, and every item sink asks).
+  const int64_t key_residue = floor_mod(compact, l.stride);
   for (int j = 0; j < l.residues(); ++j) {
     int64_t phase = 0, lattice_end = 0;
-    if (!l.residue(j, phase, lattice_end) || floor_mod(compact - phase, l.stride) != 0) continue;
+    if (!l.residue(j, phase, lattice_end) || key_residue != phase) continue;
     if (compact >= lattice_end) return false;  // residues are distinct: no other holds it
     const LatticeCut piece =
         cut_piece(l, phase, max64(begin, low), min64(min64(end, lattice_end), high), offset);

@@ -291,9 +291,16 @@ Conversion conversion_of(const GridBuild& build, const std::vector<KeySpaceView>
   return convert;
 }
 
-// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given), in
-// scratch of its own, freed in stream order before the next pair's is allocated (the pool reuses
-// it): the softmax rows are the largest arrays.
+// Each pair's scratch regions for its estimate and search.
+struct PairRegions {
+  EstimateRegions estimate;
+  GridSearchRegions search;
+};
+
+// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). The pairs
+// run one after another in stream order, so they share one scratch allocation sized for the
+// largest pair (the softmax rows are the largest arrays): one cudaMallocAsync per build, not one
+// per pair.
 void search_pairs(const GridBuild& build, const EstimateOperands& operands,
                   const std::vector<EstimateExtents>& extents,
                   const std::vector<KeySpaceView>& views, detail::GridLines* lines,
@@ -301,23 +308,34 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
   const int64_t slots = build.shape.head_slots();
   const int64_t spaces = build.space_count();
   const bool two_d = !build.spaces.empty();
-  for (int64_t e = 0; e < static_cast<int64_t>(build.selections.size()); ++e) {
+  const auto pairs = static_cast<int64_t>(build.selections.size());
+  if (pairs == 0) return;
+  std::vector<PairRegions> regions;
+  std::size_t largest = 0;
+  for (int64_t e = 0; e < pairs; ++e) {
+    const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
+    ScratchLayout pair_layout;
+    PairRegions at;
+    at.estimate = add_estimate_regions(pair_layout, pair, true);
+    at.search = add_grid_search_regions(pair_layout, slots, pair.scores,
+                                        build.selections[static_cast<std::size_t>(e)].strides());
+    regions.push_back(at);
+    largest = std::max(largest, pair_layout.bytes());
+  }
+  const StreamScratch pair_scratch(largest, stream,
+                                   "grouped grid index: cudaMallocAsync estimate scratch");
+  for (int64_t e = 0; e < pairs; ++e) {
     const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
     const GridSelection& selection = build.selections[static_cast<std::size_t>(e)];
-    ScratchLayout pair_layout;
-    const EstimateRegions estimate_at = add_estimate_regions(pair_layout, pair, true);
-    const GridSearchRegions search_at =
-        add_grid_search_regions(pair_layout, slots, pair.scores, selection.strides());
-    const StreamScratch pair_scratch(pair_layout.bytes(), stream,
-                                     "grouped grid index: cudaMallocAsync estimate scratch");
-    const EstimateScratch estimate = estimate_scratch(pair_scratch.base(), estimate_at);
+    const PairRegions& at = regions[static_cast<std::size_t>(e)];
+    const EstimateScratch estimate = estimate_scratch(pair_scratch.base(), at.estimate);
     const int64_t view = build.pair_spaces ? e : e % spaces;
     launch_estimate(operands, pair, estimate, stream,
                     two_d ? views[static_cast<std::size_t>(view)] : KeySpaceView{});
     launch_grid_search({&pair, estimate.probabilities, build.options, selection.first_stride,
                         selection.last_stride, lines + e * slots,
                         chosen != nullptr ? chosen + e * slots : nullptr},
-                       pair_scratch.base(), search_at, stream);
+                       pair_scratch.base(), at.search, stream);
   }
 }
 
@@ -465,7 +483,10 @@ bool fits_estimate(const GridBuild& build) {
 
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,
                         const PlanSections& sections, detail::GridLines* chosen,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, StageMarks* marks) {
+  const auto mark = [&](const char* stage) {
+    if (marks != nullptr) marks->mark(stage, stream);
+  };
   const int64_t tiles = build.tiles();
   const int64_t slots = build.shape.head_slots();
   const std::vector<EstimateExtents> extents = pair_extents(build, operands);
@@ -503,8 +524,10 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
 
   const std::vector<KeySpaceView> views = items::space_views(build.spaces, begins, prefixes);
   Conversion convert = conversion_of(build, views, base, at, stream);
+  mark("scratch and copies");
   search_pairs(build, operands, extents, views, region<detail::GridLines>(base, at.lines), chosen,
                stream);
+  mark("estimate and search, all pairs");
 
   convert.a = arrangement_of(build, host.phase_capacity, base, at);
   grouped_grid_arrange_kernel<<<static_cast<unsigned>(slots), kThreads, 0, stream>>>(convert.a);
@@ -526,6 +549,7 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
     check_launch("grouped grid index: grouped_grid_runs_kernel");
   }
 
+  mark("arrange and runs");
   convert.tile_offsets = tile_offsets;
   const GroupedTargets targets{sections,
                                make_mask_record(MaskPolicy{}, build.shape.kv_len),
@@ -539,11 +563,14 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   check_launch("grouped grid index: count tiles");
   scan_grid_record_counts(temp, temp_bytes.scan, base, at.tiles, item_count, stream,
                           "grouped grid index");
+  mark("tile count and scan");
   grouped::launch_grouped_grid_tiles(convert, targets, true, stream);
   check_launch("grouped grid index: fill tiles");
+  mark("tile fill");
 
   sort_grid_schedule(temp, temp_bytes.sort, base, at.tiles, sections.schedule, item_count,
                      sort_bits, stream, "grouped grid index");
+  mark("schedule");
 }
 
 }  // namespace mmsparse::cuda::index

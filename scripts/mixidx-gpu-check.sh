@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The 2D-boundary + item-sink grid heads' GPU index on the SYNTHETIC mixed-interleaved preset
+# (docs/index_builders.md, "Where the index time goes"):
+#   1. the GPU tests of the grouped grid builders (Q/2D/item boundary, item sinks, configs), record
+#      for record against the host plans;
+#   2. compute-sanitizer memcheck over the mixed-interleaved 2D + item-sink test (plans sized by
+#      the lattice bound: a write past a capacity is an error here);
+#   3. per-stage index times (mmsparse_index_stage_bench) of the config's grid spec and its
+#      variants at 131072 tokens, 4 query heads over 1 KV head;
+#   4. the CLI bench of the config's grid spec (index ms as the config's bench counts it), and of
+#      a whole config when CONFIG names one.
+# Logs go to $OUT (else <build>/mixidx-logs); steps.txt has each step's time.
+#
+#   scripts/mixidx-gpu-check.sh [build-dir]          (default build-gpu)
+#   CONFIG=path/to/config.json scripts/mixidx-gpu-check.sh ...
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$repo/build-gpu}
+logs=${OUT:-$build/mixidx-logs}
+mkdir -p "$logs"
+length=131072
+spec='grid:boundary=3,hline=0,item_sinks=1,last_q=64,local=0,max_stride=1024,sink=30,slash=1,stride=448,vline=0'
+# The spec without the 2D boundary, without the item sinks, and without either.
+variants=("$spec" "${spec/item_sinks=1/item_sinks=0}" "${spec/boundary=3/boundary=0}"
+  "${spec/boundary=3,hline=0,item_sinks=1/boundary=0,hline=0,item_sinks=0}")
+
+status=0
+step_start=$SECONDS
+step_done() {
+  echo "[mixidx-gpu-check] $1: $((SECONDS - step_start)) s" | tee -a "$logs/steps.txt"
+  step_start=$SECONDS
+}
+
+ctest --test-dir "$build" -R 'GpuIndexBuild\..*(Boundary|Item)|GpuConfigBuild\.' \
+  --output-on-failure >"$logs/ctest.txt" 2>&1 || status=1
+tail -3 "$logs/ctest.txt"
+step_done "GPU tests"
+
+compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
+  --gtest_filter='GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved' \
+  >"$logs/memcheck.txt" 2>&1 || status=1
+tail -3 "$logs/memcheck.txt"
+step_done "memcheck"
+
+for variant in "${variants[@]}"; do
+  "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 4 1 "$variant" \
+    2>&1 | tee -a "$logs/stages.txt" || status=1
+done
+step_done "index stages"
+
+"$build/tools/cli/mmsparse" bench --device cuda --preset mixed-interleaved --seq-len "$length" \
+  --heads 4 --kv-heads 1 --pattern "$spec" --oracle-rows 16 >"$logs/bench-spec.txt" 2>&1 ||
+  status=1
+grep -E "index ms|grid" "$logs/bench-spec.txt" | tail -4
+step_done "bench of the spec"
+
+if [[ -n ${CONFIG:-} ]]; then
+  "$build/tools/cli/mmsparse" bench --device cuda --preset mixed-interleaved --seq-len "$length" \
+    --needles 4 --per-head --repeats 5 --config "$CONFIG" >"$logs/bench-config.txt" 2>&1 ||
+    status=1
+  grep -E "index ms|config" "$logs/bench-config.txt" | tail -3
+  step_done "bench of the config"
+fi
+exit $status
