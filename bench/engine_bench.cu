@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/plan_coverage.h"
+#include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/patterns.h"
@@ -425,11 +426,11 @@ int main(int argc, char** argv) {
 
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
-  // Plans of several passes allocate their scratch in stream order on every call: the pool keeps
-  // its memory between calls, as a framework's caching allocator would, so that the timings hold
-  // the kernels and not the driver's mapping of fresh memory.
-  cudaMemPool_t pool = nullptr;
-  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  // Plans of several passes allocate their scratch in stream order on every call: mmsparse's pool
+  // (device_pool.h) keeps its memory between calls, as a framework's caching allocator would (its
+  // default, made explicit against MMSPARSE_POOL_KEEP_MB), so that the timings hold the kernels
+  // and not the driver's mapping of fresh memory.
+  cudaMemPool_t pool = cuda::memory_pool(0);
   uint64_t keep_everything = std::numeric_limits<uint64_t>::max();
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
         "cudaMemPoolSetAttribute");

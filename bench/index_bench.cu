@@ -5,9 +5,9 @@
 // "video-qwen2.5vl-128k" (28 query heads over 4 KV heads unless given, head_dim 128;
 // docs/workloads.md). Index milliseconds are stream time from the build call to its last kernel
 // (allocation, estimate, top-k, conversion, schedule sort), median of repeats after a warm-up,
-// twice: with the default memory pool, which returns freed memory to the system at every
-// synchronisation (so each build maps its buffers anew), and with a pool that keeps it (release
-// threshold unlimited, what a caching allocator does across layers). The estimate and top-k stages
+// twice: with mmsparse's memory pool (device_pool.h) set to return freed memory to the system at
+// every synchronisation (so each build maps its buffers anew), and set to keep it (release
+// threshold unlimited, its default, what a caching allocator does across layers). The estimate and top-k stages
 // are also timed alone; the rest is the conversion, the schedule sort and the allocations.
 // Attention is timed likewise, L2 flushed before each run. "read density" is tile rows × keys each
 // tile reads over the causal pairs: an upper bound of the computed density (rows skip the keys
@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/estimate/index_builders.h"
@@ -381,8 +382,8 @@ void run(const BenchOptions& options) {
   print_header(workload, length, generate_seconds, tensors);
   const double causal_pairs =
       static_cast<double>(q_heads) * static_cast<double>(length) * (length + 1) / 2.0;
-  cudaMemPool_t pool;
-  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  // mmsparse's own pool (device_pool.h), from which plans and scratch are allocated.
+  cudaMemPool_t pool = cuda::memory_pool(0);
   for (const char* text : kSpecs) {
     const mmsparse::PatternSpec spec =
         mmsparse::resolve_pattern(mmsparse::PatternSpec::parse(text));

@@ -2,9 +2,10 @@
 // device q and k (bf16): the host's planning (host clock), the plan buffer's allocation, each
 // stage of index::build_grid (events recorded between stages on the build's stream, through
 // index::StageMarks), and the whole build_grid_plan_on_device as `mmsparse bench` times it (less
-// the host's wait). Device stages are stream time, median of repeats after a warm-up, with the
-// default memory pool, which returns freed memory to the system at every synchronisation (so each
-// build maps its buffers anew: what the CLI bench measures), and with a pool that keeps it. Then
+// the host's wait). Device stages are stream time, median of repeats after a warm-up, with
+// mmsparse's memory pool (device_pool.h) set to return freed memory to the system at every
+// synchronisation (so each build maps its buffers anew) and set to keep it (its default, what the
+// CLI bench measures). Then
 // the plan's capacities against the records the real tiles hold.
 //
 //   mmsparse_index_stage_bench <preset> <seq_len> <q_heads> <kv_heads> <grid spec>
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/estimate/index_builders.h"
@@ -217,8 +219,8 @@ void run(const mmsparse::WorkloadSpec& workload_spec, const std::string& spec_te
       cuda::make_estimate_operands(spec.name, {q_view, k_view, 0.0f}, shape);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaMemPool_t pool;
-  check(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  // mmsparse's own pool (device_pool.h), from which plans and scratch are allocated.
+  cudaMemPool_t pool = cuda::memory_pool(0);
 
   std::vector<double> plan_seconds;
   cuda::index::GridBuild build;

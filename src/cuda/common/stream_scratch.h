@@ -1,6 +1,6 @@
 #pragma once
-// Temporary device memory ordered on one stream: allocated with cudaMallocAsync and freed with
-// cudaFreeAsync on the same stream when it goes out of scope, whatever happens after it is made
+// Temporary device memory ordered on one stream: allocated from mmsparse's pool (device_pool.h)
+// and freed with cudaFreeAsync on the same stream when it goes out of scope, whatever happens after it is made
 // (kernels queued before the free still read it), and the layout of the arrays carved out of it.
 // Used by the plan, index and config builders and by the scratch of multi-pass attention.
 
@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_pool.h"
 #include "cuda/runtime/plan_view.cuh"
 
 namespace mmsparse::cuda {
@@ -39,9 +40,8 @@ T* region(std::byte* base, std::size_t offset) {
 
 class StreamScratch {
  public:
-  StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what) : stream_(stream) {
-    check_cuda(cudaMallocAsync(&data_, bytes, stream), what);
-  }
+  StreamScratch(std::size_t bytes, cudaStream_t stream, const char* what)
+      : data_(allocate_async(bytes, stream, what)), stream_(stream) {}
   ~StreamScratch() {
     // Destructors cannot report errors; a failed free leaves the memory to the pool.
     if (data_ != nullptr) cudaFreeAsync(data_, stream_);

@@ -239,7 +239,7 @@ class AssemblyScratch {
             scan_storage_bytes(slot_items_, stream, "prepare_pattern config: scan storage")),
         sort_bytes_(sort_storage_bytes<uint64_t>(tile_items_, sort_bits, stream,
                                                  "prepare_pattern config: sort storage")),
-        scratch_(lay_out(tiles), stream, "prepare_pattern config: cudaMallocAsync scratch") {
+        scratch_(lay_out(tiles), stream, "prepare_pattern config: scratch") {
     // The counts' last entries stay 0, so that each exclusive scan ends in its total (the slot
     // arrays lie before the keys).
     check_cuda(cudaMemsetAsync(scratch_.base(), 0, keys_at_, stream),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_pool.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "mmsparse/status.h"
 
@@ -358,7 +359,7 @@ void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   covers_every_row_ = sections.covers_every_row;
   stream_ = stream;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  check_cuda(cudaMallocAsync(&buffer_, layout_.bytes, cuda_stream), "DevicePlan: cudaMallocAsync");
+  buffer_ = allocate_async(layout_.bytes, cuda_stream, "DevicePlan: allocation");
   // From pageable memory the copy returns once `staging` has been read, so it may go out of scope.
   const cudaError_t copied =
       cudaMemcpyAsync(buffer_, staging.data(), layout_.bytes, cudaMemcpyHostToDevice, cuda_stream);
@@ -418,7 +419,7 @@ DevicePlan::DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, i
       layout_(layout),
       stream_(stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  check_cuda(cudaMallocAsync(&buffer_, layout_.bytes, cuda_stream), "DevicePlan: cudaMallocAsync");
+  buffer_ = allocate_async(layout_.bytes, cuda_stream, "DevicePlan: allocation");
   // On an error the constructor throws, so no destructor frees the buffer: this does.
   const cudaError_t zeroed = cudaMemsetAsync(buffer_, 0, zeroed_bytes, cuda_stream);
   if (zeroed != cudaSuccess) {

@@ -142,11 +142,11 @@ enum class RecordForm {
 };
 
 // A host Plan uploaded to the device: validated once, its arrays packed into one stream-ordered
-// allocation (cudaMallocAsync) together with derived arrays the kernels need (run prefix counts,
-// per-tile head slots, a heaviest-first launch order, packed token arrays). Reusable across calls
-// on the upload stream; using it on another stream needs that stream to wait for the upload. Freed
-// in stream order on the upload stream when destroyed, so that stream must outlive the plan (or
-// call release() first).
+// allocation (mmsparse's pool, device_pool.h) together with derived arrays the kernels need (run
+// prefix counts, per-tile head slots, a heaviest-first launch order, packed token arrays).
+// Reusable across calls on the upload stream; using it on another stream needs that stream to
+// wait for the upload. Freed in stream order on the upload stream when destroyed, so that stream
+// must outlive the plan (or call release() first).
 class DevicePlan {
  public:
   DevicePlan() = default;

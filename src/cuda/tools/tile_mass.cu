@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_pool.h"
 #include "cuda/tools/tile_mass.h"
 #include "mmsparse/status.h"
 
@@ -173,10 +174,15 @@ void tile_mass(const TileMassArgs& args, std::span<const int64_t> tiles, std::sp
   params.k = static_cast<const char*>(args.k) +
              (args.batch_index * args.k_strides[0] + kv_head * args.k_strides[2]) * element;
 
-  int64_t* device_tiles = nullptr;
+  auto* device_tiles =
+      static_cast<int64_t*>(allocate_async(tiles.size_bytes(), stream, "tile_mass: tiles"));
   double* device_mass = nullptr;
-  check_cuda(cudaMallocAsync(&device_tiles, tiles.size_bytes(), stream), "tile_mass", "tiles");
-  check_cuda(cudaMallocAsync(&device_mass, mass.size_bytes(), stream), "tile_mass", "sums");
+  try {
+    device_mass = static_cast<double*>(allocate_async(mass.size_bytes(), stream, "tile_mass: sums"));
+  } catch (...) {
+    (void)cudaFreeAsync(device_tiles, stream);
+    throw;
+  }
   params.tiles = device_tiles;
   params.mass = device_mass;
   try {

@@ -138,7 +138,7 @@ class GeometryScratch {
         order_at_(layout_.add<int32_t>(static_cast<int64_t>(geometry.schedule.size()))),
         uploaded_bytes_(layout_.bytes()),
         pieces_at_(layout_.add<ColumnPiece>(geometry.pieces)),
-        scratch_(layout_.bytes(), stream, "blindsight plan: cudaMallocAsync geometry") {
+        scratch_(layout_.bytes(), stream, "blindsight plan: geometry") {
     std::vector<std::byte> staging(uploaded_bytes_);
     stage(staging, tiles_at_, geometry.tiles);
     stage(staging, shared_at_, geometry.shared);

@@ -375,7 +375,7 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
   const std::size_t temp_at = layout.add<std::byte>(
       static_cast<int64_t>(std::max({scan_bytes, slot_scan_bytes, sort_bytes})));
 
-  const StreamScratch scratch(layout.bytes(), stream, "grid index: cudaMallocAsync scratch");
+  const StreamScratch scratch(layout.bytes(), stream, "grid index: scratch");
   std::byte* base = scratch.base();
   // The slot count arrays end in a 0 so that their exclusive sums end in the totals.
   check_cuda(cudaMemsetAsync(base + run_counts_at, 0, tile_offsets_at - run_counts_at, stream),

@@ -299,8 +299,8 @@ struct PairRegions {
 
 // Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). The pairs
 // run one after another in stream order, so they share one scratch allocation sized for the
-// largest pair (the softmax rows are the largest arrays): one cudaMallocAsync per build, not one
-// per pair.
+// largest pair (the softmax rows are the largest arrays): one stream-ordered allocation per build,
+// not one per pair.
 void search_pairs(const GridBuild& build, const EstimateOperands& operands,
                   const std::vector<EstimateExtents>& extents,
                   const std::vector<KeySpaceView>& views, detail::GridLines* lines,
@@ -323,7 +323,7 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
     largest = std::max(largest, pair_layout.bytes());
   }
   const StreamScratch pair_scratch(largest, stream,
-                                   "grouped grid index: cudaMallocAsync estimate scratch");
+                                   "grouped grid index: estimate scratch");
   for (int64_t e = 0; e < pairs; ++e) {
     const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
     const GridSelection& selection = build.selections[static_cast<std::size_t>(e)];
@@ -504,7 +504,7 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   ScratchLayout layout;
   const GroupedRegions at = add_grouped_regions(layout, build, host, temp_bytes);
   const StreamScratch scratch(layout.bytes(), stream,
-                              "grouped grid index: cudaMallocAsync scratch");
+                              "grouped grid index: scratch");
   std::byte* base = scratch.base();
   auto* run_counts = region<int64_t>(base, at.run_counts);
   auto* tile_counts = region<int64_t>(base, at.tile_counts);

@@ -442,7 +442,7 @@ void fill_static_plan(std::byte* base, const DevicePlanLayout& layout, const Til
       scratch_layout.add<std::byte>(static_cast<int64_t>(std::max(scan_bytes, sort_bytes)));
   // Freed in stream order whatever happens below.
   const StreamScratch scratch(scratch_layout.bytes(), cuda_stream,
-                              "build_static_plan_on_device: cudaMallocAsync scratch");
+                              "build_static_plan_on_device: scratch");
   std::byte* scratch_base = scratch.base();
   auto* span_counts = region<int64_t>(scratch_base, span_counts_at);
   auto* column_counts = region<int64_t>(scratch_base, column_counts_at);

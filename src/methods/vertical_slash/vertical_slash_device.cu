@@ -422,7 +422,7 @@ void build_vertical_slash(const VerticalSlashBuild& build, const EstimateOperand
   const VerticalSlashRegions at = add_vertical_slash_regions(
       layout, build, extents, capacity, arrays, std::max(scan_bytes, sort_bytes));
   const StreamScratch scratch(layout.bytes(), stream,
-                              "vertical-slash index: cudaMallocAsync scratch");
+                              "vertical-slash index: scratch");
   std::byte* base = scratch.base();
   // A slot selects no line when no estimate row sees a key (the selection then does not run).
   auto* line_counts = region<int32_t>(base, at.line_counts);
