@@ -42,8 +42,8 @@ uint64_t pool_kept_bytes(const char* megabytes) {
       value > std::numeric_limits<uint64_t>::max() / kBytesPerMegabyte) {
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(kPoolKeepVariable) +
-                    ": expected a whole number of megabytes (0 keeps nothing), got '" +
-                    megabytes + "'");
+                    ": expected a whole number of megabytes (0 keeps nothing), got '" + megabytes +
+                    "'");
   }
   return value * kBytesPerMegabyte;
 }
