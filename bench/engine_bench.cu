@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/plan_coverage.h"
+#include "bench_support.h"
 #include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/attention.h"
@@ -56,6 +57,7 @@ using mmsparse::DType;
 using mmsparse::Plan;
 using mmsparse::PlanShape;
 namespace cuda = mmsparse::cuda;
+using mmsparse::bench::check;
 
 constexpr int64_t kQueryHeads = 28;
 constexpr int64_t kKeyValueHeads = 4;
@@ -67,12 +69,6 @@ constexpr int kInitThreads = 256;
 constexpr double kFlopsPerPairPerDim = 4.0;  // QK^T and PV, a multiply and an add each
 constexpr double kTera = 1e12;
 constexpr double kMillisecondsPerSecond = 1e3;
-
-void check(cudaError_t result, const char* what) {
-  if (result == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(result));
-  std::exit(1);
-}
 
 // Uniform values in [-1, 1) from a hash of the index: random-looking, never zero-filled.
 __global__ void fill_random_kernel(__nv_bfloat16* data, int64_t count, uint32_t seed) {

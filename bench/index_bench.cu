@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -50,6 +51,8 @@
 namespace {
 
 namespace cuda = mmsparse::cuda;
+using mmsparse::bench::check;
+using mmsparse::bench::DeviceCopy;
 using mmsparse::DType;
 
 constexpr int64_t kDefaultLength = 131072;
@@ -72,26 +75,6 @@ std::string format_milliseconds(double milliseconds) {
   std::snprintf(text, sizeof(text), "%9.3f", milliseconds);
   return text;
 }
-
-void check(cudaError_t result, const char* what) {
-  if (result == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(result));
-  std::exit(1);
-}
-
-struct DeviceCopy {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  explicit DeviceCopy(std::size_t size) : bytes(size) {
-    check(cudaMalloc(&data, bytes), "cudaMalloc");
-  }
-  explicit DeviceCopy(const mmsparse::Tensor& host) : DeviceCopy(host.nbytes()) {
-    check(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  ~DeviceCopy() { cudaFree(data); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-};
 
 // Median stream milliseconds of `run` over the repeats, `before` (untimed) ahead of each.
 double median_milliseconds(cudaStream_t stream, const std::function<void()>& before,

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_support.h"
 #include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -41,6 +42,8 @@
 namespace {
 
 namespace cuda = mmsparse::cuda;
+using mmsparse::bench::check;
+using mmsparse::bench::DeviceCopy;
 using mmsparse::DType;
 
 constexpr int kWarmups = 1;
@@ -48,27 +51,10 @@ constexpr int kRepeats = 5;
 constexpr double kMegabyte = 1e6;
 constexpr int kArguments = 6;
 
-void check(cudaError_t result, const char* what) {
-  if (result == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(result));
-  std::exit(1);
-}
-
 double median(std::vector<double> samples) {
   std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
   return samples[samples.size() / 2];
 }
-
-struct DeviceCopy {
-  void* data = nullptr;
-  explicit DeviceCopy(const mmsparse::Tensor& host) {
-    check(cudaMalloc(&data, host.nbytes()), "cudaMalloc");
-    check(cudaMemcpy(data, host.data(), host.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  ~DeviceCopy() { cudaFree(data); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-};
 
 // An event per mark on the build's stream; the stages' milliseconds once the stream is done.
 class EventMarks final : public cuda::index::StageMarks {

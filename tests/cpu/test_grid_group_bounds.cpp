@@ -97,6 +97,23 @@ detail::LatticeRecordBound head_bound(const PatternSpec& spec, const PlanShape& 
   return total;
 }
 
+// Every head slot's strided spans and columns within the lattice bound of the spec's heads;
+// returns their sums over the slots.
+detail::LatticeRecordBound expect_within_bound(const Plan& plan, const PatternSpec& spec,
+                                               const PlanShape& shape,
+                                               const ModalityLayout& layout) {
+  const detail::LatticeRecordBound bound = head_bound(spec, shape, layout);
+  detail::LatticeRecordBound total;
+  for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
+    const detail::LatticeRecordBound records = slot_records(plan, slot);
+    EXPECT_LE(records.strided_spans, bound.strided_spans) << "head slot " << slot;
+    EXPECT_LE(records.columns, bound.columns) << "head slot " << slot;
+    total.strided_spans += records.strided_spans;
+    total.columns += records.columns;
+  }
+  return total;
+}
+
 TEST(GridGroupBounds, HostPlansStayWithinTheLatticeBound) {
   test::Random random;
   SCOPED_TRACE(random.trace());
@@ -117,13 +134,7 @@ TEST(GridGroupBounds, HostPlansStayWithinTheLatticeBound) {
     const PatternInputs inputs{q.view(), k.view()};
     const Plan plan = build_plan(spec, shape, &layout, &inputs);
     ASSERT_NO_THROW(plan.validate());
-    const detail::LatticeRecordBound bound = head_bound(spec, shape, layout);
-    for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-      const detail::LatticeRecordBound records = slot_records(plan, slot);
-      EXPECT_LE(records.strided_spans, bound.strided_spans) << "head slot " << slot;
-      EXPECT_LE(records.columns, bound.columns) << "head slot " << slot;
-      strided_spans += records.strided_spans;
-    }
+    strided_spans += expect_within_bound(plan, spec, shape, layout).strided_spans;
     if (oracle) {
       const Tensor v = random.normal_tensor(DType::kFloat32, {1, kv_len, kv_heads, kHeadDim});
       test::expect_plan_equals_masked_oracle(plan, q.view(), k.view(), v.view(), kTolerance);
@@ -166,13 +177,7 @@ TEST(GridGroupBounds, HostPlansWithLongFixedStridesStayWithinTheLatticeBound) {
     const Tensor k = random.normal_tensor(DType::kFloat32, {1, kv_len, 1, kHeadDim});
     const PatternInputs inputs{q.view(), k.view()};
     const Plan plan = build_plan(spec, shape, &layout, &inputs);
-    const detail::LatticeRecordBound bound = head_bound(spec, shape, layout);
-    for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
-      const detail::LatticeRecordBound records = slot_records(plan, slot);
-      EXPECT_LE(records.strided_spans, bound.strided_spans) << "head slot " << slot;
-      EXPECT_LE(records.columns, bound.columns) << "head slot " << slot;
-      columns += records.columns;
-    }
+    columns += expect_within_bound(plan, spec, shape, layout).columns;
   }
   EXPECT_GT(columns, 0) << "no trial's lines made a column";
 }
