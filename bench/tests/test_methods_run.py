@@ -147,6 +147,23 @@ class FakeEntry:
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch or safetensors not installed")
+class ConfigSettingsTest(unittest.TestCase):
+    """The shipped config and those of --config-file are points of two methods, each labelled by
+    its file; a --config-file for another input is not this input's."""
+
+    def test_given_configs_are_not_the_shipped_one(self):
+        class ConfigArgs:
+            config_file = ["video:131072=/tmp/r0.985.json", "video:32768=/tmp/other.json"]
+        settings = methods.config_settings(ConfigArgs(), "video", 131072, None,
+                                           "/repo/configs/video-131072.json")
+        self.assertEqual([(label, method) for label, _, _, method in settings],
+                         [("configs/video-131072.json", methods.mm_lib.SHIPPED_METHOD),
+                          ("file=r0.985.json", methods.mm_lib.GIVEN_METHOD)])
+        self.assertEqual(settings[1][1], "/tmp/r0.985.json")
+        self.assertIn("unreadable", settings[1][2])  # the note says what it knows of the file
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch or safetensors not installed")
 class OrderTest(unittest.TestCase):
     def test_dense_configs_one_point_per_method_oracle_rest_searched(self):
         mm = [[FakeEntry("vs1"), FakeEntry("vs2")], [FakeEntry("grid")]]
