@@ -355,7 +355,8 @@ def mmsparse_entries(args, module, t, reference, preset, path, scratch, remainin
         groups = [[mm_lib.CliEntry(args, path, adapter.name, specs=adapter.settings,
                                    with_dense=index == 0)] for index, adapter in enumerate(names)]
         return [], config_entries, groups, []   # searched configs need the package
-    config_adapters = {method: mm_lib.MmsparseConfig(module, method, configs)
+    config_adapters = {method: mm_lib.MmsparseConfig(module, method,
+                                                     [c for c in configs if c[3] == method])
                        for method in (mm_lib.SHIPPED_METHOD, mm_lib.GIVEN_METHOD)}
     config_entries = [PeerEntry(config_adapters[setting[3]], setting, t, reference, args)
                       for setting in configs]

@@ -12,8 +12,8 @@
 #   4. print per length cuDNN's and mmsparse's dense and the config per layer with its speedups,
 #      then per layer the config's and the templates' throughput as a share of dense's.
 # Logs and JSON go to $OUT (else <build>/blindsight-logs); steps.txt has each step's time, and each
-# bench log its steps per layer. Run from a CUDA build with Python on (torch for step 2;
-# SKIP_PEERS=1 leaves it out).
+# bench log its steps per layer. Run from a CUDA build with Python on (torch and safetensors,
+# bench/peers.py's imports, for step 2; SKIP_PEERS=1 leaves it out).
 #
 #   scripts/blindsight-bench.sh [build-dir] [seq-len ...]        (default 36864 131072 307200)
 #   LAYERS=1,3 scripts/blindsight-bench.sh ...                   (those layers only; default all)
@@ -67,18 +67,21 @@ else
 fi
 
 if [[ -z ${SKIP_PEERS:-} ]]; then
-  python3 - "$logs/cudnn-dense.json" "$heads" "$kv_heads" "$head_dim" "$warmup" "$repeats" \
-    "${lengths[@]}" <<'PYTHON' 2>&1 | tee "$logs/cudnn-dense.txt" || status=1
+  python3 - "$repo/bench" "$logs/cudnn-dense.json" "$heads" "$kv_heads" "$head_dim" "$warmup" \
+    "$repeats" "${lengths[@]}" <<'PYTHON' 2>&1 | tee "$logs/cudnn-dense.txt" || status=1
 # cuDNN dense (SDPA) on random bf16 inputs: times do not depend on values. K/V expanded to the
-# query heads, as bench/peers.py runs it.
+# query heads, timed as bench/peers.py times it (its median_ms).
 import json, sys
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-path = sys.argv[1]
-heads, kv_heads, head_dim, warmup, repeats = map(int, sys.argv[2:7])
+sys.path.insert(0, sys.argv[1])
+from peers import median_ms  # noqa: E402
+
+path = sys.argv[2]
+heads, kv_heads, head_dim, warmup, repeats = map(int, sys.argv[3:8])
 result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "ms": {}}
-for n in map(int, sys.argv[7:]):
+for n in map(int, sys.argv[8:]):
     q = torch.randn(1, heads, n, head_dim, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(1, kv_heads, n, head_dim, device="cuda", dtype=torch.bfloat16)
             .repeat_interleave(heads // kv_heads, 1) for _ in range(2))
@@ -87,17 +90,7 @@ for n in map(int, sys.argv[7:]):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    result["ms"][str(n)] = sorted(times)[len(times) // 2]
+    result["ms"][str(n)] = median_ms(call, warmup, repeats)
     print(f"cuDNN dense at {n} tokens: {result['ms'][str(n)]:.2f} ms (median of {repeats})",
           flush=True)
     del q, k, v

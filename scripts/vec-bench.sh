@@ -49,6 +49,10 @@ search_timeout=${VEC_BENCH_SEARCH_TIMEOUT:-60}
 curve_heads=${VEC_BENCH_CURVE_HEADS:-all}
 curve_timeout=${VEC_BENCH_CURVE_TIMEOUT:-90}
 curve=${VEC_BENCH_CURVE:-1}
+if [[ $curve != 0 && $curve != 1 ]]; then
+  echo "vec-bench.sh: VEC_BENCH_CURVE: expected 0 or 1, got '$curve'" >&2
+  exit 2
+fi
 budget=${VEC_BENCH_BUDGET:-180}
 # The timing step's vec alphas (alpha_ppm): around the default 0.1, so that one of them matches
 # vertical-slash's recall or the 0.95 target.

@@ -19,6 +19,24 @@
 
 namespace mmsparse::test {
 
+// A layout of exactly `length` tokens: up to `attempts` times, `add_item(builder)` appends random
+// items to a copy of the layout so far, kept only if it still fits; then text for what remains.
+template <class AddItem>
+ModalityLayout fill_layout(int64_t length, int attempts, AddItem&& add_item) {
+  LayoutBuilder builder;
+  int64_t used = 0;
+  for (int attempt = 0; attempt < attempts && used < length; ++attempt) {
+    LayoutBuilder extended = builder;
+    add_item(extended);
+    const int64_t extended_length = extended.build().length();
+    if (extended_length > length) continue;
+    builder = extended;
+    used = extended_length;
+  }
+  if (used < length) builder.text(length - used);
+  return builder.build();
+}
+
 // A random layout of exactly `length` tokens: text, small images and videos whose frames may be
 // separated by text, then text for whatever remains.
 inline ModalityLayout random_layout(Random& random, int64_t length) {
@@ -26,10 +44,7 @@ inline ModalityLayout random_layout(Random& random, int64_t length) {
   constexpr int64_t kMaxFrames = 5;
   constexpr int64_t kMaxText = 12;
   constexpr int kAttempts = 30;
-  LayoutBuilder builder;
-  int64_t used = 0;
-  for (int attempt = 0; attempt < kAttempts && used < length; ++attempt) {
-    LayoutBuilder extended = builder;
+  return fill_layout(length, kAttempts, [&](LayoutBuilder& extended) {
     switch (random.uniform_int(0, 2)) {
       case 0:
         extended.text(random.uniform_int(1, kMaxText));
@@ -43,13 +58,7 @@ inline ModalityLayout random_layout(Random& random, int64_t length) {
                         random.uniform_int(1, kMaxSide)},
                        random.uniform_int(0, 2), random.bernoulli(0.5));
     }
-    const int64_t extended_length = extended.build().length();
-    if (extended_length > length) continue;
-    builder = extended;
-    used = extended_length;
-  }
-  if (used < length) builder.text(length - used);
-  return builder.build();
+  });
 }
 
 // One query head of a workload with its KV head, as a [1, seq, 1, head_dim] fp32 problem.

@@ -15,6 +15,7 @@
 #include "common/masked_oracle.h"
 #include "common/random.h"
 #include "cuda/runtime/plan_decode.h"
+#include "dynamic_helpers.h"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid.h"
 #include "methods/grid/grid_group_bounds.h"
@@ -37,10 +38,7 @@ constexpr int64_t kMaxLineStride = 6;  // short strides: pieces of 128 keys fit 
 // one residue holds 128 keys in a gap, then text to exactly `length` tokens.
 ModalityLayout interleaved_layout(test::Random& random, int64_t length) {
   constexpr int kAttempts = 12;
-  LayoutBuilder builder;
-  int64_t used = 0;
-  for (int attempt = 0; attempt < kAttempts && used < length; ++attempt) {
-    LayoutBuilder extended = builder;
+  return test::fill_layout(length, kAttempts, [&](LayoutBuilder& extended) {
     extended.text(random.uniform_int(1, 300));
     if (random.bernoulli(0.6)) {
       extended.video(
@@ -50,13 +48,7 @@ ModalityLayout interleaved_layout(test::Random& random, int64_t length) {
       extended.image({1, random.uniform_int(2, 12), random.uniform_int(2, 12)},
                      random.bernoulli(0.5));
     }
-    const int64_t extended_length = extended.build().length();
-    if (extended_length > length) continue;
-    builder = extended;
-    used = extended_length;
-  }
-  if (used < length) builder.text(length - used);
-  return builder.build();
+  });
 }
 
 PatternSpec random_grid_spec(test::Random& random, int64_t boundary) {

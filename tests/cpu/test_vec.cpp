@@ -521,6 +521,8 @@ TEST(VecPattern, BadParametersAndInputsAreNamed) {
   expect_error(build("alpha_ppm", -1), ErrorCode::kInvalidArgument,
                {"vec parameter alpha_ppm", ">= 0"});
   expect_error(build("causal", 2), ErrorCode::kInvalidArgument, {"vec parameter causal", "0 or 1"});
+  expect_error(build("union_tiles", 2), ErrorCode::kInvalidArgument,
+               {"vec parameter union_tiles", "0 or 1"});
   expect_error(build("alpha", 1), ErrorCode::kInvalidArgument, {"vec", "alpha_ppm", "\"alpha\""});
   expect_error(
       [&] {

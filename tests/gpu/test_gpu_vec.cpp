@@ -116,6 +116,20 @@ struct DeviceCopy {
 
 // Pooling up to the tile height, one tile per block or plan-height tiles of whole blocks (union
 // tiles), alphas from every key to none, groups of one tile to more than the keys, causal or not.
+// A vec test's problem: the given lengths and GQA group, a random head_dim and dtype (drawn in
+// that order), the engine's 128-row tiles.
+ProblemSize vec_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t group) {
+  ProblemSize size;
+  size.q_len = q_len;
+  size.kv_len = kv_len;
+  size.group = group;
+  size.head_dim = pick(random, kHeadDims);
+  size.dtype = pick(random, kDtypes);
+  size.tile_rows = 128;
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  return size;
+}
+
 PatternSpec random_spec(Random& random, int64_t tile_rows) {
   constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
   constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
@@ -182,14 +196,7 @@ TEST_F(GpuVecBuild, KeysAcrossSplitsMatchTheHostPlan) {
     for (const int64_t pooling : {int64_t{64}, int64_t{128}}) {
       for (const int64_t union_tiles : {int64_t{0}, int64_t{1}}) {
         if (pooling == 128 && union_tiles == 0) continue;  // the same plan as union_tiles 1
-        ProblemSize size;
-        size.q_len = kQueries;
-        size.kv_len = kKeys;
-        size.group = group;
-        size.head_dim = pick(random, kHeadDims);
-        size.dtype = pick(random, kDtypes);
-        size.tile_rows = 128;
-        size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+        const ProblemSize size = vec_problem(random, kQueries, kKeys, group);
         const AttentionInputs inputs = random_inputs(random, size);
         const int64_t causal = random.uniform_int(0, 1);
         const PatternSpec spec{"vec",
@@ -228,14 +235,9 @@ TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
     const int64_t alpha = kSpanAlphas[trial];
     const int64_t group = kGqa[trial % kGqa.size()];
     {
-      ProblemSize size;
-      size.q_len = 2 * kCheckedSplitKeys + 333;
-      size.kv_len = size.q_len + random.uniform_int(0, 1) * 77;
-      size.group = group;
-      size.head_dim = pick(random, kHeadDims);
-      size.dtype = pick(random, kDtypes);
-      size.tile_rows = 128;
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      const int64_t q_len = 2 * kCheckedSplitKeys + 333;
+      const int64_t kv_len = q_len + random.uniform_int(0, 1) * 77;
+      const ProblemSize size = vec_problem(random, q_len, kv_len, group);
       const AttentionInputs inputs = random_inputs(random, size);
       const PatternSpec spec{"vec",
                              {{"pooling", random.bernoulli(0.5) ? 64 : 128},
@@ -300,14 +302,9 @@ TEST_F(GpuVecBuild, UnionTilesMatchTheHostPlan) {
   int64_t trial = 0;
   for (const int64_t pooling : {int64_t{64}, int64_t{48}, int64_t{16}}) {
     for (const int64_t group : {int64_t{1}, int64_t{4}, int64_t{7}}) {
-      ProblemSize size;
-      size.q_len = kUnionQueries[static_cast<std::size_t>(trial++) % kUnionQueries.size()];
-      size.kv_len = size.q_len + random.uniform_int(0, 1) * random.uniform_int(1, 99);
-      size.group = group;
-      size.head_dim = pick(random, kHeadDims);
-      size.dtype = pick(random, kDtypes);
-      size.tile_rows = 128;
-      size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+      const int64_t q_len = kUnionQueries[static_cast<std::size_t>(trial++) % kUnionQueries.size()];
+      const int64_t kv_len = q_len + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+      const ProblemSize size = vec_problem(random, q_len, kv_len, group);
       const AttentionInputs inputs = random_inputs(random, size);
       for (const int64_t causal : {0, 1}) {
         PatternSpec spec{"vec",
