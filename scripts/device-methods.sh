@@ -33,10 +33,12 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MMSPARSE_GPU_BUILD_DIR:-$repo/build-gpu}
 out=${OUT:-$build/methods-logs}
-work=/tmp/mmsparse-methods
+# METHODS_WORK and METHODS_SITE give each of several concurrent runs (one per GPU) folders of its
+# own: the work folder is emptied at the start.
+work=${METHODS_WORK:-/tmp/mmsparse-methods}
 # Kept in the build folder, which a warm machine keeps between calls: a second call reuses the
 # MInference build.
-site=$build/methods-site
+site=${METHODS_SITE:-$build/methods-site}
 wheels=$repo/.whl
 minference_cuda=1
 peers=(flex minference)
