@@ -75,8 +75,8 @@ fi
 # MInference: an sdist. Its Python modules (XAttention, FlexPrefill, the Triton kernels) are
 # installed at once without compiling; its one CUDA extension (the vertical-slash index
 # conversion) is compiled in the background into a staging folder and its .so files moved into
-# place when done (a rename: the benchmark, which re-checks at each input, never sees half a
-# file). FORCE_BUILD stops setup.py fetching a prebuilt wheel (no network there). setup.py imports
+# place when done (a rename: the benchmark, whose MInference peers wait for the build, never sees
+# half a file). FORCE_BUILD stops setup.py fetching a prebuilt wheel (no network there). setup.py imports
 # wheel.bdist_wheel, which newer `wheel` releases dropped: a shim then provides it.
 sdist=$(compgen -G "$wheels/minference-*.tar.gz" | head -n 1)
 build_pid=
