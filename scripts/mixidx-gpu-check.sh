@@ -3,10 +3,12 @@
 # (docs/index_builders.md, "Where the index time goes"):
 #   1. the GPU tests of the grouped grid builders (Q/2D/item boundary, item sinks, configs), record
 #      for record against the host plans;
-#   2. compute-sanitizer memcheck over the mixed-interleaved 2D + item-sink test (plans sized by
-#      the lattice bound: a write past a capacity is an error here);
+#   2. compute-sanitizer memcheck over the mixed-interleaved 2D + item-sink test and the
+#      strided-span threshold test (plans sized by the lattice bound: a write past a capacity is an
+#      error here), and racecheck over the threshold test (the tile kernels' shared memory);
 #   3. per-stage index times (mmsparse_index_stage_bench) of the config's grid spec and its
-#      variants at 131072 tokens, 4 query heads over 1 KV head;
+#      variants at 131072 tokens, 4 query heads over 1 KV head, and of the spec on 7 query heads
+#      over 1 (the config's 7 grid heads in one section);
 #   4. the CLI bench of the config's grid spec (index ms as the config's bench counts it), and of
 #      a whole config when CONFIG names one.
 # Logs go to $OUT (else <build>/mixidx-logs); steps.txt has each step's time.
@@ -37,16 +39,24 @@ ctest --test-dir "$build" -R 'GpuIndexBuild\..*(Boundary|Item)|GpuConfigBuild\.'
 tail -3 "$logs/ctest.txt"
 step_done "GPU tests"
 
+threshold_test='GpuIndexBuild.GridBoundaryStridedSpanThresholdMatchesTheHost'
 compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-  --gtest_filter='GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved' \
+  --gtest_filter="GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved:$threshold_test" \
   >"$logs/memcheck.txt" 2>&1 || status=1
 tail -3 "$logs/memcheck.txt"
 step_done "memcheck"
+
+compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
+  --gtest_filter="$threshold_test" >"$logs/racecheck.txt" 2>&1 || status=1
+tail -3 "$logs/racecheck.txt"
+step_done "racecheck"
 
 for variant in "${variants[@]}"; do
   "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 4 1 "$variant" \
     2>&1 | tee -a "$logs/stages.txt" || status=1
 done
+"$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 7 1 "$spec" \
+  2>&1 | tee -a "$logs/stages.txt" || status=1
 step_done "index stages"
 
 "$build/tools/cli/mmsparse" bench --device cuda --preset mixed-interleaved --seq-len "$length" \
