@@ -9,6 +9,7 @@
 #   3. per-stage index times (mmsparse_index_stage_bench) of the config's grid spec and its
 #      variants at 131072 tokens, 4 query heads over 1 KV head, and of the spec on 7 query heads
 #      over 1 (the config's 7 grid heads in one section);
+#      where Nsight Systems is installed, each kernel's GPU time in that build (nsys-kernels.csv);
 #   4. the CLI bench of the config's grid spec (index ms as the config's bench counts it), and of
 #      a whole config when CONFIG names one.
 # Logs go to $OUT (else <build>/mixidx-logs); steps.txt has each step's time.
@@ -58,6 +59,19 @@ done
 "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 7 1 "$spec" \
   2>&1 | tee -a "$logs/stages.txt" || status=1
 step_done "index stages"
+
+# Per-kernel GPU times of the spec's build on 4 heads, where Nsight Systems is installed (the
+# stage bench repeats the build, so each kernel's count is a multiple of the builds).
+if command -v nsys >/dev/null; then
+  nsys profile --stats=false --force-overwrite true -o "$logs/stages-4-heads" \
+    "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 4 1 "$spec" \
+    >"$logs/nsys-run.txt" 2>&1 &&
+    nsys stats --report cuda_gpu_kern_sum --format csv "$logs/stages-4-heads.nsys-rep" \
+      >"$logs/nsys-kernels.csv" 2>>"$logs/nsys-run.txt"
+  head -15 "$logs/nsys-kernels.csv"
+  rm -f "$logs/stages-4-heads.nsys-rep" "$logs/stages-4-heads.sqlite"
+  step_done "kernel times (nsys)"
+fi
 
 "$build/tools/cli/mmsparse" bench --device cuda --preset mixed-interleaved --seq-len "$length" \
   --heads 4 --kv-heads 1 --pattern "$spec" --oracle-rows 16 >"$logs/bench-spec.txt" 2>&1 ||
