@@ -320,6 +320,10 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
   const bool two_d = !build.spaces.empty();
   const auto pairs = static_cast<int64_t>(build.selections.size());
   if (pairs == 0) return;
+  if (detail::grid_lines_fixed(build.options)) {
+    launch_fixed_grid_lines(build.options, pairs * slots, lines, chosen, stream);
+    return;
+  }
   std::vector<PairRegions> regions;
   std::vector<int64_t> lane_of_pair;  // the pair's index among its group's pairs
   std::vector<std::size_t> lane_bytes;
