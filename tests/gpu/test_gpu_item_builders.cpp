@@ -581,11 +581,13 @@ TEST_F(GpuIndexBuild, ItemHeadsServePreparePattern) {
 // the image's last rows nearly all; a second, small image gives the space a second range. Only
 // delta >= 0 lets a piece hold kGatherChunkKeys keys (the conversion skips strided-span work where
 // no range is that long): record for record against the host, which must list strided spans
-// exactly then. GQA 1 and 7, with and without item sinks, odd lengths.
+// exactly then. The options fix the lines (grid_lines_fixed: the build skips the estimate), so
+// every pair's lines must be {stride, 0}. GQA 1, 4 and 7, with and without item sinks.
 TEST_F(GpuIndexBuild, GridBoundaryStridedSpanThresholdMatchesTheHost) {
   constexpr std::array<int64_t, 2> kStrides = {3, 5};
   constexpr std::array<int64_t, 3> kDeltas = {-1, 0, 1};
   constexpr std::array<int64_t, 2> kBoundaries = {3, kItemBoundary};  // 2D, item
+  constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};
   constexpr int64_t kLastQ = 64;
   Random random;
   SCOPED_TRACE(random.trace());
@@ -607,7 +609,7 @@ TEST_F(GpuIndexBuild, GridBoundaryStridedSpanThresholdMatchesTheHost) {
         ProblemSize size;
         size.q_len = layout.length();
         size.kv_len = layout.length();
-        size.group = trial % 2 == 0 ? 7 : 1;
+        size.group = kGroups[static_cast<std::size_t>(trial) % kGroups.size()];
         size.head_dim = 128;
         size.tile_rows = 128;
         size.kernel = cuda::AttentionKernel::kAuto;
@@ -617,11 +619,16 @@ TEST_F(GpuIndexBuild, GridBoundaryStridedSpanThresholdMatchesTheHost) {
         // Slash lines only, no sink and no windows: the lattice of a text row's image phase
         // starts at key 0 and runs over the whole image.
         PatternSpec spec = grid(stride, stride, 0, 0, 1, 0, 0, kLastQ, boundary);
-        spec.params["item_sinks"] = trial % 3 == 0 ? 1 : 0;
+        spec.params["item_sinks"] = (trial / 2) % 2;
         SCOPED_TRACE(spec.to_string() + " " + describe(size) + " layout " + layout.to_json());
+        ItemGridBuilt device;
         Plan host;
-        if (expect_item_grid(spec, problem, inputs, stream_, nullptr, &host) < 0) continue;
+        if (expect_item_grid(spec, problem, inputs, stream_, &device, &host) < 0) continue;
         ++built;
+        for (const detail::GridLines& lines : device.lines) {
+          EXPECT_EQ(lines.stride, stride);
+          EXPECT_EQ(lines.phase, 0);
+        }
         EXPECT_EQ(!host.strided_spans.empty(), delta >= 0)
             << "the image's lattice pieces must reach kGatherChunkKeys keys exactly at delta 0";
       }
