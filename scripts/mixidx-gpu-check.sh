@@ -24,9 +24,11 @@ logs=${OUT:-$build/mixidx-logs}
 mkdir -p "$logs"
 length=131072
 spec='grid:boundary=3,hline=0,item_sinks=1,last_q=64,local=0,max_stride=1024,sink=30,slash=1,stride=448,vline=0'
-# The spec without the 2D boundary, without the item sinks, and without either.
+# The spec without the 2D boundary, without the item sinks, and without either; and with the
+# stride searched (its fixed stride and slash lines alone skip the estimate and search).
 variants=("$spec" "${spec/item_sinks=1/item_sinks=0}" "${spec/boundary=3/boundary=0}"
-  "${spec/boundary=3,hline=0,item_sinks=1/boundary=0,hline=0,item_sinks=0}")
+  "${spec/boundary=3,hline=0,item_sinks=1/boundary=0,hline=0,item_sinks=0}"
+  "${spec/stride=448/stride=0}")
 
 status=0
 step_start=$SECONDS
