@@ -50,9 +50,10 @@ __device__ inline int64_t last_at_most(const int64_t* values, int64_t low, int64
   return low;
 }
 
-// A phase's line in one space, for the rows of that phase: its last frontier.
+// A phase's line in one space, for the rows of that phase: its last frontier. 32-bit (keys lie
+// below 2^31), so that the tile's shared memory stays within the 48 KB of static shared memory.
 struct PhaseLine {
-  int64_t phase, frontier;
+  int32_t phase, frontier;
 };
 
 struct TileShared {
@@ -66,6 +67,10 @@ struct TileShared {
   int piece_count;                // the tile's strided spans
   unsigned long long piece_keys;  // and the keys they hold
 };
+
+// A kernel's static shared memory is at most 48 KB.
+constexpr std::size_t kMaxStaticSharedBytes = std::size_t{48} << 10;
+static_assert(sizeof(TileShared) <= kMaxStaticSharedBytes, "the tile's shared memory");
 
 // Sets the bits of the original keys [first, last) in the window, the block's threads taking
 // words in turn.
@@ -430,7 +435,7 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
     for (int64_t j = i + 1; j < site.rows && last; ++j) last = row_phases[j] != phase;
     if (last) {
       const int entry = atomicAdd(&shared.phase_count[space], 1);
-      shared.phases[space][entry] = {phase, frontiers[i]};
+      shared.phases[space][entry] = {phase, static_cast<int32_t>(frontiers[i])};
     }
   }
   return frontiers[site.rows - 1];
