@@ -3,10 +3,13 @@
 # (docs/index_builders.md, "Where the index time goes"):
 #   1. the GPU tests of the grouped grid builders (Q/2D/item boundary, item sinks, configs), record
 #      for record against the host plans;
-#   2. compute-sanitizer memcheck over the mixed-interleaved 2D + item-sink test (plans sized by
-#      the lattice bound: a write past a capacity is an error here);
+#   2. compute-sanitizer memcheck over the mixed-interleaved 2D + item-sink test and the
+#      strided-span threshold test (plans sized by the lattice bound: a write past a capacity is an
+#      error here), and racecheck over the threshold test (the tile kernels' shared memory);
 #   3. per-stage index times (mmsparse_index_stage_bench) of the config's grid spec and its
-#      variants at 131072 tokens, 4 query heads over 1 KV head;
+#      variants at 131072 tokens, 4 query heads over 1 KV head, and of the spec on 7 query heads
+#      over 1 (the config's 7 grid heads in one section);
+#      where Nsight Systems is installed, each kernel's GPU time in that build (nsys-kernels.csv);
 #   4. the CLI bench of the config's grid spec (index ms as the config's bench counts it), and of
 #      a whole config when CONFIG names one.
 # Logs go to $OUT (else <build>/mixidx-logs); steps.txt has each step's time.
@@ -21,9 +24,11 @@ logs=${OUT:-$build/mixidx-logs}
 mkdir -p "$logs"
 length=131072
 spec='grid:boundary=3,hline=0,item_sinks=1,last_q=64,local=0,max_stride=1024,sink=30,slash=1,stride=448,vline=0'
-# The spec without the 2D boundary, without the item sinks, and without either.
+# The spec without the 2D boundary, without the item sinks, and without either; and with the
+# stride searched (its fixed stride and slash lines alone skip the estimate and search).
 variants=("$spec" "${spec/item_sinks=1/item_sinks=0}" "${spec/boundary=3/boundary=0}"
-  "${spec/boundary=3,hline=0,item_sinks=1/boundary=0,hline=0,item_sinks=0}")
+  "${spec/boundary=3,hline=0,item_sinks=1/boundary=0,hline=0,item_sinks=0}"
+  "${spec/stride=448/stride=0}")
 
 status=0
 step_start=$SECONDS
@@ -37,17 +42,38 @@ ctest --test-dir "$build" -R 'GpuIndexBuild\..*(Boundary|Item)|GpuConfigBuild\.'
 tail -3 "$logs/ctest.txt"
 step_done "GPU tests"
 
+threshold_test='GpuIndexBuild.GridBoundaryStridedSpanThresholdMatchesTheHost'
 compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-  --gtest_filter='GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved' \
+  --gtest_filter="GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved:$threshold_test" \
   >"$logs/memcheck.txt" 2>&1 || status=1
 tail -3 "$logs/memcheck.txt"
 step_done "memcheck"
+
+compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
+  --gtest_filter="$threshold_test" >"$logs/racecheck.txt" 2>&1 || status=1
+tail -3 "$logs/racecheck.txt"
+step_done "racecheck"
 
 for variant in "${variants[@]}"; do
   "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 4 1 "$variant" \
     2>&1 | tee -a "$logs/stages.txt" || status=1
 done
+"$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 7 1 "$spec" \
+  2>&1 | tee -a "$logs/stages.txt" || status=1
 step_done "index stages"
+
+# Per-kernel GPU times of the spec's build on 4 heads, where Nsight Systems is installed (the
+# stage bench repeats the build, so each kernel's count is a multiple of the builds).
+if command -v nsys >/dev/null; then
+  nsys profile --stats=false --force-overwrite true -o "$logs/stages-4-heads" \
+    "$build/bench/mmsparse_index_stage_bench" mixed-interleaved "$length" 4 1 "$spec" \
+    >"$logs/nsys-run.txt" 2>&1 &&
+    nsys stats --report cuda_gpu_kern_sum --format csv "$logs/stages-4-heads.nsys-rep" \
+      >"$logs/nsys-kernels.csv" 2>>"$logs/nsys-run.txt"
+  head -15 "$logs/nsys-kernels.csv"
+  rm -f "$logs/stages-4-heads.nsys-rep" "$logs/stages-4-heads.sqlite"
+  step_done "kernel times (nsys)"
+fi
 
 "$build/tools/cli/mmsparse" bench --device cuda --preset mixed-interleaved --seq-len "$length" \
   --heads 4 --kv-heads 1 --pattern "$spec" --oracle-rows 16 >"$logs/bench-spec.txt" 2>&1 ||
@@ -60,6 +86,8 @@ if [[ -n ${CONFIG:-} ]]; then
     --needles 4 --per-head --repeats 5 --config "$CONFIG" >"$logs/bench-config.txt" 2>&1 ||
     status=1
   grep -E "index ms|config" "$logs/bench-config.txt" | tail -3
+  # The whole-plan index and concatenation times (per-head build times: bench-config.txt).
+  grep -oE "index [0-9.]+ ms \(whole plan|concatenation [0-9.]+ ms" "$logs/bench-config.txt"
   step_done "bench of the config"
 fi
 exit $status

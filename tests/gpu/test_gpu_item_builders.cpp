@@ -21,6 +21,7 @@
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "core/engine_chunks.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
 #include "grid_inputs.h"
@@ -572,6 +573,74 @@ TEST_F(GpuIndexBuild, ItemHeadsServePreparePattern) {
         prepare_pattern(spec, shape, &problem.layout, kCuda, stream_, &device_inputs);
     expect_identical_attention(prepared, expected, problem.size, q.view, k.view, v.view, stream_);
   }
+}
+
+// The 2D- and item-boundary grid without windows at the length where one residue of an image's
+// keys first makes a strided span: an image of (kGatherChunkKeys - 1) * stride + delta tokens
+// (delta -1, 0, 1) between short text runs, so the text rows after it hold every image key and
+// the image's last rows nearly all; a second, small image gives the space a second range. The
+// conversion skips strided-span work where no range of a space is long enough for a piece of
+// kGatherChunkKeys keys: record for record against the host, on plans with strided spans and
+// without (on an H100 the host's first strided span came at delta -1 or 0, by the item's phase).
+// The options fix the lines (grid_lines_fixed: the build skips the estimate), so every pair's
+// lines must be {stride, 0}. GQA 1, 4 and 7, with and without item sinks.
+TEST_F(GpuIndexBuild, GridBoundaryStridedSpanThresholdMatchesTheHost) {
+  constexpr std::array<int64_t, 2> kStrides = {3, 5};
+  constexpr std::array<int64_t, 3> kDeltas = {-1, 0, 1};
+  constexpr std::array<int64_t, 2> kBoundaries = {3, kItemBoundary};  // 2D, item
+  constexpr std::array<int64_t, 3> kGroups = {1, 4, 7};
+  constexpr int64_t kLastQ = 64;
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int built = 0;
+  int trial = 0;
+  int with_strided = 0;
+  int without_strided = 0;
+  for (const int64_t stride : kStrides) {
+    for (const int64_t delta : kDeltas) {
+      for (const int64_t boundary : kBoundaries) {
+        ++trial;
+        const int64_t image_tokens = (kGatherChunkKeys - 1) * stride + delta;
+        // Text runs shorter than image_tokens - 1 keep the text space's pieces short.
+        const ModalityLayout layout = LayoutBuilder()
+                                          .text(random.uniform_int(20, 120) | 1)
+                                          .image({1, 1, image_tokens}, false)
+                                          .text(random.uniform_int(130, 250))
+                                          .image({1, 4, 4}, random.bernoulli(0.5))
+                                          .text(random.uniform_int(90, 200))
+                                          .build();
+        ProblemSize size;
+        size.q_len = layout.length();
+        size.kv_len = layout.length();
+        size.group = kGroups[static_cast<std::size_t>(trial) % kGroups.size()];
+        size.head_dim = 128;
+        size.tile_rows = 128;
+        size.kernel = cuda::AttentionKernel::kAuto;
+        size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+        const QueryBoundaryProblem problem{size, layout, kLastQ};
+        const AttentionInputs inputs = grid_trial_inputs(random, size);
+        // Slash lines only, no sink and no windows: the lattice of a text row's image phase
+        // starts at key 0 and runs over the whole image.
+        PatternSpec spec = grid(stride, stride, 0, 0, 1, 0, 0, kLastQ, boundary);
+        spec.params["item_sinks"] = (trial / 2) % 2;
+        SCOPED_TRACE(spec.to_string() + " " + describe(size) + " layout " + layout.to_json());
+        ItemGridBuilt device;
+        Plan host;
+        if (expect_item_grid(spec, problem, inputs, stream_, &device, &host) < 0) continue;
+        ++built;
+        for (const detail::GridLines& lines : device.lines) {
+          EXPECT_EQ(lines.stride, stride);
+          EXPECT_EQ(lines.phase, 0);
+        }
+        (host.strided_spans.empty() ? without_strided : with_strided) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(built, trial) << "every trial's groups must fit the GPU estimate";
+  // Both sides of the skip: plans with and without strided spans (where exactly the host starts
+  // cutting them depends on the item's phase, not only on delta).
+  EXPECT_GT(with_strided, 0) << "no trial's host plan had strided spans";
+  EXPECT_GT(without_strided, 0) << "every trial's host plan had strided spans";
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/forked_streams.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -31,56 +32,6 @@
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
-namespace {
-
-// Streams of their own for the device sections, forked from the caller's stream and joined back
-// into it: the sections' builders are small launches (an estimate over a few heads, a search, a
-// conversion), so one after another they leave most of the GPU idle.
-class SectionStreams {
- public:
-  SectionStreams(std::size_t count, cudaStream_t origin) : origin_(origin) {
-    check_cuda(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming),
-               "prepare_pattern config: cudaEventCreate fork");
-    check_cuda(cudaEventRecord(fork_, origin), "prepare_pattern config: cudaEventRecord fork");
-    for (std::size_t i = 0; i < count; ++i) {
-      cudaStream_t stream = nullptr;
-      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                 "prepare_pattern config: cudaStreamCreate");
-      streams_.push_back(stream);
-      check_cuda(cudaStreamWaitEvent(stream, fork_), "prepare_pattern config: fork");
-    }
-  }
-  ~SectionStreams() {
-    // Destructors cannot report errors. Destroying a stream with queued work is allowed: it is
-    // released once the work is done.
-    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
-    for (cudaEvent_t event : joins_) cudaEventDestroy(event);
-    cudaEventDestroy(fork_);
-  }
-  SectionStreams(const SectionStreams&) = delete;
-  SectionStreams& operator=(const SectionStreams&) = delete;
-
-  cudaStream_t operator[](std::size_t i) const { return streams_[i]; }
-  // The caller's stream waits for everything queued on the section streams so far.
-  void join() {
-    for (cudaStream_t stream : streams_) {
-      cudaEvent_t event = nullptr;
-      check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                 "prepare_pattern config: cudaEventCreate join");
-      joins_.push_back(event);
-      check_cuda(cudaEventRecord(event, stream), "prepare_pattern config: cudaEventRecord join");
-      check_cuda(cudaStreamWaitEvent(origin_, event), "prepare_pattern config: join");
-    }
-  }
-
- private:
-  cudaStream_t origin_;
-  cudaEvent_t fork_ = nullptr;
-  std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> joins_;
-};
-
-}  // namespace
 
 class ConfigBuildTimer {
  public:
@@ -220,7 +171,7 @@ void for_each_slot(const Section& section, const PlanShape& shape, Visit&& visit
 // Queues every device section's builder on a stream of its own (they read only the inputs and
 // write only their own plans), timed by events; returns whether some section was estimated.
 bool build_device_sections(std::vector<Section>& sections, const PlanShape& shape,
-                           const ConfigInputs& inputs, const SectionStreams& streams,
+                           const ConfigInputs& inputs, const ForkedStreams& streams,
                            ConfigBuildTimer& timer) {
   bool estimated = false;
   std::size_t next_stream = 0;
@@ -433,7 +384,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   // Declared before the sections: a section plan that is not released (an error midway) frees its
   // buffer on its stream when destroyed, so the streams must outlive it.
-  std::optional<SectionStreams> section_streams;
+  std::optional<ForkedStreams> section_streams;
   std::vector<Section> sections =
       group_heads(resolved_specs, shape, inputs.layout, inputs.device != nullptr);
   ConfigBuild result;
@@ -445,7 +396,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   section_streams.emplace(
       static_cast<std::size_t>(std::count_if(sections.begin(), sections.end(),
                                              [](const Section& s) { return !s.on_host(); })),
-      cuda_stream);
+      cuda_stream, "prepare_pattern config");
   result.estimated_on_device =
       build_device_sections(sections, shape, inputs, *section_streams, *timer);
   Section* host = sections.empty() || !sections.back().on_host() ? nullptr : &sections.back();

@@ -406,6 +406,11 @@ GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, 
                                           int64_t strides);
 void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
                         cudaStream_t stream);
+// The search's lines where detail::grid_lines_fixed(options): {options.stride, 0} into
+// lines[count] and, when not null, chosen[count].
+void launch_fixed_grid_lines(const detail::GridOptions& options, int64_t count,
+                             detail::GridLines* lines, detail::GridLines* chosen,
+                             cudaStream_t stream);
 
 // The per-tile scratch both grid builds convert into: record counts and their scanned offsets,
 // the schedule's sort keys (as filled, then sorted) and tile indices.

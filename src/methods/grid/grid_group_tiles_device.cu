@@ -26,7 +26,6 @@ using bitmaps::kThreads;
 using bitmaps::kWordBits;
 using bitmaps::Window;
 using grid::ceil_div;
-using grid::floor_mod;
 using grid::max64;
 using grid::min64;
 using grouped::Arrangement;
@@ -51,20 +50,27 @@ __device__ inline int64_t last_at_most(const int64_t* values, int64_t low, int64
   return low;
 }
 
-// A phase's line in one space, for the rows of that phase: its last frontier.
+// A phase's line in one space, for the rows of that phase: its last frontier. 32-bit (keys lie
+// below 2^31), so that the tile's shared memory stays within the 48 KB of static shared memory.
 struct PhaseLine {
-  int64_t phase, frontier;
+  int32_t phase, frontier;
 };
 
 struct TileShared {
   bitmaps::TileStorage records;
-  int64_t position[kMaxTileRows];                 // the tile's query positions, in order
-  int64_t frontier[kMaxKeySpaces][kMaxTileRows];  // their frontiers in each space
-  PhaseLine phases[kMaxKeySpaces][kMaxTileRows];  // each space's phases of the rows
+  int64_t position[kMaxTileRows];                   // the tile's query positions, in order
+  int64_t frontier[kMaxKeySpaces][kMaxTileRows];    // their frontiers in each space
+  PhaseLine phases[kMaxKeySpaces][kMaxTileRows];    // each space's phases of the rows
+  int32_t row_phase[kMaxKeySpaces][kMaxTileRows];   // each row's phase there (-1: no key)
+  unsigned long long longest_range[kMaxKeySpaces];  // the longest range of each space
   int phase_count[kMaxKeySpaces];
   int piece_count;                // the tile's strided spans
   unsigned long long piece_keys;  // and the keys they hold
 };
+
+// A kernel's static shared memory is at most 48 KB.
+constexpr std::size_t kMaxStaticSharedBytes = std::size_t{48} << 10;
+static_assert(sizeof(TileShared) <= kMaxStaticSharedBytes, "the tile's shared memory");
 
 // Sets the bits of the original keys [first, last) in the window, the block's threads taking
 // words in turn.
@@ -120,6 +126,9 @@ struct SpaceLattices {
   int rows = 0, phase_count = 0;
   bool slash = false, vline = false;
   bool vline_alone = false;  // the vline residue is no slash phase's (or slash lines are off)
+  // Whether a piece may hold kGatherChunkKeys keys (false: the space's ranges are all too short
+  // for that at this stride, so every line key is a column and no strided span exists).
+  bool strided_spans = true;
 
   __device__ int gaps() const { return window > 0 ? rows : 1; }
   __device__ int residues() const { return phase_count + 1; }
@@ -158,22 +167,68 @@ struct LatticeCut {
   int64_t first = 0, count = 0, strided = 0, offset = 0;
 };
 
-// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none).
-__device__ LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low, int64_t high,
-                                int64_t offset) {
+// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none), given
+// low's residue mod the stride. Keys, phases and strides lie below 2^31 (plan records are 32-bit),
+// low >= 0 and phases lie in [0, stride), so 32-bit unsigned arithmetic is exact here: this runs
+// once per (residue, range), and 64-bit divisions made it the conversion's main cost.
+__device__ inline LatticeCut cut_piece_at(const SpaceLattices& l, int64_t phase, int64_t low,
+                                          uint32_t low_residue, int64_t high, int64_t offset) {
   LatticeCut piece;
-  piece.first = low + floor_mod(phase - low, l.stride);
+  const auto stride = static_cast<uint32_t>(l.stride);
+  const auto residue = static_cast<uint32_t>(phase);
+  piece.first =
+      low + (residue >= low_residue ? residue - low_residue : residue + stride - low_residue);
   if (piece.first >= high) return piece;
-  piece.count = (high - 1 - piece.first) / l.stride + 1;
+  piece.count = static_cast<uint32_t>(high - 1 - piece.first) / stride + 1;
   piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
   piece.offset = offset;
   return piece;
 }
 
-// Calls visit(cut) for each piece of every (gap, residue) pair of the space, the block's threads
-// taking pairs in turn.
+__device__ inline uint32_t residue_of(int64_t key, int64_t stride) {  // key >= 0
+  return static_cast<uint32_t>(key) % static_cast<uint32_t>(stride);
+}
+
+__device__ inline LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low,
+                                       int64_t high, int64_t offset) {
+  return cut_piece_at(l, phase, low, residue_of(low, l.stride), high, offset);
+}
+
+// Calls visit(cut) for each piece of the space's one gap (no local windows) with ranges, a thread
+// per range taking every residue in turn: the gap crosses most ranges of the space and a tile has
+// up to a residue per row, so (residue, range) pairs are many, and a range's residue mod the
+// stride is then computed once, not once per residue.
+template <class Visit>
+__device__ void for_each_range_piece(const SpaceLattices& l, const Visit& visit) {
+  int64_t begin = 0, gap_end = 0;
+  if (!l.gap(0, begin, gap_end)) return;
+  const int residues = l.residues();
+  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < l.view.ranges; r += kThreads) {
+    const int64_t low = max64(begin, l.view.prefix[r]);
+    const int64_t range_end = min64(gap_end, l.view.prefix[r + 1]);
+    if (low >= range_end) continue;
+    const uint32_t low_residue = residue_of(low, l.stride);
+    const int64_t offset = l.view.begins[r] - l.view.prefix[r];
+    for (int j = 0; j < residues; ++j) {
+      int64_t phase = 0, lattice_end = 0;
+      if (!l.residue(j, phase, lattice_end)) continue;
+      const LatticeCut piece =
+          cut_piece_at(l, phase, low, low_residue, min64(range_end, lattice_end), offset);
+      if (piece.count > 0) visit(piece);
+    }
+  }
+}
+
+// Calls visit(cut) for each piece of every (gap, residue) pair of the space, in no fixed order
+// (the callers mark bitmaps, or sort what they append).
 template <class Visit>
 __device__ void for_each_lattice_piece(const SpaceLattices& l, const Visit& visit) {
+  if (l.view.ranges != 0 && l.gaps() == 1) {
+    for_each_range_piece(l, visit);
+    return;
+  }
+  // Otherwise the block's threads take (gap, residue) pairs in turn: with windows each gap is
+  // short and crosses few ranges.
   const int residues = l.residues();
   const int64_t pairs = static_cast<int64_t>(l.gaps()) * residues;
   for (int64_t pair = threadIdx.x; pair < pairs; pair += kThreads) {
@@ -213,7 +268,7 @@ __device__ void mark_lattice_columns(const SpaceLattices& l, const Window& windo
 // Whether original key `key` lies on one of the space's strided spans: the piece of
 // for_each_lattice_piece that holds it, found for this key alone (its range, gap and residue).
 __device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
-  if (l.last < 1) return false;
+  if (l.last < 1 || !l.strided_spans) return false;
   int64_t compact = key;  // and its range's compact keys [low, high), original = compact + offset
   int64_t low = 0, high = l.last, offset = 0;
   if (l.view.ranges != 0) {
@@ -232,9 +287,9 @@ __device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
   }
   if (!in_gap) return false;
   // Phases lie in [0, stride), so the key is on residue j's lattice exactly when its own residue
-  // is j's phase: one 64-bit modulo per key, not one per residue (a tile of a 2D-boundary group
-  // has a phase per distinct frontier in its other spaces, and every item sink asks).
-  const int64_t key_residue = floor_mod(compact, l.stride);
+  // is j's phase: one modulo per key, not one per residue (a tile of a 2D-boundary group has a
+  // phase per distinct frontier in its other spaces, and every item sink asks).
+  const int64_t key_residue = residue_of(compact, l.stride);
   for (int j = 0; j < l.residues(); ++j) {
     int64_t phase = 0, lattice_end = 0;
     if (!l.residue(j, phase, lattice_end) || key_residue != phase) continue;
@@ -265,6 +320,7 @@ __device__ void mark_item_sinks(const Conversion& c, int64_t sinks, const SpaceL
 __device__ void append_strided_spans(const SpaceLattices& l,
                                      SpanRecord* out,  // [the tile's strided spans]
                                      TileShared& shared) {
+  if (!l.strided_spans) return;
   for_each_lattice_piece(l, [&](const LatticeCut& piece) {
     if (piece.strided == 0) return;
     const int index = atomicAdd(&shared.piece_count, 1);
@@ -299,7 +355,23 @@ struct TileSite {
   int64_t slot = 0, position = 0, group = 0;
   int64_t order_begin = 0, rows = 0;
   int64_t first_run = 0, skip = 0;  // its first row: row `skip` of run `first_run`
+  int64_t end_run = 0;              // the end of its phase's runs
 };
+
+// The last run in [low, high) that begins at or before order index `target` (runs[low] does; runs
+// ascend by order index): a binary search, since a phase of short runs has many.
+__device__ inline int64_t last_run_at_most(const OrderRun* runs, int64_t low, int64_t high,
+                                           int64_t target) {
+  while (high - low > 1) {
+    const int64_t middle = (low + high) / 2;
+    if (runs[middle].order_begin <= target) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
 
 __device__ TileSite locate(const Conversion& c, int64_t g) {
   TileSite site;
@@ -321,10 +393,11 @@ __device__ TileSite locate(const Conversion& c, int64_t g) {
   site.order_begin = a.group[site.group].order_begin + a.phase_rows[base + phase] + first_row;
   // The run holding the tile's first row: runs of the phase hold consecutive order indices.
   const OrderRun* runs = a.runs + site.slot * a.runs_per_head;
-  int64_t r = a.group_runs[site.slot * (a.groups + 1) + site.group] + a.phase_runs[base + phase];
-  while (runs[r].order_begin + runs[r].count <= site.order_begin) ++r;
-  site.first_run = r;
-  site.skip = site.order_begin - runs[r].order_begin;
+  const int64_t group_runs = a.group_runs[site.slot * (a.groups + 1) + site.group];
+  site.end_run = group_runs + a.phase_runs[base + phase + 1];
+  site.first_run = last_run_at_most(runs, group_runs + a.phase_runs[base + phase], site.end_run,
+                                    site.order_begin);
+  site.skip = site.order_begin - runs[site.first_run].order_begin;
   return site;
 }
 
@@ -333,13 +406,11 @@ __device__ void load_positions(const Conversion& c, const TileSite& site, TileSh
   const int64_t i = threadIdx.x;
   if (i >= site.rows) return;
   const OrderRun* runs = c.a.runs + site.slot * c.a.runs_per_head;
-  int64_t r = site.first_run;
-  int64_t index = site.skip + i;  // within run r
-  while (index >= runs[r].count) {
-    index -= runs[r].count;
-    ++r;
-  }
-  shared.position[i] = runs[r].start + index * runs[r].step;
+  // Every run holds a row at least, so row i lies within the i + 1 runs from the first.
+  const int64_t order = site.order_begin + i;
+  const int64_t r =
+      last_run_at_most(runs, site.first_run, min64(site.first_run + i + 1, site.end_run), order);
+  shared.position[i] = runs[r].start + (order - runs[r].order_begin) * runs[r].step;
 }
 
 // Per space: the rows' frontiers, and each phase's last frontier among them (rows ascend, so
@@ -349,21 +420,22 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
                                   const detail::GridLines& lines, TileShared& shared) {
   const int64_t i = threadIdx.x;
   int64_t* frontiers = shared.frontier[space];
+  int32_t* row_phases = shared.row_phase[space];
   if (i < site.rows) {
     frontiers[i] = c.view(site.group, space)
                        .frontier(shared.position[i] + c.causal_offset, c.keys(site.group, space));
+    row_phases[i] =
+        frontiers[i] >= 1 ? static_cast<int32_t>(residue_of(frontiers[i] - 1, lines.stride)) : -1;
   }
   if (i == 0) shared.phase_count[space] = 0;
   __syncthreads();
-  if (i < site.rows && frontiers[i] >= 1) {
-    const int64_t phase = (frontiers[i] - 1) % lines.stride;
+  if (i < site.rows && row_phases[i] >= 0) {
+    const int32_t phase = row_phases[i];
     bool last = true;
-    for (int64_t j = i + 1; j < site.rows && last; ++j) {
-      last = !(frontiers[j] >= 1 && (frontiers[j] - 1) % lines.stride == phase);
-    }
+    for (int64_t j = i + 1; j < site.rows && last; ++j) last = row_phases[j] != phase;
     if (last) {
       const int entry = atomicAdd(&shared.phase_count[space], 1);
-      shared.phases[space][entry] = {phase, frontiers[i]};
+      shared.phases[space][entry] = {phase, static_cast<int32_t>(frontiers[i])};
     }
   }
   return frontiers[site.rows - 1];
@@ -384,7 +456,14 @@ __device__ int64_t visible_sinks(const Conversion& c, int64_t last_aligned) {
   return low;
 }
 
-// The space's lattices of the tile (after collect_phases).
+// The longest range of `view` into `longest` (0 before; block-wide, read after a barrier).
+__device__ void note_longest_range(const KeySpaceView& view, unsigned long long& longest) {
+  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < view.ranges; r += kThreads) {
+    atomicMax(&longest, static_cast<unsigned long long>(view.prefix[r + 1] - view.prefix[r]));
+  }
+}
+
+// The space's lattices of the tile (after collect_phases and note_longest_range).
 __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& site, int64_t space,
                                         const detail::GridLines& lines, int64_t last,
                                         const TileShared& shared) {
@@ -409,6 +488,11 @@ __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& sit
     vline_is_slash = l.slash;
   }
   l.vline_alone = l.vline && !vline_is_slash;
+  // A piece lies within one range and below `last`; kGatherChunkKeys keys of one residue span
+  // more than (kGatherChunkKeys - 1) strides.
+  const int64_t longest =
+      l.view.ranges == 0 ? last : min64(last, static_cast<int64_t>(shared.longest_range[space]));
+  l.strided_spans = longest > (kGatherChunkKeys - 1) * l.stride;
   return l;
 }
 
@@ -454,6 +538,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   load_positions(c, site, shared);
+  if (threadIdx.x < kMaxKeySpaces) shared.longest_range[threadIdx.x] = 0;
   __syncthreads();
   detail::GridLines lines[kMaxKeySpaces];
   int64_t last[kMaxKeySpaces];
@@ -464,6 +549,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t s = 0; s < group.spaces; ++s) {
     lines[s] = a.lines[(group.first_pair + s) * a.slots + site.slot];
     last[s] = collect_phases(c, site, s, lines[s], shared);
+    note_longest_range(c.view(site.group, s), shared.longest_range[s]);
     if (last[s] >= 1) key_end = max64(key_end, c.view(site.group, s).original(last[s] - 1) + 1);
   }
   if (threadIdx.x == 0) {

@@ -38,6 +38,7 @@
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/forked_streams.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
 #include "methods/estimate/item_spaces.h"
@@ -154,6 +155,13 @@ __global__ void grouped_grid_runs_kernel(const Arrangement a, const int64_t* hea
 }
 
 unsigned blocks_for(int64_t threads) { return static_cast<unsigned>(ceil_div(threads, kThreads)); }
+
+// Each pair stream's scratch region starts at a multiple of this (CUDA allocations' alignment).
+constexpr std::size_t kLaneAlignment = 256;
+
+std::size_t round_up(std::size_t bytes, std::size_t multiple) {
+  return (bytes + multiple - 1) / multiple * multiple;
+}
 
 template <class T>
 void copy_to_device(T* target, const std::vector<T>& values, cudaStream_t stream,
@@ -297,10 +305,12 @@ struct PairRegions {
   GridSearchRegions search;
 };
 
-// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). The pairs
-// run one after another in stream order, so they share one scratch allocation sized for the
-// largest pair (the softmax rows are the largest arrays): one stream-ordered allocation per build,
-// not one per pair.
+// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). A
+// pair's chain of launches is small (an estimate over one key space of a few heads, a search), so
+// the pairs of each key space run on a stream of their own, forked from `stream` and joined back:
+// pairs of one space (one per group) one after another, sharing one scratch region sized for the
+// largest of them (the softmax rows are the largest arrays). The spaces partition the keys, so the
+// regions together hold about one estimate over all keys, as one region did for pairs in turn.
 void search_pairs(const GridBuild& build, const EstimateOperands& operands,
                   const std::vector<EstimateExtents>& extents,
                   const std::vector<KeySpaceView>& views, detail::GridLines* lines,
@@ -310,33 +320,49 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
   const bool two_d = !build.spaces.empty();
   const auto pairs = static_cast<int64_t>(build.selections.size());
   if (pairs == 0) return;
-  std::vector<PairRegions> regions;
-  std::size_t largest = 0;
-  for (int64_t e = 0; e < pairs; ++e) {
-    const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
-    ScratchLayout pair_layout;
-    PairRegions at;
-    at.estimate = add_estimate_regions(pair_layout, pair, true);
-    at.search = add_grid_search_regions(pair_layout, slots, pair.scores,
-                                        build.selections[static_cast<std::size_t>(e)].strides());
-    regions.push_back(at);
-    largest = std::max(largest, pair_layout.bytes());
+  if (detail::grid_lines_fixed(build.options)) {
+    launch_fixed_grid_lines(build.options, pairs * slots, lines, chosen, stream);
+    return;
   }
-  const StreamScratch pair_scratch(largest, stream,
+  std::vector<PairRegions> regions;
+  std::vector<int64_t> lane_of_pair;  // the pair's index among its group's pairs
+  std::vector<std::size_t> lane_bytes;
+  for (const GridGroup& group : build.groups) {
+    for (int64_t s = 0; s < group.spaces; ++s) {
+      const EstimateExtents& pair = extents[static_cast<std::size_t>(group.first_pair + s)];
+      ScratchLayout pair_layout;
+      PairRegions at;
+      at.estimate = add_estimate_regions(pair_layout, pair, true);
+      at.search = add_grid_search_regions(
+          pair_layout, slots, pair.scores,
+          build.selections[static_cast<std::size_t>(group.first_pair + s)].strides());
+      regions.push_back(at);
+      lane_of_pair.push_back(s);
+      if (static_cast<int64_t>(lane_bytes.size()) <= s) lane_bytes.resize(s + 1, 0);
+      lane_bytes[s] = std::max(lane_bytes[s], round_up(pair_layout.bytes(), kLaneAlignment));
+    }
+  }
+  std::vector<std::size_t> lane_offsets{0};
+  for (std::size_t bytes : lane_bytes) lane_offsets.push_back(lane_offsets.back() + bytes);
+  const StreamScratch pair_scratch(lane_offsets.back(), stream,
                                    "grouped grid index: estimate scratch");
+  ForkedStreams lanes(lane_bytes.size(), stream, "grouped grid index: pair streams");
   for (int64_t e = 0; e < pairs; ++e) {
     const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
     const GridSelection& selection = build.selections[static_cast<std::size_t>(e)];
     const PairRegions& at = regions[static_cast<std::size_t>(e)];
-    const EstimateScratch estimate = estimate_scratch(pair_scratch.base(), at.estimate);
+    const auto lane = static_cast<std::size_t>(lane_of_pair[static_cast<std::size_t>(e)]);
+    std::byte* lane_base = pair_scratch.base() + lane_offsets[lane];
+    const EstimateScratch estimate = estimate_scratch(lane_base, at.estimate);
     const int64_t view = build.pair_spaces ? e : e % spaces;
-    launch_estimate(operands, pair, estimate, stream,
+    launch_estimate(operands, pair, estimate, lanes[lane],
                     two_d ? views[static_cast<std::size_t>(view)] : KeySpaceView{});
     launch_grid_search({&pair, estimate.probabilities, build.options, selection.first_stride,
                         selection.last_stride, lines + e * slots,
                         chosen != nullptr ? chosen + e * slots : nullptr},
-                       pair_scratch.base(), at.search, stream);
+                       lane_base, at.search, lanes[lane]);
   }
+  lanes.join();
 }
 
 // The arrangement's sizes, groups and arrays in the scratch at `base`.
@@ -540,9 +566,9 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
                                            slot_items, stream),
              "grouped grid index: run scan");
   temp_size = temp_bytes.slot_scan;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_size, tile_counts, tile_offsets, slot_items,
-                                           stream),
-             "grouped grid index: tile scan");
+  check_cuda(
+      cub::DeviceScan::ExclusiveSum(temp, temp_size, tile_counts, tile_offsets, slot_items, stream),
+      "grouped grid index: tile scan");
   if (build.runs() > 0) {
     grouped_grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(
         convert.a, sections.head_run_offsets, sections.runs);
