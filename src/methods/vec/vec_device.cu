@@ -20,11 +20,12 @@
 // the lane quad that holds the row, raises the running maximum (reset where a group starts),
 // filters, and stores the row's 16-bit keep masks. Chunks wholly inside every row's candidate
 // range (all but those at the sinks and the diagonal) skip the per-key range test. Every score is
-// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per plan
-// tile (one pooled block, or with union_tiles the blocks of a plan-height tile, their masks ORed),
-// turns the masks plus the sinks and diagonal into runs with bit operations and warp scans, counts
-// the spans and column keys per tile, and after the exclusive sums writes them at the tile's
-// offsets (columns staged in shared memory, stored coalesced), ascending, without atomics.
+// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh),
+// one warp per plan tile (one pooled block, or with union_tiles the blocks of a plan-height tile,
+// their masks ORed), turns the masks plus the sinks and diagonal into runs with bit operations and
+// warp scans, counts the spans and column keys per tile, and after the exclusive sums writes them
+// at the tile's offsets (columns staged in shared memory, stored coalesced), ascending, without
+// atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -238,7 +239,11 @@ void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
   events.record(PhaseEvents::kPool);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  select_kernel<Element><<<grid, kSelectThreads, 0, stream>>>(p);
+  if (p.head_dim == kMaxHeadDim) {
+    select_kernel<Element, vec_kernels::kMaxKSteps><<<grid, kSelectThreads, 0, stream>>>(p);
+  } else {
+    select_kernel<Element, 0><<<grid, kSelectThreads, 0, stream>>>(p);
+  }
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }

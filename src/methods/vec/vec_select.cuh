@@ -146,17 +146,25 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParam
   }
 }
 
+// The head_dim steps of kMmaK a kernel runs: kKSteps when a launch fixes them at compile time
+// (head_dim 128: no per-step branch, so loads hoist past MMAs), else head_dim / kMmaK (0).
+template <int kKSteps>
+__device__ inline int head_dim_steps(const VecKernelParams& p) {
+  static_assert(kKSteps >= 0 && kKSteps <= kMaxKSteps, "0 (from p.head_dim) up to kMaxKSteps");
+  return kKSteps > 0 ? kKSteps : p.head_dim / kMmaK;
+}
+
 // The key rows of one shared-memory stage.
 template <class Element>
 using KeyStage = Element[kChunkKeys][kKeyRowPitch];
 
 // Queues the copy of keys [chunk_begin, chunk_begin + kChunkKeys) into `stage`; keys past kv_len
 // are zero-filled (no row is a candidate there).
-template <class Element>
+template <class Element, int kKSteps>
 __device__ void load_key_chunk(const VecKernelParams& p, const Element* keys, int32_t chunk_begin,
                                KeyStage<Element>& stage) {
   constexpr int kVector = kCopyBytes / static_cast<int>(sizeof(Element));
-  const int vectors_per_key = p.head_dim / kVector;
+  const int vectors_per_key = head_dim_steps<kKSteps>(p) * kMmaK / kVector;
   for (int i = static_cast<int>(threadIdx.x); i < kChunkKeys * vectors_per_key;
        i += kSelectThreads) {
     const int row = i / vectors_per_key;
@@ -207,7 +215,7 @@ struct RowState {
 // and the next) for rows lane / 4 (acc[t][j][0..1]) and lane / 4 + 8 (acc[t][j][2..3]). Each score
 // sums its head_dim steps in order, as one tile alone would; the chunk's 2 kChunkTiles
 // accumulators are independent, so a warp keeps that many MMAs in flight instead of one chain.
-template <class Element>
+template <class Element, int kKSteps>
 __device__ void score_chunk(const VecKernelParams& p, const KeyStage<Element>& stage,
                             const uint32_t (&a)[kMaxKSteps][4], float (&acc)[kChunkTiles][2][4]) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -223,7 +231,7 @@ __device__ void score_chunk(const VecKernelParams& p, const KeyStage<Element>& s
       for (int i = 0; i < 4; ++i) acc[t][j][i] = 0.0f;
     }
   }
-  const int k_steps = p.head_dim / kMmaK;
+  const int k_steps = head_dim_steps<kKSteps>(p);
 #pragma unroll
   for (int s = 0; s < kMaxKSteps; ++s) {
     if (s < k_steps) {
@@ -360,7 +368,7 @@ __device__ inline int32_t warp_key_end(const RowState& state) {
 // score computed once. Per chunk of kChunkTiles tiles, lane q of a row's quad keeps the chunk's
 // tile q and stores it: each row's chunk is one 8-byte run of masks. Slots vary fastest in launch
 // order, so the query heads of a KV head scan the same keys side by side and share them in L2.
-template <class Element>
+template <class Element, int kKSteps>
 __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     select_kernel(const VecKernelParams p) {
   __shared__ alignas(16) KeyStage<Element> stages[kStages];
@@ -400,7 +408,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   load_pooled_fragments<Element>(p, slot, warp_row, a);
   const CandidateRanges full = warp_candidate_ranges(p, warp_row);
   const int32_t chunks = static_cast<int32_t>(ceil_div(scan_end - scan_begin, kChunkKeys));
-  load_key_chunk(p, keys, scan_begin, stages[0]);
+  load_key_chunk<Element, kKSteps>(p, keys, scan_begin, stages[0]);
   for (int32_t c = 0; c < chunks; ++c) {
     const int32_t chunk_begin = scan_begin + c * kChunkKeys;
     wait_async_copies<0>();
@@ -408,13 +416,14 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     // c - 1): the next chunk's copy goes there and lands while this one is scored.
     __syncthreads();
     if (c + 1 < chunks) {
-      load_key_chunk(p, keys, chunk_begin + kChunkKeys, stages[(c + 1) % kStages]);
+      load_key_chunk<Element, kKSteps>(p, keys, chunk_begin + kChunkKeys,
+                                       stages[(c + 1) % kStages]);
     }
     // Past warp_end no key is a candidate of the warp's rows: its tiles there (scored below with
     // the rest of a chunk) raise no maximum, and are not stored.
     if (chunk_begin >= warp_end) continue;
     float acc[kChunkTiles][2][4];
-    score_chunk<Element>(p, stages[c % kStages], a, acc);
+    score_chunk<Element, kKSteps>(p, stages[c % kStages], a, acc);
     uint32_t mine[2];  // this lane's tile of the chunk (tile quad_lane)
     if (full.hold(chunk_begin, chunk_begin + kChunkKeys)) {
       filter_chunk<true>(p, chunk_begin, acc, state, mine);
