@@ -239,11 +239,14 @@ void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
   events.record(PhaseEvents::kPool);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  if (p.head_dim == kMaxHeadDim) {
-    select_kernel<Element, vec_kernels::kMaxKSteps><<<grid, kSelectThreads, 0, stream>>>(p);
-  } else {
-    select_kernel<Element, 0><<<grid, kSelectThreads, 0, stream>>>(p);
-  }
+  // head_dim 128 fixes the head_dim steps at compile time; other widths read them from p.
+  const auto kernel = p.head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
+                                                : select_kernel<Element, 0>;
+  constexpr int kSharedBytes = vec_kernels::select_shared_bytes<Element>();
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+      "vec index: score pass shared memory");
+  kernel<<<grid, kSelectThreads, kSharedBytes, stream>>>(p);
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }

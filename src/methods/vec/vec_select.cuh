@@ -29,7 +29,10 @@ constexpr int kTileKeys = static_cast<int>(detail::kVecKeyTileKeys);
 constexpr int kChunkKeys = 64;  // keys per shared-memory stage
 constexpr int kChunkTiles = kChunkKeys / kTileKeys;
 static_assert(kChunkTiles == kQuadLanes, "each lane of a row's quad stores one tile of a chunk");
-constexpr int kStages = 2;
+// Chunks in shared memory: the one scored and two in flight, so a copy has two chunks' scoring to
+// land from L2. Three stages exceed the 48 KB of static shared memory: the launch passes them as
+// dynamic shared memory (select_shared_bytes).
+constexpr int kStages = 3;
 constexpr int kMaxHeadDim = 128;  // make_estimate_operands admits head_dim <= 128
 constexpr int kMaxKSteps = kMaxHeadDim / kMmaK;
 // Padding a key row by 16 bytes shifts consecutive rows by four banks: ldmatrix conflict-free.
@@ -157,6 +160,11 @@ __device__ inline int head_dim_steps(const VecKernelParams& p) {
 // The key rows of one shared-memory stage.
 template <class Element>
 using KeyStage = Element[kChunkKeys][kKeyRowPitch];
+
+template <class Element>
+constexpr int select_shared_bytes() {
+  return kStages * static_cast<int>(sizeof(KeyStage<Element>));
+}
 
 // Queues the copy of keys [chunk_begin, chunk_begin + kChunkKeys) into `stage`; keys past kv_len
 // are zero-filled (no row is a candidate there).
@@ -371,7 +379,8 @@ __device__ inline int32_t warp_key_end(const RowState& state) {
 template <class Element, int kKSteps>
 __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     select_kernel(const VecKernelParams p) {
-  __shared__ alignas(16) KeyStage<Element> stages[kStages];
+  extern __shared__ __align__(16) unsigned char select_shared[];
+  auto* stages = reinterpret_cast<KeyStage<Element>*>(select_shared);  // [kStages]
   const int32_t slot = static_cast<int32_t>(blockIdx.x);
   const int32_t split = static_cast<int32_t>(blockIdx.y);
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
@@ -408,16 +417,27 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   load_pooled_fragments<Element>(p, slot, warp_row, a);
   const CandidateRanges full = warp_candidate_ranges(p, warp_row);
   const int32_t chunks = static_cast<int32_t>(ceil_div(scan_end - scan_begin, kChunkKeys));
-  load_key_chunk<Element, kKSteps>(p, keys, scan_begin, stages[0]);
+  // One copy group per chunk, an empty one past the last, so that "all but kStages - 2 groups
+  // landed" always means "chunk c landed".
+  for (int32_t c = 0; c < kStages - 1; ++c) {
+    if (c < chunks) {
+      load_key_chunk<Element, kKSteps>(p, keys, scan_begin + c * kChunkKeys, stages[c]);
+    } else {
+      commit_async_copies();
+    }
+  }
   for (int32_t c = 0; c < chunks; ++c) {
     const int32_t chunk_begin = scan_begin + c * kChunkKeys;
-    wait_async_copies<0>();
-    // Chunk c is in its stage for every warp, and every warp is done with the other stage (chunk
-    // c - 1): the next chunk's copy goes there and lands while this one is scored.
+    wait_async_copies<kStages - 2>();
+    // Chunk c is in its stage for every warp, and every warp is done with chunk c - 1's stage:
+    // chunk c + kStages - 1's copy goes there and lands while the chunks before it are scored.
     __syncthreads();
-    if (c + 1 < chunks) {
-      load_key_chunk<Element, kKSteps>(p, keys, chunk_begin + kChunkKeys,
-                                       stages[(c + 1) % kStages]);
+    const int32_t ahead = c + kStages - 1;
+    if (ahead < chunks) {
+      load_key_chunk<Element, kKSteps>(p, keys, scan_begin + ahead * kChunkKeys,
+                                       stages[ahead % kStages]);
+    } else {
+      commit_async_copies();
     }
     // Past warp_end no key is a candidate of the warp's rows: its tiles there (scored below with
     // the rest of a chunk) raise no maximum, and are not stored.
