@@ -439,8 +439,9 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     } else {
       commit_async_copies();
     }
-    // Past warp_end no key is a candidate of the warp's rows: its tiles there (scored below with
-    // the rest of a chunk) raise no maximum, and are not stored.
+    // A chunk's tiles past warp_end (scored with the rest of it) are not stored, and raise no
+    // maximum a stored tile reads: below the split's end they hold no candidate of the warp's
+    // rows, past it they lie in a later group (splits hold whole groups).
     if (chunk_begin >= warp_end) continue;
     float acc[kChunkTiles][2][4];
     score_chunk<Element, kKSteps>(p, stages[c % kStages], a, acc);
