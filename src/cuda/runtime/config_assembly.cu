@@ -26,6 +26,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/math.h"
 #include "cuda/common/stream_scratch.h"
+#include "cuda/common/warp.cuh"
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
 
@@ -163,9 +164,7 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   for (int64_t c = lane; c < column_count; c += kWarpLanes) {
     out.columns[column_target + c] = section.columns[tile.column_begin + c];
   }
-  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-    keys += __shfl_xor_sync(kAllLanes, keys, offset);
-  }
+  keys = warp_sum(keys);
   if (lane != 0) return;
   keys += column_count;
   const int32_t mask = section.mask_count > 0 ? section.masks[tile.mask] : tile.mask;

@@ -13,15 +13,19 @@
 // Work. The score pass: a CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of
 // one head slot (16 per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole
 // groups of the running maximum, which restarts at each group, so splits are independent. Keys
-// stream through shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a
-// tile of 16 keys with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its
-// candidates within the lane quad that holds the row, raises the running maximum (reset where a
-// group starts), filters, and stores the row's 16-bit keep mask: every score is computed once, and
-// the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per plan
-// tile (one pooled block, or with union_tiles the blocks of a plan-height tile, their masks ORed),
-// turns the masks plus the sinks and diagonal into runs with bit operations and warp scans, counts
-// the spans and column keys per tile, and after the exclusive sums writes them at the tile's
-// offsets (columns staged in shared memory, stored coalesced), ascending, without atomics.
+// stream through shared memory in chunks of kChunkKeys (cp.async, two stages, one barrier per
+// chunk: the next chunk's copy lands while this one is scored); each warp scores a chunk's four
+// tiles of 16 keys with head_dim / 16 steps of eight independent MMAs (many in flight, not one
+// dependent chain per tile), then per tile takes each row's maximum over its candidates within
+// the lane quad that holds the row, raises the running maximum (reset where a group starts),
+// filters, and stores the row's 16-bit keep masks. Chunks wholly inside every row's candidate
+// range (all but those at the sinks and the diagonal) skip the per-key range test. Every score is
+// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh),
+// one warp per plan tile (one pooled block, or with union_tiles the blocks of a plan-height tile,
+// their masks ORed), turns the masks plus the sinks and diagonal into runs with bit operations and
+// warp scans, counts the spans and column keys per tile, and after the exclusive sums writes them
+// at the tile's offsets (columns staged in shared memory, stored coalesced), ascending, without
+// atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -235,7 +239,14 @@ void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
   events.record(PhaseEvents::kPool);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  select_kernel<Element><<<grid, kSelectThreads, 0, stream>>>(p);
+  // head_dim 128 fixes the head_dim steps at compile time; other widths read them from p.
+  const auto kernel = p.head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
+                                                : select_kernel<Element, 0>;
+  constexpr int kSharedBytes = vec_kernels::select_shared_bytes<Element>();
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+      "vec index: score pass shared memory");
+  kernel<<<grid, kSelectThreads, kSharedBytes, stream>>>(p);
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "cuda/common/math.h"
+#include "cuda/common/warp.cuh"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_select.cuh"
@@ -105,34 +106,6 @@ __device__ inline TileWords tile_words(const VecKernelParams& p, int64_t tile) {
       p.causal != 0 ? max(words.keys.sink_end, words.keys.diagonal_end) : p.kv_len;
   words.words = static_cast<int32_t>(ceil_div(key_end, kWordKeys));
   return words;
-}
-
-__device__ inline int32_t warp_inclusive_max(int32_t value) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int offset = 1; offset < kWarpSize; offset *= 2) {
-    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
-    if (lane >= offset) value = max(value, other);
-  }
-  return value;
-}
-
-__device__ inline int32_t warp_inclusive_sum(int32_t value) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int offset = 1; offset < kWarpSize; offset *= 2) {
-    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
-    if (lane >= offset) value += other;
-  }
-  return value;
-}
-
-__device__ inline int64_t warp_sum(int64_t value) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(kFullWarpMask, value, offset);
-  }
-  return value;
 }
 
 // The runs of one lane's word in a step: starts and ends as bits, and the start of a run begun
