@@ -52,9 +52,10 @@ struct TileWork {
   double cost = 0;
   int64_t keys = 0;  // the schedule's weight
   int64_t chunks = 0;
-  int64_t empty_slots = 0;  // key slots of partial chunks
-  int64_t masked_chunks = 0;      // chunks some active warpgroup masks element by element
-  int64_t warpgroup_chunks = 0;   // (chunk, warpgroup) pairs computed, skipped ones not counted
+  int64_t empty_slots = 0;       // key slots of partial chunks
+  int64_t masked_chunks = 0;     // chunks some active warpgroup masks element by element
+  int64_t warpgroup_chunks = 0;  // (chunk, warpgroup) pairs computed, skipped ones not counted
+  int64_t gathered_chunks = 0;   // chunks of gathered columns
   bool text = false;
 };
 
@@ -104,6 +105,7 @@ TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t 
     const ChunkClass chunk = classify_chunk(rows, lowest, highest);
     work.masked_chunks += chunk.masked ? 1 : 0;
     work.warpgroup_chunks += chunk.active;
+    work.gathered_chunks += gathered ? 1 : 0;
     work.cost += chunk_cost(chunk, gathered, model);
   };
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
@@ -167,6 +169,7 @@ Plan text_tile_per_run(const Plan& plan, const std::vector<int64_t>& order,
 
 struct Prediction {
   int64_t tiles = 0, chunks = 0, empty_slots = 0, masked_chunks = 0, warpgroup_chunks = 0;
+  int64_t gathered_chunks = 0;
   int64_t pairs = 0;                 // computed pairs of one head slot
   std::vector<int64_t> tile_chunks;  // key chunks per tile, ascending
   double cost = 0, text_cost = 0, overhead = 0;
@@ -187,6 +190,7 @@ Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, in
     result.empty_slots += works.back().empty_slots;
     result.masked_chunks += works.back().masked_chunks;
     result.warpgroup_chunks += works.back().warpgroup_chunks;
+    result.gathered_chunks += works.back().gathered_chunks;
     result.tile_chunks.push_back(works.back().chunks);
     result.cost += works.back().cost;
     if (works.back().text) result.text_cost += works.back().cost;
@@ -229,8 +233,8 @@ void print_prediction(int64_t tokens, const std::string& name, const std::string
 // hold, 128 rows × 128 keys each), fill of the warpgroups that compute (a skipped warpgroup's 64
 // rows not counted), the share of chunks with element masks, chunks per tile (min, quartiles,
 // max) and the waves of CTAs on the SMs.
-void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction& p,
-                       int64_t heads, int64_t sms, int64_t ctas_per_sm) {
+void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction& p, int64_t heads,
+                       int64_t sms, int64_t ctas_per_sm) {
   const auto share = [](double part, double whole) { return 100.0 * part / whole; };
   const auto quantile = [&p](double q) {
     const auto last = static_cast<double>(p.tile_chunks.size() - 1);
@@ -238,12 +242,15 @@ void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction
   };
   const auto pairs = static_cast<double>(p.pairs);
   const auto chunks = static_cast<double>(p.chunks);
-  fmt::print("{:>8} {:<22} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>5}/{:>4}/{:>4}/{:>4}/{:>5} {:>7.1f}\n",
-             tokens, name, share(pairs, chunks * kTileRows * kChunkKeys),
-             share(pairs, static_cast<double>(p.warpgroup_chunks * kWarpgroupRows * kChunkKeys)),
-             share(static_cast<double>(p.masked_chunks), chunks), quantile(0), quantile(0.25),
-             quantile(0.5), quantile(0.75), quantile(1),
-             static_cast<double>(p.tiles * heads) / static_cast<double>(sms * ctas_per_sm));
+  fmt::print(
+      "{:>8} {:<22} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>5}/{:>4}/{:>4}/{:>4}/{:>5} "
+      "{:>7.1f}\n",
+      tokens, name, share(pairs, chunks * kTileRows * kChunkKeys),
+      share(pairs, static_cast<double>(p.warpgroup_chunks * kWarpgroupRows * kChunkKeys)),
+      share(static_cast<double>(p.masked_chunks), chunks),
+      share(static_cast<double>(p.gathered_chunks), chunks), quantile(0), quantile(0.25),
+      quantile(0.5), quantile(0.75), quantile(1),
+      static_cast<double>(p.tiles * heads) / static_cast<double>(sms * ctas_per_sm));
 }
 
 int run(const std::string& preset, const std::vector<int64_t>& lengths,
@@ -275,13 +282,13 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
                          predict(per_run, token_media, heads, sms, model), dense, heads, sms);
       }
       const Prediction as_built = predict(plan, token_media, heads, sms, model);
-      print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered",
-                       as_built, dense, heads, sms);
+      print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered", as_built,
+                       dense, heads, sms);
       built.emplace_back(layout.length(), text, as_built);
     }
   }
-  fmt::print("\n{:>8} {:<22} {:>8} {:>8} {:>8} {:>26} {:>7}\n", "tokens", "pattern", "fill",
-             "wg fill", "masked", "chunks/tile min/q1/med/q3/max", "waves");
+  fmt::print("\n{:>8} {:<22} {:>8} {:>8} {:>8} {:>8} {:>26} {:>7}\n", "tokens", "pattern", "fill",
+             "wg fill", "masked", "gathered", "chunks/tile min/q1/med/q3/max", "waves");
   for (const auto& [tokens, name, prediction] : built)
     print_chunk_stats(tokens, name, prediction, heads, sms, ctas_per_sm);
   fmt::print(
@@ -292,7 +299,8 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       "fill: computed pairs over the {}x{} pairs of every chunk read (a partly masked chunk costs "
       "a whole one); wg fill: the same over the {}-row warpgroups that compute (skipped ones not "
       "counted); masked: chunks some computing row masks in part (diagonal, image boundary, "
-      "partial column chunk); waves: CTAs over {} SMs x {} CTA(s) each.\n",
+      "partial column chunk); gathered: chunks of gathered columns; waves: CTAs over {} SMs x {} "
+      "CTA(s) each.\n",
       preset, heads, sms, model.cta_overhead, kTileRows, kChunkKeys, kWarpgroupRows, sms,
       ctas_per_sm);
   return 0;
