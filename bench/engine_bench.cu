@@ -14,7 +14,9 @@
 // lattices copied in boxes of 16 periods × 8 keys in grid-lattice-128k). TFLOP/s count computed
 // pairs only (4 · pairs · head_dim). Each kernel also runs once more on fresh outputs, compared
 // with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests
-// prove on small ones.
+// prove on small ones. The short-spans-N and short-columns-N cases (N = 64, 32, 16, 8) time
+// 128-row tiles of N whole, unmasked key chunks each, as spans and as gathered columns: the fixed
+// cost per CTA and the cost of a gathered chunk (short_tiles_plan).
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k dense-32k-d256
 //                                               a-shape-128k
@@ -23,6 +25,8 @@
 //                                               a-shape-1k-128k grid-128k
 //                                               grid-columns-128k grid-p16-128k
 //                                               grid-lattice-128k
+//                                               short-spans-{64,32,16,8}
+//                                               short-columns-{64,32,16,8}
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -228,6 +232,38 @@ Plan sequential_columns_plan(const PlanShape& shape) {
   });
 }
 
+// The fixed cost per CTA, measured: every 128-row query block reads `chunks` whole key chunks
+// just left of its rows (keys [position - chunks * 128, position) at causal offset
+// kShortTileLeadKeys), as spans (tensor copies) or as gathered columns, so that no chunk is masked
+// or partial. Timed at several `chunks`, time = waves * (fixed + chunks * per chunk) gives the
+// fixed cost in chunks (scripts/blindsight-throughput.sh fits it); spans against columns give the
+// extra cost of a gathered chunk. kShortTileBlocks blocks of 128 rows on 28 heads are 56 waves of
+// 132 SMs exactly at one CTA per SM, so no partial last wave blurs the fit.
+constexpr int64_t kShortTileBlocks = 264;
+constexpr int64_t kShortTileMaxChunks = 64;
+constexpr int64_t kShortTileMinChunks = 8;    // cases at 64, 32, 16 and 8 chunks a tile
+constexpr int64_t kShortTileChunkKeys = 128;  // the wgmma kernel's key chunk at head_dim 128
+constexpr int64_t kShortTileLength = kShortTileBlocks * kColumnBlockRows;
+constexpr int64_t kShortTileLeadKeys = kShortTileMaxChunks * kShortTileChunkKeys;
+
+std::function<Plan(const PlanShape&)> short_tiles_plan(int64_t chunks, bool gathered) {
+  return [chunks, gathered](const PlanShape& shape) {
+    mmsparse::PlanBuilder builder(shape);
+    const int64_t offset = shape.causal_offset();
+    for (int64_t head = 0; head < shape.head_slots(); ++head) {
+      builder.begin_head();
+      for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+        const int64_t position = begin / kColumnBlockRows * kColumnBlockRows + offset;
+        const int64_t first = position - chunks * kShortTileChunkKeys;
+        builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
+        if (!gathered) builder.add_span(first, position);
+        for (int64_t key = first; gathered && key < position; ++key) builder.add_column(key);
+      }
+    }
+    return builder.finish();
+  };
+}
+
 std::function<Plan(const PlanShape&)> pattern_plan(const std::string& pattern) {
   return [pattern](const PlanShape& shape) {
     return mmsparse::build_plan(mmsparse::PatternSpec::parse(pattern), shape);
@@ -241,6 +277,7 @@ struct Case {
   int64_t length;
   std::function<Plan(const PlanShape&)> build;
   int64_t head_dim = kHeadDim;
+  int64_t kv_extra = 0;  // keys before the first query: kv_len = length + kv_extra
 };
 
 struct KernelChoice {
@@ -263,15 +300,16 @@ struct Timing {
   float lse_difference = 0.0f;
 };
 
-// The arguments of one bench case: bf16 q, k, v [1, length, heads, head_dim], contiguous, and
-// out and lse strides of the same layout (the caller sets kernel, out and lse).
-cuda::AttentionArgs bench_args(int64_t length, int64_t head_dim, const DeviceArray& q,
-                               const DeviceArray& k, const DeviceArray& v) {
+// The arguments of one bench case: bf16 q [1, length, heads, head_dim], k and v [1, kv_len,
+// kv_heads, head_dim], contiguous, and out and lse strides of q's layout (the caller sets kernel,
+// out and lse).
+cuda::AttentionArgs bench_args(int64_t length, int64_t kv_len, int64_t head_dim,
+                               const DeviceArray& q, const DeviceArray& k, const DeviceArray& v) {
   cuda::AttentionArgs args;
   args.dtype = DType::kBFloat16;
   args.batch = 1;
   args.q_len = length;
-  args.kv_len = length;
+  args.kv_len = kv_len;
   args.q_heads = kQueryHeads;
   args.kv_heads = kKeyValueHeads;
   args.head_dim = head_dim;
@@ -279,7 +317,7 @@ cuda::AttentionArgs bench_args(int64_t length, int64_t head_dim, const DeviceArr
   args.q = q.data;
   args.q_strides = {length * kQueryHeads * head_dim, kQueryHeads * head_dim, head_dim, 1};
   args.k = k.data;
-  args.k_strides = {length * kKeyValueHeads * head_dim, kKeyValueHeads * head_dim, head_dim, 1};
+  args.k_strides = {kv_len * kKeyValueHeads * head_dim, kKeyValueHeads * head_dim, head_dim, 1};
   args.v = v.data;
   args.v_strides = args.k_strides;
   args.out_strides = args.q_strides;
@@ -337,8 +375,9 @@ void print_case_row(const Case& c, double pairs, const Timing (&timings)[kKernel
 
 void run_case(const Case& c) {
   const int64_t length = c.length;
+  const int64_t kv_len = length + c.kv_extra;
   const std::size_t q_elements = static_cast<std::size_t>(length * kQueryHeads * c.head_dim);
-  const std::size_t kv_elements = static_cast<std::size_t>(length * kKeyValueHeads * c.head_dim);
+  const std::size_t kv_elements = static_cast<std::size_t>(kv_len * kKeyValueHeads * c.head_dim);
   const std::size_t lse_elements = static_cast<std::size_t>(kQueryHeads * length);
   DeviceArray q(q_elements * sizeof(__nv_bfloat16));
   DeviceArray k(kv_elements * sizeof(__nv_bfloat16));
@@ -357,7 +396,7 @@ void run_case(const Case& c) {
                                                     static_cast<int64_t>(kv_elements), kSeeds[2]);
   check(cudaGetLastError(), "fill_random_kernel");
 
-  cuda::AttentionArgs args = bench_args(length, c.head_dim, q, k, v);
+  cuda::AttentionArgs args = bench_args(length, kv_len, c.head_dim, q, k, v);
 
   Timing timings[kKernelCount];
   double pairs = 0.0;
@@ -372,7 +411,7 @@ void run_case(const Case& c) {
     PlanShape shape;
     shape.heads = kQueryHeads;
     shape.q_len = length;
-    shape.kv_len = length;
+    shape.kv_len = kv_len;
     shape.tile_rows = kKernels[i].tile_rows;
     if (reference || !(plan.shape == shape)) plan = c.build(shape);
     if (reference) pairs = computed_pairs(plan);  // the same pairs whatever the tile height
@@ -403,7 +442,7 @@ int main(int argc, char** argv) {
   constexpr int64_t k8K = 8192;
   constexpr int64_t k32K = 32768;
   constexpr int64_t k128K = 131072;
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"dense-8k", k8K, pattern_plan("dense")},
       {"dense-32k", k32K, pattern_plan("dense")},
       {"dense-128k", k128K, pattern_plan("dense")},
@@ -418,6 +457,13 @@ int main(int argc, char** argv) {
       {"grid-p16-128k", k128K, pattern_plan("grid-mask:columns=1,phases=16")},
       {"grid-lattice-128k", k128K, pattern_plan("grid-mask:lattice=1")},
   };
+  for (const bool gathered : {false, true}) {
+    for (int64_t chunks = kShortTileMaxChunks; chunks >= kShortTileMinChunks; chunks /= 2) {
+      cases.push_back(
+          {std::string(gathered ? "short-columns-" : "short-spans-") + std::to_string(chunks),
+           kShortTileLength, short_tiles_plan(chunks, gathered), kHeadDim, kShortTileLeadKeys});
+    }
+  }
   std::vector<std::string> selected(argv + 1, argv + argc);
 
   cudaDeviceProp properties{};

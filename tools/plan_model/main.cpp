@@ -52,24 +52,37 @@ struct TileWork {
   double cost = 0;
   int64_t keys = 0;  // the schedule's weight
   int64_t chunks = 0;
-  int64_t empty_slots = 0;  // key slots of partial chunks
+  int64_t empty_slots = 0;       // key slots of partial chunks
+  int64_t masked_chunks = 0;     // chunks some active warpgroup masks element by element
+  int64_t warpgroup_chunks = 0;  // (chunk, warpgroup) pairs computed, skipped ones not counted
+  int64_t gathered_chunks = 0;   // chunks of gathered columns
   bool text = false;
+};
+
+// What one chunk asks of the tile's warpgroups.
+struct ChunkClass {
+  int active = 0;       // warpgroups with a row at or after the chunk's lowest key
+  bool masked = false;  // some active warpgroup has a row before the chunk's highest key
 };
 
 // The cost of one chunk whose keys lie in [lowest, highest] for rows `rows` (positions, ascending
 // per warpgroup of kWarpgroupRows).
-double chunk_cost(const std::vector<int64_t>& rows, int64_t lowest, int64_t highest, bool gathered,
-                  const CostModel& model) {
-  int active = 0;
-  bool masked = false;
+ChunkClass classify_chunk(const std::vector<int64_t>& rows, int64_t lowest, int64_t highest) {
+  ChunkClass result;
   for (std::size_t first = 0; first < rows.size(); first += kWarpgroupRows) {
     const std::size_t last = std::min(rows.size(), first + kWarpgroupRows);
     const int64_t low = *std::min_element(rows.begin() + first, rows.begin() + last);
     const int64_t high = *std::max_element(rows.begin() + first, rows.begin() + last);
     if (lowest > high) continue;
-    ++active;
-    masked = masked || highest > low;
+    ++result.active;
+    result.masked = result.masked || highest > low;
   }
+  return result;
+}
+
+double chunk_cost(const ChunkClass& chunk, bool gathered, const CostModel& model) {
+  const int active = chunk.active;
+  const bool masked = chunk.masked;
   double cost = active == 2 ? 1.0 : active == 1 ? model.one_warpgroup : model.skipped;
   if (active > 0 && masked) cost += model.masked_extra;
   if (gathered) cost += model.gathered_extra;
@@ -89,7 +102,11 @@ TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t 
     ++work.chunks;
     work.keys += count;
     work.empty_slots += kChunkKeys - count;
-    work.cost += chunk_cost(rows, lowest, highest, gathered, model);
+    const ChunkClass chunk = classify_chunk(rows, lowest, highest);
+    work.masked_chunks += chunk.masked ? 1 : 0;
+    work.warpgroup_chunks += chunk.active;
+    work.gathered_chunks += gathered ? 1 : 0;
+    work.cost += chunk_cost(chunk, gathered, model);
   };
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     const KeySpan& span = plan.spans[s];
@@ -151,7 +168,10 @@ Plan text_tile_per_run(const Plan& plan, const std::vector<int64_t>& order,
 }
 
 struct Prediction {
-  int64_t tiles = 0, chunks = 0, empty_slots = 0;
+  int64_t tiles = 0, chunks = 0, empty_slots = 0, masked_chunks = 0, warpgroup_chunks = 0;
+  int64_t gathered_chunks = 0;
+  int64_t pairs = 0;                 // computed pairs of one head slot
+  std::vector<int64_t> tile_chunks;  // key chunks per tile, ascending
   double cost = 0, text_cost = 0, overhead = 0;
   double makespan = 0;    // in chunk units on `sms` SMs
   double efficiency = 0;  // computed pairs per chunk unit of SM time
@@ -168,6 +188,10 @@ Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, in
     works.push_back(tile_work(plan, order, t, token_media, model));
     result.chunks += works.back().chunks;
     result.empty_slots += works.back().empty_slots;
+    result.masked_chunks += works.back().masked_chunks;
+    result.warpgroup_chunks += works.back().warpgroup_chunks;
+    result.gathered_chunks += works.back().gathered_chunks;
+    result.tile_chunks.push_back(works.back().chunks);
     result.cost += works.back().cost;
     if (works.back().text) result.text_cost += works.back().cost;
   }
@@ -186,7 +210,9 @@ Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, in
     free_at.push(start + works[t].cost);
     result.makespan = std::max(result.makespan, start + works[t].cost);
   }
-  const double pairs = static_cast<double>(count_plan_pairs(plan, 0)) * static_cast<double>(heads);
+  std::sort(result.tile_chunks.begin(), result.tile_chunks.end());
+  result.pairs = count_plan_pairs(plan, 0);
+  const double pairs = static_cast<double>(result.pairs) * static_cast<double>(heads);
   result.efficiency = pairs / (static_cast<double>(kTileRows * kChunkKeys) * result.makespan *
                                static_cast<double>(sms));
   return result;
@@ -203,12 +229,37 @@ void print_prediction(int64_t tokens, const std::string& name, const std::string
       100.0 * p.efficiency / dense.efficiency);
 }
 
+// The chunk statistics behind the cost: fill (computed pairs over the pairs the kernel's chunks
+// hold, 128 rows × 128 keys each), fill of the warpgroups that compute (a skipped warpgroup's 64
+// rows not counted), the share of chunks with element masks, chunks per tile (min, quartiles,
+// max) and the waves of CTAs on the SMs.
+void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction& p, int64_t heads,
+                       int64_t sms, int64_t ctas_per_sm) {
+  const auto share = [](double part, double whole) { return 100.0 * part / whole; };
+  const auto quantile = [&p](double q) {
+    const auto last = static_cast<double>(p.tile_chunks.size() - 1);
+    return p.tile_chunks[static_cast<std::size_t>(q * last + 0.5)];
+  };
+  const auto pairs = static_cast<double>(p.pairs);
+  const auto chunks = static_cast<double>(p.chunks);
+  fmt::print(
+      "{:>8} {:<22} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>5}/{:>4}/{:>4}/{:>4}/{:>5} "
+      "{:>7.1f}\n",
+      tokens, name, share(pairs, chunks * kTileRows * kChunkKeys),
+      share(pairs, static_cast<double>(p.warpgroup_chunks * kWarpgroupRows * kChunkKeys)),
+      share(static_cast<double>(p.masked_chunks), chunks),
+      share(static_cast<double>(p.gathered_chunks), chunks), quantile(0), quantile(0.25),
+      quantile(0.5), quantile(0.75), quantile(1),
+      static_cast<double>(p.tiles * heads) / static_cast<double>(sms * ctas_per_sm));
+}
+
 int run(const std::string& preset, const std::vector<int64_t>& lengths,
-        const std::vector<std::string>& patterns, int64_t heads, int64_t sms,
+        const std::vector<std::string>& patterns, int64_t heads, int64_t sms, int64_t ctas_per_sm,
         const CostModel& model) {
   fmt::print("{:>8} {:<22} {:<13} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "tokens", "pattern",
              "text tiles", "tiles", "chunks", "part.fill", "text", "per-CTA", "imbalance",
              "of dense");
+  std::vector<std::tuple<int64_t, std::string, Prediction>> built;  // the plans as built
   for (const int64_t seq_len : lengths) {
     WorkloadSpec spec;
     spec.preset = preset;
@@ -221,6 +272,7 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
     const Prediction dense = predict(build_plan(PatternSpec::parse("dense"), shape, &layout),
                                      token_media, heads, sms, model);
     print_prediction(layout.length(), "dense", "-", dense, dense, heads, sms);
+    built.emplace_back(layout.length(), "dense", dense);
     for (const std::string& text : patterns) {
       const PatternSpec resolved = resolve_pattern(PatternSpec::parse(text), &layout);
       const Plan plan = build_plan(resolved, shape, &layout);
@@ -229,16 +281,28 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
         print_prediction(layout.length(), text, "one per run",
                          predict(per_run, token_media, heads, sms, model), dense, heads, sms);
       }
-      print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered",
-                       predict(plan, token_media, heads, sms, model), dense, heads, sms);
+      const Prediction as_built = predict(plan, token_media, heads, sms, model);
+      print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered", as_built,
+                       dense, heads, sms);
+      built.emplace_back(layout.length(), text, as_built);
     }
   }
+  fmt::print("\n{:>8} {:<22} {:>8} {:>8} {:>8} {:>8} {:>26} {:>7}\n", "tokens", "pattern", "fill",
+             "wg fill", "masked", "gathered", "chunks/tile min/q1/med/q3/max", "waves");
+  for (const auto& [tokens, name, prediction] : built)
+    print_chunk_stats(tokens, name, prediction, heads, sms, ctas_per_sm);
   fmt::print(
       "\nSYNTHETIC layout (preset '{}'), one head slot's plan replicated on {} heads, {} SMs. "
       "part.fill: key slots of partial chunks; text: share of the cost in text tiles; per-CTA: "
       "share that is the fixed cost per CTA ({:.2f} chunks); imbalance: makespan over the "
-      "SMs' mean busy time; of dense: modelled throughput on computed pairs over dense's.\n",
-      preset, heads, sms, model.cta_overhead);
+      "SMs' mean busy time; of dense: modelled throughput on computed pairs over dense's. "
+      "fill: computed pairs over the {}x{} pairs of every chunk read (a partly masked chunk costs "
+      "a whole one); wg fill: the same over the {}-row warpgroups that compute (skipped ones not "
+      "counted); masked: chunks some computing row masks in part (diagonal, image boundary, "
+      "partial column chunk); gathered: chunks of gathered columns; waves: CTAs over {} SMs x {} "
+      "CTA(s) each.\n",
+      preset, heads, sms, model.cta_overhead, kTileRows, kChunkKeys, kWarpgroupRows, sms,
+      ctas_per_sm);
   return 0;
 }
 
@@ -253,6 +317,7 @@ int main(int argc, char** argv) {
                                        "blindsight-intra-sink"};
   int64_t heads = mmsparse::kDefaultHeads;
   int64_t sms = mmsparse::kH100Sms;
+  int64_t ctas_per_sm = 1;  // the wgmma kernel's shared memory at head_dim 128 holds one CTA
   mmsparse::CostModel model;
   app.add_option("--preset", preset, "SYNTHETIC workload preset whose layout the plans read")
       ->capture_default_str();
@@ -261,6 +326,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--heads", heads, "query heads (CTAs per tile)")->check(CLI::PositiveNumber);
   app.add_option("--sms", sms, "SMs (one CTA each)")->check(CLI::PositiveNumber);
+  app.add_option("--ctas-per-sm", ctas_per_sm, "resident CTAs per SM, for the waves column")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--cta-overhead", model.cta_overhead, "fixed cost per CTA, in chunks")
       ->capture_default_str();
   app.add_option("--one-warpgroup", model.one_warpgroup, "cost of a one-warpgroup chunk")
@@ -271,7 +339,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    return mmsparse::run(preset, lengths, patterns, heads, sms, model);
+    return mmsparse::run(preset, lengths, patterns, heads, sms, ctas_per_sm, model);
   } catch (const mmsparse::Error& error) {
     fmt::print(stderr, "error: {}\n", error.what());
     return 1;

@@ -1,0 +1,81 @@
+"""scripts/blindsight_throughput_summary.py on made-up logs: the short-tile fit recovers a fixed
+cost and a gathered chunk's cost planted in an engine-bench table of the bench's own format, and
+the template table marks shares against the 85% bar. No GPU."""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import blindsight_throughput_summary as summary  # noqa: E402
+
+KERNELS = ["mma.sync/64", "wgmma/64", "wgmma/128"]
+WAVES = 56
+CHUNK_MS = 0.0017  # one chunk of one CTA
+PLANTED_FIXED = 4.5  # chunks
+PLANTED_GATHER = 1.2  # a gathered chunk against a span chunk
+
+
+def engine_table(fixed, gather):
+    """An engine-bench table with short-tile rows timed as WAVES * (fixed + chunks) chunks."""
+    lines = ["mmsparse_engine_bench on a made-up GPU (132 SMs)",
+             "%-23s %10s" % ("case", "pairs")
+             + "".join(" | %-9s %7s" % (kernel, "TFLOP/s") for kernel in KERNELS)
+             + " | %6s" % "gain"
+             + "".join(" | %s max|dO| |dLSE|" % kernel for kernel in KERNELS[1:])]
+
+    def row(name, ms):
+        return ("%-23s %10.3e" % (name, 1e12)
+                + "".join(" | %9.3f %7.1f" % (ms, 600.0) for _ in KERNELS)
+                + " | %5.2fx" % 1.0 + " | 0.0e+00 0.0e+00" * 2)
+
+    lines.append(row("dense-32k", 15.0))
+    for form, per_chunk in (("spans", 1.0), ("columns", gather)):
+        for chunks in (64, 32, 16, 8):
+            lines.append(row(f"short-{form}-{chunks}",
+                             WAVES * CHUNK_MS * (fixed + chunks * per_chunk)))
+    return "\n".join(lines) + "\n"
+
+
+class SummaryTest(unittest.TestCase):
+    def run_summary(self, directory, lengths):
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            sys.argv = ["summary", directory] + [str(n) for n in lengths]
+            summary.main()
+        return output.getvalue()
+
+    def test_fit_recovers_the_planted_costs(self):
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "engine-bench.txt"), "w") as out:
+                out.write(engine_table(PLANTED_FIXED, PLANTED_GATHER))
+            text = self.run_summary(directory, [])
+        self.assertIn(f"fixed cost per CTA for the model: {PLANTED_FIXED:.2f}", text)
+        self.assertIn(f"wgmma/128: a gathered chunk costs {PLANTED_GATHER:.3f} x a span chunk",
+                      text)
+
+    def test_templates_against_the_bar(self):
+        layer = {"dense": {"pairs": 1000, "attention_ms": 10.0, "tflops": 500.0},
+                 "patterns": [
+                     {"pattern": "blindsight-sink", "computed_pairs": 200, "attention_ms": 2.5,
+                      "tflops": 400.0, "throughput_vs_dense": 0.80},
+                     {"pattern": "blindsight-intra", "computed_pairs": 200,
+                      "attention_ms": 2.2, "tflops": 454.0, "throughput_vs_dense": 0.91}]}
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "bench-36864.json"), "w") as out:
+                json.dump({"layers": [layer]}, out)
+            text = self.run_summary(directory, [36864, 131072])
+        self.assertRegex(text, r"blindsight-sink .* 80\.0% +miss")
+        self.assertRegex(text, r"blindsight-intra .* 91\.0% +ok")
+        self.assertIn("(no bench-131072.json)", text)
+        self.assertIn("no short-tile cases", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Summary of scripts/blindsight-throughput.sh's logs (SYNTHETIC inputs).
+
+    blindsight_throughput_summary.py LOGS LENGTH...
+
+1. BlindSight's templates on the multi-image preset: throughput on computed pairs as a share of
+   dense's (bench-<n>.json), against the 85% bar.
+2. The short-tile cases of the engine bench (engine-bench.txt): per kernel and key form, a least
+   squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed cost per CTA
+   in chunks, the marginal TFLOP/s of one more chunk against dense's, and a gathered chunk's cost
+   against a span chunk's. The last line gives the wgmma/128 spans' fixed cost for the plan model.
+"""
+
+import json
+import os
+import sys
+
+BAR = 0.85  # the throughput on computed pairs the sink-packed kernel must reach, of dense's
+# The engine bench's short-tile shape (bench/engine_bench.cu, short_tiles_plan).
+HEADS = 28
+HEAD_DIM = 128
+SHORT_ROWS = 264 * 128
+CHUNK_KEYS = 128
+FLOPS_PER_PAIR_PER_DIM = 4
+MODEL_KERNEL = "wgmma/128"
+
+
+def templates(logs, lengths):
+    print("BlindSight templates, multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16")
+    print(f"{'tokens':>8} {'pattern':<22} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} {'of dense':>9} "
+          f"{'bar':>5}")
+    for n in lengths:
+        path = os.path.join(logs, f"bench-{n}.json")
+        if not os.path.exists(path):
+            print(f"{n:>8} (no bench-{n}.json)")
+            continue
+        with open(path) as source:
+            bench = json.load(source)
+        for layer in bench["layers"]:
+            dense = layer["dense"]
+            print(f"{n:>8} {'dense':<22} {dense['pairs']:>15} {dense['attention_ms']:>9.2f} "
+                  f"{dense['tflops']:>8.1f} {1.0:>8.1%}")
+            for run in layer["patterns"]:
+                share = run.get("throughput_vs_dense", float("nan"))
+                print(f"{n:>8} {run['pattern']:<22} {run['computed_pairs']:>15} "
+                      f"{run['attention_ms']:>9.2f} {run['tflops']:>8.1f} {share:>8.1%} "
+                      f"{'ok' if share >= BAR else 'miss':>5}")
+
+
+def engine_rows(logs):
+    """{case: {kernel: (ms, tflops)}} and the kernels' names, from the engine bench's table."""
+    path = os.path.join(logs, "engine-bench.txt")
+    if not os.path.exists(path):
+        return {}, []
+    kernels, rows = [], {}
+    with open(path) as source:
+        lines = source.read().splitlines()
+    for line in lines:
+        parts = [part.strip() for part in line.split("|")]
+        if parts[0].startswith("case"):
+            kernels = [part.split()[0] for part in parts[1:] if part.endswith("TFLOP/s")]
+            continue
+        if not kernels or len(parts) < len(kernels) + 1 or len(parts[0].split()) != 2:
+            continue
+        timings = {}
+        for kernel, cell in zip(kernels, parts[1:1 + len(kernels)]):
+            fields = cell.split()
+            if len(fields) == 2 and fields[0] != "-":
+                timings[kernel] = (float(fields[0]), float(fields[1]))
+        rows[parts[0].split()[0]] = timings
+    return rows, kernels
+
+
+def line_fit(points):
+    """Least squares (intercept, slope) of [(x, y)]."""
+    count = len(points)
+    mean_x = sum(x for x, _ in points) / count
+    mean_y = sum(y for _, y in points) / count
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points) /
+             sum((x - mean_x) ** 2 for x, _ in points))
+    return mean_y - slope * mean_x, slope
+
+
+def short_tiles(logs):
+    rows, kernels = engine_rows(logs)
+    if not any(name.startswith("short-") for name in rows):
+        print("\n(no short-tile cases in engine-bench.txt)")
+        return
+    pairs_per_chunk_step = HEADS * SHORT_ROWS * CHUNK_KEYS  # one more chunk in every tile
+    print("\nShort tiles (engine bench): time = fixed + chunks x per_chunk, least squares over "
+          "8-64 chunks a tile")
+    print(f"{'kernel':<12} {'form':<8} {'fixed ms':>9} {'chunk ms':>9} {'fixed/chunk':>11} "
+          f"{'marginal TFLOP/s':>17} {'of dense-32k':>13}")
+    slopes = {}
+    for kernel in kernels:
+        dense = rows.get("dense-32k", {}).get(kernel)
+        for form in ("spans", "columns"):
+            points = [(int(name.rsplit("-", 1)[1]), timings[kernel][0])
+                      for name, timings in rows.items()
+                      if name.startswith(f"short-{form}-") and kernel in timings]
+            if len(points) < 2:
+                continue
+            fixed, per_chunk = line_fit(points)
+            slopes[(kernel, form)] = (fixed, per_chunk)
+            marginal = (FLOPS_PER_PAIR_PER_DIM * HEAD_DIM * pairs_per_chunk_step /
+                        (per_chunk / 1e3) / 1e12)
+            of_dense = f"{marginal / dense[1]:.1%}" if dense else "-"
+            print(f"{kernel:<12} {form:<8} {fixed:>9.3f} {per_chunk:>9.4f} "
+                  f"{fixed / per_chunk:>11.2f} {marginal:>17.1f} {of_dense:>13}")
+    for kernel in kernels:
+        if (kernel, "spans") in slopes and (kernel, "columns") in slopes:
+            ratio = slopes[(kernel, "columns")][1] / slopes[(kernel, "spans")][1]
+            print(f"{kernel}: a gathered chunk costs {ratio:.3f} x a span chunk")
+    if (MODEL_KERNEL, "spans") in slopes:
+        fixed, per_chunk = slopes[(MODEL_KERNEL, "spans")]
+        print(f"fixed cost per CTA for the model: {fixed / per_chunk:.2f}")
+
+
+def main():
+    logs, lengths = sys.argv[1], [int(n) for n in sys.argv[2:]]
+    templates(logs, lengths)
+    short_tiles(logs)
+
+
+if __name__ == "__main__":
+    main()
