@@ -194,28 +194,30 @@ __device__ inline LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, in
   return cut_piece_at(l, phase, low, residue_of(low, l.stride), high, offset);
 }
 
-// Calls visit(cut) for each piece of the space's one gap (no local windows) with ranges, a thread
-// per range taking every residue in turn: the gap crosses most ranges of the space and a tile has
-// up to a residue per row, so (residue, range) pairs are many, and a range's residue mod the
-// stride is then computed once, not once per residue.
+// Calls visit(cut) for each piece of the space's one gap (no local windows) with ranges, the
+// block's threads taking (range, residue) pairs in turn: the gap crosses most ranges of the space
+// (tens: a modality's segments) and a tile has up to a residue per distinct frontier (tens in a
+// 2D group's other spaces), so a thread per range left most of the block idle while each busy
+// thread walked every residue. The range's residue mod the stride is one 32-bit modulo per pair.
 template <class Visit>
 __device__ void for_each_range_piece(const SpaceLattices& l, const Visit& visit) {
   int64_t begin = 0, gap_end = 0;
   if (!l.gap(0, begin, gap_end)) return;
   const int residues = l.residues();
-  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < l.view.ranges; r += kThreads) {
+  // Pair (r, j) is the (r * residues + j)-th; a thread steps kThreads pairs on (a 32-bit division
+  // of small numbers, not a 64-bit one per pair).
+  int64_t r = static_cast<int>(threadIdx.x) / residues;
+  int j = static_cast<int>(threadIdx.x) % residues;
+  for (; r < l.view.ranges; j += kThreads, r += j / residues, j %= residues) {
     const int64_t low = max64(begin, l.view.prefix[r]);
     const int64_t range_end = min64(gap_end, l.view.prefix[r + 1]);
     if (low >= range_end) continue;
-    const uint32_t low_residue = residue_of(low, l.stride);
-    const int64_t offset = l.view.begins[r] - l.view.prefix[r];
-    for (int j = 0; j < residues; ++j) {
-      int64_t phase = 0, lattice_end = 0;
-      if (!l.residue(j, phase, lattice_end)) continue;
-      const LatticeCut piece =
-          cut_piece_at(l, phase, low, low_residue, min64(range_end, lattice_end), offset);
-      if (piece.count > 0) visit(piece);
-    }
+    int64_t phase = 0, lattice_end = 0;
+    if (!l.residue(j, phase, lattice_end)) continue;
+    const int64_t high = min64(range_end, lattice_end);
+    if (low >= high) continue;
+    const LatticeCut piece = cut_piece(l, phase, low, high, l.view.begins[r] - l.view.prefix[r]);
+    if (piece.count > 0) visit(piece);
   }
 }
 
