@@ -1,13 +1,14 @@
 // The concatenation of a config's sections (cuda/runtime/config_assembly.cu) at the sizes of the
 // shipped mixed-interleaved config, beside test_gpu_config_builder.cpp's small random mixes: a
 // grouped grid head slot (2D boundary, per-item sinks, a frame-like fixed stride) has thousands of
-// query-order runs, more than one pass of the run copy's threads covers, so the copy's loops over
-// a slot's runs and over the slots run more than once. Record for record against the host plan.
+// query-order runs, more than one pass of the run copy's threads covers, so the copy's loop over a
+// slot's runs takes several steps. Record for record against the host plan.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,7 +17,6 @@
 #include "cuda/runtime/config_builder.h"
 #include "device_buffer.h"
 #include "methods/estimate/index_builders.h"
-#include "methods/estimate/index_kernels.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
