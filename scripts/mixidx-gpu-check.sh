@@ -14,8 +14,9 @@
 #   4. the CLI bench of the config's grid spec (index ms as the config's bench counts it), and of
 #      a whole config when CONFIG names one.
 # Logs go to $OUT (else <build>/mixidx-logs); steps.txt has each step's time. QUICK=1 keeps the
-# config's tests (GpuConfigBuild, GpuConfigAssembly), the memcheck of the long-run-list config
-# test, the 7-head stage bench and the config bench: about 90 s on an H100 with CONFIG set.
+# config's tests (GpuConfigBuild, GpuConfigAssembly), the grouped grid conversion's record tests,
+# the memcheck of the long-run-list config test, the 7-head stage bench and the config bench:
+# about 90 s on an H100 with CONFIG set.
 #
 #   scripts/mixidx-gpu-check.sh [build-dir]          (default build-gpu)
 #   CONFIG=path/to/config.json scripts/mixidx-gpu-check.sh ...
@@ -45,7 +46,9 @@ quick=${QUICK:-0}
 config_tests='GpuConfigBuild\.|GpuConfigAssembly\.'
 # The tests share the GPU; their host oracles take most of their time, so they run 4 at a time.
 if [[ $quick == 1 ]]; then
-  tests=$config_tests
+  # The configs' tests and the grouped grid tile conversion's record tests (not its attention ones).
+  grouped='Grid(Query|TwoD)Boundary|GridBoundary(EdgeLayouts|StridedSpan)|ItemGrid(Matches|Strided)'
+  tests="GpuIndexBuild\.($grouped|ItemSinkTwoD)|$config_tests"
 else
   tests="GpuIndexBuild\..*(Boundary|Item)|$config_tests"
 fi
