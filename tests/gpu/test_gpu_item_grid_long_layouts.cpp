@@ -2,8 +2,8 @@
 // the host builder record for record (item_build_checks.h): short strides whose lattice pieces
 // become strided spans with item sinks on them, the searched mixed-interleaved config's 2D-boundary
 // heads, and the image length at which one residue first makes a strided span. Apart from
-// test_gpu_item_builders.cpp's short random layouts because these layouts are built for the
-// strided spans and the config, not drawn at random.
+// test_gpu_item_builders.cpp, whose problems hold a few hundred tokens, because these need lengths
+// at which a lattice piece reaches kGatherChunkKeys keys, or the config's layouts.
 
 #include <gtest/gtest.h>
 
