@@ -17,7 +17,7 @@
 //                                         the driver)
 //   methods/grid/grid_groups_device.cu    the grid's arrangement for Q/2D boundary, whose query
 //                                         groups hold several runs of rows and may read several
-//                                         key spaces (and its driver)
+//                                         key spaces (its driver; grid_group_plan_device.cu plans)
 //   methods/grid/grid_group_tiles_device.cu  their tiles' conversion
 
 #include <cuda_runtime.h>

@@ -3,8 +3,9 @@
 // grid_groups_device.cu) and, in every key space of its group, the keys GridPattern::add_tile_keys
 // adds for their frontiers there, and the item sinks its rows see (build_dynamic_head): spans, line
 // keys outside the strided spans and item sinks off them marked in bitmaps and read off as records
-// (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (below). The
-// count pass sizes each tile's records; after the caller's scans the fill pass writes them.
+// (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (the lattice
+// pieces of grid_group_lattices.cuh). The count pass sizes each tile's records; after the caller's
+// scans the fill pass writes them.
 
 #include <algorithm>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "methods/estimate/key_bitmaps.cuh"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid_geometry.h"
+#include "methods/grid/grid_group_lattices.cuh"
 #include "methods/grid/grid_groups.cuh"
 #include "mmsparse/status.h"
 
@@ -30,8 +32,15 @@ using grid::max64;
 using grid::min64;
 using grouped::Arrangement;
 using grouped::Conversion;
+using grouped::for_each_lattice_piece;
 using grouped::GroupedTargets;
+using grouped::LatticeCut;
+using grouped::mark_lattice_columns;
+using grouped::on_strided_span;
 using grouped::OrderRun;
+using grouped::PhaseLine;
+using grouped::residue_of;
+using grouped::SpaceLattices;
 
 constexpr int kMaxTileRows = static_cast<int>(kMaxGroupedGridTileRows);
 static_assert(kMaxTileRows <= kThreads, "a thread per tile row");
@@ -49,12 +58,6 @@ __device__ inline int64_t last_at_most(const int64_t* values, int64_t low, int64
   }
   return low;
 }
-
-// A phase's line in one space, for the rows of that phase: its last frontier. 32-bit (keys lie
-// below 2^31), so that the tile's shared memory stays within the 48 KB of static shared memory.
-struct PhaseLine {
-  int32_t phase, frontier;
-};
 
 struct TileShared {
   bitmaps::TileStorage records;
@@ -105,200 +108,6 @@ __device__ void mark_compact_span_block(const KeySpaceView& space, int64_t begin
     mark_range_block(window.bits->spans, original, original + piece_end - begin, window);
     begin = piece_end;
   }
-}
-
-// A space's line keys in a tile (GridPattern::add_tile_keys' slash and vline lattices) as
-// TileKeys::write writes them in LatticeKeys::kStridedSpansInRanges. In the space's compact
-// coordinates the tile's spans are the prefix [0, prefix) (sink, hline) and each row's window
-// [f - window, f), so the keys between spans are the gaps [max(prefix, f_prev), f - window) before
-// each distinct frontier f (one gap [prefix, last) without windows). Within one original range of
-// the space original keys are compact ones shifted, and only this space's spans lie there, so a
-// lattice piece is one residue's keys in one gap and one range: its first whole multiple of
-// kGatherChunkKeys keys is a strided span, the others are columns. Lattices of one residue (a slash
-// phase and the vline phase) join into the longer one; pieces of distinct residues of one stride,
-// or of different spaces (different ranges), never share a key, so none is listed as columns.
-struct SpaceLattices {
-  KeySpaceView view;
-  int64_t stride = 0, vline_phase = 0;
-  int64_t prefix = 0, window = 0, last = 0;
-  const int64_t* frontiers = nullptr;  // [rows] the tile rows' frontiers, ascending
-  const PhaseLine* phases = nullptr;   // [phase_count] each row phase's last frontier
-  int rows = 0, phase_count = 0;
-  bool slash = false, vline = false;
-  bool vline_alone = false;  // the vline residue is no slash phase's (or slash lines are off)
-  // Whether a piece may hold kGatherChunkKeys keys (false: the space's ranges are all too short
-  // for that at this stride, so every line key is a column and no strided span exists).
-  bool strided_spans = true;
-
-  __device__ int gaps() const { return window > 0 ? rows : 1; }
-  __device__ int residues() const { return phase_count + 1; }
-  // Gap g's compact keys [begin, end); false when it has none.
-  __device__ bool gap(int g, int64_t& begin, int64_t& end) const {
-    if (window == 0) {
-      begin = prefix;
-      end = last;
-      return begin < end;
-    }
-    const int64_t frontier = frontiers[g];
-    const int64_t before = g > 0 ? frontiers[g - 1] : 0;
-    if (frontier < 1 || (g > 0 && frontier == before)) return false;
-    begin = max64(prefix, before);
-    end = frontier - window;
-    return begin < end;
-  }
-  // Residue j: its phase and the end of its joined lattice; false when there is none.
-  __device__ bool residue(int j, int64_t& phase, int64_t& end) const {
-    if (j < phase_count) {
-      if (!slash) return false;
-      phase = phases[j].phase;
-      end = vline && phase == vline_phase ? last : phases[j].frontier;
-      return true;
-    }
-    if (!vline_alone) return false;
-    phase = vline_phase;
-    end = last;
-    return true;
-  }
-};
-
-// One residue's keys first + i·step (i < count) in a piece; the first `strided` of them form the
-// strided span, the others are columns. `offset` maps them to original positions.
-struct LatticeCut {
-  int64_t first = 0, count = 0, strided = 0, offset = 0;
-};
-
-// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none), given
-// low's residue mod the stride. Keys, phases and strides lie below 2^31 (plan records are 32-bit),
-// low >= 0 and phases lie in [0, stride), so 32-bit unsigned arithmetic is exact here: this runs
-// once per (residue, range), and 64-bit divisions made it the conversion's main cost.
-__device__ inline LatticeCut cut_piece_at(const SpaceLattices& l, int64_t phase, int64_t low,
-                                          uint32_t low_residue, int64_t high, int64_t offset) {
-  LatticeCut piece;
-  const auto stride = static_cast<uint32_t>(l.stride);
-  const auto residue = static_cast<uint32_t>(phase);
-  piece.first =
-      low + (residue >= low_residue ? residue - low_residue : residue + stride - low_residue);
-  if (piece.first >= high) return piece;
-  piece.count = static_cast<uint32_t>(high - 1 - piece.first) / stride + 1;
-  piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
-  piece.offset = offset;
-  return piece;
-}
-
-__device__ inline uint32_t residue_of(int64_t key, int64_t stride) {  // key >= 0
-  return static_cast<uint32_t>(key) % static_cast<uint32_t>(stride);
-}
-
-__device__ inline LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low,
-                                       int64_t high, int64_t offset) {
-  return cut_piece_at(l, phase, low, residue_of(low, l.stride), high, offset);
-}
-
-// Calls visit(cut) for each piece of the space's one gap (no local windows) with ranges, a thread
-// per range taking every residue in turn: the gap crosses most ranges of the space and a tile has
-// up to a residue per row, so (residue, range) pairs are many, and a range's residue mod the
-// stride is then computed once, not once per residue.
-template <class Visit>
-__device__ void for_each_range_piece(const SpaceLattices& l, const Visit& visit) {
-  int64_t begin = 0, gap_end = 0;
-  if (!l.gap(0, begin, gap_end)) return;
-  const int residues = l.residues();
-  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < l.view.ranges; r += kThreads) {
-    const int64_t low = max64(begin, l.view.prefix[r]);
-    const int64_t range_end = min64(gap_end, l.view.prefix[r + 1]);
-    if (low >= range_end) continue;
-    const uint32_t low_residue = residue_of(low, l.stride);
-    const int64_t offset = l.view.begins[r] - l.view.prefix[r];
-    for (int j = 0; j < residues; ++j) {
-      int64_t phase = 0, lattice_end = 0;
-      if (!l.residue(j, phase, lattice_end)) continue;
-      const LatticeCut piece =
-          cut_piece_at(l, phase, low, low_residue, min64(range_end, lattice_end), offset);
-      if (piece.count > 0) visit(piece);
-    }
-  }
-}
-
-// Calls visit(cut) for each piece of every (gap, residue) pair of the space, in no fixed order
-// (the callers mark bitmaps, or sort what they append).
-template <class Visit>
-__device__ void for_each_lattice_piece(const SpaceLattices& l, const Visit& visit) {
-  if (l.view.ranges != 0 && l.gaps() == 1) {
-    for_each_range_piece(l, visit);
-    return;
-  }
-  // Otherwise the block's threads take (gap, residue) pairs in turn: with windows each gap is
-  // short and crosses few ranges.
-  const int residues = l.residues();
-  const int64_t pairs = static_cast<int64_t>(l.gaps()) * residues;
-  for (int64_t pair = threadIdx.x; pair < pairs; pair += kThreads) {
-    int64_t begin = 0, gap_end = 0, phase = 0, lattice_end = 0;
-    if (!l.gap(static_cast<int>(pair / residues), begin, gap_end) ||
-        !l.residue(static_cast<int>(pair % residues), phase, lattice_end)) {
-      continue;
-    }
-    const int64_t end = min64(gap_end, lattice_end);
-    if (begin >= end) continue;
-    const auto cut = [&](int64_t low, int64_t high, int64_t offset) {
-      const LatticeCut piece = cut_piece(l, phase, low, high, offset);
-      if (piece.count > 0) visit(piece);
-    };
-    if (l.view.ranges == 0) {
-      cut(begin, end, 0);
-      continue;
-    }
-    for (int32_t r = l.view.range_of(begin); r < l.view.ranges && l.view.prefix[r] < end; ++r) {
-      cut(max64(begin, l.view.prefix[r]), min64(end, l.view.prefix[r + 1]),
-          l.view.begins[r] - l.view.prefix[r]);
-    }
-  }
-}
-
-// The space's line keys outside its strided spans as column keys of the window.
-__device__ void mark_lattice_columns(const SpaceLattices& l, const Window& window) {
-  for_each_lattice_piece(l, [&](const LatticeCut& piece) {
-    for (int64_t i = piece.strided; i < piece.count; ++i) {
-      const int64_t key = piece.first + i * l.stride + piece.offset;
-      if (window.past(key)) return;
-      window.mark_column(key);
-    }
-  });
-}
-
-// Whether original key `key` lies on one of the space's strided spans: the piece of
-// for_each_lattice_piece that holds it, found for this key alone (its range, gap and residue).
-__device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
-  if (l.last < 1 || !l.strided_spans) return false;
-  int64_t compact = key;  // and its range's compact keys [low, high), original = compact + offset
-  int64_t low = 0, high = l.last, offset = 0;
-  if (l.view.ranges != 0) {
-    compact = l.view.frontier(key - 1, 0);
-    if (l.view.frontier(key, 0) == compact) return false;  // not a key of the space
-    const int32_t r = l.view.range_of(compact);
-    low = l.view.prefix[r];
-    high = l.view.prefix[r + 1];
-    offset = l.view.begins[r] - low;
-  }
-  if (compact >= l.last) return false;
-  int64_t begin = 0, end = 0;
-  bool in_gap = false;
-  for (int g = 0; g < l.gaps() && !in_gap; ++g) {
-    in_gap = l.gap(g, begin, end) && begin <= compact && compact < end;
-  }
-  if (!in_gap) return false;
-  // Phases lie in [0, stride), so the key is on residue j's lattice exactly when its own residue
-  // is j's phase: one modulo per key, not one per residue (a tile of a 2D-boundary group has a
-  // phase per distinct frontier in its other spaces, and every item sink asks).
-  const int64_t key_residue = residue_of(compact, l.stride);
-  for (int j = 0; j < l.residues(); ++j) {
-    int64_t phase = 0, lattice_end = 0;
-    if (!l.residue(j, phase, lattice_end) || key_residue != phase) continue;
-    if (compact >= lattice_end) return false;  // residues are distinct: no other holds it
-    const LatticeCut piece =
-        cut_piece(l, phase, max64(begin, low), min64(min64(end, lattice_end), high), offset);
-    return (compact - piece.first) / l.stride < piece.strided;
-  }
-  return false;
 }
 
 // The item sinks [0, sinks) of the tile in the window as columns, but those on a strided span of
