@@ -2,8 +2,9 @@
 # VecAttention's selection on the GPU: correctness against the CPU reference first, then its phase
 # times beside vertical-slash's index on the SYNTHETIC video preset at 128K (seed 1), about two to
 # three minutes on one H100 (about 3.5 with step 4):
-#   1. the vec GPU tests (ctest -L gpu -R Vec): the device selection equals the host's set for set
-#      within the rounding bound (tests/gpu/vec_selection_check.h), plans record for record;
+#   1. the vec GPU tests (GpuVecBuild.*, GpuVecHeads.*): the device selection equals the host's set
+#      for set within the rounding bound (tests/gpu/vec_selection_check.h), plans record for record
+#      (per-head alphas in one build and in configs among other methods' heads included);
 #   2. compute-sanitizer memcheck on the vec tests of the score pass's edges (edge shapes, chunks
 #      at the candidate ranges' edges);
 #   3. mmsparse_index_bench 131072 vec,vertical-slash 4 1 1: vec's phases (pool, score, count,
@@ -17,6 +18,8 @@
 # and time. The script exits 1 when a step failed, after running every step.
 #
 #   scripts/vec-select-check.sh [build-dir]        (a CUDA Release build; default build-gpu)
+#   VEC_CHECK_MIN=1 scripts/vec-select-check.sh    (the shortest check, ~90 s: the new tests and
+#                                                   four of the older ones, no memcheck, steps 3-4)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,9 +39,17 @@ step() {
   [[ $rc -eq 0 ]] || status=1
 }
 
-step tests ctest --test-dir "$build" -L '^gpu$' -R Vec --output-on-failure
-step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-  --gtest_filter='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
+# One test process (ctest starts one per test, each initialising CUDA).
+if [[ ${VEC_CHECK_MIN:-0} == 1 ]]; then
+  tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
+  tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*'
+else
+  tests='GpuVecBuild.*:GpuVecHeads.*'
+fi
+step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
+memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
+[[ ${VEC_CHECK_MIN:-0} == 1 ]] || step memcheck compute-sanitizer --tool memcheck \
+  --error-exitcode 1 "$build/tests/gpu/test_gpu" --gtest_filter="$memcheck_tests"
 step phases "$build/bench/mmsparse_index_bench" 131072 vec,vertical-slash 4 1 1
 
 # search-vec's per-head alphas on seed 0 (session 28's run): the config without the search.
