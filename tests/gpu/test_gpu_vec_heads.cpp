@@ -216,6 +216,10 @@ TEST_F(GpuVecHeads, SpecsThatDifferBeyondAlphaAreNamed) {
   expect_error([&] { (void)cuda::build_vec_plan_on_device(specs, shape, operands, stream_); },
                ErrorCode::kInvalidArgument,
                {"build_vec_plan_on_device resolved_specs", "differ only in alpha_ppm"});
+  specs.back() = resolve_pattern(PatternSpec::parse("dense"));
+  expect_error([&] { (void)cuda::build_vec_plan_on_device(specs, shape, operands, stream_); },
+               ErrorCode::kInvalidArgument,
+               {"build_vec_plan_on_device resolved_specs", "vec specs"});
   specs.pop_back();
   expect_error([&] { (void)cuda::build_vec_plan_on_device(specs, shape, operands, stream_); },
                ErrorCode::kInvalidArgument, {"build_vec_plan_on_device resolved_specs", "one per"});

@@ -201,6 +201,9 @@ void check_head_specs(const std::vector<PatternSpec>& resolved_specs, const Plan
   }
   const detail::VecParams first = detail::vec_params(resolved_specs.front());
   for (const PatternSpec& spec : resolved_specs) {
+    if (!detail::is_spec_of(spec, detail::vec_entry())) {
+      throw_invalid_argument(argument, "vec specs", spec.to_string());
+    }
     const detail::VecParams params = detail::vec_params(spec);
     if (params.pooling != first.pooling || params.group_tiles != first.group_tiles ||
         params.causal != first.causal || params.union_tiles != first.union_tiles) {
