@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/runtime/engine.h"
 #include "mmsparse/patterns.h"
@@ -51,5 +52,14 @@ inline constexpr int64_t kCheckedRunStepKeys = 1024;
 Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& host,
                                   const PatternSpec& resolved, const PatternInputs& host_inputs,
                                   VecSelectionStats& stats);
+
+// The same for a plan whose query heads have specs of their own, `device` downloaded (a per-head
+// config's, with its mask table) and `host` = build_plan(head_specs, shape, nullptr,
+// &host_inputs): the vec heads are checked as above, each with its own resolved spec in
+// `head_specs` (one per query head); the other heads' records are copied from `host`. Returns the
+// host's plan for the device's selection, which the device plan must equal record for record.
+Plan expect_vec_heads_match(const Plan& device, const Plan& host,
+                            const std::vector<PatternSpec>& head_specs,
+                            const PatternInputs& host_inputs, VecSelectionStats& stats);
 
 }  // namespace mmsparse::test

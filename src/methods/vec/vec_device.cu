@@ -35,6 +35,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
@@ -104,8 +105,9 @@ int64_t split_key_count(const detail::VecParams& vec, int64_t kv_len) {
   return group_keys * std::max<int64_t>(1, kSplitKeys / group_keys);
 }
 
-VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& shape,
+VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const PlanShape& shape,
                               const EstimateOperands& operands) {
+  const detail::VecParams vec = detail::vec_params(head_specs.front());
   VecKernelParams p{};
   p.q = operands.q;
   p.q_stride_batch = operands.q_strides[0];
@@ -131,7 +133,10 @@ VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& sha
   p.splits = static_cast<int32_t>(ceil_div(shape.kv_len, split_keys));
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
-  p.log_alpha = vec.log_alpha();
+  p.alpha_heads = static_cast<int32_t>(head_specs.size());
+  for (std::size_t head = 0; head < head_specs.size(); ++head) {
+    p.log_alphas[head] = detail::vec_params(head_specs[head]).log_alpha();
+  }
   p.mask_pitch = static_cast<int32_t>(2 * ceil_div(shape.kv_len, 2 * kTileKeys));
   p.selection.count = static_cast<int32_t>(operands.heads.size());
   std::copy(operands.heads.begin(), operands.heads.end(), p.selection.heads);
@@ -176,6 +181,37 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: at most " +
                                              std::to_string(kMaxGridYZ) + " head slots, got " +
                                              std::to_string(shape.head_slots()));
+  }
+}
+
+// Head specs: one for every head, or one per head (shape.heads of them, at most
+// kMaxSelectedHeads: the kernels take their alphas by value) that differ only in alpha_ppm.
+void check_head_specs(const std::vector<PatternSpec>& resolved_specs, const PlanShape& shape) {
+  const std::string argument = "build_vec_plan_on_device resolved_specs";
+  const auto count = static_cast<int64_t>(resolved_specs.size());
+  if (count != 1 && count != shape.heads) {
+    throw_invalid_argument(argument,
+                           "one spec, or one per query head (" + std::to_string(shape.heads) + ")",
+                           std::to_string(count) + " specs");
+  }
+  if (count > kMaxSelectedHeads) {
+    throw Error(ErrorCode::kUnsupported,
+                argument + ": at most " + std::to_string(kMaxSelectedHeads) +
+                    " heads with specs of their own, got " + std::to_string(count));
+  }
+  const detail::VecParams first = detail::vec_params(resolved_specs.front());
+  for (const PatternSpec& spec : resolved_specs) {
+    if (!detail::is_spec_of(spec, detail::vec_entry())) {
+      throw_invalid_argument(argument, "vec specs", spec.to_string());
+    }
+    const detail::VecParams params = detail::vec_params(spec);
+    if (params.pooling != first.pooling || params.group_tiles != first.group_tiles ||
+        params.causal != first.causal || params.union_tiles != first.union_tiles) {
+      throw_invalid_argument(
+          argument,
+          "vec specs that differ only in alpha_ppm (" + resolved_specs.front().to_string() + ")",
+          spec.to_string());
+    }
   }
 }
 
@@ -365,10 +401,22 @@ bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& sha
 }
 
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                    const EstimateOperands& operands, void* stream_handle,
+                                    const EstimateOperands& operands, void* stream,
                                     VecBuildTimes* times) {
+  return build_vec_plan_on_device(std::vector<PatternSpec>{resolved_spec}, shape, operands, stream,
+                                  times);
+}
+
+DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
+                                    const PlanShape& shape, const EstimateOperands& operands,
+                                    void* stream_handle, VecBuildTimes* times) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
+  if (resolved_specs.empty()) {
+    throw_invalid_argument("build_vec_plan_on_device resolved_specs", "at least one spec", "none");
+  }
+  const PatternSpec& resolved_spec = resolved_specs.front();
   check_shape(resolved_spec, shape, operands);
+  check_head_specs(resolved_specs, shape);
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
@@ -383,7 +431,7 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   }
   PhaseEvents events(times, stream);
   events.record(PhaseEvents::kStart);  // the stream is idle while the host allocates
-  VecKernelParams p = kernel_params(vec, shape, operands);
+  VecKernelParams p = kernel_params(resolved_specs, shape, operands);
   const int sort_bits = key_bits(shape.kv_len);
   const BuildScratch scratch(p, slots * blocks, tiles, operands.head_dim, sort_bits, stream);
   events.record(PhaseEvents::kScratch);

@@ -63,7 +63,12 @@ struct VecKernelParams {
   int32_t tile_blocks, tiles;  // pooled blocks per plan tile (vec_tile_blocks), tiles per slot
   int32_t split_keys, splits;  // score pass: keys per split (whole groups), splits per block
   int32_t causal;
-  float scale, log_alpha;
+  float scale;
+  // log(alpha) as the selection compares it (VecParams::log_alpha): one for every head
+  // (alpha_heads 1), or one per plan head (alpha_heads = heads: the vec heads of a per-head config,
+  // built as one section, may differ in alpha).
+  float log_alphas[kMaxSelectedHeads];
+  int32_t alpha_heads;
   HeadList selection;
   void* pooled;  // [slots, blocks, head_dim] of the input dtype
   // [slots * blocks, mask_pitch]: bit i of entry t is key 16 t + i, kept by the selection (a
@@ -284,7 +289,7 @@ __device__ inline CandidateRanges warp_candidate_ranges(const VecKernelParams& p
 // CandidateRanges. mine[h]: the keep mask of the chunk's tile lane % 4 for row h, bit i for its
 // key i.
 template <bool kAllCandidates>
-__device__ void filter_chunk(const VecKernelParams& p, int32_t chunk_begin,
+__device__ void filter_chunk(const VecKernelParams& p, float log_alpha, int32_t chunk_begin,
                              float (&acc)[kChunkTiles][2][4], RowState& state,
                              uint32_t (&mine)[2]) {
   const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
@@ -337,7 +342,7 @@ __device__ void filter_chunk(const VecKernelParams& p, int32_t chunk_begin,
         const int bit = key_offset(i);
         const bool candidate =
             kAllCandidates || state.keys[h].is_candidate(chunk_begin + t * kTileKeys + bit);
-        if (candidate && __fsub_rn(acc[t][i / 2][2 * h + i % 2], state.running[h]) >= p.log_alpha) {
+        if (candidate && __fsub_rn(acc[t][i / 2][2 * h + i % 2], state.running[h]) >= log_alpha) {
           pairs[h][t / 2] |= 1u << (bit + kTileKeys * (t % 2));
         }
       }
@@ -411,6 +416,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   if (scan_begin >= scan_end) return;
   const int32_t batch = slot / p.heads;
   const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
+  const float log_alpha = p.log_alphas[p.alpha_heads == 1 ? 0 : slot % p.heads];
   const auto* keys =
       static_cast<const Element*>(p.k) + batch * p.k_stride_batch + kv_head * p.k_stride_head;
   uint32_t a[kMaxKSteps][4];
@@ -447,9 +453,9 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     score_chunk<Element, kKSteps>(p, stages[c % kStages], a, acc);
     uint32_t mine[2];  // this lane's tile of the chunk (tile quad_lane)
     if (full.hold(chunk_begin, chunk_begin + kChunkKeys)) {
-      filter_chunk<true>(p, chunk_begin, acc, state, mine);
+      filter_chunk<true>(p, log_alpha, chunk_begin, acc, state, mine);
     } else {
-      filter_chunk<false>(p, chunk_begin, acc, state, mine);
+      filter_chunk<false>(p, log_alpha, chunk_begin, acc, state, mine);
     }
     // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
     const int32_t my_tile_begin = chunk_begin + quad_lane * kTileKeys;
