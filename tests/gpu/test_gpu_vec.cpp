@@ -50,12 +50,6 @@ constexpr int kRandomTrials = 30;
 constexpr std::array<Gqa, 5> kVecGqaShapes = {{{1, 1}, {2, 1}, {1, 4}, {2, 4}, {1, 7}}};
 constexpr ProblemLimits kVecLimits{kVecGqaShapes, 700, 300};
 constexpr int64_t kSyntheticLength = 4096;
-// At most one candidate key in this many may lie within the rounding bound of the threshold (the
-// bound is about 1e-4 in margin, margins spread over units): a looser bound would let the
-// comparison pass anything. Not one in 100: a pool of 128 random queries averages to nearly zero,
-// so its scores cluster and, with alpha near 1, about 1.1% of a random draw's candidates fell
-// within the bound (seed 12461296887626800489, H100).
-constexpr int64_t kMaxBorderlineShare = 50;
 
 class GpuVecBuild : public StreamTest {};
 

@@ -46,8 +46,6 @@ constexpr int kConfigTrials = 6;
 // GQA ratios 1, 4 and 7, with one or two KV heads.
 constexpr std::array<Gqa, 5> kGqaShapes = {{{1, 1}, {2, 1}, {1, 4}, {2, 4}, {1, 7}}};
 constexpr ProblemLimits kLimits{kGqaShapes, 700, 300};
-// At most one candidate key in this many may lie within the rounding bound (test_gpu_vec.cpp).
-constexpr int64_t kMaxBorderlineShare = 100;
 // Alphas from "every candidate" to "none" (alpha above 1), and the searched range between.
 constexpr std::array<int64_t, 7> kAlphas = {0, 1000, 100000, 300000, 900000, 1000000, 2000000};
 
