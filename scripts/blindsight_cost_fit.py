@@ -17,8 +17,8 @@ The model: a pattern's time is proportional to its cost, the sum over tiles of
 in units of one full chunk (the schedule's imbalance, under 0.3% in the model, is left out). Its
 throughput on computed pairs over dense's is (pairs / cost) over dense's (pairs / cost) at the same
 length. The script prints the assumed constants' error, each constant fitted alone, the four
-constants fitted together within physical bounds (and the range of each that fits the runs'
-spread), the same with a cost per partial chunk and per record, and what removing each extra cost
+constants fitted together within physical bounds (and the range of each that fits within the
+runs' spread, or a quarter point of the best fit), the same with a cost per partial chunk and per record, and what removing each extra cost
 would gain.
 """
 
@@ -52,7 +52,8 @@ COUNT_COLUMNS = ["tiles", "chunks", "two-wg", "one-wg", "skipped", "masked", "ga
 GRID_STEPS = 9  # points per constant in each refinement of the grid search
 GRID_STEPS_MANY = 7  # the same when more than four constants are free
 GRID_ZOOMS = 5  # refinements, each around the best point at a third of the previous span
-PROFILE_STEPS = 21  # values of one constant whose best fit is checked against the noise
+PROFILE_STEPS = 41  # values of one constant whose best fit is checked against the noise
+PROFILE_SLACK = 0.0025  # a profile's tolerance at least the best fit's error plus this (shares)
 
 
 def parse_cost_basis(text):
@@ -220,8 +221,9 @@ def main(argv):
     constants, error = fit.best(BASE, {})
     print()
     show(fit, "fitted together (skipped 0.05)", constants)
-    tolerance = max(noise, error)
-    print(f"each within the runs' spread ({100 * tolerance:.2f} points), the others refitted:")
+    tolerance = max(noise, error + PROFILE_SLACK)
+    print(f"each within {100 * tolerance:.2f} points rms (the runs' spread, at least the best fit's"
+          f" error + {100 * PROFILE_SLACK:.2f}), the others refitted:")
     for name in BASE:
         found = fit.profile(name, BASE, {}, tolerance)
         print(f"  {name:<15} " + (f"{found[0]:.3f} .. {found[1]:.3f}" if found else "none"))

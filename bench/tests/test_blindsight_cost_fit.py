@@ -83,6 +83,15 @@ class CostFitTest(unittest.TestCase):
         self.assertAlmostEqual(constants["cta"], PLANTED["cta"], delta=0.05)
         self.assertLess(error, 1e-3)
 
+    def test_profile_brackets_the_planted_value(self):
+        runs = [cost_fit.parse_measured(summary_output(self.basis, PLANTED))]
+        fit = cost_fit.Fit(self.basis, runs)
+        others = {name: value for name, value in PLANTED.items() if name != "cta"}
+        low, high = fit.profile("cta", ["cta"], others, 0.002)
+        self.assertLessEqual(low, PLANTED["cta"])
+        self.assertGreaterEqual(high, PLANTED["cta"])
+        self.assertLess(high - low, 4.0)
+
     def test_text_tile_extension_reads_the_text_class_only(self):
         constants = dict(PLANTED, text_chunk_extra=0.5)
         text_chunks = self.basis[(4096, "sink")][("chunks", "text")]
