@@ -17,7 +17,8 @@
 // prove on small ones. The short-spans-N and short-columns-N cases (N = 64, 32, 16, 8) time
 // 128-row tiles of N whole, unmasked key chunks each, as spans and as gathered columns: the fixed
 // cost per CTA and the cost of a gathered chunk (short_tiles_plan); short-diagonal-N ends each
-// tile's span at its diagonal (a masked chunk), short-split-N reads its chunks as N spans.
+// tile's span at its diagonal (a masked chunk), short-split-N reads its chunks as N spans,
+// short-mixed-N its last chunk as gathered columns after a span.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k dense-32k-d256
 //                                               a-shape-128k
@@ -30,6 +31,7 @@
 //                                               short-columns-{64,32,16,8}
 //                                               short-diagonal-{64,32,16,8}
 //                                               short-split-{64,32,16,8}
+//                                               short-mixed-{64,32,16,8}
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -246,7 +248,10 @@ Plan sequential_columns_plan(const PlanShape& shape) {
 // the tile's last row, so its last chunk is the causal diagonal (masked element by element, as an
 // image tile's own image or dense's is), and its fixed cost against kSpans' is a diagonal chunk's
 // extra cost; kSplit cuts the span into one-chunk spans a chunk apart (a record per chunk, as
-// sink tiles read text runs and sinks), and its cost per chunk against kSpans' is a record's.
+// sink tiles read text runs and sinks), and its cost per chunk against kSpans' is a record's;
+// kMixed reads the last chunk as gathered columns after the others' span (most BlindSight image
+// tiles read spans, then a column run), and its fixed cost against kSpans', less a gathered
+// chunk's extra, is the cost of switching from tensor copies to gathered rows in one CTA.
 constexpr int64_t kShortTileBlocks = 264;
 constexpr int64_t kShortTileMaxChunks = 64;
 constexpr int64_t kShortTileMinChunks = 8;    // cases at 64, 32, 16 and 8 chunks a tile
@@ -255,9 +260,10 @@ constexpr int64_t kShortTileLength = kShortTileBlocks * kColumnBlockRows;
 constexpr int64_t kShortTileLeadKeys = kShortTileMaxChunks * kShortTileChunkKeys;
 constexpr int64_t kShortTileSplitLeadKeys = 2 * kShortTileLeadKeys;  // a gap after every chunk
 
-enum class ShortTileForm { kSpans, kColumns, kDiagonal, kSplit };
+enum class ShortTileForm { kSpans, kColumns, kDiagonal, kSplit, kMixed };
 constexpr ShortTileForm kShortTileForms[] = {ShortTileForm::kSpans, ShortTileForm::kColumns,
-                                             ShortTileForm::kDiagonal, ShortTileForm::kSplit};
+                                             ShortTileForm::kDiagonal, ShortTileForm::kSplit,
+                                             ShortTileForm::kMixed};
 
 const char* short_tile_form_name(ShortTileForm form) {
   switch (form) {
@@ -269,6 +275,8 @@ const char* short_tile_form_name(ShortTileForm form) {
       return "diagonal";
     case ShortTileForm::kSplit:
       return "split";
+    case ShortTileForm::kMixed:
+      return "mixed";
   }
   return "?";
 }
@@ -292,6 +300,12 @@ void add_short_tile_keys(mmsparse::PlanBuilder& builder, ShortTileForm form, int
       for (int64_t chunk = chunks; chunk >= 1; --chunk) {
         const int64_t begin = position - 2 * chunk * kShortTileChunkKeys;
         builder.add_span(begin, begin + kShortTileChunkKeys);
+      }
+      break;
+    case ShortTileForm::kMixed:
+      builder.add_span(position - keys, position - kShortTileChunkKeys);
+      for (int64_t key = position - kShortTileChunkKeys; key < position; ++key) {
+        builder.add_column(key);
       }
       break;
   }

@@ -7,8 +7,9 @@
 #      host plans, no GPU) at the bench's lengths;
 #   4. the engine bench: dense at 32K and 128K (the reference rates) and the short-tile cases,
 #      128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, as a span
-#      ending at the tile's diagonal and as one span per chunk, from which step 6 fits the fixed
-#      cost per CTA and the extra cost of a gathered chunk, a diagonal chunk and a record;
+#      ending at the tile's diagonal, as one span per chunk and as a span then one gathered chunk,
+#      from which step 6 fits the fixed cost per CTA and the extra cost of a gathered chunk, a
+#      diagonal chunk, a record and a switch from spans to gathered columns;
 #   5. one `mmsparse bench` per length (default 36864 131072) on the multi-image preset: dense and
 #      the sink, intra and intra+sink templates (bench --json: throughput_vs_dense);
 #   6. a summary: the templates' throughput on computed pairs as a share of dense's, the fit, and
@@ -39,7 +40,7 @@ sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma1
 sanitizer_filter+=':Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d64'
 sanitizer_filter+=':GpuBlindSightBuilder.RecordsEqualTheUpload'
 short_cases=()
-for form in spans columns diagonal split; do
+for form in spans columns diagonal split mixed; do
   for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
 done
 csv_lengths=$(IFS=,; echo "${lengths[*]}")

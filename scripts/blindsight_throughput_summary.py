@@ -9,7 +9,8 @@
    squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed cost per CTA
    in chunks, the marginal TFLOP/s of one more chunk against dense's, and a gathered chunk's cost
    against a span chunk's; a diagonal (masked) chunk's extra cost from the diagonal form's fixed
-   cost, a record's from the split form's cost per chunk. The last line gives the wgmma/128 spans'
+   cost, a record's from the split form's cost per chunk, the switch from spans to gathered
+   columns in one CTA from the mixed form's fixed cost. The last line gives the wgmma/128 spans'
    fixed cost for the plan model.
 """
 
@@ -26,8 +27,8 @@ CHUNK_KEYS = 128
 FLOPS_PER_PAIR_PER_DIM = 4
 MODEL_KERNEL = "wgmma/128"
 # The short-tile forms: whole unmasked chunks as spans or gathered columns, the last chunk the
-# tile's causal diagonal, and one span per chunk.
-SHORT_FORMS = ("spans", "columns", "diagonal", "split")
+# tile's causal diagonal, one span per chunk, and a span then one gathered chunk.
+SHORT_FORMS = ("spans", "columns", "diagonal", "split", "mixed")
 
 
 def templates(logs, lengths):
@@ -124,6 +125,12 @@ def short_tiles(logs):
         if (kernel, "spans") in slopes and (kernel, "split") in slopes:
             extra = slopes[(kernel, "split")][1] / slopes[(kernel, "spans")][1] - 1.0
             print(f"{kernel}: a record (span) costs {extra:+.3f} chunks")
+        if all((kernel, form) in slopes for form in ("spans", "columns", "mixed")):
+            spans_fixed, spans_chunk = slopes[(kernel, "spans")]
+            gathered_extra = slopes[(kernel, "columns")][1] / spans_chunk - 1.0
+            switch = (slopes[(kernel, "mixed")][0] - spans_fixed) / spans_chunk - gathered_extra
+            print(f"{kernel}: switching from spans to gathered columns in a CTA costs "
+                  f"{switch:+.2f} chunks")
     if (MODEL_KERNEL, "spans") in slopes:
         fixed, per_chunk = slopes[(MODEL_KERNEL, "spans")]
         print(f"fixed cost per CTA for the model: {fixed / per_chunk:.2f}")

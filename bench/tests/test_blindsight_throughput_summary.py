@@ -23,6 +23,7 @@ PLANTED_FIXED = 4.5  # chunks
 PLANTED_GATHER = 1.2  # a gathered chunk against a span chunk
 PLANTED_DIAGONAL = 0.75  # a diagonal chunk's extra cost, in chunks
 PLANTED_RECORD = 0.25  # a record's cost, in chunks
+PLANTED_SWITCH = 3.0  # switching from spans to gathered columns in a CTA, in chunks
 
 
 def engine_table(fixed, gather):
@@ -40,7 +41,8 @@ def engine_table(fixed, gather):
 
     lines.append(row("dense-32k", 15.0))
     forms = (("spans", 0.0, 1.0), ("columns", 0.0, gather),
-             ("diagonal", PLANTED_DIAGONAL, 1.0), ("split", 0.0, 1.0 + PLANTED_RECORD))
+             ("diagonal", PLANTED_DIAGONAL, 1.0), ("split", 0.0, 1.0 + PLANTED_RECORD),
+             ("mixed", PLANTED_SWITCH + gather - 1.0, 1.0))
     for form, extra, per_chunk in forms:
         for chunks in (64, 32, 16, 8):
             lines.append(row(f"short-{form}-{chunks}",
@@ -70,6 +72,9 @@ class SummaryTest(unittest.TestCase):
         self.assertAlmostEqual(float(diagonal.group(1)), PLANTED_DIAGONAL, delta=0.02)
         record = re.search(r"wgmma/128: a record \(span\) costs ([-+.0-9]+) chunks", text)
         self.assertAlmostEqual(float(record.group(1)), PLANTED_RECORD, delta=0.01)
+        switch = re.search(r"wgmma/128: switching from spans to gathered columns in a CTA costs "
+                           r"([-+.0-9]+) chunks", text)
+        self.assertAlmostEqual(float(switch.group(1)), PLANTED_SWITCH, delta=0.03)
 
     def test_templates_against_the_bar(self):
         layer = {"dense": {"pairs": 1000, "attention_ms": 10.0, "tflops": 500.0},
