@@ -6,17 +6,20 @@
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
 #   4. the engine bench: dense at 32K and 128K (the reference rates) and the short-tile cases,
-#      128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, from which
-#      step 6 fits the fixed cost per CTA and the extra cost of a gathered chunk;
+#      128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, as a span
+#      ending at the tile's diagonal, as one span per chunk and as a span then one gathered chunk,
+#      from which step 6 fits the fixed cost per CTA and the extra cost of a gathered chunk, a
+#      diagonal chunk, a record and a switch from spans to gathered columns;
 #   5. one `mmsparse bench` per length (default 36864 131072) on the multi-image preset: dense and
 #      the sink, intra and intra+sink templates (bench --json: throughput_vs_dense);
 #   6. a summary: the templates' throughput on computed pairs as a share of dense's, the fit, and
-#      the plan model's prediction with the fitted fixed cost.
+#      the plan model's prediction with the fitted fixed cost;
+#   7. the cost constants that reproduce the templates' shares (scripts/blindsight_cost_fit.py).
 # Logs go to $OUT (else <build>/blindsight-throughput-logs); steps.txt has each step's time.
 #
 #   scripts/blindsight-throughput.sh [build-dir] [seq-len ...]
 #   SANITIZER_TOOLS="memcheck" scripts/blindsight-throughput.sh ...   (fewer sanitizer tools)
-#   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-6)
+#   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-7)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +40,7 @@ sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma1
 sanitizer_filter+=':Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d64'
 sanitizer_filter+=':GpuBlindSightBuilder.RecordsEqualTheUpload'
 short_cases=()
-for form in spans columns; do
+for form in spans columns diagonal split mixed; do
   for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
 done
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
@@ -88,4 +91,10 @@ if [[ -n $fixed ]]; then
   step_done "plan model, fixed cost $fixed chunks" $?
   cat "$logs/plan-model-fitted.txt"
 fi
+
+# The cost constants that reproduce this run's template shares (the plan model's cost basis).
+python3 "$repo/scripts/blindsight_cost_fit.py" "$logs/plan-model.txt" "$logs/summary.txt" \
+  >"$logs/cost-fit.txt" 2>&1
+step_done "cost fit" $?
+cat "$logs/cost-fit.txt"
 exit $status
