@@ -67,6 +67,7 @@ using mmsparse::Plan;
 using mmsparse::PlanShape;
 namespace cuda = mmsparse::cuda;
 using mmsparse::bench::check;
+using mmsparse::bench::median;
 
 constexpr int64_t kQueryHeads = 28;
 constexpr int64_t kKeyValueHeads = 4;
@@ -404,8 +405,7 @@ float median_milliseconds(const std::function<void()>& run, const DeviceArray& f
     check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
     if (r >= kWarmups) samples.push_back(milliseconds);
   }
-  std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
-  return samples[kRepeats / 2];
+  return median(samples);
 }
 
 // Whether a kernel serves a case's head_dim: the mma.sync kernel has no head_dim 256.

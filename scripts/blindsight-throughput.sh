@@ -27,13 +27,26 @@ build=${1:-$repo/build-gpu}
 shift || true
 lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(36864 131072)
+skip_tests=${SKIP_TESTS:-0}
+read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
+refuse() {  # refuse <what> <expected> <got>: a bad argument, named, before any step
+  echo "blindsight-throughput.sh: $1: expected $2, got '$3'" >&2
+  exit 2
+}
+[[ $skip_tests == 0 || $skip_tests == 1 ]] || refuse SKIP_TESTS "0 or 1" "$skip_tests"
+for tool in "${sanitizer_tools[@]}"; do
+  [[ $tool =~ ^(memcheck|racecheck|synccheck|initcheck)$ ]] ||
+    refuse SANITIZER_TOOLS "memcheck, racecheck, synccheck or initcheck" "$tool"
+done
+for length in "${lengths[@]}"; do
+  [[ $length =~ ^[1-9][0-9]*$ ]] || refuse "seq-len" "a positive whole number of tokens" "$length"
+done
 logs=${OUT:-$build/blindsight-throughput-logs}
 mkdir -p "$logs"
 cli=$build/tools/cli/mmsparse
 test_binary=$build/tests/gpu/test_gpu
 engine_bench=$build/bench/mmsparse_engine_bench
 plan_model=$build/tools/plan_model/mmsparse-plan-model
-read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 # One template test per kernel the templates run on at head_dim 128, and the device builder's
 # records; the full BlindSight suite runs unsanitised in step 1.
 sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma128'
@@ -53,7 +66,7 @@ step_done() {  # step_done <step> <exit status>
   step_start=$SECONDS
 }
 
-if [[ -z ${SKIP_TESTS:-} ]]; then
+if [[ $skip_tests == 0 ]]; then
   "$test_binary" --gtest_filter='*GpuBlindSight*' >"$logs/test-gpu-blindsight.txt" 2>&1
   step_done "GPU tests *GpuBlindSight*" $?
   tail -n 5 "$logs/test-gpu-blindsight.txt"

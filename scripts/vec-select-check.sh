@@ -24,6 +24,11 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$repo/build-gpu}
+minimum=${VEC_CHECK_MIN:-0}
+if [[ $minimum != 0 && $minimum != 1 ]]; then
+  echo "vec-select-check.sh: VEC_CHECK_MIN: expected 0 or 1, got '$minimum'" >&2
+  exit 2
+fi
 out=${OUT:-$build/vec-select-logs}
 mkdir -p "$out"
 
@@ -40,7 +45,7 @@ step() {
 }
 
 # One test process (ctest starts one per test, each initialising CUDA).
-if [[ ${VEC_CHECK_MIN:-0} == 1 ]]; then
+if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
   tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*'
 else
@@ -48,7 +53,7 @@ else
 fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
-[[ ${VEC_CHECK_MIN:-0} == 1 ]] || step memcheck compute-sanitizer --tool memcheck \
+[[ $minimum == 1 ]] || step memcheck compute-sanitizer --tool memcheck \
   --error-exitcode 1 "$build/tests/gpu/test_gpu" --gtest_filter="$memcheck_tests"
 step phases "$build/bench/mmsparse_index_bench" 131072 vec,vertical-slash 4 1 1
 
