@@ -42,6 +42,13 @@ step_done() {
   step_start=$SECONDS
 }
 
+# compute-sanitizer's tool $1 over the test_gpu tests $2 (a gtest filter), logged to $logs/$3.
+sanitize() {
+  compute-sanitizer --tool "$1" --error-exitcode 1 "$build/tests/gpu/test_gpu" \
+    --gtest_filter="$2" >"$logs/$3" 2>&1 || status=1
+  tail -3 "$logs/$3"
+}
+
 quick=${QUICK:-0}
 config_tests='GpuConfigBuild\.|GpuConfigAssembly\.'
 # The tests share the GPU; their host oracles take most of their time, so they run 4 at a time.
@@ -57,9 +64,7 @@ tail -3 "$logs/ctest.txt"
 step_done "GPU tests"
 
 # The concatenation's run copy over a slot's runs and the section's slots, under memcheck.
-compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-  --gtest_filter='GpuConfigAssembly.*' >"$logs/memcheck-config.txt" 2>&1 || status=1
-tail -3 "$logs/memcheck-config.txt"
+sanitize memcheck 'GpuConfigAssembly.*' memcheck-config.txt
 step_done "memcheck of the config assembly"
 
 # The config's 7 grid heads in one section, stage by stage.
@@ -71,15 +76,11 @@ step_done "index stages"
 # variants stage by stage, per-kernel times, the spec's CLI bench.
 full_checks() {
   threshold_test='GpuIndexBuild.GridBoundaryStridedSpanThresholdMatchesTheHost'
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-    --gtest_filter="GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved:$threshold_test" \
-    >"$logs/memcheck.txt" 2>&1 || status=1
-  tail -3 "$logs/memcheck.txt"
+  item_sink_test='GpuIndexBuild.ItemSinkTwoDGridMatchesTheHostOnMixedInterleaved'
+  sanitize memcheck "$item_sink_test:$threshold_test" memcheck.txt
   step_done "memcheck"
 
-  compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
-    --gtest_filter="$threshold_test" >"$logs/racecheck.txt" 2>&1 || status=1
-  tail -3 "$logs/racecheck.txt"
+  sanitize racecheck "$threshold_test" racecheck.txt
   step_done "racecheck"
 
   for variant in "${variants[@]}"; do
