@@ -26,16 +26,20 @@ namespace mmsparse::cuda {
 // wgmma groups only in its turn and passes the turn on right after issuing, so that the tensor
 // cores run one warpgroup's products while the other computes its softmax. Both warpgroups take
 // one turn per chunk of the tile plus one for the final P·V, so the turns pair up exactly. With one
-// consumer warpgroup every call is a no-op.
+// consumer warpgroup every call is a no-op. A persistent CTA keeps the alternation across its
+// tiles: the second warpgroup's last turn of a tile hands the first its first turn of the next, so
+// only the first tile starts with the hand-over and only the last one finishes.
 template <class Traits>
 class IssueTurns {
  public:
   static constexpr bool kEnabled = Traits::kConsumerWarpgroups == 2;
   static constexpr int kThreads = 2 * kWarpgroupThreads;  // both warpgroups meet at each barrier
 
-  explicit __device__ IssueTurns(int warpgroup) : warpgroup_(warpgroup) {
+  __device__ IssueTurns(int warpgroup, bool hand_first_turn) : warpgroup_(warpgroup) {
     // The second warpgroup hands the first its first turn.
-    if (kEnabled && warpgroup_ == 1) named_barrier_arrive(barrier(0), kThreads);
+    if (kEnabled && hand_first_turn && warpgroup_ == 1) {
+      named_barrier_arrive(barrier(0), kThreads);
+    }
   }
   __device__ void wait() const {
     if (kEnabled) named_barrier_sync(barrier(warpgroup_), kThreads);
@@ -151,17 +155,22 @@ __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
 
 // One consumer warpgroup's 64 rows of the tile: their query rows, resumed state and mask bounds,
 // then every chunk through the pipeline, then the epilogue. `lattice_step`: the step of the plan's
-// lattice records (0 without any).
-// Each wgmma group is waited for on the path that issued it: the compiler serialises every wgmma
-// when a group may still run where two paths merge. With a chunk pending, ptxas schedules the wait
-// for its P·V ahead of the softmax (the softmax then starts once the P·V has completed). Keeping it
-// after needs a branch around it, and wgmma.wait_group is .aligned: only a warpgroup-wide decision
-// is legal, and its barrier cost more than the overlap gained (docs/history/perf-notes.md, v16 to
-// v19).
+// lattice records (0 without any). `state`: the stage ring's position at the tile's first chunk,
+// returned after its last (a persistent CTA carries it from tile to tile); `first_tile` /
+// `last_tile`: where the tile lies in the CTA's sequence (IssueTurns), both true for a CTA of one
+// tile. Each wgmma group is waited for on the path that issued it: the compiler serialises every
+// wgmma when a group may still run where two paths merge. With a chunk pending, ptxas schedules the
+// wait for its P·V ahead of the softmax (the softmax then starts once the P·V has completed).
+// Keeping it after needs a branch around it, and wgmma.wait_group is .aligned: only a
+// warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
+// (docs/history/perf-notes.md, v16 to v19).
 template <class Traits>
-__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                             int32_t lattice_step, const TileWork& work, int warpgroup,
-                             int thread) {
+__device__ PipelineState<Traits::kStages> consume_tile(WgmmaSharedStorage<Traits>& storage,
+                                                       const AttentionParams& params,
+                                                       int32_t lattice_step, const TileWork& work,
+                                                       int warpgroup, int thread,
+                                                       PipelineState<Traits::kStages> state,
+                                                       bool first_tile, bool last_tile) {
   using Mainloop = WgmmaMainloop<Traits>;
   using Softmax = OnlineSoftmax<Traits>;
   const int lane = thread % kWarpSize;
@@ -191,10 +200,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     release_stage(storage, pending.stage, lane);
     pending.pending = false;
   };
-  IssueTurns<Traits> turns(warpgroup);
+  IssueTurns<Traits> turns(warpgroup, first_tile);
   KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
       work.tile, work.first_range, params.plan.spans);
-  PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;
@@ -235,11 +243,12 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending.stage = stage;
   }
   drain_pending(storage, lane, turns, pending, probabilities, output);
-  turns.finish();
+  if (last_tile) turns.finish();
 
   float lse[Softmax::kRowsPerThread];
   softmax.finish(output, lse);
   WarpgroupEpilogue<Traits>::store(storage, params, work, warpgroup, thread, output, lse);
+  return state;
 }
 
 template <class Traits>
@@ -269,13 +278,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       lower_register_limit<Traits::kProducerRegisters>();
     }
-    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread);
+    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread, {});
   } else {
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();
     }
     consume_tile<Traits>(storage, params.attention, params.lattice_step, work, warpgroup - 1,
-                         thread);
+                         thread, {}, true, true);
   }
 }
 
