@@ -33,6 +33,20 @@ __device__ __forceinline__ int64_t snake_item(int32_t round, int32_t cta, int32_
   return static_cast<int64_t>(round) * ctas + column;
 }
 
+// A copy of `value` that the compiler cannot see through (a volatile move). A consumer's per-thread
+// offsets (its query vectors' and output vectors' places in the swizzle) derive from its thread
+// index; from a plain index the compiler hoists them out of the tile loop, where they do not fit
+// the consumers' registers beside the tile's and spill (a stack frame of 192-232 bytes, reloaded
+// per tile through an L1 that shared memory leaves small). Derived from this copy, they are
+// recomputed per tile from the index, as the one-tile kernel computes them; 40-56 bytes remain
+// (eight values the query load keeps for the epilogue: 8 stores and 8 loads a thread per tile,
+// none in the chunk loop).
+__device__ __forceinline__ int opaque_copy(int value) {
+  int copy;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(copy) : "r"(value));
+  return copy;
+}
+
 // The work of launch-order item `item` of `num_tiles` tiles per batch block (grid.x fastest, as
 // the one-tile kernel's grid is dispatched).
 __device__ __forceinline__ TileWork persistent_tile_work(const AttentionParams& params,
@@ -91,7 +105,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const TileWork work =
           persistent_tile_work(params.attention, num_tiles, snake_item(round, cta, ctas));
       state = consume_tile<Traits>(storage, params.attention, params.lattice_step, work, consumer,
-                                   thread, state, round == 0,
+                                   opaque_copy(thread), state, round == 0,
                                    snake_item(round + 1, cta, ctas) >= items);
     }
   }
