@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "cuda/attention/launch.h"
 #include "cuda/attention/params.cuh"
@@ -33,6 +35,7 @@ constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
 // swizzle span wide.
 constexpr int64_t kWarpgroupTileRows = 64;
 constexpr int64_t kSwizzleSpanBytes = 128;
+constexpr const char* kScheduleVariable = "MMSPARSE_CTA_SCHEDULE";  // CtaSchedule's override
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
 // -------------------------------------------
@@ -249,16 +252,25 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles at head_dim 128; two at head_dim 256,
-// whatever the tiles (kWgmmaWideHeadDim: only two are compiled).
+// whatever the tiles (kWgmmaWideHeadDim: only two are compiled). `persistent_ctas` > 0: the
+// persistent kernel with that many CTAs (persistent_ctas() says where it is compiled).
 template <class Element, int kHeadDim, ChunkSources kSources,
           MaskTerms kMaskTerms = MaskTerms::kPositional>
 void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan& plan,
-                           int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
+                           int32_t num_tiles, int32_t batch_blocks, int32_t persistent_ctas,
+                           cudaStream_t stream) {
   if constexpr (kHeadDim == kWgmmaHeadDim) {
     if (plan.shape().tile_rows <= kWarpgroupTileRows) {
       launch_wgmma_attention<Element, kHeadDim, 1, kSources, kMaskTerms>(params, num_tiles,
                                                                          batch_blocks, stream);
       return;
+    }
+    if constexpr (kSources == ChunkSources::kGathers) {
+      if (persistent_ctas > 0) {
+        launch_wgmma_persistent_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(
+            params, num_tiles, batch_blocks, persistent_ctas, stream);
+        return;
+      }
     }
   }
   launch_wgmma_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(params, num_tiles,
@@ -269,38 +281,91 @@ void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan&
 // plans with token masks have no lattice records: wgmma_serves).
 template <class Element, int kHeadDim>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
-                  int32_t batch_blocks, cudaStream_t stream) {
+                  int32_t batch_blocks, int32_t persistent_ctas, cudaStream_t stream) {
   const DevicePlanLayout& layout = plan.layout();
+  const auto launch = [&]<ChunkSources kSources, MaskTerms kMaskTerms = MaskTerms::kPositional>() {
+    launch_wgmma_for_rows<Element, kHeadDim, kSources, kMaskTerms>(
+        params, plan, num_tiles, batch_blocks, persistent_ctas, stream);
+  };
   if (layout.has_token_info && layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers, MaskTerms::kTokens>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kGathers, MaskTerms::kTokens>();
   } else if (layout.has_token_info) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans, MaskTerms::kTokens>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kSpans, MaskTerms::kTokens>();
   } else if (layout.lattice_step > 0 && layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLatticesAndGathers>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kLatticesAndGathers>();
   } else if (layout.lattice_step > 0) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLattices>(params, plan, num_tiles,
-                                                                      batch_blocks, stream);
+    launch.template operator()<ChunkSources::kLattices>();
   } else if (layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers>(params, plan, num_tiles,
-                                                                     batch_blocks, stream);
+    launch.template operator()<ChunkSources::kGathers>();
   } else {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans>(params, plan, num_tiles,
-                                                                   batch_blocks, stream);
+    launch.template operator()<ChunkSources::kSpans>();
   }
 }
 
 template <class Element>
 void launch_wgmma_for_head_dim(const WgmmaAttentionParams& params, const DevicePlan& plan,
                                const AttentionArgs& args, int32_t num_tiles, int32_t batch_blocks,
-                               cudaStream_t stream) {
+                               int32_t persistent_ctas, cudaStream_t stream) {
   if (args.head_dim == kWgmmaWideHeadDim) {
-    launch_wgmma<Element, kWgmmaWideHeadDim>(params, plan, num_tiles, batch_blocks, stream);
+    launch_wgmma<Element, kWgmmaWideHeadDim>(params, plan, num_tiles, batch_blocks, 0, stream);
   } else {
-    launch_wgmma<Element, kWgmmaHeadDim>(params, plan, num_tiles, batch_blocks, stream);
+    launch_wgmma<Element, kWgmmaHeadDim>(params, plan, num_tiles, batch_blocks, persistent_ctas,
+                                         stream);
   }
+}
+
+// Whether the persistent wgmma kernel is compiled for the plan (CtaSchedule).
+bool persistent_compiled(const DevicePlan& plan, const AttentionArgs& args) {
+  return args.head_dim == kWgmmaHeadDim && plan.shape().tile_rows > kWarpgroupTileRows &&
+         plan.layout().gathers && plan.layout().lattice_step == 0;
+}
+
+// args.schedule, where it is kAuto through the environment's override.
+CtaSchedule requested_schedule(const AttentionArgs& args) {
+  if (args.schedule != CtaSchedule::kAuto) return args.schedule;
+  const char* value = std::getenv(kScheduleVariable);
+  if (value == nullptr || std::string_view(value).empty() || std::string_view(value) == "auto") {
+    return CtaSchedule::kAuto;
+  }
+  if (std::string_view(value) == "tile") return CtaSchedule::kOneTilePerCta;
+  if (std::string_view(value) == "persistent") return CtaSchedule::kPersistent;
+  throw_invalid_argument(kScheduleVariable, "tile, persistent or auto", value);
+}
+
+int64_t multiprocessors() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
+  int count = 0;
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "attention: cudaDeviceGetAttribute(multiprocessors)");
+  return count;
+}
+
+// The CTAs of the persistent wgmma kernel for a call of `items` (tile, batch element) items, or 0
+// for one CTA per tile (CtaSchedule); throws kUnsupported where persistent CTAs are requested and
+// not compiled for the call.
+int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool use_wgmma,
+                        int64_t items) {
+  const CtaSchedule schedule = requested_schedule(args);
+  if (schedule == CtaSchedule::kOneTilePerCta) return 0;
+  const bool compiled = use_wgmma && persistent_compiled(plan, args);
+  if (schedule == CtaSchedule::kPersistent && !compiled) {
+    throw Error(ErrorCode::kUnsupported,
+                "schedule: persistent CTAs are compiled for the wgmma kernel at head_dim " +
+                    to_text(kWgmmaHeadDim) +
+                    " on plans with gathered keys, without lattice records and with tiles of "
+                    "more than " +
+                    to_text(kWarpgroupTileRows) + " rows; got " +
+                    (use_wgmma ? "the wgmma" : "the mma.sync") + " kernel, head_dim " +
+                    to_text(args.head_dim) + ", gathered keys " +
+                    (plan.layout().gathers ? "yes" : "no") + ", lattice records " +
+                    (plan.layout().lattice_step > 0 ? "yes" : "no") + ", tile_rows " +
+                    to_text(plan.shape().tile_rows));
+  }
+  if (!compiled || items == 0) return 0;
+  const int64_t sms = multiprocessors();
+  if (schedule == CtaSchedule::kAuto && items < kMinPersistentWaves * sms) return 0;
+  return static_cast<int32_t>(std::min(items, sms));
 }
 
 template <class Element>
@@ -378,6 +443,8 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
                     ", lattice records " + (plan.layout().lattice_step > 0 ? "yes" : "no") +
                     ", tile_rows " + to_text(plan.shape().tile_rows));
   }
+  const auto batch_blocks = static_cast<int32_t>(plan.shape().batch == 1 ? args.batch : 1);
+  const int32_t ctas = persistent_ctas(plan, args, use_wgmma, plan.num_tiles() * batch_blocks);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   // Rows outside every tile keep the values of the CPU reference, O = 0 and LSE = -inf, or what
   // they hold when the call accumulates.
@@ -386,14 +453,14 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
 
   const AttentionParams params = make_params(plan, args);
   const auto num_tiles = static_cast<int32_t>(plan.num_tiles());
-  const auto batch_blocks = static_cast<int32_t>(plan.shape().batch == 1 ? args.batch : 1);
   if (use_wgmma) {
     wgmma_params.attention = params;
     if (args.dtype == DType::kBFloat16) {
       launch_wgmma_for_head_dim<__nv_bfloat16>(wgmma_params, plan, args, num_tiles, batch_blocks,
-                                               stream);
+                                               ctas, stream);
     } else {
-      launch_wgmma_for_head_dim<__half>(wgmma_params, plan, args, num_tiles, batch_blocks, stream);
+      launch_wgmma_for_head_dim<__half>(wgmma_params, plan, args, num_tiles, batch_blocks, ctas,
+                                        stream);
     }
     return;
   }

@@ -37,6 +37,21 @@ bool supports_attention(DType dtype, int64_t head_dim);
 // the others force one kernel and throw kUnsupported where it cannot serve the call.
 enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 
+// How the wgmma kernel's tiles become CTAs. kOneTilePerCta: one CTA per (tile, batch element),
+// which the hardware hands to the SMs in the plan's heaviest-first launch order. kPersistent: at
+// most one CTA per SM, each running a static sequence of that order's items (cuda/attention/sm90/
+// persistent.cuh), so that a CTA's launch, set-up and K/V pipeline fill are paid once rather than
+// per tile, which pays where tiles read few key chunks (BlindSight's sparse templates at 36K
+// tokens: docs/blindsight.md). It is compiled for plans with gathered keys
+// (DevicePlanLayout::gathers) without lattice records, at head_dim 128 with tiles of more than 64
+// rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: persistent where it
+// is compiled and the grid fills the SMs at least kMinPersistentWaves times (a static sequence
+// evens out over many items), one tile per CTA elsewhere (dense and every plan without gathered
+// keys); the environment variable MMSPARSE_CTA_SCHEDULE=tile or =persistent overrides kAuto, for
+// A/B measurements in one build.
+enum class CtaSchedule { kAuto, kOneTilePerCta, kPersistent };
+inline constexpr int64_t kMinPersistentWaves = 8;
+
 using Strides4 = std::array<int64_t, 4>;  // in elements, like DLPack
 using Strides3 = std::array<int64_t, 3>;
 
@@ -67,6 +82,7 @@ struct AttentionArgs {
 
   void* stream = nullptr;  // cudaStream_t
   AttentionKernel kernel = AttentionKernel::kAuto;
+  CtaSchedule schedule = CtaSchedule::kAuto;  // of the wgmma kernel
   // out and lse already hold a result over keys disjoint from the plan's (an earlier pass): every
   // row the plan's tiles hold is merged with it, as merge_partials would, and rows outside them
   // keep it.
@@ -172,7 +188,7 @@ class DevicePlan {
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
-  void* stream() const { return stream_; }       // cudaStream_t the buffer is ordered on
+  void* stream() const { return stream_; }      // cudaStream_t the buffer is ordered on
   const DevicePlanLayout& layout() const { return layout_; }
 
   // For device builders (the methods' *_device.cu, the per-head config assembly): a buffer of
