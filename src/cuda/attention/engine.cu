@@ -320,16 +320,15 @@ bool persistent_compiled(const DevicePlan& plan, const AttentionArgs& args) {
          plan.layout().gathers && plan.layout().lattice_step == 0;
 }
 
-// args.schedule, where it is kAuto through the environment's override.
-CtaSchedule requested_schedule(const AttentionArgs& args) {
-  if (args.schedule != CtaSchedule::kAuto) return args.schedule;
+// kAuto's override from the environment (CtaSchedule): kOneTilePerCta for "tile", kPersistent
+// for "persistent" (wherever compiled, whatever the waves), kAuto when unset, empty or "auto".
+CtaSchedule environment_schedule() {
   const char* value = std::getenv(kScheduleVariable);
-  if (value == nullptr || std::string_view(value).empty() || std::string_view(value) == "auto") {
-    return CtaSchedule::kAuto;
-  }
-  if (std::string_view(value) == "tile") return CtaSchedule::kOneTilePerCta;
-  if (std::string_view(value) == "persistent") return CtaSchedule::kPersistent;
-  throw_invalid_argument(kScheduleVariable, "tile, persistent or auto", value);
+  const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
+  if (text.empty() || text == "auto") return CtaSchedule::kAuto;
+  if (text == "tile") return CtaSchedule::kOneTilePerCta;
+  if (text == "persistent") return CtaSchedule::kPersistent;
+  throw_invalid_argument(kScheduleVariable, "tile, persistent or auto", std::string(text));
 }
 
 int64_t multiprocessors() {
@@ -346,8 +345,10 @@ int64_t multiprocessors() {
 // not compiled for the call.
 int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool use_wgmma,
                         int64_t items) {
-  const CtaSchedule schedule = requested_schedule(args);
-  if (schedule == CtaSchedule::kOneTilePerCta) return 0;
+  const CtaSchedule schedule = args.schedule;
+  const CtaSchedule override =
+      schedule == CtaSchedule::kAuto ? environment_schedule() : CtaSchedule::kAuto;
+  if (schedule == CtaSchedule::kOneTilePerCta || override == CtaSchedule::kOneTilePerCta) return 0;
   const bool compiled = use_wgmma && persistent_compiled(plan, args);
   if (schedule == CtaSchedule::kPersistent && !compiled) {
     throw Error(ErrorCode::kUnsupported,
@@ -364,7 +365,8 @@ int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool 
   }
   if (!compiled || items == 0) return 0;
   const int64_t sms = multiprocessors();
-  if (schedule == CtaSchedule::kAuto && items < kMinPersistentWaves * sms) return 0;
+  const bool automatic = schedule == CtaSchedule::kAuto && override == CtaSchedule::kAuto;
+  if (automatic && items < kMinPersistentWaves * sms) return 0;
   return static_cast<int32_t>(std::min(items, sms));
 }
 

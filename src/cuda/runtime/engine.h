@@ -47,8 +47,9 @@ enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 // rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: persistent where it
 // is compiled and the grid fills the SMs at least kMinPersistentWaves times (a static sequence
 // evens out over many items), one tile per CTA elsewhere (dense and every plan without gathered
-// keys); the environment variable MMSPARSE_CTA_SCHEDULE=tile or =persistent overrides kAuto, for
-// A/B measurements in one build.
+// keys). For A/B measurements in one build, the environment variable MMSPARSE_CTA_SCHEDULE
+// overrides kAuto: "tile" runs one tile per CTA everywhere, "persistent" persistent CTAs wherever
+// they are compiled, whatever the waves.
 enum class CtaSchedule { kAuto, kOneTilePerCta, kPersistent };
 inline constexpr int64_t kMinPersistentWaves = 8;
 
