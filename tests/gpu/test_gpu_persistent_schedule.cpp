@@ -1,0 +1,245 @@
+// The wgmma kernel with persistent CTAs (cuda::CtaSchedule::kPersistent, cuda/attention/sm90/
+// persistent.cuh) against the fp64 oracle and the CPU reference, and bit for bit against the
+// kernel of one CTA per tile, which computes every tile the same way: BlindSight's templates on
+// random multi-image layouts (odd image sizes, a hundred tiny images, one image, text and image
+// tiles mixed; Qwen and Gemma 3 sinks, causal and bidirectional), random plans with permuted
+// query orders, uncovered rows, gathered columns, strided spans and every mask, GQA ratios,
+// q_len < kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of CTAs to
+// many rounds (the snake order's reversed rounds). Then the refusals.
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention_harness.h"
+#include "common/blindsight_cases.h"
+#include "common/random.h"
+#include "cuda/runtime/engine.h"
+#include "mmsparse/layout.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "plan_generators.h"
+#include "tensor_bits.h"
+
+namespace mmsparse::test {
+namespace {
+
+constexpr std::array<int64_t, 4> kGroups = {1, 2, 4, 7};  // GQA ratios
+constexpr int64_t kMaxSide = 12;                          // image sides (tokens)
+constexpr int64_t kTinySide = 3;
+constexpr int64_t kMaxImages = 8;
+constexpr int64_t kHundredImages = 100;
+constexpr int64_t kMaxText = 30;
+constexpr int64_t kMaxQueryShortfall = 90;
+// More (tile, batch element) items than an H100's 132 SMs take in two rounds, so that some CTAs
+// run a reversed round of the snake order and CTAs run different numbers of tiles.
+constexpr int64_t kManyRoundsKvHeads = 4;
+constexpr int64_t kManyRoundsGroup = 7;
+constexpr int64_t kManyRoundsBatch = 3;
+constexpr int64_t kManyRoundsImages = 10;
+
+constexpr auto kPersistent = cuda::CtaSchedule::kPersistent;
+constexpr auto kOneTilePerCta = cuda::CtaSchedule::kOneTilePerCta;
+
+// The persistent kernel's plans: head_dim 128, tiles of two consumer warpgroups.
+KernelConfig persistent_config(DType dtype) {
+  return {dtype, cuda::kWgmmaHeadDim, cuda::AttentionKernel::kWgmma, cuda::kMaxTileRows};
+}
+
+ProblemSize case_problem(Random& random, DType dtype, int64_t group, int64_t kv_len,
+                         int64_t batch = 1) {
+  ProblemSize size = random_problem(random, persistent_config(dtype), batch, group);
+  size.kv_len = kv_len;
+  size.q_len = random.bernoulli(0.5)
+                   ? kv_len
+                   : std::max<int64_t>(1, kv_len - random.uniform_int(1, kMaxQueryShortfall));
+  return size;
+}
+
+PlanShape plan_shape(const ProblemSize& size) {
+  return {.heads = size.q_heads(),
+          .q_len = size.q_len,
+          .kv_len = size.kv_len,
+          .tile_rows = size.tile_rows};
+}
+
+// One BlindSight template per query head, in turn from a random first.
+Plan blindsight_plan(Random& random, const BlindSightLayoutCase& test_case,
+                     const PlanShape& shape) {
+  std::vector<PatternSpec> specs;
+  const int64_t first = random.uniform_int(0, 3);
+  for (int64_t head = 0; head < shape.heads; ++head) {
+    specs.push_back(blindsight_spec(
+        random, test_case, kBlindSightTemplates[(first + head) % kBlindSightTemplates.size()]));
+  }
+  return build_plan(specs, shape, &test_case.layout);
+}
+
+// The persistent kernel's result and the one-tile kernel's, which must be equal bit for bit.
+AttentionResult run_both_schedules(const std::vector<cuda::DevicePlan>& passes,
+                                   const AttentionInputs& inputs, ProblemSize size,
+                                   OperandLayout out_layout) {
+  EXPECT_TRUE(runs_on_wgmma(passes, size)) << "the persistent kernel is a wgmma kernel";
+  size.schedule = kPersistent;
+  AttentionResult persistent = run_gpu(passes, inputs, size, out_layout);
+  size.schedule = kOneTilePerCta;
+  const AttentionResult one_tile = run_gpu(passes, inputs, size, out_layout);
+  EXPECT_EQ(differing_elements(persistent.out.view, one_tile.out.view), 0) << "O";
+  EXPECT_EQ(differing_elements(persistent.lse.view(), one_tile.lse.view()), 0) << "LSE";
+  return persistent;
+}
+
+void expect_persistent_matches(Random& random, const Plan& plan, const ProblemSize& size,
+                               bool with_oracle = true) {
+  SCOPED_TRACE(describe(size) + " plan " + plan.summary());
+  const AttentionInputs inputs = random_inputs(random, size);
+  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+  const AttentionResult persistent =
+      run_both_schedules(passes, inputs, size, random_layout(random));
+  if (with_oracle) expect_matches_oracle(plan, inputs, size, persistent);
+}
+
+// An environment variable set for a scope, unset after it (the tests run in one process).
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    EXPECT_EQ(setenv(name, value, 1), 0);
+  }
+  ~ScopedVariable() { unsetenv(name_); }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+};
+
+class GpuPersistentSchedule : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuPersistentSchedule, BlindSightTemplates) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : kGroups) {
+    const BlindSightLayoutCase test_case =
+        random_blindsight_case(random, random.uniform_int(1, kMaxImages), kMaxSide, kMaxText);
+    SCOPED_TRACE("layout " + test_case.layout.to_json());
+    const ProblemSize size = case_problem(random, GetParam(), group, test_case.layout.length());
+    expect_persistent_matches(random, blindsight_plan(random, test_case, plan_shape(size)), size);
+  }
+}
+
+// Many tiles of few keys each (the case the persistent kernel is for) and many gathered sinks.
+TEST_P(GpuPersistentSchedule, AHundredTinyImages) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const BlindSightLayoutCase test_case =
+      random_blindsight_case(random, kHundredImages, kTinySide, kMaxText);
+  SCOPED_TRACE("layout " + test_case.layout.to_json());
+  const ProblemSize size = case_problem(random, GetParam(), 2, test_case.layout.length());
+  expect_persistent_matches(random, blindsight_plan(random, test_case, plan_shape(size)), size);
+}
+
+TEST_P(GpuPersistentSchedule, OneImage) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : {1, 4}) {
+    const BlindSightLayoutCase test_case = random_blindsight_case(random, 1, kMaxSide, kMaxText);
+    SCOPED_TRACE("layout " + test_case.layout.to_json());
+    const ProblemSize size = case_problem(random, GetParam(), group, test_case.layout.length());
+    expect_persistent_matches(random, blindsight_plan(random, test_case, plan_shape(size)), size);
+  }
+}
+
+// Random plans: permuted query orders, rows in no tile, spans of any alignment, strided spans and
+// columns, positional masks and masks that read tokens (the token instantiation).
+TEST_P(GpuPersistentSchedule, RandomPlans) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const MaskMix masks : {MaskMix::kPositional, MaskMix::kMixed}) {
+    for (const int64_t group : {1, 3}) {
+      const ProblemSize size = random_problem(random, persistent_config(GetParam()), 2, group);
+      const ModalityLayout layout = mixed_layout(random, size.kv_len);
+      RandomPlanOptions options;
+      options.leave_gaps = random.bernoulli(0.5);
+      options.masks = masks;
+      options.max_columns = 200;
+      const Plan plan = random_plan(random, plan_shape(size), options, &layout);
+      if (cuda::DevicePlan(plan, nullptr).layout().gathers) {
+        expect_persistent_matches(random, plan, size);
+      }
+    }
+  }
+}
+
+// Several rounds of CTAs over a broadcast batch and 28 heads: bit for bit the one-tile kernel's
+// result (which the other suites hold to the oracle; a dense fp64 oracle of this size is slow).
+TEST_P(GpuPersistentSchedule, ManyRounds) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const BlindSightLayoutCase test_case =
+      random_blindsight_case(random, kManyRoundsImages, kMaxSide, kMaxText);
+  SCOPED_TRACE("layout " + test_case.layout.to_json());
+  ProblemSize size = case_problem(random, GetParam(), kManyRoundsGroup, test_case.layout.length(),
+                                  kManyRoundsBatch);
+  size.kv_heads = kManyRoundsKvHeads;
+  expect_persistent_matches(random, blindsight_plan(random, test_case, plan_shape(size)), size,
+                            /*with_oracle=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuPersistentSchedule,
+                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
+
+// kPersistent where it is not compiled: a plan without gathered keys (dense), tiles of one
+// consumer warpgroup, head_dim 256; and a bad override in the environment.
+TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {
+  Random random;
+  const auto expect_refused = [&](const Plan& plan, ProblemSize size, ErrorCode code,
+                                  const std::string& named) {
+    size.schedule = kPersistent;
+    const AttentionInputs inputs = random_inputs(random, size);
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+    try {
+      run_gpu(passes, inputs, size, OperandLayout::kContiguous);
+      ADD_FAILURE() << "expected a refusal naming " << named;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), code) << error.what();
+      EXPECT_NE(std::string(error.what()).find(named), std::string::npos) << error.what();
+    }
+  };
+  const ProblemSize size = random_problem(random, persistent_config(DType::kBFloat16), 1, 2);
+  expect_refused(dense_plan(plan_shape(size), true), size, ErrorCode::kUnsupported,
+                 "schedule: persistent CTAs");
+
+  const BlindSightLayoutCase test_case = random_blindsight_case(random, 3, kMaxSide, kMaxText);
+  ProblemSize narrow = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());
+  narrow.tile_rows = cuda::kMmaSyncTileRows;
+  expect_refused(blindsight_plan(random, test_case, plan_shape(narrow)), narrow,
+                 ErrorCode::kUnsupported, "tile_rows 64");
+  ProblemSize wide = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());
+  wide.head_dim = cuda::kWgmmaWideHeadDim;
+  expect_refused(blindsight_plan(random, test_case, plan_shape(wide)), wide,
+                 ErrorCode::kUnsupported, "head_dim 256");
+
+  const ScopedVariable variable("MMSPARSE_CTA_SCHEDULE", "sometimes");
+  ProblemSize automatic = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());
+  const Plan plan = blindsight_plan(random, test_case, plan_shape(automatic));
+  const AttentionInputs inputs = random_inputs(random, automatic);
+  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+  try {
+    run_gpu(passes, inputs, automatic, OperandLayout::kContiguous);
+    ADD_FAILURE() << "expected MMSPARSE_CTA_SCHEDULE=sometimes to be refused";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("MMSPARSE_CTA_SCHEDULE"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mmsparse::test
