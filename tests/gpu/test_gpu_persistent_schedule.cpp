@@ -19,6 +19,7 @@
 #include "attention_harness.h"
 #include "common/blindsight_cases.h"
 #include "common/random.h"
+#include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -160,6 +161,7 @@ TEST_P(GpuPersistentSchedule, OneImage) {
 TEST_P(GpuPersistentSchedule, RandomPlans) {
   Random random;
   SCOPED_TRACE(random.trace());
+  int64_t gathering_plans = 0;
   for (const MaskMix masks : {MaskMix::kPositional, MaskMix::kMixed}) {
     for (const int64_t group : {1, 3}) {
       const ProblemSize size = random_problem(random, persistent_config(GetParam()), 2, group);
@@ -171,9 +173,11 @@ TEST_P(GpuPersistentSchedule, RandomPlans) {
       const Plan plan = random_plan(random, plan_shape(size), options, &layout);
       if (cuda::DevicePlan(plan, nullptr).layout().gathers) {
         expect_persistent_matches(random, plan, size);
+        ++gathering_plans;
       }
     }
   }
+  EXPECT_GT(gathering_plans, 0) << "no random plan gathered keys: the persistent kernel never ran";
 }
 
 // Several rounds of CTAs over a broadcast batch and 28 heads: bit for bit the one-tile kernel's
@@ -187,8 +191,12 @@ TEST_P(GpuPersistentSchedule, ManyRounds) {
   ProblemSize size = case_problem(random, GetParam(), kManyRoundsGroup, test_case.layout.length(),
                                   kManyRoundsBatch);
   size.kv_heads = kManyRoundsKvHeads;
-  expect_persistent_matches(random, blindsight_plan(random, test_case, plan_shape(size)), size,
-                            /*with_oracle=*/false);
+  const Plan plan = blindsight_plan(random, test_case, plan_shape(size));
+  const std::vector<GpuInfo> gpus = cuda::list_gpus();
+  ASSERT_FALSE(gpus.empty());
+  EXPECT_GT(plan.num_tiles() * size.batch, 2 * gpus.front().multiprocessors)
+      << "fewer than three rounds of CTAs";
+  expect_persistent_matches(random, plan, size, /*with_oracle=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuPersistentSchedule,
