@@ -2,9 +2,9 @@
 // The wgmma attention kernel with persistent CTAs: one CTA per SM (at most), each running a static
 // sequence of the launch order's (tile, batch element) items with the producer and consumer
 // warpgroups of the one-tile kernel (cuda/attention/sm90/kernel.cuh). Where tiles read few key
-// chunks (BlindSight's image tiles at 36K tokens read 20-35), a CTA's fixed cost (launch, barrier
-// set-up, the K/V pipeline's fill) is a large share of its work; here the CTA pays launch and
-// set-up once, and the producer fills the stages with the next tile's first chunks while the
+// chunks (BlindSight's image tiles at 36K tokens: 17-32, median), a CTA's fixed cost (launch,
+// barrier set-up, the K/V pipeline's fill) is a large share of its work; here the CTA pays launch
+// and set-up once, and the producer fills the stages with the next tile's first chunks while the
 // consumers finish the current one (drain, epilogue, the next tile's query load), since the stage
 // ring and its barrier phases run on from tile to tile. The consumers' ping-pong carries on across
 // tiles too (IssueTurns).
@@ -39,7 +39,7 @@ __device__ __forceinline__ int64_t snake_item(int32_t round, int32_t cta, int32_
 // the consumers' registers beside the tile's and spill (a stack frame of 192-232 bytes, reloaded
 // per tile through an L1 that shared memory leaves small). Derived from this copy, they are
 // recomputed per tile from the index, as the one-tile kernel computes them; 40-56 bytes remain
-// (eight values the query load keeps for the epilogue: 8 stores and 8 loads a thread per tile,
+// (eight values held from a tile's start to its epilogue: 8 stores and 8 loads a thread per tile,
 // none in the chunk loop).
 __device__ __forceinline__ int opaque_copy(int value) {
   int copy;
