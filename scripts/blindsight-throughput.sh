@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # BlindSight's throughput on computed pairs against dense (docs/blindsight.md, "Where the 36K time
-# goes"), SYNTHETIC inputs throughout, on one GPU in about 4 minutes:
-#   1. the BlindSight GPU tests (every template, the device builder, configs) against the oracle;
-#   2. compute-sanitizer (memcheck, racecheck, synccheck) on the template and builder tests;
+# goes"), under both CTA schedules of the wgmma kernel (MMSPARSE_CTA_SCHEDULE: one CTA per tile,
+# and persistent CTAs on a dynamic tile queue), SYNTHETIC inputs throughout, on one GPU in about 5
+# minutes:
+#   1. the BlindSight GPU tests (every template, the device builder, configs) and the persistent
+#      kernel's tests (bit for bit against one CTA per tile, the oracle, the refusals);
+#   2. compute-sanitizer (memcheck, racecheck, synccheck) on the template and builder tests and on
+#      the persistent kernel's random plans, tiny images and repeated launches;
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
-#   4. the engine bench: dense at 32K and 128K (the reference rates) and the short-tile cases,
-#      128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, from which
-#      step 6 fits the fixed cost per CTA and the extra cost of a gathered chunk;
-#   5. one `mmsparse bench` per length (default 36864 131072) on the multi-image preset: dense and
-#      the sink, intra and intra+sink templates (bench --json: throughput_vs_dense);
-#   6. a summary: the templates' throughput on computed pairs as a share of dense's, the fit, and
-#      the plan model's prediction with the fitted fixed cost.
+#   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; dense always runs
+#      one CTA per tile) and the short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks
+#      as spans (one CTA per tile under both: persistent CTAs are compiled for gathered keys) and
+#      as gathered columns, from which step 6 fits the fixed cost per CTA (per tile, persistent)
+#      and the extra cost of a gathered chunk;
+#   5. one `mmsparse bench` per length (default 36864 131072) and schedule on the multi-image
+#      preset: dense and the sink, intra and intra+sink templates (bench --json:
+#      throughput_vs_dense);
+#   6. a summary: the templates' throughput on computed pairs as a share of dense's per schedule,
+#      the A/B, the fits, and the plan model's prediction with the fitted fixed cost.
 # Logs go to $OUT (else <build>/blindsight-throughput-logs); steps.txt has each step's time.
 #
 #   scripts/blindsight-throughput.sh [build-dir] [seq-len ...]
 #   SANITIZER_TOOLS="memcheck" scripts/blindsight-throughput.sh ...   (fewer sanitizer tools)
+#   SCHEDULES="tile" scripts/blindsight-throughput.sh ...             (one schedule)
 #   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-6)
 set -uo pipefail
 
@@ -31,11 +39,21 @@ test_binary=$build/tests/gpu/test_gpu
 engine_bench=$build/bench/mmsparse_engine_bench
 plan_model=$build/tools/plan_model/mmsparse-plan-model
 read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
+read -r -a schedules <<<"${SCHEDULES:-tile persistent}"
+for schedule in "${schedules[@]}"; do
+  if [[ $schedule != tile && $schedule != persistent ]]; then
+    echo "blindsight-throughput.sh: SCHEDULES holds '$schedule'; expected tile and/or persistent" >&2
+    exit 2
+  fi
+done
 # One template test per kernel the templates run on at head_dim 128, and the device builder's
 # records; the full BlindSight suite runs unsanitised in step 1.
 sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma128'
 sanitizer_filter+=':Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d64'
 sanitizer_filter+=':GpuBlindSightBuilder.RecordsEqualTheUpload'
+sanitizer_filter+=':Dtypes/GpuPersistentSchedule.RandomPlans/bfloat16'
+sanitizer_filter+=':Dtypes/GpuPersistentSchedule.AHundredTinyImages/float16'
+sanitizer_filter+=':Dtypes/GpuPersistentSchedule.RepeatedLaunchesOnOneStream/bfloat16'
 short_cases=()
 for form in spans columns; do
   for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
@@ -51,8 +69,9 @@ step_done() {  # step_done <step> <exit status>
 }
 
 if [[ -z ${SKIP_TESTS:-} ]]; then
-  "$test_binary" --gtest_filter='*GpuBlindSight*' >"$logs/test-gpu-blindsight.txt" 2>&1
-  step_done "GPU tests *GpuBlindSight*" $?
+  "$test_binary" --gtest_filter='*GpuBlindSight*:*GpuPersistentSchedule*' \
+    >"$logs/test-gpu-blindsight.txt" 2>&1
+  step_done "GPU tests *GpuBlindSight*, *GpuPersistentSchedule*" $?
   tail -n 5 "$logs/test-gpu-blindsight.txt"
   for tool in "${sanitizer_tools[@]}"; do
     compute-sanitizer --tool "$tool" --error-exitcode 1 "$test_binary" \
@@ -65,19 +84,25 @@ fi
 "$plan_model" --seq-len "$csv_lengths" >"$logs/plan-model.txt" 2>&1
 step_done "plan model" $?
 
-"$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 | tee "$logs/engine-bench.txt"
-step_done "engine bench" "${PIPESTATUS[0]}"
+for schedule in "${schedules[@]}"; do
+  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 |
+    tee "$logs/engine-bench-$schedule.txt"
+  step_done "engine bench, schedule $schedule" "${PIPESTATUS[0]}"
+done
 
 for n in "${lengths[@]}"; do
-  "$cli" bench --device cuda --preset multi-image --seq-len "$n" --heads 28 --kv-heads 4 \
-    --head-dim 128 --pattern blindsight-sink --pattern blindsight-intra \
-    --pattern blindsight-intra-sink --warmup 2 --repeats 5 --oracle-rows 8 --oracle-tiles 8 \
-    --json "$logs/bench-$n.json" >"$logs/bench-$n.txt" 2>&1
-  step_done "bench at $n tokens" $?
+  for schedule in "${schedules[@]}"; do
+    MMSPARSE_CTA_SCHEDULE=$schedule "$cli" bench --device cuda --preset multi-image \
+      --seq-len "$n" --heads 28 --kv-heads 4 --head-dim 128 --pattern blindsight-sink \
+      --pattern blindsight-intra --pattern blindsight-intra-sink --warmup 2 --repeats 5 \
+      --oracle-rows 8 --oracle-tiles 8 --json "$logs/bench-$n-$schedule.json" \
+      >"$logs/bench-$n-$schedule.txt" 2>&1
+    step_done "bench at $n tokens, schedule $schedule" $?
+  done
 done
 
 python3 "$repo/scripts/blindsight_throughput_summary.py" "$logs" "${lengths[@]}" \
-  >"$logs/summary.txt" 2>&1
+  --schedules "${schedules[@]}" >"$logs/summary.txt" 2>&1
 step_done "summary" $?
 cat "$logs/summary.txt"
 

@@ -1,12 +1,14 @@
-// The wgmma kernel with persistent CTAs (cuda::CtaSchedule::kPersistent, cuda/attention/sm90/
-// persistent.cuh) against the fp64 oracle and the CPU reference, and bit for bit against the
-// kernel of one CTA per tile, which computes every tile the same way: BlindSight's templates on
-// random multi-image layouts (odd image sizes, a hundred tiny images, one image, text and image
-// tiles mixed; Qwen and Gemma 3 sinks, causal and bidirectional), random plans with permuted
-// query orders, uncovered rows, gathered columns, strided spans and every mask, GQA ratios,
-// q_len < kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of CTAs to
-// many rounds (the snake order's reversed rounds). Then the refusals.
+// The wgmma kernel with persistent CTAs on a dynamic tile queue (cuda::CtaSchedule::kPersistent,
+// cuda/attention/sm90/persistent.cuh) against the fp64 oracle and the CPU reference, and bit for
+// bit against the kernel of one CTA per tile, which computes every tile the same way: BlindSight's
+// templates on random multi-image layouts (odd image sizes, a hundred tiny images, one image, text
+// and image tiles mixed; Qwen and Gemma 3 sinks, causal and bidirectional), random plans with
+// permuted query orders, uncovered rows, gathered columns, strided spans and every mask, GQA
+// ratios, q_len < kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of
+// CTAs to many rounds. Repeated launches on one stream (the queue's counter is reset by each
+// launch's last claim), one counter per stream. Then the refusals.
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "attention_harness.h"
 #include "common/blindsight_cases.h"
 #include "common/random.h"
+#include "cuda/attention/tile_queue.h"
 #include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/layout.h"
@@ -38,13 +41,14 @@ constexpr int64_t kMaxImages = 8;
 constexpr int64_t kHundredImages = 100;
 constexpr int64_t kMaxText = 30;
 constexpr int64_t kMaxQueryShortfall = 90;
-// More (tile, batch element) items than an H100's 132 SMs take in two rounds, so that some CTAs
-// run a reversed round of the snake order and CTAs run different numbers of tiles.
+// More (tile, batch element) items than an H100's 132 SMs take in two rounds, so that every CTA
+// claims tiles from the queue and CTAs run different numbers of tiles.
 constexpr int64_t kManyRoundsKvHeads = 4;
 constexpr int64_t kManyRoundsGroup = 7;
 constexpr int64_t kManyRoundsBatch = 3;
 constexpr int64_t kManyRoundsImages = 10;
 
+constexpr int64_t kSmallHeadDim = 64;  // the mma.sync kernel's; no persistent CTAs there
 constexpr auto kPersistent = cuda::CtaSchedule::kPersistent;
 constexpr auto kOneTilePerCta = cuda::CtaSchedule::kOneTilePerCta;
 
@@ -199,14 +203,61 @@ TEST_P(GpuPersistentSchedule, ManyRounds) {
   expect_persistent_matches(random, plan, size, /*with_oracle=*/false);
 }
 
+// The same launch three times on one stream: each must find the queue's counter at zero (the
+// previous launch's last claim reset it); a counter left at the launch's claims would hand every
+// CTA of the next launch an item past the last after its first tile, leaving rows unwritten.
+TEST_P(GpuPersistentSchedule, RepeatedLaunchesOnOneStream) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  const BlindSightLayoutCase test_case =
+      random_blindsight_case(random, kManyRoundsImages, kMaxSide, kMaxText);
+  SCOPED_TRACE("layout " + test_case.layout.to_json());
+  ProblemSize size = case_problem(random, GetParam(), kManyRoundsGroup, test_case.layout.length(),
+                                  kManyRoundsBatch);
+  size.kv_heads = kManyRoundsKvHeads;
+  const Plan plan = blindsight_plan(random, test_case, plan_shape(size));
+  const AttentionInputs inputs = random_inputs(random, size);
+  const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+  const OperandLayout out_layout = random_layout(random);
+  const AttentionResult one_tile = run_gpu(passes, inputs, size, out_layout);
+  size.schedule = kPersistent;
+  constexpr int kLaunches = 3;
+  for (int launch = 0; launch < kLaunches; ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    const AttentionResult persistent = run_gpu(passes, inputs, size, out_layout);
+    EXPECT_EQ(differing_elements(persistent.out.view, one_tile.out.view), 0) << "O";
+    EXPECT_EQ(differing_elements(persistent.lse.view(), one_tile.lse.view()), 0) << "LSE";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuPersistentSchedule,
                          ::testing::Values(DType::kBFloat16, DType::kFloat16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });
 
+// One counter per stream, the same one for every launch on a stream.
+TEST(GpuPersistentScheduleQueue, OneCounterPerStream) {
+  cudaStream_t first = nullptr;
+  cudaStream_t second = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&first), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&second), cudaSuccess);
+  uint32_t* const first_counter = cuda::tile_queue_counter(first);
+  EXPECT_NE(first_counter, nullptr);
+  EXPECT_EQ(cuda::tile_queue_counter(first), first_counter);
+  EXPECT_NE(cuda::tile_queue_counter(second), first_counter);
+  EXPECT_NE(cuda::tile_queue_counter(nullptr), first_counter);
+  uint32_t value = 1;
+  ASSERT_EQ(cudaMemcpyAsync(&value, first_counter, sizeof(value), cudaMemcpyDeviceToHost, first),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(first), cudaSuccess);
+  EXPECT_EQ(value, 0u) << "a stream's counter starts at zero";
+  EXPECT_EQ(cudaStreamDestroy(first), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(second), cudaSuccess);
+}
+
 // kPersistent where it is not compiled: a plan without gathered keys (dense), tiles of one
-// consumer warpgroup, head_dim 256; and a bad override in the environment.
+// consumer warpgroup, head_dim 256 and 64; and a bad override in the environment.
 TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {
   Random random;
   const auto expect_refused = [&](const Plan& plan, ProblemSize size, ErrorCode code,
@@ -235,6 +286,11 @@ TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {
   wide.head_dim = cuda::kWgmmaWideHeadDim;
   expect_refused(blindsight_plan(random, test_case, plan_shape(wide)), wide,
                  ErrorCode::kUnsupported, "head_dim 256");
+  ProblemSize small = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());
+  small.head_dim = kSmallHeadDim;
+  small.tile_rows = cuda::kMmaSyncTileRows;  // the tiles the mma.sync kernel runs
+  expect_refused(blindsight_plan(random, test_case, plan_shape(small)), small,
+                 ErrorCode::kUnsupported, "head_dim " + std::to_string(kSmallHeadDim));
 
   const ScopedVariable variable("MMSPARSE_CTA_SCHEDULE", "sometimes");
   ProblemSize automatic = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());

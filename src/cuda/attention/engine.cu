@@ -16,6 +16,7 @@
 #include "cuda/attention/launch.h"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/sm90/params.cuh"
+#include "cuda/attention/tile_queue.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -268,7 +269,7 @@ void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan&
     if constexpr (kSources == ChunkSources::kGathers) {
       if (persistent_ctas > 0) {
         launch_wgmma_persistent_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(
-            params, num_tiles, batch_blocks, persistent_ctas, stream);
+            params, num_tiles, batch_blocks, persistent_ctas, tile_queue_counter(stream), stream);
         return;
       }
     }
@@ -363,11 +364,17 @@ int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool 
                     (plan.layout().lattice_step > 0 ? "yes" : "no") + ", tile_rows " +
                     to_text(plan.shape().tile_rows));
   }
-  if (!compiled || items == 0) return 0;
-  const int64_t sms = multiprocessors();
-  const bool automatic = schedule == CtaSchedule::kAuto && override == CtaSchedule::kAuto;
-  if (automatic && items < kMinPersistentWaves * sms) return 0;
-  return static_cast<int32_t>(std::min(items, sms));
+  // kAuto stays with one tile per CTA until measurement shows where persistent CTAs pay.
+  const bool requested =
+      schedule == CtaSchedule::kPersistent || override == CtaSchedule::kPersistent;
+  if (!requested || !compiled || items == 0) return 0;
+  if (items > kInt32Max) {  // the tile queue counts items in 32 bits
+    if (schedule != CtaSchedule::kPersistent) return 0;
+    throw Error(ErrorCode::kUnsupported, "schedule: persistent CTAs take at most " +
+                                             to_text(kInt32Max) +
+                                             " (tile, batch element) items; got " + to_text(items));
+  }
+  return static_cast<int32_t>(std::min(items, multiprocessors()));
 }
 
 template <class Element>

@@ -28,11 +28,14 @@ void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tile
                             int32_t batch_blocks, cudaStream_t stream);
 
 // The wgmma kernel with persistent CTAs (cuda/attention/sm90/persistent.cuh): `ctas` CTAs, at most
-// num_tiles × batch_blocks, each taking its items of the launch order in snake order. Instantiated
-// for the plans where it pays (CtaSchedule): head_dim 128, two consumer warpgroups, gathered keys.
+// num_tiles × batch_blocks (which fits 32 bits), taking the launch order's items from a dynamic
+// queue; `queue_counter` ([1], zero, left zero) is the stream's (tile_queue_counter). Instantiated
+// for the plans BlindSight's short tiles use (CtaSchedule): head_dim 128, two consumer warpgroups,
+// gathered keys.
 template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources,
           MaskTerms kMaskTerms>
 void launch_wgmma_persistent_attention(const WgmmaAttentionParams& params, int32_t num_tiles,
-                                       int32_t batch_blocks, int32_t ctas, cudaStream_t stream);
+                                       int32_t batch_blocks, int32_t ctas, uint32_t* queue_counter,
+                                       cudaStream_t stream);
 
 }  // namespace mmsparse::cuda

@@ -39,19 +39,17 @@ enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 
 // How the wgmma kernel's tiles become CTAs. kOneTilePerCta: one CTA per (tile, batch element),
 // which the hardware hands to the SMs in the plan's heaviest-first launch order. kPersistent: at
-// most one CTA per SM, each running a static sequence of that order's items (cuda/attention/sm90/
-// persistent.cuh), so that a CTA's launch, set-up and K/V pipeline fill are paid once rather than
-// per tile, which pays where tiles read few key chunks (BlindSight's sparse templates at 36K
-// tokens: docs/blindsight.md). It is compiled for plans with gathered keys
-// (DevicePlanLayout::gathers) without lattice records, at head_dim 128 with tiles of more than 64
-// rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: persistent where it
-// is compiled and the grid fills the SMs at least kMinPersistentWaves times (a static sequence
-// evens out over many items), one tile per CTA elsewhere (dense and every plan without gathered
-// keys). For A/B measurements in one build, the environment variable MMSPARSE_CTA_SCHEDULE
-// overrides kAuto: "tile" runs one tile per CTA everywhere, "persistent" persistent CTAs wherever
-// they are compiled, whatever the waves.
+// most one CTA per SM, each taking that order's items from a dynamic queue (cuda/attention/sm90/
+// persistent.cuh), so that a CTA's launch and set-up are paid once and the next tile's first K/V
+// chunks load while the current one drains, which may pay where tiles read few key chunks
+// (BlindSight's sparse templates at 36K tokens: docs/blindsight.md). It is compiled for plans with
+// gathered keys (DevicePlanLayout::gathers) without lattice records, at head_dim 128 with tiles of
+// more than 64 rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: one
+// tile per CTA everywhere, until measurement shows where persistent CTAs pay. For A/B
+// measurements in one build, the environment variable MMSPARSE_CTA_SCHEDULE overrides kAuto:
+// "tile" runs one tile per CTA everywhere, "persistent" persistent CTAs wherever they are
+// compiled (one tile per CTA elsewhere).
 enum class CtaSchedule { kAuto, kOneTilePerCta, kPersistent };
-inline constexpr int64_t kMinPersistentWaves = 8;
 
 using Strides4 = std::array<int64_t, 4>;  // in elements, like DLPack
 using Strides3 = std::array<int64_t, 3>;

@@ -1,7 +1,7 @@
 // The bfloat16 instantiations of the wgmma attention kernel with persistent CTAs
 // (cuda/attention/sm90/persistent.cuh): plans with gathered keys, head_dim 128, tiles of up to 128
 // rows (two consumer warpgroups), for positional masks and for masks that read tokens (MaskTerms).
-// The engine runs them where tiles read few key chunks (CtaSchedule in cuda/runtime/engine.h).
+// The engine runs them on request (CtaSchedule in cuda/runtime/engine.h).
 
 #include "cuda/attention/sm90/persistent.cuh"
 
@@ -10,10 +10,10 @@ namespace mmsparse::cuda {
 template void launch_wgmma_persistent_attention<__nv_bfloat16, 128, 2, ChunkSources::kGathers,
                                                 MaskTerms::kPositional>(const WgmmaAttentionParams&,
                                                                         int32_t, int32_t, int32_t,
-                                                                        cudaStream_t);
+                                                                        uint32_t*, cudaStream_t);
 template void launch_wgmma_persistent_attention<__nv_bfloat16, 128, 2, ChunkSources::kGathers,
                                                 MaskTerms::kTokens>(const WgmmaAttentionParams&,
                                                                     int32_t, int32_t, int32_t,
-                                                                    cudaStream_t);
+                                                                    uint32_t*, cudaStream_t);
 
 }  // namespace mmsparse::cuda
