@@ -481,6 +481,11 @@ int main(int argc, char** argv) {
       "the case names another); median of %d after %d warm-ups, L2 flushed before each run\n",
       properties.name, properties.multiProcessorCount, static_cast<long long>(kQueryHeads),
       static_cast<long long>(kKeyValueHeads), static_cast<long long>(kHeadDim), kRepeats, kWarmups);
+  // The wgmma kernel's CTA schedule comes from the environment (cuda::CtaSchedule); an A/B runs
+  // the bench once per value.
+  const char* schedule = std::getenv("MMSPARSE_CTA_SCHEDULE");
+  std::printf("wgmma CTA schedule: %s\n",
+              schedule == nullptr || *schedule == '\0' ? "auto (unset)" : schedule);
   std::printf("%-23s %10s", "case", "pairs");
   for (const KernelChoice& kernel : kKernels) std::printf(" | %-9s %7s", kernel.name, "TFLOP/s");
   std::printf(" | %6s", "gain");
