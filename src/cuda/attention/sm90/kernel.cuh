@@ -127,11 +127,12 @@ __device__ __forceinline__ void drain_pending(
 }
 
 // The warpgroup's rows before their first chunk: their original positions (one thread per row,
-// whole warps), then the copies of their query rows and, beside them, their resumed state.
+// whole warps; unless `rows_in_place`: a persistent CTA's producer looked them up ahead), then the
+// copies of their query rows and, beside them, their resumed state.
 template <class Traits>
 __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
                                            const AttentionParams& params, const TileWork& work,
-                                           int warpgroup, int thread,
+                                           int warpgroup, int thread, bool rows_in_place,
                                            OnlineSoftmax<Traits>& softmax,
                                            float (&output)[Traits::kOutputTiles][4]) {
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
@@ -139,7 +140,7 @@ __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
   const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
-  if (thread < Traits::kWarpgroupRows) {
+  if (!rows_in_place && thread < Traits::kWarpgroupRows) {
     rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
   }
@@ -158,19 +159,19 @@ __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
 // lattice records (0 without any). `state`: the stage ring's position at the tile's first chunk,
 // returned after its last (a persistent CTA carries it from tile to tile); `first_tile` /
 // `last_tile`: where the tile lies in the CTA's sequence (IssueTurns), both true for a CTA of one
-// tile. Each wgmma group is waited for on the path that issued it: the compiler serialises every
-// wgmma when a group may still run where two paths merge. With a chunk pending, ptxas schedules the
-// wait for its P·V ahead of the softmax (the softmax then starts once the P·V has completed).
+// tile. `rows_in_place`: the warpgroup's row positions are in storage.row_positions already (a
+// persistent CTA's producer looks them up for the next tile), else looked up here. Each wgmma group
+// is waited for on the path that issued it: the compiler serialises every wgmma when a group may
+// still run where two paths merge. With a chunk pending, ptxas schedules the wait for its P·V
+// ahead of the softmax (the softmax then starts once the P·V has completed).
 // Keeping it after needs a branch around it, and wgmma.wait_group is .aligned: only a
 // warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
 // (docs/history/perf-notes.md, v16 to v19).
 template <class Traits>
-__device__ PipelineState<Traits::kStages> consume_tile(WgmmaSharedStorage<Traits>& storage,
-                                                       const AttentionParams& params,
-                                                       int32_t lattice_step, const TileWork& work,
-                                                       int warpgroup, int thread,
-                                                       PipelineState<Traits::kStages> state,
-                                                       bool first_tile, bool last_tile) {
+__device__ PipelineState<Traits::kStages> consume_tile(
+    WgmmaSharedStorage<Traits>& storage, const AttentionParams& params, int32_t lattice_step,
+    const TileWork& work, int warpgroup, int thread, PipelineState<Traits::kStages> state,
+    bool first_tile, bool last_tile, bool rows_in_place) {
   using Mainloop = WgmmaMainloop<Traits>;
   using Softmax = OnlineSoftmax<Traits>;
   const int lane = thread % kWarpSize;
@@ -180,7 +181,7 @@ __device__ PipelineState<Traits::kStages> consume_tile(WgmmaSharedStorage<Traits
 
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
-  start_rows(storage, params, work, warpgroup, thread, softmax, output);
+  start_rows(storage, params, work, warpgroup, thread, rows_in_place, softmax, output);
   // The rows' bounds (shared memory only) are found while the query copies are in flight.
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, params.plan.token_info, lattice_step,
                              storage, consumer_warp, lane);
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       raise_register_limit<Traits::kConsumerRegisters>();
     }
     consume_tile<Traits>(storage, params.attention, params.lattice_step, work, warpgroup - 1,
-                         thread, {}, true, true);
+                         thread, {}, true, true, false);
   }
 }
 

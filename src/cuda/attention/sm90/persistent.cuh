@@ -17,10 +17,11 @@
 // (the ring's other stages) before the consumers finish it, and goes on loading its chunks; the
 // claimed item reaches the producer's other threads and the consumers through a two-slot ring in
 // shared memory guarded by mbarriers (TileQueue), with no block-wide barrier after the set-up. The
-// consumers load a tile's query rows themselves, after their previous epilogue: the query tile
-// holds O in the epilogue, a second one does not fit beside three stages, and an L2 prefetch of the
-// rows by the producer (their positions looked up from the plan) spilled the producer's 40
-// registers.
+// producer also looks up the claimed tile's row positions (from the plan's run records: dependent
+// loads the one-tile kernel's consumers wait for at every tile's start), so that the consumers
+// start the next tile with its query copies; it takes 56 registers for it and the consumers 224.
+// The query rows themselves are copied by the consumers after their previous epilogue: the query
+// tile holds O in the epilogue, and a second one does not fit beside three stages.
 //
 // The counter is zero at every launch without a memset: every CTA claims until it draws an item
 // past the last, so a launch makes exactly `items` claims (items - CTAs valid ones, one past the
@@ -56,68 +57,123 @@ __device__ __forceinline__ TileWork persistent_tile_work(const AttentionParams& 
 }
 
 // The claimed items on their way from the producer's thread 0 to every warp of the CTA: slot
-// s = k % 2 carries the item after the CTA's k-th (from 0); `claimed[s]` completes when thread 0
-// has written it, `released[s]` when every warp has read it, so that thread 0 writes the slot
-// again only then. Placed after WgmmaSharedStorage in the dynamic shared memory.
+// s = k % 2 carries the item after the CTA's k-th tile (from 0). `claimed[s]` completes when
+// thread 0 has written it; the producer's warps then look up the row positions of that item's
+// tile into `rows` and arrive on `rows_found` (one phase per tile), which the consumers wait for
+// at the end of their k-th tile; `released[s]` completes when every warp has read the item (the
+// consumers once they have copied their rows), so that thread 0 writes the slot again, and the
+// producer writes `rows` again, only then. Placed after WgmmaSharedStorage in the dynamic shared
+// memory (one `rows`: two do not fit beside three stages).
+template <int kRows>
 struct TileQueueStorage {
   static constexpr int kSlots = 2;
   uint64_t claimed[kSlots];
   uint64_t released[kSlots];
+  uint64_t rows_found;
   int32_t item[kSlots];
+  int32_t rows[kRows];  // original query position or kNoRow, as WgmmaSharedStorage::row_positions
 };
 
 template <class Traits>
+using QueueStorage = TileQueueStorage<Traits::kBlockM>;
+
+template <class Traits>
 inline constexpr int kPersistentSharedBytes = kWgmmaSharedBytes<Traits> +
-                                              static_cast<int>(sizeof(TileQueueStorage));
+                                              static_cast<int>(sizeof(QueueStorage<Traits>));
 
 template <class Traits>
 class TileQueue {
  public:
+  static constexpr int kSlots = QueueStorage<Traits>::kSlots;
   static constexpr int kWarps = Traits::kThreads / kWarpSize;  // each reads every item
+  static constexpr int kProducerWarps = Traits::kProducerThreads / kWarpSize;
 
-  __device__ TileQueue(TileQueueStorage& storage, uint32_t* counter, int32_t items, int32_t ctas)
+  __device__ TileQueue(QueueStorage<Traits>& storage, uint32_t* counter, int32_t items,
+                       int32_t ctas)
       : storage_(storage), counter_(counter), items_(items), ctas_(ctas) {}
 
   // By one thread, before the CTA's set-up barrier.
   __device__ void initialise() {
 #pragma unroll
-    for (int slot = 0; slot < TileQueueStorage::kSlots; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       barrier_init(shared_address(&storage_.claimed[slot]), 1);
       barrier_init(shared_address(&storage_.released[slot]), kWarps);
     }
+    barrier_init(shared_address(&storage_.rows_found), kProducerWarps);
   }
 
-  // The producer's thread 0: claims the item after the CTA's `index`-th and publishes it. The
-  // claim that draws the launch's last value resets the counter for the next launch.
+  // The producer's thread 0 after issuing the CTA's `index`-th tile: claims the next item and
+  // publishes it. The claim that draws the launch's last value resets the counter for the next
+  // launch.
   __device__ void claim(int32_t index) {
-    const int slot = index % TileQueueStorage::kSlots;
+    const int slot = index % kSlots;
     // A fresh barrier counts as released in the phase before its first.
-    barrier_wait(shared_address(&storage_.released[slot]), phase(index) ^ 1u);
+    barrier_wait(shared_address(&storage_.released[slot]), slot_phase(index) ^ 1u);
     const auto drawn = static_cast<int32_t>(atomicAdd(counter_, 1u));
     if (drawn == items_ - 1) atomicExch(counter_, 0u);
     storage_.item[slot] = ctas_ + drawn;
     barrier_arrive(shared_address(&storage_.claimed[slot]));  // releases the write
   }
 
-  // Every thread: the item after the CTA's `index`-th (at least `items` past the last).
-  __device__ int32_t next(int32_t index, int lane) {
-    const int slot = index % TileQueueStorage::kSlots;
-    barrier_wait(shared_address(&storage_.claimed[slot]), phase(index));
+  // Every producer thread (whole warps) after the claim: the item after the `index`-th (at least
+  // `items` past the last), whose tile's row positions it looks up for the consumers.
+  template <class FindRow>
+  __device__ int32_t publish_next(int32_t index, int thread, const FindRow& find_row) {
+    const int slot = index % kSlots;
+    const int lane = thread % kWarpSize;
+    barrier_wait(shared_address(&storage_.claimed[slot]), slot_phase(index));
     const int32_t item = storage_.item[slot];
+    // The consumers have copied the previous item's rows (their release of its slot). Also past
+    // the last item: without it, `rows_found` could complete this phase before the consumers
+    // waited for the previous one, and a parity wait cannot tell the two apart.
+    if (index > 0) {
+      barrier_wait(shared_address(&storage_.released[(index - 1) % kSlots]), slot_phase(index - 1));
+    }
+    if (item < items_) {
+      for (int row = thread; row < Traits::kBlockM; row += Traits::kProducerThreads) {
+        storage_.rows[row] = find_row(item, row);
+      }
+    }
     __syncwarp();
-    if (lane == 0) barrier_arrive(shared_address(&storage_.released[slot]));
+    if (lane == 0) {
+      barrier_arrive(shared_address(&storage_.rows_found));  // releases the rows
+      barrier_arrive(shared_address(&storage_.released[slot]));
+    }
     return item;
   }
 
- private:
-  __device__ static uint32_t phase(int32_t index) {
-    return static_cast<uint32_t>(index / TileQueueStorage::kSlots) & 1u;
+  // Every consumer thread after its `index`-th tile: the next item, once its rows are found.
+  __device__ int32_t next(int32_t index) {
+    barrier_wait(shared_address(&storage_.rows_found), static_cast<uint32_t>(index) & 1u);
+    return storage_.item[index % kSlots];
   }
-  TileQueueStorage& storage_;
+
+  // Every consumer thread before the tile after its `index`-th, once its warpgroup has finished
+  // the `index`-th: copies the warpgroup's row positions into `rows` (WgmmaSharedStorage::
+  // row_positions) and releases the item's slot.
+  __device__ void take_rows(int32_t index, int32_t* rows, int warpgroup, int thread) {
+    if (thread < Traits::kWarpgroupRows) {
+      rows[thread] = storage_.rows[warpgroup * Traits::kWarpgroupRows + thread];
+    }
+    __syncwarp();
+    if (thread % kWarpSize == 0) barrier_arrive(shared_address(&storage_.released[index % kSlots]));
+  }
+
+ private:
+  __device__ static uint32_t slot_phase(int32_t index) {
+    return static_cast<uint32_t>(index / kSlots) & 1u;
+  }
+  QueueStorage<Traits>& storage_;
   uint32_t* counter_;
   int32_t items_;
   int32_t ctas_;
 };
+
+// The registers of a producer and a consumer thread: the producer's row lookups for the next tile
+// (warp_query_positions) spill at the one-tile kernel's 40; the consumers' loop fits 224 without
+// spilling (cuobjdump -res-usage: no stack). The same pool as the one-tile kernel's split.
+inline constexpr int kPersistentProducerRegisters = 56;
+inline constexpr int kPersistentConsumerRegisters = 224;
 
 // items = num_tiles × batch blocks, at least gridDim.x (every CTA has a first item).
 // `queue_counter`: [1], zero at launch (and left zero).
@@ -128,14 +184,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                       uint32_t* queue_counter) {
   extern __shared__ unsigned char dynamic_shared[];
   WgmmaSharedStorage<Traits>& storage = aligned_wgmma_storage<Traits>(dynamic_shared);
-  auto& queue_storage = *reinterpret_cast<TileQueueStorage*>(
+  auto& queue_storage = *reinterpret_cast<QueueStorage<Traits>*>(
       reinterpret_cast<unsigned char*>(&storage) + sizeof(WgmmaSharedStorage<Traits>));
   TileQueue<Traits> queue(queue_storage, queue_counter, items, static_cast<int32_t>(gridDim.x));
   // Warp-uniform, as in the one-tile kernel.
   const int warpgroup =
       __shfl_sync(kFullWarpMask, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const int lane = thread % kWarpSize;
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -152,18 +207,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto item = static_cast<int32_t>(blockIdx.x);
   if (warpgroup == 0) {
     if constexpr (Traits::kReallocateRegisters) {
-      lower_register_limit<Traits::kProducerRegisters>();
+      lower_register_limit<kPersistentProducerRegisters>();
     }
+    // The next tile's row positions, looked up while the consumers finish the current one.
+    const auto find_row = [&](int32_t next_item, int row) {
+      const TileWork next = persistent_tile_work(params.attention, num_tiles, next_item);
+      return tile_row_position(params.attention.plan, next.tile, next.rows, row,
+                               params.attention.q_len);
+    };
     // Runs ahead of the consumers by up to the ring's stages, into the next tile.
     for (int32_t index = 0; item < items; ++index) {
       const TileWork work = persistent_tile_work(params.attention, num_tiles, item);
       state = WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread, state);
       if (thread == 0) queue.claim(index);
-      item = queue.next(index, lane);
+      item = queue.publish_next(index, thread, find_row);
     }
   } else {
     if constexpr (Traits::kReallocateRegisters) {
-      raise_register_limit<Traits::kConsumerRegisters>();
+      raise_register_limit<kPersistentConsumerRegisters>();
     }
     const int consumer = warpgroup - 1;
     for (int32_t index = 0; item < items; ++index) {
@@ -172,11 +233,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // precede the next tile's writes to them.
         named_barrier_sync(static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + consumer,
                            kWarpgroupThreads);
+        queue.take_rows(index - 1, storage.row_positions + consumer * Traits::kWarpgroupRows,
+                        consumer, thread);
       }
       const TileWork work = persistent_tile_work(params.attention, num_tiles, item);
       state = consume_tile<Traits>(storage, params.attention, params.lattice_step, work, consumer,
-                                   opaque_copy(thread), state, index == 0, false);
-      item = queue.next(index, lane);
+                                   opaque_copy(thread), state, index == 0, false, index > 0);
+      item = queue.next(index);
     }
     // The first warpgroup takes the turn the second passed at its last tile's end.
     IssueTurns<Traits>(consumer, false).finish();
@@ -189,6 +252,12 @@ void launch_wgmma_persistent_attention(const WgmmaAttentionParams& params, int32
                                        int32_t batch_blocks, int32_t ctas, uint32_t* queue_counter,
                                        cudaStream_t stream) {
   using Traits = WgmmaTraits<Element, kHeadDim, kConsumerWarpgroups, kSources, kMaskTerms>;
+  static_assert(
+      Traits::kProducerThreads * kPersistentProducerRegisters +
+              Traits::kConsumerWarpgroups * kWarpgroupThreads * kPersistentConsumerRegisters ==
+          Traits::kProducerThreads * Traits::kProducerRegisters +
+              Traits::kConsumerWarpgroups * kWarpgroupThreads * Traits::kConsumerRegisters,
+      "the register split must take the one-tile kernel's pool");
   static_assert(kPersistentSharedBytes<Traits> <= kMaxSharedBytesPerBlock,
                 "the stages, the query tile, the barriers and the tile queue must fit one block's "
                 "shared memory");
