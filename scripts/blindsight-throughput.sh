@@ -44,7 +44,7 @@ read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 read -r -a schedules <<<"${SCHEDULES:-tile persistent}"
 for schedule in "${schedules[@]}"; do
   if [[ $schedule != tile && $schedule != persistent ]]; then
-    echo "blindsight-throughput.sh: SCHEDULES holds '$schedule'; expected tile and/or persistent" >&2
+    echo "blindsight-throughput.sh: SCHEDULES holds '$schedule'; expected tile, persistent" >&2
     exit 2
   fi
 done
