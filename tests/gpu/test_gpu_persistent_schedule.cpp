@@ -5,8 +5,8 @@
 // and image tiles mixed; Qwen and Gemma 3 sinks, causal and bidirectional), random plans with
 // permuted query orders, uncovered rows, gathered columns, strided spans and every mask, GQA
 // ratios, q_len < kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of
-// CTAs to many rounds. Repeated launches on one stream (the queue's counter is reset by each
-// launch's last claim), one counter per stream. Then the refusals.
+// CTAs to many rounds; passes merged by LSE. Repeated launches on one stream (the queue's counter
+// is reset by each launch's last claim), one counter per stream. Then the refusals.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -182,6 +182,43 @@ TEST_P(GpuPersistentSchedule, RandomPlans) {
     }
   }
   EXPECT_GT(gathering_plans, 0) << "no random plan gathered keys: the persistent kernel never ran";
+}
+
+// Two passes merged by LSE: a random plan's spans and strided spans, then its columns, which run
+// on persistent CTAs and merge into the first pass's rows (the resumed rows at the positions the
+// producer looked up). The schedule comes from the environment, which runs the spans' pass on one
+// CTA per tile, where the persistent kernel is not compiled.
+TEST_P(GpuPersistentSchedule, PassesAccumulate) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int64_t gathering_plans = 0;
+  for (const int64_t group : {1, 4, 7}) {
+    const ProblemSize size = random_problem(random, persistent_config(GetParam()), 1, group);
+    const ModalityLayout layout = mixed_layout(random, size.kv_len);
+    RandomPlanOptions options;
+    options.leave_gaps = random.bernoulli(0.5);
+    options.masks = MaskMix::kMixed;
+    options.max_columns = 200;
+    const Plan whole = random_plan(random, plan_shape(size), options, &layout);
+    Plan plan = split_plan(whole, true);
+    add_pass(plan, split_plan(whole, false));
+    const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+    if (!passes.back().layout().gathers) continue;
+    ++gathering_plans;
+    SCOPED_TRACE(describe(size) + " plan " + plan.summary());
+    const AttentionInputs inputs = random_inputs(random, size);
+    const OperandLayout out_layout = random_layout(random);
+    const auto run_with = [&](const char* schedule) {
+      const ScopedVariable variable("MMSPARSE_CTA_SCHEDULE", schedule);
+      return run_gpu(passes, inputs, size, out_layout);
+    };
+    const AttentionResult persistent = run_with("persistent");
+    const AttentionResult one_tile = run_with("tile");
+    EXPECT_EQ(differing_elements(persistent.out.view, one_tile.out.view), 0) << "O";
+    EXPECT_EQ(differing_elements(persistent.lse.view(), one_tile.lse.view()), 0) << "LSE";
+    expect_matches_oracle(plan, inputs, size, persistent);
+  }
+  EXPECT_GT(gathering_plans, 0) << "no plan gathered keys: the persistent kernel never ran";
 }
 
 // Several rounds of CTAs over a broadcast batch and 28 heads: bit for bit the one-tile kernel's
