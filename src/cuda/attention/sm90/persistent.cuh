@@ -18,10 +18,11 @@
 // claimed item reaches the producer's other threads and the consumers through a two-slot ring in
 // shared memory guarded by mbarriers (TileQueue), with no block-wide barrier after the set-up. The
 // producer also looks up the claimed tile's row positions (from the plan's run records: dependent
-// loads the one-tile kernel's consumers wait for at every tile's start), so that the consumers
-// start the next tile with its query copies; it takes 56 registers for it and the consumers 224.
-// The query rows themselves are copied by the consumers after their previous epilogue: the query
-// tile holds O in the epilogue, and a second one does not fit beside three stages.
+// loads the one-tile kernel's consumers wait for at every tile's start) and prefetches those query
+// rows into L2, so that the consumers start the next tile with its query copies, from L2; it takes
+// 56 registers for it and the consumers 224. The query rows are copied into shared memory by the
+// consumers after their previous epilogue: the query tile holds O in the epilogue, and a second
+// one does not fit beside three stages.
 //
 // The counter is zero at every launch without a memset: every CTA claims until it draws an item
 // past the last, so a launch makes exactly `items` claims (items - CTAs valid ones, one past the
@@ -169,9 +170,27 @@ class TileQueue {
   int32_t ctas_;
 };
 
+// Prefetches query row `position` of the work's (batch, head) into L2, so that the consumers'
+// copies of it after their current epilogue read L2, not device memory.
+template <class Traits>
+__device__ __forceinline__ void prefetch_query_row(const AttentionParams& params,
+                                                   const TileWork& work, int32_t position) {
+  using Element = typename Traits::Element;
+  constexpr int kRowBytes = Traits::kHeadDim * static_cast<int>(sizeof(Element));
+  constexpr int kLineBytes = 128;  // L2's line
+  const auto* row = reinterpret_cast<const unsigned char*>(
+      static_cast<const Element*>(params.q.data) + work.batch * params.q.batch_stride +
+      work.head * params.q.head_stride + position * params.q.row_stride);
+#pragma unroll
+  for (int offset = 0; offset < kRowBytes; offset += kLineBytes) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + offset));
+  }
+}
+
 // The registers of a producer and a consumer thread: the producer's row lookups for the next tile
-// (warp_query_positions) spill at the one-tile kernel's 40; the consumers' loop fits 224 without
-// spilling (cuobjdump -res-usage: no stack). The same pool as the one-tile kernel's split.
+// (warp_query_positions) and query prefetches spill at the one-tile kernel's 40; the consumers'
+// loop fits 224 without spilling (cuobjdump -res-usage: no stack). The same pool as the one-tile
+// kernel's split.
 inline constexpr int kPersistentProducerRegisters = 56;
 inline constexpr int kPersistentConsumerRegisters = 224;
 
@@ -209,11 +228,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       lower_register_limit<kPersistentProducerRegisters>();
     }
-    // The next tile's row positions, looked up while the consumers finish the current one.
+    // The next tile's row positions, looked up (and its query rows prefetched into L2) while the
+    // consumers finish the current one.
     const auto find_row = [&](int32_t next_item, int row) {
-      const TileWork next = persistent_tile_work(params.attention, num_tiles, next_item);
-      return tile_row_position(params.attention.plan, next.tile, next.rows, row,
-                               params.attention.q_len);
+      const AttentionParams& attention = params.attention;
+      const TileWork next = persistent_tile_work(attention, num_tiles, next_item);
+      const int32_t position =
+          tile_row_position(attention.plan, next.tile, next.rows, row, attention.q_len);
+      if (position != kNoRow) {
+        prefetch_query_row<Traits>(attention, next, position);
+      }
+      return position;
     };
     // Runs ahead of the consumers by up to the ring's stages, into the next tile.
     for (int32_t index = 0; item < items; ++index) {
