@@ -13,7 +13,9 @@ namespace mmsparse::cuda {
 
 // The queue counter of `stream` on the current device, zeroed on the stream when first handed
 // out; throws kBackendError naming the CUDA call that failed, kUnsupported once the device's
-// kMaxQueueCounters are taken by distinct streams.
+// kMaxQueueCounters are taken by distinct streams. The device's first call allocates
+// (cudaMalloc), which a stream capture in cudaStreamCaptureModeGlobal refuses: a captured graph
+// gets its counters from a persistent launch made before the capture.
 uint32_t* tile_queue_counter(cudaStream_t stream);
 
 inline constexpr int kMaxQueueCounters = 4096;  // distinct streams per device and process
