@@ -1,12 +1,15 @@
 #pragma once
 // What the GPU benchmarks share: a CUDA call that fails ends the benchmark with its name (a bench
-// has nothing to recover), and device copies of host tensors that free themselves.
+// has nothing to recover), device copies of host tensors that free themselves, and the median of
+// timed runs.
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "mmsparse/tensor.h"
 
@@ -32,5 +35,12 @@ struct DeviceCopy {
   DeviceCopy(const DeviceCopy&) = delete;
   DeviceCopy& operator=(const DeviceCopy&) = delete;
 };
+
+// The median of timed runs (the upper one of an even count); `samples` must not be empty.
+template <typename T>
+T median(std::vector<T> samples) {
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
 
 }  // namespace mmsparse::bench

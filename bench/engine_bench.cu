@@ -16,7 +16,9 @@
 // with the mma.sync kernel's (max |ΔO|, max |ΔLSE|): a large-size cross-check of what the tests
 // prove on small ones. The short-spans-N and short-columns-N cases (N = 64, 32, 16, 8) time
 // 128-row tiles of N whole, unmasked key chunks each, as spans and as gathered columns: the fixed
-// cost per CTA and the cost of a gathered chunk (short_tiles_plan).
+// cost per CTA and the cost of a gathered chunk (short_tiles_plan); short-diagonal-N ends each
+// tile's span at its diagonal (a masked chunk), short-split-N reads its chunks as N spans,
+// short-mixed-N its last chunk as gathered columns after a span.
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k dense-32k-d256
 //                                               a-shape-128k
@@ -27,6 +29,9 @@
 //                                               grid-lattice-128k
 //                                               short-spans-{64,32,16,8}
 //                                               short-columns-{64,32,16,8}
+//                                               short-diagonal-{64,32,16,8}
+//                                               short-split-{64,32,16,8}
+//                                               short-mixed-{64,32,16,8}
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -62,6 +67,7 @@ using mmsparse::Plan;
 using mmsparse::PlanShape;
 namespace cuda = mmsparse::cuda;
 using mmsparse::bench::check;
+using mmsparse::bench::median;
 
 constexpr int64_t kQueryHeads = 28;
 constexpr int64_t kKeyValueHeads = 4;
@@ -239,25 +245,84 @@ Plan sequential_columns_plan(const PlanShape& shape) {
 // fixed cost in chunks (scripts/blindsight-throughput.sh fits it); spans against columns give the
 // extra cost of a gathered chunk. kShortTileBlocks blocks of 128 rows on 28 heads are 56 waves of
 // 132 SMs exactly at one CTA per SM, so no partial last wave blurs the fit.
+// Two more forms read BlindSight tiles' other traits from the same fit: kDiagonal ends the span at
+// the tile's last row, so its last chunk is the causal diagonal (masked element by element, as an
+// image tile's own image or dense's is), and its fixed cost against kSpans' is a diagonal chunk's
+// extra cost; kSplit cuts the span into one-chunk spans a chunk apart (a record per chunk, as
+// sink tiles read text runs and sinks), and its cost per chunk against kSpans' is a record's;
+// kMixed reads the last chunk as gathered columns after the others' span (most BlindSight image
+// tiles read spans, then a column run), and its fixed cost against kSpans', less a gathered
+// chunk's extra, is the cost of switching from tensor copies to gathered rows in one CTA.
 constexpr int64_t kShortTileBlocks = 264;
 constexpr int64_t kShortTileMaxChunks = 64;
 constexpr int64_t kShortTileMinChunks = 8;    // cases at 64, 32, 16 and 8 chunks a tile
 constexpr int64_t kShortTileChunkKeys = 128;  // the wgmma kernel's key chunk at head_dim 128
 constexpr int64_t kShortTileLength = kShortTileBlocks * kColumnBlockRows;
 constexpr int64_t kShortTileLeadKeys = kShortTileMaxChunks * kShortTileChunkKeys;
+constexpr int64_t kShortTileSplitLeadKeys = 2 * kShortTileLeadKeys;  // a gap after every chunk
 
-std::function<Plan(const PlanShape&)> short_tiles_plan(int64_t chunks, bool gathered) {
-  return [chunks, gathered](const PlanShape& shape) {
+enum class ShortTileForm { kSpans, kColumns, kDiagonal, kSplit, kMixed };
+constexpr ShortTileForm kShortTileForms[] = {ShortTileForm::kSpans, ShortTileForm::kColumns,
+                                             ShortTileForm::kDiagonal, ShortTileForm::kSplit,
+                                             ShortTileForm::kMixed};
+
+const char* short_tile_form_name(ShortTileForm form) {
+  switch (form) {
+    case ShortTileForm::kSpans:
+      return "spans";
+    case ShortTileForm::kColumns:
+      return "columns";
+    case ShortTileForm::kDiagonal:
+      return "diagonal";
+    case ShortTileForm::kSplit:
+      return "split";
+    case ShortTileForm::kMixed:
+      return "mixed";
+  }
+  return "?";
+}
+
+// One tile's `chunks` key chunks in `form`; `position` is the first row's block's position and
+// `tile_end` one past its last row's (causal offset included).
+void add_short_tile_keys(mmsparse::PlanBuilder& builder, ShortTileForm form, int64_t chunks,
+                         int64_t position, int64_t tile_end) {
+  const int64_t keys = chunks * kShortTileChunkKeys;
+  switch (form) {
+    case ShortTileForm::kSpans:
+      builder.add_span(position - keys, position);
+      break;
+    case ShortTileForm::kColumns:
+      for (int64_t key = position - keys; key < position; ++key) builder.add_column(key);
+      break;
+    case ShortTileForm::kDiagonal:
+      builder.add_span(tile_end - keys, tile_end);
+      break;
+    case ShortTileForm::kSplit:
+      for (int64_t chunk = chunks; chunk >= 1; --chunk) {
+        const int64_t begin = position - 2 * chunk * kShortTileChunkKeys;
+        builder.add_span(begin, begin + kShortTileChunkKeys);
+      }
+      break;
+    case ShortTileForm::kMixed:
+      builder.add_span(position - keys, position - kShortTileChunkKeys);
+      for (int64_t key = position - kShortTileChunkKeys; key < position; ++key) {
+        builder.add_column(key);
+      }
+      break;
+  }
+}
+
+std::function<Plan(const PlanShape&)> short_tiles_plan(int64_t chunks, ShortTileForm form) {
+  return [chunks, form](const PlanShape& shape) {
     mmsparse::PlanBuilder builder(shape);
     const int64_t offset = shape.causal_offset();
     for (int64_t head = 0; head < shape.head_slots(); ++head) {
       builder.begin_head();
       for (int64_t begin = 0; begin < shape.q_len; begin += shape.tile_rows) {
+        const int64_t end = std::min(shape.q_len, begin + shape.tile_rows);
         const int64_t position = begin / kColumnBlockRows * kColumnBlockRows + offset;
-        const int64_t first = position - chunks * kShortTileChunkKeys;
-        builder.begin_tile(begin, std::min(shape.q_len, begin + shape.tile_rows));
-        if (!gathered) builder.add_span(first, position);
-        for (int64_t key = first; gathered && key < position; ++key) builder.add_column(key);
+        builder.begin_tile(begin, end);
+        add_short_tile_keys(builder, form, chunks, position, end + offset);
       }
     }
     return builder.finish();
@@ -340,8 +405,7 @@ float median_milliseconds(const std::function<void()>& run, const DeviceArray& f
     check(cudaEventElapsedTime(&milliseconds, start, stop), "cudaEventElapsedTime");
     if (r >= kWarmups) samples.push_back(milliseconds);
   }
-  std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
-  return samples[kRepeats / 2];
+  return median(samples);
 }
 
 // Whether a kernel serves a case's head_dim: the mma.sync kernel has no head_dim 256.
@@ -457,11 +521,13 @@ int main(int argc, char** argv) {
       {"grid-p16-128k", k128K, pattern_plan("grid-mask:columns=1,phases=16")},
       {"grid-lattice-128k", k128K, pattern_plan("grid-mask:lattice=1")},
   };
-  for (const bool gathered : {false, true}) {
+  for (const ShortTileForm form : kShortTileForms) {
+    const int64_t lead =
+        form == ShortTileForm::kSplit ? kShortTileSplitLeadKeys : kShortTileLeadKeys;
     for (int64_t chunks = kShortTileMaxChunks; chunks >= kShortTileMinChunks; chunks /= 2) {
       cases.push_back(
-          {std::string(gathered ? "short-columns-" : "short-spans-") + std::to_string(chunks),
-           kShortTileLength, short_tiles_plan(chunks, gathered), kHeadDim, kShortTileLeadKeys});
+          {std::string("short-") + short_tile_form_name(form) + "-" + std::to_string(chunks),
+           kShortTileLength, short_tiles_plan(chunks, form), kHeadDim, lead});
     }
   }
   std::vector<std::string> selected(argv + 1, argv + argc);

@@ -53,6 +53,7 @@ namespace {
 namespace cuda = mmsparse::cuda;
 using mmsparse::bench::check;
 using mmsparse::bench::DeviceCopy;
+using mmsparse::bench::median;
 using mmsparse::DType;
 
 constexpr int64_t kDefaultLength = 131072;
@@ -96,8 +97,7 @@ double median_milliseconds(cudaStream_t stream, const std::function<void()>& bef
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::nth_element(samples.begin(), samples.begin() + kRepeats / 2, samples.end());
-  return samples[kRepeats / 2];
+  return median(samples);
 }
 
 // Device scratch of the estimate and selection stages, timed alone.
@@ -240,20 +240,19 @@ void print_vec_phases(const mmsparse::PatternSpec& spec, const mmsparse::PlanSha
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (r >= kWarmups) samples.push_back(times);
   }
-  const auto median = [&](float cuda::VecBuildTimes::*field) {
+  const auto phase = [&](float cuda::VecBuildTimes::*field) {
     std::vector<float> values;
     for (const cuda::VecBuildTimes& sample : samples) values.push_back(sample.*field);
-    std::nth_element(values.begin(), values.begin() + kRepeats / 2, values.end());
-    return values[kRepeats / 2];
+    return median(values);
   };
   std::printf(
       "    phases (%s pool): scratch %.3f  pool %.3f  score %.3f  count %.3f  offsets %.3f  host "
       "%.3f  records %.3f  write %.3f  schedule %.3f  = %.3f ms\n",
-      pool_name, median(&cuda::VecBuildTimes::scratch), median(&cuda::VecBuildTimes::pool),
-      median(&cuda::VecBuildTimes::score), median(&cuda::VecBuildTimes::count),
-      median(&cuda::VecBuildTimes::offsets), median(&cuda::VecBuildTimes::host),
-      median(&cuda::VecBuildTimes::records), median(&cuda::VecBuildTimes::write),
-      median(&cuda::VecBuildTimes::schedule), median(&cuda::VecBuildTimes::total));
+      pool_name, phase(&cuda::VecBuildTimes::scratch), phase(&cuda::VecBuildTimes::pool),
+      phase(&cuda::VecBuildTimes::score), phase(&cuda::VecBuildTimes::count),
+      phase(&cuda::VecBuildTimes::offsets), phase(&cuda::VecBuildTimes::host),
+      phase(&cuda::VecBuildTimes::records), phase(&cuda::VecBuildTimes::write),
+      phase(&cuda::VecBuildTimes::schedule), phase(&cuda::VecBuildTimes::total));
 }
 
 // The strides the grid build chose per head (* marks the workload's grid heads) and the plan

@@ -44,17 +44,13 @@ namespace {
 namespace cuda = mmsparse::cuda;
 using mmsparse::bench::check;
 using mmsparse::bench::DeviceCopy;
+using mmsparse::bench::median;
 using mmsparse::DType;
 
 constexpr int kWarmups = 1;
 constexpr int kRepeats = 5;
 constexpr double kMegabyte = 1e6;
 constexpr int kArguments = 6;
-
-double median(std::vector<double> samples) {
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  return samples[samples.size() / 2];
-}
 
 // An event per mark on the build's stream; the stages' milliseconds once the stream is done.
 class EventMarks final : public cuda::index::StageMarks {

@@ -375,22 +375,56 @@ def mmsparse_entries(args, module, t, reference, preset, path, scratch, remainin
     return dense, config_entries, groups, searched_entries
 
 
-def peer_entries(args, adapters, t, reference, results, result):
-    """(dense entries, sweep groups) of the peers that can run here; the others are listed under
-    `skipped` with the reason."""
-    dense, groups = [], []
+class AwaitingBuild:
+    """A peer whose CUDA extension compiles beside the benchmark (device-methods.sh): its set-up,
+    outside every point's time, waits for the build (at most the input's remaining budget) and
+    then loads the peer; a build that fails or outlasts the budget is its set-up's failure, with
+    the reason. Everything else is the peer's own."""
+
+    POLL_S = 1.0
+
+    def __init__(self, adapter, marker, remaining_s, sleep=time.sleep):
+        self.adapter, self.marker, self.remaining_s, self.sleep = \
+            adapter, marker, remaining_s, sleep
+
+    def __getattr__(self, name):
+        return getattr(self.adapter, name)
+
+    def setup(self, t):
+        deadline = time.monotonic() + self.remaining_s()
+        while os.path.exists(self.marker) and time.monotonic() < deadline:
+            self.sleep(self.POLL_S)
+        if os.path.exists(self.marker):
+            raise TimeoutError("MInference's CUDA extension was still compiling when the "
+                               "input's budget ran out")
+        reason = self.adapter.available()
+        if reason:
+            raise RuntimeError(f"{reason} (after MInference's CUDA extension build)")
+        self.adapter.setup(t)
+
+
+def peer_entries(args, adapters, t, reference, results, result, remaining_s):
+    """(dense entries, sweep groups, late groups) of the peers that can run here; a MInference
+    peer whose CUDA extension is still compiling is a late group (AwaitingBuild: run after every
+    other sweep); the others that cannot run are listed under `skipped` with the reason."""
+    dense, groups, late = [], [], []
     building = os.environ.get(BUILDING_MARKER_ENV)
     for adapter in adapters:
         reason = adapter.available() if args.device == "cuda" else "needs a CUDA device"
-        if reason and building and os.path.exists(building) and adapter.family == "minference":
-            reason += " (MInference's CUDA extension was still compiling when this input began)"
+        compiling = building and os.path.exists(building) and adapter.family == "minference"
+        if reason and compiling:
+            entries = [PeerEntry(AwaitingBuild(adapter, building, remaining_s), setting, t,
+                                 reference, args)
+                       for setting in schedule.middle_out(adapter.settings)]
+            late.append(entries)
+            continue
         if reason:
             results.skip(result, adapter.name, reason)
             continue
         entries = [PeerEntry(adapter, setting, t, reference, args)
                    for setting in schedule.middle_out(adapter.settings)]
         (dense if adapter.family == "dense" else groups).append(entries)
-    return dense, groups
+    return dense, groups, late
 
 
 def flashinfer_plan_entries(args, module, t, reference, preset, path, results, result):
@@ -414,17 +448,19 @@ def flashinfer_plan_entries(args, module, t, reference, preset, path, results, r
     return [[PeerEntry(adapter, setting, t, reference, args) for setting in settings]]
 
 
-def ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched):
+def ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched, late=()):
     """Entries by value: dense (the ratio's denominator), mmsparse's configs for this input, one
     point of every method (mmsparse's patterns and the peers alternating), the tile oracle, the
-    rest of every sweep round-robin, then the searched configs."""
+    rest of every sweep round-robin, the late groups (peers still being built) round-robin, then
+    the searched configs."""
     groups = []
     for index in range(max(len(mm_groups), len(peer_groups))):
         groups += [g[index] for g in (mm_groups, peer_groups) if index < len(g)]
     sweeps = schedule.interleave(groups)
     first, rest = sweeps[: len(groups)], sweeps[len(groups):]
     dense_entries = [entries[0] for entries in dense]
-    return dense_entries + configs + first + ([oracle] if oracle else []) + rest + searched
+    return dense_entries + configs + first + ([oracle] if oracle else []) + rest + \
+        schedule.interleave(list(late)) + searched
 
 
 def finite_or_none(seconds):
@@ -458,12 +494,13 @@ def run_input(args, adapters, module, spec, scratch, results, budget, log):
         f"{len(reference.needle_keys)} needles); {budget.remaining():.0f} s left")
     mm_dense, configs, mm_groups, searched = mmsparse_entries(args, module, t, reference, preset,
                                                               path, scratch, budget.remaining)
-    dense, peer_groups = peer_entries(args, adapters, t, reference, results, result)
+    dense, peer_groups, late = peer_entries(args, adapters, t, reference, results, result,
+                                            budget.remaining)
     peer_groups += flashinfer_plan_entries(args, module, t, reference, preset, path, results,
                                            result)
     dense += [[entry] for entry in mm_dense]
     oracle = OracleEntry(args, preset, t.seq_len, results, result, budget) if preset else None
-    entries = ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched)
+    entries = ordered_entries(dense, configs, mm_groups, peer_groups, oracle, searched, late)
     schedule.run_entries(entries, results, result, budget,
                          schedule.MethodLedger(args.method_budget_s), args.rounds, log,
                          args.point_budget_s)

@@ -13,20 +13,22 @@
 #      host plans, no GPU) at the bench's lengths;
 #   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; dense always runs
 #      one CTA per tile) and the short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks
-#      as spans (one CTA per tile under both: persistent CTAs are compiled for gathered keys) and
-#      as gathered columns, from which step 6 fits the fixed cost per CTA (per tile, persistent)
-#      and the extra cost of a gathered chunk;
+#      as spans and as gathered columns, as a span ending at the tile's diagonal, as one span per
+#      chunk and as a span then one gathered chunk, from which step 6 fits the fixed cost per CTA
+#      (per tile, persistent) and the extra cost of a gathered chunk, a diagonal chunk, a record
+#      and a switch from spans to gathered columns;
 #   5. one `mmsparse bench` per length (default 36864 131072) and schedule on the multi-image
 #      preset: dense and the sink, intra and intra+sink templates (bench --json:
 #      throughput_vs_dense);
 #   6. a summary: the templates' throughput on computed pairs as a share of dense's per schedule,
-#      the A/B, the fits, and the plan model's prediction with the fitted fixed cost.
+#      the A/B, the fits, and the plan model's prediction with the fitted fixed cost;
+#   7. the cost constants that reproduce the templates' shares (scripts/blindsight_cost_fit.py).
 # Logs go to $OUT (else <build>/blindsight-throughput-logs); steps.txt has each step's time.
 #
 #   scripts/blindsight-throughput.sh [build-dir] [seq-len ...]
 #   SANITIZER_TOOLS="memcheck" scripts/blindsight-throughput.sh ...   (fewer sanitizer tools)
 #   SCHEDULES="tile" scripts/blindsight-throughput.sh ...             (one schedule)
-#   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-6)
+#   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-7)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,20 +36,31 @@ build=${1:-$repo/build-gpu}
 shift || true
 lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(36864 131072)
+skip_tests=${SKIP_TESTS:-0}
+read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
+refuse() {  # refuse <what> <expected> <got>: a bad argument, named, before any step
+  echo "blindsight-throughput.sh: $1: expected $2, got '$3'" >&2
+  exit 2
+}
+[[ $skip_tests == 0 || $skip_tests == 1 ]] || refuse SKIP_TESTS "0 or 1" "$skip_tests"
+for tool in "${sanitizer_tools[@]}"; do
+  [[ $tool =~ ^(memcheck|racecheck|synccheck|initcheck)$ ]] ||
+    refuse SANITIZER_TOOLS "memcheck, racecheck, synccheck or initcheck" "$tool"
+done
+read -r -a schedules <<<"${SCHEDULES:-tile persistent}"
+[[ ${#schedules[@]} -gt 0 ]] || refuse SCHEDULES "tile, persistent or both" ""
+for schedule in "${schedules[@]}"; do
+  [[ $schedule =~ ^(tile|persistent)$ ]] || refuse SCHEDULES "tile or persistent" "$schedule"
+done
+for length in "${lengths[@]}"; do
+  [[ $length =~ ^[1-9][0-9]*$ ]] || refuse "seq-len" "a positive whole number of tokens" "$length"
+done
 logs=${OUT:-$build/blindsight-throughput-logs}
 mkdir -p "$logs"
 cli=$build/tools/cli/mmsparse
 test_binary=$build/tests/gpu/test_gpu
 engine_bench=$build/bench/mmsparse_engine_bench
 plan_model=$build/tools/plan_model/mmsparse-plan-model
-read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
-read -r -a schedules <<<"${SCHEDULES:-tile persistent}"
-for schedule in "${schedules[@]}"; do
-  if [[ $schedule != tile && $schedule != persistent ]]; then
-    echo "blindsight-throughput.sh: SCHEDULES holds '$schedule'; expected tile, persistent" >&2
-    exit 2
-  fi
-done
 # One template test per kernel the templates run on at head_dim 128, and the device builder's
 # records; the full BlindSight suite runs unsanitised in step 1.
 sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma128'
@@ -61,7 +74,7 @@ persistent_sanitizer_filter+=':Dtypes/GpuPersistentSchedule.RepeatedLaunchesOnOn
 persistent_test_seconds=${PERSISTENT_TEST_SECONDS:-180}
 sanitizer_seconds=${SANITIZER_SECONDS:-300}  # per tool
 short_cases=()
-for form in spans columns; do
+for form in spans columns diagonal split mixed; do
   for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
 done
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
@@ -74,7 +87,7 @@ step_done() {  # step_done <step> <exit status>
   step_start=$SECONDS
 }
 
-if [[ -z ${SKIP_TESTS:-} ]]; then
+if [[ $skip_tests == 0 ]]; then
   timeout -k 10 "$persistent_test_seconds" "$test_binary" --gtest_filter='*GpuPersistentSchedule*' \
     >"$logs/test-gpu-persistent.txt" 2>&1
   persistent_status=$?
@@ -124,11 +137,26 @@ python3 "$repo/scripts/blindsight_throughput_summary.py" "$logs" "${lengths[@]}"
 step_done "summary" $?
 cat "$logs/summary.txt"
 
-# The plan model again with the fixed cost the short tiles measured, beside the figures above.
-fixed=$(sed -n 's/^fixed cost per CTA for the model: //p' "$logs/summary.txt")
-if [[ -n $fixed ]]; then
-  "$plan_model" --seq-len "$csv_lengths" --cta-overhead "$fixed" >"$logs/plan-model-fitted.txt" 2>&1
-  step_done "plan model, fixed cost $fixed chunks" $?
-  cat "$logs/plan-model-fitted.txt"
+# The plan model and the cost fit describe one CTA per tile: they read that schedule's run alone.
+fit_summary=$logs/summary.txt
+if [[ ${#schedules[@]} -gt 1 && " ${schedules[*]} " == *" tile "* ]]; then
+  fit_summary=$logs/summary-tile.txt
+  python3 "$repo/scripts/blindsight_throughput_summary.py" "$logs" "${lengths[@]}" \
+    --schedules tile >"$fit_summary" 2>&1
+fi
+if [[ " ${schedules[*]} " == *" tile "* ]]; then
+  # The plan model again with the fixed cost the short tiles measured, beside the figures above.
+  fixed=$(sed -n 's/^fixed cost per CTA for the model: //p' "$fit_summary")
+  if [[ -n $fixed ]]; then
+    "$plan_model" --seq-len "$csv_lengths" --cta-overhead "$fixed" \
+      >"$logs/plan-model-fitted.txt" 2>&1
+    step_done "plan model, fixed cost $fixed chunks" $?
+    cat "$logs/plan-model-fitted.txt"
+  fi
+  # The cost constants that reproduce this run's template shares (the plan model's cost basis).
+  python3 "$repo/scripts/blindsight_cost_fit.py" "$logs/plan-model.txt" "$fit_summary" \
+    >"$logs/cost-fit.txt" 2>&1
+  step_done "cost fit" $?
+  cat "$logs/cost-fit.txt"
 fi
 exit $status

@@ -10,8 +10,10 @@ Per CTA schedule of the wgmma kernel (tile, persistent: MMSPARSE_CTA_SCHEDULE; w
 2. The short-tile cases of the engine bench (engine-bench[-<schedule>].txt): per kernel and key
    form, a least squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed
    cost per CTA (per tile, persistent) in chunks, the marginal TFLOP/s of one more chunk against
-   dense's, and a gathered chunk's cost against a span chunk's. The last line gives the wgmma/128
-   spans' fixed cost for the plan model, from the first schedule.
+   dense's, and a gathered chunk's cost against a span chunk's; a diagonal (masked) chunk's extra
+   cost from the diagonal form's fixed cost, a record's from the split form's cost per chunk, the
+   switch from spans to gathered columns in one CTA from the mixed form's fixed cost. The last
+   line gives the wgmma/128 spans' fixed cost for the plan model, from the first schedule.
 """
 
 import json
@@ -26,6 +28,9 @@ SHORT_ROWS = 264 * 128
 CHUNK_KEYS = 128
 FLOPS_PER_PAIR_PER_DIM = 4
 MODEL_KERNEL = "wgmma/128"
+# The short-tile forms: whole unmasked chunks as spans or gathered columns, the last chunk the
+# tile's causal diagonal, one span per chunk, and a span then one gathered chunk.
+SHORT_FORMS = ("spans", "columns", "diagonal", "split", "mixed")
 
 
 def suffix(schedule):
@@ -132,7 +137,7 @@ def short_tiles(logs, schedule, model_line):
     slopes = {}
     for kernel in kernels:
         dense = rows.get("dense-32k", {}).get(kernel)
-        for form in ("spans", "columns"):
+        for form in SHORT_FORMS:
             points = [(int(name.rsplit("-", 1)[1]), timings[kernel][0])
                       for name, timings in rows.items()
                       if name.startswith(f"short-{form}-") and kernel in timings]
@@ -149,6 +154,20 @@ def short_tiles(logs, schedule, model_line):
         if (kernel, "spans") in slopes and (kernel, "columns") in slopes:
             ratio = slopes[(kernel, "columns")][1] / slopes[(kernel, "spans")][1]
             print(f"{kernel}: a gathered chunk costs {ratio:.3f} x a span chunk")
+        if (kernel, "spans") in slopes and (kernel, "diagonal") in slopes:
+            extra = (slopes[(kernel, "diagonal")][0] - slopes[(kernel, "spans")][0]) / \
+                slopes[(kernel, "spans")][1]
+            print(f"{kernel}: a diagonal (masked) chunk costs {extra:+.2f} chunks more than an "
+                  f"unmasked one")
+        if (kernel, "spans") in slopes and (kernel, "split") in slopes:
+            extra = slopes[(kernel, "split")][1] / slopes[(kernel, "spans")][1] - 1.0
+            print(f"{kernel}: a record (span) costs {extra:+.3f} chunks")
+        if all((kernel, form) in slopes for form in ("spans", "columns", "mixed")):
+            spans_fixed, spans_chunk = slopes[(kernel, "spans")]
+            gathered_extra = slopes[(kernel, "columns")][1] / spans_chunk - 1.0
+            switch = (slopes[(kernel, "mixed")][0] - spans_fixed) / spans_chunk - gathered_extra
+            print(f"{kernel}: switching from spans to gathered columns in a CTA costs "
+                  f"{switch:+.2f} chunks")
     if model_line and (MODEL_KERNEL, "spans") in slopes:
         fixed, per_chunk = slopes[(MODEL_KERNEL, "spans")]
         print(f"fixed cost per CTA for the model: {fixed / per_chunk:.2f}")

@@ -33,10 +33,12 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MMSPARSE_GPU_BUILD_DIR:-$repo/build-gpu}
 out=${OUT:-$build/methods-logs}
-work=/tmp/mmsparse-methods
+# METHODS_WORK and METHODS_SITE give each of several concurrent runs (one per GPU) folders of its
+# own: the work folder is emptied at the start.
+work=${METHODS_WORK:-/tmp/mmsparse-methods}
 # Kept in the build folder, which a warm machine keeps between calls: a second call reuses the
 # MInference build.
-site=$build/methods-site
+site=${METHODS_SITE:-$build/methods-site}
 wheels=$repo/.whl
 minference_cuda=1
 peers=(flex minference)
@@ -73,8 +75,8 @@ fi
 # MInference: an sdist. Its Python modules (XAttention, FlexPrefill, the Triton kernels) are
 # installed at once without compiling; its one CUDA extension (the vertical-slash index
 # conversion) is compiled in the background into a staging folder and its .so files moved into
-# place when done (a rename: the benchmark, which re-checks at each input, never sees half a
-# file). FORCE_BUILD stops setup.py fetching a prebuilt wheel (no network there). setup.py imports
+# place when done (a rename: the benchmark, whose MInference peers wait for the build, never sees
+# half a file). FORCE_BUILD stops setup.py fetching a prebuilt wheel (no network there). setup.py imports
 # wheel.bdist_wheel, which newer `wheel` releases dropped: a shim then provides it.
 sdist=$(compgen -G "$wheels/minference-*.tar.gz" | head -n 1)
 build_pid=

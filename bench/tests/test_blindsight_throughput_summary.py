@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -20,6 +21,9 @@ WAVES = 56
 CHUNK_MS = 0.0017  # one chunk of one CTA
 PLANTED_FIXED = 4.5  # chunks
 PLANTED_GATHER = 1.2  # a gathered chunk against a span chunk
+PLANTED_DIAGONAL = 0.75  # a diagonal chunk's extra cost, in chunks
+PLANTED_RECORD = 0.25  # a record's cost, in chunks
+PLANTED_SWITCH = 3.0  # switching from spans to gathered columns in a CTA, in chunks
 
 
 def engine_table(fixed, gather):
@@ -36,10 +40,13 @@ def engine_table(fixed, gather):
                 + " | %5.2fx" % 1.0 + " | 0.0e+00 0.0e+00" * 2)
 
     lines.append(row("dense-32k", 15.0))
-    for form, per_chunk in (("spans", 1.0), ("columns", gather)):
+    forms = (("spans", 0.0, 1.0), ("columns", 0.0, gather),
+             ("diagonal", PLANTED_DIAGONAL, 1.0), ("split", 0.0, 1.0 + PLANTED_RECORD),
+             ("mixed", PLANTED_SWITCH + gather - 1.0, 1.0))
+    for form, extra, per_chunk in forms:
         for chunks in (64, 32, 16, 8):
             lines.append(row(f"short-{form}-{chunks}",
-                             WAVES * CHUNK_MS * (fixed + chunks * per_chunk)))
+                             WAVES * CHUNK_MS * (fixed + extra + chunks * per_chunk)))
     return "\n".join(lines) + "\n"
 
 
@@ -59,6 +66,15 @@ class SummaryTest(unittest.TestCase):
         self.assertIn(f"fixed cost per CTA for the model: {PLANTED_FIXED:.2f}", text)
         self.assertIn(f"wgmma/128: a gathered chunk costs {PLANTED_GATHER:.3f} x a span chunk",
                       text)
+        # The table's times have three decimals: the planted costs come back to about 0.01.
+        diagonal = re.search(r"wgmma/128: a diagonal \(masked\) chunk costs ([-+.0-9]+) chunks "
+                             r"more than an unmasked one", text)
+        self.assertAlmostEqual(float(diagonal.group(1)), PLANTED_DIAGONAL, delta=0.02)
+        record = re.search(r"wgmma/128: a record \(span\) costs ([-+.0-9]+) chunks", text)
+        self.assertAlmostEqual(float(record.group(1)), PLANTED_RECORD, delta=0.01)
+        switch = re.search(r"wgmma/128: switching from spans to gathered columns in a CTA costs "
+                           r"([-+.0-9]+) chunks", text)
+        self.assertAlmostEqual(float(switch.group(1)), PLANTED_SWITCH, delta=0.03)
 
     def test_templates_against_the_bar(self):
         layer = {"dense": {"pairs": 1000, "attention_ms": 10.0, "tflops": 500.0},

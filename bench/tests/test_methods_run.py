@@ -174,6 +174,69 @@ class OrderTest(unittest.TestCase):
                          ["cudnn", "shipped", "vs1", "mi1", "grid", "oracle", "vs2", "mi2", "mi3",
                           "search"])
 
+    def test_peers_still_building_come_after_every_sweep(self):
+        late = [[FakeEntry("mvs1"), FakeEntry("mvs2")]]
+        order = methods.ordered_entries([[FakeEntry("cudnn")]], [], [[FakeEntry("vs1")]],
+                                        [[FakeEntry("xa1"), FakeEntry("xa2")]], None,
+                                        [FakeEntry("search")], late)
+        self.assertEqual([e.name for e in order],
+                         ["cudnn", "vs1", "xa1", "xa2", "mvs1", "mvs2", "search"])
+
+
+class FakeBuiltPeer:
+    """A peer that loads once its build is done (the marker file removed)."""
+
+    name = "fake peer"
+
+    def __init__(self, marker):
+        self.marker, self.set_up = marker, False
+
+    def available(self):
+        return "not installed" if os.path.exists(self.marker) else None
+
+    def setup(self, t):
+        self.set_up = True
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch or safetensors not installed")
+class AwaitingBuildTest(unittest.TestCase):
+    """A peer compiling beside the benchmark is set up once its build is done, and fails its
+    set-up with the reason when the build outlasts the budget or leaves it unloadable."""
+
+    def test_sets_up_the_peer_when_the_build_finishes(self):
+        with tempfile.TemporaryDirectory() as folder:
+            marker = os.path.join(folder, "building")
+            open(marker, "w").close()
+            peer = FakeBuiltPeer(marker)
+            waits = []
+
+            def build_finishes(seconds):
+                waits.append(seconds)
+                os.remove(marker)
+            methods.AwaitingBuild(peer, marker, lambda: 60.0, sleep=build_finishes).setup(None)
+            self.assertEqual((len(waits), peer.set_up), (1, True))
+
+    def test_a_build_outlasting_the_budget_fails_the_set_up(self):
+        with tempfile.TemporaryDirectory() as folder:
+            marker = os.path.join(folder, "building")
+            open(marker, "w").close()
+            peer = FakeBuiltPeer(marker)
+            awaiting = methods.AwaitingBuild(peer, marker, lambda: 0.0, sleep=lambda s: None)
+            with self.assertRaisesRegex(TimeoutError, "still compiling"):
+                awaiting.setup(None)
+            self.assertFalse(peer.set_up)
+
+    def test_an_unloadable_build_fails_the_set_up_with_the_reason(self):
+        class Broken(FakeBuiltPeer):
+            def available(self):
+                return "not installed or not loadable: ImportError: no .so"
+        with tempfile.TemporaryDirectory() as folder:
+            peer = Broken(os.path.join(folder, "gone"))
+            awaiting = methods.AwaitingBuild(peer, peer.marker, lambda: 5.0)
+            with self.assertRaisesRegex(RuntimeError, "no .so"):
+                awaiting.setup(None)
+            self.assertEqual(awaiting.name, "fake peer")  # the rest is the peer's own
+
 
 @unittest.skipUnless(HAVE_TORCH and find_cli() and have_package(),
                      "needs torch, the mmsparse CLI and the Python package's extension")

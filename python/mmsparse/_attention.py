@@ -93,9 +93,11 @@ def _build(specs: list[str], q: torch.Tensor, k: torch.Tensor, layout: Layout | 
     keep_alive = []
     if dynamic:
         q_view, k_view = tensors.view("q", q), tensors.view("k", k)
+        # Once per distinct spec: a config repeats specs over heads, and each answer plans the
+        # spec's section on the host (for a grid with item sinks, its groups over the layout).
         on_device = q.device.type == "cuda" and all(
             _core.builds_plan_on_device(spec, *shape, native_layout, device_type, device_index)
-            for spec in specs if _core.is_dynamic(spec))
+            for spec in dict.fromkeys(specs) if _core.is_dynamic(spec))
         if q.device.type == "cuda" and not on_device:
             # Heads the GPU does not estimate are built on the host from host copies.
             keep_alive = [q.detach().cpu(), k.detach().cpu()]

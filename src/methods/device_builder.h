@@ -23,6 +23,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/runtime/engine.h"
@@ -66,6 +67,21 @@ class DeviceBuilder {
   virtual DeviceSection build(const PatternSpec& resolved_spec, const PlanShape& shape,
                               const ModalityLayout* layout, const cuda::EstimateOperands* operands,
                               void* stream) const = 0;
+  // Parameters whose values may differ between the heads of one build (build_heads): a per-head
+  // config builds the heads whose specs differ only in these as one section. They must not change
+  // the mask policies. Empty: only heads of equal specs share a section.
+  virtual std::vector<std::string> per_head_params() const { return {}; }
+  // The plan of every head slot of `shape`, query head h built with head_specs[h] (specs that
+  // differ only in per_head_params()); otherwise as build(). Builders without per-head
+  // parameters get equal specs and build the first.
+  virtual DeviceSection build_heads(const std::vector<PatternSpec>& head_specs,
+                                    const PlanShape& shape, const ModalityLayout* layout,
+                                    const cuda::EstimateOperands* operands, void* stream) const {
+    return build(head_specs.front(), shape, layout, operands, stream);
+  }
+  // Whether build() waits for the device (a readback that sizes the plan): a per-head config
+  // queues such sections after the others, so that the wait does not hold back their launches.
+  virtual bool waits_for_device() const { return false; }
   // The mask policies every head slot of that plan uses, in first-use order (PlanBuilder's
   // numbering); the same for every slot.
   virtual std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,

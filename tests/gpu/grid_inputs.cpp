@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/estimation.h"
 #include "methods/estimate/modality_boundary.h"
+#include "plan_records.h"
 
 namespace mmsparse::test {
 namespace {
@@ -172,6 +174,24 @@ int64_t expect_clear_lines_equal(const HostGridSearch& search,
     EXPECT_EQ(built[i].stride, search.lines[i].stride) << "search " << i;
     EXPECT_EQ(built[i].phase, search.lines[i].phase) << "search " << i;
   }
+  return clear;
+}
+
+int64_t expect_grouped_grid_matches_host(const PatternSpec& resolved, const PlanShape& shape,
+                                         const PatternInputs& host_inputs,
+                                         const ModalityLayout& layout, const cuda::DevicePlan& plan,
+                                         const std::vector<detail::GridLines>& lines,
+                                         cudaStream_t stream, Plan* keep_host) {
+  int64_t clear = 0;
+  if (shape.q_len > 0) {
+    const HostGridSearch search = host_grouped_grid_search(resolved, shape, host_inputs, layout);
+    EXPECT_EQ(search.lines.size(), lines.size());
+    clear = expect_clear_lines_equal(search, lines);
+  }
+  Plan host = host_grid_plan(resolved, shape, host_inputs, lines, &layout);
+  SCOPED_TRACE(host.summary());
+  expect_same_grid_records(plan, host, stream);
+  if (keep_host != nullptr) *keep_host = std::move(host);
   return clear;
 }
 

@@ -3,12 +3,15 @@
 // grid, and the host search with how clearly it chose, so that a test compares the device's choice
 // only where rounding cannot flip it.
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "attention_harness.h"
 #include "common/random.h"
+#include "cuda/runtime/engine.h"
 #include "methods/grid/grid.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
@@ -57,5 +60,15 @@ int64_t expect_clear_lines_equal(const HostGridSearch& search,
 Plan host_grid_plan(const PatternSpec& resolved, const PlanShape& shape,
                     const PatternInputs& inputs, const std::vector<detail::GridLines>& lines,
                     const ModalityLayout* layout = nullptr);
+
+// The host side of a Q/2D-boundary grid check of the device's `plan` and `lines`: where there are
+// query rows, the host search of every (group, space) pair and head slot, its lines compared with
+// `lines` where it chose clearly; then the host plan of `lines` against `plan`, record for record
+// (kept in `keep_host` when given). Returns how many searches were clear.
+int64_t expect_grouped_grid_matches_host(const PatternSpec& resolved, const PlanShape& shape,
+                                         const PatternInputs& host_inputs,
+                                         const ModalityLayout& layout, const cuda::DevicePlan& plan,
+                                         const std::vector<detail::GridLines>& lines,
+                                         cudaStream_t stream, Plan* keep_host = nullptr);
 
 }  // namespace mmsparse::test

@@ -50,10 +50,6 @@ constexpr int kRandomTrials = 30;
 constexpr std::array<Gqa, 5> kVecGqaShapes = {{{1, 1}, {2, 1}, {1, 4}, {2, 4}, {1, 7}}};
 constexpr ProblemLimits kVecLimits{kVecGqaShapes, 700, 300};
 constexpr int64_t kSyntheticLength = 4096;
-// At most one candidate key in this many may lie within the rounding bound of the threshold (the
-// bound is about 1e-4 in margin, margins spread over units): a looser bound would let the
-// comparison pass anything.
-constexpr int64_t kMaxBorderlineShare = 100;
 
 class GpuVecBuild : public StreamTest {};
 
@@ -288,6 +284,44 @@ TEST_F(GpuVecBuild, EdgeShapesMatchTheHostPlan) {
       }
     }
   }
+}
+
+// The score pass takes chunks of 64 keys; a chunk inside every row's candidate range of a warp's
+// 16 blocks skips the per-key range test, the others (at the sinks, the diagonal and the keys
+// past it, the end of kv_len) test each key. Sinks that end inside a chunk (pooling 16 and 48),
+// diagonals off the 16-key tiles (pooling 48), groups of the running maximum that restart inside
+// a chunk (1, 3 and 5 tiles), keys past the diagonal without causality (kv_len past q_len), lengths
+// off a chunk; GQA 1, 4 and 7: every record equals the host's cut of the device's selection.
+TEST_F(GpuVecBuild, ChunksAtCandidateRangeEdgesMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr std::array<int64_t, 3> kGqa = {1, 4, 7};
+  constexpr std::array<int64_t, 3> kGroupTiles = {1, 3, 5};
+  constexpr std::array<int64_t, 3> kExtraKeys = {0, 45, 203};
+  constexpr std::array<int64_t, 2> kEdgeAlphas = {100000, 600000};
+  VecSelectionStats stats;
+  for (const int64_t pooling : {int64_t{16}, int64_t{48}, int64_t{64}, int64_t{128}}) {
+    for (const int64_t causal : {int64_t{0}, int64_t{1}}) {
+      for (const int64_t group_tiles : kGroupTiles) {
+        const int64_t q_len = 1500 + random.uniform_int(0, 63);
+        const int64_t kv_len = q_len + pick(random, kExtraKeys);
+        const ProblemSize size = vec_problem(random, q_len, kv_len, pick(random, kGqa));
+        const AttentionInputs inputs = random_inputs(random, size);
+        const PatternSpec spec{"vec",
+                               {{"pooling", pooling},
+                                {"group", group_tiles},
+                                {"alpha_ppm", pick(random, kEdgeAlphas)},
+                                {"causal", causal}}};
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+      }
+    }
+  }
+  EXPECT_GT(stats.selected_in_spans, 0);
+  EXPECT_GT(stats.selected_in_columns, 0);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
 
 // Union tiles at the engine's 128-row tiles: 2 blocks per tile (pooling 64; pooling 48: 96-row

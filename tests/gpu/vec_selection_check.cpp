@@ -122,56 +122,102 @@ void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
       << "tile " << tile << ": the device kept keys that are not candidates";
 }
 
+// Head slot `slot` of `host`, a head of another method: its records copied as they are.
+void copy_host_slot(const Plan& host, int64_t slot, PlanBuilder& adopted) {
+  adopted.begin_head(std::vector<QueryRun>(host.runs.begin() + host.head_run_offsets[slot],
+                                           host.runs.begin() + host.head_run_offsets[slot + 1]));
+  for (int64_t tile = host.head_tile_offsets[slot]; tile < host.head_tile_offsets[slot + 1];
+       ++tile) {
+    adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end,
+                       host.masks[host.tile_masks[tile]]);
+    for (int64_t s = host.tile_span_offsets[tile]; s < host.tile_span_offsets[tile + 1]; ++s) {
+      adopted.add_span(host.spans[s].begin, host.spans[s].end);
+    }
+    for (int64_t s = host.tile_strided_offsets[tile]; s < host.tile_strided_offsets[tile + 1];
+         ++s) {
+      const StridedSpan& span = host.strided_spans[s];
+      adopted.add_strided_span(span.begin, span.end, span.step);
+    }
+    for (int64_t c = host.tile_column_offsets[tile]; c < host.tile_column_offsets[tile + 1]; ++c) {
+      adopted.add_column(host.columns[c]);
+    }
+  }
+}
+
+// Head slot `slot`, a vec head of `params`: each tile's selection checked (check_tile), and the
+// host's records for the device's selection added to `adopted`.
+void adopt_vec_slot(const Plan& device, const Plan& host, const detail::VecParams& params,
+                    const PatternInputs& host_inputs, int64_t slot, PlanBuilder& adopted,
+                    VecSelectionStats& stats, int& reports) {
+  const PlanShape& shape = host.shape;
+  const MaskPolicy mask = detail::vec_mask(params);
+  detail::KeyCache cache;
+  const detail::HeadOperands operands(host_inputs, shape, slot, cache);
+  adopted.begin_head();
+  for (int64_t tile = host.head_tile_offsets[slot]; tile < host.head_tile_offsets[slot + 1];
+       ++tile) {
+    // One tile per vec tile (the device builds pooling <= tile_rows only).
+    const int64_t vec_tile =
+        host.tiles[tile].begin / (detail::vec_tile_blocks(shape, params) * params.pooling);
+    const detail::VecBlock block = detail::vec_tile(shape, params, vec_tile);
+    const std::vector<int32_t> selected = tile_selected_keys(device, tile, block);
+    const int64_t listed = device.tile_column_offsets[tile + 1] - device.tile_column_offsets[tile];
+    stats.selected_in_columns += listed;
+    stats.selected_in_spans += static_cast<int64_t>(selected.size()) - listed;
+    for (int64_t s = device.tile_span_offsets[tile]; s < device.tile_span_offsets[tile + 1]; ++s) {
+      const int64_t last = device.spans[s].end - 1;
+      stats.spans_across_splits +=
+          last / kCheckedSplitKeys != device.spans[s].begin / kCheckedSplitKeys;
+    }
+    for (int64_t c = device.tile_column_offsets[tile] + 1; c < device.tile_column_offsets[tile + 1];
+         ++c) {
+      stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
+                                        device.columns[c] % kCheckedRunStepKeys == 0;
+    }
+    check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
+    adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
+    detail::vec_add_tile_keys(adopted, block,
+                              std::vector<int64_t>(selected.begin(), selected.end()));
+  }
+}
+
 }  // namespace
+
+Plan expect_vec_heads_match(const Plan& device, const Plan& host,
+                            const std::vector<PatternSpec>& head_specs,
+                            const PatternInputs& host_inputs, VecSelectionStats& stats) {
+  const PlanShape& shape = host.shape;
+  EXPECT_EQ(static_cast<int64_t>(head_specs.size()), shape.heads);
+  EXPECT_EQ(device.num_tiles(), host.num_tiles());
+  if (device.num_tiles() != host.num_tiles() ||
+      static_cast<int64_t>(head_specs.size()) != shape.heads) {
+    return host;
+  }
+  // The host's records for the device's selection: what the device must have written.
+  PlanBuilder adopted(shape);
+  int reports = 0;
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const PatternSpec& spec = head_specs[static_cast<std::size_t>(slot % shape.heads)];
+    if (spec.name == "vec") {
+      adopt_vec_slot(device, host, detail::vec_params(spec), host_inputs, slot, adopted, stats,
+                     reports);
+    } else {
+      copy_host_slot(host, slot, adopted);
+    }
+  }
+  return adopted.finish();
+}
 
 Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& host,
                                   const PatternSpec& resolved, const PatternInputs& host_inputs,
                                   VecSelectionStats& stats) {
-  const detail::VecParams params = detail::vec_params(resolved);
-  const PlanShape& shape = host.shape;
   std::vector<std::vector<MaskPolicy>> masks(1);
-  if (shape.q_len > 0) masks[0].push_back(detail::vec_mask(params));
+  if (host.shape.q_len > 0) masks[0].push_back(detail::vec_mask(detail::vec_params(resolved)));
   const Plan device =
       cuda::download_plan(std::span<const cuda::DevicePlan>(&built, 1), masks, kCudaDevice);
-  EXPECT_EQ(device.num_tiles(), host.num_tiles());
-  if (device.num_tiles() != host.num_tiles()) return host;
-  // The host's records for the device's selection: what the device must have written.
-  PlanBuilder adopted(shape);
-  const MaskPolicy mask = detail::vec_mask(params);
-  int reports = 0;
-  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-    detail::KeyCache cache;
-    const detail::HeadOperands operands(host_inputs, shape, slot, cache);
-    adopted.begin_head();
-    for (int64_t tile = host.head_tile_offsets[slot]; tile < host.head_tile_offsets[slot + 1];
-         ++tile) {
-      // One tile per vec tile (the device builds pooling <= tile_rows only).
-      const int64_t vec_tile =
-          host.tiles[tile].begin / (detail::vec_tile_blocks(shape, params) * params.pooling);
-      const detail::VecBlock block = detail::vec_tile(shape, params, vec_tile);
-      const std::vector<int32_t> selected = tile_selected_keys(device, tile, block);
-      const int64_t listed =
-          device.tile_column_offsets[tile + 1] - device.tile_column_offsets[tile];
-      stats.selected_in_columns += listed;
-      stats.selected_in_spans += static_cast<int64_t>(selected.size()) - listed;
-      for (int64_t s = device.tile_span_offsets[tile]; s < device.tile_span_offsets[tile + 1];
-           ++s) {
-        const int64_t last = device.spans[s].end - 1;
-        stats.spans_across_splits +=
-            last / kCheckedSplitKeys != device.spans[s].begin / kCheckedSplitKeys;
-      }
-      for (int64_t c = device.tile_column_offsets[tile] + 1;
-           c < device.tile_column_offsets[tile + 1]; ++c) {
-        stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
-                                          device.columns[c] % kCheckedRunStepKeys == 0;
-      }
-      check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
-      adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
-      detail::vec_add_tile_keys(adopted, block,
-                                std::vector<int64_t>(selected.begin(), selected.end()));
-    }
-  }
-  return adopted.finish();
+  return expect_vec_heads_match(
+      device, host, std::vector<PatternSpec>(static_cast<std::size_t>(host.shape.heads), resolved),
+      host_inputs, stats);
 }
 
 }  // namespace mmsparse::test

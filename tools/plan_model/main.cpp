@@ -48,15 +48,46 @@ struct CostModel {
   double gathered_extra = 0.15;  // a chunk of gathered columns (cp.async rows, not a tensor copy)
 };
 
+// Where a tile's rows lie: every row text, every row in an image, or both.
+enum class TileClass { kText = 0, kImage = 1, kMixed = 2 };
+constexpr int kTileClasses = 3;
+constexpr const char* kTileClassNames[kTileClasses] = {"text", "image", "mixed"};
+
+// The cost basis: every term of the cost model counted, so that a fit of the constants to
+// measured throughput needs only these counts (the schedule's imbalance aside).
+struct ChunkCounts {
+  int64_t tiles = 0;           // CTAs per head slot: one fixed cost each
+  int64_t chunks = 0;          // key chunks read
+  int64_t two_warpgroups = 0;  // chunks both warpgroups compute
+  int64_t one_warpgroup = 0;   // chunks one warpgroup computes
+  int64_t skipped = 0;         // chunks every warpgroup skips
+  int64_t masked = 0;          // chunks some active warpgroup masks element by element
+  int64_t gathered = 0;        // chunks of gathered columns
+  int64_t partial = 0;         // chunks of fewer than kChunkKeys keys
+  int64_t records = 0;         // spans and column runs read (each starts a new chunk)
+
+  ChunkCounts& operator+=(const ChunkCounts& other) {
+    tiles += other.tiles;
+    chunks += other.chunks;
+    two_warpgroups += other.two_warpgroups;
+    one_warpgroup += other.one_warpgroup;
+    skipped += other.skipped;
+    masked += other.masked;
+    gathered += other.gathered;
+    partial += other.partial;
+    records += other.records;
+    return *this;
+  }
+};
+
 struct TileWork {
   double cost = 0;
-  int64_t keys = 0;  // the schedule's weight
-  int64_t chunks = 0;
+  int64_t keys = 0;              // the schedule's weight
   int64_t empty_slots = 0;       // key slots of partial chunks
-  int64_t masked_chunks = 0;     // chunks some active warpgroup masks element by element
   int64_t warpgroup_chunks = 0;  // (chunk, warpgroup) pairs computed, skipped ones not counted
-  int64_t gathered_chunks = 0;   // chunks of gathered columns
-  bool text = false;
+  ChunkCounts counts;
+  TileClass tile_class = TileClass::kText;
+  bool text = false;  // its first row is text (the "text" column's tiles)
 };
 
 // What one chunk asks of the tile's warpgroups.
@@ -89,6 +120,15 @@ double chunk_cost(const ChunkClass& chunk, bool gathered, const CostModel& model
   return cost;
 }
 
+// A tile's class from its rows' media (positions; text when the layout has no media).
+TileClass classify_tile(const std::vector<int64_t>& rows, const std::vector<int32_t>& token_media) {
+  if (token_media.empty()) return TileClass::kText;
+  const auto is_text = [&token_media](int64_t row) { return token_media[row] < 0; };
+  if (std::all_of(rows.begin(), rows.end(), is_text)) return TileClass::kText;
+  if (std::none_of(rows.begin(), rows.end(), is_text)) return TileClass::kImage;
+  return TileClass::kMixed;
+}
+
 TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t t,
                    const std::vector<int32_t>& token_media, const CostModel& model) {
   const QueryTile& tile = plan.tiles[t];
@@ -97,25 +137,34 @@ TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t 
   for (int64_t i = tile.begin; i < tile.end; ++i) rows.push_back(order[i] + offset);
   TileWork work;
   work.cost = model.cta_overhead;
+  work.tile_class = classify_tile(rows, token_media);
   work.text = token_media.empty() || token_media[rows.front()] < 0;
+  ChunkCounts& counts = work.counts;
+  counts.tiles = 1;
   const auto add_chunk = [&](int64_t count, int64_t lowest, int64_t highest, bool gathered) {
-    ++work.chunks;
+    ++counts.chunks;
     work.keys += count;
     work.empty_slots += kChunkKeys - count;
     const ChunkClass chunk = classify_chunk(rows, lowest, highest);
-    work.masked_chunks += chunk.masked ? 1 : 0;
+    counts.two_warpgroups += chunk.active == 2 ? 1 : 0;
+    counts.one_warpgroup += chunk.active == 1 ? 1 : 0;
+    counts.skipped += chunk.active == 0 ? 1 : 0;
+    counts.masked += chunk.active > 0 && chunk.masked ? 1 : 0;
+    counts.gathered += gathered ? 1 : 0;
+    counts.partial += count < kChunkKeys ? 1 : 0;
     work.warpgroup_chunks += chunk.active;
-    work.gathered_chunks += gathered ? 1 : 0;
     work.cost += chunk_cost(chunk, gathered, model);
   };
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     const KeySpan& span = plan.spans[s];
+    ++counts.records;
     for (int64_t begin = span.begin; begin < span.end; begin += kChunkKeys) {
       const int64_t end = std::min<int64_t>(span.end, begin + kChunkKeys);
       add_chunk(end - begin, begin, end - 1, false);
     }
   }
   const int64_t columns_end = plan.tile_column_offsets[t + 1];
+  counts.records += columns_end > plan.tile_column_offsets[t] ? 1 : 0;
   for (int64_t c = plan.tile_column_offsets[t]; c < columns_end; c += kChunkKeys) {
     const int64_t end = std::min(columns_end, c + kChunkKeys);
     const auto [low, high] =
@@ -170,8 +219,9 @@ Plan text_tile_per_run(const Plan& plan, const std::vector<int64_t>& order,
 struct Prediction {
   int64_t tiles = 0, chunks = 0, empty_slots = 0, masked_chunks = 0, warpgroup_chunks = 0;
   int64_t gathered_chunks = 0;
-  int64_t pairs = 0;                 // computed pairs of one head slot
-  std::vector<int64_t> tile_chunks;  // key chunks per tile, ascending
+  ChunkCounts by_class[kTileClasses];  // the cost basis per TileClass
+  int64_t pairs = 0;                   // computed pairs of one head slot
+  std::vector<int64_t> tile_chunks;    // key chunks per tile, ascending
   double cost = 0, text_cost = 0, overhead = 0;
   double makespan = 0;    // in chunk units on `sms` SMs
   double efficiency = 0;  // computed pairs per chunk unit of SM time
@@ -186,14 +236,16 @@ Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, in
   Prediction result;
   for (int64_t t = 0; t < plan.num_tiles(); ++t) {
     works.push_back(tile_work(plan, order, t, token_media, model));
-    result.chunks += works.back().chunks;
-    result.empty_slots += works.back().empty_slots;
-    result.masked_chunks += works.back().masked_chunks;
-    result.warpgroup_chunks += works.back().warpgroup_chunks;
-    result.gathered_chunks += works.back().gathered_chunks;
-    result.tile_chunks.push_back(works.back().chunks);
-    result.cost += works.back().cost;
-    if (works.back().text) result.text_cost += works.back().cost;
+    const TileWork& work = works.back();
+    result.chunks += work.counts.chunks;
+    result.empty_slots += work.empty_slots;
+    result.masked_chunks += work.counts.masked;
+    result.warpgroup_chunks += work.warpgroup_chunks;
+    result.gathered_chunks += work.counts.gathered;
+    result.by_class[static_cast<int>(work.tile_class)] += work.counts;
+    result.tile_chunks.push_back(work.counts.chunks);
+    result.cost += work.cost;
+    if (work.text) result.text_cost += work.cost;
   }
   result.tiles = plan.num_tiles();
   result.overhead = model.cta_overhead * static_cast<double>(result.tiles);
@@ -253,6 +305,19 @@ void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction
       static_cast<double>(p.tiles * heads) / static_cast<double>(sms * ctas_per_sm));
 }
 
+// The cost basis, one line per tile class and pattern: every count the cost model weighs, for a
+// fit of its constants to measured throughput (scripts/blindsight_cost_fit.py). pairs: computed
+// pairs of one head slot, on the pattern's first line.
+void print_cost_basis(int64_t tokens, const std::string& name, const Prediction& p) {
+  for (int c = 0; c < kTileClasses; ++c) {
+    const ChunkCounts& n = p.by_class[c];
+    fmt::print("{:>8} {:<22} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7}\n",
+               tokens, name, kTileClassNames[c], c == 0 ? fmt::format("{}", p.pairs) : "-", n.tiles,
+               n.chunks, n.two_warpgroups, n.one_warpgroup, n.skipped, n.masked, n.gathered,
+               n.partial, n.records);
+  }
+}
+
 int run(const std::string& preset, const std::vector<int64_t>& lengths,
         const std::vector<std::string>& patterns, int64_t heads, int64_t sms, int64_t ctas_per_sm,
         const CostModel& model) {
@@ -292,6 +357,12 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
   for (const auto& [tokens, name, prediction] : built)
     print_chunk_stats(tokens, name, prediction, heads, sms, ctas_per_sm);
   fmt::print(
+      "\ncost basis\n{:>8} {:<22} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} "
+      "{:>7} {:>7}\n",
+      "tokens", "pattern", "class", "pairs", "tiles", "chunks", "two-wg", "one-wg", "skipped",
+      "masked", "gathered", "partial", "records");
+  for (const auto& [tokens, name, prediction] : built) print_cost_basis(tokens, name, prediction);
+  fmt::print(
       "\nSYNTHETIC layout (preset '{}'), one head slot's plan replicated on {} heads, {} SMs. "
       "part.fill: key slots of partial chunks; text: share of the cost in text tiles; per-CTA: "
       "share that is the fixed cost per CTA ({:.2f} chunks); imbalance: makespan over the "
@@ -300,9 +371,11 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       "a whole one); wg fill: the same over the {}-row warpgroups that compute (skipped ones not "
       "counted); masked: chunks some computing row masks in part (diagonal, image boundary, "
       "partial column chunk); gathered: chunks of gathered columns; waves: CTAs over {} SMs x {} "
-      "CTA(s) each.\n",
+      "CTA(s) each. cost basis (per head slot, by tile class: rows all text, all image, both): "
+      "two-wg / one-wg / skipped: chunks two, one or no warpgroup computes; partial: chunks of "
+      "fewer than {} keys; records: spans and column runs read.\n",
       preset, heads, sms, model.cta_overhead, kTileRows, kChunkKeys, kWarpgroupRows, sms,
-      ctas_per_sm);
+      ctas_per_sm, kChunkKeys);
   return 0;
 }
 

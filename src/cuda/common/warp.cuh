@@ -1,6 +1,6 @@
 #pragma once
 // What the builders' warp-per-tile kernels share: a warp's index in the grid, a lane's rank among
-// a ballot's lanes, and a sum over the warp.
+// a ballot's lanes, a sum over the warp, and inclusive scans in lane order.
 
 #include <cstdint>
 
@@ -22,6 +22,41 @@ __device__ inline int64_t warp_sum(int64_t value) {
     value += __shfl_xor_sync(kAllLanes, value, offset);
   }
   return value;
+}
+
+// `value` combined by `op` (associative) with every lower lane's value, lane 0 first: the warp's
+// inclusive scan (all lanes call it).
+template <class T, class Op>
+__device__ inline T warp_inclusive_scan(T value, Op op) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpLanes);
+#pragma unroll
+  for (int offset = 1; offset < kWarpLanes; offset *= 2) {
+    const T other = __shfl_up_sync(kAllLanes, value, offset);
+    if (lane >= offset) value = op(value, other);
+  }
+  return value;
+}
+
+struct MaxOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
+};
+
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+__device__ inline int32_t warp_inclusive_max(int32_t value) {
+  return warp_inclusive_scan(value, MaxOp{});
+}
+
+__device__ inline int32_t warp_inclusive_sum(int32_t value) {
+  return warp_inclusive_scan(value, SumOp{});
 }
 
 }  // namespace mmsparse::cuda

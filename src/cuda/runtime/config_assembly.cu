@@ -26,6 +26,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/math.h"
 #include "cuda/common/stream_scratch.h"
+#include "cuda/common/warp.cuh"
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
 
@@ -35,7 +36,10 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 // Mask records written per launch of write_masks_kernel, passed by value.
 constexpr int kMasksPerLaunch = 32;
-
+// Blocks copying one head slot's runs; the grid-stride loop covers any count.
+constexpr int64_t kMaxRunBlocksPerSlot = 16;
+// A launch's most blocks along y.
+constexpr int64_t kMaxGridRows = 65535;
 
 struct SectionView {
   const TileRecord* tiles;
@@ -163,9 +167,7 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   for (int64_t c = lane; c < column_count; c += kWarpLanes) {
     out.columns[column_target + c] = section.columns[tile.column_begin + c];
   }
-  for (int offset = kWarpLanes / 2; offset > 0; offset /= 2) {
-    keys += __shfl_xor_sync(kAllLanes, keys, offset);
-  }
+  keys = warp_sum(keys);
   if (lane != 0) return;
   keys += column_count;
   const int32_t mask = section.mask_count > 0 ? section.masks[tile.mask] : tile.mask;
@@ -185,13 +187,20 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   out.sort_values[target] = static_cast<int32_t>(target);
 }
 
-// One thread per section slot: its query-order runs at the concatenation's run offsets.
+// Blocks along y take the section's slots, blocks along x a slot's runs (a contiguous range in the
+// section and in the concatenation), both grid-stride: a grouped grid slot has tens of thousands
+// of runs, which one thread per slot copied serially (milliseconds).
 __global__ void copy_runs_kernel(SectionView section, SlotTable table, CopyTargets out) {
-  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (q >= section.slots) return;
-  const int64_t slot = section.global_slot(q);
-  for (int64_t r = 0; r < table.run_counts[slot]; ++r) {
-    out.runs[out.run_offsets[slot] + r] = section.runs[table.source_runs[slot] + r];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t q = blockIdx.y; q < section.slots; q += gridDim.y) {
+    const int64_t slot = section.global_slot(q);
+    const int64_t count = table.run_counts[slot];
+    const RunRecord* source = section.runs + table.source_runs[slot];
+    RunRecord* target = out.runs + out.run_offsets[slot];
+    for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < count;
+         r += stride) {
+      target[r] = source[r];
+    }
   }
 }
 
@@ -331,9 +340,13 @@ void copy_sections(const std::vector<Section>& sections, const std::vector<Secti
       copy_tiles_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(view, table, targets);
       check_launch("prepare_pattern config: copy_tiles_kernel");
     }
-    if (sections[s].runs > 0) {
-      const auto blocks = static_cast<unsigned>(ceil_div(view.slots, kThreadsPerBlock));
-      copy_runs_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(view, table, targets);
+    if (sections[s].runs > 0 && view.slots > 0) {
+      // sections[s].runs bounds one slot's runs (it counts the section plan's slots together).
+      const int64_t blocks =
+          std::min<int64_t>(ceil_div(sections[s].runs, kThreadsPerBlock), kMaxRunBlocksPerSlot);
+      const dim3 grid(static_cast<unsigned>(blocks),
+                      static_cast<unsigned>(std::min<int64_t>(view.slots, kMaxGridRows)));
+      copy_runs_kernel<<<grid, kThreadsPerBlock, 0, stream>>>(view, table, targets);
       check_launch("prepare_pattern config: copy_runs_kernel");
     }
   }

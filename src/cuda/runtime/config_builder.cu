@@ -1,9 +1,10 @@
 // A per-head config built into one DevicePlan (config_builder.h): the host orchestration. The
 // steps, on the caller's stream unless said otherwise:
 //   host:    group the heads into sections by their methods' device builders
-//            (methods/device_builder.h; one section per distinct device-built spec, the rest in
-//            one host section), the global mask table (PlanBuilder's first-use order over head
-//            slots), the concatenated layout from the sections' sizes
+//            (methods/device_builder.h; one section per distinct device-built spec up to the
+//            builder's per-head parameters, the rest in one host section), the global mask table
+//            (PlanBuilder's first-use order over head slots), the concatenated layout from the
+//            sections' sizes
 //   device:  each device section's builder (a replicated one, e.g. a static pattern, on one head
 //            slot; an estimating one on its heads' estimate), each on a stream of its own forked
 //            from the caller's, joined back before the concatenation
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/forked_streams.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -31,56 +33,6 @@
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
-namespace {
-
-// Streams of their own for the device sections, forked from the caller's stream and joined back
-// into it: the sections' builders are small launches (an estimate over a few heads, a search, a
-// conversion), so one after another they leave most of the GPU idle.
-class SectionStreams {
- public:
-  SectionStreams(std::size_t count, cudaStream_t origin) : origin_(origin) {
-    check_cuda(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming),
-               "prepare_pattern config: cudaEventCreate fork");
-    check_cuda(cudaEventRecord(fork_, origin), "prepare_pattern config: cudaEventRecord fork");
-    for (std::size_t i = 0; i < count; ++i) {
-      cudaStream_t stream = nullptr;
-      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                 "prepare_pattern config: cudaStreamCreate");
-      streams_.push_back(stream);
-      check_cuda(cudaStreamWaitEvent(stream, fork_), "prepare_pattern config: fork");
-    }
-  }
-  ~SectionStreams() {
-    // Destructors cannot report errors. Destroying a stream with queued work is allowed: it is
-    // released once the work is done.
-    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
-    for (cudaEvent_t event : joins_) cudaEventDestroy(event);
-    cudaEventDestroy(fork_);
-  }
-  SectionStreams(const SectionStreams&) = delete;
-  SectionStreams& operator=(const SectionStreams&) = delete;
-
-  cudaStream_t operator[](std::size_t i) const { return streams_[i]; }
-  // The caller's stream waits for everything queued on the section streams so far.
-  void join() {
-    for (cudaStream_t stream : streams_) {
-      cudaEvent_t event = nullptr;
-      check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                 "prepare_pattern config: cudaEventCreate join");
-      joins_.push_back(event);
-      check_cuda(cudaEventRecord(event, stream), "prepare_pattern config: cudaEventRecord join");
-      check_cuda(cudaStreamWaitEvent(origin_, event), "prepare_pattern config: join");
-    }
-  }
-
- private:
-  cudaStream_t origin_;
-  cudaEvent_t fork_ = nullptr;
-  std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> joins_;
-};
-
-}  // namespace
 
 class ConfigBuildTimer {
  public:
@@ -162,8 +114,16 @@ void check_section_sizes(const std::vector<Section>& sections, const Section& ho
   }
 }
 
-// Heads grouped into sections: heads with a device builder by spec, the rest into one host
-// section (last).
+// The part of a spec that heads must share to be built as one section: the spec without the
+// parameters its builder takes per head (each head's own spec stays in Section::specs).
+std::string section_key(const PatternSpec& spec, const detail::DeviceBuilder& builder) {
+  PatternSpec shared = spec;
+  for (const std::string& param : builder.per_head_params()) shared.params.erase(param);
+  return shared.to_string();
+}
+
+// Heads grouped into sections: heads with a device builder by spec (up to the builder's per-head
+// parameters), the rest into one host section (last).
 std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const PlanShape& shape,
                                  const ModalityLayout* layout, bool device_inputs) {
   std::vector<Section> sections;
@@ -183,7 +143,7 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const Pl
       host.specs.push_back(spec);
       continue;
     }
-    const auto [entry, added] = by_spec.emplace(spec.to_string(), sections.size());
+    const auto [entry, added] = by_spec.emplace(section_key(spec, *builder), sections.size());
     if (added) {
       Section section;
       section.builder = builder;
@@ -191,6 +151,7 @@ std::vector<Section> group_heads(const std::vector<PatternSpec>& specs, const Pl
       sections.push_back(std::move(section));
     }
     sections[entry->second].heads.push_back(head);
+    sections[entry->second].specs.push_back(spec);
   }
   check_section_sizes(sections, host);
   if (!host.heads.empty()) sections.push_back(std::move(host));
@@ -217,32 +178,41 @@ void for_each_slot(const Section& section, const PlanShape& shape, Visit&& visit
   }
 }
 
+// Queues one device section's builder on `stream`, timed by events; returns whether it estimates.
+bool build_device_section(Section& section, const PlanShape& shape, const ConfigInputs& inputs,
+                          cudaStream_t stream, ConfigBuildTimer& timer) {
+  const PlanShape local = section_shape(shape, section);
+  const std::size_t first_event = timer.record(stream);
+  const bool estimates = section.builder->estimates();
+  std::optional<EstimateOperands> operands;
+  if (estimates) operands = select_heads(section.spec.name, *inputs.device, section.heads);
+  detail::DeviceSection built = section.builder->build_heads(
+      section.specs, local, inputs.layout, operands ? &*operands : nullptr, stream);
+  section.plan = std::move(built.plan);
+  section.runs = built.runs;
+  section.max_slot_tiles = built.max_slot_tiles;
+  const std::size_t last_event = timer.record(stream);
+  const auto shared_by = static_cast<int64_t>(section.heads.size()) * shape.batch;
+  for_each_slot(section, shape, [&](int64_t, int64_t slot) {
+    timer.slots[static_cast<std::size_t>(slot)] = {true, first_event, last_event, shared_by, 0.0};
+  });
+  return estimates;
+}
+
 // Queues every device section's builder on a stream of its own (they read only the inputs and
-// write only their own plans), timed by events; returns whether some section was estimated.
+// write only their own plans); returns whether some section was estimated. Builders that wait for
+// the device go last, so that their waits hold back no other section's launches.
 bool build_device_sections(std::vector<Section>& sections, const PlanShape& shape,
-                           const ConfigInputs& inputs, const SectionStreams& streams,
+                           const ConfigInputs& inputs, const ForkedStreams& streams,
                            ConfigBuildTimer& timer) {
   bool estimated = false;
   std::size_t next_stream = 0;
-  for (Section& section : sections) {
-    if (section.on_host()) continue;
-    const PlanShape local = section_shape(shape, section);
-    const cudaStream_t stream = streams[next_stream++];
-    const std::size_t first_event = timer.record(stream);
-    const bool estimates = section.builder->estimates();
-    std::optional<EstimateOperands> operands;
-    if (estimates) operands = select_heads(section.spec.name, *inputs.device, section.heads);
-    detail::DeviceSection built = section.builder->build(section.spec, local, inputs.layout,
-                                                         operands ? &*operands : nullptr, stream);
-    section.plan = std::move(built.plan);
-    section.runs = built.runs;
-    section.max_slot_tiles = built.max_slot_tiles;
-    estimated = estimated || estimates;
-    const std::size_t last_event = timer.record(stream);
-    const auto shared_by = static_cast<int64_t>(section.heads.size()) * shape.batch;
-    for_each_slot(section, shape, [&](int64_t, int64_t slot) {
-      timer.slots[static_cast<std::size_t>(slot)] = {true, first_event, last_event, shared_by, 0.0};
-    });
+  for (const bool waits : {false, true}) {
+    for (Section& section : sections) {
+      if (section.on_host() || section.builder->waits_for_device() != waits) continue;
+      estimated =
+          build_device_section(section, shape, inputs, streams[next_stream++], timer) || estimated;
+    }
   }
   return estimated;
 }
@@ -433,7 +403,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   // Declared before the sections: a section plan that is not released (an error midway) frees its
   // buffer on its stream when destroyed, so the streams must outlive it.
-  std::optional<SectionStreams> section_streams;
+  std::optional<ForkedStreams> section_streams;
   std::vector<Section> sections =
       group_heads(resolved_specs, shape, inputs.layout, inputs.device != nullptr);
   ConfigBuild result;
@@ -445,7 +415,7 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   section_streams.emplace(
       static_cast<std::size_t>(std::count_if(sections.begin(), sections.end(),
                                              [](const Section& s) { return !s.on_host(); })),
-      cuda_stream);
+      cuda_stream, "prepare_pattern config");
   result.estimated_on_device =
       build_device_sections(sections, shape, inputs, *section_streams, *timer);
   Section* host = sections.empty() || !sections.back().on_host() ? nullptr : &sections.back();

@@ -25,8 +25,10 @@ inline constexpr int kMaxSectionMasks = 2;
 // One builder's heads and, once built, its plan.
 struct Section {
   const detail::DeviceBuilder* builder = nullptr;  // null: the host section
-  PatternSpec spec;            // resolved; the host section has one per head in `specs`
-  std::vector<int32_t> heads;  // ascending query heads
+  PatternSpec spec;                                // resolved: the first head's
+  std::vector<int32_t> heads;                      // ascending query heads
+  // Each head's resolved spec: the host section's differ; a device section's differ at most in
+  // its builder's per-head parameters (DeviceBuilder::per_head_params).
   std::vector<PatternSpec> specs;
   DevicePlan plan;
   int64_t runs = 0;                       // run records (host: the real ones; grid: the capacity)

@@ -17,7 +17,7 @@
 //                                         the driver)
 //   methods/grid/grid_groups_device.cu    the grid's arrangement for Q/2D boundary, whose query
 //                                         groups hold several runs of rows and may read several
-//                                         key spaces (and its driver)
+//                                         key spaces (its driver; grid_group_plan_device.cu plans)
 //   methods/grid/grid_group_tiles_device.cu  their tiles' conversion
 
 #include <cuda_runtime.h>
@@ -406,6 +406,11 @@ GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, 
                                           int64_t strides);
 void launch_grid_search(const GridSearch& search, std::byte* base, const GridSearchRegions& regions,
                         cudaStream_t stream);
+// The search's lines where detail::grid_lines_fixed(options): {options.stride, 0} into
+// lines[count] and, when not null, chosen[count].
+void launch_fixed_grid_lines(const detail::GridOptions& options, int64_t count,
+                             detail::GridLines* lines, detail::GridLines* chosen,
+                             cudaStream_t stream);
 
 // The per-tile scratch both grid builds convert into: record counts and their scanned offsets,
 // the schedule's sort keys (as filled, then sorted) and tile indices.

@@ -78,6 +78,13 @@ constexpr int64_t tile_window(const GridOptions& options) {
   return options.slash && options.local == 1 ? 0 : options.local;
 }
 
+// Whether the options fix the search's choice: one candidate stride and no line that depends on
+// the phase (vline, hline). search_grid then offers a single candidate, {stride, 0}, whatever the
+// estimate, so the GPU builds write those lines without estimating.
+constexpr bool grid_lines_fixed(const GridOptions& options) {
+  return options.stride != 0 && !options.vline && !options.hline;
+}
+
 struct GridLines {
   int64_t stride = kMinStride;
   int64_t phase = 0;

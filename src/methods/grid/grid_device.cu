@@ -382,13 +382,19 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
              "grid index: cudaMemsetAsync counts");
 
   mark("scratch");
+  // Options that fix the lines need no estimate (grid_lines_fixed).
+  const bool fixed = detail::grid_lines_fixed(build.options);
   const EstimateScratch estimate = estimate_scratch(base, estimate_at);
-  launch_estimate(operands, extents, estimate, stream);
+  if (!fixed) launch_estimate(operands, extents, estimate, stream);
   mark("estimate");
   auto* lines = region<detail::GridLines>(base, lines_at);
-  launch_grid_search({&extents, estimate.probabilities, build.options, build.first_stride,
-                      build.last_stride, lines, chosen},
-                     base, search_at, stream);
+  if (fixed) {
+    launch_fixed_grid_lines(build.options, slots, lines, chosen, stream);
+  } else {
+    launch_grid_search({&extents, estimate.probabilities, build.options, build.first_stride,
+                        build.last_stride, lines, chosen},
+                       base, search_at, stream);
+  }
   mark("search");
 
   auto* run_counts = region<int64_t>(base, run_counts_at);

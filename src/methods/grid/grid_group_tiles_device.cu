@@ -3,8 +3,9 @@
 // grid_groups_device.cu) and, in every key space of its group, the keys GridPattern::add_tile_keys
 // adds for their frontiers there, and the item sinks its rows see (build_dynamic_head): spans, line
 // keys outside the strided spans and item sinks off them marked in bitmaps and read off as records
-// (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (below). The
-// count pass sizes each tile's records; after the caller's scans the fill pass writes them.
+// (key_bitmaps.cuh), the lines' strided spans found from the tile's own frontiers (the lattice
+// pieces of grid_group_lattices.cuh). The count pass sizes each tile's records; after the caller's
+// scans the fill pass writes them.
 
 #include <algorithm>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "methods/estimate/key_bitmaps.cuh"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid_geometry.h"
+#include "methods/grid/grid_group_lattices.cuh"
 #include "methods/grid/grid_groups.cuh"
 #include "mmsparse/status.h"
 
@@ -26,13 +28,19 @@ using bitmaps::kThreads;
 using bitmaps::kWordBits;
 using bitmaps::Window;
 using grid::ceil_div;
-using grid::floor_mod;
 using grid::max64;
 using grid::min64;
 using grouped::Arrangement;
 using grouped::Conversion;
+using grouped::for_each_lattice_piece;
 using grouped::GroupedTargets;
+using grouped::LatticeCut;
+using grouped::mark_lattice_columns;
+using grouped::on_strided_span;
 using grouped::OrderRun;
+using grouped::PhaseLine;
+using grouped::residue_of;
+using grouped::SpaceLattices;
 
 constexpr int kMaxTileRows = static_cast<int>(kMaxGroupedGridTileRows);
 static_assert(kMaxTileRows <= kThreads, "a thread per tile row");
@@ -51,20 +59,21 @@ __device__ inline int64_t last_at_most(const int64_t* values, int64_t low, int64
   return low;
 }
 
-// A phase's line in one space, for the rows of that phase: its last frontier.
-struct PhaseLine {
-  int64_t phase, frontier;
-};
-
 struct TileShared {
   bitmaps::TileStorage records;
-  int64_t position[kMaxTileRows];                 // the tile's query positions, in order
-  int64_t frontier[kMaxKeySpaces][kMaxTileRows];  // their frontiers in each space
-  PhaseLine phases[kMaxKeySpaces][kMaxTileRows];  // each space's phases of the rows
+  int64_t position[kMaxTileRows];                   // the tile's query positions, in order
+  int64_t frontier[kMaxKeySpaces][kMaxTileRows];    // their frontiers in each space
+  PhaseLine phases[kMaxKeySpaces][kMaxTileRows];    // each space's phases of the rows
+  int32_t row_phase[kMaxKeySpaces][kMaxTileRows];   // each row's phase there (-1: no key)
+  unsigned long long longest_range[kMaxKeySpaces];  // the longest range of each space
   int phase_count[kMaxKeySpaces];
   int piece_count;                // the tile's strided spans
   unsigned long long piece_keys;  // and the keys they hold
 };
+
+// A kernel's static shared memory is at most 48 KB.
+constexpr std::size_t kMaxStaticSharedBytes = std::size_t{48} << 10;
+static_assert(sizeof(TileShared) <= kMaxStaticSharedBytes, "the tile's shared memory");
 
 // Sets the bits of the original keys [first, last) in the window, the block's threads taking
 // words in turn.
@@ -101,151 +110,6 @@ __device__ void mark_compact_span_block(const KeySpaceView& space, int64_t begin
   }
 }
 
-// A space's line keys in a tile (GridPattern::add_tile_keys' slash and vline lattices) as
-// TileKeys::write writes them in LatticeKeys::kStridedSpansInRanges. In the space's compact
-// coordinates the tile's spans are the prefix [0, prefix) (sink, hline) and each row's window
-// [f - window, f), so the keys between spans are the gaps [max(prefix, f_prev), f - window) before
-// each distinct frontier f (one gap [prefix, last) without windows). Within one original range of
-// the space original keys are compact ones shifted, and only this space's spans lie there, so a
-// lattice piece is one residue's keys in one gap and one range: its first whole multiple of
-// kGatherChunkKeys keys is a strided span, the others are columns. Lattices of one residue (a slash
-// phase and the vline phase) join into the longer one; pieces of distinct residues of one stride,
-// or of different spaces (different ranges), never share a key, so none is listed as columns.
-struct SpaceLattices {
-  KeySpaceView view;
-  int64_t stride = 0, vline_phase = 0;
-  int64_t prefix = 0, window = 0, last = 0;
-  const int64_t* frontiers = nullptr;  // [rows] the tile rows' frontiers, ascending
-  const PhaseLine* phases = nullptr;   // [phase_count] each row phase's last frontier
-  int rows = 0, phase_count = 0;
-  bool slash = false, vline = false;
-  bool vline_alone = false;  // the vline residue is no slash phase's (or slash lines are off)
-
-  __device__ int gaps() const { return window > 0 ? rows : 1; }
-  __device__ int residues() const { return phase_count + 1; }
-  // Gap g's compact keys [begin, end); false when it has none.
-  __device__ bool gap(int g, int64_t& begin, int64_t& end) const {
-    if (window == 0) {
-      begin = prefix;
-      end = last;
-      return begin < end;
-    }
-    const int64_t frontier = frontiers[g];
-    const int64_t before = g > 0 ? frontiers[g - 1] : 0;
-    if (frontier < 1 || (g > 0 && frontier == before)) return false;
-    begin = max64(prefix, before);
-    end = frontier - window;
-    return begin < end;
-  }
-  // Residue j: its phase and the end of its joined lattice; false when there is none.
-  __device__ bool residue(int j, int64_t& phase, int64_t& end) const {
-    if (j < phase_count) {
-      if (!slash) return false;
-      phase = phases[j].phase;
-      end = vline && phase == vline_phase ? last : phases[j].frontier;
-      return true;
-    }
-    if (!vline_alone) return false;
-    phase = vline_phase;
-    end = last;
-    return true;
-  }
-};
-
-// One residue's keys first + i·step (i < count) in a piece; the first `strided` of them form the
-// strided span, the others are columns. `offset` maps them to original positions.
-struct LatticeCut {
-  int64_t first = 0, count = 0, strided = 0, offset = 0;
-};
-
-// The piece of residue `phase` in the compact keys [low, high) of one range (count 0: none).
-__device__ LatticeCut cut_piece(const SpaceLattices& l, int64_t phase, int64_t low, int64_t high,
-                                int64_t offset) {
-  LatticeCut piece;
-  piece.first = low + floor_mod(phase - low, l.stride);
-  if (piece.first >= high) return piece;
-  piece.count = (high - 1 - piece.first) / l.stride + 1;
-  piece.strided = piece.count / kGatherChunkKeys * kGatherChunkKeys;
-  piece.offset = offset;
-  return piece;
-}
-
-// Calls visit(cut) for each piece of every (gap, residue) pair of the space, the block's threads
-// taking pairs in turn.
-template <class Visit>
-__device__ void for_each_lattice_piece(const SpaceLattices& l, const Visit& visit) {
-  const int residues = l.residues();
-  const int64_t pairs = static_cast<int64_t>(l.gaps()) * residues;
-  for (int64_t pair = threadIdx.x; pair < pairs; pair += kThreads) {
-    int64_t begin = 0, gap_end = 0, phase = 0, lattice_end = 0;
-    if (!l.gap(static_cast<int>(pair / residues), begin, gap_end) ||
-        !l.residue(static_cast<int>(pair % residues), phase, lattice_end)) {
-      continue;
-    }
-    const int64_t end = min64(gap_end, lattice_end);
-    if (begin >= end) continue;
-    const auto cut = [&](int64_t low, int64_t high, int64_t offset) {
-      const LatticeCut piece = cut_piece(l, phase, low, high, offset);
-      if (piece.count > 0) visit(piece);
-    };
-    if (l.view.ranges == 0) {
-      cut(begin, end, 0);
-      continue;
-    }
-    for (int32_t r = l.view.range_of(begin); r < l.view.ranges && l.view.prefix[r] < end; ++r) {
-      cut(max64(begin, l.view.prefix[r]), min64(end, l.view.prefix[r + 1]),
-          l.view.begins[r] - l.view.prefix[r]);
-    }
-  }
-}
-
-// The space's line keys outside its strided spans as column keys of the window.
-__device__ void mark_lattice_columns(const SpaceLattices& l, const Window& window) {
-  for_each_lattice_piece(l, [&](const LatticeCut& piece) {
-    for (int64_t i = piece.strided; i < piece.count; ++i) {
-      const int64_t key = piece.first + i * l.stride + piece.offset;
-      if (window.past(key)) return;
-      window.mark_column(key);
-    }
-  });
-}
-
-// Whether original key `key` lies on one of the space's strided spans: the piece of
-// for_each_lattice_piece that holds it, found for this key alone (its range, gap and residue).
-__device__ bool on_strided_span(const SpaceLattices& l, int64_t key) {
-  if (l.last < 1) return false;
-  int64_t compact = key;  // and its range's compact keys [low, high), original = compact + offset
-  int64_t low = 0, high = l.last, offset = 0;
-  if (l.view.ranges != 0) {
-    compact = l.view.frontier(key - 1, 0);
-    if (l.view.frontier(key, 0) == compact) return false;  // not a key of the space
-    const int32_t r = l.view.range_of(compact);
-    low = l.view.prefix[r];
-    high = l.view.prefix[r + 1];
-    offset = l.view.begins[r] - low;
-  }
-  if (compact >= l.last) return false;
-  int64_t begin = 0, end = 0;
-  bool in_gap = false;
-  for (int g = 0; g < l.gaps() && !in_gap; ++g) {
-    in_gap = l.gap(g, begin, end) && begin <= compact && compact < end;
-  }
-  if (!in_gap) return false;
-  // Phases lie in [0, stride), so the key is on residue j's lattice exactly when its own residue
-  // is j's phase: one 64-bit modulo per key, not one per residue (a tile of a 2D-boundary group
-  // has a phase per distinct frontier in its other spaces, and every item sink asks).
-  const int64_t key_residue = floor_mod(compact, l.stride);
-  for (int j = 0; j < l.residues(); ++j) {
-    int64_t phase = 0, lattice_end = 0;
-    if (!l.residue(j, phase, lattice_end) || key_residue != phase) continue;
-    if (compact >= lattice_end) return false;  // residues are distinct: no other holds it
-    const LatticeCut piece =
-        cut_piece(l, phase, max64(begin, low), min64(min64(end, lattice_end), high), offset);
-    return (compact - piece.first) / l.stride < piece.strided;
-  }
-  return false;
-}
-
 // The item sinks [0, sinks) of the tile in the window as columns, but those on a strided span of
 // one of the group's `spaces`: TileKeys::write drops a column a strided span holds, so the sink
 // is not listed twice.
@@ -265,6 +129,7 @@ __device__ void mark_item_sinks(const Conversion& c, int64_t sinks, const SpaceL
 __device__ void append_strided_spans(const SpaceLattices& l,
                                      SpanRecord* out,  // [the tile's strided spans]
                                      TileShared& shared) {
+  if (!l.strided_spans) return;
   for_each_lattice_piece(l, [&](const LatticeCut& piece) {
     if (piece.strided == 0) return;
     const int index = atomicAdd(&shared.piece_count, 1);
@@ -299,7 +164,23 @@ struct TileSite {
   int64_t slot = 0, position = 0, group = 0;
   int64_t order_begin = 0, rows = 0;
   int64_t first_run = 0, skip = 0;  // its first row: row `skip` of run `first_run`
+  int64_t end_run = 0;              // the end of its phase's runs
 };
+
+// The last run in [low, high) that begins at or before order index `target` (runs[low] does; runs
+// ascend by order index): a binary search, since a phase of short runs has many.
+__device__ inline int64_t last_run_at_most(const OrderRun* runs, int64_t low, int64_t high,
+                                           int64_t target) {
+  while (high - low > 1) {
+    const int64_t middle = (low + high) / 2;
+    if (runs[middle].order_begin <= target) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
 
 __device__ TileSite locate(const Conversion& c, int64_t g) {
   TileSite site;
@@ -321,10 +202,11 @@ __device__ TileSite locate(const Conversion& c, int64_t g) {
   site.order_begin = a.group[site.group].order_begin + a.phase_rows[base + phase] + first_row;
   // The run holding the tile's first row: runs of the phase hold consecutive order indices.
   const OrderRun* runs = a.runs + site.slot * a.runs_per_head;
-  int64_t r = a.group_runs[site.slot * (a.groups + 1) + site.group] + a.phase_runs[base + phase];
-  while (runs[r].order_begin + runs[r].count <= site.order_begin) ++r;
-  site.first_run = r;
-  site.skip = site.order_begin - runs[r].order_begin;
+  const int64_t group_runs = a.group_runs[site.slot * (a.groups + 1) + site.group];
+  site.end_run = group_runs + a.phase_runs[base + phase + 1];
+  site.first_run = last_run_at_most(runs, group_runs + a.phase_runs[base + phase], site.end_run,
+                                    site.order_begin);
+  site.skip = site.order_begin - runs[site.first_run].order_begin;
   return site;
 }
 
@@ -333,13 +215,11 @@ __device__ void load_positions(const Conversion& c, const TileSite& site, TileSh
   const int64_t i = threadIdx.x;
   if (i >= site.rows) return;
   const OrderRun* runs = c.a.runs + site.slot * c.a.runs_per_head;
-  int64_t r = site.first_run;
-  int64_t index = site.skip + i;  // within run r
-  while (index >= runs[r].count) {
-    index -= runs[r].count;
-    ++r;
-  }
-  shared.position[i] = runs[r].start + index * runs[r].step;
+  // Every run holds a row at least, so row i lies within the i + 1 runs from the first.
+  const int64_t order = site.order_begin + i;
+  const int64_t r =
+      last_run_at_most(runs, site.first_run, min64(site.first_run + i + 1, site.end_run), order);
+  shared.position[i] = runs[r].start + (order - runs[r].order_begin) * runs[r].step;
 }
 
 // Per space: the rows' frontiers, and each phase's last frontier among them (rows ascend, so
@@ -349,21 +229,22 @@ __device__ int64_t collect_phases(const Conversion& c, const TileSite& site, int
                                   const detail::GridLines& lines, TileShared& shared) {
   const int64_t i = threadIdx.x;
   int64_t* frontiers = shared.frontier[space];
+  int32_t* row_phases = shared.row_phase[space];
   if (i < site.rows) {
     frontiers[i] = c.view(site.group, space)
                        .frontier(shared.position[i] + c.causal_offset, c.keys(site.group, space));
+    row_phases[i] =
+        frontiers[i] >= 1 ? static_cast<int32_t>(residue_of(frontiers[i] - 1, lines.stride)) : -1;
   }
   if (i == 0) shared.phase_count[space] = 0;
   __syncthreads();
-  if (i < site.rows && frontiers[i] >= 1) {
-    const int64_t phase = (frontiers[i] - 1) % lines.stride;
+  if (i < site.rows && row_phases[i] >= 0) {
+    const int32_t phase = row_phases[i];
     bool last = true;
-    for (int64_t j = i + 1; j < site.rows && last; ++j) {
-      last = !(frontiers[j] >= 1 && (frontiers[j] - 1) % lines.stride == phase);
-    }
+    for (int64_t j = i + 1; j < site.rows && last; ++j) last = row_phases[j] != phase;
     if (last) {
       const int entry = atomicAdd(&shared.phase_count[space], 1);
-      shared.phases[space][entry] = {phase, frontiers[i]};
+      shared.phases[space][entry] = {phase, static_cast<int32_t>(frontiers[i])};
     }
   }
   return frontiers[site.rows - 1];
@@ -384,7 +265,14 @@ __device__ int64_t visible_sinks(const Conversion& c, int64_t last_aligned) {
   return low;
 }
 
-// The space's lattices of the tile (after collect_phases).
+// The longest range of `view` into `longest` (0 before; block-wide, read after a barrier).
+__device__ void note_longest_range(const KeySpaceView& view, unsigned long long& longest) {
+  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < view.ranges; r += kThreads) {
+    atomicMax(&longest, static_cast<unsigned long long>(view.prefix[r + 1] - view.prefix[r]));
+  }
+}
+
+// The space's lattices of the tile (after collect_phases and note_longest_range).
 __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& site, int64_t space,
                                         const detail::GridLines& lines, int64_t last,
                                         const TileShared& shared) {
@@ -409,6 +297,11 @@ __device__ SpaceLattices space_lattices(const Conversion& c, const TileSite& sit
     vline_is_slash = l.slash;
   }
   l.vline_alone = l.vline && !vline_is_slash;
+  // A piece lies within one range and below `last`; kGatherChunkKeys keys of one residue span
+  // more than (kGatherChunkKeys - 1) strides.
+  const int64_t longest =
+      l.view.ranges == 0 ? last : min64(last, static_cast<int64_t>(shared.longest_range[space]));
+  l.strided_spans = longest > (kGatherChunkKeys - 1) * l.stride;
   return l;
 }
 
@@ -454,6 +347,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   load_positions(c, site, shared);
+  if (threadIdx.x < kMaxKeySpaces) shared.longest_range[threadIdx.x] = 0;
   __syncthreads();
   detail::GridLines lines[kMaxKeySpaces];
   int64_t last[kMaxKeySpaces];
@@ -464,6 +358,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t s = 0; s < group.spaces; ++s) {
     lines[s] = a.lines[(group.first_pair + s) * a.slots + site.slot];
     last[s] = collect_phases(c, site, s, lines[s], shared);
+    note_longest_range(c.view(site.group, s), shared.longest_range[s]);
     if (last[s] >= 1) key_end = max64(key_end, c.view(site.group, s).original(last[s] - 1) + 1);
   }
   if (threadIdx.x == 0) {

@@ -34,11 +34,18 @@ struct OrderRun {
 };
 
 // The rows of phase p in a group's run of rows `range` under stride s: their first row, and
-// how many there are.
+// how many there are. Positions lie below 2^31 (plan records are 32-bit), the coordinate at -1
+// or above and the phase in [0, s), so 32-bit arithmetic is exact: the arrangement calls this
+// once per (phase, run of rows), and 64-bit divisions made that its main cost.
 __device__ inline int64_t phase_run_rows(const GridRange& range, int64_t phase, int64_t stride,
                                          int64_t& start) {
-  start = range.begin + grid::floor_mod(phase - range.coordinate, stride);
-  return start < range.end ? (range.end - 1 - start) / stride + 1 : 0;
+  const auto divisor = static_cast<int32_t>(stride);
+  int32_t ahead = static_cast<int32_t>(phase - range.coordinate) % divisor;
+  if (ahead < 0) ahead += divisor;
+  start = range.begin + ahead;
+  return start < range.end
+             ? static_cast<uint32_t>(range.end - 1 - start) / static_cast<uint32_t>(divisor) + 1
+             : 0;
 }
 
 // What the arrangement writes and the conversion reads, per head slot.

@@ -2,10 +2,10 @@
 // host's build_dynamic_head with query_groups and GridPattern (grid.cpp) for query groups that
 // hold several runs of rows and, with the 2D boundary, read several key spaces.
 //
-// Host, from the shape and the layout only (plan_grouped_grid): the groups (one per query
-// modality) with their runs of rows and each run's coordinate in the group's own key space, the
-// key spaces (2D: one per key modality; Q: all keys), each (group, space) pair's estimate rows and
-// candidate strides, and capacities over every candidate. Nothing is read back.
+// Host, from the shape and the layout only (plan_grouped_grid, grid_group_plan_device.cu): the
+// groups (one per query modality) with their runs of rows and each run's coordinate in the group's
+// own key space, the key spaces (2D: one per key modality; Q: all keys), each (group, space) pair's
+// estimate rows and candidate strides, and capacities over every candidate. Nothing is read back.
 //
 // Device, stream-ordered:
 //   estimate, search  per pair (methods/estimate/estimate_device.cu,
@@ -33,20 +33,18 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
-#include <string>
 #include <vector>
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/forked_streams.h"
 #include "methods/estimate/dynamic_head.h"
 #include "methods/estimate/index_kernels.h"
 #include "methods/estimate/item_spaces.h"
 #include "methods/estimate/key_bitmaps.cuh"
 #include "methods/estimate/modality_boundary.h"
 #include "methods/grid/grid_geometry.h"
-#include "methods/grid/grid_group_bounds.h"
 #include "methods/grid/grid_groups.cuh"
-#include "mmsparse/status.h"
 
 namespace mmsparse::cuda::index {
 namespace {
@@ -155,6 +153,13 @@ __global__ void grouped_grid_runs_kernel(const Arrangement a, const int64_t* hea
 
 unsigned blocks_for(int64_t threads) { return static_cast<unsigned>(ceil_div(threads, kThreads)); }
 
+// Each pair stream's scratch region starts at a multiple of this (CUDA allocations' alignment).
+constexpr std::size_t kLaneAlignment = 256;
+
+std::size_t round_up(std::size_t bytes, std::size_t multiple) {
+  return (bytes + multiple - 1) / multiple * multiple;
+}
+
 template <class T>
 void copy_to_device(T* target, const std::vector<T>& values, cudaStream_t stream,
                     const char* what) {
@@ -162,12 +167,6 @@ void copy_to_device(T* target, const std::vector<T>& values, cudaStream_t stream
   check_cuda(cudaMemcpyAsync(target, values.data(), values.size() * sizeof(T),
                              cudaMemcpyHostToDevice, stream),
              what);
-}
-
-// The candidate strides of a search over `keys` estimate keys (search_grid's).
-GridSelection selection_for(const detail::GridOptions& options, int64_t keys) {
-  const detail::StrideCandidates candidates = detail::grid_stride_candidates(options, keys);
-  return {keys, candidates.first, candidates.last};
 }
 
 // Every (group, space) pair's estimate extents, in pair order. They throw (naming last_q) for
@@ -297,10 +296,12 @@ struct PairRegions {
   GridSearchRegions search;
 };
 
-// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). The pairs
-// run one after another in stream order, so they share one scratch allocation sized for the
-// largest pair (the softmax rows are the largest arrays): one stream-ordered allocation per build,
-// not one per pair.
+// Each pair's estimate and search into lines [pairs, slots] (and `chosen`, when given). A
+// pair's chain of launches is small (an estimate over one key space of a few heads, a search), so
+// the pairs of each key space run on a stream of their own, forked from `stream` and joined back:
+// pairs of one space (one per group) one after another, sharing one scratch region sized for the
+// largest of them (the softmax rows are the largest arrays). The spaces partition the keys, so the
+// regions together hold about one estimate over all keys, as one region did for pairs in turn.
 void search_pairs(const GridBuild& build, const EstimateOperands& operands,
                   const std::vector<EstimateExtents>& extents,
                   const std::vector<KeySpaceView>& views, detail::GridLines* lines,
@@ -310,33 +311,49 @@ void search_pairs(const GridBuild& build, const EstimateOperands& operands,
   const bool two_d = !build.spaces.empty();
   const auto pairs = static_cast<int64_t>(build.selections.size());
   if (pairs == 0) return;
-  std::vector<PairRegions> regions;
-  std::size_t largest = 0;
-  for (int64_t e = 0; e < pairs; ++e) {
-    const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
-    ScratchLayout pair_layout;
-    PairRegions at;
-    at.estimate = add_estimate_regions(pair_layout, pair, true);
-    at.search = add_grid_search_regions(pair_layout, slots, pair.scores,
-                                        build.selections[static_cast<std::size_t>(e)].strides());
-    regions.push_back(at);
-    largest = std::max(largest, pair_layout.bytes());
+  if (detail::grid_lines_fixed(build.options)) {
+    launch_fixed_grid_lines(build.options, pairs * slots, lines, chosen, stream);
+    return;
   }
-  const StreamScratch pair_scratch(largest, stream,
+  std::vector<PairRegions> regions;
+  std::vector<int64_t> lane_of_pair;  // the pair's index among its group's pairs
+  std::vector<std::size_t> lane_bytes;
+  for (const GridGroup& group : build.groups) {
+    for (int64_t s = 0; s < group.spaces; ++s) {
+      const EstimateExtents& pair = extents[static_cast<std::size_t>(group.first_pair + s)];
+      ScratchLayout pair_layout;
+      PairRegions at;
+      at.estimate = add_estimate_regions(pair_layout, pair, true);
+      at.search = add_grid_search_regions(
+          pair_layout, slots, pair.scores,
+          build.selections[static_cast<std::size_t>(group.first_pair + s)].strides());
+      regions.push_back(at);
+      lane_of_pair.push_back(s);
+      if (static_cast<int64_t>(lane_bytes.size()) <= s) lane_bytes.resize(s + 1, 0);
+      lane_bytes[s] = std::max(lane_bytes[s], round_up(pair_layout.bytes(), kLaneAlignment));
+    }
+  }
+  std::vector<std::size_t> lane_offsets{0};
+  for (std::size_t bytes : lane_bytes) lane_offsets.push_back(lane_offsets.back() + bytes);
+  const StreamScratch pair_scratch(lane_offsets.back(), stream,
                                    "grouped grid index: estimate scratch");
+  ForkedStreams lanes(lane_bytes.size(), stream, "grouped grid index: pair streams");
   for (int64_t e = 0; e < pairs; ++e) {
     const EstimateExtents& pair = extents[static_cast<std::size_t>(e)];
     const GridSelection& selection = build.selections[static_cast<std::size_t>(e)];
     const PairRegions& at = regions[static_cast<std::size_t>(e)];
-    const EstimateScratch estimate = estimate_scratch(pair_scratch.base(), at.estimate);
+    const auto lane = static_cast<std::size_t>(lane_of_pair[static_cast<std::size_t>(e)]);
+    std::byte* lane_base = pair_scratch.base() + lane_offsets[lane];
+    const EstimateScratch estimate = estimate_scratch(lane_base, at.estimate);
     const int64_t view = build.pair_spaces ? e : e % spaces;
-    launch_estimate(operands, pair, estimate, stream,
+    launch_estimate(operands, pair, estimate, lanes[lane],
                     two_d ? views[static_cast<std::size_t>(view)] : KeySpaceView{});
     launch_grid_search({&pair, estimate.probabilities, build.options, selection.first_stride,
                         selection.last_stride, lines + e * slots,
                         chosen != nullptr ? chosen + e * slots : nullptr},
-                       pair_scratch.base(), at.search, stream);
+                       lane_base, at.search, lanes[lane]);
   }
+  lanes.join();
 }
 
 // The arrangement's sizes, groups and arrays in the scratch at `base`.
@@ -372,114 +389,7 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   return arrange;
 }
 
-// The key spaces of the groups' pairs (2D: the spaces every group shares; item boundary: each
-// pair's own) and the item sinks, into `build`; throws kUnsupported naming the boundary for more
-// query groups than the kernels take.
-void plan_spaces_and_sinks(const PatternSpec& resolved_spec, const ModalityLayout* layout,
-                           detail::BoundaryMode mode, const std::vector<detail::QueryGroup>& groups,
-                           GridBuild& build) {
-  if (static_cast<int64_t>(groups.size()) > grouped::kMaxGroups) {
-    throw Error(ErrorCode::kUnsupported,
-                resolved_spec.name + " parameter boundary: the GPU grid builder takes at most " +
-                    std::to_string(grouped::kMaxGroups) +
-                    " query groups (media items + text), got " + std::to_string(groups.size()));
-  }
-  if (mode == detail::BoundaryMode::kTwoD && !groups.empty()) {
-    build.spaces = groups.front().key_spaces;
-  }
-  if (mode == detail::BoundaryMode::kItem) {
-    build.spaces = items::pair_table(groups).spaces;
-    build.pair_spaces = true;
-  }
-  build.sink_keys = items::spec_sink_keys(resolved_spec, build.shape, layout);
-}
-
 }  // namespace
-
-void plan_grouped_grid(const PatternSpec& resolved_spec, const ModalityLayout* layout,
-                       detail::BoundaryMode mode, GridBuild& build) {
-  const PlanShape& shape = build.shape;
-  if (shape.tile_rows > kMaxGroupedGridTileRows) {
-    throw Error(ErrorCode::kUnsupported,
-                "shape.tile_rows: the GPU grid builder with a Q/2D boundary takes at most " +
-                    std::to_string(kMaxGroupedGridTileRows) + " rows per tile, got " +
-                    std::to_string(shape.tile_rows));
-  }
-  const std::vector<detail::QueryGroup> groups = detail::query_groups(resolved_spec, shape, layout);
-  // With the 2D and item boundaries a group's primary space is its own tokens' (Q: all keys).
-  const bool own_spaces =
-      mode == detail::BoundaryMode::kTwoD || mode == detail::BoundaryMode::kItem;
-  plan_spaces_and_sinks(resolved_spec, layout, mode, groups, build);
-  const int64_t offset = shape.causal_offset();
-  const detail::GridOptions& options = build.options;
-  const int64_t window = detail::tile_window(options);
-  int64_t order_begin = 0;
-  detail::LatticeRecordBound lattices_per_head;
-  int64_t sink_columns_per_head = 0;
-  int64_t spans_per_head = 0;
-  build.first_stride = 0;
-  build.last_stride = 0;
-  for (const detail::QueryGroup& group : groups) {
-    GridGroup planned;
-    const detail::KeySpace& own = group.key_spaces[group.primary];
-    planned.own_space = own_spaces ? static_cast<int32_t>(group.primary) : 0;
-    planned.first_pair = static_cast<int64_t>(build.selections.size());
-    planned.spaces = static_cast<int64_t>(group.key_spaces.size());
-    for (const detail::IndexRange& rows : group.rows) {
-      planned.ranges.push_back({rows.begin, rows.end, own.frontier(rows.begin + offset) - 1});
-    }
-    planned.rows = group.row_count();
-    planned.order_begin = order_begin;
-    order_begin += planned.rows;
-    planned.estimate_rows = group.last_rows(build.last_q);
-    const int64_t last_row = group.rows.back().end - 1;
-    // Each pair's candidates, from the keys its estimate rows see (the last row's frontier).
-    std::vector<int64_t> visible;  // the group's keys in each space
-    for (const detail::KeySpace& space : group.key_spaces) {
-      visible.push_back(space.frontier(last_row + offset));
-      build.selections.push_back(selection_for(options, visible.back()));
-      build.last_stride = std::max(build.last_stride, build.selections.back().last_stride);
-      build.first_stride = build.first_stride == 0
-                               ? build.selections.back().first_stride
-                               : std::min(build.first_stride, build.selections.back().first_stride);
-    }
-    const GridSelection& arranged =
-        build.selections[build.selections.size() - group.key_spaces.size() + group.primary];
-    planned.tiles_per_head =
-        detail::grouped_grid_tile_bound(planned.rows, arranged.last_stride, shape.tile_rows);
-    for (const detail::IndexRange& rows : group.rows) {
-      planned.runs_per_head += std::min(arranged.last_stride, rows.end - rows.begin);
-    }
-    // The lines' strided spans and columns in every space of the group, over every candidate
-    // stride.
-    const detail::LatticeRecordBound lattices =
-        detail::grouped_grid_lattice_bound(group, options, shape);
-    lattices_per_head.strided_spans += lattices.strided_spans;
-    lattices_per_head.columns += lattices.columns;
-    // The item sinks the group's last row sees, as columns of each of its tiles.
-    sink_columns_per_head +=
-        planned.tiles_per_head * items::visible_sinks(build.sink_keys, last_row + offset);
-    // Spans: per space, the sink and hline prefixes give at most one piece per range of the
-    // space, and each row's window at most min(window, ranges) pieces.
-    for (const detail::KeySpace& space : group.key_spaces) {
-      const int64_t ranges = std::max<int64_t>(1, static_cast<int64_t>(space.ranges().size()));
-      spans_per_head += planned.tiles_per_head *
-                        (ranges + (window > 0 ? shape.tile_rows * std::min(window, ranges) : 0));
-    }
-    build.tiles_per_head += planned.tiles_per_head;
-    build.runs_per_head += planned.runs_per_head;
-    build.groups.push_back(std::move(planned));
-  }
-  check_grid_positions(resolved_spec.name, shape, build.last_stride);
-  build.span_capacity = (spans_per_head + lattices_per_head.strided_spans) * shape.head_slots();
-  build.column_capacity =
-      (lattices_per_head.columns + sink_columns_per_head) * shape.head_slots();
-}
-
-bool fits_estimate(const GridBuild& build) {
-  return std::all_of(build.groups.begin(), build.groups.end(),
-                     [](const GridGroup& group) { return fits_estimate(group.estimate_rows); });
-}
 
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,
                         const PlanSections& sections, detail::GridLines* chosen,
@@ -540,9 +450,9 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
                                            slot_items, stream),
              "grouped grid index: run scan");
   temp_size = temp_bytes.slot_scan;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_size, tile_counts, tile_offsets, slot_items,
-                                           stream),
-             "grouped grid index: tile scan");
+  check_cuda(
+      cub::DeviceScan::ExclusiveSum(temp, temp_size, tile_counts, tile_offsets, slot_items, stream),
+      "grouped grid index: tile scan");
   if (build.runs() > 0) {
     grouped_grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(
         convert.a, sections.head_run_offsets, sections.runs);

@@ -339,7 +339,26 @@ __global__ void __launch_bounds__(kThreads) grid_choose_kernel(const ChooseParam
 
 unsigned blocks_for(int64_t threads) { return static_cast<unsigned>(ceil_div(threads, kThreads)); }
 
+// A thread per entry: the fixed lines.
+__global__ void fixed_lines_kernel(detail::GridLines lines_value, int64_t count,
+                                   detail::GridLines* lines /* [count] */,
+                                   detail::GridLines* chosen /* [count] or null */) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  lines[index] = lines_value;
+  if (chosen != nullptr) chosen[index] = lines_value;
+}
+
 }  // namespace
+
+void launch_fixed_grid_lines(const detail::GridOptions& options, int64_t count,
+                             detail::GridLines* lines, detail::GridLines* chosen,
+                             cudaStream_t stream) {
+  if (count == 0) return;
+  fixed_lines_kernel<<<blocks_for(count), kThreads, 0, stream>>>({options.stride, 0}, count, lines,
+                                                                 chosen);
+  check_launch("grid index: fixed_lines_kernel");
+}
 
 GridSearchRegions add_grid_search_regions(ScratchLayout& layout, int64_t slots, int64_t keys,
                                           int64_t strides) {

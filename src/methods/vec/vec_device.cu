@@ -13,15 +13,19 @@
 // Work. The score pass: a CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of
 // one head slot (16 per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole
 // groups of the running maximum, which restarts at each group, so splits are independent. Keys
-// stream through shared memory in chunks of kChunkKeys (cp.async, two stages); each warp scores a
-// tile of 16 keys with head_dim / 16 pairs of MMAs, takes each row's tile maximum over its
-// candidates within the lane quad that holds the row, raises the running maximum (reset where a
-// group starts), filters, and stores the row's 16-bit keep mask: every score is computed once, and
-// the pass's output is one bit per (block, key). The run pass (vec_runs.cuh), one warp per plan
-// tile (one pooled block, or with union_tiles the blocks of a plan-height tile, their masks ORed),
-// turns the masks plus the sinks and diagonal into runs with bit operations and warp scans, counts
-// the spans and column keys per tile, and after the exclusive sums writes them at the tile's
-// offsets (columns staged in shared memory, stored coalesced), ascending, without atomics.
+// stream through shared memory in chunks of kChunkKeys (cp.async, two stages, one barrier per
+// chunk: the next chunk's copy lands while this one is scored); each warp scores a chunk's four
+// tiles of 16 keys with head_dim / 16 steps of eight independent MMAs (many in flight, not one
+// dependent chain per tile), then per tile takes each row's maximum over its candidates within
+// the lane quad that holds the row, raises the running maximum (reset where a group starts),
+// filters, and stores the row's 16-bit keep masks. Chunks wholly inside every row's candidate
+// range (all but those at the sinks and the diagonal) skip the per-key range test. Every score is
+// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh),
+// one warp per plan tile (one pooled block, or with union_tiles the blocks of a plan-height tile,
+// their masks ORed), turns the masks plus the sinks and diagonal into runs with bit operations and
+// warp scans, counts the spans and column keys per tile, and after the exclusive sums writes them
+// at the tile's offsets (columns staged in shared memory, stored coalesced), ascending, without
+// atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +35,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/common/cub_storage.cuh"
 #include "cuda/common/cuda_check.h"
@@ -100,8 +105,9 @@ int64_t split_key_count(const detail::VecParams& vec, int64_t kv_len) {
   return group_keys * std::max<int64_t>(1, kSplitKeys / group_keys);
 }
 
-VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& shape,
+VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const PlanShape& shape,
                               const EstimateOperands& operands) {
+  const detail::VecParams vec = detail::vec_params(head_specs.front());
   VecKernelParams p{};
   p.q = operands.q;
   p.q_stride_batch = operands.q_strides[0];
@@ -127,7 +133,10 @@ VecKernelParams kernel_params(const detail::VecParams& vec, const PlanShape& sha
   p.splits = static_cast<int32_t>(ceil_div(shape.kv_len, split_keys));
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
-  p.log_alpha = vec.log_alpha();
+  p.alpha_heads = static_cast<int32_t>(head_specs.size());
+  for (std::size_t head = 0; head < head_specs.size(); ++head) {
+    p.log_alphas[head] = detail::vec_params(head_specs[head]).log_alpha();
+  }
   p.mask_pitch = static_cast<int32_t>(2 * ceil_div(shape.kv_len, 2 * kTileKeys));
   p.selection.count = static_cast<int32_t>(operands.heads.size());
   std::copy(operands.heads.begin(), operands.heads.end(), p.selection.heads);
@@ -172,6 +181,37 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: at most " +
                                              std::to_string(kMaxGridYZ) + " head slots, got " +
                                              std::to_string(shape.head_slots()));
+  }
+}
+
+// Head specs: one for every head, or one per head (shape.heads of them, at most
+// kMaxSelectedHeads: the kernels take their alphas by value) that differ only in alpha_ppm.
+void check_head_specs(const std::vector<PatternSpec>& resolved_specs, const PlanShape& shape) {
+  const std::string argument = "build_vec_plan_on_device resolved_specs";
+  const auto count = static_cast<int64_t>(resolved_specs.size());
+  if (count != 1 && count != shape.heads) {
+    throw_invalid_argument(argument,
+                           "one spec, or one per query head (" + std::to_string(shape.heads) + ")",
+                           std::to_string(count) + " specs");
+  }
+  if (count > kMaxSelectedHeads) {
+    throw Error(ErrorCode::kUnsupported,
+                argument + ": at most " + std::to_string(kMaxSelectedHeads) +
+                    " heads with specs of their own, got " + std::to_string(count));
+  }
+  const detail::VecParams first = detail::vec_params(resolved_specs.front());
+  for (const PatternSpec& spec : resolved_specs) {
+    if (!detail::is_spec_of(spec, detail::vec_entry())) {
+      throw_invalid_argument(argument, "vec specs", spec.to_string());
+    }
+    const detail::VecParams params = detail::vec_params(spec);
+    if (params.pooling != first.pooling || params.group_tiles != first.group_tiles ||
+        params.causal != first.causal || params.union_tiles != first.union_tiles) {
+      throw_invalid_argument(
+          argument,
+          "vec specs that differ only in alpha_ppm (" + resolved_specs.front().to_string() + ")",
+          spec.to_string());
+    }
   }
 }
 
@@ -235,7 +275,14 @@ void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
   events.record(PhaseEvents::kPool);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  select_kernel<Element><<<grid, kSelectThreads, 0, stream>>>(p);
+  // head_dim 128 fixes the head_dim steps at compile time; other widths read them from p.
+  const auto kernel = p.head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
+                                                : select_kernel<Element, 0>;
+  constexpr int kSharedBytes = vec_kernels::select_shared_bytes<Element>();
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+      "vec index: score pass shared memory");
+  kernel<<<grid, kSelectThreads, kSharedBytes, stream>>>(p);
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }
@@ -354,10 +401,22 @@ bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& sha
 }
 
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
-                                    const EstimateOperands& operands, void* stream_handle,
+                                    const EstimateOperands& operands, void* stream,
                                     VecBuildTimes* times) {
+  return build_vec_plan_on_device(std::vector<PatternSpec>{resolved_spec}, shape, operands, stream,
+                                  times);
+}
+
+DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
+                                    const PlanShape& shape, const EstimateOperands& operands,
+                                    void* stream_handle, VecBuildTimes* times) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
+  if (resolved_specs.empty()) {
+    throw_invalid_argument("build_vec_plan_on_device resolved_specs", "at least one spec", "none");
+  }
+  const PatternSpec& resolved_spec = resolved_specs.front();
   check_shape(resolved_spec, shape, operands);
+  check_head_specs(resolved_specs, shape);
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
@@ -372,7 +431,7 @@ DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const Plan
   }
   PhaseEvents events(times, stream);
   events.record(PhaseEvents::kStart);  // the stream is idle while the host allocates
-  VecKernelParams p = kernel_params(vec, shape, operands);
+  VecKernelParams p = kernel_params(resolved_specs, shape, operands);
   const int sort_bits = key_bits(shape.kv_len);
   const BuildScratch scratch(p, slots * blocks, tiles, operands.head_dim, sort_bits, stream);
   events.record(PhaseEvents::kScratch);

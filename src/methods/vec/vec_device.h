@@ -12,6 +12,7 @@
 // bit per (pooled block, key) of scratch. Deterministic: no atomic decides where a record goes.
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/runtime/engine.h"
 #include "methods/estimate/index_builders.h"
@@ -50,5 +51,11 @@ bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& sha
 DevicePlan build_vec_plan_on_device(const PatternSpec& resolved_spec, const PlanShape& shape,
                                     const EstimateOperands& operands, void* stream,
                                     VecBuildTimes* times = nullptr);
+// The same for heads whose specs differ in alpha_ppm only: the query heads of `shape` (the
+// operands' heads) use resolved_specs[h] each (or all the one spec given), in one build, with one
+// synchronisation: the per-head config's section of vec heads. At most kMaxSelectedHeads specs.
+DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_specs,
+                                    const PlanShape& shape, const EstimateOperands& operands,
+                                    void* stream, VecBuildTimes* times = nullptr);
 
 }  // namespace mmsparse::cuda

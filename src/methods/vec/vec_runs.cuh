@@ -12,14 +12,18 @@
 // bit operations on the word and its neighbours' edge bits (shuffles; the step's first word sees
 // the previous step's last bit, its last word the next step's first); the start of the run that
 // ends at a bit is the latest start bit at or before it: in the lane's word, or else the warp's
-// inclusive max-scan of the lanes' last starts (carried across steps). Each lane then walks the
-// runs ending in its word: few per word, no per-key work in the count pass. The write pass places
-// a lane's span records by a warp exclusive sum, stages its column runs' keys in shared memory at
-// their warp offsets, and copies the step's columns out with coalesced stores.
+// inclusive max-scan of the lanes' last starts (carried across steps). Each lane then classifies
+// the runs ending in its word with bit operations, not one by one (classify_word: a run inside a
+// word is too short for a span unless it holds a sink or diagonal key, and only the word's first
+// run to end can have begun before it), so the count pass does no per-run work. The write pass
+// places a lane's span records by a warp exclusive sum, stages its column keys in shared memory at
+// their warp offsets (one store per key, from the column bits), and copies the step's columns out
+// with coalesced stores.
 
 #include <cstdint>
 
 #include "cuda/common/math.h"
+#include "cuda/common/warp.cuh"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_select.cuh"
@@ -107,34 +111,6 @@ __device__ inline TileWords tile_words(const VecKernelParams& p, int64_t tile) {
   return words;
 }
 
-__device__ inline int32_t warp_inclusive_max(int32_t value) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int offset = 1; offset < kWarpSize; offset *= 2) {
-    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
-    if (lane >= offset) value = max(value, other);
-  }
-  return value;
-}
-
-__device__ inline int32_t warp_inclusive_sum(int32_t value) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int offset = 1; offset < kWarpSize; offset *= 2) {
-    const int32_t other = __shfl_up_sync(kFullWarpMask, value, offset);
-    if (lane >= offset) value += other;
-  }
-  return value;
-}
-
-__device__ inline int64_t warp_sum(int64_t value) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(kFullWarpMask, value, offset);
-  }
-  return value;
-}
-
 // The runs of one lane's word in a step: starts and ends as bits, and the start of a run begun
 // before the word.
 struct WordRuns {
@@ -149,20 +125,88 @@ struct WordRuns {
   }
 };
 
-// Writes the runs ending in this lane's word: span records at `span_at`, column keys into the
-// warp's stage at `stage_at`.
-__device__ inline void write_word_runs(const VecKernelParams& p, const TileWords& tile,
-                                       const WordRuns& runs, int64_t span_at, int32_t stage_at,
-                                       int32_t* stage) {
-  for (uint32_t ends = runs.ends; ends != 0u; ends &= ends - 1u) {
-    const int end = __ffs(static_cast<int>(ends)) - 1;
-    const int32_t start = runs.run_start(end);
-    const int32_t last = runs.base + end;
-    if (tile.is_span(start, last)) {
-      p.spans[span_at++] = {start, last + 1, 1, 1};
+// Bits [from, to] of a word (0 <= from, to < kWordKeys; none when from > to).
+__device__ inline uint32_t bits_between(int from, int to) {
+  if (from > to) return 0u;
+  const uint32_t through_to = to == kWordKeys - 1 ? ~0u : (2u << to) - 1u;
+  return through_to & ~((1u << from) - 1u);
+}
+
+// The runs ending in one lane's word, classified without visiting them one by one. A run that
+// starts and ends in the word holds at most kWordKeys < kMinSpanKeys keys, so it is a span exactly
+// when it holds a sink or diagonal key (anchored); since the sinks and the diagonal are intervals
+// of kept keys, each lies within one run, found from the run start at or before its first key and
+// the run end at or after its last. Only the word's first run to end can have started before the
+// word (the "carried" run): it is classified by TileWords::is_span.
+struct WordClasses {
+  uint32_t span_ends = 0u;  // end bits of the in-word runs that are spans (anchored)
+  uint32_t columns = 0u;    // bits of the in-word runs that are columns
+  bool carried = false;     // the first run to end started before the word
+  bool carried_span = false;
+  int32_t carried_start = 0, carried_last = 0;  // its keys
+  int32_t spans = 0, column_keys = 0;           // span records and column keys ending in the word
+};
+
+// The in-word run of `in_word` holding keys [begin, end) of the word's keys, as bits (none when
+// the interval misses the word or lies in a run crossing its edges).
+__device__ inline uint32_t anchored_run(const WordRuns& runs, uint32_t in_word, int32_t begin,
+                                        int32_t end) {
+  const uint32_t interval = word_range_bits(begin, end, runs.base);
+  if ((interval & in_word) == 0u) return 0u;
+  const int low = __ffs(static_cast<int>(interval)) - 1;
+  const int high = kWordKeys - 1 - __clz(interval);
+  const int run_start = kWordKeys - 1 - __clz(runs.starts & bits_between(0, low));
+  const int run_end = __ffs(static_cast<int>(runs.ends & bits_between(high, kWordKeys - 1))) - 1;
+  return bits_between(run_start, run_end);
+}
+
+__device__ inline WordClasses classify_word(const TileWords& tile, const WordRuns& runs,
+                                            uint32_t word) {
+  WordClasses classes;
+  if (runs.ends == 0u) return classes;
+  const int first_end = __ffs(static_cast<int>(runs.ends)) - 1;
+  const int last_end = kWordKeys - 1 - __clz(runs.ends);
+  classes.carried = (runs.starts & bits_between(0, first_end)) == 0u;
+  uint32_t in_word = word & bits_between(0, last_end);
+  if (classes.carried) {
+    in_word &= ~bits_between(0, first_end);
+    classes.carried_start = runs.start_before;
+    classes.carried_last = runs.base + first_end;
+    classes.carried_span = tile.is_span(classes.carried_start, classes.carried_last);
+  }
+  const uint32_t anchored =
+      anchored_run(runs, in_word, 0, tile.keys.sink_end) |
+      anchored_run(runs, in_word, tile.keys.diagonal_begin, tile.keys.diagonal_end);
+  classes.span_ends = runs.ends & anchored;
+  classes.columns = in_word & ~anchored;
+  classes.spans = __popc(classes.span_ends) + (classes.carried && classes.carried_span);
+  classes.column_keys = __popc(classes.columns);
+  if (classes.carried && !classes.carried_span) {
+    classes.column_keys += classes.carried_last - classes.carried_start + 1;
+  }
+  return classes;
+}
+
+// Writes the runs ending in this lane's word, ascending: span records at `span_at`, column keys
+// into the warp's stage at `stage_at`. The carried run comes first (its keys are the lowest).
+__device__ inline void write_word_runs(const VecKernelParams& p, const WordRuns& runs,
+                                       const WordClasses& classes, int64_t span_at,
+                                       int32_t stage_at, int32_t* stage) {
+  if (classes.carried) {
+    if (classes.carried_span) {
+      p.spans[span_at++] = {classes.carried_start, classes.carried_last + 1, 1, 1};
     } else {
-      for (int32_t key = start; key <= last; ++key) stage[stage_at++] = key;
+      for (int32_t key = classes.carried_start; key <= classes.carried_last; ++key) {
+        stage[stage_at++] = key;
+      }
     }
+  }
+  for (uint32_t ends = classes.span_ends; ends != 0u; ends &= ends - 1u) {
+    const int end = __ffs(static_cast<int>(ends)) - 1;
+    p.spans[span_at++] = {runs.run_start(end), runs.base + end + 1, 1, 1};
+  }
+  for (uint32_t keys = classes.columns; keys != 0u; keys &= keys - 1u) {
+    stage[stage_at++] = runs.base + __ffs(static_cast<int>(keys)) - 1;
   }
 }
 
@@ -206,17 +250,9 @@ __global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams
     last_bit_carry = __shfl_sync(kFullWarpMask, word, kWarpSize - 1) >> (kWordKeys - 1);
     kept += __popc(word);
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
-    int32_t lane_spans = 0;
-    int32_t lane_columns = 0;
-    for (uint32_t ends = runs.ends; ends != 0u; ends &= ends - 1u) {
-      const int end = __ffs(static_cast<int>(ends)) - 1;
-      const int32_t start = runs.run_start(end);
-      if (words.is_span(start, runs.base + end)) {
-        ++lane_spans;
-      } else {
-        lane_columns += runs.base + end - start + 1;
-      }
-    }
+    const WordClasses classes = classify_word(words, runs, word);
+    const int32_t lane_spans = classes.spans;
+    const int32_t lane_columns = classes.column_keys;
     if (!kWrite) {
       spans += lane_spans;
       columns += lane_columns;
@@ -224,7 +260,7 @@ __global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams
     }
     const int32_t spans_through = warp_inclusive_sum(lane_spans);
     const int32_t columns_through = warp_inclusive_sum(lane_columns);
-    write_word_runs(p, words, runs, span_cursor + spans_through - lane_spans,
+    write_word_runs(p, runs, classes, span_cursor + spans_through - lane_spans,
                     columns_through - lane_columns, stage);
     __syncwarp();
     const int32_t step_columns = __shfl_sync(kFullWarpMask, columns_through, kWarpSize - 1);

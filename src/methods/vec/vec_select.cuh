@@ -29,7 +29,10 @@ constexpr int kTileKeys = static_cast<int>(detail::kVecKeyTileKeys);
 constexpr int kChunkKeys = 64;  // keys per shared-memory stage
 constexpr int kChunkTiles = kChunkKeys / kTileKeys;
 static_assert(kChunkTiles == kQuadLanes, "each lane of a row's quad stores one tile of a chunk");
-constexpr int kStages = 2;
+// Chunks in shared memory: the one scored and two in flight, so a copy has two chunks' scoring to
+// land from L2. Three stages exceed the 48 KB of static shared memory: the launch passes them as
+// dynamic shared memory (select_shared_bytes).
+constexpr int kStages = 3;
 constexpr int kMaxHeadDim = 128;  // make_estimate_operands admits head_dim <= 128
 constexpr int kMaxKSteps = kMaxHeadDim / kMmaK;
 // Padding a key row by 16 bytes shifts consecutive rows by four banks: ldmatrix conflict-free.
@@ -60,7 +63,12 @@ struct VecKernelParams {
   int32_t tile_blocks, tiles;  // pooled blocks per plan tile (vec_tile_blocks), tiles per slot
   int32_t split_keys, splits;  // score pass: keys per split (whole groups), splits per block
   int32_t causal;
-  float scale, log_alpha;
+  float scale;
+  // log(alpha) as the selection compares it (VecParams::log_alpha): one for every head
+  // (alpha_heads 1), or one per plan head (alpha_heads = heads: the vec heads of a per-head config,
+  // built as one section, may differ in alpha).
+  float log_alphas[kMaxSelectedHeads];
+  int32_t alpha_heads;
   HeadList selection;
   void* pooled;  // [slots, blocks, head_dim] of the input dtype
   // [slots * blocks, mask_pitch]: bit i of entry t is key 16 t + i, kept by the selection (a
@@ -146,17 +154,30 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParam
   }
 }
 
+// The head_dim steps of kMmaK a kernel runs: kKSteps when a launch fixes them at compile time
+// (head_dim 128: no per-step branch, so loads hoist past MMAs), else head_dim / kMmaK (0).
+template <int kKSteps>
+__device__ inline int head_dim_steps(const VecKernelParams& p) {
+  static_assert(kKSteps >= 0 && kKSteps <= kMaxKSteps, "0 (from p.head_dim) up to kMaxKSteps");
+  return kKSteps > 0 ? kKSteps : p.head_dim / kMmaK;
+}
+
 // The key rows of one shared-memory stage.
 template <class Element>
 using KeyStage = Element[kChunkKeys][kKeyRowPitch];
 
+template <class Element>
+constexpr int select_shared_bytes() {
+  return kStages * static_cast<int>(sizeof(KeyStage<Element>));
+}
+
 // Queues the copy of keys [chunk_begin, chunk_begin + kChunkKeys) into `stage`; keys past kv_len
 // are zero-filled (no row is a candidate there).
-template <class Element>
+template <class Element, int kKSteps>
 __device__ void load_key_chunk(const VecKernelParams& p, const Element* keys, int32_t chunk_begin,
                                KeyStage<Element>& stage) {
   constexpr int kVector = kCopyBytes / static_cast<int>(sizeof(Element));
-  const int vectors_per_key = p.head_dim / kVector;
+  const int vectors_per_key = head_dim_steps<kKSteps>(p) * kMmaK / kVector;
   for (int i = static_cast<int>(threadIdx.x); i < kChunkKeys * vectors_per_key;
        i += kSelectThreads) {
     const int row = i / vectors_per_key;
@@ -202,56 +223,147 @@ struct RowState {
   bool active[2];  // a pooled block (rows past the last block only pad the MMA)
 };
 
-// Scores one tile of 16 keys (from `tile_begin`, at `row` of the stage) against the warp's pooled
-// blocks and filters it: acc[j] holds keys 8 j .. 8 j + 7 (this lane: 2 (lane % 4) and the next)
-// for rows lane / 4 (acc[j][0..1]) and lane / 4 + 8 (acc[j][2..3]). kept[h]: bit i for key
-// tile_begin + i of row h, the same in the four lanes of the row's quad.
-template <class Element>
-__device__ void select_tile(const VecKernelParams& p, const KeyStage<Element>& stage, int row,
-                            int32_t tile_begin, const uint32_t (&a)[kMaxKSteps][4], RowState& state,
-                            uint32_t (&kept)[2]) {
+// The scores of one chunk of kChunkKeys keys (a stage) against the warp's 16 pooled blocks, fp32,
+// unscaled: acc[t][j] holds the chunk's tile t, keys 8 j .. 8 j + 7 of it (this lane: 2 (lane % 4)
+// and the next) for rows lane / 4 (acc[t][j][0..1]) and lane / 4 + 8 (acc[t][j][2..3]). Each score
+// sums its head_dim steps in order, as one tile alone would; the chunk's 2 kChunkTiles
+// accumulators are independent, so a warp keeps that many MMAs in flight instead of one chain.
+template <class Element, int kKSteps>
+__device__ void score_chunk(const VecKernelParams& p, const KeyStage<Element>& stage,
+                            const uint32_t (&a)[kMaxKSteps][4], float (&acc)[kChunkTiles][2][4]) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  float acc[2][4] = {};
   // ldmatrix: lanes 0-7 address keys 0-7 at dims 0-7, 8-15 keys 0-7 at dims 8-15, 16-23 keys
-  // 8-15 at dims 0-7, 24-31 keys 8-15 at dims 8-15: the B fragments of both key halves.
+  // 8-15 at dims 0-7, 24-31 keys 8-15 at dims 8-15: the B fragments of both key halves of a tile.
   const int matrix = lane / 8;
-  const Element* address_row = stage[row + (matrix / 2) * kMmaN + lane % 8] + (matrix % 2) * kMmaN;
-  const int k_steps = p.head_dim / kMmaK;
+  const Element* address_row = stage[(matrix / 2) * kMmaN + lane % 8] + (matrix % 2) * kMmaN;
+#pragma unroll
+  for (int t = 0; t < kChunkTiles; ++t) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][j][i] = 0.0f;
+    }
+  }
+  const int k_steps = head_dim_steps<kKSteps>(p);
 #pragma unroll
   for (int s = 0; s < kMaxKSteps; ++s) {
     if (s < k_steps) {
-      uint32_t b[4];
-      load_matrix_x4(b, shared_address(address_row + s * kMmaK));
-      TensorCore<Element>::mma(acc[0], a[s], b[0], b[1]);
-      TensorCore<Element>::mma(acc[1], a[s], b[2], b[3]);
+      uint32_t b[kChunkTiles][4];
+#pragma unroll
+      for (int t = 0; t < kChunkTiles; ++t) {
+        load_matrix_x4(b[t],
+                       shared_address(address_row + t * kTileKeys * kKeyRowPitch + s * kMmaK));
+      }
+#pragma unroll
+      for (int t = 0; t < kChunkTiles; ++t) {
+        TensorCore<Element>::mma(acc[t][0], a[s], b[t][0], b[t][1]);
+        TensorCore<Element>::mma(acc[t][1], a[s], b[t][2], b[t][3]);
+      }
     }
   }
-  const bool group_starts = (tile_begin / kTileKeys) % p.group_tiles == 0;
+}
+
+// Key ranges in which every key is a candidate of each of a warp's pooled blocks: past the sinks,
+// below the first block's diagonal, and (not causal) from the last block's diagonal end to
+// kv_len. Diagonals never move left as the block grows, so these hold for every block between.
+// A chunk inside one skips the per-key range test. The same in every lane of the warp.
+struct CandidateRanges {
+  int32_t sink_end, below_end, above_begin, above_end;
+  __device__ bool hold(int32_t begin, int32_t end) const {
+    return begin >= sink_end && (end <= below_end || (begin >= above_begin && end <= above_end));
+  }
+};
+
+// The ranges of the warp's blocks [first_row, first_row + kMmaRows) that exist.
+__device__ inline CandidateRanges warp_candidate_ranges(const VecKernelParams& p,
+                                                        int32_t first_row) {
+  const BlockKeys first = block_keys(p, first_row);
+  const BlockKeys last = block_keys(p, min(first_row + kMmaRows, p.blocks) - 1);
+  return {first.sink_end, first.diagonal_begin, last.diagonal_end, p.causal != 0 ? 0 : p.kv_len};
+}
+
+// Filters one chunk (from `chunk_begin`, score_chunk's acc) for the lane's two rows as vec.cpp
+// does per tile: each tile's maximum over the row's candidates (within the lane quad that holds
+// the row), the running maximum over the group (restarting where a group starts), and the keep
+// test score - m >= log(alpha) on candidates. kAllCandidates: the whole chunk lies in the rows'
+// CandidateRanges. mine[h]: the keep mask of the chunk's tile lane % 4 for row h, bit i for its
+// key i.
+template <bool kAllCandidates>
+__device__ void filter_chunk(const VecKernelParams& p, float log_alpha, int32_t chunk_begin,
+                             float (&acc)[kChunkTiles][2][4], RowState& state,
+                             uint32_t (&mine)[2]) {
+  const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
+  // Score i of a (tile, row) pair: acc[t][i / 2][2 h + i % 2], key offset key_offset(i) in the
+  // tile.
+  const auto key_offset = [quad_lane](int i) { return (i / 2) * kMmaN + quad_lane * 2 + i % 2; };
+  float tile_max[kChunkTiles][2];
+#pragma unroll
+  for (int t = 0; t < kChunkTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[t][h] = -std::numeric_limits<float>::infinity();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float& score = acc[t][i / 2][2 * h + i % 2];
+        score = __fmul_rn(score, p.scale);
+        if (kAllCandidates ||
+            state.keys[h].is_candidate(chunk_begin + t * kTileKeys + key_offset(i))) {
+          tile_max[t][h] = fmaxf(tile_max[t][h], score);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+#pragma unroll
+    for (int t = 0; t < kChunkTiles; ++t) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tile_max[t][h] =
+            fmaxf(tile_max[t][h], __shfl_xor_sync(kFullWarpMask, tile_max[t][h], offset));
+      }
+    }
+  }
+  // Row h's kept bits of tiles 2 u and 2 u + 1 in the low and high halves of pairs[h][u]: one
+  // shuffle ORs two tiles' bits across the quad.
+  constexpr int kPairs = kChunkTiles / 2;
+  uint32_t pairs[2][kPairs] = {};
+  int32_t group_position = (chunk_begin / kTileKeys) % p.group_tiles;
+#pragma unroll
+  for (int t = 0; t < kChunkTiles; ++t) {
+    const bool group_starts = group_position == 0;
+    group_position = group_position + 1 == p.group_tiles ? 0 : group_position + 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (group_starts) state.running[h] = -std::numeric_limits<float>::infinity();
+      state.running[h] = fmaxf(state.running[h], tile_max[t][h]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int bit = key_offset(i);
+        const bool candidate =
+            kAllCandidates || state.keys[h].is_candidate(chunk_begin + t * kTileKeys + bit);
+        if (candidate && __fsub_rn(acc[t][i / 2][2 * h + i % 2], state.running[h]) >= log_alpha) {
+          pairs[h][t / 2] |= 1u << (bit + kTileKeys * (t % 2));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int u = 0; u < kPairs; ++u) {
+        pairs[h][u] |= __shfl_xor_sync(kFullWarpMask, pairs[h][u], offset);
+      }
+    }
+  }
+  static_assert(kPairs == 2, "lane q of a quad takes pair q / 2");
+  constexpr uint32_t kTileMask = (1u << kTileKeys) - 1u;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float scores[4];
-    bool candidate[4];
-    float tile_max = -std::numeric_limits<float>::infinity();
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int32_t key = tile_begin + (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
-      scores[i] = __fmul_rn(acc[i / 2][2 * h + i % 2], p.scale);
-      candidate[i] = state.keys[h].is_candidate(key);
-      if (candidate[i]) tile_max = fmaxf(tile_max, scores[i]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, 2));
-    if (group_starts) state.running[h] = -std::numeric_limits<float>::infinity();
-    state.running[h] = fmaxf(state.running[h], tile_max);
-    uint32_t bits = 0;  // bit i: key tile_begin + i
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int bit = (i / 2) * kMmaN + (lane % kQuadLanes) * 2 + i % 2;
-      if (candidate[i] && __fsub_rn(scores[i], state.running[h]) >= p.log_alpha) bits |= 1u << bit;
-    }
-    bits |= __shfl_xor_sync(kFullWarpMask, bits, 1);
-    bits |= __shfl_xor_sync(kFullWarpMask, bits, 2);
-    kept[h] = bits;
+    const uint32_t pair = quad_lane / 2 == 0 ? pairs[h][0] : pairs[h][1];
+    mine[h] = (pair >> (kTileKeys * (quad_lane % 2))) & kTileMask;
   }
 }
 
@@ -269,10 +381,11 @@ __device__ inline int32_t warp_key_end(const RowState& state) {
 // score computed once. Per chunk of kChunkTiles tiles, lane q of a row's quad keeps the chunk's
 // tile q and stores it: each row's chunk is one 8-byte run of masks. Slots vary fastest in launch
 // order, so the query heads of a KV head scan the same keys side by side and share them in L2.
-template <class Element>
+template <class Element, int kKSteps>
 __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
     select_kernel(const VecKernelParams p) {
-  __shared__ alignas(16) KeyStage<Element> stages[kStages];
+  extern __shared__ __align__(16) unsigned char select_shared[];
+  auto* stages = reinterpret_cast<KeyStage<Element>*>(select_shared);  // [kStages]
   const int32_t slot = static_cast<int32_t>(blockIdx.x);
   const int32_t split = static_cast<int32_t>(blockIdx.y);
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
@@ -303,32 +416,46 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   if (scan_begin >= scan_end) return;
   const int32_t batch = slot / p.heads;
   const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
+  const float log_alpha = p.log_alphas[p.alpha_heads == 1 ? 0 : slot % p.heads];
   const auto* keys =
       static_cast<const Element*>(p.k) + batch * p.k_stride_batch + kv_head * p.k_stride_head;
   uint32_t a[kMaxKSteps][4];
   load_pooled_fragments<Element>(p, slot, warp_row, a);
+  const CandidateRanges full = warp_candidate_ranges(p, warp_row);
   const int32_t chunks = static_cast<int32_t>(ceil_div(scan_end - scan_begin, kChunkKeys));
-  load_key_chunk(p, keys, scan_begin, stages[0]);
+  // One copy group per chunk, an empty one past the last, so that "all but kStages - 2 groups
+  // landed" always means "chunk c landed".
+  for (int32_t c = 0; c < kStages - 1; ++c) {
+    if (c < chunks) {
+      load_key_chunk<Element, kKSteps>(p, keys, scan_begin + c * kChunkKeys, stages[c]);
+    } else {
+      commit_async_copies();
+    }
+  }
   for (int32_t c = 0; c < chunks; ++c) {
     const int32_t chunk_begin = scan_begin + c * kChunkKeys;
-    if (c + 1 < chunks) {
-      load_key_chunk(p, keys, chunk_begin + kChunkKeys, stages[(c + 1) % kStages]);
-      wait_async_copies<1>();
-    } else {
-      wait_async_copies<0>();
-    }
+    wait_async_copies<kStages - 2>();
+    // Chunk c is in its stage for every warp, and every warp is done with chunk c - 1's stage:
+    // chunk c + kStages - 1's copy goes there and lands while the chunks before it are scored.
     __syncthreads();
-    uint32_t mine[2] = {0u, 0u};  // this lane's tile of the chunk (tile quad_lane)
-#pragma unroll
-    for (int t = 0; t < kChunkTiles; ++t) {
-      const int32_t tile_begin = chunk_begin + t * kTileKeys;
-      if (tile_begin >= warp_end) break;
-      uint32_t kept[2];
-      select_tile<Element>(p, stages[c % kStages], t * kTileKeys, tile_begin, a, state, kept);
-      if (t == quad_lane) {
-        mine[0] = kept[0];
-        mine[1] = kept[1];
-      }
+    const int32_t ahead = c + kStages - 1;
+    if (ahead < chunks) {
+      load_key_chunk<Element, kKSteps>(p, keys, scan_begin + ahead * kChunkKeys,
+                                       stages[ahead % kStages]);
+    } else {
+      commit_async_copies();
+    }
+    // A chunk's tiles past warp_end (scored with the rest of it) are not stored, and raise no
+    // maximum a stored tile reads: below the split's end they hold no candidate of the warp's
+    // rows, past it they lie in a later group (splits hold whole groups).
+    if (chunk_begin >= warp_end) continue;
+    float acc[kChunkTiles][2][4];
+    score_chunk<Element, kKSteps>(p, stages[c % kStages], a, acc);
+    uint32_t mine[2];  // this lane's tile of the chunk (tile quad_lane)
+    if (full.hold(chunk_begin, chunk_begin + kChunkKeys)) {
+      filter_chunk<true>(p, log_alpha, chunk_begin, acc, state, mine);
+    } else {
+      filter_chunk<false>(p, log_alpha, chunk_begin, acc, state, mine);
     }
     // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
     const int32_t my_tile_begin = chunk_begin + quad_lane * kTileKeys;
@@ -340,7 +467,6 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
         }
       }
     }
-    __syncthreads();  // the next iteration's copy overwrites the stage read here
   }
 }
 
