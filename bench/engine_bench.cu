@@ -50,6 +50,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/plan_coverage.h"
@@ -550,8 +551,12 @@ int main(int argc, char** argv) {
   // The wgmma kernel's CTA schedule comes from the environment (cuda::CtaSchedule); an A/B runs
   // the bench once per value.
   const char* schedule = std::getenv("MMSPARSE_CTA_SCHEDULE");
-  std::printf("wgmma CTA schedule: %s\n",
-              schedule == nullptr || *schedule == '\0' ? "auto (unset)" : schedule);
+  const bool persistent = schedule != nullptr && std::string_view(schedule) == "persistent";
+  std::printf("wgmma CTA schedule: %s%s\n",
+              schedule == nullptr || *schedule == '\0' ? "auto (unset)" : schedule,
+              persistent ? " (the wgmma/128 column at head_dim 128, dense and short cases "
+                           "included; one CTA per tile elsewhere)"
+                         : "");
   std::printf("%-23s %10s", "case", "pairs");
   for (const KernelChoice& kernel : kKernels) std::printf(" | %-9s %7s", kernel.name, "TFLOP/s");
   std::printf(" | %6s", "gain");

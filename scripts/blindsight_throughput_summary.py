@@ -67,10 +67,13 @@ def templates(logs, lengths, schedule):
 
 
 def schedule_ab(logs, lengths, schedules):
-    """Each template's time and share of dense under every schedule, side by side."""
+    """Each template's time and share of dense under every schedule, side by side; the last
+    schedule's share also against the first's dense (dense runs under each schedule too, so that
+    its own share moves with dense's time)."""
+    first, last = schedules[0], schedules[-1]
     print("\nA/B of the CTA schedules: ms (share of dense's throughput on computed pairs)")
     print(f"{'tokens':>8} {'pattern':<22}" + "".join(f" {name:>20}" for name in schedules) +
-          f" {'change':>8}")
+          f" {'change':>8} {f'{last} of {first} dense':>24}")
     for n in lengths:
         benches = [load_bench(logs, n, schedule) for schedule in schedules]
         if any(bench is None for bench in benches):
@@ -82,12 +85,17 @@ def schedule_ab(logs, lengths, schedules):
             for run in layer["patterns"]:
                 runs.setdefault(run["pattern"], {})[schedule] = (
                     run["attention_ms"], run.get("throughput_vs_dense", float("nan")))
+        dense = runs["dense"]
         for pattern, by_schedule in runs.items():
             cells = "".join(f" {by_schedule[name][0]:>10.3f} ({by_schedule[name][1]:>6.1%})"
                             if name in by_schedule else f" {'-':>20}" for name in schedules)
-            first, last = by_schedule.get(schedules[0]), by_schedule.get(schedules[-1])
-            change = f"{last[0] / first[0] - 1:>+8.1%}" if first and last else f"{'-':>8}"
-            print(f"{n:>8} {pattern:<22}{cells} {change}")
+            before, after = by_schedule.get(first), by_schedule.get(last)
+            change = f"{after[0] / before[0] - 1:>+8.1%}" if before and after else f"{'-':>8}"
+            # share x (dense's time under the last schedule / under the first): the same pairs
+            # per ms against the first schedule's dense.
+            against_first = (f"{after[1] * dense[first][0] / dense[last][0]:>24.1%}"
+                             if after else f"{'-':>24}")
+            print(f"{n:>8} {pattern:<22}{cells} {change} {against_first}")
 
 
 def engine_rows(logs, schedule):

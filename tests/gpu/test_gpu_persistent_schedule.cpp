@@ -3,10 +3,13 @@
 // bit against the kernel of one CTA per tile, which computes every tile the same way: BlindSight's
 // templates on random multi-image layouts (odd image sizes, a hundred tiny images, one image, text
 // and image tiles mixed; Qwen and Gemma 3 sinks, causal and bidirectional), random plans with
-// permuted query orders, uncovered rows, gathered columns, strided spans and every mask, GQA
-// ratios, q_len < kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of
-// CTAs to many rounds; passes merged by LSE. Repeated launches on one stream (the queue's counter
-// is reset by each launch's last claim), one counter per stream. Then the refusals.
+// permuted query orders, uncovered rows, gathered columns, strided spans and every mask, plans of
+// spans only (dense, tri-shape; run on the gathered-key instantiation), GQA ratios, q_len <
+// kv_len, broadcast batches, bfloat16 and float16; grids of one partial round of CTAs to many
+// rounds; passes merged by LSE. Repeated launches on one stream (the queue's counter is reset by
+// each launch's last claim), one counter per stream. Then the refusals. Every test that claims
+// persistent CTAs asks for them through AttentionArgs::schedule (kPersistent refuses where they
+// are not compiled, so none falls back silently) or asserts that its plans are compiled for them.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -47,6 +50,14 @@ constexpr int64_t kManyRoundsKvHeads = 4;
 constexpr int64_t kManyRoundsGroup = 7;
 constexpr int64_t kManyRoundsBatch = 3;
 constexpr int64_t kManyRoundsImages = 10;
+// A tri-shape plan's sink and local window and its dense bottom rows, in tokens.
+constexpr int64_t kTriShapeSink = 13;
+constexpr int64_t kTriShapeLocal = 70;
+constexpr int64_t kTriShapeBottom = 45;
+// The grid mask's bands as lattice records (its second pass), on a layout long enough for them.
+constexpr const char* kLatticeGridMask =
+    "grid-mask:sink=8,local=40,period=32,band=6,phases=4,lattice=1";
+constexpr int64_t kLatticeLength = 700;
 
 constexpr int64_t kSmallHeadDim = 64;  // the mma.sync kernel's; no persistent CTAs there
 constexpr auto kPersistent = cuda::CtaSchedule::kPersistent;
@@ -175,19 +186,37 @@ TEST_P(GpuPersistentSchedule, RandomPlans) {
       options.masks = masks;
       options.max_columns = 200;
       const Plan plan = random_plan(random, plan_shape(size), options, &layout);
-      if (cuda::DevicePlan(plan, nullptr).layout().gathers) {
-        expect_persistent_matches(random, plan, size);
-        ++gathering_plans;
-      }
+      expect_persistent_matches(random, plan, size);
+      if (cuda::DevicePlan(plan, nullptr).layout().gathers) ++gathering_plans;
     }
   }
-  EXPECT_GT(gathering_plans, 0) << "no random plan gathered keys: the persistent kernel never ran";
+  EXPECT_GT(gathering_plans, 0) << "no random plan gathered keys: the gathers never ran persistent";
 }
 
-// Two passes merged by LSE: a random plan's spans and strided spans, then its columns, which run
-// on persistent CTAs and merge into the first pass's rows (the resumed rows at the positions the
-// producer looked up). The schedule comes from the environment, which runs the spans' pass on one
-// CTA per tile, where the persistent kernel is not compiled.
+// Plans of spans only: dense (causal and not: 128-row tiles of every length) and tri-shape's sink
+// and window spans over dense bottom rows in tiles of uneven sizes. They run on the gathered-key
+// instantiation, every chunk a tensor copy, and must equal the spans-only kernel of one CTA per
+// tile bit for bit.
+TEST_P(GpuPersistentSchedule, SpanOnlyPlans) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  for (const int64_t group : {1, 4}) {
+    const ProblemSize size = random_problem(random, persistent_config(GetParam()), 1, group);
+    const PlanShape shape = plan_shape(size);
+    for (const Plan& plan :
+         {dense_plan(shape, true), dense_plan(shape, false),
+          tri_shape_plan(shape, kTriShapeSink, kTriShapeLocal, kTriShapeBottom)}) {
+      ASSERT_FALSE(cuda::DevicePlan(plan, nullptr).layout().gathers) << plan.summary();
+      expect_persistent_matches(random, plan, size);
+    }
+  }
+}
+
+// Two passes merged by LSE: a random plan's spans and strided spans, then its columns, both on
+// persistent CTAs, the columns merging into the first pass's rows (the resumed rows at the
+// positions the producer looked up). The schedule comes from the environment, which falls back to
+// one CTA per tile where persistent CTAs are not compiled: the passes are asserted to be plans
+// they are compiled for (no lattice records; head_dim 128 and 128-row tiles by construction).
 TEST_P(GpuPersistentSchedule, PassesAccumulate) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -203,6 +232,7 @@ TEST_P(GpuPersistentSchedule, PassesAccumulate) {
     Plan plan = split_plan(whole, true);
     add_pass(plan, split_plan(whole, false));
     const std::vector<cuda::DevicePlan> passes = cuda::upload_passes(plan, nullptr);
+    for (const cuda::DevicePlan& pass : passes) ASSERT_EQ(pass.layout().lattice_step, 0);
     if (!passes.back().layout().gathers) continue;
     ++gathering_plans;
     SCOPED_TRACE(describe(size) + " plan " + plan.summary());
@@ -298,8 +328,8 @@ TEST(GpuPersistentScheduleQueue, OneCounterPerStream) {
   EXPECT_EQ(cudaStreamDestroy(second), cudaSuccess);
 }
 
-// kPersistent where it is not compiled: a plan without gathered keys (dense), tiles of one
-// consumer warpgroup, head_dim 256 and 64; and a bad override in the environment.
+// kPersistent where it is not compiled: lattice records, tiles of one consumer warpgroup, head_dim
+// 256 and 64; and a bad override in the environment.
 TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {
   Random random;
   const auto expect_refused = [&](const Plan& plan, ProblemSize size, ErrorCode code,
@@ -315,9 +345,15 @@ TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {
       EXPECT_NE(std::string(error.what()).find(named), std::string::npos) << error.what();
     }
   };
-  const ProblemSize size = random_problem(random, persistent_config(DType::kBFloat16), 1, 2);
-  expect_refused(dense_plan(plan_shape(size), true), size, ErrorCode::kUnsupported,
-                 "schedule: persistent CTAs");
+  ProblemSize size = random_problem(random, persistent_config(DType::kBFloat16), 1, 2);
+  size.q_len = kLatticeLength;
+  size.kv_len = kLatticeLength;
+  const Plan bands = build_plan(PatternSpec::parse(kLatticeGridMask), plan_shape(size));
+  const std::vector<cuda::DevicePlan> band_passes = cuda::upload_passes(bands, nullptr);
+  ASSERT_TRUE(std::any_of(band_passes.begin(), band_passes.end(), [](const auto& pass) {
+    return pass.layout().lattice_step > 0;
+  })) << "the grid mask's bands uploaded without lattice records";
+  expect_refused(bands, size, ErrorCode::kUnsupported, "lattice records yes");
 
   const BlindSightLayoutCase test_case = random_blindsight_case(random, 3, kMaxSide, kMaxText);
   ProblemSize narrow = case_problem(random, DType::kBFloat16, 2, test_case.layout.length());

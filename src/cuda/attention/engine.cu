@@ -266,9 +266,12 @@ void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan&
                                                                          batch_blocks, stream);
       return;
     }
-    if constexpr (kSources == ChunkSources::kGathers) {
+    // Plans of spans only run on the gathered-key instantiation too: its chunk cursor walks them
+    // (every chunk a tensor copy, as on the spans-only kernel, and the same arithmetic per chunk),
+    // so that persistent CTAs serve them without instantiations of their own.
+    if constexpr (kSources == ChunkSources::kSpans || kSources == ChunkSources::kGathers) {
       if (persistent_ctas > 0) {
-        launch_wgmma_persistent_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(
+        launch_wgmma_persistent_attention<Element, kHeadDim, 2, ChunkSources::kGathers, kMaskTerms>(
             params, num_tiles, batch_blocks, persistent_ctas, tile_queue_counter(stream), stream);
         return;
       }
@@ -318,7 +321,7 @@ void launch_wgmma_for_head_dim(const WgmmaAttentionParams& params, const DeviceP
 // Whether the persistent wgmma kernel is compiled for the plan (CtaSchedule).
 bool persistent_compiled(const DevicePlan& plan, const AttentionArgs& args) {
   return args.head_dim == kWgmmaHeadDim && plan.shape().tile_rows > kWarpgroupTileRows &&
-         plan.layout().gathers && plan.layout().lattice_step == 0;
+         plan.layout().lattice_step == 0;
 }
 
 // kAuto's override from the environment (CtaSchedule): kOneTilePerCta for "tile", kPersistent
@@ -355,12 +358,10 @@ int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool 
     throw Error(ErrorCode::kUnsupported,
                 "schedule: persistent CTAs are compiled for the wgmma kernel at head_dim " +
                     to_text(kWgmmaHeadDim) +
-                    " on plans with gathered keys, without lattice records and with tiles of "
-                    "more than " +
+                    " on plans without lattice records and with tiles of more than " +
                     to_text(kWarpgroupTileRows) + " rows; got " +
                     (use_wgmma ? "the wgmma" : "the mma.sync") + " kernel, head_dim " +
-                    to_text(args.head_dim) + ", gathered keys " +
-                    (plan.layout().gathers ? "yes" : "no") + ", lattice records " +
+                    to_text(args.head_dim) + ", lattice records " +
                     (plan.layout().lattice_step > 0 ? "yes" : "no") + ", tile_rows " +
                     to_text(plan.shape().tile_rows));
   }

@@ -30,8 +30,8 @@ void launch_wgmma_attention(const WgmmaAttentionParams& params, int32_t num_tile
 // The wgmma kernel with persistent CTAs (cuda/attention/sm90/persistent.cuh): `ctas` CTAs, at most
 // num_tiles × batch_blocks (which fits 32 bits), taking the launch order's items from a dynamic
 // queue; `queue_counter` ([1], zero, left zero) is the stream's (tile_queue_counter). Instantiated
-// for the plans BlindSight's short tiles use (CtaSchedule): head_dim 128, two consumer warpgroups,
-// gathered keys.
+// for head_dim 128, two consumer warpgroups and gathered keys (CtaSchedule); the engine runs plans
+// of spans only on the same instantiations.
 template <class Element, int kHeadDim, int kConsumerWarpgroups, ChunkSources kSources,
           MaskTerms kMaskTerms>
 void launch_wgmma_persistent_attention(const WgmmaAttentionParams& params, int32_t num_tiles,

@@ -42,9 +42,9 @@ enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 // most one CTA per SM, each taking that order's items from a dynamic queue (cuda/attention/sm90/
 // persistent.cuh), so that a CTA's launch and set-up are paid once and the next tile's first K/V
 // chunks load while the current one drains, which may pay where tiles read few key chunks
-// (BlindSight's sparse templates at 36K tokens: docs/blindsight.md). It is compiled for plans with
-// gathered keys (DevicePlanLayout::gathers) without lattice records, at head_dim 128 with tiles of
-// more than 64 rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: one
+// (BlindSight's sparse templates at 36K tokens: docs/blindsight.md). It is compiled for plans
+// without lattice records (with or without gathered keys), at head_dim 128 with tiles of more than
+// 64 rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: one
 // tile per CTA everywhere, until measurement shows where persistent CTAs pay. For A/B
 // measurements in one build, the environment variable MMSPARSE_CTA_SCHEDULE overrides kAuto:
 // "tile" runs one tile per CTA everywhere, "persistent" persistent CTAs wherever they are

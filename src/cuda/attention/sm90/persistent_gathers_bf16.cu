@@ -1,7 +1,8 @@
 // The bfloat16 instantiations of the wgmma attention kernel with persistent CTAs
 // (cuda/attention/sm90/persistent.cuh): plans with gathered keys, head_dim 128, tiles of up to 128
 // rows (two consumer warpgroups), for positional masks and for masks that read tokens (MaskTerms).
-// The engine runs them on request (CtaSchedule in cuda/runtime/engine.h).
+// The engine runs them on request (CtaSchedule in cuda/runtime/engine.h), for plans of spans only
+// too (every chunk then a tensor copy).
 
 #include "cuda/attention/sm90/persistent.cuh"
 
