@@ -57,14 +57,21 @@ __device__ __forceinline__ TileWork persistent_tile_work(const AttentionParams& 
   return resolve_tile_work(params, item % num_tiles, item / num_tiles);
 }
 
-// The claimed items on their way from the producer's thread 0 to every warp of the CTA: slot
+// The claimed items on their way from the producer's thread 0 to every thread of the CTA: slot
 // s = k % 2 carries the item after the CTA's k-th tile (from 0). `claimed[s]` completes when
-// thread 0 has written it; the producer's warps then look up the row positions of that item's
+// thread 0 has written it; the producer's threads then look up the row positions of that item's
 // tile into `rows` and arrive on `rows_found` (one phase per tile), which the consumers wait for
-// at the end of their k-th tile; `released[s]` completes when every warp has read the item (the
+// at the end of their k-th tile; `released[s]` completes when every thread has read the item (the
 // consumers once they have copied their rows), so that thread 0 writes the slot again, and the
 // producer writes `rows` again, only then. Placed after WgmmaSharedStorage in the dynamic shared
 // memory (one `rows`: two do not fit beside three stages).
+//
+// Every thread that reads or writes `item` or `rows` arrives on the barrier that publishes or
+// releases them itself, and every thread that reads them waits on the barrier its writer arrived
+// on: each access is ordered by an mbarrier's own release and acquire. With one arrival per warp
+// after __syncwarp, the other lanes' accesses were ordered only through the warp barrier's
+// cumulativity, which the PTX memory model grants but racecheck does not follow (it reported the
+// lanes' reads of `rows` and `item` against the next tile's writes).
 template <int kRows>
 struct TileQueueStorage {
   static constexpr int kSlots = 2;
@@ -86,8 +93,6 @@ template <class Traits>
 class TileQueue {
  public:
   static constexpr int kSlots = QueueStorage<Traits>::kSlots;
-  static constexpr int kWarps = Traits::kThreads / kWarpSize;  // each reads every item
-  static constexpr int kProducerWarps = Traits::kProducerThreads / kWarpSize;
 
   __device__ TileQueue(QueueStorage<Traits>& storage, uint32_t* counter, int32_t items,
                        int32_t ctas)
@@ -98,9 +103,9 @@ class TileQueue {
 #pragma unroll
     for (int slot = 0; slot < kSlots; ++slot) {
       barrier_init(shared_address(&storage_.claimed[slot]), 1);
-      barrier_init(shared_address(&storage_.released[slot]), kWarps);
+      barrier_init(shared_address(&storage_.released[slot]), Traits::kThreads);  // each reads it
     }
-    barrier_init(shared_address(&storage_.rows_found), kProducerWarps);
+    barrier_init(shared_address(&storage_.rows_found), Traits::kProducerThreads);
   }
 
   // The producer's thread 0 after issuing the CTA's `index`-th tile: claims the next item and
@@ -116,12 +121,11 @@ class TileQueue {
     barrier_arrive(shared_address(&storage_.claimed[slot]));  // releases the write
   }
 
-  // Every producer thread (whole warps) after the claim: the item after the `index`-th (at least
-  // `items` past the last), whose tile's row positions it looks up for the consumers.
+  // Every producer thread after the claim: the item after the `index`-th (at least `items` past
+  // the last), whose tile's row positions it looks up for the consumers.
   template <class FindRow>
   __device__ int32_t publish_next(int32_t index, int thread, const FindRow& find_row) {
     const int slot = index % kSlots;
-    const int lane = thread % kWarpSize;
     barrier_wait(shared_address(&storage_.claimed[slot]), slot_phase(index));
     const int32_t item = storage_.item[slot];
     // The consumers have copied the previous item's rows (their release of its slot). Also past
@@ -135,18 +139,19 @@ class TileQueue {
         storage_.rows[row] = find_row(item, row);
       }
     }
-    __syncwarp();
-    if (lane == 0) {
-      barrier_arrive(shared_address(&storage_.rows_found));  // releases the rows
-      barrier_arrive(shared_address(&storage_.released[slot]));
-    }
+    barrier_arrive(shared_address(&storage_.rows_found));  // releases this thread's rows
+    barrier_arrive(shared_address(&storage_.released[slot]));
     return item;
   }
 
-  // Every consumer thread after its `index`-th tile: the next item, once its rows are found.
+  // Every consumer thread after its `index`-th tile: the next item, once its rows are found. The
+  // wait for the claim itself has completed by then (the producer's threads waited for it before
+  // they found the rows); it orders thread 0's write of the item before this read directly.
   __device__ int32_t next(int32_t index) {
+    const int slot = index % kSlots;
+    barrier_wait(shared_address(&storage_.claimed[slot]), slot_phase(index));
     barrier_wait(shared_address(&storage_.rows_found), static_cast<uint32_t>(index) & 1u);
-    return storage_.item[index % kSlots];
+    return storage_.item[slot];
   }
 
   // Every consumer thread before the tile after its `index`-th, once its warpgroup has finished
@@ -156,8 +161,7 @@ class TileQueue {
     if (thread < Traits::kWarpgroupRows) {
       rows[thread] = storage_.rows[warpgroup * Traits::kWarpgroupRows + thread];
     }
-    __syncwarp();
-    if (thread % kWarpSize == 0) barrier_arrive(shared_address(&storage_.released[index % kSlots]));
+    barrier_arrive(shared_address(&storage_.released[index % kSlots]));
   }
 
  private:
