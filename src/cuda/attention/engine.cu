@@ -37,6 +37,13 @@ constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
 constexpr int64_t kWarpgroupTileRows = 64;
 constexpr int64_t kSwizzleSpanBytes = 128;
 constexpr const char* kScheduleVariable = "MMSPARSE_CTA_SCHEDULE";  // CtaSchedule's override
+// kAuto runs persistent CTAs where the plan's tiles list at most this many key chunks on average
+// (DevicePlan::listed_keys over num_tiles, in wgmma chunks). Measured on an H200, bfloat16,
+// head_dim 128, 28 heads (docs/blindsight.md, "Persistent CTAs"): persistent CTAs took 2-3% off
+// BlindSight's templates at 21-34 chunks a tile (36K tokens) and 0.8% at 47 (131K, intra), were
+// neutral at 83-94 (131K, sink and intra+sink) and cost dense 2.4% at 144 (36K) and 4.6% at 512
+// (131K). The bound lies between the last gain and the first neutral point.
+constexpr int64_t kPersistentMaxMeanKeyChunks = 64;
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
 // -------------------------------------------
@@ -344,6 +351,16 @@ int64_t multiprocessors() {
   return count;
 }
 
+// kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average, and there are more
+// (tile, batch element) items than SMs, so that a CTA runs more than one tile. Plans whose keys a
+// device builder did not count keep one CTA per tile.
+bool persistent_pays(const DevicePlan& plan, const AttentionArgs& args, int64_t items) {
+  if (plan.listed_keys() == DevicePlan::kUnknownKeys || plan.num_tiles() == 0) return false;
+  const int64_t chunk_keys = wgmma_chunk_keys(args.head_dim);
+  return items > multiprocessors() &&
+         plan.listed_keys() <= kPersistentMaxMeanKeyChunks * chunk_keys * plan.num_tiles();
+}
+
 // The CTAs of the persistent wgmma kernel for a call of `items` (tile, batch element) items, or 0
 // for one CTA per tile (CtaSchedule); throws kUnsupported where persistent CTAs are requested and
 // not compiled for the call.
@@ -365,9 +382,9 @@ int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool 
                     (plan.layout().lattice_step > 0 ? "yes" : "no") + ", tile_rows " +
                     to_text(plan.shape().tile_rows));
   }
-  // kAuto stays with one tile per CTA until measurement shows where persistent CTAs pay.
-  const bool requested =
-      schedule == CtaSchedule::kPersistent || override == CtaSchedule::kPersistent;
+  const bool requested = schedule == CtaSchedule::kPersistent ||
+                         override == CtaSchedule::kPersistent ||
+                         (compiled && persistent_pays(plan, args, items));
   if (!requested || !compiled || items == 0) return 0;
   if (items > kInt32Max) {  // the tile queue counts items in 32 bits
     if (schedule != CtaSchedule::kPersistent) return 0;
