@@ -37,13 +37,18 @@ constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
 constexpr int64_t kWarpgroupTileRows = 64;
 constexpr int64_t kSwizzleSpanBytes = 128;
 constexpr const char* kScheduleVariable = "MMSPARSE_CTA_SCHEDULE";  // CtaSchedule's override
-// kAuto runs persistent CTAs where the plan's tiles list at most this many key chunks on average
-// (DevicePlan::listed_keys over num_tiles, in wgmma chunks). Measured on an H200, bfloat16,
-// head_dim 128, 28 heads (docs/blindsight.md, "Persistent CTAs"): persistent CTAs took 2-3% off
-// BlindSight's templates at 21-34 chunks a tile (36K tokens) and 0.8% at 47 (131K, intra), were
-// neutral at 83-94 (131K, sink and intra+sink) and cost dense 2.4% at 144 (36K) and 4.6% at 512
-// (131K). The bound lies between the last gain and the first neutral point.
+// kAuto runs persistent CTAs where the plan's tiles list at most kPersistentMaxMeanKeyChunks key
+// chunks on average (DevicePlan::listed_keys over num_tiles, in wgmma chunks) and its longest tile
+// lists at least kPersistentMinLongestToMean times the mean (longest_tile_keys). Measured on an
+// H200, bfloat16, head_dim 128 (docs/blindsight.md, "Persistent CTAs"): persistent CTAs took
+// 2-3% off BlindSight's templates at 23-35 chunks a tile, the longest 8-12 times that (36K
+// tokens), and 0.8% at 49, the longest 21 times (131K, intra); they were neutral at 84-95 (131K,
+// sink and intra+sink), cost dense 2.4% at 145 and 4.6% at 513 (longest twice the mean), and cost
+// 0-5.5% on the engine bench's uniform short tiles (every tile 8-64 chunks, longest = mean). The
+// mean's bound lies between the last gain and the first neutral point, the ratio's between dense's
+// 2 and the templates' 8.
 constexpr int64_t kPersistentMaxMeanKeyChunks = 64;
+constexpr int64_t kPersistentMinLongestToMean = 4;
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
 // -------------------------------------------
@@ -351,14 +356,21 @@ int64_t multiprocessors() {
   return count;
 }
 
-// kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average, and there are more
-// (tile, batch element) items than SMs, so that a CTA runs more than one tile. Plans whose keys a
-// device builder did not count keep one CTA per tile.
+// kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average but a few are long
+// (a mix, as BlindSight's image and text tiles), and there are more (tile, batch element) items
+// than SMs, so that a CTA runs more than one tile. Plans whose keys a device builder did not count
+// keep one CTA per tile.
 bool persistent_pays(const DevicePlan& plan, const AttentionArgs& args, int64_t items) {
-  if (plan.listed_keys() == DevicePlan::kUnknownKeys || plan.num_tiles() == 0) return false;
+  const int64_t keys = plan.listed_keys();
+  if (keys == DevicePlan::kUnknownKeys || plan.longest_tile_keys() == DevicePlan::kUnknownKeys ||
+      plan.num_tiles() == 0) {
+    return false;
+  }
   const int64_t chunk_keys = wgmma_chunk_keys(args.head_dim);
-  return items > multiprocessors() &&
-         plan.listed_keys() <= kPersistentMaxMeanKeyChunks * chunk_keys * plan.num_tiles();
+  const bool short_on_average = keys <= kPersistentMaxMeanKeyChunks * chunk_keys * plan.num_tiles();
+  const bool mixed =
+      plan.longest_tile_keys() * plan.num_tiles() >= kPersistentMinLongestToMean * keys;
+  return short_on_average && mixed && items > multiprocessors();
 }
 
 // The CTAs of the persistent wgmma kernel for a call of `items` (tile, batch element) items, or 0

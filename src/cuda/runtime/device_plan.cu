@@ -163,7 +163,8 @@ struct HostSections {
   std::vector<int32_t> columns;
   std::vector<int32_t> token_info;
   bool covers_every_row = true;
-  int64_t listed_keys = 0;   // over every tile (DevicePlan::listed_keys)
+  int64_t listed_keys = 0;  // over every tile (DevicePlan::listed_keys)
+  int64_t longest_tile_keys = 0;
   int32_t lattice_step = 0;  // of the lattice records; 0 without
   int64_t shared_runs = kPerHeadRuns;
 };
@@ -271,6 +272,7 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   sections.lattice_step = lattices.step();
   const std::vector<int64_t> keys = tile_keys(plan);
   sections.listed_keys = std::accumulate(keys.begin(), keys.end(), int64_t{0});
+  if (!keys.empty()) sections.longest_tile_keys = *std::max_element(keys.begin(), keys.end());
   sections.schedule = heaviest_first(plan, keys);
   if (form == RecordForm::kForAttention) {
     sections.launch_records.reserve(sections.tiles.size());
@@ -367,6 +369,7 @@ void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   num_columns_ = static_cast<int64_t>(plan.columns.size());
   covers_every_row_ = sections.covers_every_row;
   listed_keys_ = sections.listed_keys;
+  longest_tile_keys_ = sections.longest_tile_keys;
   stream_ = stream;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   buffer_ = allocate_async(layout_.bytes, cuda_stream, "DevicePlan: allocation");
@@ -421,12 +424,13 @@ void write_token_info(const ModalityLayout& layout, int32_t* token_info, void* s
 
 DevicePlan::DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
                        int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes,
-                       void* stream, int64_t listed_keys)
+                       void* stream, int64_t listed_keys, int64_t longest_tile_keys)
     : shape_(shape),
       num_tiles_(num_tiles),
       num_columns_(num_columns),
       covers_every_row_(covers_every_row),
       listed_keys_(listed_keys),
+      longest_tile_keys_(longest_tile_keys),
       layout_(layout),
       stream_(stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -450,6 +454,7 @@ DevicePlan::DevicePlan(DevicePlan&& other) noexcept
       num_columns_(other.num_columns_),
       covers_every_row_(other.covers_every_row_),
       listed_keys_(other.listed_keys_),
+      longest_tile_keys_(other.longest_tile_keys_),
       layout_(other.layout_),
       buffer_(std::exchange(other.buffer_, nullptr)),
       stream_(other.stream_) {}
@@ -462,6 +467,7 @@ DevicePlan& DevicePlan::operator=(DevicePlan&& other) noexcept {
     num_columns_ = other.num_columns_;
     covers_every_row_ = other.covers_every_row_;
     listed_keys_ = other.listed_keys_;
+    longest_tile_keys_ = other.longest_tile_keys_;
     layout_ = other.layout_;
     buffer_ = std::exchange(other.buffer_, nullptr);
     stream_ = other.stream_;

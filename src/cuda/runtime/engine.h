@@ -189,10 +189,11 @@ class DevicePlan {
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
   // The keys the tiles list (spans, strided spans, columns) summed over every tile, which with
-  // num_tiles() gives the mean key chunks a tile reads (the engine's CTA schedule rule);
-  // kUnknownKeys where a device builder does not count them on the host.
+  // num_tiles() gives the mean key chunks a tile reads, and the most one tile lists (the engine's
+  // CTA schedule rule); kUnknownKeys where a device builder does not count them on the host.
   static constexpr int64_t kUnknownKeys = -1;
   int64_t listed_keys() const { return listed_keys_; }
+  int64_t longest_tile_keys() const { return longest_tile_keys_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
   void* stream() const { return stream_; }      // cudaStream_t the buffer is ordered on
   const DevicePlanLayout& layout() const { return layout_; }
@@ -201,13 +202,14 @@ class DevicePlan {
   // `layout` allocated on `stream` (cudaStream_t) for kernels to fill instead of an upload, its
   // first `zeroed_bytes` zeroed (the identity order's run offsets and the padding between
   // sections, as an upload has them). `num_columns` may be a capacity (see num_columns()).
-  // `listed_keys`: see listed_keys().
+  // `listed_keys`, `longest_tile_keys`: see listed_keys().
   static DevicePlan for_builder(const PlanShape& shape, const DevicePlanLayout& layout,
                                 int64_t num_tiles, int64_t num_columns, bool covers_every_row,
                                 std::size_t zeroed_bytes, void* stream,
-                                int64_t listed_keys = kUnknownKeys) {
+                                int64_t listed_keys = kUnknownKeys,
+                                int64_t longest_tile_keys = kUnknownKeys) {
     return DevicePlan(shape, layout, num_tiles, num_columns, covers_every_row, zeroed_bytes, stream,
-                      listed_keys);
+                      listed_keys, longest_tile_keys);
   }
   // The buffer a device builder fills, ordered on the stream it was allocated on.
   void* builder_data() { return buffer_; }
@@ -222,13 +224,14 @@ class DevicePlan {
   // The buffer of `for_builder`.
   DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
              int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes, void* stream,
-             int64_t listed_keys);
+             int64_t listed_keys, int64_t longest_tile_keys);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;
   int64_t num_columns_ = 0;
   bool covers_every_row_ = false;
   int64_t listed_keys_ = kUnknownKeys;
+  int64_t longest_tile_keys_ = kUnknownKeys;
   DevicePlanLayout layout_{};
   void* buffer_ = nullptr;  // device memory, layout_.bytes long
   void* stream_ = nullptr;  // cudaStream_t it was allocated on
