@@ -104,7 +104,7 @@ __device__ __forceinline__ ChunkCoverage await_chunk(WgmmaSharedStorage<Traits>&
   // Uniform over the warpgroup by construction; broadcasting it lets the compiler see that the
   // branches below do not diverge.
   return static_cast<ChunkCoverage>(__shfl_sync(
-      kFullWarpMask, static_cast<int>(mask.classify(storage, warpgroup, chunk, lane)), 0));
+      kFullWarpMask, static_cast<int>(mask.classify(storage, warpgroup, stage, chunk, lane)), 0));
 }
 
 // After the last chunk: the pending chunk's P·V, issued in the warpgroup's turn.
