@@ -11,12 +11,12 @@
 #      the persistent kernel's random plans, tiny images and repeated launches;
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
-#   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; dense always runs
-#      one CTA per tile) and the short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks
-#      as spans and as gathered columns, as a span ending at the tile's diagonal, as one span per
-#      chunk and as a span then one gathered chunk, from which step 6 fits the fixed cost per CTA
-#      (per tile, persistent) and the extra cost of a gathered chunk, a diagonal chunk, a record
-#      and a switch from spans to gathered columns;
+#   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; under persistent
+#      dense runs persistent too, the A/B's cost on long tiles) and the short-tile cases, 128-row
+#      tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, as a span ending at
+#      the tile's diagonal, as one span per chunk and as a span then one gathered chunk, from which
+#      step 6 fits the fixed cost per CTA (per tile, persistent) and the extra cost of a gathered
+#      chunk, a diagonal chunk, a record and a switch from spans to gathered columns;
 #   5. one `mmsparse bench` per length (default 36864 131072) and schedule on the multi-image
 #      preset: dense and the sink, intra and intra+sink templates (bench --json:
 #      throughput_vs_dense);
