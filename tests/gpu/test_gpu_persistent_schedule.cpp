@@ -328,6 +328,46 @@ TEST(GpuPersistentScheduleQueue, OneCounterPerStream) {
   EXPECT_EQ(cudaStreamDestroy(second), cudaSuccess);
 }
 
+// kAuto's choice (resolved_cta_schedule; the rule in cuda/attention/engine.cu): persistent CTAs for
+// many short tiles beside a few long ones (BlindSight's image and text tiles, where they measured a
+// gain), one CTA per tile for dense (the longest tile twice the mean), for uniform short tiles
+// (A-shape), for fewer items than SMs and under MMSPARSE_CTA_SCHEDULE=tile.
+TEST(GpuPersistentScheduleAuto, PersistentWhereItMeasuredAGain) {
+  constexpr int64_t kImageSide = 32;  // 1024 tokens, 8 chunks an image
+  constexpr int64_t kText = 256;      // two text tiles after the images, reading every key
+  constexpr int64_t kManyImages = 15;
+  constexpr int64_t kFewImages = 3;
+  constexpr int64_t kHeads = 28;  // items: tiles × heads, well above any H100's or H200's SMs
+  const auto schedule = [&](const std::string& pattern, int64_t images, int64_t heads) {
+    LayoutBuilder builder;
+    for (int64_t i = 0; i < images; ++i) builder.image({1, kImageSide, kImageSide}, false);
+    const ModalityLayout layout = builder.text(kText).build();
+    const PlanShape shape{.heads = heads,
+                          .q_len = layout.length(),
+                          .kv_len = layout.length(),
+                          .tile_rows = cuda::kMaxTileRows};
+    const PatternSpec spec = resolve_pattern(PatternSpec::parse(pattern), &layout);
+    const cuda::DevicePlan plan(build_plan(spec, shape, &layout), nullptr);
+    cuda::AttentionArgs args;
+    args.dtype = DType::kBFloat16;
+    args.batch = 1;
+    args.q_len = shape.q_len;
+    args.kv_len = shape.kv_len;
+    args.q_heads = heads;
+    args.kv_heads = heads;
+    args.head_dim = cuda::kWgmmaHeadDim;
+    args.kernel = cuda::AttentionKernel::kWgmma;
+    return cuda::resolved_cta_schedule(plan, args);
+  };
+  EXPECT_EQ(schedule("blindsight-intra", kManyImages, kHeads), kPersistent);
+  EXPECT_EQ(schedule("blindsight-sink", kManyImages, kHeads), kPersistent);
+  EXPECT_EQ(schedule("dense", kManyImages, kHeads), kOneTilePerCta);
+  EXPECT_EQ(schedule("a-shape:sink=128,local=1024", kManyImages, kHeads), kOneTilePerCta);
+  EXPECT_EQ(schedule("blindsight-intra", kFewImages, 1), kOneTilePerCta) << "fewer items than SMs";
+  const ScopedVariable tile("MMSPARSE_CTA_SCHEDULE", "tile");
+  EXPECT_EQ(schedule("blindsight-intra", kManyImages, kHeads), kOneTilePerCta);
+}
+
 // kPersistent where it is not compiled: lattice records, tiles of one consumer warpgroup, head_dim
 // 256 and 64; and a bad override in the environment.
 TEST(GpuPersistentScheduleRefusals, NamesWhatIsMissing) {

@@ -510,6 +510,14 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   }
 }
 
+CtaSchedule resolved_cta_schedule(const DevicePlan& plan, const AttentionArgs& args) {
+  const bool use_wgmma = args.kernel != AttentionKernel::kMmaSync && wgmma_serves(plan, args);
+  const int64_t batch_blocks = plan.shape().batch == 1 ? args.batch : 1;
+  return persistent_ctas(plan, args, use_wgmma, plan.num_tiles() * batch_blocks) > 0
+             ? CtaSchedule::kPersistent
+             : CtaSchedule::kOneTilePerCta;
+}
+
 void attention_planned(const Plan& plan, const AttentionArgs& args) {
   const std::vector<DevicePlan> passes = upload_passes(plan, args.stream);
   attention_passes(passes, args);

@@ -243,6 +243,12 @@ class DevicePlan {
 // Asynchronous on args.stream.
 void attention_planned(const DevicePlan& plan, const AttentionArgs& args);
 
+// The CTA schedule attention_planned runs `plan` with under `args`, after MMSPARSE_CTA_SCHEDULE:
+// kPersistent or kOneTilePerCta (also where the mma.sync kernel runs the call), assuming that the
+// driver encodes the K/V views (else the mma.sync kernel runs it). Throws kUnsupported where
+// args.schedule is kPersistent and persistent CTAs are not compiled for the call.
+CtaSchedule resolved_cta_schedule(const DevicePlan& plan, const AttentionArgs& args);
+
 // Uploads `plan` for this one call (freed in stream order afterwards) and runs it, every pass.
 void attention_planned(const Plan& plan, const AttentionArgs& args);
 
