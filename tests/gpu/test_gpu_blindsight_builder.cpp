@@ -9,8 +9,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,30 @@ std::vector<BlindSightLayoutCase> random_cases(Random& random) {
   return cases;
 }
 
+// The keys each tile of a host plan lists, counted record by record (DevicePlan::listed_keys).
+std::vector<int64_t> tile_keys(const Plan& plan) {
+  std::vector<int64_t> keys;
+  for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
+    int64_t count = plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t];
+    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+      count += plan.spans[s].end - plan.spans[s].begin;
+    }
+    for (int64_t s = plan.tile_strided_offsets[t]; s < plan.tile_strided_offsets[t + 1]; ++s) {
+      count += plan.strided_spans[s].count();
+    }
+    keys.push_back(count);
+  }
+  return keys;
+}
+
+// kAuto's CTA schedule reads the keys the tiles list: both counts of `plan` against the records.
+void expect_listed_keys(const cuda::DevicePlan& plan, const Plan& host) {
+  const std::vector<int64_t> keys = tile_keys(host);
+  EXPECT_EQ(plan.listed_keys(), std::accumulate(keys.begin(), keys.end(), int64_t{0}));
+  EXPECT_EQ(plan.longest_tile_keys(),
+            keys.empty() ? 0 : *std::max_element(keys.begin(), keys.end()));
+}
+
 class GpuBlindSightBuilder : public StreamTest {};
 
 TEST_F(GpuBlindSightBuilder, RecordsEqualTheUpload) {
@@ -85,7 +111,10 @@ TEST_F(GpuBlindSightBuilder, RecordsEqualTheUpload) {
         const cuda::DevicePlan built =
             cuda::build_blindsight_plan_on_device(spec, shape, &test_case.layout, stream_);
         expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-        expect_same_records(built, build_plan(spec, shape, &test_case.layout), stream_);
+        const Plan host = build_plan(spec, shape, &test_case.layout);
+        expect_same_records(built, host, stream_);
+        expect_listed_keys(built, host);
+        expect_listed_keys(cuda::DevicePlan(host, stream_), host);
       }
     }
   }

@@ -11,6 +11,7 @@
 // rows past the chunk's end as the next keys, and both are masked out of S like any partial chunk.
 
 #include <cstdint>
+#include <cuda/std/limits>
 
 #include "cuda/attention/key_chunks.cuh"
 #include "cuda/attention/params.cuh"
@@ -38,10 +39,13 @@ class WgmmaMainloop {
   // Span chunks are tensor copies issued by thread 0; strided and column chunks are gathered row by
   // row by the whole warpgroup. Every loading thread (Traits::kLoadingThreads) arrives once per
   // chunk, so the stage completes when both the arrivals and the tensor copies' bytes are in.
-  __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
-                                        const TileWork& work, int thread) {
+  // `state`: the stage ring's position at the tile's first chunk; returns it after the last (a
+  // persistent CTA carries it from tile to tile).
+  __device__ static PipelineState<Traits::kStages> produce_chunks(
+      Storage& storage, const WgmmaAttentionParams& params, const TileWork& work, int thread,
+      PipelineState<Traits::kStages> state) {
     // Without gathers thread 0 loads alone; the others would only wait on the stages.
-    if (!Traits::kGathers && thread != 0) return;
+    if (!Traits::kGathers && thread != 0) return state;
     KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
         work.tile, work.first_range, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
@@ -53,7 +57,6 @@ class WgmmaMainloop {
         prefetch_tensor_map(&params.lattice_values);
       }
     }
-    PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
@@ -67,7 +70,11 @@ class WgmmaMainloop {
       const uint32_t values = shared_address(storage.values[state.stage]);
       if (Traits::kGathers && chunk.gathered()) {
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
-        barrier_arrive_after_async_copies(loaded);
+        if (stage_key_bounds(storage, state.stage, chunk, lookup_key, thread)) {
+          barrier_arrive_releasing_after_async_copies(loaded);
+        } else {
+          barrier_arrive_after_async_copies(loaded);
+        }
       } else if (thread == 0 && chunk.lattice()) {
         copy_lattice_chunk(params, work, chunk, keys, values, loaded);
       } else if (thread == 0) {
@@ -77,6 +84,7 @@ class WgmmaMainloop {
       }
       state.advance();
     }
+    return state;
   }
 
   // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies.
@@ -125,16 +133,38 @@ class WgmmaMainloop {
     return pass * Traits::kGatherRowsPerPass + warp * Traits::kGatherRowsPerWarp + row_in_warp;
   }
 
+  // The slot whose key this thread looks up (kBlockN or more for none).
+  __device__ static int lookup_slot(int thread) {
+    const int lane = thread % kWarpSize;
+    return gather_slot(lane / Traits::kGatherRowsPerWarp, thread / kWarpSize,
+                       lane % Traits::kGatherRowsPerWarp);
+  }
+
   // This thread's key of a gathered chunk (0 past the chunk's keys): read from the column list,
   // or a strided chunk's by arithmetic.
   __device__ static int32_t lookup_column(const AttentionParams& params, const KeyChunk& chunk,
                                           int thread) {
-    const int lane = thread % kWarpSize;
-    const int slot = gather_slot(lane / Traits::kGatherRowsPerWarp, thread / kWarpSize,
-                                 lane % Traits::kGatherRowsPerWarp);
+    const int slot = lookup_slot(thread);
     if (slot >= chunk.count) return 0;
     return chunk.from_columns() ? __ldg(params.plan.columns + chunk.first + slot)
                                 : static_cast<int32_t>(chunk.first) + slot * chunk.step;
+  }
+
+  // The bounds of the keys this thread's warp looked up for a gathered chunk, written into the
+  // stage's Storage::chunk_key_lowest / chunk_key_highest by lane 0 once the stage is free (the
+  // consumers classify the chunk from them instead of loading its keys). Whole warps; true for
+  // the thread that wrote them, whose arrival must then release them.
+  __device__ static bool stage_key_bounds(Storage& storage, int stage, const KeyChunk& chunk,
+                                          int32_t lookup_key, int thread) {
+    constexpr int32_t kMaxInt = ::cuda::std::numeric_limits<int32_t>::max();
+    constexpr int32_t kMinInt = ::cuda::std::numeric_limits<int32_t>::min();
+    const bool valid = lookup_slot(thread) < chunk.count;
+    const int32_t lowest = __reduce_min_sync(kFullWarpMask, valid ? lookup_key : kMaxInt);
+    const int32_t highest = __reduce_max_sync(kFullWarpMask, valid ? lookup_key : kMinInt);
+    if (thread % kWarpSize != 0) return false;
+    storage.chunk_key_lowest[stage][thread / kWarpSize] = lowest;
+    storage.chunk_key_highest[stage][thread / kWarpSize] = highest;
+    return true;
   }
 
   // This thread's share of a gathered chunk: in each pass, one key row of its warp's

@@ -109,23 +109,28 @@ class WarpgroupMask {
   }
 
   // Uniform over the warpgroup; conservative like TileMask::classify. Every lane of the warp must
-  // call it (gathered chunks reduce their key bounds over the warp). For a gathered chunk it also
-  // loads the lane's keys (and their phases) for apply(): classify runs before the warpgroup's
-  // turn to issue, apply inside it, so the column list's latency stays off the turn.
+  // call it (key bounds are shared over the warp). For a gathered chunk it also starts loading the
+  // lane's keys for apply(), and takes the chunk's key bounds from what the producer staged beside
+  // `stage` (Storage::chunk_key_lowest), so that nothing here waits for the column list: its
+  // latency runs under the chunk's Q·K^T, and apply() is the first to read the keys.
   // `storage` and `warpgroup` as for gather_bounds (a lattice's first chunk reads the row phases'
   // bounds, which are not kept in registers: the products need them).
   template <class Storage>
-  __device__ ChunkCoverage classify(const Storage& storage, int warpgroup, const KeyChunk& chunk,
-                                    int lane) {
+  __device__ ChunkCoverage classify(const Storage& storage, int warpgroup, int stage,
+                                    const KeyChunk& chunk, int lane) {
     if (row_lowest_ > row_highest_) return ChunkCoverage::kNone;
     if constexpr (Traits::kTokens) {
-      if (policy_.needs_tokens) return classify_with_tokens(chunk, lane);
+      if (policy_.needs_tokens) return classify_with_tokens(storage, stage, chunk, lane);
     }
     int32_t key_lowest = static_cast<int32_t>(chunk.first);
     int32_t key_highest = chunk.last_key();
     const bool lattice_bits = chunk.lattice() && lattice_bits_;
-    if (chunk.gathered() || (chunk.lattice() && !lattice_bits)) {
-      load_column_keys(chunk, lane, key_lowest, key_highest);
+    if (Traits::kGathers && chunk.gathered()) {
+      load_column_keys(chunk, lane);
+      staged_key_bounds(storage, stage, lane, key_lowest, key_highest);
+    } else if (chunk.gathered() || (chunk.lattice() && !lattice_bits)) {
+      load_column_keys(chunk, lane);
+      reduce_key_bounds(chunk, lane, key_lowest, key_highest);
     }
     if (lattice_bits && policy_.period > 0) {
       if (chunk.range != lattice_range_) enter_lattice(storage, warpgroup, chunk);
@@ -174,7 +179,7 @@ class WarpgroupMask {
 #pragma unroll
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
       const int32_t own_key = column_keys_[i];
-      const int32_t own_phase = column_phases_[i];
+      const int32_t own_phase = policy_.period > 0 ? phase_of(own_key) : 0;
 #pragma unroll 1
       for (int j = 0; j < kScoresPerLaneGroup; ++j) {
         const int in_group = j / 2 * Traits::kAccumulatorTileN + lane % kThreadsPerRow * 2 + j % 2;
@@ -212,14 +217,21 @@ class WarpgroupMask {
   // + i·32) for apply_with_tokens, and classifies by the key bounds, never kFull (proving a chunk
   // whole under token terms costs more than masking it) and never kNone where the media lift may
   // keep pairs that the positional terms remove.
-  __device__ ChunkCoverage classify_with_tokens(const KeyChunk& chunk, int lane) {
+  template <class Storage>
+  __device__ ChunkCoverage classify_with_tokens(const Storage& storage, int stage,
+                                                const KeyChunk& chunk, int lane) {
     int32_t key_lowest;
     int32_t key_highest;
-    load_column_keys(chunk, lane, key_lowest, key_highest);
+    load_column_keys(chunk, lane);
 #pragma unroll
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
       const bool valid = lane + i * kWarpSize < chunk.count;
       key_tokens_[i] = valid ? __ldg(token_info_ + column_keys_[i]) : kNoToken;
+    }
+    if (Traits::kGathers && chunk.gathered()) {
+      staged_key_bounds(storage, stage, lane, key_lowest, key_highest);
+    } else {
+      reduce_key_bounds(chunk, lane, key_lowest, key_highest);
     }
     return lift_skips(policy_, classify_chunk(policy_, row_lowest_, row_highest_, key_lowest,
                                               key_highest, /*element_mask_needed=*/true));
@@ -459,25 +471,49 @@ class WarpgroupMask {
     }
   }
 
-  // The lane's keys of a gathered chunk (slots lane + i·32; 0 past the chunk) with their phases,
-  // and the bounds of the chunk's keys (a column list's are unordered), reduced over the warp.
-  __device__ void load_column_keys(const KeyChunk& chunk, int lane, int32_t& lowest,
-                                   int32_t& highest) {
+  // The lane's keys of a gathered or lattice chunk (slots lane + i·32; 0 past the chunk).
+  __device__ void load_column_keys(const KeyChunk& chunk, int lane) {
+#pragma unroll
+    for (int i = 0; i < kColumnKeysPerLane; ++i) {
+      const int slot = lane + i * kWarpSize;
+      column_keys_[i] = slot < chunk.count ? chunk.key(columns_, slot) : 0;
+    }
+  }
+
+  // The bounds of the chunk's keys in column_keys_ (a column list's are unordered), reduced over
+  // the warp.
+  __device__ void reduce_key_bounds(const KeyChunk& chunk, int lane, int32_t& lowest,
+                                    int32_t& highest) const {
     lowest = ::cuda::std::numeric_limits<int32_t>::max();
     highest = ::cuda::std::numeric_limits<int32_t>::min();
 #pragma unroll
     for (int i = 0; i < kColumnKeysPerLane; ++i) {
-      const int slot = lane + i * kWarpSize;
-      const bool valid = slot < chunk.count;
-      column_keys_[i] = valid ? chunk.key(columns_, slot) : 0;
-      column_phases_[i] = policy_.period > 0 ? phase_of(column_keys_[i]) : 0;
-      if (valid) {
+      if (lane + i * kWarpSize < chunk.count) {
         lowest = min(lowest, column_keys_[i]);
         highest = max(highest, column_keys_[i]);
       }
     }
     lowest = __reduce_min_sync(kFullWarpMask, lowest);
     highest = __reduce_max_sync(kFullWarpMask, highest);
+  }
+
+  // The bounds of a gathered chunk's keys as the producer's warps staged them beside `stage`. Lane
+  // 0 alone reads them and hands them on: the warp's release of the stage is lane 0's arrival,
+  // which so orders every read of them before the producer's next write.
+  template <class Storage>
+  __device__ static void staged_key_bounds(const Storage& storage, int stage, int lane,
+                                           int32_t& lowest, int32_t& highest) {
+    int32_t lane_lowest = ::cuda::std::numeric_limits<int32_t>::max();
+    int32_t lane_highest = ::cuda::std::numeric_limits<int32_t>::min();
+    if (lane == 0) {
+#pragma unroll
+      for (int warp = 0; warp < Traits::kProducerWarps; ++warp) {
+        lane_lowest = min(lane_lowest, storage.chunk_key_lowest[stage][warp]);
+        lane_highest = max(lane_highest, storage.chunk_key_highest[stage][warp]);
+      }
+    }
+    lowest = __shfl_sync(kFullWarpMask, lane_lowest, 0);
+    highest = __shfl_sync(kFullWarpMask, lane_highest, 0);
   }
 
   MaskRecord policy_;
@@ -497,9 +533,8 @@ class WarpgroupMask {
   int32_t lattice_key_phase_ = 0;
   ChunkCoverage lattice_band_ = ChunkCoverage::kNone;
   uint32_t lattice_band_bytes_ = 0;
-  // The current gathered chunk's keys of slots lane + i·32 and their phases (see classify).
+  // The current gathered chunk's keys of slots lane + i·32 (see classify).
   int32_t column_keys_[kColumnKeysPerLane] = {};
-  int32_t column_phases_[kColumnKeysPerLane] = {};
   // With Traits::kTokens and a policy that reads tokens: the packed tokens of this thread's rows
   // (kNoToken for none) and of the current chunk's keys in column_keys_.
   int32_t query_tokens_[kRowsPerThread] = {};

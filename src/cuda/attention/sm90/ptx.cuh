@@ -51,6 +51,22 @@ __device__ inline void barrier_arrive_after_async_copies(uint32_t barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
 }
 
+// The arrival of a thread that also wrote shared memory the waiting threads read: the barrier
+// receives it once every cp.async this thread issued before it has landed (the asynchronous
+// arrive without noinc adds a pending arrival and takes it back then), and the plain arrive
+// releases the thread's own earlier writes to every thread that waits for the phase. Counts as
+// one of the arrivals the barrier was initialised to expect, like
+// barrier_arrive_after_async_copies.
+__device__ inline void barrier_arrive_releasing_after_async_copies(uint32_t barrier) {
+  [[maybe_unused]] uint64_t state;
+  asm volatile(
+      "cp.async.mbarrier.arrive.shared::cta.b64 [%1];\n"
+      "mbarrier.arrive.shared::cta.b64 %0, [%1];\n"
+      : "=l"(state)
+      : "r"(barrier)
+      : "memory");
+}
+
 // Blocks until the barrier's phase of parity `parity` has completed.
 __device__ inline void barrier_wait(uint32_t barrier, uint32_t parity) {
   uint32_t done = 0;

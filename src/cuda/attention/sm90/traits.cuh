@@ -69,6 +69,7 @@ struct WgmmaTraits {
   // arrives on a stage's chunk_loaded barrier once per chunk; without gathers one thread loads
   // and arrives, and the warpgroup's other threads leave at once.
   static constexpr int kProducerThreads = kWarpgroupThreads;
+  static constexpr int kProducerWarps = kProducerThreads / kWarpSize;
   static constexpr int kLoadingThreads = kGathers ? kProducerThreads : 1;
   static constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
 
@@ -172,6 +173,12 @@ struct WgmmaSharedStorage {
   // lattice chunks (cuda/attention/sm90/mask.cuh); unused without a period.
   int32_t warp_phase_lowest[Traits::kConsumerWarps];
   int32_t warp_phase_highest[Traits::kConsumerWarps];
+  // Bounds of the keys of the gathered chunk a stage holds, one pair per producer warp (its lanes'
+  // keys), written by the warp's lane 0 and published by the stage's chunk_loaded barrier, so that
+  // a consumer classifies the chunk without loading its keys (cuda/attention/sm90/mask.cuh).
+  // Unused without gathers.
+  int32_t chunk_key_lowest[Traits::kStages][Traits::kProducerWarps];
+  int32_t chunk_key_highest[Traits::kStages][Traits::kProducerWarps];
 };
 
 // Dynamic shared memory is only guaranteed 16-byte alignment; the launch adds an atom of slack and
