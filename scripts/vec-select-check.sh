@@ -47,12 +47,13 @@ step() {
 # One test process (ctest starts one per test, each initialising CUDA).
 if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
-  tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*'
+  tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*:GpuVecBuild.ChunkCounts*'
 else
   tests='GpuVecBuild.*:GpuVecHeads.*'
 fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
+memcheck_tests+=':GpuVecBuild.ChunkCountsAroundThePipeline*'
 [[ $minimum == 1 ]] || step memcheck compute-sanitizer --tool memcheck \
   --error-exitcode 1 "$build/tests/gpu/test_gpu" --gtest_filter="$memcheck_tests"
 step phases "$build/bench/mmsparse_index_bench" 131072 vec,vertical-slash 4 1 1

@@ -11,21 +11,22 @@
 // (tests/gpu/vec_selection_check.h states and checks the bound).
 //
 // Work. The score pass: a CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of
-// one head slot (16 per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole
-// groups of the running maximum, which restarts at each group, so splits are independent. Keys
-// stream through shared memory in chunks of kChunkKeys (cp.async, two stages, one barrier per
-// chunk: the next chunk's copy lands while this one is scored); each warp scores a chunk's four
-// tiles of 16 keys with head_dim / 16 steps of eight independent MMAs (many in flight, not one
-// dependent chain per tile), then per tile takes each row's maximum over its candidates within
-// the lane quad that holds the row, raises the running maximum (reset where a group starts),
-// filters, and stores the row's 16-bit keep masks. Chunks wholly inside every row's candidate
-// range (all but those at the sinks and the diagonal) skip the per-key range test. Every score is
-// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh),
-// one warp per plan tile (one pooled block, or with union_tiles the blocks of a plan-height tile,
-// their masks ORed), turns the masks plus the sinks and diagonal into runs with bit operations and
-// warp scans, counts the spans and column keys per tile, and after the exclusive sums writes them
-// at the tile's offsets (columns staged in shared memory, stored coalesced), ascending, without
-// atomics.
+// one head slot (16 per warp: the MMA's rows) over one key split: whole groups of the running
+// maximum, which restarts at each group, so splits are independent (about kSplitKeys keys, or
+// fewer where shorter CTAs fill the device's last round better: split_key_count). Keys stream
+// through shared memory in chunks of kChunkKeys (cp.async, kStages stages, one barrier per chunk:
+// later chunks' copies land while this one is scored); each warp scores a chunk's four tiles of 16
+// keys in two halves of head_dim / 16 steps of four independent MMAs, each half's MMAs issued
+// while the half before it is filtered: per tile each row's maximum over its candidates within
+// the lane quad that holds the row, the running maximum raised (reset where a group starts), the
+// keep test; then the row's 16-bit keep masks are stored. Chunks wholly inside every row's
+// candidate range (all but those at the sinks and the diagonal) skip the per-key range test. Every
+// score is computed once, and the pass's output is one bit per (block, key). The run pass
+// (vec_runs.cuh), one warp per plan tile (one pooled block, or with union_tiles the blocks of a
+// plan-height tile, their masks ORed), turns the masks plus the sinks and diagonal into runs with
+// bit operations and warp scans, counts the spans and column keys per tile, and after the exclusive
+// sums writes them at the tile's offsets (columns staged in shared memory, stored coalesced),
+// ascending, without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
