@@ -210,15 +210,26 @@ __device__ inline void write_word_runs(const VecKernelParams& p, const WordRuns&
   }
 }
 
+// The plan tile (slot-major index) that warp `order` of the launch serves: positions from the last
+// to the first, head slots fastest. Causal, a tile's keys grow with its position, so the longest
+// tiles start first and the short ones fill the last wave instead of the long ones trailing it.
+__device__ inline int64_t tile_in_launch_order(const VecKernelParams& p, int64_t order,
+                                               int64_t tiles) {
+  const int64_t slots = tiles / p.tiles;
+  return order % slots * p.tiles + (p.tiles - 1 - order / slots);
+}
+
 // Counts (kWrite false: span records, column keys and kept keys per tile) or writes (true) the
-// spans and columns of tile blockIdx.x * kRunWarps + warp.
+// spans and columns of the tile that warp blockIdx.x * kRunWarps + warp serves
+// (tile_in_launch_order).
 template <bool kWrite>
 __global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams p, int64_t tiles) {
   __shared__ int32_t stages[kWrite ? kRunWarps : 1][kWrite ? kStageKeys : 1];
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
-  if (tile >= tiles) return;  // warp-uniform
+  const int64_t order = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
+  if (order >= tiles) return;  // warp-uniform
+  const int64_t tile = tile_in_launch_order(p, order, tiles);
   const TileWords words = tile_words(p, tile);
   int32_t* stage = stages[kWrite ? warp : 0];
   int64_t span_cursor = kWrite ? p.span_offsets[tile] : 0;
