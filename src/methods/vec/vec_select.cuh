@@ -204,7 +204,7 @@ __device__ void load_key_chunk(const VecKernelParams& p, const Element* keys, in
                     valid ? source + pass * kKeysPerPass * p.k_stride_row : keys, valid);
     }
   } else {
-    const int vectors_per_key = p.head_dim / kVector;
+    const int vectors_per_key = head_dim_steps<kKSteps>(p) * kMmaK / kVector;
     for (int i = static_cast<int>(threadIdx.x); i < kChunkKeys * vectors_per_key;
          i += kSelectThreads) {
       const int row = i / vectors_per_key;
