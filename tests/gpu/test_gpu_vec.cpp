@@ -247,6 +247,9 @@ TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
   }
   EXPECT_GT(stats.spans_across_splits, 0);
   EXPECT_GT(stats.column_runs_across_steps, 0);
+  EXPECT_GT(stats.column_runs_across_words, 0);
+  EXPECT_GT(stats.steps_with_few_column_words, 0);
+  EXPECT_GT(stats.steps_with_many_column_words, 0);
   EXPECT_GT(stats.selected_in_spans, 0);
   EXPECT_GT(stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
