@@ -34,6 +34,10 @@ namespace mmsparse::cuda::vec_kernels {
 
 constexpr int kRunWarps = 4;
 constexpr int kRunThreads = kRunWarps * kWarpSize;
+// Resident CTAs per SM the run kernels are compiled for: 12 fit at 40 registers a thread and the
+// write pass's 17 KB stage (plus 1 KB the driver reserves) in the 228 KB of an H100 SM. Without
+// the bound ptxas gave the write pass 48 registers, 10 CTAs, and the pass is latency-bound.
+constexpr int kRunCtasPerSm = 12;
 constexpr int kWordKeys = 32;
 constexpr int kRunStepKeys = kWarpSize * kWordKeys;
 constexpr int kMinSpanKeys = static_cast<int>(detail::kVecMinSpanKeys);
@@ -308,7 +312,8 @@ __device__ inline int64_t tile_in_launch_order(const VecKernelParams& p, int64_t
 // spans and columns of the tile that warp blockIdx.x * kRunWarps + warp serves
 // (tile_in_launch_order).
 template <bool kWrite>
-__global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams p, int64_t tiles) {
+__global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
+    runs_kernel(const VecKernelParams p, int64_t tiles) {
   __shared__ int32_t stages[kWrite ? kRunWarps : 1][kWrite ? kStageKeys : 1];
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
