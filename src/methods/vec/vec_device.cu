@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -47,6 +48,7 @@
 #include "methods/vec/vec_device.h"
 #include "methods/vec/vec_runs.cuh"
 #include "methods/vec/vec_select.cuh"
+#include "methods/vec/vec_select_wgmma.cuh"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -66,8 +68,10 @@ using vec_kernels::pool_kernel;
 using vec_kernels::runs_kernel;
 using vec_kernels::select_kernel;
 using vec_kernels::VecKernelParams;
+using vec_kernels::wgmma_select_kernel;
 
 constexpr int kRecordThreads = 256;
+constexpr int kWgmmaComputeMajor = 9;  // wgmma_select_kernel is compiled for sm_90a
 constexpr int64_t kMaxGridYZ = 65535;
 
 // Per plan tile (slot-major): its record (tile_blocks pooled blocks' rows), and its schedule sort
@@ -326,40 +330,60 @@ int64_t resident_select_ctas(const void* kernel, int shared_bytes) {
   return static_cast<int64_t>(multiprocessors) * per_multiprocessor;
 }
 
+// The score pass's kernel and its dynamic shared memory: the wgmma one, or mma.sync's (head_dim 128
+// fixes its head_dim steps at compile time; other widths read them from p).
+template <class Element>
+std::pair<void (*)(VecKernelParams), int> score_kernel(VecScorePass pass, int32_t head_dim) {
+  if (pass == VecScorePass::kWgmma) {
+    return {wgmma_select_kernel<Element>, vec_kernels::wgmma_select_shared_bytes<Element>()};
+  }
+  return {head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
+                                  : select_kernel<Element, 0>,
+          vec_kernels::select_shared_bytes<Element>()};
+}
+
 // Pools, then scores with splits of split_key_count's length (p's split fields set here).
 template <class Element>
 void launch_scores(VecKernelParams p, const detail::VecParams& vec, int32_t slots,
-                   cudaStream_t stream, PhaseEvents& events) {
+                   VecScorePass pass, cudaStream_t stream, PhaseEvents& events) {
   pool_kernel<Element><<<dim3(static_cast<unsigned>(p.blocks), static_cast<unsigned>(slots)),
                          kPoolThreads, 0, stream>>>(p);
   check_launch("vec index: pooled queries");
   events.record(PhaseEvents::kPool);
-  // head_dim 128 fixes the head_dim steps at compile time; other widths read them from p.
-  const auto kernel = p.head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
-                                                : select_kernel<Element, 0>;
-  constexpr int kSharedBytes = vec_kernels::select_shared_bytes<Element>();
+  const auto [kernel, shared_bytes] = score_kernel<Element>(pass, p.head_dim);
   check_cuda(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
       "vec index: score pass shared memory");
   const int64_t split_keys = split_key_count(
-      p, vec, slots, resident_select_ctas(reinterpret_cast<const void*>(kernel), kSharedBytes));
+      p, vec, slots, resident_select_ctas(reinterpret_cast<const void*>(kernel), shared_bytes));
   p.split_keys = static_cast<int32_t>(split_keys);
   p.splits = static_cast<int32_t>(ceil_div(p.kv_len, split_keys));
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  kernel<<<grid, kSelectThreads, kSharedBytes, stream>>>(p);
+  kernel<<<grid, kSelectThreads, shared_bytes, stream>>>(p);
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }
 
 void run_scores(const EstimateOperands& operands, const VecKernelParams& p,
-                const detail::VecParams& vec, int32_t slots, cudaStream_t stream,
+                const detail::VecParams& vec, int32_t slots, VecScorePass pass, cudaStream_t stream,
                 PhaseEvents& events) {
   if (operands.dtype == DType::kBFloat16) {
-    launch_scores<__nv_bfloat16>(p, vec, slots, stream, events);
+    launch_scores<__nv_bfloat16>(p, vec, slots, pass, stream, events);
   } else {
-    launch_scores<__half>(p, vec, slots, stream, events);
+    launch_scores<__half>(p, vec, slots, pass, stream, events);
   }
+}
+
+// Whether the wgmma score pass is compiled for this head_dim on the current device.
+bool wgmma_scores_fit(int64_t head_dim) {
+  if (head_dim != vec_kernels::kWgmmaHeadDim) return false;
+  int device = 0;
+  int major = 0;
+  check_cuda(cudaGetDevice(&device), "vec index: device");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "vec index: compute capability");
+  return major == kWgmmaComputeMajor;
 }
 
 void run_runs(const VecKernelParams& p, int64_t tiles, bool write, cudaStream_t stream) {
@@ -460,6 +484,27 @@ class BuildScratch {
 
 }  // namespace
 
+VecScorePass vec_score_pass(int64_t head_dim) {
+  const char* chosen = std::getenv(kVecScorePassVariable);
+  const std::string name = chosen == nullptr ? "" : chosen;
+  if (name.empty()) return wgmma_scores_fit(head_dim) ? VecScorePass::kWgmma : VecScorePass::kMma;
+  if (name == vec_score_pass_name(VecScorePass::kMma)) return VecScorePass::kMma;
+  if (name != vec_score_pass_name(VecScorePass::kWgmma)) {
+    throw_invalid_argument(kVecScorePassVariable, "mma, wgmma or unset", "'" + name + "'");
+  }
+  if (!wgmma_scores_fit(head_dim)) {
+    throw Error(ErrorCode::kUnsupported, std::string(kVecScorePassVariable) + "=wgmma: head_dim " +
+                                             std::to_string(vec_kernels::kWgmmaHeadDim) +
+                                             " on an sm_90 device, got head_dim " +
+                                             std::to_string(head_dim));
+  }
+  return VecScorePass::kWgmma;
+}
+
+const char* vec_score_pass_name(VecScorePass pass) {
+  return pass == VecScorePass::kWgmma ? "wgmma" : "mma";
+}
+
 bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& shape) {
   if (!detail::is_spec_of(resolved_spec, detail::vec_entry())) return false;
   const detail::VecParams params = detail::vec_params(resolved_spec);
@@ -483,6 +528,8 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
   const PatternSpec& resolved_spec = resolved_specs.front();
   check_shape(resolved_spec, shape, operands);
   check_head_specs(resolved_specs, shape);
+  const VecScorePass pass = vec_score_pass(operands.head_dim);
+  if (times != nullptr) times->score_pass = pass;
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
@@ -505,7 +552,7 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
              "vec index: counts");
   check_cuda(cudaMemsetAsync(p.span_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: span counts");
-  run_scores(operands, p, vec, slots, stream, events);
+  run_scores(operands, p, vec, slots, pass, stream, events);
   run_runs(p, tiles, false, stream);
   events.record(PhaseEvents::kCount);
   int64_t totals[2] = {0, 0};  // columns, spans
