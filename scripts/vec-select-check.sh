@@ -7,8 +7,8 @@
 #      plans record for record (per-head alphas in one build and in configs among other methods'
 #      heads included); both score passes (mma.sync, wgmma) on the same inputs;
 #   2. compute-sanitizer memcheck on the vec tests of the score pass's edges (edge shapes, chunks
-#      at the candidate ranges' edges), of the run passes' staging (spans across splits) and of
-#      both score passes (head_dim 128 takes the wgmma pass unless MMSPARSE_VEC_SCORE says mma);
+#      at the candidate ranges' edges, chunk counts) and of the run passes' staging (spans across
+#      splits); head_dim 128 runs the wgmma score pass there (MMSPARSE_VEC_SCORE unset), 64 mma;
 #   3. mmsparse_index_bench 131072 vec,vertical-slash 4 1 1, once per score pass
 #      (MMSPARSE_VEC_SCORE=mma, then wgmma): vec's phases (pool, score, count, write, ...) per alpha
 #      beside vertical-slash's index milliseconds;
@@ -22,7 +22,7 @@
 #
 #   scripts/vec-select-check.sh [build-dir]        (a CUDA Release build; default build-gpu)
 #   VEC_CHECK_MIN=1 scripts/vec-select-check.sh    (the shortest check, ~3 min: the new tests
-#                                                   and four of the older ones, memcheck of three,
+#                                                   and four of the older ones, memcheck of two,
 #                                                   steps 3-4)
 set -uo pipefail
 
@@ -59,11 +59,9 @@ fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
 memcheck_tests+=':GpuVecBuild.ChunkCountsAroundThePipeline*:GpuVecBuild.SpansAcrossSplits*'
-memcheck_tests+=':GpuVecScorePasses.BothPasses*'
-# The short check's memcheck: the run passes' staging (column runs across words and steps) and
-# both score passes.
-[[ $minimum == 1 ]] &&
-  memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*:GpuVecScorePasses.Both*'
+# The short check's memcheck: the run passes' staging (column runs across words and steps) and the
+# score passes' chunk counts (head_dim 128 on the wgmma pass, 64 on mma.sync).
+[[ $minimum == 1 ]] && memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*'
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
   --gtest_filter="$memcheck_tests"
 # The two score passes in one build, each beside vertical-slash (the bench names the pass that ran).
