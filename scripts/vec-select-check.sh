@@ -6,7 +6,7 @@
 #      for set within the rounding bound (tests/gpu/vec_selection_check.h), plans record for record
 #      (per-head alphas in one build and in configs among other methods' heads included);
 #   2. compute-sanitizer memcheck on the vec tests of the score pass's edges (edge shapes, chunks
-#      at the candidate ranges' edges);
+#      at the candidate ranges' edges) and of the run passes' staging (spans across splits);
 #   3. mmsparse_index_bench 131072 vec,vertical-slash 4 1 1: vec's phases (pool, score, count,
 #      write, ...) per alpha beside vertical-slash's index milliseconds;
 #   4. a per-head config of 28 vec heads (the alphas search-vec chose on seed 0 of the SYNTHETIC
@@ -18,8 +18,9 @@
 # and time. The script exits 1 when a step failed, after running every step.
 #
 #   scripts/vec-select-check.sh [build-dir]        (a CUDA Release build; default build-gpu)
-#   VEC_CHECK_MIN=1 scripts/vec-select-check.sh    (the shortest check, ~90 s: the new tests and
-#                                                   four of the older ones, no memcheck, steps 3-4)
+#   VEC_CHECK_MIN=1 scripts/vec-select-check.sh    (the shortest check, ~2.5 min: the new tests
+#                                                   and four of the older ones, memcheck of two,
+#                                                   steps 3-4)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,14 +48,17 @@ step() {
 # One test process (ctest starts one per test, each initialising CUDA).
 if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
-  tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*'
+  tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*:GpuVecBuild.ChunkCounts*'
 else
   tests='GpuVecBuild.*:GpuVecHeads.*'
 fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
-[[ $minimum == 1 ]] || step memcheck compute-sanitizer --tool memcheck \
-  --error-exitcode 1 "$build/tests/gpu/test_gpu" --gtest_filter="$memcheck_tests"
+memcheck_tests+=':GpuVecBuild.ChunkCountsAroundThePipeline*:GpuVecBuild.SpansAcrossSplits*'
+# The short check's memcheck: the run passes' staging (column runs across words and steps).
+[[ $minimum == 1 ]] && memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*'
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
+  --gtest_filter="$memcheck_tests"
 step phases "$build/bench/mmsparse_index_bench" 131072 vec,vertical-slash 4 1 1
 
 # search-vec's per-head alphas on seed 0 (session 28's run): the config without the search.

@@ -124,6 +124,33 @@ void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
       << "tile " << tile << ": the device kept keys that are not candidates";
 }
 
+// Counts the run-pass steps of tile `tile` of `device` (columns ascending) whose column keys lie
+// in at most kCheckedWarpStagingWords words, or in more: the two ways the write pass stages them.
+void count_column_words_per_step(const Plan& device, int64_t tile, VecSelectionStats& stats) {
+  int64_t step = -1;
+  int64_t word = -1;
+  int64_t words = 0;
+  const auto count_step = [&] {
+    if (words == 0) return;
+    ++(words <= kCheckedWarpStagingWords ? stats.steps_with_few_column_words
+                                         : stats.steps_with_many_column_words);
+  };
+  for (int64_t c = device.tile_column_offsets[tile]; c < device.tile_column_offsets[tile + 1];
+       ++c) {
+    const int64_t key = device.columns[c];
+    if (key / kCheckedRunStepKeys != step) {
+      count_step();
+      step = key / kCheckedRunStepKeys;
+      words = 0;
+    }
+    if (key / kCheckedRunWordKeys != word) {
+      word = key / kCheckedRunWordKeys;
+      ++words;
+    }
+  }
+  count_step();
+}
+
 // Head slot `slot` of `host`, a head of another method: its records copied as they are.
 void copy_host_slot(const Plan& host, int64_t slot, PlanBuilder& adopted) {
   adopted.begin_head(std::vector<QueryRun>(host.runs.begin() + host.head_run_offsets[slot],
@@ -173,9 +200,11 @@ void adopt_vec_slot(const Plan& device, const Plan& host, const detail::VecParam
     }
     for (int64_t c = device.tile_column_offsets[tile] + 1; c < device.tile_column_offsets[tile + 1];
          ++c) {
-      stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
-                                        device.columns[c] % kCheckedRunStepKeys == 0;
+      const bool run_goes_on = device.columns[c] == device.columns[c - 1] + 1;
+      stats.column_runs_across_steps += run_goes_on && device.columns[c] % kCheckedRunStepKeys == 0;
+      stats.column_runs_across_words += run_goes_on && device.columns[c] % kCheckedRunWordKeys == 0;
     }
+    count_column_words_per_step(device, tile, stats);
     check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
     adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
     detail::vec_add_tile_keys(adopted, block,

@@ -43,6 +43,10 @@ struct VecSelectionStats {
                                          // of kCheckedSplitKeys
   int64_t column_runs_across_steps = 0;  // column runs (consecutive columns) holding keys on both
                                          // sides of a multiple of kCheckedRunStepKeys
+  int64_t column_runs_across_words = 0;  // the same across a multiple of kCheckedRunWordKeys
+  int64_t steps_with_few_column_words = 0;   // tile steps whose columns lie in 1 to
+                                             // kCheckedWarpStagingWords words
+  int64_t steps_with_many_column_words = 0;  // in more words
 };
 // The device's key split when a group of the running maximum divides it (vec_select.cuh's
 // kSplitKeys): spans crossing its multiples exercise the runs joined across splits.
@@ -50,6 +54,14 @@ inline constexpr int64_t kCheckedSplitKeys = 4096;
 // The keys one step of the device's run pass covers (vec_runs.cuh's kRunStepKeys: 32 lanes of 32
 // keys): column runs crossing its multiples are staged across two steps.
 inline constexpr int64_t kCheckedRunStepKeys = 1024;
+// One lane's word in that step (kWordKeys): a column run crossing its multiples is staged by two
+// lanes (the trailing bits of one word, the head of the next).
+inline constexpr int64_t kCheckedRunWordKeys = 32;
+// The most words holding columns that the write pass stages one word at a time across the warp
+// (vec_runs.cuh's stage_column_bits: 14 instructions per word against 4 per bit of a lane's word);
+// with more, each lane walks its own word. Counted by the columns' keys, which for all but the
+// column runs crossing a step are the columns staged in that step.
+inline constexpr int64_t kCheckedWarpStagingWords = 9;
 
 // Downloads `built` (one vec spec, `resolved`, over host_inputs' device copies) and checks its
 // selected keys (spans and columns but the sinks and diagonal, which must all be there once)
