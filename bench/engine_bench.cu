@@ -50,6 +50,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/plan_coverage.h"
@@ -547,6 +548,15 @@ int main(int argc, char** argv) {
       "the case names another); median of %d after %d warm-ups, L2 flushed before each run\n",
       properties.name, properties.multiProcessorCount, static_cast<long long>(kQueryHeads),
       static_cast<long long>(kKeyValueHeads), static_cast<long long>(kHeadDim), kRepeats, kWarmups);
+  // The wgmma kernel's CTA schedule comes from the environment (cuda::CtaSchedule); an A/B runs
+  // the bench once per value.
+  const char* schedule = std::getenv("MMSPARSE_CTA_SCHEDULE");
+  const bool persistent = schedule != nullptr && std::string_view(schedule) == "persistent";
+  std::printf("wgmma CTA schedule: %s%s\n",
+              schedule == nullptr || *schedule == '\0' ? "auto (unset)" : schedule,
+              persistent ? " (the wgmma/128 column at head_dim 128, dense and short cases "
+                           "included; one CTA per tile elsewhere)"
+                         : "");
   std::printf("%-23s %10s", "case", "pairs");
   for (const KernelChoice& kernel : kKernels) std::printf(" | %-9s %7s", kernel.name, "TFLOP/s");
   std::printf(" | %6s", "gain");

@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # BlindSight's throughput on computed pairs against dense (docs/blindsight.md, "Where the 36K time
-# goes"), SYNTHETIC inputs throughout, on one GPU in about 4 minutes:
-#   1. the BlindSight GPU tests (every template, the device builder, configs) against the oracle;
-#   2. compute-sanitizer (memcheck, racecheck, synccheck) on the template and builder tests;
+# goes"), under both CTA schedules of the wgmma kernel (MMSPARSE_CTA_SCHEDULE: one CTA per tile,
+# and persistent CTAs on a dynamic tile queue), SYNTHETIC inputs throughout, on one GPU in about 5
+# minutes:
+#   1. the persistent kernel's tests (bit for bit against one CTA per tile, the oracle, the
+#      refusals; bounded by PERSISTENT_TEST_SECONDS, default 180: where they fail or hang, the
+#      later steps run one CTA per tile only) and the BlindSight GPU tests (every template, the
+#      device builder, configs);
+#   2. compute-sanitizer (memcheck, racecheck, synccheck) on the template and builder tests and on
+#      the persistent kernel's random plans, tiny images and repeated launches;
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
-#   4. the engine bench: dense at 32K and 128K (the reference rates) and the short-tile cases,
-#      128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, as a span
-#      ending at the tile's diagonal, as one span per chunk and as a span then one gathered chunk,
-#      from which step 6 fits the fixed cost per CTA and the extra cost of a gathered chunk, a
-#      diagonal chunk, a record and a switch from spans to gathered columns;
-#   5. one `mmsparse bench` per length (default 36864 131072) on the multi-image preset: dense and
-#      the sink, intra and intra+sink templates (bench --json: throughput_vs_dense);
-#   6. a summary: the templates' throughput on computed pairs as a share of dense's, the fit, and
-#      the plan model's prediction with the fitted fixed cost;
+#   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; dense always runs
+#      one CTA per tile) and the short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks
+#      as spans and as gathered columns, as a span ending at the tile's diagonal, as one span per
+#      chunk and as a span then one gathered chunk, from which step 6 fits the fixed cost per CTA
+#      (per tile, persistent) and the extra cost of a gathered chunk, a diagonal chunk, a record
+#      and a switch from spans to gathered columns;
+#   5. one `mmsparse bench` per length (default 36864 131072) and schedule on the multi-image
+#      preset: dense and the sink, intra and intra+sink templates (bench --json:
+#      throughput_vs_dense);
+#   6. a summary: the templates' throughput on computed pairs as a share of dense's per schedule,
+#      the A/B, the fits, and the plan model's prediction with the fitted fixed cost;
 #   7. the cost constants that reproduce the templates' shares (scripts/blindsight_cost_fit.py).
 # Logs go to $OUT (else <build>/blindsight-throughput-logs); steps.txt has each step's time.
 #
 #   scripts/blindsight-throughput.sh [build-dir] [seq-len ...]
 #   SANITIZER_TOOLS="memcheck" scripts/blindsight-throughput.sh ...   (fewer sanitizer tools)
+#   SCHEDULES="tile" scripts/blindsight-throughput.sh ...             (one schedule)
 #   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-7)
 set -uo pipefail
 
@@ -38,6 +47,11 @@ for tool in "${sanitizer_tools[@]}"; do
   [[ $tool =~ ^(memcheck|racecheck|synccheck|initcheck)$ ]] ||
     refuse SANITIZER_TOOLS "memcheck, racecheck, synccheck or initcheck" "$tool"
 done
+read -r -a schedules <<<"${SCHEDULES:-tile persistent}"
+[[ ${#schedules[@]} -gt 0 ]] || refuse SCHEDULES "tile, persistent or both" ""
+for schedule in "${schedules[@]}"; do
+  [[ $schedule =~ ^(tile|persistent)$ ]] || refuse SCHEDULES "tile or persistent" "$schedule"
+done
 for length in "${lengths[@]}"; do
   [[ $length =~ ^[1-9][0-9]*$ ]] || refuse "seq-len" "a positive whole number of tokens" "$length"
 done
@@ -52,6 +66,13 @@ plan_model=$build/tools/plan_model/mmsparse-plan-model
 sanitizer_filter='Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d128_wgmma128'
 sanitizer_filter+=':Kernels/GpuBlindSight.TemplatesMatchTheOracle/bf16_d64'
 sanitizer_filter+=':GpuBlindSightBuilder.RecordsEqualTheUpload'
+persistent_sanitizer_filter='Dtypes/GpuPersistentSchedule.RandomPlans/bfloat16'
+persistent_sanitizer_filter+=':Dtypes/GpuPersistentSchedule.AHundredTinyImages/float16'
+persistent_sanitizer_filter+=':Dtypes/GpuPersistentSchedule.RepeatedLaunchesOnOneStream/bfloat16'
+# The persistent kernel's tests run first, bounded: where they fail or hang, the later steps run
+# one CTA per tile only, so that a broken kernel costs minutes, not the session.
+persistent_test_seconds=${PERSISTENT_TEST_SECONDS:-180}
+sanitizer_seconds=${SANITIZER_SECONDS:-300}  # per tool
 short_cases=()
 for form in spans columns diagonal split mixed; do
   for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
@@ -67,12 +88,25 @@ step_done() {  # step_done <step> <exit status>
 }
 
 if [[ $skip_tests == 0 ]]; then
+  timeout -k 10 "$persistent_test_seconds" "$test_binary" --gtest_filter='*GpuPersistentSchedule*' \
+    >"$logs/test-gpu-persistent.txt" 2>&1
+  persistent_status=$?
+  step_done "GPU tests *GpuPersistentSchedule*" "$persistent_status"
+  tail -n 5 "$logs/test-gpu-persistent.txt"
+  if [[ $persistent_status -eq 0 ]]; then
+    sanitizer_filter+=":$persistent_sanitizer_filter"
+  else
+    echo "[blindsight-throughput] the persistent kernel's tests failed (exit $persistent_status," \
+      "124: timed out after $persistent_test_seconds s): the later steps run schedule tile only" |
+      tee -a "$logs/steps.txt"
+    schedules=(tile)
+  fi
   "$test_binary" --gtest_filter='*GpuBlindSight*' >"$logs/test-gpu-blindsight.txt" 2>&1
   step_done "GPU tests *GpuBlindSight*" $?
   tail -n 5 "$logs/test-gpu-blindsight.txt"
   for tool in "${sanitizer_tools[@]}"; do
-    compute-sanitizer --tool "$tool" --error-exitcode 1 "$test_binary" \
-      --gtest_filter="$sanitizer_filter" >"$logs/sanitizer-$tool.txt" 2>&1
+    timeout -k 10 "$sanitizer_seconds" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$test_binary" --gtest_filter="$sanitizer_filter" >"$logs/sanitizer-$tool.txt" 2>&1
     step_done "compute-sanitizer $tool" $?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED" "$logs/sanitizer-$tool.txt" | head -n 5
   done
@@ -81,33 +115,48 @@ fi
 "$plan_model" --seq-len "$csv_lengths" >"$logs/plan-model.txt" 2>&1
 step_done "plan model" $?
 
-"$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 | tee "$logs/engine-bench.txt"
-step_done "engine bench" "${PIPESTATUS[0]}"
+for schedule in "${schedules[@]}"; do
+  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 |
+    tee "$logs/engine-bench-$schedule.txt"
+  step_done "engine bench, schedule $schedule" "${PIPESTATUS[0]}"
+done
 
 for n in "${lengths[@]}"; do
-  "$cli" bench --device cuda --preset multi-image --seq-len "$n" --heads 28 --kv-heads 4 \
-    --head-dim 128 --pattern blindsight-sink --pattern blindsight-intra \
-    --pattern blindsight-intra-sink --warmup 2 --repeats 5 --oracle-rows 8 --oracle-tiles 8 \
-    --json "$logs/bench-$n.json" >"$logs/bench-$n.txt" 2>&1
-  step_done "bench at $n tokens" $?
+  for schedule in "${schedules[@]}"; do
+    MMSPARSE_CTA_SCHEDULE=$schedule "$cli" bench --device cuda --preset multi-image \
+      --seq-len "$n" --heads 28 --kv-heads 4 --head-dim 128 --pattern blindsight-sink \
+      --pattern blindsight-intra --pattern blindsight-intra-sink --warmup 2 --repeats 5 \
+      --oracle-rows 8 --oracle-tiles 8 --json "$logs/bench-$n-$schedule.json" \
+      >"$logs/bench-$n-$schedule.txt" 2>&1
+    step_done "bench at $n tokens, schedule $schedule" $?
+  done
 done
 
 python3 "$repo/scripts/blindsight_throughput_summary.py" "$logs" "${lengths[@]}" \
-  >"$logs/summary.txt" 2>&1
+  --schedules "${schedules[@]}" >"$logs/summary.txt" 2>&1
 step_done "summary" $?
 cat "$logs/summary.txt"
 
-# The plan model again with the fixed cost the short tiles measured, beside the figures above.
-fixed=$(sed -n 's/^fixed cost per CTA for the model: //p' "$logs/summary.txt")
-if [[ -n $fixed ]]; then
-  "$plan_model" --seq-len "$csv_lengths" --cta-overhead "$fixed" >"$logs/plan-model-fitted.txt" 2>&1
-  step_done "plan model, fixed cost $fixed chunks" $?
-  cat "$logs/plan-model-fitted.txt"
+# The plan model and the cost fit describe one CTA per tile: they read that schedule's run alone.
+fit_summary=$logs/summary.txt
+if [[ ${#schedules[@]} -gt 1 && " ${schedules[*]} " == *" tile "* ]]; then
+  fit_summary=$logs/summary-tile.txt
+  python3 "$repo/scripts/blindsight_throughput_summary.py" "$logs" "${lengths[@]}" \
+    --schedules tile >"$fit_summary" 2>&1
 fi
-
-# The cost constants that reproduce this run's template shares (the plan model's cost basis).
-python3 "$repo/scripts/blindsight_cost_fit.py" "$logs/plan-model.txt" "$logs/summary.txt" \
-  >"$logs/cost-fit.txt" 2>&1
-step_done "cost fit" $?
-cat "$logs/cost-fit.txt"
+if [[ " ${schedules[*]} " == *" tile "* ]]; then
+  # The plan model again with the fixed cost the short tiles measured, beside the figures above.
+  fixed=$(sed -n 's/^fixed cost per CTA for the model: //p' "$fit_summary")
+  if [[ -n $fixed ]]; then
+    "$plan_model" --seq-len "$csv_lengths" --cta-overhead "$fixed" \
+      >"$logs/plan-model-fitted.txt" 2>&1
+    step_done "plan model, fixed cost $fixed chunks" $?
+    cat "$logs/plan-model-fitted.txt"
+  fi
+  # The cost constants that reproduce this run's template shares (the plan model's cost basis).
+  python3 "$repo/scripts/blindsight_cost_fit.py" "$logs/plan-model.txt" "$fit_summary" \
+    >"$logs/cost-fit.txt" 2>&1
+  step_done "cost fit" $?
+  cat "$logs/cost-fit.txt"
+fi
 exit $status

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Summary of scripts/blindsight-throughput.sh's logs (SYNTHETIC inputs).
 
-    blindsight_throughput_summary.py LOGS LENGTH...
+    blindsight_throughput_summary.py LOGS LENGTH... [--schedules SCHEDULE...]
 
+Per CTA schedule of the wgmma kernel (tile, persistent: MMSPARSE_CTA_SCHEDULE; without
+--schedules, the logs of one unnamed run):
 1. BlindSight's templates on the multi-image preset: throughput on computed pairs as a share of
-   dense's (bench-<n>.json), against the 85% bar.
-2. The short-tile cases of the engine bench (engine-bench.txt): per kernel and key form, a least
-   squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed cost per CTA
-   in chunks, the marginal TFLOP/s of one more chunk against dense's, and a gathered chunk's cost
-   against a span chunk's; a diagonal (masked) chunk's extra cost from the diagonal form's fixed
-   cost, a record's from the split form's cost per chunk, the switch from spans to gathered
-   columns in one CTA from the mixed form's fixed cost. The last line gives the wgmma/128 spans'
-   fixed cost for the plan model.
+   dense's (bench-<n>[-<schedule>].json), against the 85% bar; with two schedules, the A/B.
+2. The short-tile cases of the engine bench (engine-bench[-<schedule>].txt): per kernel and key
+   form, a least squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed
+   cost per CTA (per tile, persistent) in chunks, the marginal TFLOP/s of one more chunk against
+   dense's, and a gathered chunk's cost against a span chunk's; a diagonal (masked) chunk's extra
+   cost from the diagonal form's fixed cost, a record's from the split form's cost per chunk, the
+   switch from spans to gathered columns in one CTA from the mixed form's fixed cost. The last
+   line gives the wgmma/128 spans' fixed cost for the plan model, from the first schedule.
 """
 
 import json
@@ -31,17 +33,28 @@ MODEL_KERNEL = "wgmma/128"
 SHORT_FORMS = ("spans", "columns", "diagonal", "split", "mixed")
 
 
-def templates(logs, lengths):
-    print("BlindSight templates, multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16")
+def suffix(schedule):
+    return f"-{schedule}" if schedule else ""
+
+
+def load_bench(logs, n, schedule):
+    path = os.path.join(logs, f"bench-{n}{suffix(schedule)}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as source:
+        return json.load(source)
+
+
+def templates(logs, lengths, schedule):
+    print("BlindSight templates, multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16"
+          + (f", schedule {schedule}" if schedule else ""))
     print(f"{'tokens':>8} {'pattern':<22} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} {'of dense':>9} "
           f"{'bar':>5}")
     for n in lengths:
-        path = os.path.join(logs, f"bench-{n}.json")
-        if not os.path.exists(path):
-            print(f"{n:>8} (no bench-{n}.json)")
+        bench = load_bench(logs, n, schedule)
+        if bench is None:
+            print(f"{n:>8} (no bench-{n}{suffix(schedule)}.json)")
             continue
-        with open(path) as source:
-            bench = json.load(source)
         for layer in bench["layers"]:
             dense = layer["dense"]
             print(f"{n:>8} {'dense':<22} {dense['pairs']:>15} {dense['attention_ms']:>9.2f} "
@@ -53,9 +66,41 @@ def templates(logs, lengths):
                       f"{'ok' if share >= BAR else 'miss':>5}")
 
 
-def engine_rows(logs):
+def schedule_ab(logs, lengths, schedules):
+    """Each template's time and share of dense under every schedule, side by side; the last
+    schedule's share also against the first's dense (dense runs under each schedule too, so that
+    its own share moves with dense's time)."""
+    first, last = schedules[0], schedules[-1]
+    print("\nA/B of the CTA schedules: ms (share of dense's throughput on computed pairs)")
+    print(f"{'tokens':>8} {'pattern':<22}" + "".join(f" {name:>20}" for name in schedules) +
+          f" {'change':>8} {f'{last} of {first} dense':>24}")
+    for n in lengths:
+        benches = [load_bench(logs, n, schedule) for schedule in schedules]
+        if any(bench is None for bench in benches):
+            continue
+        runs = {}
+        for schedule, bench in zip(schedules, benches):
+            layer = bench["layers"][0]
+            runs.setdefault("dense", {})[schedule] = (layer["dense"]["attention_ms"], 1.0)
+            for run in layer["patterns"]:
+                runs.setdefault(run["pattern"], {})[schedule] = (
+                    run["attention_ms"], run.get("throughput_vs_dense", float("nan")))
+        dense = runs["dense"]
+        for pattern, by_schedule in runs.items():
+            cells = "".join(f" {by_schedule[name][0]:>10.3f} ({by_schedule[name][1]:>6.1%})"
+                            if name in by_schedule else f" {'-':>20}" for name in schedules)
+            before, after = by_schedule.get(first), by_schedule.get(last)
+            change = f"{after[0] / before[0] - 1:>+8.1%}" if before and after else f"{'-':>8}"
+            # share x (dense's time under the last schedule / under the first): the same pairs
+            # per ms against the first schedule's dense.
+            against_first = (f"{after[1] * dense[first][0] / dense[last][0]:>24.1%}"
+                             if after else f"{'-':>24}")
+            print(f"{n:>8} {pattern:<22}{cells} {change} {against_first}")
+
+
+def engine_rows(logs, schedule):
     """{case: {kernel: (ms, tflops)}} and the kernels' names, from the engine bench's table."""
-    path = os.path.join(logs, "engine-bench.txt")
+    path = os.path.join(logs, f"engine-bench{suffix(schedule)}.txt")
     if not os.path.exists(path):
         return {}, []
     kernels, rows = [], {}
@@ -87,14 +132,14 @@ def line_fit(points):
     return mean_y - slope * mean_x, slope
 
 
-def short_tiles(logs):
-    rows, kernels = engine_rows(logs)
+def short_tiles(logs, schedule, model_line):
+    rows, kernels = engine_rows(logs, schedule)
     if not any(name.startswith("short-") for name in rows):
-        print("\n(no short-tile cases in engine-bench.txt)")
+        print(f"\n(no short-tile cases in engine-bench{suffix(schedule)}.txt)")
         return
     pairs_per_chunk_step = HEADS * SHORT_ROWS * CHUNK_KEYS  # one more chunk in every tile
-    print("\nShort tiles (engine bench): time = fixed + chunks x per_chunk, least squares over "
-          "8-64 chunks a tile")
+    print("\nShort tiles (engine bench" + (f", schedule {schedule}" if schedule else "") +
+          "): time = fixed + chunks x per_chunk, least squares over 8-64 chunks a tile")
     print(f"{'kernel':<12} {'form':<8} {'fixed ms':>9} {'chunk ms':>9} {'fixed/chunk':>11} "
           f"{'marginal TFLOP/s':>17} {'of dense-32k':>13}")
     slopes = {}
@@ -131,15 +176,26 @@ def short_tiles(logs):
             switch = (slopes[(kernel, "mixed")][0] - spans_fixed) / spans_chunk - gathered_extra
             print(f"{kernel}: switching from spans to gathered columns in a CTA costs "
                   f"{switch:+.2f} chunks")
-    if (MODEL_KERNEL, "spans") in slopes:
+    if model_line and (MODEL_KERNEL, "spans") in slopes:
         fixed, per_chunk = slopes[(MODEL_KERNEL, "spans")]
         print(f"fixed cost per CTA for the model: {fixed / per_chunk:.2f}")
 
 
 def main():
-    logs, lengths = sys.argv[1], [int(n) for n in sys.argv[2:]]
-    templates(logs, lengths)
-    short_tiles(logs)
+    arguments = sys.argv[2:]
+    schedules = [""]
+    if "--schedules" in arguments:
+        at = arguments.index("--schedules")
+        schedules = arguments[at + 1:] or [""]
+        arguments = arguments[:at]
+    logs, lengths = sys.argv[1], [int(n) for n in arguments]
+    for schedule in schedules:
+        templates(logs, lengths, schedule)
+        print()
+    if len(schedules) > 1:
+        schedule_ab(logs, lengths, schedules)
+    for index, schedule in enumerate(schedules):
+        short_tiles(logs, schedule, model_line=index == 0)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ test_binary=$build/tests/gpu/test_gpu
 # pattern on the two-warpgroup wgmma kernel (its grid masks run the lattice kernels), token
 # masks on both wgmma kernels, VecAttention's builder (pooling, count and write passes); head_dim
 # 256 (64-key chunks, two stages) on spans with 64-row tiles (one warpgroup without rows), gathered
-# columns, passes, the static patterns and token masks.
+# columns, passes, the static patterns and token masks; the persistent wgmma kernel (gathered-key
+# plans with every mask and uncovered rows, many tiny images).
 sanitizer_tests=(
   'GpuAttentionEdges.*'
   'Kernels/GpuAttention.MixedMaskPolicies/bf16_d64'
@@ -55,6 +56,8 @@ sanitizer_tests=(
   'Kernels/GpuAttention.PassesMergeToTheUnion/bf16_d256_wgmma128'
   'Kernels/GpuAttention.StaticPatterns/bf16_d256_wgmma128'
   'Wgmma/GpuTokenMasks.BidirectionalImages/bf16_d256_wgmma128'
+  'Dtypes/GpuPersistentSchedule.RandomPlans/bfloat16'
+  'Dtypes/GpuPersistentSchedule.AHundredTinyImages/float16'
 )
 sanitizer_filter=$(IFS=:; echo "${sanitizer_tests[*]}")
 sanitizer_tools=(memcheck racecheck synccheck initcheck)

@@ -100,11 +100,15 @@ def waits_behind_warp_votes(instructions):
     return verdicts
 
 
+# The wgmma attention kernels: one CTA per tile, and persistent CTAs on a tile queue.
+WGMMA_KERNELS = ("wgmma_attention_kernel", "wgmma_persistent_attention_kernel")
+
+
 def check(sass, require_overlap=False):
     """Per wgmma attention kernel in `sass` (cuobjdump -sass text): (name, fails, gaps, per_warp)."""
     results = []
     for name, instructions in kernels(sass):
-        if "wgmma_attention_kernel" not in name:
+        if not any(kernel in name for kernel in WGMMA_KERNELS):
             continue
         gaps = float_ops_between_waits(instructions)
         overlapped = any(gap >= SOFTMAX_MIN_FLOAT_OPS for gap in gaps)

@@ -92,6 +92,29 @@ class SummaryTest(unittest.TestCase):
         self.assertIn("(no bench-131072.json)", text)
         self.assertIn("no short-tile cases", text)
 
+    def test_schedules_side_by_side(self):
+        # Dense 10 ms under tile and 12.5 ms under persistent; the template 2.5 ms (80% of dense)
+        # under tile and 2.0 ms under persistent (125% of persistent dense, 100% of tile dense).
+        def layer(dense_ms, pattern_ms, share):
+            return {"dense": {"pairs": 1000, "attention_ms": dense_ms, "tflops": 500.0},
+                    "patterns": [{"pattern": "blindsight-sink", "computed_pairs": 200,
+                                  "attention_ms": pattern_ms, "tflops": 400.0,
+                                  "throughput_vs_dense": share}]}
+        with tempfile.TemporaryDirectory() as directory:
+            for schedule, dense_ms, pattern_ms, share in (("tile", 10.0, 2.5, 0.80),
+                                                          ("persistent", 12.5, 2.0, 1.25)):
+                with open(os.path.join(directory, f"bench-36864-{schedule}.json"), "w") as out:
+                    json.dump({"layers": [layer(dense_ms, pattern_ms, share)]}, out)
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):
+                sys.argv = ["summary", directory, "36864", "--schedules", "tile", "persistent"]
+                summary.main()
+            text = output.getvalue()
+        self.assertIn("schedule persistent", text)
+        self.assertRegex(text, r"36864 blindsight-sink +2\.500 \( 80\.0%\) +2\.000 \(125\.0%\) "
+                               r"+-20\.0% +100\.0%")
+        self.assertRegex(text, r"36864 dense .* \+25\.0% +80\.0%")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -130,6 +130,7 @@ AttentionResult run_gpu(std::span<const cuda::DevicePlan> passes, const Attentio
   args.kernel = runs_on_wgmma(passes, size) || size.kernel != cuda::AttentionKernel::kWgmma
                     ? size.kernel
                     : cuda::AttentionKernel::kAuto;
+  args.schedule = size.schedule;
   cuda::attention_passes(passes, args);
   synchronize_device();
   out.download(result.out);

@@ -39,6 +39,7 @@ struct ProblemSize {
   DType dtype = DType::kBFloat16;
   float scale = 0.0f;  // resolved softmax scale
   cuda::AttentionKernel kernel = cuda::AttentionKernel::kMmaSync;
+  cuda::CtaSchedule schedule = cuda::CtaSchedule::kAuto;  // of the wgmma kernel
   int64_t tile_rows = kDefaultTileRows;
   int64_t q_heads() const { return kv_heads * group; }
 };

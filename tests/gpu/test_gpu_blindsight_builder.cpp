@@ -61,6 +61,14 @@ std::vector<BlindSightLayoutCase> random_cases(Random& random) {
   return cases;
 }
 
+// The keys a host plan's tiles list, counted record by record (DevicePlan::listed_keys).
+int64_t listed_keys(const Plan& plan) {
+  int64_t keys = static_cast<int64_t>(plan.columns.size());
+  for (const KeySpan& span : plan.spans) keys += span.end - span.begin;
+  for (const StridedSpan& span : plan.strided_spans) keys += span.count();
+  return keys;
+}
+
 class GpuBlindSightBuilder : public StreamTest {};
 
 TEST_F(GpuBlindSightBuilder, RecordsEqualTheUpload) {
@@ -85,7 +93,11 @@ TEST_F(GpuBlindSightBuilder, RecordsEqualTheUpload) {
         const cuda::DevicePlan built =
             cuda::build_blindsight_plan_on_device(spec, shape, &test_case.layout, stream_);
         expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-        expect_same_records(built, build_plan(spec, shape, &test_case.layout), stream_);
+        const Plan host = build_plan(spec, shape, &test_case.layout);
+        expect_same_records(built, host, stream_);
+        // kAuto's CTA schedule reads the keys the tiles list, counted on the host both ways.
+        EXPECT_EQ(built.listed_keys(), listed_keys(host));
+        EXPECT_EQ(cuda::DevicePlan(host, stream_).listed_keys(), listed_keys(host));
       }
     }
   }

@@ -14,8 +14,8 @@
 
 #include "attention_harness.h"
 #include "common/random.h"
+#include "config_build_check.h"
 #include "cuda/runtime/config_builder.h"
-#include "device_buffer.h"
 #include "methods/estimate/index_builders.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -68,26 +68,15 @@ TEST_F(GpuConfigAssembly, LongRunListsMatchTheHostPlan) {
   const std::vector<PatternSpec> specs = {grid, local, grid};
   ASSERT_TRUE(cuda::builds_grid_on_device(grid, shape, &layout)) << grid.to_string();
 
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-  const Plan host = build_plan(specs, shape, &layout, &host_inputs);
+  const PatternOperands operands(inputs, size.scale);
+  const Plan host = build_plan(specs, shape, &layout, &operands.host);
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     if (specs[static_cast<std::size_t>(slot % shape.heads)].name != "grid") continue;
     EXPECT_GT(host.head_run_offsets[slot + 1] - host.head_run_offsets[slot], kRunsOfOneCopyPass)
         << "head slot " << slot << ": the copy's loop over a slot's runs would not repeat";
   }
 
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const PatternInputs device_inputs{q.view, k.view, size.scale};
-  const cuda::EstimateOperands operands =
-      cuda::make_estimate_operands("grid", device_inputs, shape);
-  cuda::ConfigInputs config_inputs;
-  config_inputs.layout = &layout;
-  config_inputs.device = &operands;
-  config_inputs.host = &host_inputs;
-  const cuda::ConfigBuild built =
-      cuda::build_config_plan_on_device(specs, shape, config_inputs, stream_);
-  expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  const cuda::ConfigBuild built = build_config_and_wait(specs, shape, &layout, operands, stream_);
   expect_same_grid_records(built.plan, host, stream_);
 }
 

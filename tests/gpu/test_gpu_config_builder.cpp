@@ -26,6 +26,7 @@
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "config_build_check.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
@@ -284,21 +285,11 @@ struct BothPlans {
 BothPlans build_both(const Mix& mix, const AttentionInputs& inputs, cudaStream_t stream) {
   const PlanShape shape = plan_shape(mix.size);
   const ModalityLayout* layout = mix.layout ? &*mix.layout : nullptr;
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, mix.size.scale};
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const PatternInputs device_inputs{q.view, k.view, mix.size.scale};
-  BothPlans plans{build_plan(mix.specs, shape, layout, &host_inputs), {}};
-  const cuda::EstimateOperands operands =
-      cuda::make_estimate_operands("vertical-slash", device_inputs, shape);
-  cuda::ConfigInputs config_inputs;
-  config_inputs.layout = layout;
-  config_inputs.device = &operands;
-  config_inputs.host = &host_inputs;
-  plans.built = cuda::build_config_plan_on_device(resolved(mix), shape, config_inputs, stream);
-  // q and k are freed on return: the build must have read them.
-  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const PatternOperands operands(inputs, mix.size.scale);
+  BothPlans plans{build_plan(mix.specs, shape, layout, &operands.host), {}};
   const std::vector<PatternSpec> specs = resolved(mix);
+  // q and k are freed on return: the build waits until it has read them.
+  plans.built = build_config_and_wait(specs, shape, layout, operands, stream);
   EXPECT_EQ(plans.built.estimated_on_device,
             std::any_of(specs.begin(), specs.end(), [&](const PatternSpec& spec) {
               return estimated_on_device(spec, shape, layout);
@@ -478,11 +469,10 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   SCOPED_TRACE(describe(mix));
   const PlanShape shape = plan_shape(size);
   const ModalityLayout* layout = mix.layout ? &*mix.layout : nullptr;
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
+  const PatternOperands operands(inputs, size.scale);
+  const PatternInputs& host_inputs = operands.host;
+  const PatternInputs& device_inputs = operands.device;
   const DeviceOperand v(inputs.v);
-  const PatternInputs device_inputs{q.view, k.view, size.scale};
   const PreparedPlan expected =
       prepare_plan(build_plan(mix.specs, shape, layout, &host_inputs), kCuda, stream_);
   const PreparedPlan built =
@@ -501,7 +491,8 @@ TEST_F(GpuConfigBuild, PreparePatternBuildsPerHeadSpecs) {
   EXPECT_GE(times.assembly_seconds, 0.0);
   expect_error([&] { (void)expected.build_times(); }, ErrorCode::kUnsupported, {"per-head"});
 
-  expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
+  expect_identical_attention(built, expected, size, operands.q.view, operands.k.view, v.view,
+                             stream_);
 }
 
 // Item-boundary heads and heads with per-item sinks are built on the GPU (methods/estimate/
@@ -522,11 +513,10 @@ TEST_F(GpuConfigBuild, ItemBoundaryAndItemSinkHeadsAreBuiltOnTheDevice) {
   const AttentionInputs inputs = random_inputs(random, size);
   const ModalityLayout layout = mixed_layout(random, size.kv_len);
   const PlanShape shape = plan_shape(size);
-  const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
+  const PatternOperands operands(inputs, size.scale);
+  const PatternInputs& host_inputs = operands.host;
+  const PatternInputs& device_inputs = operands.device;
   const DeviceOperand v(inputs.v);
-  const PatternInputs device_inputs{q.view, k.view, size.scale};
   const std::vector<PatternSpec> specs = {
       PatternSpec::parse("grid:boundary=4,stride=5,hline=0,vline=0"),
       PatternSpec::parse("vertical-slash:vertical=1048576,slash=1048576,item_sinks=2"),
@@ -545,7 +535,8 @@ TEST_F(GpuConfigBuild, ItemBoundaryAndItemSinkHeadsAreBuiltOnTheDevice) {
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     EXPECT_TRUE(times.heads[slot].on_device) << "head slot " << slot;
   }
-  expect_identical_attention(built, expected, size, q.view, k.view, v.view, stream_);
+  expect_identical_attention(built, expected, size, operands.q.view, operands.k.view, v.view,
+                             stream_);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "config_build_check.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
@@ -93,10 +94,8 @@ PatternInputs host_inputs_of(const AttentionInputs& inputs, const ProblemSize& s
 
 BothPlans build_both(const PatternSpec& spec, const ProblemSize& size,
                      const AttentionInputs& inputs, cudaStream_t stream) {
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  return build_both(spec, shape_of(size), {inputs.q.view, inputs.k.view, size.scale},
-                    {q.view, k.view, size.scale}, stream);
+  const PatternOperands operands(inputs, size.scale);
+  return build_both(spec, shape_of(size), operands.host, operands.device, stream);
 }
 
 // A device copy of a contiguous host tensor, with its view.
@@ -127,18 +126,10 @@ ProblemSize vec_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t g
 }
 
 PatternSpec random_spec(Random& random, int64_t tile_rows) {
-  constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
-  constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
-  constexpr std::array<int64_t, 7> kAlphas = {0, 1000, 100000, 300000, 900000, 1000000, 2000000};
-  int64_t pooling = pick(random, kPoolings);
-  while (pooling > tile_rows) pooling = pick(random, kPoolings);
-  return {"vec",
-          {{"pooling", pooling},
-           {"group", pick(random, kGroups)},
-           {"alpha_ppm",
-            random.bernoulli(0.3) ? random.uniform_int(0, 1000000) : pick(random, kAlphas)},
-           {"causal", random.uniform_int(0, 1)},
-           {"union_tiles", random.uniform_int(0, 1)}}};
+  // Alphas mostly at the edges and a few fixed points, 3 in 10 from the searched range.
+  constexpr double kSearchedAlphaShare = 0.3;
+  const PatternSpec base = random_vec_base(random, tile_rows);
+  return with_alpha(base, random_vec_alpha(random, kSearchedAlphaShare));
 }
 
 // A random spec whose selection no rounding can change: alpha 0 (every candidate) or above 1
@@ -501,29 +492,21 @@ TEST_F(GpuVecBuild, MixedConfigsAndPreparePatternServeTheHostPlan) {
     for (const PatternSpec& spec : specs) names += spec.to_string() + " ";
     SCOPED_TRACE(names + describe(size));
     const PlanShape shape = shape_of(size);
-    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-    const DeviceOperand q(inputs.q);
-    const DeviceOperand k(inputs.k);
+    const PatternOperands operands(inputs, size.scale);
     const DeviceOperand v(inputs.v);
-    const PatternInputs device_inputs{q.view, k.view, size.scale};
-    const Plan host = build_plan(specs, shape, nullptr, &host_inputs);
+    const Plan host = build_plan(specs, shape, nullptr, &operands.host);
     std::vector<PatternSpec> resolved;
     for (const PatternSpec& spec : specs) resolved.push_back(resolve_pattern(spec));
-    const cuda::EstimateOperands operands =
-        cuda::make_estimate_operands("vec", device_inputs, shape);
-    cuda::ConfigInputs config_inputs;
-    config_inputs.device = &operands;
-    config_inputs.host = &host_inputs;
     const cuda::ConfigBuild built =
-        cuda::build_config_plan_on_device(resolved, shape, config_inputs, stream_);
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        build_config_and_wait(resolved, shape, nullptr, operands, stream_);
     expect_same_records(built.plan, host, stream_);
 
     const PreparedPlan expected =
-        prepare_plan(build_plan(specs.front(), shape, nullptr, &host_inputs), kCuda, stream_);
+        prepare_plan(build_plan(specs.front(), shape, nullptr, &operands.host), kCuda, stream_);
     const PreparedPlan prepared =
-        prepare_pattern(specs.front(), shape, nullptr, kCuda, stream_, &device_inputs);
-    expect_identical_attention(prepared, expected, size, q.view, k.view, v.view, stream_);
+        prepare_pattern(specs.front(), shape, nullptr, kCuda, stream_, &operands.device);
+    expect_identical_attention(prepared, expected, size, operands.q.view, operands.k.view, v.view,
+                               stream_);
   }
 }
 
@@ -534,9 +517,8 @@ TEST_F(GpuVecBuild, UnsupportedShapesAndBadSpecsAreNamed) {
   ProblemSize size = error_case_size();
   size.tile_rows = 64;
   const AttentionInputs inputs = random_inputs(random, size);
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  const PatternOperands pattern_operands(inputs, size.scale);
+  const PatternInputs& device_inputs = pattern_operands.device;
   const PlanShape shape = shape_of(size);
   const cuda::EstimateOperands operands = cuda::make_estimate_operands("vec", device_inputs, shape);
   const PatternSpec tall = resolve_pattern(PatternSpec::parse("vec:pooling=128"));

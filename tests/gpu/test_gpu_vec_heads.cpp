@@ -11,22 +11,19 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "attention_harness.h"
 #include "common/errors.h"
 #include "common/random.h"
+#include "config_build_check.h"
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
-#include "cuda/runtime/plan_download.h"
 #include "device_buffer.h"
 #include "index_test_support.h"
 #include "methods/estimate/index_builders.h"
-#include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
@@ -40,14 +37,13 @@ namespace {
 
 using testing::expect_error;
 
-constexpr Device kCuda{DeviceType::kCUDA, 0};
 constexpr int kRandomTrials = 16;
 constexpr int kConfigTrials = 6;
 // GQA ratios 1, 4 and 7, with one or two KV heads.
 constexpr std::array<Gqa, 5> kGqaShapes = {{{1, 1}, {2, 1}, {1, 4}, {2, 4}, {1, 7}}};
 constexpr ProblemLimits kLimits{kGqaShapes, 700, 300};
-// Alphas from "every candidate" to "none" (alpha above 1), and the searched range between.
-constexpr std::array<int64_t, 7> kAlphas = {0, 1000, 100000, 300000, 900000, 1000000, 2000000};
+// Half the heads' alphas from the searched range, half from its edges and beyond.
+constexpr double kSearchedAlphaShare = 0.5;
 
 class GpuVecHeads : public StreamTest {};
 
@@ -55,27 +51,7 @@ PlanShape shape_of(const ProblemSize& size) {
   return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
 }
 
-int64_t random_alpha(Random& random) {
-  return random.bernoulli(0.5) ? random.uniform_int(0, 1000000) : pick(random, kAlphas);
-}
-
-// A vec spec with pooling up to the tile height, any group, causality and tile mode.
-PatternSpec random_base(Random& random, int64_t tile_rows) {
-  constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
-  constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
-  int64_t pooling = pick(random, kPoolings);
-  while (pooling > tile_rows) pooling = pick(random, kPoolings);
-  return {"vec",
-          {{"pooling", pooling},
-           {"group", pick(random, kGroups)},
-           {"causal", random.uniform_int(0, 1)},
-           {"union_tiles", random.uniform_int(0, 1)}}};
-}
-
-PatternSpec with_alpha(PatternSpec spec, int64_t alpha_ppm) {
-  spec.params["alpha_ppm"] = alpha_ppm;
-  return spec;
-}
+int64_t random_alpha(Random& random) { return random_vec_alpha(random, kSearchedAlphaShare); }
 
 std::vector<PatternSpec> resolved(const std::vector<PatternSpec>& specs) {
   std::vector<PatternSpec> result;
@@ -106,7 +82,7 @@ TEST_F(GpuVecHeads, PerHeadAlphasMatchTheHostPlan) {
     size.kv_len = std::max<int64_t>(size.kv_len, 1);  // the device builds shapes with keys
     const AttentionInputs inputs = random_inputs(random, size);
     const PlanShape shape = shape_of(size);
-    const PatternSpec base = random_base(random, size.tile_rows);
+    const PatternSpec base = random_vec_base(random, size.tile_rows);
     std::vector<PatternSpec> specs;
     for (int64_t h = 0; h < shape.heads; ++h) {
       specs.push_back(with_alpha(base, h > 0 && random.bernoulli(0.2)
@@ -115,20 +91,15 @@ TEST_F(GpuVecHeads, PerHeadAlphasMatchTheHostPlan) {
     }
     const std::vector<PatternSpec> resolved_specs = resolved(specs);
     SCOPED_TRACE(names(specs) + describe(size));
-    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-    const DeviceOperand q(inputs.q);
-    const DeviceOperand k(inputs.k);
-    const PatternInputs device_inputs{q.view, k.view, size.scale};
-    const Plan host = build_plan(specs, shape, nullptr, &host_inputs);
+    const PatternOperands operands(inputs, size.scale);
+    const Plan host = build_plan(specs, shape, nullptr, &operands.host);
     const cuda::DevicePlan built = cuda::build_vec_plan_on_device(
-        resolved_specs, shape, cuda::make_estimate_operands("vec", device_inputs, shape), stream_);
+        resolved_specs, shape, cuda::make_estimate_operands("vec", operands.device, shape),
+        stream_);
     expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    std::vector<std::vector<MaskPolicy>> masks(1);
-    if (shape.q_len > 0)
-      masks[0].push_back(detail::vec_mask(detail::vec_params(resolved_specs[0])));
-    const Plan device =
-        cuda::download_plan(std::span<const cuda::DevicePlan>(&built, 1), masks, kCuda);
-    const Plan adopted = expect_vec_heads_match(device, host, resolved_specs, host_inputs, stats);
+    const Plan adopted =
+        expect_built_vec_heads_match(built, vec_build_masks(resolved_specs[0], shape), host,
+                                     resolved_specs, operands.host, stats);
     expect_same_records(built, adopted, stream_);
   }
   expect_few_borderline_keys(stats);
@@ -139,8 +110,8 @@ TEST_F(GpuVecHeads, PerHeadAlphasMatchTheHostPlan) {
 // own alphas, two vec heads of another base (a second section), and MMInference heads whose
 // device builds equal the host's exactly.
 std::vector<PatternSpec> mixed_specs(Random& random, const PlanShape& shape) {
-  const PatternSpec base = random_base(random, shape.tile_rows);
-  PatternSpec other = random_base(random, shape.tile_rows);
+  const PatternSpec base = random_vec_base(random, shape.tile_rows);
+  PatternSpec other = random_vec_base(random, shape.tile_rows);
   other.params["group"] = base.params.at("group") == 16 ? 3 : 16;  // never the same section
   const std::array<PatternSpec, 3> others = {
       PatternSpec::parse("dense"), PatternSpec::parse("a-shape:sink=8,local=40"),
@@ -175,23 +146,12 @@ TEST_F(GpuVecHeads, ConfigOfVecHeadsOfDifferentAlphasMatchesTheHostPlan) {
     const std::vector<PatternSpec> specs = mixed_specs(random, shape);
     const std::vector<PatternSpec> resolved_specs = resolved(specs);
     SCOPED_TRACE(names(specs) + describe(size));
-    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-    const DeviceOperand q(inputs.q);
-    const DeviceOperand k(inputs.k);
-    const PatternInputs device_inputs{q.view, k.view, size.scale};
-    const Plan host = build_plan(specs, shape, nullptr, &host_inputs);
-    const cuda::EstimateOperands operands =
-        cuda::make_estimate_operands("vec", device_inputs, shape);
-    cuda::ConfigInputs config_inputs;
-    config_inputs.device = &operands;
-    config_inputs.host = &host_inputs;
+    const PatternOperands operands(inputs, size.scale);
+    const Plan host = build_plan(specs, shape, nullptr, &operands.host);
     const cuda::ConfigBuild built =
-        cuda::build_config_plan_on_device(resolved_specs, shape, config_inputs, stream_);
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    const std::vector<std::vector<MaskPolicy>> masks = {built.masks};
-    const Plan device =
-        cuda::download_plan(std::span<const cuda::DevicePlan>(&built.plan, 1), masks, kCuda);
-    const Plan adopted = expect_vec_heads_match(device, host, resolved_specs, host_inputs, stats);
+        build_config_and_wait(resolved_specs, shape, nullptr, operands, stream_);
+    const Plan adopted = expect_built_vec_heads_match(built.plan, built.masks, host, resolved_specs,
+                                                      operands.host, stats);
     expect_same_records(built.plan, adopted, stream_);
   }
   expect_few_borderline_keys(stats);
@@ -202,11 +162,10 @@ TEST_F(GpuVecHeads, SpecsThatDifferBeyondAlphaAreNamed) {
   Random random;
   const ProblemSize size = error_case_size();
   const AttentionInputs inputs = random_inputs(random, size);
-  const DeviceOperand q(inputs.q);
-  const DeviceOperand k(inputs.k);
-  const PatternInputs device_inputs{q.view, k.view, size.scale};
+  const PatternOperands pattern_operands(inputs, size.scale);
   const PlanShape shape = shape_of(size);
-  const cuda::EstimateOperands operands = cuda::make_estimate_operands("vec", device_inputs, shape);
+  const cuda::EstimateOperands operands =
+      cuda::make_estimate_operands("vec", pattern_operands.device, shape);
   const PatternSpec spec = resolve_pattern(PatternSpec::parse("vec:pooling=32"));
   const PatternSpec other_group = resolve_pattern(PatternSpec::parse("vec:pooling=32,group=3"));
   std::vector<PatternSpec> specs(static_cast<std::size_t>(shape.heads), spec);

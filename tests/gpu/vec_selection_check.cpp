@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "cuda/runtime/plan_download.h"
+#include "index_test_support.h"
 #include "methods/estimate/estimation.h"
 #include "methods/vec/vec.h"
 
@@ -237,16 +239,52 @@ Plan expect_vec_heads_match(const Plan& device, const Plan& host,
   return adopted.finish();
 }
 
+Plan expect_built_vec_heads_match(const cuda::DevicePlan& built,
+                                  const std::vector<MaskPolicy>& masks, const Plan& host,
+                                  const std::vector<PatternSpec>& head_specs,
+                                  const PatternInputs& host_inputs, VecSelectionStats& stats) {
+  const Plan device =
+      cuda::download_plan(std::span<const cuda::DevicePlan>(&built, 1), {masks}, kCudaDevice);
+  return expect_vec_heads_match(device, host, head_specs, host_inputs, stats);
+}
+
+std::vector<MaskPolicy> vec_build_masks(const PatternSpec& resolved, const PlanShape& shape) {
+  if (shape.q_len == 0) return {};
+  return {detail::vec_mask(detail::vec_params(resolved))};
+}
+
 Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& host,
                                   const PatternSpec& resolved, const PatternInputs& host_inputs,
                                   VecSelectionStats& stats) {
-  std::vector<std::vector<MaskPolicy>> masks(1);
-  if (host.shape.q_len > 0) masks[0].push_back(detail::vec_mask(detail::vec_params(resolved)));
-  const Plan device =
-      cuda::download_plan(std::span<const cuda::DevicePlan>(&built, 1), masks, kCudaDevice);
-  return expect_vec_heads_match(
-      device, host, std::vector<PatternSpec>(static_cast<std::size_t>(host.shape.heads), resolved),
-      host_inputs, stats);
+  return expect_built_vec_heads_match(
+      built, vec_build_masks(resolved, host.shape), host,
+      std::vector<PatternSpec>(static_cast<std::size_t>(host.shape.heads), resolved), host_inputs,
+      stats);
+}
+
+PatternSpec random_vec_base(Random& random, int64_t tile_rows) {
+  constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
+  constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};
+  int64_t pooling = pick(random, kPoolings);
+  while (pooling > tile_rows) pooling = pick(random, kPoolings);
+  return {"vec",
+          {{"pooling", pooling},
+           {"group", pick(random, kGroups)},
+           {"causal", random.uniform_int(0, 1)},
+           {"union_tiles", random.uniform_int(0, 1)}}};
+}
+
+int64_t random_vec_alpha(Random& random, double searched_share) {
+  constexpr int64_t kAlphaOne = 1000000;  // alpha_ppm of alpha 1
+  // Every candidate (0), a few fixed points, alpha 1 and above it (sinks and diagonal only).
+  constexpr std::array<int64_t, 7> kAlphas = {0, 1000, 100000, 300000, 900000, 1000000, 2000000};
+  return random.bernoulli(searched_share) ? random.uniform_int(0, kAlphaOne)
+                                          : pick(random, kAlphas);
+}
+
+PatternSpec with_alpha(PatternSpec spec, int64_t alpha_ppm) {
+  spec.params["alpha_ppm"] = alpha_ppm;
+  return spec;
 }
 
 }  // namespace mmsparse::test

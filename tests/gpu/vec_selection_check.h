@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/random.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
@@ -80,5 +81,24 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
 Plan expect_vec_heads_match(const Plan& device, const Plan& host,
                             const std::vector<PatternSpec>& head_specs,
                             const PatternInputs& host_inputs, VecSelectionStats& stats);
+
+// The same for `built` downloaded with its mask table `masks` (a per-head config's ConfigBuild::
+// masks, or vec_build_masks for a vec build).
+Plan expect_built_vec_heads_match(const cuda::DevicePlan& built,
+                                  const std::vector<MaskPolicy>& masks, const Plan& host,
+                                  const std::vector<PatternSpec>& head_specs,
+                                  const PatternInputs& host_inputs, VecSelectionStats& stats);
+
+// The mask table of a vec build over `shape` (its device builder's): the spec's mask where there
+// are queries.
+std::vector<MaskPolicy> vec_build_masks(const PatternSpec& resolved, const PlanShape& shape);
+
+// What the vec tests draw: a random vec spec without alpha (pooling up to `tile_rows`, any group,
+// causality and tile mode), and a random alpha_ppm, with probability `searched_share` uniform over
+// the searched range [0, 1], else one of the values from "every candidate" (0) to "none" (above
+// 1) and between.
+PatternSpec random_vec_base(Random& random, int64_t tile_rows);
+int64_t random_vec_alpha(Random& random, double searched_share);
+PatternSpec with_alpha(PatternSpec spec, int64_t alpha_ppm);
 
 }  // namespace mmsparse::test

@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "cuda/attention/launch.h"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/sm90/params.cuh"
+#include "cuda/attention/tile_queue.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
@@ -33,6 +36,14 @@ constexpr int64_t kFillMaxBlocks = 4096;  // grid-stride beyond this
 // swizzle span wide.
 constexpr int64_t kWarpgroupTileRows = 64;
 constexpr int64_t kSwizzleSpanBytes = 128;
+constexpr const char* kScheduleVariable = "MMSPARSE_CTA_SCHEDULE";  // CtaSchedule's override
+// kAuto runs persistent CTAs where the plan's tiles list at most this many key chunks on average
+// (DevicePlan::listed_keys over num_tiles, in wgmma chunks). Measured on an H200, bfloat16,
+// head_dim 128, 28 heads (docs/blindsight.md, "Persistent CTAs"): persistent CTAs took 2-3% off
+// BlindSight's templates at 21-34 chunks a tile (36K tokens) and 0.8% at 47 (131K, intra), were
+// neutral at 83-94 (131K, sink and intra+sink) and cost dense 2.4% at 144 (36K) and 4.6% at 512
+// (131K). The bound lies between the last gain and the first neutral point.
+constexpr int64_t kPersistentMaxMeanKeyChunks = 64;
 
 // --- Fill of the rows no tile covers: O = 0, LSE = -inf
 // -------------------------------------------
@@ -249,16 +260,28 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
 }
 
 // One consumer warpgroup per 64 rows of the plan's tiles at head_dim 128; two at head_dim 256,
-// whatever the tiles (kWgmmaWideHeadDim: only two are compiled).
+// whatever the tiles (kWgmmaWideHeadDim: only two are compiled). `persistent_ctas` > 0: the
+// persistent kernel with that many CTAs (persistent_ctas() says where it is compiled).
 template <class Element, int kHeadDim, ChunkSources kSources,
           MaskTerms kMaskTerms = MaskTerms::kPositional>
 void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan& plan,
-                           int32_t num_tiles, int32_t batch_blocks, cudaStream_t stream) {
+                           int32_t num_tiles, int32_t batch_blocks, int32_t persistent_ctas,
+                           cudaStream_t stream) {
   if constexpr (kHeadDim == kWgmmaHeadDim) {
     if (plan.shape().tile_rows <= kWarpgroupTileRows) {
       launch_wgmma_attention<Element, kHeadDim, 1, kSources, kMaskTerms>(params, num_tiles,
                                                                          batch_blocks, stream);
       return;
+    }
+    // Plans of spans only run on the gathered-key instantiation too: its chunk cursor walks them
+    // (every chunk a tensor copy, as on the spans-only kernel, and the same arithmetic per chunk),
+    // so that persistent CTAs serve them without instantiations of their own.
+    if constexpr (kSources == ChunkSources::kSpans || kSources == ChunkSources::kGathers) {
+      if (persistent_ctas > 0) {
+        launch_wgmma_persistent_attention<Element, kHeadDim, 2, ChunkSources::kGathers, kMaskTerms>(
+            params, num_tiles, batch_blocks, persistent_ctas, tile_queue_counter(stream), stream);
+        return;
+      }
     }
   }
   launch_wgmma_attention<Element, kHeadDim, 2, kSources, kMaskTerms>(params, num_tiles,
@@ -269,38 +292,107 @@ void launch_wgmma_for_rows(const WgmmaAttentionParams& params, const DevicePlan&
 // plans with token masks have no lattice records: wgmma_serves).
 template <class Element, int kHeadDim>
 void launch_wgmma(const WgmmaAttentionParams& params, const DevicePlan& plan, int32_t num_tiles,
-                  int32_t batch_blocks, cudaStream_t stream) {
+                  int32_t batch_blocks, int32_t persistent_ctas, cudaStream_t stream) {
   const DevicePlanLayout& layout = plan.layout();
+  const auto launch = [&]<ChunkSources kSources, MaskTerms kMaskTerms = MaskTerms::kPositional>() {
+    launch_wgmma_for_rows<Element, kHeadDim, kSources, kMaskTerms>(
+        params, plan, num_tiles, batch_blocks, persistent_ctas, stream);
+  };
   if (layout.has_token_info && layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers, MaskTerms::kTokens>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kGathers, MaskTerms::kTokens>();
   } else if (layout.has_token_info) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans, MaskTerms::kTokens>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kSpans, MaskTerms::kTokens>();
   } else if (layout.lattice_step > 0 && layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLatticesAndGathers>(
-        params, plan, num_tiles, batch_blocks, stream);
+    launch.template operator()<ChunkSources::kLatticesAndGathers>();
   } else if (layout.lattice_step > 0) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kLattices>(params, plan, num_tiles,
-                                                                      batch_blocks, stream);
+    launch.template operator()<ChunkSources::kLattices>();
   } else if (layout.gathers) {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kGathers>(params, plan, num_tiles,
-                                                                     batch_blocks, stream);
+    launch.template operator()<ChunkSources::kGathers>();
   } else {
-    launch_wgmma_for_rows<Element, kHeadDim, ChunkSources::kSpans>(params, plan, num_tiles,
-                                                                   batch_blocks, stream);
+    launch.template operator()<ChunkSources::kSpans>();
   }
 }
 
 template <class Element>
 void launch_wgmma_for_head_dim(const WgmmaAttentionParams& params, const DevicePlan& plan,
                                const AttentionArgs& args, int32_t num_tiles, int32_t batch_blocks,
-                               cudaStream_t stream) {
+                               int32_t persistent_ctas, cudaStream_t stream) {
   if (args.head_dim == kWgmmaWideHeadDim) {
-    launch_wgmma<Element, kWgmmaWideHeadDim>(params, plan, num_tiles, batch_blocks, stream);
+    launch_wgmma<Element, kWgmmaWideHeadDim>(params, plan, num_tiles, batch_blocks, 0, stream);
   } else {
-    launch_wgmma<Element, kWgmmaHeadDim>(params, plan, num_tiles, batch_blocks, stream);
+    launch_wgmma<Element, kWgmmaHeadDim>(params, plan, num_tiles, batch_blocks, persistent_ctas,
+                                         stream);
   }
+}
+
+// Whether the persistent wgmma kernel is compiled for the plan (CtaSchedule).
+bool persistent_compiled(const DevicePlan& plan, const AttentionArgs& args) {
+  return args.head_dim == kWgmmaHeadDim && plan.shape().tile_rows > kWarpgroupTileRows &&
+         plan.layout().lattice_step == 0;
+}
+
+// kAuto's override from the environment (CtaSchedule): kOneTilePerCta for "tile", kPersistent
+// for "persistent" (wherever compiled, whatever the waves), kAuto when unset, empty or "auto".
+CtaSchedule environment_schedule() {
+  const char* value = std::getenv(kScheduleVariable);
+  const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
+  if (text.empty() || text == "auto") return CtaSchedule::kAuto;
+  if (text == "tile") return CtaSchedule::kOneTilePerCta;
+  if (text == "persistent") return CtaSchedule::kPersistent;
+  throw_invalid_argument(kScheduleVariable, "tile, persistent or auto", std::string(text));
+}
+
+int64_t multiprocessors() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
+  int count = 0;
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "attention: cudaDeviceGetAttribute(multiprocessors)");
+  return count;
+}
+
+// kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average, and there are more
+// (tile, batch element) items than SMs, so that a CTA runs more than one tile. Plans whose keys a
+// device builder did not count keep one CTA per tile.
+bool persistent_pays(const DevicePlan& plan, const AttentionArgs& args, int64_t items) {
+  if (plan.listed_keys() == DevicePlan::kUnknownKeys || plan.num_tiles() == 0) return false;
+  const int64_t chunk_keys = wgmma_chunk_keys(args.head_dim);
+  return items > multiprocessors() &&
+         plan.listed_keys() <= kPersistentMaxMeanKeyChunks * chunk_keys * plan.num_tiles();
+}
+
+// The CTAs of the persistent wgmma kernel for a call of `items` (tile, batch element) items, or 0
+// for one CTA per tile (CtaSchedule); throws kUnsupported where persistent CTAs are requested and
+// not compiled for the call.
+int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool use_wgmma,
+                        int64_t items) {
+  const CtaSchedule schedule = args.schedule;
+  const CtaSchedule override =
+      schedule == CtaSchedule::kAuto ? environment_schedule() : CtaSchedule::kAuto;
+  if (schedule == CtaSchedule::kOneTilePerCta || override == CtaSchedule::kOneTilePerCta) return 0;
+  const bool compiled = use_wgmma && persistent_compiled(plan, args);
+  if (schedule == CtaSchedule::kPersistent && !compiled) {
+    throw Error(ErrorCode::kUnsupported,
+                "schedule: persistent CTAs are compiled for the wgmma kernel at head_dim " +
+                    to_text(kWgmmaHeadDim) +
+                    " on plans without lattice records and with tiles of more than " +
+                    to_text(kWarpgroupTileRows) + " rows; got " +
+                    (use_wgmma ? "the wgmma" : "the mma.sync") + " kernel, head_dim " +
+                    to_text(args.head_dim) + ", lattice records " +
+                    (plan.layout().lattice_step > 0 ? "yes" : "no") + ", tile_rows " +
+                    to_text(plan.shape().tile_rows));
+  }
+  const bool requested = schedule == CtaSchedule::kPersistent ||
+                         override == CtaSchedule::kPersistent ||
+                         (compiled && persistent_pays(plan, args, items));
+  if (!requested || !compiled || items == 0) return 0;
+  if (items > kInt32Max) {  // the tile queue counts items in 32 bits
+    if (schedule != CtaSchedule::kPersistent) return 0;
+    throw Error(ErrorCode::kUnsupported, "schedule: persistent CTAs take at most " +
+                                             to_text(kInt32Max) +
+                                             " (tile, batch element) items; got " + to_text(items));
+  }
+  return static_cast<int32_t>(std::min(items, multiprocessors()));
 }
 
 template <class Element>
@@ -378,6 +470,8 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
                     ", lattice records " + (plan.layout().lattice_step > 0 ? "yes" : "no") +
                     ", tile_rows " + to_text(plan.shape().tile_rows));
   }
+  const auto batch_blocks = static_cast<int32_t>(plan.shape().batch == 1 ? args.batch : 1);
+  const int32_t ctas = persistent_ctas(plan, args, use_wgmma, plan.num_tiles() * batch_blocks);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   // Rows outside every tile keep the values of the CPU reference, O = 0 and LSE = -inf, or what
   // they hold when the call accumulates.
@@ -386,14 +480,14 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
 
   const AttentionParams params = make_params(plan, args);
   const auto num_tiles = static_cast<int32_t>(plan.num_tiles());
-  const auto batch_blocks = static_cast<int32_t>(plan.shape().batch == 1 ? args.batch : 1);
   if (use_wgmma) {
     wgmma_params.attention = params;
     if (args.dtype == DType::kBFloat16) {
       launch_wgmma_for_head_dim<__nv_bfloat16>(wgmma_params, plan, args, num_tiles, batch_blocks,
-                                               stream);
+                                               ctas, stream);
     } else {
-      launch_wgmma_for_head_dim<__half>(wgmma_params, plan, args, num_tiles, batch_blocks, stream);
+      launch_wgmma_for_head_dim<__half>(wgmma_params, plan, args, num_tiles, batch_blocks, ctas,
+                                        stream);
     }
     return;
   }

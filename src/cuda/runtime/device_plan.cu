@@ -63,7 +63,8 @@ namespace {
 // position-major: a head's t-th tile next to every other head's t-th tile, so that the query
 // heads of one KV head, which read the same keys where their plans agree, run side by side and
 // share those keys in L2 instead of each reading them from memory.
-std::vector<int32_t> heaviest_first(const Plan& plan) {
+// The keys each tile lists (spans, strided spans and columns).
+std::vector<int64_t> tile_keys(const Plan& plan) {
   std::vector<int64_t> keys(plan.tiles.size(), 0);
   for (std::size_t t = 0; t < plan.tiles.size(); ++t) {
     for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
@@ -74,6 +75,11 @@ std::vector<int32_t> heaviest_first(const Plan& plan) {
     }
     keys[t] += plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t];
   }
+  return keys;
+}
+
+// `keys`: tile_keys(plan).
+std::vector<int32_t> heaviest_first(const Plan& plan, const std::vector<int64_t>& keys) {
   // Each tile's position within its head slot (tiles are stored head slot by head slot).
   std::vector<int64_t> position(plan.tiles.size(), 0);
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
@@ -157,6 +163,7 @@ struct HostSections {
   std::vector<int32_t> columns;
   std::vector<int32_t> token_info;
   bool covers_every_row = true;
+  int64_t listed_keys = 0;   // over every tile (DevicePlan::listed_keys)
   int32_t lattice_step = 0;  // of the lattice records; 0 without
   int64_t shared_runs = kPerHeadRuns;
 };
@@ -262,7 +269,9 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
   }
 
   sections.lattice_step = lattices.step();
-  sections.schedule = heaviest_first(plan);
+  const std::vector<int64_t> keys = tile_keys(plan);
+  sections.listed_keys = std::accumulate(keys.begin(), keys.end(), int64_t{0});
+  sections.schedule = heaviest_first(plan, keys);
   if (form == RecordForm::kForAttention) {
     sections.launch_records.reserve(sections.tiles.size());
     for (const int32_t t : sections.schedule) {
@@ -357,6 +366,7 @@ void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   num_tiles_ = plan.num_tiles();
   num_columns_ = static_cast<int64_t>(plan.columns.size());
   covers_every_row_ = sections.covers_every_row;
+  listed_keys_ = sections.listed_keys;
   stream_ = stream;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   buffer_ = allocate_async(layout_.bytes, cuda_stream, "DevicePlan: allocation");
@@ -411,11 +421,12 @@ void write_token_info(const ModalityLayout& layout, int32_t* token_info, void* s
 
 DevicePlan::DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
                        int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes,
-                       void* stream)
+                       void* stream, int64_t listed_keys)
     : shape_(shape),
       num_tiles_(num_tiles),
       num_columns_(num_columns),
       covers_every_row_(covers_every_row),
+      listed_keys_(listed_keys),
       layout_(layout),
       stream_(stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -438,6 +449,7 @@ DevicePlan::DevicePlan(DevicePlan&& other) noexcept
       num_tiles_(other.num_tiles_),
       num_columns_(other.num_columns_),
       covers_every_row_(other.covers_every_row_),
+      listed_keys_(other.listed_keys_),
       layout_(other.layout_),
       buffer_(std::exchange(other.buffer_, nullptr)),
       stream_(other.stream_) {}
@@ -449,6 +461,7 @@ DevicePlan& DevicePlan::operator=(DevicePlan&& other) noexcept {
     num_tiles_ = other.num_tiles_;
     num_columns_ = other.num_columns_;
     covers_every_row_ = other.covers_every_row_;
+    listed_keys_ = other.listed_keys_;
     layout_ = other.layout_;
     buffer_ = std::exchange(other.buffer_, nullptr);
     stream_ = other.stream_;

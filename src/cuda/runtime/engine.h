@@ -37,6 +37,22 @@ bool supports_attention(DType dtype, int64_t head_dim);
 // the others force one kernel and throw kUnsupported where it cannot serve the call.
 enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 
+// How the wgmma kernel's tiles become CTAs. kOneTilePerCta: one CTA per (tile, batch element),
+// which the hardware hands to the SMs in the plan's heaviest-first launch order. kPersistent: at
+// most one CTA per SM, each taking that order's items from a dynamic queue (cuda/attention/sm90/
+// persistent.cuh), so that a CTA's launch and set-up are paid once and the next tile's first K/V
+// chunks load while the current one drains, which may pay where tiles read few key chunks
+// (BlindSight's sparse templates at 36K tokens: docs/blindsight.md). It is compiled for plans
+// without lattice records (with or without gathered keys), at head_dim 128 with tiles of more than
+// 64 rows, on the wgmma kernel; elsewhere kPersistent throws kUnsupported. kAuto: persistent
+// CTAs where they are compiled, the plan's tiles list few key chunks on average (DevicePlan::
+// listed_keys; the bound and its measurements are in cuda/attention/engine.cu) and there are more
+// items than SMs; one tile per CTA elsewhere, and for plans whose keys are not counted. For A/B
+// measurements in one build, the environment variable MMSPARSE_CTA_SCHEDULE overrides kAuto:
+// "tile" runs one tile per CTA everywhere, "persistent" persistent CTAs wherever they are
+// compiled (one tile per CTA elsewhere).
+enum class CtaSchedule { kAuto, kOneTilePerCta, kPersistent };
+
 using Strides4 = std::array<int64_t, 4>;  // in elements, like DLPack
 using Strides3 = std::array<int64_t, 3>;
 
@@ -67,6 +83,7 @@ struct AttentionArgs {
 
   void* stream = nullptr;  // cudaStream_t
   AttentionKernel kernel = AttentionKernel::kAuto;
+  CtaSchedule schedule = CtaSchedule::kAuto;  // of the wgmma kernel
   // out and lse already hold a result over keys disjoint from the plan's (an earlier pass): every
   // row the plan's tiles hold is merged with it, as merge_partials would, and rows outside them
   // keep it.
@@ -171,19 +188,26 @@ class DevicePlan {
   int64_t num_columns() const { return num_columns_; }
   // Every query row of every head slot lies in a tile, so the kernel writes every output row.
   bool covers_every_row() const { return covers_every_row_; }
+  // The keys the tiles list (spans, strided spans, columns) summed over every tile, which with
+  // num_tiles() gives the mean key chunks a tile reads (the engine's CTA schedule rule);
+  // kUnknownKeys where a device builder does not count them on the host.
+  static constexpr int64_t kUnknownKeys = -1;
+  int64_t listed_keys() const { return listed_keys_; }
   const void* data() const { return buffer_; }  // device buffer described by layout()
-  void* stream() const { return stream_; }       // cudaStream_t the buffer is ordered on
+  void* stream() const { return stream_; }      // cudaStream_t the buffer is ordered on
   const DevicePlanLayout& layout() const { return layout_; }
 
   // For device builders (the methods' *_device.cu, the per-head config assembly): a buffer of
   // `layout` allocated on `stream` (cudaStream_t) for kernels to fill instead of an upload, its
   // first `zeroed_bytes` zeroed (the identity order's run offsets and the padding between
   // sections, as an upload has them). `num_columns` may be a capacity (see num_columns()).
+  // `listed_keys`: see listed_keys().
   static DevicePlan for_builder(const PlanShape& shape, const DevicePlanLayout& layout,
                                 int64_t num_tiles, int64_t num_columns, bool covers_every_row,
-                                std::size_t zeroed_bytes, void* stream) {
-    return DevicePlan(shape, layout, num_tiles, num_columns, covers_every_row, zeroed_bytes,
-                      stream);
+                                std::size_t zeroed_bytes, void* stream,
+                                int64_t listed_keys = kUnknownKeys) {
+    return DevicePlan(shape, layout, num_tiles, num_columns, covers_every_row, zeroed_bytes, stream,
+                      listed_keys);
   }
   // The buffer a device builder fills, ordered on the stream it was allocated on.
   void* builder_data() { return buffer_; }
@@ -197,12 +221,14 @@ class DevicePlan {
 
   // The buffer of `for_builder`.
   DevicePlan(const PlanShape& shape, const DevicePlanLayout& layout, int64_t num_tiles,
-             int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes, void* stream);
+             int64_t num_columns, bool covers_every_row, std::size_t zeroed_bytes, void* stream,
+             int64_t listed_keys);
 
   PlanShape shape_{};
   int64_t num_tiles_ = 0;
   int64_t num_columns_ = 0;
   bool covers_every_row_ = false;
+  int64_t listed_keys_ = kUnknownKeys;
   DevicePlanLayout layout_{};
   void* buffer_ = nullptr;  // device memory, layout_.bytes long
   void* stream_ = nullptr;  // cudaStream_t it was allocated on

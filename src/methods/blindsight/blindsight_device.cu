@@ -248,9 +248,11 @@ DevicePlan build_blindsight_plan_on_device(const PatternSpec& resolved_spec, con
   // Every head slot has the same order, which the kernels then read without the run offsets.
   if (slot_runs > 0) plan_sections.shared_runs = slot_runs;
   if (run_count != nullptr) *run_count = slot_runs * slots;
-  DevicePlan plan =
-      DevicePlan::for_builder(shape, plan_sections, slot_tiles * slots, geometry.columns * slots,
-                              geometry.covers_every_row, plan_sections.spans, stream);
+  int64_t slot_keys = 0;  // every head slot lists the same keys
+  for (const detail::BlindSightTile& tile : geometry.tiles) slot_keys += tile.keys;
+  DevicePlan plan = DevicePlan::for_builder(shape, plan_sections, slot_tiles * slots,
+                                            geometry.columns * slots, geometry.covers_every_row,
+                                            plan_sections.spans, stream, slot_keys * slots);
   if (slots == 0) return plan;
   auto* base = static_cast<std::byte*>(plan.builder_data());
   if (slot_runs > 0) write_query_order(geometry.order, slots, base, plan_sections, stream);

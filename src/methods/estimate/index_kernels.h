@@ -424,6 +424,13 @@ GridTileRegions add_grid_tile_regions(ScratchLayout& layout, int64_t tiles);
 void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base,
                              const GridTileRegions& regions, int item_count, cudaStream_t stream,
                              const char* what);
+// Exclusive scans of the head slots' run and tile counts (`slot_items` = slots + 1, each ending
+// in a 0) into the plan's head run offsets and the tile offsets, each sum ending in the total;
+// `temp` holds `slot_scan_bytes` for one scan.
+void scan_grid_slot_counts(void* temp, std::size_t slot_scan_bytes, const int64_t* run_counts,
+                           int64_t* head_run_offsets, const int64_t* tile_counts,
+                           int64_t* tile_offsets, int slot_items, cudaStream_t stream,
+                           const char* what);
 // The schedule: tile indices sorted by their filled sort keys, heaviest first. The radix sort is
 // stable, so equal keys (count and position) keep tile order, the upload's last tie.
 void sort_grid_schedule(void* temp, std::size_t sort_bytes, std::byte* base,

@@ -300,6 +300,20 @@ void scan_grid_record_counts(void* temp, std::size_t scan_bytes, std::byte* base
                      region<int64_t>(base, regions.column_offsets), item_count, stream, what);
 }
 
+void scan_grid_slot_counts(void* temp, std::size_t slot_scan_bytes, const int64_t* run_counts,
+                           int64_t* head_run_offsets, const int64_t* tile_counts,
+                           int64_t* tile_offsets, int slot_items, cudaStream_t stream,
+                           const char* what) {
+  std::size_t temp_bytes = slot_scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, run_counts, head_run_offsets,
+                                           slot_items, stream),
+             what, "run scan");
+  temp_bytes = slot_scan_bytes;
+  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, tile_counts, tile_offsets, slot_items,
+                                           stream),
+             what, "tile scan");
+}
+
 void sort_grid_schedule(void* temp, std::size_t sort_bytes, std::byte* base,
                         const GridTileRegions& regions, int32_t* schedule, int item_count,
                         int sort_bits, cudaStream_t stream, const char* what) {
@@ -404,14 +418,8 @@ void build_grid(const GridBuild& build, const EstimateOperands& operands,
       build.shape.q_len, kv_len, build.shape.tile_rows, slots, lines, run_counts, tile_counts);
   check_launch("grid index: grid_counts_kernel");
   void* temp = base + temp_at;
-  std::size_t temp_bytes = slot_scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, run_counts, sections.head_run_offsets,
-                                           slot_items, stream),
-             "grid index: run scan");
-  temp_bytes = slot_scan_bytes;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, tile_counts, tile_offsets, slot_items,
-                                           stream),
-             "grid index: tile scan");
+  scan_grid_slot_counts(temp, slot_scan_bytes, run_counts, sections.head_run_offsets, tile_counts,
+                        tile_offsets, slot_items, stream, "grid index");
   const ConvertParams convert{build.shape.q_len,         kv_len,      build.shape.tile_rows, slots,
                               build.runs_per_head,       tiles,       build.options,         lines,
                               sections.head_run_offsets, tile_offsets};

@@ -326,6 +326,20 @@ __device__ void mark_space(const TileSite& site, int64_t space, const SpaceLatti
   mark_lattice_columns(lattices, window);
 }
 
+// A capacity tile past the real ones: no rows, no records, sorted last.
+template <bool kFill>
+__device__ void write_empty_tile(const GroupedTargets& out, int64_t g) {
+  if constexpr (kFill) {
+    if (g == 0) out.sections.masks[0] = out.mask;
+    out.sections.tiles[g] = {0, 0, 0, 0, 0, 0, 0, 0};
+    out.sort_keys[g] = 0;
+    out.tile_indices[g] = static_cast<int32_t>(g);
+  } else {
+    out.span_counts[g] = 0;
+    out.column_counts[g] = 0;
+  }
+}
+
 template <bool kFill>
 __global__ void __launch_bounds__(kThreads)
     grouped_grid_tiles_kernel(const Conversion c, const GroupedTargets out) {
@@ -334,16 +348,7 @@ __global__ void __launch_bounds__(kThreads)
   const TileSite site = locate(c, g);
   const Arrangement& a = c.a;
   if (!site.real) {
-    if (threadIdx.x != 0) return;
-    if constexpr (kFill) {
-      if (g == 0) out.sections.masks[0] = out.mask;
-      out.sections.tiles[g] = {0, 0, 0, 0, 0, 0, 0, 0};
-      out.sort_keys[g] = 0;
-      out.tile_indices[g] = static_cast<int32_t>(g);
-    } else {
-      out.span_counts[g] = 0;
-      out.column_counts[g] = 0;
-    }
+    if (threadIdx.x == 0) write_empty_tile<kFill>(out, g);
     return;
   }
   load_positions(c, site, shared);

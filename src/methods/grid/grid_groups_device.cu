@@ -31,8 +31,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 #include <vector>
 
 #include "cuda/common/cub_storage.cuh"
@@ -389,6 +387,34 @@ Arrangement arrangement_of(const GridBuild& build, int64_t phase_capacity, std::
   return arrange;
 }
 
+// CUB storage for the scans and the sort over `item_count` tiles and `slot_items` slot counts.
+TempBytes temp_bytes_for(int item_count, int slot_items, int sort_bits, cudaStream_t stream) {
+  TempBytes temp_bytes;
+  temp_bytes.scan = scan_storage_bytes(item_count, stream, "grouped grid index: scan storage");
+  temp_bytes.slot_scan =
+      scan_storage_bytes(slot_items, stream, "grouped grid index: slot scan storage");
+  temp_bytes.sort = sort_storage_bytes<uint64_t>(item_count, sort_bits, stream,
+                                                 "grouped grid index: sort storage");
+  return temp_bytes;
+}
+
+// Zeroes the `slots` + 1 slot counts and copies the host arrays into their regions.
+void upload_host_arrays(const HostArrays& host, int64_t slots, std::byte* base,
+                        const GroupedRegions& at, cudaStream_t stream) {
+  // The slot count arrays end in a 0 so that their exclusive sums end in the totals.
+  const std::size_t count_bytes = (slots + 1) * sizeof(int64_t);
+  check_cuda(cudaMemsetAsync(region<int64_t>(base, at.run_counts), 0, count_bytes, stream),
+             "grouped grid index: cudaMemsetAsync run counts");
+  check_cuda(cudaMemsetAsync(region<int64_t>(base, at.tile_counts), 0, count_bytes, stream),
+             "grouped grid index: cudaMemsetAsync tile counts");
+  copy_to_device(region<GridRange>(base, at.ranges), host.ranges, stream,
+                 "grouped grid index: cudaMemcpyAsync ranges");
+  copy_to_device(region<int64_t>(base, at.begins), host.range_begins, stream,
+                 "grouped grid index: cudaMemcpyAsync key space ranges");
+  copy_to_device(region<int64_t>(base, at.prefixes), host.range_prefixes, stream,
+                 "grouped grid index: cudaMemcpyAsync key space prefixes");
+}
+
 }  // namespace
 
 void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands,
@@ -403,12 +429,7 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   const auto item_count = static_cast<int>(tiles);
   const auto slot_items = static_cast<int>(slots + 1);
   const int sort_bits = grid_sort_bits(build.shape.kv_len);
-  TempBytes temp_bytes;
-  temp_bytes.scan = scan_storage_bytes(item_count, stream, "grouped grid index: scan storage");
-  temp_bytes.slot_scan =
-      scan_storage_bytes(slot_items, stream, "grouped grid index: slot scan storage");
-  temp_bytes.sort = sort_storage_bytes<uint64_t>(item_count, sort_bits, stream,
-                                                 "grouped grid index: sort storage");
+  const TempBytes temp_bytes = temp_bytes_for(item_count, slot_items, sort_bits, stream);
   const HostArrays host = host_arrays(build);
 
   ScratchLayout layout;
@@ -416,23 +437,12 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
   const StreamScratch scratch(layout.bytes(), stream,
                               "grouped grid index: scratch");
   std::byte* base = scratch.base();
+  upload_host_arrays(host, slots, base, at, stream);
   auto* run_counts = region<int64_t>(base, at.run_counts);
   auto* tile_counts = region<int64_t>(base, at.tile_counts);
-  // The slot count arrays end in a 0 so that their exclusive sums end in the totals.
-  check_cuda(cudaMemsetAsync(run_counts, 0, (slots + 1) * sizeof(int64_t), stream),
-             "grouped grid index: cudaMemsetAsync run counts");
-  check_cuda(cudaMemsetAsync(tile_counts, 0, (slots + 1) * sizeof(int64_t), stream),
-             "grouped grid index: cudaMemsetAsync tile counts");
-  copy_to_device(region<GridRange>(base, at.ranges), host.ranges, stream,
-                 "grouped grid index: cudaMemcpyAsync ranges");
-  auto* begins = region<int64_t>(base, at.begins);
-  auto* prefixes = region<int64_t>(base, at.prefixes);
-  copy_to_device(begins, host.range_begins, stream,
-                 "grouped grid index: cudaMemcpyAsync key space ranges");
-  copy_to_device(prefixes, host.range_prefixes, stream,
-                 "grouped grid index: cudaMemcpyAsync key space prefixes");
 
-  const std::vector<KeySpaceView> views = items::space_views(build.spaces, begins, prefixes);
+  const std::vector<KeySpaceView> views = items::space_views(
+      build.spaces, region<int64_t>(base, at.begins), region<int64_t>(base, at.prefixes));
   Conversion convert = conversion_of(build, views, base, at, stream);
   mark("scratch and copies");
   search_pairs(build, operands, extents, views, region<detail::GridLines>(base, at.lines), chosen,
@@ -445,14 +455,8 @@ void build_grouped_grid(const GridBuild& build, const EstimateOperands& operands
 
   auto* tile_offsets = region<int64_t>(base, at.tile_offsets);
   void* temp = base + at.temp;
-  std::size_t temp_size = temp_bytes.slot_scan;
-  check_cuda(cub::DeviceScan::ExclusiveSum(temp, temp_size, run_counts, sections.head_run_offsets,
-                                           slot_items, stream),
-             "grouped grid index: run scan");
-  temp_size = temp_bytes.slot_scan;
-  check_cuda(
-      cub::DeviceScan::ExclusiveSum(temp, temp_size, tile_counts, tile_offsets, slot_items, stream),
-      "grouped grid index: tile scan");
+  scan_grid_slot_counts(temp, temp_bytes.slot_scan, run_counts, sections.head_run_offsets,
+                        tile_counts, tile_offsets, slot_items, stream, "grouped grid index");
   if (build.runs() > 0) {
     grouped_grid_runs_kernel<<<blocks_for(build.runs()), kThreads, 0, stream>>>(
         convert.a, sections.head_run_offsets, sections.runs);

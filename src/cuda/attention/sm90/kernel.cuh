@@ -26,16 +26,20 @@ namespace mmsparse::cuda {
 // wgmma groups only in its turn and passes the turn on right after issuing, so that the tensor
 // cores run one warpgroup's products while the other computes its softmax. Both warpgroups take
 // one turn per chunk of the tile plus one for the final P·V, so the turns pair up exactly. With one
-// consumer warpgroup every call is a no-op.
+// consumer warpgroup every call is a no-op. A persistent CTA keeps the alternation across its
+// tiles: the second warpgroup's last turn of a tile hands the first its first turn of the next, so
+// only the first tile starts with the hand-over and only the last one finishes.
 template <class Traits>
 class IssueTurns {
  public:
   static constexpr bool kEnabled = Traits::kConsumerWarpgroups == 2;
   static constexpr int kThreads = 2 * kWarpgroupThreads;  // both warpgroups meet at each barrier
 
-  explicit __device__ IssueTurns(int warpgroup) : warpgroup_(warpgroup) {
+  __device__ IssueTurns(int warpgroup, bool hand_first_turn) : warpgroup_(warpgroup) {
     // The second warpgroup hands the first its first turn.
-    if (kEnabled && warpgroup_ == 1) named_barrier_arrive(barrier(0), kThreads);
+    if (kEnabled && hand_first_turn && warpgroup_ == 1) {
+      named_barrier_arrive(barrier(0), kThreads);
+    }
   }
   __device__ void wait() const {
     if (kEnabled) named_barrier_sync(barrier(warpgroup_), kThreads);
@@ -123,11 +127,12 @@ __device__ __forceinline__ void drain_pending(
 }
 
 // The warpgroup's rows before their first chunk: their original positions (one thread per row,
-// whole warps), then the copies of their query rows and, beside them, their resumed state.
+// whole warps; unless `rows_in_place`: a persistent CTA's producer looked them up ahead), then the
+// copies of their query rows and, beside them, their resumed state.
 template <class Traits>
 __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
                                            const AttentionParams& params, const TileWork& work,
-                                           int warpgroup, int thread,
+                                           int warpgroup, int thread, bool rows_in_place,
                                            OnlineSoftmax<Traits>& softmax,
                                            float (&output)[Traits::kOutputTiles][4]) {
   static_assert(Traits::kWarpgroupRows % kWarpSize == 0, "rows are looked up a warp at a time");
@@ -135,7 +140,7 @@ __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
   const int consumer_warp = warpgroup * kWarpgroupWarps + thread / kWarpSize;
   const int barrier = static_cast<int>(WgmmaBarrier::kFirstConsumerWarpgroup) + warpgroup;
   int32_t* rows = storage.row_positions + warpgroup * Traits::kWarpgroupRows;
-  if (thread < Traits::kWarpgroupRows) {
+  if (!rows_in_place && thread < Traits::kWarpgroupRows) {
     rows[thread] = tile_row_position(params.plan, work.tile, work.rows,
                                      warpgroup * Traits::kWarpgroupRows + thread, params.q_len);
   }
@@ -151,17 +156,22 @@ __device__ __forceinline__ void start_rows(WgmmaSharedStorage<Traits>& storage,
 
 // One consumer warpgroup's 64 rows of the tile: their query rows, resumed state and mask bounds,
 // then every chunk through the pipeline, then the epilogue. `lattice_step`: the step of the plan's
-// lattice records (0 without any).
-// Each wgmma group is waited for on the path that issued it: the compiler serialises every wgmma
-// when a group may still run where two paths merge. With a chunk pending, ptxas schedules the wait
-// for its P·V ahead of the softmax (the softmax then starts once the P·V has completed). Keeping it
-// after needs a branch around it, and wgmma.wait_group is .aligned: only a warpgroup-wide decision
-// is legal, and its barrier cost more than the overlap gained (docs/history/perf-notes.md, v16 to
-// v19).
+// lattice records (0 without any). `state`: the stage ring's position at the tile's first chunk,
+// returned after its last (a persistent CTA carries it from tile to tile); `first_tile` /
+// `last_tile`: where the tile lies in the CTA's sequence (IssueTurns), both true for a CTA of one
+// tile. `rows_in_place`: the warpgroup's row positions are in storage.row_positions already (a
+// persistent CTA's producer looks them up for the next tile), else looked up here. Each wgmma group
+// is waited for on the path that issued it: the compiler serialises every wgmma when a group may
+// still run where two paths merge. With a chunk pending, ptxas schedules the wait for its P·V
+// ahead of the softmax (the softmax then starts once the P·V has completed).
+// Keeping it after needs a branch around it, and wgmma.wait_group is .aligned: only a
+// warpgroup-wide decision is legal, and its barrier cost more than the overlap gained
+// (docs/history/perf-notes.md, v16 to v19).
 template <class Traits>
-__device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const AttentionParams& params,
-                             int32_t lattice_step, const TileWork& work, int warpgroup,
-                             int thread) {
+__device__ PipelineState<Traits::kStages> consume_tile(
+    WgmmaSharedStorage<Traits>& storage, const AttentionParams& params, int32_t lattice_step,
+    const TileWork& work, int warpgroup, int thread, PipelineState<Traits::kStages> state,
+    bool first_tile, bool last_tile, bool rows_in_place) {
   using Mainloop = WgmmaMainloop<Traits>;
   using Softmax = OnlineSoftmax<Traits>;
   const int lane = thread % kWarpSize;
@@ -171,7 +181,7 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
 
   Softmax softmax(params.scale_log2);
   float output[Traits::kOutputTiles][4] = {};
-  start_rows(storage, params, work, warpgroup, thread, softmax, output);
+  start_rows(storage, params, work, warpgroup, thread, rows_in_place, softmax, output);
   // The rows' bounds (shared memory only) are found while the query copies are in flight.
   WarpgroupMask<Traits> mask(work, rows, params.plan.columns, params.plan.token_info, lattice_step,
                              storage, consumer_warp, lane);
@@ -191,10 +201,9 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     release_stage(storage, pending.stage, lane);
     pending.pending = false;
   };
-  IssueTurns<Traits> turns(warpgroup);
+  IssueTurns<Traits> turns(warpgroup, first_tile);
   KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
       work.tile, work.first_range, params.plan.spans);
-  PipelineState<Traits::kStages> state;
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;
@@ -235,11 +244,12 @@ __device__ void consume_tile(WgmmaSharedStorage<Traits>& storage, const Attentio
     pending.stage = stage;
   }
   drain_pending(storage, lane, turns, pending, probabilities, output);
-  turns.finish();
+  if (last_tile) turns.finish();
 
   float lse[Softmax::kRowsPerThread];
   softmax.finish(output, lse);
   WarpgroupEpilogue<Traits>::store(storage, params, work, warpgroup, thread, output, lse);
+  return state;
 }
 
 template <class Traits>
@@ -269,13 +279,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kReallocateRegisters) {
       lower_register_limit<Traits::kProducerRegisters>();
     }
-    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread);
+    WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread, {});
   } else {
     if constexpr (Traits::kReallocateRegisters) {
       raise_register_limit<Traits::kConsumerRegisters>();
     }
     consume_tile<Traits>(storage, params.attention, params.lattice_step, work, warpgroup - 1,
-                         thread);
+                         thread, {}, true, true, false);
   }
 }
 

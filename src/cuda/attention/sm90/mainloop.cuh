@@ -38,10 +38,13 @@ class WgmmaMainloop {
   // Span chunks are tensor copies issued by thread 0; strided and column chunks are gathered row by
   // row by the whole warpgroup. Every loading thread (Traits::kLoadingThreads) arrives once per
   // chunk, so the stage completes when both the arrivals and the tensor copies' bytes are in.
-  __device__ static void produce_chunks(Storage& storage, const WgmmaAttentionParams& params,
-                                        const TileWork& work, int thread) {
+  // `state`: the stage ring's position at the tile's first chunk; returns it after the last (a
+  // persistent CTA carries it from tile to tile).
+  __device__ static PipelineState<Traits::kStages> produce_chunks(
+      Storage& storage, const WgmmaAttentionParams& params, const TileWork& work, int thread,
+      PipelineState<Traits::kStages> state) {
     // Without gathers thread 0 loads alone; the others would only wait on the stages.
-    if (!Traits::kGathers && thread != 0) return;
+    if (!Traits::kGathers && thread != 0) return state;
     KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
         work.tile, work.first_range, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
@@ -53,7 +56,6 @@ class WgmmaMainloop {
         prefetch_tensor_map(&params.lattice_values);
       }
     }
-    PipelineState<Traits::kStages> state;
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
       // Before the wait, so that the column list's latency overlaps it.
@@ -77,6 +79,7 @@ class WgmmaMainloop {
       }
       state.advance();
     }
+    return state;
   }
 
   // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies.
