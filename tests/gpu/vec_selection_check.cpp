@@ -109,8 +109,12 @@ void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
         std::binary_search(device.begin(), device.end(), static_cast<int32_t>(candidate.key));
     found += device_kept;
     const bool borderline = std::abs(candidate.margin - log_alpha) <= tolerance;
+    // The key at a running maximum has margin exactly 0, so with log(alpha) within the tolerance
+    // of 0 (alpha 1) it is borderline however tight the bound: counted apart.
+    const bool at_maximum = candidate.margin == 0.0f;
     ++stats.candidates;
-    stats.borderline += borderline;
+    stats.borderline += borderline && !at_maximum;
+    stats.borderline_maxima += borderline && at_maximum;
     if (host_kept == device_kept) continue;
     ++stats.differing;
     if (!borderline && reports++ < kMaxReports) {

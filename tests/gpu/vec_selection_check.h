@@ -30,12 +30,20 @@ namespace mmsparse::test {
 // bound is about 1e-4 in margin, margins spread over units): a looser bound would let the
 // comparison pass anything. Not one in 100: a pool of random queries averages to nearly zero, so
 // its scores cluster and, with alpha near 1, 1.04-1.07% of a random draw's candidates fell within
-// the bound (seeds 12461296887626800489 and 12355531712383482465, H100).
+// the bound (seeds 12461296887626800489 and 12355531712383482465, H100). The keys at a running
+// maximum are left out (VecSelectionStats::borderline_maxima): at alpha 1 every one is within any
+// bound, one key in 16 with groups of one tile (seed 17039443626345603128 drew two such specs:
+// 3.2% of its candidates, H200).
 inline constexpr int64_t kMaxBorderlineShare = 50;
 
 struct VecSelectionStats {
   int64_t candidates = 0;                // candidate keys compared
-  int64_t borderline = 0;                // of which within the tolerance of log(alpha)
+  int64_t borderline = 0;                // of which within the tolerance of log(alpha), but
+                                         // the keys at a running maximum
+  int64_t borderline_maxima = 0;         // the keys at a running maximum (margin 0) within it:
+                                         // alpha 1, one per group's maximum; the bound's width
+                                         // does not decide them, so the tests' borderline share
+                                         // (kMaxBorderlineShare) leaves them out
   int64_t differing = 0;                 // of which kept on one side only (all borderline)
   int64_t selected_in_spans = 0;         // device-selected keys that lie in spans
   int64_t selected_in_columns = 0;       // device-selected keys listed as columns
