@@ -228,7 +228,7 @@ BuildTimes time_builds(const mmsparse::PatternSpec& spec, const mmsparse::PlanSh
 }
 
 // The vec selection's phases (VecBuildTimes), each the median over the repeats after the warm-ups,
-// on the memory pool as the caller left it.
+// on the memory pool as the caller left it, and the score pass that ran (MMSPARSE_VEC_SCORE).
 void print_vec_phases(const mmsparse::PatternSpec& spec, const mmsparse::PlanShape& shape,
                       const cuda::EstimateOperands& operands, cudaStream_t stream,
                       const char* pool_name) {
@@ -246,9 +246,9 @@ void print_vec_phases(const mmsparse::PatternSpec& spec, const mmsparse::PlanSha
     return median(values);
   };
   std::printf(
-      "    phases (%s pool): scratch %.3f  pool %.3f  score %.3f  count %.3f  offsets %.3f  host "
-      "%.3f  records %.3f  write %.3f  schedule %.3f  = %.3f ms\n",
-      pool_name, phase(&cuda::VecBuildTimes::scratch), phase(&cuda::VecBuildTimes::pool),
+      "    phases (%s pool) [%s score pass]: scratch %.3f  pool %.3f  score %.3f  count %.3f  "
+      "offsets %.3f  host %.3f  records %.3f  write %.3f  schedule %.3f  = %.3f ms\n",
+      pool_name, cuda::vec_score_pass_name(samples.front().score_pass), phase(&cuda::VecBuildTimes::scratch), phase(&cuda::VecBuildTimes::pool),
       phase(&cuda::VecBuildTimes::score), phase(&cuda::VecBuildTimes::count),
       phase(&cuda::VecBuildTimes::offsets), phase(&cuda::VecBuildTimes::host),
       phase(&cuda::VecBuildTimes::records), phase(&cuda::VecBuildTimes::write),

@@ -238,6 +238,9 @@ TEST_F(GpuVecBuild, SpansAcrossSplitsMatchTheHostPlan) {
   }
   EXPECT_GT(stats.spans_across_splits, 0);
   EXPECT_GT(stats.column_runs_across_steps, 0);
+  EXPECT_GT(stats.column_runs_across_words, 0);
+  EXPECT_GT(stats.steps_with_few_column_words, 0);
+  EXPECT_GT(stats.steps_with_many_column_words, 0);
   EXPECT_GT(stats.selected_in_spans, 0);
   EXPECT_GT(stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
@@ -311,6 +314,45 @@ TEST_F(GpuVecBuild, ChunksAtCandidateRangeEdgesMatchTheHostPlan) {
   }
   EXPECT_GT(stats.selected_in_spans, 0);
   EXPECT_GT(stats.selected_in_columns, 0);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
+}
+
+// The score pass scores each chunk in two halves, each half's MMAs beside the filter of the half
+// before, and scores its last chunk's stage once more (the scores dropped); splits are sized to
+// the device. Keys past the sinks filling 1 to 5 chunks (fewer and more chunks than the pipeline's
+// stages), or ending 17 keys short of that; head_dim 64 (copies sized from the parameters) and 128
+// (copies at fixed strides); causal and not; groups of 1 and 16 tiles; GQA 1, 4 and 7: every
+// record equals the host's cut of the device's selection.
+TEST_F(GpuVecBuild, ChunkCountsAroundThePipelineMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kSinkKeys = 64;  // the pooling: the keys before the first scored chunk
+  constexpr int64_t kChunkKeys = 64;
+  constexpr int64_t kShortBy = 17;
+  constexpr std::array<int64_t, 3> kGqa = {1, 4, 7};
+  constexpr std::array<int64_t, 2> kGroupTiles = {1, 16};
+  VecSelectionStats stats;
+  for (int64_t chunks = 1; chunks <= 5; ++chunks) {
+    for (const int64_t head_dim : {int64_t{64}, int64_t{128}}) {
+      const int64_t kv_len = kSinkKeys + chunks * kChunkKeys - random.uniform_int(0, 1) * kShortBy;
+      ProblemSize size = vec_problem(random, kv_len, kv_len, pick(random, kGqa));
+      size.head_dim = head_dim;
+      size.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const AttentionInputs inputs = random_inputs(random, size);
+      for (const int64_t causal : {int64_t{0}, int64_t{1}}) {
+        const PatternSpec spec{"vec",
+                               {{"pooling", kSinkKeys},
+                                {"group", pick(random, kGroupTiles)},
+                                {"alpha_ppm", random.bernoulli(0.5) ? 100000 : 600000},
+                                {"causal", causal}}};
+        SCOPED_TRACE(spec.to_string() + " " + describe(size));
+        const BothPlans plans = build_both(spec, size, inputs, stream_);
+        (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+      }
+    }
+  }
+  EXPECT_GT(stats.selected_in_spans + stats.selected_in_columns, 0);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }

@@ -109,8 +109,12 @@ void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
         std::binary_search(device.begin(), device.end(), static_cast<int32_t>(candidate.key));
     found += device_kept;
     const bool borderline = std::abs(candidate.margin - log_alpha) <= tolerance;
+    // The key at a running maximum has margin exactly 0, so with log(alpha) within the tolerance
+    // of 0 (alpha 1) it is borderline however tight the bound: counted apart.
+    const bool at_maximum = candidate.margin == 0.0f;
     ++stats.candidates;
-    stats.borderline += borderline;
+    stats.borderline += borderline && !at_maximum;
+    stats.borderline_maxima += borderline && at_maximum;
     if (host_kept == device_kept) continue;
     ++stats.differing;
     if (!borderline && reports++ < kMaxReports) {
@@ -122,6 +126,33 @@ void check_tile(const detail::HeadOperands& operands, const PlanShape& shape,
   }
   EXPECT_EQ(found, static_cast<int64_t>(device.size()))
       << "tile " << tile << ": the device kept keys that are not candidates";
+}
+
+// Counts the run-pass steps of tile `tile` of `device` (columns ascending) whose column keys lie
+// in at most kCheckedWarpStagingWords words, or in more: the two ways the write pass stages them.
+void count_column_words_per_step(const Plan& device, int64_t tile, VecSelectionStats& stats) {
+  int64_t step = -1;
+  int64_t word = -1;
+  int64_t words = 0;
+  const auto count_step = [&] {
+    if (words == 0) return;
+    ++(words <= kCheckedWarpStagingWords ? stats.steps_with_few_column_words
+                                         : stats.steps_with_many_column_words);
+  };
+  for (int64_t c = device.tile_column_offsets[tile]; c < device.tile_column_offsets[tile + 1];
+       ++c) {
+    const int64_t key = device.columns[c];
+    if (key / kCheckedRunStepKeys != step) {
+      count_step();
+      step = key / kCheckedRunStepKeys;
+      words = 0;
+    }
+    if (key / kCheckedRunWordKeys != word) {
+      word = key / kCheckedRunWordKeys;
+      ++words;
+    }
+  }
+  count_step();
 }
 
 // Head slot `slot` of `host`, a head of another method: its records copied as they are.
@@ -173,9 +204,11 @@ void adopt_vec_slot(const Plan& device, const Plan& host, const detail::VecParam
     }
     for (int64_t c = device.tile_column_offsets[tile] + 1; c < device.tile_column_offsets[tile + 1];
          ++c) {
-      stats.column_runs_across_steps += device.columns[c] == device.columns[c - 1] + 1 &&
-                                        device.columns[c] % kCheckedRunStepKeys == 0;
+      const bool run_goes_on = device.columns[c] == device.columns[c - 1] + 1;
+      stats.column_runs_across_steps += run_goes_on && device.columns[c] % kCheckedRunStepKeys == 0;
+      stats.column_runs_across_words += run_goes_on && device.columns[c] % kCheckedRunWordKeys == 0;
     }
+    count_column_words_per_step(device, tile, stats);
     check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
     adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
     detail::vec_add_tile_keys(adopted, block,

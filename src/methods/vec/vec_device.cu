@@ -11,27 +11,29 @@
 // (tests/gpu/vec_selection_check.h states and checks the bound).
 //
 // Work. The score pass: a CTA of kSelectWarps warps serves kCtaRows consecutive pooled blocks of
-// one head slot (16 per warp: the MMA's rows) over one key split: kSplitKeys keys rounded to whole
-// groups of the running maximum, which restarts at each group, so splits are independent. Keys
-// stream through shared memory in chunks of kChunkKeys (cp.async, two stages, one barrier per
-// chunk: the next chunk's copy lands while this one is scored); each warp scores a chunk's four
-// tiles of 16 keys with head_dim / 16 steps of eight independent MMAs (many in flight, not one
-// dependent chain per tile), then per tile takes each row's maximum over its candidates within
-// the lane quad that holds the row, raises the running maximum (reset where a group starts),
-// filters, and stores the row's 16-bit keep masks. Chunks wholly inside every row's candidate
-// range (all but those at the sinks and the diagonal) skip the per-key range test. Every score is
-// computed once, and the pass's output is one bit per (block, key). The run pass (vec_runs.cuh),
-// one warp per plan tile (one pooled block, or with union_tiles the blocks of a plan-height tile,
-// their masks ORed), turns the masks plus the sinks and diagonal into runs with bit operations and
-// warp scans, counts the spans and column keys per tile, and after the exclusive sums writes them
-// at the tile's offsets (columns staged in shared memory, stored coalesced), ascending, without
-// atomics.
+// one head slot (16 per warp: the MMA's rows) over one key split: whole groups of the running
+// maximum, which restarts at each group, so splits are independent (about kSplitKeys keys, or
+// fewer where shorter CTAs fill the device's last round better: split_key_count). Keys stream
+// through shared memory in chunks of kChunkKeys (cp.async, kStages stages, one barrier per chunk:
+// later chunks' copies land while this one is scored); each warp scores a chunk's four tiles of 16
+// keys in two halves of head_dim / 16 steps of four independent MMAs, each half's MMAs issued
+// while the half before it is filtered: per tile each row's maximum over its candidates within
+// the lane quad that holds the row, the running maximum raised (reset where a group starts), the
+// keep test; then the row's 16-bit keep masks are stored. Chunks wholly inside every row's
+// candidate range (all but those at the sinks and the diagonal) skip the per-key range test. Every
+// score is computed once, and the pass's output is one bit per (block, key). The run pass
+// (vec_runs.cuh), one warp per plan tile (one pooled block, or with union_tiles the blocks of a
+// plan-height tile, their masks ORed), turns the masks plus the sinks and diagonal into runs with
+// bit operations and warp scans, counts the spans and column keys per tile, and after the exclusive
+// sums writes them at the tile's offsets (columns staged in shared memory, stored coalesced),
+// ascending, without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -46,6 +48,7 @@
 #include "methods/vec/vec_device.h"
 #include "methods/vec/vec_runs.cuh"
 #include "methods/vec/vec_select.cuh"
+#include "methods/vec/vec_select_wgmma.cuh"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -65,8 +68,10 @@ using vec_kernels::pool_kernel;
 using vec_kernels::runs_kernel;
 using vec_kernels::select_kernel;
 using vec_kernels::VecKernelParams;
+using vec_kernels::wgmma_select_kernel;
 
 constexpr int kRecordThreads = 256;
+constexpr int kWgmmaComputeMajor = 9;  // wgmma_select_kernel is compiled for sm_90a
 constexpr int64_t kMaxGridYZ = 65535;
 
 // Per plan tile (slot-major): its record (tile_blocks pooled blocks' rows), and its schedule sort
@@ -98,11 +103,59 @@ __global__ void __launch_bounds__(kRecordThreads)
 }
 
 // Keys per split: whole groups of the running maximum, about kSplitKeys of them; every key in one
-// split when a group spans the keys.
-int64_t split_key_count(const detail::VecParams& vec, int64_t kv_len) {
+// split when a group spans the keys. The longest split the score pass takes.
+int64_t longest_split_keys(const detail::VecParams& vec, int64_t kv_len) {
   const int64_t group_keys = std::min(vec.group_tiles, kv_len + 1) * kTileKeys;
   if (group_keys >= kv_len) return std::max<int64_t>(kv_len, 1);
   return group_keys * std::max<int64_t>(1, kSplitKeys / group_keys);
+}
+
+// The score pass's CTAs per head slot that scan keys with splits of `split_keys` (the others exit
+// at once): as select_kernel bounds a CTA's keys, from the tile of the first non-sink key up to
+// the candidate end of its last block.
+int64_t scanning_ctas_per_slot(const VecKernelParams& p, int64_t split_keys) {
+  const int64_t sink_end = std::min<int64_t>(p.pooling, p.kv_len);
+  const int64_t scan_floor = sink_end / kTileKeys * kTileKeys;
+  int64_t ctas = 0;
+  for (int64_t first = 0; first < p.blocks; first += kCtaRows) {
+    const int64_t last = std::min<int64_t>(first + kCtaRows, p.blocks) - 1;
+    const int64_t diagonal = std::clamp<int64_t>(last * p.pooling + p.causal_offset, 0, p.kv_len);
+    const int64_t candidate_end = p.causal != 0 ? diagonal : p.kv_len;
+    if (candidate_end > scan_floor) {
+      ctas += ceil_div(candidate_end, split_keys) - scan_floor / split_keys;
+    }
+  }
+  return ctas;
+}
+
+// Keys per split for this launch (splits are independent, so the choice changes no score): the
+// longest split, or its groups halved up to kSplitHalvings times, whichever takes the
+// fewest chunk-times when the scanning CTAs run `resident_ctas` at a time, each its split's chunks
+// plus kCtaStartChunks (the longer on ties). At 128K, 4 heads on 1 KV head and two CTAs per SM on
+// 132 SMs, 4096-key splits are 1088 CTAs: 4.1 rounds of 264, so a fifth round runs 32 CTAs; 2048
+// keys make 8.2 rounds of half the length.
+int64_t split_key_count(const VecKernelParams& p, const detail::VecParams& vec, int64_t slots,
+                        int64_t resident_ctas) {
+  const int64_t longest = longest_split_keys(vec, p.kv_len);
+  const int64_t group_keys = int64_t{p.group_tiles} * kTileKeys;
+  if (group_keys >= p.kv_len) return longest;  // one split holds every key
+  int64_t best = longest;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  for (int halving = 0; halving <= vec_kernels::kSplitHalvings; ++halving) {
+    const int64_t groups = longest / group_keys >> halving;
+    if (groups < 1) break;
+    const int64_t split_keys = groups * group_keys;
+    if (ceil_div(p.kv_len, split_keys) > kMaxGridYZ) break;
+    const int64_t rounds = ceil_div(slots * scanning_ctas_per_slot(p, split_keys),
+                                    std::max<int64_t>(resident_ctas, 1));
+    const int64_t cost =
+        rounds * (ceil_div(split_keys, vec_kernels::kChunkKeys) + vec_kernels::kCtaStartChunks);
+    if (cost < best_cost) {
+      best = split_keys;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const PlanShape& shape,
@@ -128,9 +181,6 @@ VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const 
   p.tile_blocks = static_cast<int32_t>(detail::vec_tile_blocks(shape, vec));
   p.tiles = static_cast<int32_t>(detail::vec_tile_count(shape, vec));
   p.group_tiles = static_cast<int32_t>(std::min<int64_t>(vec.group_tiles, shape.kv_len + 1));
-  const int64_t split_keys = split_key_count(vec, shape.kv_len);
-  p.split_keys = static_cast<int32_t>(split_keys);
-  p.splits = static_cast<int32_t>(ceil_div(shape.kv_len, split_keys));
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
   p.alpha_heads = static_cast<int32_t>(head_specs.size());
@@ -171,7 +221,7 @@ void check_shape(const PatternSpec& resolved_spec, const PlanShape& shape,
                                              std::to_string(kMaxGridYZ * kCtaRows) +
                                              " pooled blocks, got " + std::to_string(blocks));
   }
-  const int64_t splits = ceil_div(shape.kv_len, split_key_count(vec, shape.kv_len));
+  const int64_t splits = ceil_div(shape.kv_len, longest_split_keys(vec, shape.kv_len));
   if (splits > kMaxGridYZ) {
     throw Error(ErrorCode::kUnsupported, "build_vec_plan_on_device: at most " +
                                              std::to_string(kMaxGridYZ) + " key splits, got " +
@@ -266,34 +316,74 @@ class PhaseEvents {
   cudaEvent_t events_[kEnd] = {};
 };
 
+// The score pass's CTAs resident on the current device at once.
+int64_t resident_select_ctas(const void* kernel, int shared_bytes) {
+  int device = 0;
+  int multiprocessors = 0;
+  int per_multiprocessor = 0;
+  check_cuda(cudaGetDevice(&device), "vec index: device");
+  check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
+             "vec index: multiprocessors");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel,
+                                                           kSelectThreads, shared_bytes),
+             "vec index: score pass occupancy");
+  return static_cast<int64_t>(multiprocessors) * per_multiprocessor;
+}
+
+// The score pass's kernel and its dynamic shared memory: the wgmma one, or mma.sync's (head_dim 128
+// fixes its head_dim steps at compile time; other widths read them from p).
 template <class Element>
-void launch_scores(const VecKernelParams& p, int32_t slots, cudaStream_t stream,
-                   PhaseEvents& events) {
+std::pair<void (*)(VecKernelParams), int> score_kernel(VecScorePass pass, int32_t head_dim) {
+  if (pass == VecScorePass::kWgmma) {
+    return {wgmma_select_kernel<Element>, vec_kernels::wgmma_select_shared_bytes<Element>()};
+  }
+  return {head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
+                                  : select_kernel<Element, 0>,
+          vec_kernels::select_shared_bytes<Element>()};
+}
+
+// Pools, then scores with splits of split_key_count's length (p's split fields set here).
+template <class Element>
+void launch_scores(VecKernelParams p, const detail::VecParams& vec, int32_t slots,
+                   VecScorePass pass, cudaStream_t stream, PhaseEvents& events) {
   pool_kernel<Element><<<dim3(static_cast<unsigned>(p.blocks), static_cast<unsigned>(slots)),
                          kPoolThreads, 0, stream>>>(p);
   check_launch("vec index: pooled queries");
   events.record(PhaseEvents::kPool);
+  const auto [kernel, shared_bytes] = score_kernel<Element>(pass, p.head_dim);
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
+      "vec index: score pass shared memory");
+  const int64_t split_keys = split_key_count(
+      p, vec, slots, resident_select_ctas(reinterpret_cast<const void*>(kernel), shared_bytes));
+  p.split_keys = static_cast<int32_t>(split_keys);
+  p.splits = static_cast<int32_t>(ceil_div(p.kv_len, split_keys));
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(ceil_div(p.blocks, kCtaRows)));
-  // head_dim 128 fixes the head_dim steps at compile time; other widths read them from p.
-  const auto kernel = p.head_dim == kMaxHeadDim ? select_kernel<Element, vec_kernels::kMaxKSteps>
-                                                : select_kernel<Element, 0>;
-  constexpr int kSharedBytes = vec_kernels::select_shared_bytes<Element>();
-  check_cuda(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
-      "vec index: score pass shared memory");
-  kernel<<<grid, kSelectThreads, kSharedBytes, stream>>>(p);
+  kernel<<<grid, kSelectThreads, shared_bytes, stream>>>(p);
   check_launch("vec index: score pass");
   events.record(PhaseEvents::kScore);
 }
 
-void run_scores(const EstimateOperands& operands, const VecKernelParams& p, int32_t slots,
-                cudaStream_t stream, PhaseEvents& events) {
+void run_scores(const EstimateOperands& operands, const VecKernelParams& p,
+                const detail::VecParams& vec, int32_t slots, VecScorePass pass, cudaStream_t stream,
+                PhaseEvents& events) {
   if (operands.dtype == DType::kBFloat16) {
-    launch_scores<__nv_bfloat16>(p, slots, stream, events);
+    launch_scores<__nv_bfloat16>(p, vec, slots, pass, stream, events);
   } else {
-    launch_scores<__half>(p, slots, stream, events);
+    launch_scores<__half>(p, vec, slots, pass, stream, events);
   }
+}
+
+// Whether the wgmma score pass is compiled for this head_dim on the current device.
+bool wgmma_scores_fit(int64_t head_dim) {
+  if (head_dim != vec_kernels::kWgmmaHeadDim) return false;
+  int device = 0;
+  int major = 0;
+  check_cuda(cudaGetDevice(&device), "vec index: device");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "vec index: compute capability");
+  return major == kWgmmaComputeMajor;
 }
 
 void run_runs(const VecKernelParams& p, int64_t tiles, bool write, cudaStream_t stream) {
@@ -394,6 +484,27 @@ class BuildScratch {
 
 }  // namespace
 
+VecScorePass vec_score_pass(int64_t head_dim) {
+  const char* chosen = std::getenv(kVecScorePassVariable);
+  const std::string name = chosen == nullptr ? "" : chosen;
+  if (name.empty()) return wgmma_scores_fit(head_dim) ? VecScorePass::kWgmma : VecScorePass::kMma;
+  if (name == vec_score_pass_name(VecScorePass::kMma)) return VecScorePass::kMma;
+  if (name != vec_score_pass_name(VecScorePass::kWgmma)) {
+    throw_invalid_argument(kVecScorePassVariable, "mma, wgmma or unset", "'" + name + "'");
+  }
+  if (!wgmma_scores_fit(head_dim)) {
+    throw Error(ErrorCode::kUnsupported, std::string(kVecScorePassVariable) + "=wgmma: head_dim " +
+                                             std::to_string(vec_kernels::kWgmmaHeadDim) +
+                                             " on an sm_90 device, got head_dim " +
+                                             std::to_string(head_dim));
+  }
+  return VecScorePass::kWgmma;
+}
+
+const char* vec_score_pass_name(VecScorePass pass) {
+  return pass == VecScorePass::kWgmma ? "wgmma" : "mma";
+}
+
 bool builds_vec_on_device(const PatternSpec& resolved_spec, const PlanShape& shape) {
   if (!detail::is_spec_of(resolved_spec, detail::vec_entry())) return false;
   const detail::VecParams params = detail::vec_params(resolved_spec);
@@ -417,6 +528,8 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
   const PatternSpec& resolved_spec = resolved_specs.front();
   check_shape(resolved_spec, shape, operands);
   check_head_specs(resolved_specs, shape);
+  const VecScorePass pass = vec_score_pass(operands.head_dim);
+  if (times != nullptr) times->score_pass = pass;
   const detail::VecParams vec = detail::vec_params(resolved_spec);
   const auto slots = static_cast<int32_t>(shape.head_slots());
   const int64_t blocks = detail::vec_block_count(shape, vec);
@@ -439,7 +552,7 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
              "vec index: counts");
   check_cuda(cudaMemsetAsync(p.span_counts + tiles, 0, sizeof(int64_t), stream),
              "vec index: span counts");
-  run_scores(operands, p, slots, stream, events);
+  run_scores(operands, p, vec, slots, pass, stream, events);
   run_runs(p, tiles, false, stream);
   events.record(PhaseEvents::kCount);
   int64_t totals[2] = {0, 0};  // columns, spans

@@ -21,6 +21,21 @@
 
 namespace mmsparse::cuda {
 
+// The score pass's kernel: mma.sync fragments per warp (any head_dim up to 128), or warpgroup MMAs
+// with both operands in shared memory (head_dim 128 on sm_90). The same selection within the
+// rounding bound of vec.h's "Arithmetic".
+enum class VecScorePass { kMma, kWgmma };
+
+// The environment variable that picks the score pass: "mma", "wgmma" or unset (wgmma where it is
+// compiled for, else mma), so that one build can compare the two.
+inline constexpr char kVecScorePassVariable[] = "MMSPARSE_VEC_SCORE";
+
+// The score pass a build of this head_dim runs on the current device under kVecScorePassVariable.
+// Throws kInvalidArgument naming the variable for another value, kUnsupported for "wgmma" where
+// it is not compiled for (head_dim other than 128, or a device other than sm_90).
+VecScorePass vec_score_pass(int64_t head_dim);
+const char* vec_score_pass_name(VecScorePass pass);
+
 // Stream milliseconds of each phase of one build, for benchmarks (bench/index_bench.cu): the
 // build records an event between phases and synchronises once more at its end to read them.
 struct VecBuildTimes {
@@ -35,6 +50,7 @@ struct VecBuildTimes {
   float write = 0.0f;     // the run pass writing spans and columns
   float schedule = 0.0f;  // the heaviest-first sort
   float total = 0.0f;     // first event to last
+  VecScorePass score_pass = VecScorePass::kMma;  // the score pass that ran
 };
 
 // Whether build_vec_plan_on_device builds this resolved vec spec for the shape: a pooled block

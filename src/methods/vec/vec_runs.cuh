@@ -16,9 +16,11 @@
 // the runs ending in its word with bit operations, not one by one (classify_word: a run inside a
 // word is too short for a span unless it holds a sink or diagonal key, and only the word's first
 // run to end can have begun before it), so the count pass does no per-run work. The write pass
-// places a lane's span records by a warp exclusive sum, stages its column keys in shared memory at
-// their warp offsets (one store per key, from the column bits), and copies the step's columns out
-// with coalesced stores.
+// places a lane's span records by a warp exclusive sum, stages the step's column keys in shared
+// memory by word, each key by the lane of its word (step_columns: a column run's keys in earlier
+// words are those words' bits), at offsets from a warp sum of popcounts, either a lane walking
+// its own bits or the warp placing one word at a time (stage_column_bits, whichever the step's
+// words make cheaper), and copies the step's columns out with coalesced stores.
 
 #include <cstdint>
 
@@ -32,6 +34,10 @@ namespace mmsparse::cuda::vec_kernels {
 
 constexpr int kRunWarps = 4;
 constexpr int kRunThreads = kRunWarps * kWarpSize;
+// Resident CTAs per SM the run kernels are compiled for: 12 fit at 40 registers a thread and the
+// write pass's 17 KB stage (plus 1 KB the driver reserves) in the 228 KB of an H100 SM. Without
+// the bound ptxas gave the write pass 48 registers, 10 CTAs, and the pass is latency-bound.
+constexpr int kRunCtasPerSm = 12;
 constexpr int kWordKeys = 32;
 constexpr int kRunStepKeys = kWarpSize * kWordKeys;
 constexpr int kMinSpanKeys = static_cast<int>(detail::kVecMinSpanKeys);
@@ -187,38 +193,133 @@ __device__ inline WordClasses classify_word(const TileWords& tile, const WordRun
   return classes;
 }
 
-// Writes the runs ending in this lane's word, ascending: span records at `span_at`, column keys
-// into the warp's stage at `stage_at`. The carried run comes first (its keys are the lowest).
-__device__ inline void write_word_runs(const VecKernelParams& p, const WordRuns& runs,
-                                       const WordClasses& classes, int64_t span_at,
-                                       int32_t stage_at, int32_t* stage) {
-  if (classes.carried) {
-    if (classes.carried_span) {
-      p.spans[span_at++] = {classes.carried_start, classes.carried_last + 1, 1, 1};
-    } else {
-      for (int32_t key = classes.carried_start; key <= classes.carried_last; ++key) {
-        stage[stage_at++] = key;
-      }
-    }
+// Writes the span records of the runs ending in this lane's word, ascending, at `span_at`: the
+// carried run first (its keys are the lowest).
+__device__ inline void write_word_spans(const VecKernelParams& p, const WordRuns& runs,
+                                        const WordClasses& classes, int64_t span_at) {
+  if (classes.carried && classes.carried_span) {
+    p.spans[span_at++] = {classes.carried_start, classes.carried_last + 1, 1, 1};
   }
   for (uint32_t ends = classes.span_ends; ends != 0u; ends &= ends - 1u) {
     const int end = __ffs(static_cast<int>(ends)) - 1;
     p.spans[span_at++] = {runs.run_start(end), runs.base + end + 1, 1, 1};
   }
-  for (uint32_t keys = classes.columns; keys != 0u; keys &= keys - 1u) {
-    stage[stage_at++] = runs.base + __ffs(static_cast<int>(keys)) - 1;
+}
+
+// The column keys a step writes are those of the column runs ending in it. By word, a lane holds
+// the bits of its own word that belong to them: its in-word column runs, the head of its carried
+// run when that is a column, and its trailing bits (a run going on past the word) when that run
+// ends in the step as a column. Such a run ends at the first end of the next lane with an end
+// (the words between are all kept), where it is that lane's carried run. Keys of a column run
+// ending in the step that lie before the step (fewer than kMinSpanKeys: only the step's first
+// lane with an end can have them) are the step's first columns. So every key is staged by the
+// lane of its word and the step's columns come out in key order, as the count pass counted them.
+struct StepColumns {
+  uint32_t bits = 0u;       // this lane's word's column keys written in this step
+  int32_t before_step = 0;  // column keys before the step, from the warp's first carried run
+};
+
+__device__ inline StepColumns step_columns(const WordRuns& runs, const WordClasses& classes,
+                                           uint32_t word, int32_t step_base, int lane) {
+  const bool carried_column = classes.carried && !classes.carried_span;
+  StepColumns columns;
+  columns.bits = classes.columns;
+  uint32_t trailing = word;
+  if (runs.ends != 0u) {
+    const int first_end = __ffs(static_cast<int>(runs.ends)) - 1;
+    const int last_end = kWordKeys - 1 - __clz(runs.ends);
+    if (carried_column) columns.bits |= bits_between(0, first_end);
+    trailing &= ~bits_between(0, last_end);
+  }
+  const uint32_t lanes_ending = __ballot_sync(kFullWarpMask, runs.ends != 0u);
+  const uint32_t later = lanes_ending & ~bits_between(0, lane);
+  const int next = later != 0u ? __ffs(static_cast<int>(later)) - 1 : lane;
+  const bool trailing_column = __shfl_sync(kFullWarpMask, carried_column, next) && later != 0u;
+  if (trailing_column) columns.bits |= trailing;
+  const int first = __ffs(static_cast<int>(lanes_ending)) - 1;
+  const int32_t before =
+      carried_column && classes.carried_start < step_base ? step_base - classes.carried_start : 0;
+  columns.before_step = __shfl_sync(kFullWarpMask, before, first);
+  return columns;
+}
+
+// The shared-memory address of `stage`, held in a register. Taken through a shuffle, which ptxas
+// does not recompute: from the pointer itself it rebuilds the stage's shared-window address
+// before every predicated store (five instructions each).
+__device__ inline uint32_t stage_address(const int32_t* stage) {
+  return __shfl_sync(kFullWarpMask, static_cast<uint32_t>(__cvta_generic_to_shared(stage)), 0);
+}
+
+constexpr uint32_t kStageKeyBytes = sizeof(int32_t);
+
+// Stores `value` at the shared-memory address `address` (of a stage from stage_address).
+__device__ inline void store_shared(uint32_t address, int32_t value) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(value) : "memory");
+}
+
+// Issued instructions (sm_90a SASS) of the two ways to stage a step's column bits: the warp
+// placing one word costs 14 per word holding columns, a lane walking all its word's bits with
+// predicated stores about 4 per bit. (A lane visiting only its set bits, the old loop, cost ~10
+// per key as often as the fullest word has keys: 20-32 on ragged selections.)
+constexpr int kWarpStagingCostPerWord = 14;
+constexpr int kLaneStagingCostPerBit = 4;
+constexpr int kLaneStagingCost = kLaneStagingCostPerBit * kWordKeys;
+
+// Stages each lane's column bits `bits` (word `lane` of the step from key `step_base`) at its
+// offset `at` of the warp's stage, ascending. With few words holding columns the warp places one
+// word at a time (each lane stores the key of its bit, at the word's offset plus the bits below
+// it); otherwise every lane walks its 32 bits at once, storing where a bit is set. The stage is
+// the same either way.
+__device__ inline void stage_column_bits(uint32_t bits, int32_t at, int32_t step_base, int lane,
+                                         int32_t* stage) {  // stage: [kStageKeys]
+  const uint32_t words = __ballot_sync(kFullWarpMask, bits != 0u);
+  if (__popc(words) * kWarpStagingCostPerWord < kLaneStagingCost) {
+    const uint32_t lane_bit = 1u << lane;
+    const uint32_t lanes_below = lane_bit - 1u;
+    const uint32_t address = stage_address(stage);
+    for (uint32_t left = words; left != 0u; left &= left - 1u) {
+      const int source = __ffs(static_cast<int>(left)) - 1;
+      const uint32_t source_bits = __shfl_sync(kFullWarpMask, bits, source);
+      const int32_t slot =
+          __shfl_sync(kFullWarpMask, at, source) + __popc(source_bits & lanes_below);
+      const int32_t key = step_base + source * kWordKeys + lane;
+      if ((source_bits & lane_bit) != 0u) {
+        store_shared(address + static_cast<uint32_t>(slot) * kStageKeyBytes, key);
+      }
+    }
+    return;
+  }
+  const int32_t base = step_base + lane * kWordKeys;
+  uint32_t address = stage_address(stage) + static_cast<uint32_t>(at) * kStageKeyBytes;
+#pragma unroll
+  for (int bit = 0; bit < kWordKeys; ++bit) {
+    const bool column = ((bits >> bit) & 1u) != 0u;
+    if (column) store_shared(address, base + bit);
+    address += column ? kStageKeyBytes : 0u;
   }
 }
 
+// The plan tile (slot-major index) that warp `order` of the launch serves: positions from the last
+// to the first, head slots fastest. Causal, a tile's keys grow with its position, so the longest
+// tiles start first and the short ones fill the last wave instead of the long ones trailing it.
+__device__ inline int64_t tile_in_launch_order(const VecKernelParams& p, int64_t order,
+                                               int64_t tiles) {
+  const int64_t slots = tiles / p.tiles;
+  return order % slots * p.tiles + (p.tiles - 1 - order / slots);
+}
+
 // Counts (kWrite false: span records, column keys and kept keys per tile) or writes (true) the
-// spans and columns of tile blockIdx.x * kRunWarps + warp.
+// spans and columns of the tile that warp blockIdx.x * kRunWarps + warp serves
+// (tile_in_launch_order).
 template <bool kWrite>
-__global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams p, int64_t tiles) {
+__global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
+    runs_kernel(const VecKernelParams p, int64_t tiles) {
   __shared__ int32_t stages[kWrite ? kRunWarps : 1][kWrite ? kStageKeys : 1];
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
-  if (tile >= tiles) return;  // warp-uniform
+  const int64_t order = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
+  if (order >= tiles) return;  // warp-uniform
+  const int64_t tile = tile_in_launch_order(p, order, tiles);
   const TileWords words = tile_words(p, tile);
   int32_t* stage = stages[kWrite ? warp : 0];
   int64_t span_cursor = kWrite ? p.span_offsets[tile] : 0;
@@ -252,18 +353,24 @@ __global__ void __launch_bounds__(kRunThreads) runs_kernel(const VecKernelParams
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
     const WordClasses classes = classify_word(words, runs, word);
     const int32_t lane_spans = classes.spans;
-    const int32_t lane_columns = classes.column_keys;
     if (!kWrite) {
       spans += lane_spans;
-      columns += lane_columns;
+      columns += classes.column_keys;
       continue;
     }
     const int32_t spans_through = warp_inclusive_sum(lane_spans);
-    const int32_t columns_through = warp_inclusive_sum(lane_columns);
-    write_word_runs(p, runs, classes, span_cursor + spans_through - lane_spans,
-                    columns_through - lane_columns, stage);
+    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
+    const int32_t step_base = first_word * kWordKeys;
+    const StepColumns staged = step_columns(runs, classes, word, step_base, lane);
+    const int32_t lane_staged = __popc(staged.bits);
+    const int32_t staged_through = staged.before_step + warp_inclusive_sum(lane_staged);
+#pragma unroll
+    for (int32_t i = lane; i < kMinSpanKeys; i += kWarpSize) {
+      if (i < staged.before_step) stage[i] = step_base - staged.before_step + i;
+    }
+    stage_column_bits(staged.bits, staged_through - lane_staged, step_base, lane, stage);
     __syncwarp();
-    const int32_t step_columns = __shfl_sync(kFullWarpMask, columns_through, kWarpSize - 1);
+    const int32_t step_columns = __shfl_sync(kFullWarpMask, staged_through, kWarpSize - 1);
     for (int32_t i = lane; i < step_columns; i += kWarpSize)
       p.columns[column_cursor + i] = stage[i];
     __syncwarp();  // the next step's runs overwrite the stage

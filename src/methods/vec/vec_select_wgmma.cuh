@@ -1,0 +1,322 @@
+#pragma once
+// VecAttention's score pass on warpgroup MMAs (sm_90a, head_dim 128): the same selection as
+// vec_select.cuh's select_kernel (TilingSelect + minS, the same keep masks), with the scores of a
+// chunk computed by one asynchronous wgmma per head_dim step, both operands in shared memory,
+// instead of ldmatrix fragments and mma.sync per warp. A CTA serves the same kCtaRows pooled blocks
+// of one head slot over the same key split as select_kernel: two warpgroups of 64 rows, so warp w
+// holds rows 16 w .. 16 w + 15 as before, and the wgmma accumulator is the mma.sync m16n8 layout
+// repeated along the keys: a chunk's tile t, key half j is accumulator tile 2 t + j, exactly
+// select_kernel's acc[half][t][j] for t = 2 half + t'. The filter (filter_half_chunk) therefore
+// runs unchanged on the accumulators.
+//
+// Pipeline: the pooled queries (kCtaRows x head_dim) and the key chunks (kChunkKeys x head_dim) lie
+// in shared memory as 128-byte swizzle atoms (sm90/traits.cuh's layout, which the descriptors
+// read), copied by every thread with cp.async through kWgmmaStages stages, one barrier per chunk.
+// Each warpgroup issues chunk c + 1's wgmma group into one accumulator set, then filters chunk c
+// from the other while the tensor cores run: two sets of kChunkKeys / 2 floats a thread, where
+// select_kernel held the 32 registers of the pooled fragments and 32 accumulators.
+//
+// Arithmetic: the products are exact and summed in fp32 by the tensor cores in their own order,
+// as with mma.sync, so a score may differ from select_kernel's in its last bits; the selection
+// keeps the host's rounding bound (vec_device.cu's design comment).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cuda/attention/sm80/ptx.cuh"
+#include "cuda/attention/sm90/ptx.cuh"
+#include "methods/vec/vec_select.cuh"
+
+namespace mmsparse::cuda::vec_kernels {
+
+constexpr int kWgmmaHeadDim = kMaxHeadDim;  // the one head_dim compiled for (else select_kernel)
+constexpr int kWgmmaWarpgroupRows = kWarpgroupWarps * kMmaRows;  // M of the wgmma
+static_assert(kCtaRows % kWgmmaWarpgroupRows == 0, "the CTA's rows are whole warpgroups");
+constexpr int kWgmmaWarpgroups = kCtaRows / kWgmmaWarpgroupRows;
+static_assert(kWgmmaWarpgroups * kWarpgroupThreads == kSelectThreads,
+              "the same threads as select_kernel: its grid and split choice serve both");
+// Four stages: chunks c + 1 .. c + 3 in flight while chunk c is filtered; 32 KiB of queries and
+// 64 KiB of keys (and an atom of alignment slack) keep two CTAs per SM, as select_kernel.
+constexpr int kWgmmaStages = 4;
+constexpr int kWgmmaAccumulatorTiles = kChunkKeys / kMmaN;  // the m64nN accumulator's 8-key tiles
+static_assert(kWgmmaAccumulatorTiles == 2 * kChunkTiles, "two 8-key halves per 16-key tile");
+
+template <class Element>
+struct WgmmaSelectLayout {
+  static constexpr int kAtomElements = kSwizzleBytes / static_cast<int>(sizeof(Element));
+  static constexpr int kColumnBlocks = kWgmmaHeadDim / kAtomElements;  // atoms across head_dim
+  static constexpr int kStepsPerAtom = kAtomElements / kMmaK;          // k-steps per atom
+  static constexpr int kHeadDimSteps = kWgmmaHeadDim / kMmaK;
+  static constexpr int kStepBytes = kMmaK * static_cast<int>(sizeof(Element));
+  static constexpr int kVectorElements = kCopyBytes / static_cast<int>(sizeof(Element));
+  static constexpr int kVectorsPerRow = kWgmmaHeadDim / kVectorElements;
+  static constexpr int kVectorsPerAtomRow = kSwizzleBytes / kCopyBytes;
+  static constexpr int kRowsPerPass = kSelectThreads / kVectorsPerRow;  // rows a pass copies
+  static constexpr int kQueryBlockBytes = kCtaRows * kSwizzleBytes;     // a column block of Q
+  static constexpr int kChunkBlockBytes = kChunkKeys * kSwizzleBytes;   // a column block of keys
+  static_assert(kWgmmaHeadDim % kAtomElements == 0, "head_dim fills whole swizzle atoms");
+  static_assert(kSelectThreads % kVectorsPerRow == 0, "a copy pass covers whole rows");
+  static_assert(kChunkKeys % kRowsPerPass == 0 && kCtaRows % kRowsPerPass == 0,
+                "chunks and the query tile are whole passes");
+  static_assert(kRowsPerPass % kSwizzleAtomRows == 0,
+                "a thread's vector keeps its place in the swizzle from pass to pass");
+
+  // Byte offset of this thread's vector in row `row` of a swizzled tile of `rows` rows: the column
+  // block, the row's 128-byte line, the vector XORed with row % 8 (the 128-byte swizzle).
+  __device__ static uint32_t vector_offset(int rows, int row, int vector) {
+    const int block = vector / kVectorsPerAtomRow;
+    const int in_block = vector % kVectorsPerAtomRow;
+    return static_cast<uint32_t>(block * rows * kSwizzleBytes + row * kSwizzleBytes +
+                                 (in_block ^ (row % kSwizzleAtomRows)) * kCopyBytes);
+  }
+};
+
+template <class Element>
+struct WgmmaSelectStorage {
+  // [column block][rows][kAtomElements] each, 128-byte swizzled.
+  alignas(kSwizzleAtomBytes) Element query[kCtaRows * kWgmmaHeadDim];
+  alignas(kSwizzleAtomBytes) Element keys[kWgmmaStages][kChunkKeys * kWgmmaHeadDim];
+};
+
+// Dynamic shared memory is aligned to 16 bytes only: an atom of slack for the 1024-byte alignment
+// the swizzled descriptors need.
+template <class Element>
+constexpr int wgmma_select_shared_bytes() {
+  return static_cast<int>(sizeof(WgmmaSelectStorage<Element>)) + kSwizzleAtomBytes;
+}
+
+template <class Element>
+__device__ WgmmaSelectStorage<Element>& aligned_select_storage(unsigned char* dynamic_shared) {
+  const uint32_t address = shared_address(dynamic_shared);
+  const uint32_t padding = (kSwizzleAtomBytes - address % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  return *reinterpret_cast<WgmmaSelectStorage<Element>*>(dynamic_shared + padding);
+}
+
+// Queues the copies of kRows rows of head_dim elements from `source` (row r at source + r *
+// row_stride; rows at or past `valid_rows` zero-filled) into the swizzled tile at `tile`. A thread
+// copies the same vector of every kRowsPerPass-th row: its place in the swizzle stays, its source
+// advances by a constant. No commit.
+template <class Element, int kRows>
+__device__ void copy_swizzled_rows(uint32_t tile, const Element* source, int64_t row_stride,
+                                   int valid_rows) {
+  using Layout = WgmmaSelectLayout<Element>;
+  const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
+  const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
+  const uint32_t destination = tile + Layout::vector_offset(kRows, first_row, vector);
+  const Element* first_source = source + first_row * row_stride + vector * Layout::kVectorElements;
+  const int64_t pass_stride = Layout::kRowsPerPass * row_stride;
+#pragma unroll
+  for (int pass = 0; pass < kRows / Layout::kRowsPerPass; ++pass) {
+    const bool valid = first_row + pass * Layout::kRowsPerPass < valid_rows;
+    copy_async_16(destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
+                  valid ? first_source + pass * pass_stride : source, valid);
+  }
+}
+
+// Queues chunk `chunk` of the scan (keys scan_begin + chunk * kChunkKeys on, those past kv_len
+// zero-filled) into `stage`, as one copy group; an empty group past the last chunk, so that the
+// count of groups in flight says which chunk has landed.
+template <class Element>
+__device__ void queue_wgmma_chunk(const VecKernelParams& p, const Element* keys, int32_t scan_begin,
+                                  int32_t chunk, int32_t chunks, uint32_t stage) {
+  if (chunk < chunks) {
+    const int32_t chunk_begin = scan_begin + chunk * kChunkKeys;
+    copy_swizzled_rows<Element, kChunkKeys>(
+        stage, keys + static_cast<int64_t>(chunk_begin) * p.k_stride_row, p.k_stride_row,
+        p.kv_len - chunk_begin);
+  }
+  commit_async_copies();
+}
+
+// Issues the scores of the warpgroup's 64 pooled blocks against a stage's kChunkKeys keys (raw dot
+// products) as one wgmma group: scores[2 t + j] holds tile t's keys 8 j .. 8 j + 7.
+template <class Element>
+__device__ void issue_chunk_scores(uint32_t query, uint32_t stage,
+                                   float (&scores)[kWgmmaAccumulatorTiles][4]) {
+  using Layout = WgmmaSelectLayout<Element>;
+  const uint64_t query_descriptor = matrix_descriptor(query, kCopyBytes, kSwizzleAtomBytes);
+  const uint64_t key_descriptor = matrix_descriptor(stage, kCopyBytes, kSwizzleAtomBytes);
+  warpgroup_fence();
+#pragma unroll
+  for (int step = 0; step < Layout::kHeadDimSteps; ++step) {
+    // K-steps inside an atom advance the start address; the hardware applies the swizzle to the
+    // resulting addresses (the atoms are 1024-byte aligned).
+    const int block = step / Layout::kStepsPerAtom;
+    const uint32_t within = step % Layout::kStepsPerAtom * Layout::kStepBytes;
+    WgmmaScores<Element, kChunkKeys>::run(
+        scores, advance_descriptor(query_descriptor, block * Layout::kQueryBlockBytes + within),
+        advance_descriptor(key_descriptor, block * Layout::kChunkBlockBytes + within), step > 0);
+  }
+  warpgroup_commit();
+}
+
+// A chunk's scores times p.scale, out of the accumulators (issue_chunk_scores's, complete) into
+// registers of their own, in filter_half_chunk's shape: [half][tile][key half][4], accumulator
+// tile 4 half + 2 t + j. The accumulators are then free for the next chunk's wgmma while these
+// are filtered: no instruction but the wgmma touches them in between, else ptxas serialises it.
+__device__ inline void scale_chunk_scores(const VecKernelParams& p,
+                                          const float (&scores)[kWgmmaAccumulatorTiles][4],
+                                          float (&scaled)[2][kHalfTiles][2][4]) {
+#pragma unroll
+  for (int tile = 0; tile < kWgmmaAccumulatorTiles; ++tile) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      scaled[tile / (2 * kHalfTiles)][tile / 2 % kHalfTiles][tile % 2][i] =
+          __fmul_rn(scores[tile][i], p.scale);
+    }
+  }
+}
+
+// Filters a chunk's scaled scores into the lane's rows' keep masks and stores them, as scan_chunks
+// does for its two halves.
+template <bool kAllCandidates>
+__device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha,
+                                       int32_t chunk_begin, int32_t warp_end,
+                                       float (&scaled)[2][kHalfTiles][2][4], RowState& state,
+                                       const MaskStore& store) {
+  const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
+  uint32_t kept[2][2];  // [half][row]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    filter_half_chunk<kAllCandidates, true>(p, log_alpha, chunk_begin, half, scaled[half], state,
+                                            kept[half]);
+  }
+  // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
+  const int32_t my_tile_begin = chunk_begin + quad_lane * kTileKeys;
+  if (my_tile_begin >= warp_end) return;
+  constexpr uint32_t kTileMask = (1u << kTileKeys) - 1u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t half_masks = quad_lane / kHalfTiles == 0 ? kept[0][h] : kept[1][h];
+    if (store.active[h]) {
+      store.rows[h][my_tile_begin / kTileKeys] =
+          static_cast<uint16_t>((half_masks >> (kTileKeys * (quad_lane % kHalfTiles))) & kTileMask);
+    }
+  }
+}
+
+// What every step of wgmma_scan_chunks reads.
+struct WgmmaScan {
+  uint32_t query;      // the warpgroup's rows of the query tile (shared address)
+  uint32_t stages;     // stage 0 (shared address); stage s at + s * kStageBytes
+  int32_t scan_begin;  // the CTA's first key
+  int32_t chunks;
+  int32_t warp_end;  // the warp's keys stop there (warp_key_end)
+  float log_alpha;
+  CandidateRanges full;
+};
+
+template <class Element>
+constexpr uint32_t kWgmmaStageBytes = kChunkKeys* kWgmmaHeadDim * sizeof(Element);
+
+// The chunks of one CTA's key range, as scan_chunks but through wgmma. The pooled queries and the
+// first kWgmmaStages - 1 chunks are queued, chunk 0's wgmma issued; then per chunk c: one barrier
+// (chunk c + 1 has landed in every thread's copies, every warpgroup is done with chunk c - 1, whose
+// stage takes chunk c + kWgmmaStages - 1), chunk c's scores scaled out of the accumulators, chunk
+// c + 1's wgmma issued into them, and chunk c filtered while the tensor cores run.
+template <class Element>
+__device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
+                                  const Element* pooled, WgmmaScan& scan, RowState& state,
+                                  const MaskStore& store) {
+  const auto stage_of = [&](int32_t chunk) {
+    return scan.stages + static_cast<uint32_t>(chunk) % kWgmmaStages * kWgmmaStageBytes<Element>;
+  };
+  // The query tile rides in chunk 0's copy group.
+  const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
+  copy_swizzled_rows<Element, kCtaRows>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
+  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) {
+    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c, scan.chunks, stage_of(c));
+  }
+  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  const uint32_t query =
+      scan.query + static_cast<uint32_t>(warpgroup * kWgmmaWarpgroupRows * kSwizzleBytes);
+  state.group_position = scan.scan_begin / kTileKeys % p.group_tiles;
+  float scores[kWgmmaAccumulatorTiles][4];
+  wait_async_copies<kWgmmaStages - 2>();  // the query tile and chunk 0
+  fence_proxy_async();  // the copies were written by the generic proxy; wgmma reads them
+  __syncthreads();
+  issue_chunk_scores<Element>(query, stage_of(0), scores);
+  // At least one chunk (the kernel returns before an empty scan): a loop that may run no chunk
+  // leaves chunk 0's wgmma to a wait ptxas inserts on a path it cannot prove uniform.
+  int32_t c = 0;
+  do {
+    // Groups committed: the prologue's kWgmmaStages - 1 and one per chunk before this one, so
+    // chunk c + 1's has landed when at most the newest kWgmmaStages - 3 are in flight.
+    wait_async_copies<kWgmmaStages - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c + kWgmmaStages - 1, scan.chunks,
+                               stage_of(c + kWgmmaStages - 1));
+    // Every warpgroup scores every chunk of the CTA, on paths that depend on the block and the
+    // loop alone: ptxas serialises wgmma that waits or reads accumulators on a path it cannot
+    // prove uniform across the warpgroup. A warp filters up to its rows' last candidate.
+    const int32_t chunk_begin = scan.scan_begin + c * kChunkKeys;
+    const int32_t next_begin = chunk_begin + kChunkKeys;
+    float scaled[2][kHalfTiles][2][4];
+    warpgroup_wait<0>();
+    pin_accumulators(scores);
+    scale_chunk_scores(p, scores, scaled);
+    if (c + 1 < scan.chunks) issue_chunk_scores<Element>(query, stage_of(c + 1), scores);
+    if (chunk_begin >= scan.warp_end) continue;
+    if (scan.full.hold(chunk_begin, next_begin)) {
+      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
+                                   store);
+    } else {
+      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
+                                    store);
+    }
+  } while (++c < scan.chunks);
+  warpgroup_wait<0>();  // nothing in flight (the last chunk issues none): ptxas sees it so
+}
+
+// select_kernel on wgmma (head_dim 128): the same grid, rows, splits and keep masks.
+template <class Element>
+__global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
+    wgmma_select_kernel(const VecKernelParams p) {
+  extern __shared__ __align__(16) unsigned char select_shared[];
+  WgmmaSelectStorage<Element>& storage = aligned_select_storage<Element>(select_shared);
+  const int32_t slot = static_cast<int32_t>(blockIdx.x);
+  const int32_t split = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int32_t warp_row = first_block + warp * kMmaRows;
+  const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
+  const int32_t split_begin = split * p.split_keys;
+  const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
+  RowState state;
+  MaskStore store;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    state.active[h] = rows[h] < p.blocks;
+    store.active[h] = state.active[h];
+    state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
+    if (!state.active[h]) state.keys[h].candidate_end = 0;
+    state.running[h] = -std::numeric_limits<float>::infinity();
+    store.rows[h] = p.masks + (static_cast<int64_t>(slot) * p.blocks + min(rows[h], p.blocks - 1)) *
+                                  p.mask_pitch;
+  }
+  WgmmaScan scan;
+  scan.scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
+  const int32_t scan_end =
+      min(window_end, block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
+  scan.warp_end = min(scan_end, warp_key_end(state));
+  if (scan.scan_begin >= scan_end) return;  // CTA-uniform
+  const int32_t batch = slot / p.heads;
+  const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
+  scan.log_alpha = p.log_alphas[p.alpha_heads == 1 ? 0 : slot % p.heads];
+  scan.full = warp_candidate_ranges(p, warp_row);
+  scan.chunks = static_cast<int32_t>(ceil_div(scan_end - scan.scan_begin, kChunkKeys));
+  scan.query = shared_address(storage.query);
+  scan.stages = shared_address(storage.keys[0]);
+  const auto* keys =
+      static_cast<const Element*>(p.k) + batch * p.k_stride_batch + kv_head * p.k_stride_head;
+  const auto* pooled = static_cast<const Element*>(p.pooled) +
+                       (static_cast<int64_t>(slot) * p.blocks + first_block) * kWgmmaHeadDim;
+  wgmma_scan_chunks<Element>(p, keys, pooled, scan, state, store);
+}
+
+}  // namespace mmsparse::cuda::vec_kernels

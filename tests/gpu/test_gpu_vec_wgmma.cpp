@@ -1,0 +1,234 @@
+// VecAttention's two score passes (methods/vec/vec_device.h, VecScorePass): mma.sync fragments and
+// warpgroup MMAs (head_dim 128, sm_90). On the same inputs both must select the host's keys within
+// the rounding bound (tests/gpu/vec_selection_check.h), each plan record for record the host's cut
+// of its own selection, and the two selections may differ only at keys where one of them differs
+// from the host, all within the bound: odd lengths, one split and several, GQA 1, 4 and 7, causal
+// and not, both 16-bit dtypes. The environment switch (MMSPARSE_VEC_SCORE) picks wgmma where it is
+// compiled for and mma elsewhere, and names a bad value or an unsupported request.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention_harness.h"
+#include "common/errors.h"
+#include "common/random.h"
+#include "cuda/runtime/engine.h"
+#include "device_buffer.h"
+#include "index_test_support.h"
+#include "methods/estimate/index_builders.h"
+#include "methods/vec/vec_device.h"
+#include "mmsparse/patterns.h"
+#include "mmsparse/plan.h"
+#include "mmsparse/status.h"
+#include "plan_records.h"
+#include "stream_test.h"
+#include "vec_selection_check.h"
+
+namespace mmsparse::test {
+namespace {
+
+using testing::expect_error;
+
+class GpuVecScorePasses : public StreamTest {};
+
+// Sets kVecScorePassVariable for its lifetime (unset for nullopt), then restores it.
+class ScorePassSetting {
+ public:
+  explicit ScorePassSetting(const std::optional<std::string>& value) {
+    const char* before = std::getenv(cuda::kVecScorePassVariable);
+    if (before != nullptr) before_ = before;
+    set(value);
+  }
+  ~ScorePassSetting() { set(before_); }
+  ScorePassSetting(const ScorePassSetting&) = delete;
+  ScorePassSetting& operator=(const ScorePassSetting&) = delete;
+
+ private:
+  static void set(const std::optional<std::string>& value) {
+    if (value) {
+      setenv(cuda::kVecScorePassVariable, value->c_str(), 1);
+    } else {
+      unsetenv(cuda::kVecScorePassVariable);
+    }
+  }
+  std::optional<std::string> before_;
+};
+
+struct PassRun {
+  cuda::VecScorePass pass;
+  const char* setting;
+  VecSelectionStats stats;
+};
+
+PlanShape shape_of(const ProblemSize& size) {
+  return {size.batch, size.q_heads(), size.q_len, size.kv_len, size.tile_rows};
+}
+
+// Builds `spec` on the device under `run.setting`, checks that run.pass ran and that the plan
+// matches the host's within the bound, record for record; returns the host's plan for the device's
+// selection.
+Plan build_and_check(PassRun& run, const PatternSpec& spec, const ProblemSize& size,
+                     const AttentionInputs& inputs, const Plan& host, cudaStream_t stream) {
+  const ScorePassSetting setting(std::string(run.setting));
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const PlanShape shape = shape_of(size);
+  const PatternSpec resolved = resolve_pattern(spec);
+  cuda::VecBuildTimes times;
+  const cuda::DevicePlan built = cuda::build_vec_plan_on_device(
+      resolved, shape, cuda::make_estimate_operands("vec", {q.view, k.view, size.scale}, shape),
+      stream, &times);
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  EXPECT_EQ(times.score_pass, run.pass) << "score pass " << run.setting << " did not run";
+  const Plan adopted = expect_vec_selection_matches(
+      built, host, resolved, {inputs.q.view, inputs.k.view, size.scale}, run.stats);
+  expect_same_records(built, adopted, stream);
+  return adopted;
+}
+
+// The keys of each tile of `plan` (spans and columns), ascending.
+std::vector<int32_t> tile_keys(const Plan& plan, int64_t tile) {
+  std::vector<int32_t> keys(plan.columns.begin() + plan.tile_column_offsets[tile],
+                            plan.columns.begin() + plan.tile_column_offsets[tile + 1]);
+  for (int64_t s = plan.tile_span_offsets[tile]; s < plan.tile_span_offsets[tile + 1]; ++s) {
+    for (int32_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+// Keys kept by one plan's tile and not the other's, over all tiles.
+int64_t differing_keys(const Plan& first, const Plan& second) {
+  EXPECT_EQ(first.num_tiles(), second.num_tiles());
+  int64_t differing = 0;
+  for (int64_t tile = 0; tile < std::min(first.num_tiles(), second.num_tiles()); ++tile) {
+    const std::vector<int32_t> a = tile_keys(first, tile);
+    const std::vector<int32_t> b = tile_keys(second, tile);
+    std::vector<int32_t> only_one;
+    std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(),
+                                  std::back_inserter(only_one));
+    differing += static_cast<int64_t>(only_one.size());
+  }
+  return differing;
+}
+
+// head_dim 128 (the wgmma pass's), odd lengths within one key split and across three (GQA 4 and 7
+// there, to keep the host's reference short), GQA 1, 4 and 7 with one or two KV heads, causal and
+// not, bf16 and fp16, alphas from dense to sparse selections, groups of the running maximum that
+// divide the splits and one that spans the keys.
+TEST_F(GpuVecScorePasses, BothPassesSelectTheSameKeysWithinTheRoundingBound) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  struct Case {
+    int64_t length;
+    Gqa gqa;
+  };
+  constexpr int64_t kShort = 777;
+  constexpr int64_t kMedium = 3 * 1024 + 65;
+  constexpr int64_t kAcrossSplits = 2 * kCheckedSplitKeys + 333;
+  constexpr std::array<Case, 10> kCases = {{{kShort, {1, 1}},
+                                            {kShort, {1, 4}},
+                                            {kShort, {2, 4}},
+                                            {kShort, {1, 7}},
+                                            {kMedium, {1, 1}},
+                                            {kMedium, {1, 4}},
+                                            {kMedium, {2, 4}},
+                                            {kMedium, {1, 7}},
+                                            {kAcrossSplits, {1, 4}},
+                                            {kAcrossSplits, {1, 7}}}};
+  constexpr std::array<int64_t, 4> kAlphas = {1000, 100000, 600000, 950000};
+  constexpr std::array<int64_t, 3> kGroupTiles = {1, 16, 8192};
+  constexpr std::array<int64_t, 2> kPoolings = {64, 128};
+  PassRun mma{cuda::VecScorePass::kMma, "mma", {}};
+  PassRun wgmma{cuda::VecScorePass::kWgmma, "wgmma", {}};
+  int64_t differing = 0;
+  std::size_t trial = 0;
+  for (const Case& test_case : kCases) {
+    ProblemSize size;
+    size.q_len = test_case.length;
+    size.kv_len = test_case.length + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+    size.kv_heads = test_case.gqa.kv_heads;
+    size.group = test_case.gqa.group;
+    size.head_dim = 128;
+    size.dtype = pick(random, kDtypes);
+    size.tile_rows = 128;
+    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+    const AttentionInputs inputs = random_inputs(random, size);
+    for (const int64_t causal : {int64_t{0}, int64_t{1}}) {
+      const PatternSpec spec{"vec",
+                             {{"pooling", pick(random, kPoolings)},
+                              {"group", kGroupTiles[trial % kGroupTiles.size()]},
+                              {"alpha_ppm", kAlphas[trial % kAlphas.size()]},
+                              {"causal", causal},
+                              {"union_tiles", random.uniform_int(0, 1)}}};
+      ++trial;
+      SCOPED_TRACE(spec.to_string() + " " + describe(size));
+      const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+      const Plan host = build_plan(spec, shape_of(size), nullptr, &host_inputs);
+      const Plan by_mma = build_and_check(mma, spec, size, inputs, host, stream_);
+      const Plan by_wgmma = build_and_check(wgmma, spec, size, inputs, host, stream_);
+      differing += differing_keys(by_mma, by_wgmma);
+    }
+  }
+  // A key the passes disagree on differs from the host's on one side, where it is borderline.
+  EXPECT_LE(differing, mma.stats.differing + wgmma.stats.differing);
+  for (const PassRun* run : {&mma, &wgmma}) {
+    EXPECT_GT(run->stats.selected_in_spans, 0) << run->setting;
+    EXPECT_GT(run->stats.selected_in_columns, 0) << run->setting;
+    EXPECT_GT(run->stats.spans_across_splits, 0) << run->setting;
+    EXPECT_LE(run->stats.borderline * kMaxBorderlineShare, run->stats.candidates)
+        << run->setting << ": " << run->stats.borderline << " of " << run->stats.candidates
+        << " candidates within the bound";
+  }
+  RecordProperty("keys_the_passes_disagree_on", std::to_string(differing));
+}
+
+// Unset, the switch takes wgmma at head_dim 128 and mma at 64 (on sm_90, the only architecture
+// the library compiles for); "mma" and "wgmma" force one, "wgmma" at head_dim 64 and other values
+// are refused by name.
+TEST_F(GpuVecScorePasses, TheSwitchPicksThePassAndNamesBadValues) {
+  int device = 0;
+  int major = 0;
+  expect_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  expect_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+              "cudaDeviceGetAttribute");
+  constexpr int kHopper = 9;
+  {
+    const ScorePassSetting setting(std::nullopt);
+    EXPECT_EQ(cuda::vec_score_pass(128),
+              major == kHopper ? cuda::VecScorePass::kWgmma : cuda::VecScorePass::kMma);
+    EXPECT_EQ(cuda::vec_score_pass(64), cuda::VecScorePass::kMma);
+  }
+  {
+    const ScorePassSetting setting(std::string("mma"));
+    EXPECT_EQ(cuda::vec_score_pass(128), cuda::VecScorePass::kMma);
+  }
+  {
+    const ScorePassSetting setting(std::string("wgmma"));
+    if (major == kHopper) {
+      EXPECT_EQ(cuda::vec_score_pass(128), cuda::VecScorePass::kWgmma);
+    }
+    expect_error([] { (void)cuda::vec_score_pass(64); }, ErrorCode::kUnsupported,
+                 {cuda::kVecScorePassVariable, "got head_dim 64"});
+  }
+  {
+    const ScorePassSetting setting(std::string("tensor"));
+    expect_error([] { (void)cuda::vec_score_pass(128); }, ErrorCode::kInvalidArgument,
+                 {cuda::kVecScorePassVariable, "mma, wgmma or unset", "'tensor'"});
+  }
+  EXPECT_STREQ(cuda::vec_score_pass_name(cuda::VecScorePass::kMma), "mma");
+  EXPECT_STREQ(cuda::vec_score_pass_name(cuda::VecScorePass::kWgmma), "wgmma");
+}
+
+}  // namespace
+}  // namespace mmsparse::test
