@@ -431,6 +431,25 @@ struct MaskStore {
   bool active[2];     // rows past the last block store nothing
 };
 
+// The lane's two rows of its warp's 16 pooled blocks starting at `warp_row` (lane / 4 and
+// lane / 4 + 8, the MMA accumulator's rows) in head slot `slot`: their candidate keys, running
+// maxima and mask rows. Rows past the last block only pad the MMA: no candidates, no stores.
+__device__ __forceinline__ void start_lane_rows(const VecKernelParams& p, int32_t slot,
+                                                int32_t warp_row, int lane, RowState& state,
+                                                MaskStore& store) {
+  const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    state.active[h] = rows[h] < p.blocks;
+    store.active[h] = state.active[h];
+    state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
+    if (!state.active[h]) state.keys[h].candidate_end = 0;
+    state.running[h] = -std::numeric_limits<float>::infinity();
+    store.rows[h] = p.masks + (static_cast<int64_t>(slot) * p.blocks + min(rows[h], p.blocks - 1)) *
+                                  p.mask_pitch;
+  }
+}
+
 // The chunks of one CTA's key range through shared memory, scored and filtered into keep masks.
 // Chunks stream through kStages stages with one barrier per chunk. Each chunk is scored in two
 // halves, one step behind the filter: a warp issues a half's MMAs, then filters the half scored
@@ -527,21 +546,11 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int32_t warp_row = first_block + warp * kMmaRows;
-  const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
   const int32_t split_begin = split * p.split_keys;
   const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
   RowState state;
   MaskStore store;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    state.active[h] = rows[h] < p.blocks;
-    store.active[h] = state.active[h];
-    state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
-    if (!state.active[h]) state.keys[h].candidate_end = 0;
-    state.running[h] = -std::numeric_limits<float>::infinity();
-    store.rows[h] = p.masks + (static_cast<int64_t>(slot) * p.blocks + min(rows[h], p.blocks - 1)) *
-                                  p.mask_pitch;
-  }
+  start_lane_rows(p, slot, warp_row, lane, state, store);
   // The CTA's keys: this split, from the tile holding the first non-sink key, up to its last row's
   // candidates (candidate_end never decreases with the block).
   const int32_t scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);

@@ -284,21 +284,11 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int32_t warp_row = first_block + warp * kMmaRows;
-  const int32_t rows[2] = {warp_row + lane / kQuadLanes, warp_row + lane / kQuadLanes + kMmaN};
   const int32_t split_begin = split * p.split_keys;
   const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
   RowState state;
   MaskStore store;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    state.active[h] = rows[h] < p.blocks;
-    store.active[h] = state.active[h];
-    state.keys[h] = block_keys(p, min(rows[h], p.blocks - 1));
-    if (!state.active[h]) state.keys[h].candidate_end = 0;
-    state.running[h] = -std::numeric_limits<float>::infinity();
-    store.rows[h] = p.masks + (static_cast<int64_t>(slot) * p.blocks + min(rows[h], p.blocks - 1)) *
-                                  p.mask_pitch;
-  }
+  start_lane_rows(p, slot, warp_row, lane, state, store);
   WgmmaScan scan;
   scan.scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
   const int32_t scan_end =
