@@ -38,7 +38,13 @@ class WgmmaMainloop {
   // Copies every chunk of the tile, waiting for each stage to be released before refilling it.
   // Span chunks are tensor copies issued by thread 0; strided and column chunks are gathered row by
   // row by the whole warpgroup. Every loading thread (Traits::kLoadingThreads) arrives once per
-  // chunk, so the stage completes when both the arrivals and the tensor copies' bytes are in.
+  // chunk (thread 0 for all of them at a copied chunk), so the stage completes when both the
+  // arrivals and the tensor copies' bytes are in.
+  // With gathers, only the first warp waits for every stage: the other warps, which have nothing
+  // to do for a copied chunk, pass it without waiting and block at a gathered chunk on a hardware
+  // barrier (WgmmaBarrier::kProducerGather, no instructions issued while blocked), which the first
+  // warp joins once the stage is free. Spinning on the stages' barriers, they took issue slots
+  // from the consumer warps on their schedulers.
   // `state`: the stage ring's position at the tile's first chunk; returns it after the last (a
   // persistent CTA carries it from tile to tile).
   __device__ static PipelineState<Traits::kStages> produce_chunks(
@@ -46,6 +52,10 @@ class WgmmaMainloop {
       PipelineState<Traits::kStages> state) {
     // Without gathers thread 0 loads alone; the others would only wait on the stages.
     if (!Traits::kGathers && thread != 0) return state;
+    // Broadcast from lane 0, so that ptxas sees it warp-uniform: it then keeps the stages'
+    // addresses in uniform registers, and the loop fits the producer's registers without spilling.
+    const bool waits_every_stage =
+        !Traits::kGathers || __shfl_sync(kFullWarpMask, thread / kWarpSize, 0) == 0;
     KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
         work.tile, work.first_range, params.attention.plan.spans);
     // A tile without keys copies nothing, and its maps may be unset.
@@ -59,16 +69,18 @@ class WgmmaMainloop {
     }
     while (!cursor.done()) {
       const KeyChunk chunk = cursor.next();
+      const bool gathered = Traits::kGathers && chunk.gathered();
       // Before the wait, so that the column list's latency overlaps it.
-      const int32_t lookup_key =
-          Traits::kGathers && chunk.gathered() ? lookup_column(params.attention, chunk, thread) : 0;
+      const int32_t lookup_key = gathered ? lookup_column(params.attention, chunk, thread) : 0;
       // A fresh barrier counts as released in the phase before its first: the first pass over
       // the ring does not wait.
-      barrier_wait(shared_address(&storage.chunk_consumed[state.stage]), state.phase ^ 1u);
+      const uint32_t consumed = shared_address(&storage.chunk_consumed[state.stage]);
+      if (waits_every_stage) barrier_wait(consumed, state.phase ^ 1u);
       const uint32_t loaded = shared_address(&storage.chunk_loaded[state.stage]);
       const uint32_t keys = shared_address(storage.keys[state.stage]);
       const uint32_t values = shared_address(storage.values[state.stage]);
-      if (Traits::kGathers && chunk.gathered()) {
+      if (gathered) {
+        await_gather(consumed, state.phase ^ 1u, waits_every_stage);
         gather_columns(params.attention, work, chunk, lookup_key, keys, values, thread);
         if (stage_key_bounds(storage, state.stage, chunk, lookup_key, thread)) {
           barrier_arrive_releasing_after_async_copies(loaded);
@@ -79,19 +91,40 @@ class WgmmaMainloop {
         copy_lattice_chunk(params, work, chunk, keys, values, loaded);
       } else if (thread == 0) {
         copy_span_chunk(params, work, chunk, keys, values, loaded);
-      } else {
-        barrier_arrive(loaded);
       }
       state.advance();
     }
     return state;
   }
 
+  // Every producer thread at a gathered chunk, the first warp after its wait for the stage
+  // (`consumed`, the phase of parity `released` completing): the other warps block on the
+  // hardware barrier until the first warp joins, then take the stage's release themselves, which
+  // succeeds at once and orders the consumers' reads of the stage before this thread's writes by
+  // the mbarrier itself, as for the first warp. The phase they test is the one the first warp
+  // saw complete: the next cannot complete before this chunk is loaded, which needs these warps'
+  // arrivals. Every producer warp syncs (none only arrives), so no warp reaches the barrier for
+  // the next gathered chunk before all have reached it for this one: its generations pair with
+  // the gathered chunks.
+  __device__ static void await_gather(uint32_t consumed, uint32_t released, bool waited_for_stage) {
+    named_barrier_sync(static_cast<int>(WgmmaBarrier::kProducerGather), Traits::kProducerThreads);
+    if (!waited_for_stage) barrier_wait(consumed, released);
+  }
+
+  // Thread 0's arrival at a copied chunk, announcing the bytes, and (with gathers) the other
+  // loading threads' arrivals, which pass the chunk without waiting for its stage.
+  __device__ static void arrive_for_copy(uint32_t loaded) {
+    barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
+    if constexpr (Traits::kLoadingThreads > 1) {
+      barrier_arrive_for(loaded, Traits::kLoadingThreads - 1);
+    }
+  }
+
   // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies.
   __device__ static void copy_span_chunk(const WgmmaAttentionParams& params, const TileWork& work,
                                          const KeyChunk& chunk, uint32_t keys, uint32_t values,
                                          uint32_t loaded) {
-    barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
+    arrive_for_copy(loaded);
     const auto row = static_cast<int32_t>(chunk.first);
 #pragma unroll
     for (int block = 0; block < Traits::kColumnBlocks; ++block) {
@@ -110,7 +143,7 @@ class WgmmaMainloop {
   __device__ static void copy_lattice_chunk(const WgmmaAttentionParams& params,
                                             const TileWork& work, const KeyChunk& chunk,
                                             uint32_t keys, uint32_t values, uint32_t loaded) {
-    barrier_arrive_expect_bytes(loaded, 2 * Traits::kChunkBytes);
+    arrive_for_copy(loaded);
     const auto first = static_cast<int32_t>(chunk.first);
     const int32_t period = first / chunk.step;
     const int32_t row = first - period * chunk.step;

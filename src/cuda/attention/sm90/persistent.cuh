@@ -249,6 +249,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const TileWork work = persistent_tile_work(params.attention, num_tiles, item);
       state = WgmmaMainloop<Traits>::produce_chunks(storage, params, work, thread, state);
       if (thread == 0) queue.claim(index);
+      if constexpr (Traits::kGathers) {
+        // The warps that skip the copied chunks' stages (produce_chunks) wait for the claim here,
+        // blocked without issuing, not on its mbarrier, spinning through the first warp's copies.
+        named_barrier_sync(static_cast<int>(WgmmaBarrier::kProducerGather),
+                           Traits::kProducerThreads);
+      }
       item = queue.publish_next(index, thread, find_row);
     }
   } else {

@@ -45,6 +45,16 @@ __device__ inline void barrier_arrive(uint32_t barrier) {
                : "memory");
 }
 
+// `arrivals` arrivals at once, for threads that have nothing to load into the stage (sm_90's
+// counted arrive): they need not reach the barrier, or wait for the stage, themselves.
+__device__ inline void barrier_arrive_for(uint32_t barrier, uint32_t arrivals) {
+  [[maybe_unused]] uint64_t state;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1], %2;\n"
+               : "=l"(state)
+               : "r"(barrier), "r"(arrivals)
+               : "memory");
+}
+
 // One arrival that the barrier receives once every cp.async this thread issued before it has
 // landed. "noinc": the arrival is one of those the barrier was initialised to expect.
 __device__ inline void barrier_arrive_after_async_copies(uint32_t barrier) {

@@ -148,11 +148,12 @@ struct WgmmaTraits {
   }
 };
 
-// Hardware barriers of the consumer warpgroups (0 is __syncthreads).
+// Hardware barriers of the kernels' warpgroups (0 is __syncthreads).
 enum class WgmmaBarrier : int {
   kSyncThreads = 0,
   kFirstConsumerWarpgroup = 1,  // + consumer warpgroup index: its 128 threads
   kFirstIssueTurn = 3,          // + consumer warpgroup index: its turn to issue wgmma (IssueTurns)
+  kProducerGather = 5,          // the producer's warps, at each gathered chunk's free stage
 };
 
 template <class Traits>
