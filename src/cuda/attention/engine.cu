@@ -18,6 +18,7 @@
 #include "cuda/attention/sm90/params.cuh"
 #include "cuda/attention/tile_queue.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/runtime/device_query.h"
 #include "cuda/runtime/engine.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "cuda/runtime/tensor_map.h"
@@ -347,15 +348,6 @@ CtaSchedule environment_schedule() {
   throw_invalid_argument(kScheduleVariable, "tile, persistent or auto", std::string(text));
 }
 
-int64_t multiprocessors() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
-  int count = 0;
-  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-             "attention: cudaDeviceGetAttribute(multiprocessors)");
-  return count;
-}
-
 // kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average but a few are long
 // (a mix, as BlindSight's image and text tiles), and there are more (tile, batch element) items
 // than SMs, so that a CTA runs more than one tile. Plans whose keys a device builder did not count
@@ -370,7 +362,7 @@ bool persistent_pays(const DevicePlan& plan, const AttentionArgs& args, int64_t 
   const bool short_on_average = keys <= kPersistentMaxMeanKeyChunks * chunk_keys * plan.num_tiles();
   const bool mixed =
       plan.longest_tile_keys() * plan.num_tiles() >= kPersistentMinLongestToMean * keys;
-  return short_on_average && mixed && items > multiprocessors();
+  return short_on_average && mixed && items > current_multiprocessors();
 }
 
 // The CTAs of the persistent wgmma kernel for a call of `items` (tile, batch element) items, or 0
@@ -404,7 +396,7 @@ int32_t persistent_ctas(const DevicePlan& plan, const AttentionArgs& args, bool 
                                              to_text(kInt32Max) +
                                              " (tile, batch element) items; got " + to_text(items));
   }
-  return static_cast<int32_t>(std::min(items, multiprocessors()));
+  return static_cast<int32_t>(std::min<int64_t>(items, current_multiprocessors()));
 }
 
 template <class Element>

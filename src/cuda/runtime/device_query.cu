@@ -2,6 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
+
+#include "cuda/common/cuda_check.h"
+
 namespace mmsparse::cuda {
 
 std::string toolkit_version() {
@@ -29,6 +33,20 @@ std::vector<GpuInfo> list_gpus() {
     gpus.push_back(info);
   }
   return gpus;
+}
+
+int current_multiprocessors() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current_multiprocessors: cudaGetDevice");
+  static std::mutex mutex;
+  static std::vector<int> counts;  // by device index; 0: not asked yet
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<std::size_t>(device) >= counts.size()) counts.resize(device + 1, 0);
+  if (counts[device] == 0) {
+    check_cuda(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device),
+               "current_multiprocessors: cudaDeviceGetAttribute(multiprocessors)");
+  }
+  return counts[device];
 }
 
 }  // namespace mmsparse::cuda

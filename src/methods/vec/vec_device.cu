@@ -43,6 +43,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/math.h"
 #include "cuda/common/stream_scratch.h"
+#include "cuda/runtime/device_query.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
@@ -318,16 +319,11 @@ class PhaseEvents {
 
 // The score pass's CTAs resident on the current device at once.
 int64_t resident_select_ctas(const void* kernel, int shared_bytes) {
-  int device = 0;
-  int multiprocessors = 0;
   int per_multiprocessor = 0;
-  check_cuda(cudaGetDevice(&device), "vec index: device");
-  check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
-             "vec index: multiprocessors");
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel,
                                                            kSelectThreads, shared_bytes),
              "vec index: score pass occupancy");
-  return static_cast<int64_t>(multiprocessors) * per_multiprocessor;
+  return static_cast<int64_t>(current_multiprocessors()) * per_multiprocessor;
 }
 
 // The score pass's kernel and its dynamic shared memory: the wgmma one, or mma.sync's (head_dim 128
