@@ -17,6 +17,8 @@
 #include "common/key_order_plans.h"
 #include "common/random.h"
 #include "cuda/runtime/engine.h"
+#include "device_buffer.h"
+#include "mmsparse/attention.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 
@@ -94,6 +96,52 @@ INSTANTIATE_TEST_SUITE_P(
             KernelConfig{DType::kBFloat16, 64}, KernelConfig{DType::kFloat16, 128}),
         ::testing::Values(int64_t{1}, int64_t{4}, int64_t{7})),
     key_order_name);
+
+// Every byte of a device buffer, for comparing what a refused call left there.
+std::vector<uint8_t> device_bytes(const DeviceBuffer& buffer) {
+  std::vector<uint8_t> bytes(buffer.bytes());
+  buffer.download(bytes.data());
+  return bytes;
+}
+
+// A key-ordered plan of 128-row tiles at head_dim 64, which neither kernel serves: the call is
+// refused before anything runs (the K/V copy allocated for its tensor maps is freed unused) and
+// the outputs keep what they held.
+TEST(GpuKeyOrdersRefusals, RefusedCallLeavesOutputsIntact) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  ProblemSize size = random_problem(random, KernelConfig{DType::kBFloat16, 64}, 1, 4);
+  size.tile_rows = cuda::kMaxTileRows;
+  size.kernel = cuda::AttentionKernel::kAuto;
+  const KeyOrderPlan generated = plan_for(random, size, true);
+  const cuda::DevicePlan device_plan(generated.plan, nullptr);
+  const AttentionInputs inputs = random_inputs(random, size);
+  const DeviceOperand q(inputs.q);
+  const DeviceOperand k(inputs.k);
+  const DeviceOperand v(inputs.v);
+  HostOperand host_out(size.dtype, size.batch, size.q_len, size.q_heads(), size.head_dim,
+                       OperandLayout::kContiguous);
+  DeviceOperand out(host_out);
+  Tensor host_lse(DType::kFloat32, {size.batch, size.q_heads(), size.q_len});
+  DeviceBuffer lse(host_lse.nbytes());
+  out.buffer.poison();
+  lse.poison();
+  TensorView lse_view = host_lse.view();
+  lse_view.data = lse.data();
+  lse_view.device = {DeviceType::kCUDA, 0};
+  AttentionOptions options;
+  options.scale = size.scale;
+  const AttentionProblem problem = describe_attention(q.view, k.view, v.view, options);
+  const cuda::AttentionArgs args =
+      cuda::make_attention_args(problem, q.view, k.view, v.view, out.view, lse_view, nullptr);
+  const std::vector<uint8_t> out_before = device_bytes(out.buffer);
+  const std::vector<uint8_t> lse_before = device_bytes(lse);
+  expect_error([&] { cuda::attention_planned(device_plan, args); }, ErrorCode::kUnsupported,
+               {"tile_rows"});
+  synchronize_device();
+  EXPECT_EQ(device_bytes(out.buffer), out_before);
+  EXPECT_EQ(device_bytes(lse), lse_before);
+}
 
 TEST(GpuKeyOrdersRefusals, InvalidKeyOrderedPlansAreRefusedAtUpload) {
   PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 9, .kv_len = 12});
