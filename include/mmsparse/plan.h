@@ -26,6 +26,23 @@
 //    partial (O, LSE) by LSE. Passes let one pattern give a row two tile geometries (a grid
 //    head's local window in natural order, its grid lines in phase-major order).
 //
+//  * optionally, key orders: a tile may read K and V through a permutation of the keys instead of
+//    in place, so that keys scattered through the sequence (text keys and images' sink keys, read
+//    by an image tile) become one contiguous span that a kernel reads by one tensor copy.
+//    key_orders[o][p] is the original key position of physical slot p of order o, or kPaddingKey
+//    for a padding slot (zero K and V, covered by no span) that aligns regions to chunks; an order
+//    maps no original key twice and may be longer than kv_len. A tile with tile_key_orders[t] = o
+//    has its spans over physical slots of order o and is masked on the original positions: it
+//    computes, for each slot p of each span, the pair (query, key_orders[o][p]) if its mask allows
+//    it. Empty tile_key_orders: every tile in place. Key-ordered tiles take spans only (no strided
+//    spans, no columns), a plain causal mask (no window, minimum distance, band, media or modality
+//    terms), spans that cover no padding and whose original positions strictly increase, and,
+//    before a span's last run of consecutive positions, keys low enough for every row: a kernel
+//    positions a span's slot p at p + shift with the one shift order[end - 1] - (end - 1), exact on
+//    the last run and, before it, at least the true position and at most order[r] - 1 (r the last
+//    run's first slot), which validate() requires to be <= the aligned position of the tile's
+//    lowest row, so masking and chunk classification by those positions stay exact.
+//
 // Invariant: within a tile, spans and strided spans are pairwise disjoint (no key in two of
 // them), columns are unique and lie outside every span and strided span, so every (query, key)
 // pair is computed at most once by a pass. validate() checks it; that passes
@@ -35,6 +52,7 @@
 // The CPU reference defines the semantics: attention over a plan computes exactly the pairs that
 // the tiles cover and the mask allows.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +62,8 @@
 namespace mmsparse {
 
 inline constexpr int kDefaultTileRows = 64;
+inline constexpr int32_t kKeysInPlace = -1;  // tile_key_orders: the tile reads K and V in place
+inline constexpr int32_t kPaddingKey = -1;   // key_orders: a padding slot (zero K and V)
 
 struct QueryRun {
   int64_t start = 0;  // first original query position
@@ -140,6 +160,15 @@ struct Plan {
   std::vector<int64_t> tile_column_offsets;  // [tiles + 1] into columns
   std::vector<int32_t> columns;
 
+  // Key orders: a tile may read K and V through one instead of in place. key_orders[o][p] is the
+  // original key position of physical slot p (kPaddingKey: a padding slot, zero K and V, that no
+  // span covers); an order maps no original key twice and may be longer than kv_len (padding
+  // aligns regions to chunks). A tile with tile_key_orders[t] = o has its spans over physical
+  // slots of order o, and is masked on the original positions. Empty tile_key_orders: every tile
+  // in place.
+  std::vector<std::vector<int32_t>> key_orders;
+  std::vector<int32_t> tile_key_orders;  // [tiles] index into key_orders, or kKeysInPlace
+
   // Per key position [kv_len]; required when a mask needs them (query i reads position
   // i + causal_offset). Filled from a ModalityLayout by attach_layout().
   std::vector<uint8_t> token_modality;
@@ -152,6 +181,12 @@ struct Plan {
   int64_t head_slots() const { return shape.head_slots(); }
   int64_t num_tiles() const { return static_cast<int64_t>(tiles.size()); }
   int64_t num_passes() const { return 1 + static_cast<int64_t>(extra_passes.size()); }
+  // The key order tile t reads through, or kKeysInPlace.
+  int32_t tile_key_order(int64_t t) const {
+    return tile_key_orders.empty() ? kKeysInPlace : tile_key_orders[static_cast<std::size_t>(t)];
+  }
+  // Whether a tile of some pass reads through a key order.
+  bool has_key_orders() const;
   // Pass p: this plan for 0, extra_passes[p - 1] otherwise.
   const Plan& pass(int64_t p) const;
 
@@ -168,7 +203,9 @@ struct Plan {
   // range or longer than tile_rows, spans/strided spans/columns out of [0, kv_len), strided spans
   // with step < 2 or an end past their last key + 1, overlapping coverage within
   // a tile, masks with bad fields or that need token arrays without them; for extra passes, the
-  // same for each (named "pass p"), a shape other than this plan's, or passes of their own.
+  // same for each (named "pass p"), a shape other than this plan's, or passes of their own. Key
+  // orders: entries outside [0, kv_len) other than kPaddingKey or repeated, tile_key_orders of the
+  // wrong size or out of range, and key-ordered tiles that break the restrictions above.
   void validate() const;
 
   std::string summary() const;  // "heads=28 tiles=57344 spans=... columns=..."
@@ -180,8 +217,14 @@ class PlanBuilder {
  public:
   explicit PlanBuilder(PlanShape shape);
   void begin_head(const std::vector<QueryRun>& order = {});
-  void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {});  // masks deduplicated
-  void add_span(int64_t begin, int64_t end);  // ignores empty spans
+  // A key order for tiles to read through (Plan::key_orders); identical orders share an index.
+  int32_t add_key_order(std::vector<int32_t> order);
+  // Masks deduplicated. key_order: an index from add_key_order, whose physical slots the tile's
+  // spans then cover, or kKeysInPlace.
+  void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {},
+                  int32_t key_order = kKeysInPlace);
+  // Ignores empty spans. Keys are positions in [0, kv_len), or slots of the tile's key order.
+  void add_span(int64_t begin, int64_t end);
   // Every step-th key of [begin, end) from begin: nothing when empty, a span for step 1, a column
   // for one key, else a StridedSpan with end moved to its last key + 1 (end may lie past kv_len,
   // the keys may not).
@@ -229,7 +272,8 @@ struct MInferenceIndex {
   std::vector<int32_t> column_count;  // [batch, heads, num_blocks]
   std::vector<int32_t> column_index;  // [batch, heads, num_blocks, max_columns]
 };
-// Requires one pass, identity query order, uniform tiles of block_size and causal-only masks. Span
+// Requires one pass, identity query order, uniform tiles of block_size, causal-only masks and no key
+// orders. Span
 // pieces shorter than block_size become columns so the conversion is exact.
 MInferenceIndex to_minference_index(const Plan& plan);
 Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t kv_len);
@@ -244,6 +288,7 @@ struct BlockLists {
   std::vector<int32_t> full_kv_num_blocks;  // [batch, heads, num_q_blocks]
   std::vector<int32_t> full_kv_indices;     // [batch, heads, num_q_blocks, num_kv_blocks]
 };
+// Rejects plans with key orders (the lists index keys in place).
 BlockLists to_block_lists(const Plan& plan, int64_t block_q = 128, int64_t block_k = 128);
 // Each listed block becomes a span; `partial_mask` is the policy that partial blocks stood for
 // (tiles with only full blocks get a causal mask, which leaves full blocks below the diagonal whole).

@@ -143,6 +143,14 @@ nb::dict pass_arrays(nb::handle_t<PreparedPlan> self, int64_t pass_index) {
   arrays["strided_spans"] = record_array<StridedSpan, int32_t>(plan.strided_spans, 3, self);
   arrays["tile_column_offsets"] = record_array<int64_t, int64_t>(plan.tile_column_offsets, 1, self);
   arrays["columns"] = record_array<int32_t, int32_t>(plan.columns, 1, self);
+  // Key orders (plan.h): per tile the order its spans' slots index, kKeysInPlace (-1) for none
+  // (empty when every tile reads in place), and each order's original key per slot.
+  arrays["tile_key_orders"] = record_array<int32_t, int32_t>(plan.tile_key_orders, 1, self);
+  nb::list key_orders;
+  for (const std::vector<int32_t>& order : plan.key_orders) {
+    key_orders.append(record_array<int32_t, int32_t>(order, 1, self));
+  }
+  arrays["key_orders"] = key_orders;
   arrays["masks"] = mask_array(plan.masks);
   nb::list fields;
   for (const char* field : kMaskFields) fields.append(field);
@@ -172,7 +180,8 @@ void bind_prepared_plan(nb::module_& module) {
                    [](const PreparedPlan& prepared) { return prepared.plan().num_passes(); })
       .def("pass_arrays", &pass_arrays, nb::arg("pass_index") = 0,
            "The host plan's records of one pass as numpy arrays (views, no copy): query runs, "
-           "tiles, their masks, spans, strided spans and columns in CSR form (plan.h)");
+           "tiles, their masks, spans, strided spans and columns in CSR form, and key orders "
+           "(plan.h)");
 }
 
 }  // namespace

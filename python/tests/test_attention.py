@@ -168,6 +168,7 @@ def test_pass_arrays_are_the_plans_records(generator):
     spans = arrays["spans"]
     assert arrays["tile_span_offsets"][-1] == len(spans) and spans.max() <= kv_len
     assert not spans.flags.writeable  # views of the plan, not copies
+    assert len(arrays["tile_key_orders"]) == 0 and len(arrays["key_orders"]) == 0  # all in place
     assert list(arrays["mask_fields"])[:2] == ["causal", "window"]
     assert arrays["masks"].shape[1] == len(arrays["mask_fields"])
     del plan  # the arrays keep the plan's memory alive

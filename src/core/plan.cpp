@@ -85,8 +85,21 @@ std::string Plan::summary() const {
       << " kv_len=" << shape.kv_len << " tile_rows=" << shape.tile_rows << " tiles=" << tiles.size()
       << " spans=" << spans.size() << " strided_spans=" << strided_spans.size()
       << " columns=" << columns.size() << " runs=" << runs.size() << " masks=" << masks.size();
+  if (!key_orders.empty()) {
+    const auto ordered = std::count_if(tile_key_orders.begin(), tile_key_orders.end(),
+                                       [](int32_t order) { return order != kKeysInPlace; });
+    out << " key_orders=" << key_orders.size() << " key_ordered_tiles=" << ordered;
+  }
   if (!extra_passes.empty()) out << " passes=" << num_passes();
   return out.str();
+}
+
+bool Plan::has_key_orders() const {
+  const auto ordered = [](const Plan& pass) {
+    return std::any_of(pass.tile_key_orders.begin(), pass.tile_key_orders.end(),
+                       [](int32_t order) { return order != kKeysInPlace; });
+  };
+  return ordered(*this) || std::any_of(extra_passes.begin(), extra_passes.end(), ordered);
 }
 
 // --- PlanBuilder ---------------------------------------------------------------------------------
@@ -115,12 +128,33 @@ void PlanBuilder::begin_head(const std::vector<QueryRun>& order) {
   in_head_ = true;
 }
 
-void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask) {
+int32_t PlanBuilder::add_key_order(std::vector<int32_t> order) {
+  auto found = std::find(plan_.key_orders.begin(), plan_.key_orders.end(), order);
+  if (found == plan_.key_orders.end()) {
+    found = plan_.key_orders.insert(plan_.key_orders.end(), std::move(order));
+  }
+  return static_cast<int32_t>(found - plan_.key_orders.begin());
+}
+
+void PlanBuilder::begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask,
+                             int32_t key_order) {
   if (!in_head_) {
     throw_invalid_argument("PlanBuilder::begin_tile", "a head begun with begin_head()", "none");
   }
+  if (key_order != kKeysInPlace &&
+      (key_order < 0 || key_order >= static_cast<int64_t>(plan_.key_orders.size()))) {
+    throw_invalid_argument("PlanBuilder::begin_tile key_order",
+                           "kKeysInPlace or an index from add_key_order (< " +
+                               std::to_string(plan_.key_orders.size()) + ")",
+                           std::to_string(key_order));
+  }
   auto found = std::find(plan_.masks.begin(), plan_.masks.end(), mask);
   if (found == plan_.masks.end()) found = plan_.masks.insert(plan_.masks.end(), mask);
+  // Plans without key-ordered tiles keep tile_key_orders empty; the first such tile fills it.
+  if (key_order != kKeysInPlace || !plan_.tile_key_orders.empty()) {
+    plan_.tile_key_orders.resize(plan_.tiles.size(), kKeysInPlace);
+    plan_.tile_key_orders.push_back(key_order);
+  }
   plan_.tiles.push_back({begin, end});
   plan_.tile_masks.push_back(static_cast<int32_t>(found - plan_.masks.begin()));
   plan_.tile_span_offsets.push_back(static_cast<int64_t>(plan_.spans.size()));
@@ -139,11 +173,17 @@ void PlanBuilder::require_tile(const char* caller) const {
 void PlanBuilder::add_span(int64_t begin, int64_t end) {
   if (begin >= end) return;
   require_tile("PlanBuilder::add_span");
-  if (begin < 0 || end > plan_.shape.kv_len) {
-    throw_invalid_argument(
-        "PlanBuilder::add_span",
-        "a range inside [0, kv_len = " + std::to_string(plan_.shape.kv_len) + ")",
-        range_string(begin, end));
+  const int32_t order = plan_.tile_key_order(plan_.num_tiles() - 1);
+  const int64_t slots = order == kKeysInPlace
+                            ? plan_.shape.kv_len
+                            : static_cast<int64_t>(plan_.key_orders[order].size());
+  if (begin < 0 || end > slots) {
+    throw_invalid_argument("PlanBuilder::add_span",
+                           order == kKeysInPlace
+                               ? "a range inside [0, kv_len = " + std::to_string(slots) + ")"
+                               : "a range inside the slots [0, " + std::to_string(slots) +
+                                     ") of key order " + std::to_string(order),
+                           range_string(begin, end));
   }
   const int64_t tile_first_span = plan_.tile_span_offsets[plan_.tile_span_offsets.size() - 2];
   if (static_cast<int64_t>(plan_.spans.size()) > tile_first_span &&
@@ -232,10 +272,27 @@ int64_t count_slot_pairs(const Plan& plan, int64_t head_slot) {
   for (int64_t p = 0; p < plan.num_passes(); ++p) {
     const Plan& pass = plan.pass(p);
     const std::vector<int64_t> order = pass.query_order(head_slot);
+    std::vector<KeySpan> runs;
     for (int64_t t = pass.head_tile_offsets[head_slot]; t < pass.head_tile_offsets[head_slot + 1];
          ++t) {
+      if (pass.tile_key_order(t) == kKeysInPlace) {
+        for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
+          pairs += detail::count_tile_pairs(pass, t, order[i]);
+        }
+        continue;
+      }
+      // A key-ordered tile's runs of original positions, found once for all its rows (walking
+      // them costs a step per slot).
+      runs.clear();
+      detail::for_each_key_order_run(pass, t, [&](int64_t begin, int64_t end) {
+        runs.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end)});
+      });
+      const MaskPolicy& mask = pass.masks[pass.tile_masks[t]];
       for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
-        pairs += detail::count_tile_pairs(pass, t, order[i]);
+        for (const KeySpan& run : runs) {
+          detail::for_each_kept_range(pass, mask, order[i], run.begin, run.end,
+                                      [&](int64_t begin, int64_t end) { pairs += end - begin; });
+        }
       }
     }
   }

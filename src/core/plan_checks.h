@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/layout_internal.h"
 #include "mmsparse/plan.h"
@@ -19,5 +20,25 @@ void check_shape(const PlanShape& shape);
 
 // head_slot inside [0, head_slots()) and a head_run_offsets array of the right size to index.
 void check_head_slot(const Plan& plan, int64_t head_slot);
+
+// Per key order, what lets a span be checked in O(1): for each slot, the first slot of the run of
+// consecutive original positions and of the strictly increasing run that hold it. A padding slot
+// holds no run: its entries are slot + 1, past any span that covers it.
+struct KeyOrderRuns {
+  std::vector<int32_t> consecutive_start;
+  std::vector<int32_t> increasing_start;
+};
+
+// Key orders' entries (kPaddingKey or keys in [0, kv_len), none twice) and tile_key_orders (empty,
+// or per tile kKeysInPlace or an index into key_orders); returns each order's runs.
+std::vector<KeyOrderRuns> check_key_orders(const Plan& plan);
+
+// Tile t of a head slot, which reads through a key order: spans only, a plain causal mask, spans
+// inside the order, disjoint, over no padding, strictly increasing in original positions, with
+// the keys before their last consecutive run visible to every row (plan.h). `query_order` is the
+// head slot's (Plan::query_order); `spans` is scratch.
+void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
+                            const std::vector<KeyOrderRuns>& order_runs,
+                            const std::vector<int64_t>& query_order, std::vector<KeySpan>& spans);
 
 }  // namespace mmsparse::detail

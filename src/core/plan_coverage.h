@@ -102,11 +102,39 @@ void for_each_kept_range(const Plan& plan, const MaskPolicy& mask, int64_t query
   }
 }
 
+// For a tile that reads through a key order: calls emit(begin, end) for each maximal run of
+// consecutive original positions its spans' slots map to, span by span, in slot order. Costs a
+// step per slot; the plan must be valid (no padding under a span).
+template <class Emit>
+void for_each_key_order_run(const Plan& plan, int64_t t, Emit&& emit) {
+  const std::vector<int32_t>& order = plan.key_orders[plan.tile_key_order(t)];
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    int64_t run_begin = order[plan.spans[s].begin];
+    int64_t run_end = run_begin + 1;
+    for (int64_t slot = plan.spans[s].begin + 1; slot < plan.spans[s].end; ++slot) {
+      if (order[slot] != run_end) {
+        emit(run_begin, run_end);
+        run_begin = order[slot];
+        run_end = run_begin;
+      }
+      ++run_end;
+    }
+    emit(run_begin, run_end);
+  }
+}
+
 // Calls emit(begin, end) for every key range of tile `t`'s spans and columns that its mask keeps
 // for the query at original position `query` (for_each_tile_range without the strided spans).
+// Ranges are original positions, a key-ordered tile's mapped through its order.
 template <class Emit>
 void for_each_tile_span_and_column_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit) {
   const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  if (plan.tile_key_order(t) != kKeysInPlace) {  // spans only (validate())
+    for_each_key_order_run(plan, t, [&](int64_t begin, int64_t end) {
+      for_each_kept_range(plan, mask, query, begin, end, emit);
+    });
+    return;
+  }
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     for_each_kept_range(plan, mask, query, plan.spans[s].begin, plan.spans[s].end, emit);
   }
@@ -135,9 +163,19 @@ void for_each_tile_range(const Plan& plan, int64_t t, int64_t query, Emit&& emit
   }
 }
 
-// Calls visit(key) for every key tile `t` lists (spans, strided spans, columns), before its mask.
+// Calls visit(key) for every key tile `t` lists (spans, strided spans, columns), before its mask:
+// original positions, a key-ordered tile's slots mapped through its order.
 template <class Visit>
 void for_each_tile_key(const Plan& plan, int64_t t, Visit&& visit) {
+  if (const int32_t o = plan.tile_key_order(t); o != kKeysInPlace) {  // spans only (validate())
+    const std::vector<int32_t>& order = plan.key_orders[o];
+    for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+      for (int64_t slot = plan.spans[s].begin; slot < plan.spans[s].end; ++slot) {
+        visit(static_cast<int64_t>(order[slot]));
+      }
+    }
+    return;
+  }
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     for (int64_t key = plan.spans[s].begin; key < plan.spans[s].end; ++key) visit(key);
   }

@@ -24,6 +24,15 @@ std::string slot_name(int64_t slot) { return "head slot " + std::to_string(slot)
   throw Error(ErrorCode::kUnsupported, converter + ": " + message);
 }
 
+// The formats index keys in place: a tile reading through a key order has no record there.
+void reject_key_orders(const std::string& converter, const Plan& plan) {
+  if (plan.has_key_orders()) {
+    unsupported(converter,
+                "the plan has tiles that read keys through a key order; the format indexes keys "
+                "in place");
+  }
+}
+
 void require_at_least(const std::string& field, int64_t value, int64_t minimum) {
   if (value < minimum) {
     throw_invalid_argument(field, ">= " + std::to_string(minimum), std::to_string(value));
@@ -153,6 +162,7 @@ MInferenceIndex to_minference_index(const Plan& plan) {
   index.num_blocks = ceil_div(shape.q_len, index.block_size);
   const int64_t bs = index.block_size;
   const MaskPolicy causal_only{};
+  reject_key_orders(converter, plan);
   if (plan.num_passes() != 1) {
     unsupported(converter, "the plan has " + std::to_string(plan.num_passes()) +
                                " passes; the index holds one");
@@ -295,6 +305,7 @@ Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t 
 
 BlockLists to_block_lists(const Plan& plan, int64_t block_q, int64_t block_k) {
   plan.validate();
+  reject_key_orders("to_block_lists", plan);
   require_at_least("block_q", block_q, 1);
   require_at_least("block_k", block_k, 1);
   const PlanShape& shape = plan.shape;

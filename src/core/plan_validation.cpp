@@ -443,16 +443,25 @@ void Plan::validate() const {
   check_offsets("tile_column_offsets", tile_column_offsets, tile_count + 1, columns.size(),
                 "columns");
   check_token_arrays(*this);
+  const std::vector<detail::KeyOrderRuns> order_runs = detail::check_key_orders(*this);
 
   std::vector<uint8_t> seen;
   std::vector<KeySpan> span_buffer;
   std::vector<StridedSpan> strided_buffer;
   std::vector<int32_t> column_buffer;
+  std::vector<int64_t> slot_query_order;
   for (int64_t slot = 0; slot < slots; ++slot) {
     check_runs(*this, slot, seen);
     check_tiles(*this, slot);
+    bool have_query_order = false;
     for (int64_t t = head_tile_offsets[slot]; t < head_tile_offsets[slot + 1]; ++t) {
-      check_tile_keys(*this, slot, t, span_buffer, strided_buffer, column_buffer);
+      if (tile_key_order(t) == kKeysInPlace) {
+        check_tile_keys(*this, slot, t, span_buffer, strided_buffer, column_buffer);
+        continue;
+      }
+      if (!have_query_order) slot_query_order = query_order(slot);
+      have_query_order = true;
+      detail::check_key_ordered_tile(*this, slot, t, order_runs, slot_query_order, span_buffer);
     }
   }
   for (size_t p = 0; p < extra_passes.size(); ++p) {

@@ -340,6 +340,11 @@ DevicePlan::DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream,
 
 void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   check_int32_ranges(plan.shape);
+  if (plan.has_key_orders()) {
+    throw Error(ErrorCode::kUnsupported,
+                "DevicePlan: the plan has tiles that read keys through a key order, which the CUDA "
+                "engine does not read yet");
+  }
   const HostSections sections = pack_sections(plan, form);
 
   std::vector<std::byte> staging;

@@ -264,6 +264,12 @@ Plan Scope::sampled_rows_plan(const Plan& plan) const {
       MaskPolicy mask = pass.masks[pass.tile_masks[t]];
       mask.modality_pairs &= modality_pairs_;
       builder.begin_tile(row, row + 1, mask);
+      if (pass.tile_key_order(t) != kKeysInPlace) {
+        // In place over the original runs: the same pairs, and a one-row tile may take any mask.
+        detail::for_each_key_order_run(
+            pass, t, [&](int64_t begin, int64_t end) { builder.add_span(begin, end); });
+        continue;
+      }
       for (int64_t s = pass.tile_span_offsets[t]; s < pass.tile_span_offsets[t + 1]; ++s) {
         builder.add_span(pass.spans[s].begin, pass.spans[s].end);
       }
