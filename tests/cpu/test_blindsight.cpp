@@ -376,10 +376,14 @@ TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
   const int64_t kv_len = test_case.layout.length();
   const int64_t q_len = random.bernoulli(0.5) ? kv_len : random.uniform_int(1, kv_len);
   const std::vector<PatternSpec> specs = {
-      spec_of("sink", test_case),     spec_of("intra", test_case),
-      PatternSpec{"dense", {}},       PatternSpec{"a-shape", {{"sink", 16}, {"local", 40}}},
-      spec_of("intra-sink", test_case), spec_of("sink", test_case, kInPlace),
-      PatternSpec::parse("vertical-slash:vertical=64,slash=64"), spec_of("sink", test_case)};
+      spec_of("sink", test_case),
+      spec_of("intra", test_case),
+      PatternSpec{"dense", {}},
+      PatternSpec{"a-shape", {{"sink", 16}, {"local", 40}}},
+      spec_of("intra-sink", test_case),
+      spec_of("sink", test_case, kInPlace),
+      PatternSpec::parse("vertical-slash:vertical=8,slash=24,last_q=8,sink=4,local=16"),
+      spec_of("sink", test_case)};
   const auto heads = static_cast<int64_t>(specs.size());
   const PlanShape shape{
       .batch = kBatch, .heads = heads, .q_len = q_len, .kv_len = kv_len, .tile_rows = 16};

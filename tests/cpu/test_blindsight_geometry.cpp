@@ -188,8 +188,8 @@ TEST(BlindSightGeometry, ThrowsWhatTheHostBuilderThrows) {
 TEST(BlindSightGeometry, RefusesKeyOrders) {
   const ModalityLayout layout = LayoutBuilder().text(10).image({1, 4, 4}).text(5).build();
   const PlanShape shape{.heads = 1, .q_len = layout.length(), .kv_len = layout.length()};
-  for (const char* text : {"blindsight-sink", "blindsight-intra:permute=1",
-                           "blindsight-intra-sink:permute=-1"}) {
+  for (const char* text :
+       {"blindsight-sink", "blindsight-intra:permute=1", "blindsight-intra-sink:permute=-1"}) {
     const PatternSpec spec = resolve_pattern(PatternSpec::parse(text), &layout);
     testing::expect_error([&] { (void)detail::blindsight_geometry(spec, shape, &layout); },
                           ErrorCode::kUnsupported, {"key order", "permute=0"});

@@ -58,8 +58,9 @@ std::vector<uint8_t> sink_flags(const ImageLayout& images) {
 }
 
 // The order maps keys once, the shared keys (text and sinks) in order from slot 0, then each
-// image's own keys ascending, the first at slot ≡ its offset in the image (mod 128) after a
-// 128-key boundary past the previous region.
+// image's own keys (intra: its tokens; sink and intra+sink, one family: its non-sinks) ascending,
+// the first at slot ≡ its offset in the image (mod 128) after a 128-key boundary past the
+// previous region.
 void expect_order_layout(const ImageLayout& images, const std::vector<uint8_t>& sink,
                          BlindSightMask mask, const BlindSightKeyOrder& order) {
   const auto kv_len = static_cast<int64_t>(images.token_media.size());
@@ -80,7 +81,8 @@ void expect_order_layout(const ImageLayout& images, const std::vector<uint8_t>& 
     int64_t offset = 0, first_offset = -1;
     for (const detail::KeyRange& segment : images.segments[image]) {
       for (int64_t key = segment.begin; key < segment.end; ++key, ++offset) {
-        if (!detail::uses_intra(mask) || (detail::uses_sinks(mask) && sink[key] != 0)) continue;
+        // The sink template shares the intra+sink order: every image's non-sinks.
+        if (detail::uses_sinks(mask) && sink[key] != 0) continue;
         if (first_offset < 0) first_offset = offset;
         own.push_back(key);
       }
@@ -114,7 +116,7 @@ void expect_tile(const ImageLayout& images, const std::vector<uint8_t>& sink, Bl
                  int64_t last) {
   SCOPED_TRACE("image " + std::to_string(image) + " rows at " + std::to_string(first) + ".." +
                std::to_string(last));
-  const std::vector<SlotSpan> spans = detail::permuted_tile_spans(order, image, first, last);
+  const std::vector<SlotSpan> spans = detail::permuted_tile_spans(order, mask, image, first, last);
   std::set<int64_t> read;
   int64_t own_spans = 0;
   for (const SlotSpan& span : spans) {
@@ -123,11 +125,15 @@ void expect_tile(const ImageLayout& images, const std::vector<uint8_t>& sink, Bl
     while (run_start > span.begin && order.slots[run_start - 1] + 1 == order.slots[run_start]) {
       --run_start;
     }
+    // The kernels position slot p at p + shift, the shift anchored at the span's last slot: at
+    // or above the key's position, and before the last run at or before every row.
+    const int64_t shift = order.slots[span.end - 1] - (span.end - 1);
     for (int64_t slot = span.begin; slot < span.end; ++slot) {
       const int32_t key = order.slots[slot];
       ASSERT_NE(key, kPaddingKey) << "slot " << slot;
       if (slot > span.begin) ASSERT_GT(key, order.slots[slot - 1]) << "slot " << slot;
-      if (slot < run_start) ASSERT_LE(key, first) << "key-order rule, slot " << slot;
+      ASSERT_GE(slot + shift, key) << "slot " << slot;
+      if (slot < run_start) ASSERT_LE(slot + shift, first) << "key-order rule, slot " << slot;
       read.insert(key);
     }
     own_spans += images.token_media[order.slots[span.begin]] == image &&
@@ -159,9 +165,8 @@ void expect_tile(const ImageLayout& images, const std::vector<uint8_t>& sink, Bl
 // where q_len < kv_len cuts an image).
 void check_layout(Random& random, const BlindSightLayoutCase& test_case, int64_t tile_rows) {
   for (std::size_t m = 0; m < kSparseMasks.size(); ++m) {
-    const PatternSpec spec =
-        resolve_pattern(test::blindsight_spec(random, test_case, kSparseNames[m]),
-                        &test_case.layout);
+    const PatternSpec spec = resolve_pattern(
+        test::blindsight_spec(random, test_case, kSparseNames[m]), &test_case.layout);
     SCOPED_TRACE(spec.to_string() + " tile_rows " + std::to_string(tile_rows) + " layout " +
                  test_case.layout.to_json());
     const ImageLayout images = detail::read_layout(test_case.layout, spec, kSparseMasks[m]);
@@ -211,7 +216,7 @@ TEST(BlindSightKeyOrder, ImagesOfSixteenHundredTokens) {
   const auto spans_of = [&](BlindSightMask mask, const char* name, int64_t first) {
     const PatternSpec spec = resolve_pattern(PatternSpec::parse(name), &layout);
     const ImageLayout images = detail::read_layout(layout, spec, mask);
-    return detail::permuted_tile_spans(detail::blindsight_key_order(images, mask), 1, first,
+    return detail::permuted_tile_spans(detail::blindsight_key_order(images, mask), mask, 1, first,
                                        first + kGatherChunkKeys - 1);
   };
   // The second image starts at 1640; its tile of rows 1640 + 256 onwards.

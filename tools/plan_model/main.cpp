@@ -55,7 +55,7 @@ struct CostModel {
 // the attention kernel: bandwidth-bound, converted to the model's units through dense's measured
 // rate (dense's modelled makespan takes dense's measured time).
 struct CopyModel {
-  double dense_tflops = 590.0;   // dense's measured rate (H200, bf16, head_dim 128, 36K-131K)
+  double dense_tflops = 590.0;    // dense's measured rate (H200, bf16, head_dim 128, 36K-131K)
   double bandwidth_gbs = 4000.0;  // the copy's achieved memory bandwidth
   int64_t kv_heads = 4;
   int64_t head_dim = 128;
@@ -178,10 +178,9 @@ TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t 
     // Through a key order the span covers physical slots; the kernels classify its chunks by
     // slot + the span's shift (anchored at its last slot), exact on its last consecutive run and,
     // before it, at or below every row (Plan::key_orders).
-    const int64_t shift =
-        key_order == kKeysInPlace
-            ? 0
-            : plan.key_orders[key_order][span.end - 1] - static_cast<int64_t>(span.end - 1);
+    const int64_t shift = key_order == kKeysInPlace ? 0
+                                                    : plan.key_orders[key_order][span.end - 1] -
+                                                          static_cast<int64_t>(span.end - 1);
     for (int64_t begin = span.begin; begin < span.end; begin += kChunkKeys) {
       const int64_t end = std::min<int64_t>(span.end, begin + kChunkKeys);
       add_chunk(end - begin, begin + shift, end - 1 + shift, false);
@@ -305,8 +304,8 @@ void add_copy(const Plan& plan, const Prediction& dense, int64_t heads, const Co
     slots += static_cast<double>(key_order.size());
   }
   if (slots == 0) return;
-  const double bytes = slots * static_cast<double>(copy.kv_heads * copy.head_dim *
-                                                   copy.element_bytes) * kCopyPasses;
+  const double bytes =
+      slots * static_cast<double>(copy.kv_heads * copy.head_dim * copy.element_bytes) * kCopyPasses;
   const double dense_seconds = static_cast<double>(dense.pairs) * static_cast<double>(heads) *
                                kFlopsPerPairPerDim * static_cast<double>(copy.head_dim) /
                                (copy.dense_tflops * 1e12);
@@ -424,9 +423,8 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       "CTA(s) each. cost basis (per head slot, by tile class: rows all text, all image, both): "
       "two-wg / one-wg / skipped: chunks two, one or no warpgroup computes; partial: chunks of "
       "fewer than {} keys; records: spans and column runs read.\n",
-      preset, heads, sms, model.cta_overhead, copy.bandwidth_gbs, copy.dense_tflops,
-      copy.kv_heads, copy.head_dim, kTileRows, kChunkKeys, kWarpgroupRows, sms,
-      ctas_per_sm, kChunkKeys);
+      preset, heads, sms, model.cta_overhead, copy.bandwidth_gbs, copy.dense_tflops, copy.kv_heads,
+      copy.head_dim, kTileRows, kChunkKeys, kWarpgroupRows, sms, ctas_per_sm, kChunkKeys);
   return 0;
 }
 
@@ -439,8 +437,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths = {36864, 131072, 307200};
   // Each template in place and through its key order (permute).
   std::vector<std::string> patterns = {
-      "blindsight-sink:permute=0",  "blindsight-sink:permute=1",
-      "blindsight-intra:permute=0", "blindsight-intra:permute=1",
+      "blindsight-sink:permute=0",       "blindsight-sink:permute=1",
+      "blindsight-intra:permute=0",      "blindsight-intra:permute=1",
       "blindsight-intra-sink:permute=0", "blindsight-intra-sink:permute=1"};
   int64_t heads = mmsparse::kDefaultHeads;
   int64_t sms = mmsparse::kH100Sms;

@@ -323,7 +323,7 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
         // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
         if (permuted) {
           const std::vector<SlotSpan> spans =
-              permuted_tile_spans(key_order, image, begin + offset, end - 1 + offset);
+              permuted_tile_spans(key_order, mask, image, begin + offset, end - 1 + offset);
           if (spans.empty()) continue;
           if (key_order_index == kKeysInPlace) {
             key_order_index = builder.add_key_order(key_order.slots);

@@ -80,8 +80,9 @@ void emit(const OpenSpan& open, std::vector<SlotSpan>& spans) {
   spans.push_back(span);
 }
 
-// The prefix of a region's runs with keys <= last, as spans: runs join the open span while every
-// key before them is at or before `first` (the key-order rule).
+// The prefix of a region's runs with keys <= last, as spans. A run joins the open span where the
+// keys before it, which the kernels position through the span's one shift at up to the run's first
+// key - 1, stay at or before `first` (the key-order rule: visible to every row).
 void region_spans(const OrderedRun* runs, std::size_t count, int64_t first, int64_t last,
                   std::vector<SlotSpan>& spans) {
   OpenSpan open;
@@ -89,7 +90,7 @@ void region_spans(const OrderedRun* runs, std::size_t count, int64_t first, int6
   for (std::size_t r = 0; r < count && runs[r].key <= last; ++r) {
     const OrderedRun& run = runs[r];
     const int64_t length = std::min(run.length, last + 1 - run.key);
-    const bool joins = is_open && run.slot == open.span.end && open.last_key <= first;
+    const bool joins = is_open && run.slot == open.span.end && run.key - 1 <= first;
     if (is_open && !joins) emit(open, spans);
     if (!joins) open = {{run.slot, run.slot}, 0, run.slot};
     is_open = true;
@@ -97,9 +98,8 @@ void region_spans(const OrderedRun* runs, std::size_t count, int64_t first, int6
     open.last_key = run.key + length - 1;
     const bool diagonal_found = joins && open.diagonal_slot < run.slot;
     if (!diagonal_found) {
-      open.diagonal_slot = open.last_key >= first
-                               ? run.slot + std::max<int64_t>(first - run.key, 0)
-                               : open.span.end;
+      open.diagonal_slot =
+          open.last_key >= first ? run.slot + std::max<int64_t>(first - run.key, 0) : open.span.end;
     }
   }
   if (is_open) emit(open, spans);
@@ -108,11 +108,13 @@ void region_spans(const OrderedRun* runs, std::size_t count, int64_t first, int6
 }  // namespace
 
 BlindSightKeyOrder blindsight_key_order(const ImageLayout& images, BlindSightMask mask) {
+  // Sink and intra+sink heads share the order that holds every image's non-sinks.
+  const BlindSightMask family = uses_sinks(mask) ? BlindSightMask::kIntraSink : mask;
   BlindSightKeyOrder order;
   int64_t slot = place(images.shared, 0, order.shared);
   order.own_offsets.push_back(0);
   for (std::size_t image = 0; image < images.segments.size(); ++image) {
-    const std::vector<KeyRange> own = own_keys(images, image, mask);
+    const std::vector<KeyRange> own = own_keys(images, image, family);
     if (!own.empty()) {
       const int64_t offset = offset_in_image(images.segments[image], own.front().begin);
       slot = place(own, align_up(slot, kGatherChunkKeys) + offset % kGatherChunkKeys, order.own);
@@ -130,10 +132,11 @@ BlindSightKeyOrder blindsight_key_order(const ImageLayout& images, BlindSightMas
   return order;
 }
 
-std::vector<SlotSpan> permuted_tile_spans(const BlindSightKeyOrder& order, int32_t image,
-                                          int64_t first, int64_t last) {
+std::vector<SlotSpan> permuted_tile_spans(const BlindSightKeyOrder& order, BlindSightMask mask,
+                                          int32_t image, int64_t first, int64_t last) {
   std::vector<SlotSpan> spans;
   region_spans(order.shared.data(), order.shared.size(), first, last, spans);
+  if (!uses_intra(mask)) return spans;
   const int64_t own_begin = order.own_offsets[image];
   region_spans(order.own.data() + own_begin,
                static_cast<std::size_t>(order.own_offsets[image + 1] - own_begin), first, last,
