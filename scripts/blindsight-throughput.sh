@@ -12,7 +12,8 @@
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
 #   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; under persistent
-#      dense runs persistent too, the A/B's cost on long tiles) and, with SHORT_TILES=1, the
+#      dense runs persistent too, the A/B's cost on long tiles), a sink-like plan in place and
+#      through a key order at 32K and 128K (the copy's cost and gain) and, with SHORT_TILES=1, the
 #      short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered
 #      columns, as a span ending at the tile's diagonal, as one span per chunk and as a span then
 #      one gathered chunk, from which step 6 fits the fixed cost per CTA (per tile, persistent) and
@@ -85,6 +86,9 @@ if [[ $short_tiles == 1 ]]; then
     for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
   done
 fi
+# The engine bench's key-order cases: the same sink-like pairs as short spans in place and as one
+# span through a key order, its K/V copy inside the timing (absent names select nothing).
+key_order_cases=(sinks-in-place-32k sinks-ordered-32k sinks-in-place-128k sinks-ordered-128k)
 # Each template in place and through its key order, in one bench (one process, one dense).
 template_patterns=()
 for template in blindsight-sink blindsight-intra blindsight-intra-sink; do
@@ -129,7 +133,8 @@ fi
 step_done "plan model" $?
 
 for schedule in "${schedules[@]}"; do
-  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 |
+  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${key_order_cases[@]}" \
+    "${short_cases[@]}" 2>&1 |
     tee "$logs/engine-bench-$schedule.txt"
   step_done "engine bench, schedule $schedule" "${PIPESTATUS[0]}"
 done

@@ -16,6 +16,7 @@ Per CTA schedule of the wgmma kernel (tile, persistent: MMSPARSE_CTA_SCHEDULE; w
    cost from the diagonal form's fixed cost, a record's from the split form's cost per chunk, the
    switch from spans to gathered columns in one CTA from the mixed form's fixed cost. The last
    line gives the wgmma/128 spans' fixed cost for the plan model, from the first schedule.
+3. The engine bench's sink-like plan in place against through a key order (sinks-*-<length>).
 """
 
 import json
@@ -168,6 +169,25 @@ def engine_rows(logs, schedule):
     return rows, kernels
 
 
+def key_order_cases(logs, schedule):
+    """The engine bench's sink-like plan in place against through a key order (its copy inside
+    the ordered time), per length and kernel."""
+    rows, kernels = engine_rows(logs, schedule)
+    pairs = [(name, name.replace("sinks-in-place-", "sinks-ordered-")) for name in rows
+             if name.startswith("sinks-in-place-")]
+    pairs = [(in_place, ordered) for in_place, ordered in pairs if ordered in rows]
+    if not pairs:
+        return
+    print("\nKey-order cases (engine bench" + (f", schedule {schedule}" if schedule else "") +
+          "): ms in place, ms through the key order (copy included), change")
+    for in_place, ordered in pairs:
+        for kernel in kernels:
+            if kernel in rows[in_place] and kernel in rows[ordered]:
+                before, after = rows[in_place][kernel][0], rows[ordered][kernel][0]
+                print(f"{in_place[len('sinks-in-place-'):]:>6} {kernel:<12} {before:>9.3f} "
+                      f"{after:>9.3f} {after / before - 1:>+8.1%}")
+
+
 def line_fit(points):
     """Least squares (intercept, slope) of [(x, y)]."""
     count = len(points)
@@ -242,6 +262,7 @@ def main():
     if len(schedules) > 1:
         schedule_ab(logs, lengths, schedules)
     for index, schedule in enumerate(schedules):
+        key_order_cases(logs, schedule)
         short_tiles(logs, schedule, model_line=index == 0)
 
 

@@ -40,6 +40,8 @@ def engine_table(fixed, gather):
                 + " | %5.2fx" % 1.0 + " | 0.0e+00 0.0e+00" * 2)
 
     lines.append(row("dense-32k", 15.0))
+    lines.append(row("sinks-in-place-32k", 2.0))
+    lines.append(row("sinks-ordered-32k", 1.5))
     forms = (("spans", 0.0, 1.0), ("columns", 0.0, gather),
              ("diagonal", PLANTED_DIAGONAL, 1.0), ("split", 0.0, 1.0 + PLANTED_RECORD),
              ("mixed", PLANTED_SWITCH + gather - 1.0, 1.0))
@@ -64,6 +66,7 @@ class SummaryTest(unittest.TestCase):
                 out.write(engine_table(PLANTED_FIXED, PLANTED_GATHER))
             text = self.run_summary(directory, [])
         self.assertIn(f"fixed cost per CTA for the model: {PLANTED_FIXED:.2f}", text)
+        self.assertRegex(text, r"32k wgmma/128 +2\.000 +1\.500 +-25\.0%")
         self.assertIn(f"wgmma/128: a gathered chunk costs {PLANTED_GATHER:.3f} x a span chunk",
                       text)
         # The table's times have three decimals: the planted costs come back to about 0.01.
