@@ -18,7 +18,9 @@
 // 128-row tiles of N whole, unmasked key chunks each, as spans and as gathered columns: the fixed
 // cost per CTA and the cost of a gathered chunk (short_tiles_plan); short-diagonal-N ends each
 // tile's span at its diagonal (a masked chunk), short-split-N reads its chunks as N spans,
-// short-mixed-N its last chunk as gathered columns after a span.
+// short-mixed-N its last chunk as gathered columns after a span. sinks-in-place-L and
+// sinks-ordered-L (synthetic, sink_order_plans.h) compute the same pairs, scattered sink keys
+// as short spans in place and as one span through a key order (its K/V copy inside the timing).
 //
 //   mmsparse_engine_bench [case ...]     cases: dense-8k dense-32k dense-128k dense-32k-d256
 //                                               a-shape-128k
@@ -32,6 +34,7 @@
 //                                               short-diagonal-{64,32,16,8}
 //                                               short-split-{64,32,16,8}
 //                                               short-mixed-{64,32,16,8}
+//                                               sinks-{in-place,ordered}-{32k,128k}
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -55,6 +58,7 @@
 
 #include "core/plan_coverage.h"
 #include "bench_support.h"
+#include "sink_order_plans.h"
 #include "cuda/common/device_pool.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/attention.h"
@@ -504,6 +508,7 @@ void run_case(const Case& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr int64_t k1K = 1024;
   constexpr int64_t k8K = 8192;
   constexpr int64_t k32K = 32768;
   constexpr int64_t k128K = 131072;
@@ -522,6 +527,15 @@ int main(int argc, char** argv) {
       {"grid-p16-128k", k128K, pattern_plan("grid-mask:columns=1,phases=16")},
       {"grid-lattice-128k", k128K, pattern_plan("grid-mask:lattice=1")},
   };
+  for (const int64_t length : {k32K, k128K}) {
+    const std::string size = std::to_string(length / k1K) + "k";
+    for (const bool ordered : {false, true}) {
+      cases.push_back({std::string(ordered ? "sinks-ordered-" : "sinks-in-place-") + size, length,
+                       [ordered](const PlanShape& shape) {
+                         return mmsparse::bench::sink_plan(shape, ordered);
+                       }});
+    }
+  }
   for (const ShortTileForm form : kShortTileForms) {
     const int64_t lead =
         form == ShortTileForm::kSplit ? kShortTileSplitLeadKeys : kShortTileLeadKeys;

@@ -212,7 +212,7 @@ struct Plan {
 };
 
 // Incremental construction: begin_head() for each head slot in order, then tiles with their spans
-// and columns. add_span merges with the previous span of the tile when they touch.
+// and columns.
 class PlanBuilder {
  public:
   explicit PlanBuilder(PlanShape shape);
@@ -224,6 +224,8 @@ class PlanBuilder {
   void begin_tile(int64_t begin, int64_t end, const MaskPolicy& mask = {},
                   int32_t key_order = kKeysInPlace);
   // Ignores empty spans. Keys are positions in [0, kv_len), or slots of the tile's key order.
+  // Merges with the tile's previous span when they touch, except in key-ordered tiles (each span
+  // there has its own shift; splitting a range is how a caller meets the shift rule above).
   void add_span(int64_t begin, int64_t end);
   // Every step-th key of [begin, end) from begin: nothing when empty, a span for step 1, a column
   // for one key, else a StridedSpan with end moved to its last key + 1 (end may lie past kv_len,
@@ -272,9 +274,8 @@ struct MInferenceIndex {
   std::vector<int32_t> column_count;  // [batch, heads, num_blocks]
   std::vector<int32_t> column_index;  // [batch, heads, num_blocks, max_columns]
 };
-// Requires one pass, identity query order, uniform tiles of block_size, causal-only masks and no key
-// orders. Span
-// pieces shorter than block_size become columns so the conversion is exact.
+// Requires one pass, identity query order, uniform tiles of block_size, causal-only masks and no
+// key orders. Span pieces shorter than block_size become columns so the conversion is exact.
 MInferenceIndex to_minference_index(const Plan& plan);
 Plan from_minference_index(const MInferenceIndex& index, int64_t q_len, int64_t kv_len);
 

@@ -186,7 +186,9 @@ void PlanBuilder::add_span(int64_t begin, int64_t end) {
                            range_string(begin, end));
   }
   const int64_t tile_first_span = plan_.tile_span_offsets[plan_.tile_span_offsets.size() - 2];
-  if (static_cast<int64_t>(plan_.spans.size()) > tile_first_span &&
+  // A key-ordered tile's touching spans stay apart: each has its own shift (plan.h), and a caller
+  // splits a range where one shift would not do.
+  if (order == kKeysInPlace && static_cast<int64_t>(plan_.spans.size()) > tile_first_span &&
       plan_.spans.back().end == begin) {
     plan_.spans.back().end = static_cast<int32_t>(end);
   } else {

@@ -97,6 +97,18 @@ TEST(KeyOrders, BuilderDeduplicatesOrdersAndKeepsInPlaceTilesEmpty) {
   std::vector<uint8_t> row8(mask.begin() + 8 * 12, mask.begin() + 9 * 12);
   EXPECT_EQ(row8, (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0}));
 
+  // Touching spans of a key-ordered tile stay apart (each has its own shift), in place they merge.
+  PlanBuilder touching({.batch = 1, .heads = 1, .q_len = 12, .kv_len = 12, .tile_rows = 4});
+  touching.add_key_order(gathered_order());
+  touching.begin_head();
+  touching.begin_tile(8, 12, {}, 0);
+  touching.add_span(6, 8);
+  touching.add_span(8, 10);
+  touching.begin_tile(0, 4);
+  touching.add_span(0, 2);
+  touching.add_span(2, 4);
+  EXPECT_EQ(touching.finish().spans, (std::vector<KeySpan>{{6, 8}, {8, 10}, {0, 4}}));
+
   PlanBuilder in_place({.batch = 1, .heads = 1, .q_len = 4, .kv_len = 4, .tile_rows = 4});
   in_place.begin_head();
   in_place.begin_tile(0, 4);

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "cuda/attention/key_order_copy.h"
 #include "cuda/attention/launch.h"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/sm90/params.cuh"
@@ -265,6 +266,28 @@ bool encode_key_value_maps(const DevicePlan& plan, const AttentionArgs& args,
          encode(args.v, args.v_strides, params.values, params.lattice_values);
 }
 
+// The tensor maps of K and V in key-order layout (key_order_copy.h), for plans with key orders;
+// false when the driver refuses them.
+bool encode_key_order_maps(const KeyOrderCopy& copy, const AttentionArgs& args,
+                           WgmmaAttentionParams& params) {
+  if (copy.rows() == 0) return true;
+  RowTensorMapRequest request;
+  request.dtype = args.dtype;
+  request.batch = args.batch;
+  request.rows = copy.rows();
+  request.heads = args.kv_heads;
+  request.head_dim = args.head_dim;
+  request.box_rows = wgmma_chunk_keys(args.head_dim);
+  request.box_columns =
+      static_cast<int>(kSwizzleSpanBytes / static_cast<int64_t>(dtype_size(args.dtype)));
+  const auto encode = [&](const InputOperand& operand, CUtensorMap& map) {
+    request.data = operand.data;
+    request.strides = {operand.batch_stride, operand.row_stride, operand.head_stride, 1};
+    return encode_row_tensor_map(request, map);
+  };
+  return encode(copy.keys(), params.ordered_keys) && encode(copy.values(), params.ordered_values);
+}
+
 // One consumer warpgroup per 64 rows of the plan's tiles at head_dim 128; two at head_dim 256,
 // whatever the tiles (kWgmmaWideHeadDim: only two are compiled). `persistent_ctas` > 0: the
 // persistent kernel with that many CTAs (persistent_ctas() says where it is compiled).
@@ -456,10 +479,14 @@ AttentionArgs make_attention_args(const AttentionProblem& problem, const TensorV
 void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   if (args.batch == 0 || args.q_len == 0) return;
   check_arguments(plan, args);
+  // Allocated (not yet filled) first, for its tensor maps; freed in stream order once the launches
+  // below are queued.
+  const KeyOrderCopy key_order_copy(plan, args);
   // The kernel, chosen before anything runs: every refusal comes before the first launch.
   WgmmaAttentionParams wgmma_params{};
   const bool use_wgmma = args.kernel != AttentionKernel::kMmaSync && wgmma_serves(plan, args) &&
-                         encode_key_value_maps(plan, args, wgmma_params);
+                         encode_key_value_maps(plan, args, wgmma_params) &&
+                         encode_key_order_maps(key_order_copy, args, wgmma_params);
   if (!use_wgmma && (args.kernel == AttentionKernel::kWgmma ||
                      plan.shape().tile_rows > kMmaSyncTileRows || !mma_sync_serves(args))) {
     throw Error(ErrorCode::kUnsupported,
@@ -482,7 +509,10 @@ void attention_planned(const DevicePlan& plan, const AttentionArgs& args) {
   if (!args.accumulate && !plan.covers_every_row()) fill_empty_outputs(args, stream);
   if (plan.num_tiles() == 0) return;
 
-  const AttentionParams params = make_params(plan, args);
+  AttentionParams params = make_params(plan, args);
+  key_order_copy.fill(plan, args);
+  params.k_ordered = key_order_copy.keys();
+  params.v_ordered = key_order_copy.values();
   const auto num_tiles = static_cast<int32_t>(plan.num_tiles());
   if (use_wgmma) {
     wgmma_params.attention = params;

@@ -35,6 +35,11 @@ struct KeyChunk {
   // The tile's key range the chunk comes from (its index in the plan's spans), so that masks can
   // keep what is constant over a range's chunks; unused for column chunks.
   int32_t range = 0;
+  // A key-ordered span's chunk (PlanView::span_shifts): its keys are rows of the engine's copy
+  // in key-order layout, and key + position_shift is the position masks read. 0 and false for
+  // chunks read in place, and for every chunk of a cursor made without span shifts.
+  int32_t position_shift = 0;
+  bool reads_copy = false;
 
   __device__ bool consecutive() const { return step == kConsecutive; }
   __device__ bool lattice() const { return shift != 0; }
@@ -46,6 +51,11 @@ struct KeyChunk {
   }
   // The last key of a span, strided or lattice chunk (keys ascend in all three).
   __device__ int32_t last_key() const { return arithmetic_key(count - 1); }
+  // The positions of a span, strided or lattice chunk's first and last keys (for masks).
+  __device__ int32_t first_position() const {
+    return static_cast<int32_t>(first) + position_shift;
+  }
+  __device__ int32_t last_position() const { return last_key() + position_shift; }
 
  private:
   __device__ int32_t arithmetic_key(int32_t slot) const {
@@ -64,10 +74,13 @@ class KeyChunkCursor {
 
  public:
   // first_range: the tile's first key range, spans[tile.span_begin], read once for the CTA
-  // (TileWork); unused when the tile has none.
+  // (TileWork); unused when the tile has none. span_shifts: PlanView::span_shifts for a kernel
+  // that reads key-ordered tiles (null for plans without key orders); kernels that do not pass it
+  // compile no trace of it.
   __device__ KeyChunkCursor(const TileRecord& tile, const SpanRecord& first_range,
-                            const SpanRecord* spans)
+                            const SpanRecord* spans, const int32_t* span_shifts = nullptr)
       : spans_(spans),
+        span_shifts_(span_shifts),
         span_(tile.span_begin),
         span_end_(tile.span_end),
         column_(tile.column_begin),
@@ -82,8 +95,8 @@ class KeyChunkCursor {
   // The next chunk; requires !done().
   __device__ KeyChunk next() {
     if (!kGathers || span_ < span_end_) {
-      const KeyChunk chunk{next_key_, min(kBlockN, remaining_), step_, shift_,
-                           static_cast<int32_t>(span_)};
+      const KeyChunk chunk{next_key_,       min(kBlockN, remaining_), step_, shift_,
+                           static_cast<int32_t>(span_), position_shift_,          reads_copy_};
       next_key_ += (chunk.count >> shift_) * step_;
       remaining_ -= chunk.count;
       if (remaining_ == 0 && ++span_ < span_end_) enter_range(spans_[span_]);
@@ -109,15 +122,23 @@ class KeyChunkCursor {
     if (step_ != kConsecutive) {
       remaining_ = ((remaining_ - (1 << shift_)) / range.step + 1) << shift_;
     }
+    if (span_shifts_ != nullptr) {
+      const int32_t shift = span_shifts_[span_];
+      reads_copy_ = shift != kSpanInPlace;
+      position_shift_ = reads_copy_ ? shift : 0;
+    }
   }
 
   const SpanRecord* spans_;  // [spans] of the plan: its key ranges
+  const int32_t* span_shifts_;  // [spans] PlanView::span_shifts, or null
   int64_t span_;             // current key range
   int64_t span_end_;
   int32_t next_key_ = 0;   // first key of the current range not yet in a chunk
   int32_t remaining_ = 0;  // keys of the current range not yet in a chunk (ranges are not empty)
   int32_t step_ = kConsecutive;  // the current range's step and shift (KeyChunk)
   int32_t shift_ = 0;
+  int32_t position_shift_ = 0;  // the current range's (KeyChunk::position_shift, reads_copy)
+  bool reads_copy_ = false;
   int64_t column_;  // next column entry
   int64_t column_end_;
 };

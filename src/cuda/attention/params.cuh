@@ -43,6 +43,9 @@ struct AttentionParams {
   float scale_log2;        // softmax scale × log2(e): scores live in the exp2 domain
   int32_t accumulate;      // rows resume from out and lse (cuda/attention/resume.cuh)
   PlanView plan;
+  // K and V in key-order layout (key_order_copy.h) for key-ordered tiles; null data without.
+  InputOperand k_ordered;
+  InputOperand v_ordered;
 };
 
 // What one CTA computes: a plan tile of one batch element. `block` is the CTA's column

@@ -328,6 +328,13 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
 // The host section's plan, its masks renumbered to the global table, uploaded.
 void upload_host_section(Section& host, Plan host_plan, const std::vector<MaskPolicy>& masks,
                          cudaStream_t stream) {
+  // The concatenation copies the sections' records, not a key-ordered plan's span shifts and
+  // orders (DevicePlanLayout::key_orders).
+  if (host_plan.has_key_orders()) {
+    throw Error(ErrorCode::kUnsupported,
+                "prepare_pattern specs: a host-built head's plan reads keys through a key order, "
+                "which a per-head config's concatenation does not carry yet; prepare it alone");
+  }
   std::vector<MaskPolicy> table = masks;
   for (int32_t& mask : host_plan.tile_masks) mask = mask_index(table, host_plan.masks[mask]);
   host_plan.masks = masks;

@@ -167,7 +167,32 @@ struct HostSections {
   int64_t longest_tile_keys = 0;
   int32_t lattice_step = 0;  // of the lattice records; 0 without
   int64_t shared_runs = kPerHeadRuns;
+  // Plans with key orders only (DevicePlanLayout::span_shifts, key_orders).
+  std::vector<int32_t> span_shifts;
+  std::vector<int32_t> key_orders;
+  int64_t key_order_slots = 0;
 };
+
+// The orders of a plan with key orders in one array, each padded to the longest (kPaddingKey),
+// and that length. Throws kUnsupported where the copy's rows would not fit int32.
+std::vector<int32_t> concatenated_key_orders(const Plan& plan, int64_t& slots) {
+  slots = 0;
+  for (const std::vector<int32_t>& order : plan.key_orders) {
+    slots = std::max(slots, static_cast<int64_t>(order.size()));
+  }
+  const auto rows = static_cast<int64_t>(plan.key_orders.size()) * slots;
+  if (rows > std::numeric_limits<int32_t>::max()) {
+    throw Error(ErrorCode::kUnsupported,
+                "DevicePlan: key orders of " + std::to_string(rows) +
+                    " slots together (orders × the longest), more than the kernels' int32 rows");
+  }
+  std::vector<int32_t> keys(static_cast<std::size_t>(rows), kPaddingKey);
+  for (std::size_t o = 0; o < plan.key_orders.size(); ++o) {
+    std::copy(plan.key_orders[o].begin(), plan.key_orders[o].end(),
+              keys.begin() + static_cast<int64_t>(o) * slots);
+  }
+  return keys;
+}
 
 // Rows [begin, end) of a head's order (its positions, `order`) as a RowLattice (plan_view.cuh), or
 // width 0 where they have no such form or its products would not fit int32.
@@ -213,6 +238,10 @@ int64_t shared_run_count(const HostSections& sections) {
 HostSections pack_sections(const Plan& plan, RecordForm form) {
   HostSections sections;
   const int64_t slots = plan.head_slots();
+  const bool key_ordered = plan.has_key_orders();
+  if (key_ordered) {
+    sections.key_orders = concatenated_key_orders(plan, sections.key_order_slots);
+  }
   sections.head_run_offsets.reserve(static_cast<std::size_t>(slots) + 1);
   sections.head_run_offsets.push_back(0);
   sections.tiles.reserve(plan.tiles.size());
@@ -256,11 +285,24 @@ HostSections pack_sections(const Plan& plan, RecordForm form) {
       covered_rows += tile.end - tile.begin;  // validate() proved the tiles of a slot disjoint
       // The tile's key ranges: its spans (step 1), then its strided spans and lattices.
       const auto ranges_begin = static_cast<int64_t>(sections.spans.size());
+      const int32_t key_order = plan.tile_key_order(t);
+      // A key-ordered tile's spans as rows of the engine's copy (plan_view.cuh's kSpanInPlace).
+      const int64_t first_row =
+          key_order == kKeysInPlace ? 0 : key_order * sections.key_order_slots;
       for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        sections.spans.push_back({plan.spans[s].begin, plan.spans[s].end, 1});
+        const KeySpan& span = plan.spans[s];
+        sections.spans.push_back({static_cast<int32_t>(first_row + span.begin),
+                                  static_cast<int32_t>(first_row + span.end), 1});
+        if (!key_ordered) continue;
+        sections.span_shifts.push_back(
+            key_order == kKeysInPlace
+                ? kSpanInPlace
+                : static_cast<int32_t>(plan.key_orders[key_order][span.end - 1] -
+                                       (first_row + span.end - 1)));
       }
       lattices.append(plan.strided_spans, plan.tile_strided_offsets[t],
                       plan.tile_strided_offsets[t + 1], sections.spans);
+      if (key_ordered) sections.span_shifts.resize(sections.spans.size(), kSpanInPlace);
       sections.tiles.push_back({static_cast<int32_t>(tile.begin), static_cast<int32_t>(tile.end),
                                 static_cast<int32_t>(slot), plan.tile_masks[t], ranges_begin,
                                 static_cast<int64_t>(sections.spans.size()),
@@ -340,11 +382,6 @@ DevicePlan::DevicePlan(Validated, const Plan& whole, int64_t pass, void* stream,
 
 void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   check_int32_ranges(plan.shape);
-  if (plan.has_key_orders()) {
-    throw Error(ErrorCode::kUnsupported,
-                "DevicePlan: the plan has tiles that read keys through a key order, which the CUDA "
-                "engine does not read yet");
-  }
   const HostSections sections = pack_sections(plan, form);
 
   std::vector<std::byte> staging;
@@ -360,6 +397,14 @@ void DevicePlan::upload(const Plan& plan, void* stream, RecordForm form) {
   // After every section a device builder writes, so that those keep the builders' offsets.
   layout_.launch_records = append_section(staging, sections.launch_records);
   layout_.has_launch_records = form == RecordForm::kForAttention;
+  // Last, and only for plans with key orders: the other plans' buffers stay as they were.
+  layout_.has_key_orders = !sections.key_orders.empty();
+  if (layout_.has_key_orders) {
+    layout_.span_shifts = append_section(staging, sections.span_shifts);
+    layout_.key_orders = append_section(staging, sections.key_orders);
+    layout_.key_order_slots = sections.key_order_slots;
+    layout_.key_order_rows = static_cast<int64_t>(sections.key_orders.size());
+  }
   layout_.shared_runs = sections.shared_runs;
   layout_.lattice_step = sections.lattice_step;
   layout_.gathers =
@@ -503,6 +548,8 @@ PlanView make_plan_view(const DevicePlan& plan) {
   view.columns = reinterpret_cast<const int32_t*>(base + layout.columns);
   view.token_info =
       layout.has_token_info ? reinterpret_cast<const int32_t*>(base + layout.token_info) : nullptr;
+  view.span_shifts =
+      layout.has_key_orders ? reinterpret_cast<const int32_t*>(base + layout.span_shifts) : nullptr;
   return view;
 }
 

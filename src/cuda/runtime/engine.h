@@ -126,6 +126,15 @@ struct DevicePlanLayout {
   // a CTA starts its query and key copies after one load instead of two or three dependent ones.
   bool has_launch_records = false;
   std::size_t launch_records = 0;  // launch records [tiles], when has_launch_records
+  // Only an upload of a plan with key orders (Plan::key_orders) writes these: int32 [spans]
+  // span_shifts (plan_view.cuh's kSpanInPlace), and int32 [key_order_rows] the orders' original
+  // keys, order o at rows [o * key_order_slots, (o + 1) * key_order_slots), kPaddingKey for
+  // padding and past an order's end. The engine copies K and V into that layout per call.
+  bool has_key_orders = false;
+  std::size_t span_shifts = 0;
+  std::size_t key_orders = 0;
+  int64_t key_order_slots = 0;
+  int64_t key_order_rows = 0;
 };
 
 // How many records each section of a buffer built on the device holds.

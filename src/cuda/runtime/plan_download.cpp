@@ -80,6 +80,12 @@ void check_mask_records(const std::vector<MaskRecord>& records,
 
 Plan download_pass(const DevicePlan& plan, std::vector<MaskPolicy> masks, int64_t pass) {
   const DevicePlanLayout& layout = plan.layout();
+  // The device builders write none; an upload's key-ordered spans are rows of the engine's copy.
+  if (layout.has_key_orders) {
+    throw Error(ErrorCode::kUnsupported,
+                "download_plan: pass " + std::to_string(pass) +
+                    " reads keys through key orders, whose records are not decoded");
+  }
   const PlanShape& shape = plan.shape();
   // Offsets, runs, tiles, schedule and masks: the sections before the key ranges, in one copy.
   const std::vector<std::byte> header = copy_records<std::byte>(plan, 0, layout.spans);

@@ -68,6 +68,14 @@ struct SpanRecord {
   int32_t width = 1;
 };
 
+// DevicePlanLayout::span_shifts entry of a key range read in place. A key-ordered tile's spans are
+// rows of the engine's copy of K and V in key-order layout (order o's slot p at row
+// o * key_order_slots + p) and their entry is the shift from those rows to key positions,
+// order[end - 1] - (end - 1) - o * key_order_slots (plan.h): exact on the span's last run of
+// consecutive keys and, before it, at or below every row of the tile, so masks and chunk
+// classification read row + shift as the key's position.
+inline constexpr int32_t kSpanInPlace = INT32_MIN;
+
 // A tile's rows as arithmetic, where they allow it: row r (< end - begin) of the tile lies at
 // position start + (r / width) · outer_step + (r mod width) · inner_step. A grid head's tile is
 // `phases` consecutive positions in each of several periods (width = phases, inner_step 1,
@@ -122,6 +130,9 @@ struct PlanView {
   const SpanRecord* spans;          // [spans] key ranges: the plan's spans and strided spans
   const int32_t* columns;           // [columns] key positions
   const int32_t* token_info;        // [kv_len] packed tokens, or null when no mask needs them
+  // [spans] kSpanInPlace or the shift of a key-ordered span (kSpanInPlace above); null for plans
+  // without key orders, whose kernels load nothing more.
+  const int32_t* span_shifts;
 };
 
 // Typed pointers into the plan's device buffer.

@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
     resume_rows<Traits>(params, work, storage.row_positions + warp * Traits::kMmaM, lane, softmax,
                         output);
   }
-  KeyChunkCursor<Traits::kBlockN> cursor(work.tile, work.first_range, params.plan.spans);
+  KeyChunkCursor<Traits::kBlockN> cursor(work.tile, work.first_range, params.plan.spans,
+                                          params.plan.span_shifts);
 
   if (!cursor.done()) {
     KeyChunk current = cursor.next();

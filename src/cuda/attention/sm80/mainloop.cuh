@@ -34,6 +34,9 @@ class MmaSyncMainloop {
         key_row_stride_(params.k.row_stride),
         values_(head_rows(params.v, work.batch, work.kv_head)),
         value_row_stride_(params.v.row_stride),
+        ordered_keys_(head_rows(params.k_ordered, work.batch, work.kv_head)),
+        ordered_values_(head_rows(params.v_ordered, work.batch, work.kv_head)),
+        ordered_row_stride_(params.k_ordered.row_stride),
         columns_(params.plan.columns),
         token_info_(work.mask.needs_tokens ? params.plan.token_info : nullptr) {}
 
@@ -57,8 +60,13 @@ class MmaSyncMainloop {
 
   // Issues the loads of one key chunk into `stage`: K and V rows (zero-filled past chunk.count so
   // that masked slots multiply finite values), the key positions, and the keys' tokens when the
-  // mask reads them. The caller commits.
+  // mask reads them. A key-ordered span's chunk reads the rows of the key-order copy and
+  // positions them by its shift (KeyChunk::position_shift). The caller commits.
   __device__ void load_chunk(int stage, const KeyChunk& chunk) {
+    const Element* keys = chunk.reads_copy ? ordered_keys_ : keys_;
+    const Element* values = chunk.reads_copy ? ordered_values_ : values_;
+    const int64_t key_row_stride = chunk.reads_copy ? ordered_row_stride_ : key_row_stride_;
+    const int64_t value_row_stride = chunk.reads_copy ? ordered_row_stride_ : value_row_stride_;
     const int first_slot = static_cast<int>(threadIdx.x) / Traits::kVectorsPerRow;
     const int vector = static_cast<int>(threadIdx.x) % Traits::kVectorsPerRow;
     const uint32_t offset = Traits::swizzled_byte_offset(first_slot, vector);
@@ -71,14 +79,14 @@ class MmaSyncMainloop {
       const bool valid = slot < chunk.count;
       const int64_t key = valid ? chunk.key(columns_, slot) : 0;
       const uint32_t pass_offset = pass * Traits::kRowsPerPass * Traits::kRowBytes;
-      copy_async_16(key_destination + pass_offset, keys_ + key * key_row_stride_ + column, valid);
-      copy_async_16(value_destination + pass_offset, values_ + key * value_row_stride_ + column,
+      copy_async_16(key_destination + pass_offset, keys + key * key_row_stride + column, valid);
+      copy_async_16(value_destination + pass_offset, values + key * value_row_stride + column,
                     valid);
     }
     const int slot = static_cast<int>(threadIdx.x);
     if (slot < Traits::kBlockN) {
       const bool valid = slot < chunk.count;
-      const int32_t key = valid ? chunk.key(columns_, slot) : 0;
+      const int32_t key = valid ? chunk.key(columns_, slot) + chunk.position_shift : 0;
       storage_.key_positions[stage][slot] = key;
       if (token_info_ != nullptr) {
         copy_async_4(shared_address(&storage_.key_tokens[stage][slot]), token_info_ + key, valid);
@@ -171,6 +179,11 @@ class MmaSyncMainloop {
   int64_t key_row_stride_;
   const Element* values_;  // row 0 of the KV head's values
   int64_t value_row_stride_;
+  // Row 0 of the KV head's K and V in key-order layout (key_order_copy.h), one row stride for
+  // both; meaningless (never read) for plans without key orders.
+  const Element* ordered_keys_;
+  const Element* ordered_values_;
+  int64_t ordered_row_stride_;
   const int32_t* columns_;     // [columns] of the plan
   const int32_t* token_info_;  // [kv_len] packed tokens, or null
   uint32_t query_fragments_[Traits::kHeadDimSteps][4];

@@ -109,8 +109,8 @@ class TileMask {
   // be returned for a chunk that needs no mask, never kFull or kNone wrongly.
   __device__ ChunkCoverage classify(const KeyChunk& chunk,
                                     const int32_t* key_positions /* [kBlockN] */, int lane) const {
-    int32_t key_lowest = static_cast<int32_t>(chunk.first);
-    int32_t key_highest = chunk.last_key();
+    int32_t key_lowest = chunk.first_position();
+    int32_t key_highest = chunk.last_position();
     if (chunk.from_columns()) key_bounds(chunk, key_positions, lane, key_lowest, key_highest);
     return classify_chunk(policy_, row_lowest_, row_highest_, key_lowest, key_highest,
                           chunk.count < Traits::kBlockN || policy_.needs_tokens,

@@ -203,7 +203,7 @@ __device__ PipelineState<Traits::kStages> consume_tile(
   };
   IssueTurns<Traits> turns(warpgroup, first_tile);
   KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
-      work.tile, work.first_range, params.plan.spans);
+      work.tile, work.first_range, params.plan.spans, params.plan.span_shifts);
   while (!cursor.done()) {
     const KeyChunk chunk = cursor.next();
     const int stage = state.stage;

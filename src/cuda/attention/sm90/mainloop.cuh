@@ -57,11 +57,16 @@ class WgmmaMainloop {
     const bool waits_every_stage =
         !Traits::kGathers || __shfl_sync(kFullWarpMask, thread / kWarpSize, 0) == 0;
     KeyChunkCursor<Traits::kBlockN, Traits::kLattices, Traits::kGathers> cursor(
-        work.tile, work.first_range, params.attention.plan.spans);
+        work.tile, work.first_range, params.attention.plan.spans,
+        params.attention.plan.span_shifts);
     // A tile without keys copies nothing, and its maps may be unset.
     if (thread == 0 && work.tile.span_begin < work.tile.span_end) {
       prefetch_tensor_map(&params.keys);
       prefetch_tensor_map(&params.values);
+      if (params.attention.plan.span_shifts != nullptr) {
+        prefetch_tensor_map(&params.ordered_keys);
+        prefetch_tensor_map(&params.ordered_values);
+      }
       if constexpr (Traits::kLattices) {
         prefetch_tensor_map(&params.lattice_keys);
         prefetch_tensor_map(&params.lattice_values);
@@ -120,19 +125,21 @@ class WgmmaMainloop {
     }
   }
 
-  // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies.
+  // Thread 0's share of a span chunk: its arrival, announcing the bytes, and the tensor copies
+  // (from K and V in key-order layout for a key-ordered span's chunk).
   __device__ static void copy_span_chunk(const WgmmaAttentionParams& params, const TileWork& work,
                                          const KeyChunk& chunk, uint32_t keys, uint32_t values,
                                          uint32_t loaded) {
     arrive_for_copy(loaded);
     const auto row = static_cast<int32_t>(chunk.first);
+    const CUtensorMap* key_map = chunk.reads_copy ? &params.ordered_keys : &params.keys;
+    const CUtensorMap* value_map = chunk.reads_copy ? &params.ordered_values : &params.values;
 #pragma unroll
     for (int block = 0; block < Traits::kColumnBlocks; ++block) {
       const int32_t column = block * Traits::kAtomElements;
       const uint32_t offset = block * Traits::kChunkBlockBytes;
-      copy_tensor_4d(keys + offset, &params.keys, column, work.kv_head, row, work.batch, loaded);
-      copy_tensor_4d(values + offset, &params.values, column, work.kv_head, row, work.batch,
-                     loaded);
+      copy_tensor_4d(keys + offset, key_map, column, work.kv_head, row, work.batch, loaded);
+      copy_tensor_4d(values + offset, value_map, column, work.kv_head, row, work.batch, loaded);
     }
   }
 

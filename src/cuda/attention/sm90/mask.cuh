@@ -122,8 +122,8 @@ class WarpgroupMask {
     if constexpr (Traits::kTokens) {
       if (policy_.needs_tokens) return classify_with_tokens(storage, stage, chunk, lane);
     }
-    int32_t key_lowest = static_cast<int32_t>(chunk.first);
-    int32_t key_highest = chunk.last_key();
+    int32_t key_lowest = chunk.first_position();
+    int32_t key_highest = chunk.last_position();
     const bool lattice_bits = chunk.lattice() && lattice_bits_;
     if (Traits::kGathers && chunk.gathered()) {
       load_column_keys(chunk, lane);
@@ -280,12 +280,12 @@ class WarpgroupMask {
     return ones_below(end - base) & ~ones_below(begin - base);
   }
 
-  // The slots of a span chunk (key = first + slot) that this thread's row `row` keeps, as bits:
-  // every positional term of the policy is an interval of slots (the band one per period it
-  // meets), since the distance falls by one per slot.
+  // The slots of a span chunk (key position = first position + slot) that this thread's row `row`
+  // keeps, as bits: every positional term of the policy is an interval of slots (the band one per
+  // period it meets), since the distance falls by one per slot.
   __device__ void span_keep_bits(const KeyChunk& chunk, int row,
                                  uint32_t (&keep)[kSlotWords]) const {
-    const auto first = static_cast<int32_t>(chunk.first);
+    const int32_t first = chunk.first_position();
     const int32_t reach = aligned_[row] - first;  // the slot at distance 0 (maybe outside)
     int32_t end = chunk.count;
     if (policy_.causal) end = min(end, reach + 1);

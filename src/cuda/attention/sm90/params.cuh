@@ -42,6 +42,10 @@ struct WgmmaAttentionParams {
   CUtensorMap lattice_keys;
   CUtensorMap lattice_values;
   int32_t lattice_step;  // the views' period; 0 without lattice records
+  // 4-D views like `keys` and `values` of K and V in key-order layout (key_order_copy.h), which
+  // key-ordered spans' chunks copy from (KeyChunk::reads_copy); unset without key orders.
+  CUtensorMap ordered_keys;
+  CUtensorMap ordered_values;
 };
 
 }  // namespace mmsparse::cuda
