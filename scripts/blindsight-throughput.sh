@@ -12,16 +12,20 @@
 #   3. the plan model's chunk statistics (fill, masked and gathered chunks, chunks per tile, waves;
 #      host plans, no GPU) at the bench's lengths;
 #   4. the engine bench per schedule: dense at 32K and 128K (the reference rates; under persistent
-#      dense runs persistent too, the A/B's cost on long tiles) and the short-tile cases, 128-row
-#      tiles of 8 to 64 whole unmasked chunks as spans and as gathered columns, as a span ending at
-#      the tile's diagonal, as one span per chunk and as a span then one gathered chunk, from which
-#      step 6 fits the fixed cost per CTA (per tile, persistent) and the extra cost of a gathered
-#      chunk, a diagonal chunk, a record and a switch from spans to gathered columns;
+#      dense runs persistent too, the A/B's cost on long tiles), a sink-like plan in place and
+#      through a key order at 32K and 128K (the copy's cost and gain) and, with SHORT_TILES=1, the
+#      short-tile cases, 128-row tiles of 8 to 64 whole unmasked chunks as spans and as gathered
+#      columns, as a span ending at the tile's diagonal, as one span per chunk and as a span then
+#      one gathered chunk, from which step 6 fits the fixed cost per CTA (per tile, persistent) and
+#      the extra cost of a gathered chunk, a diagonal chunk, a record and a switch from spans to
+#      gathered columns;
 #   5. one `mmsparse bench` per length (default 36864 131072) and schedule on the multi-image
-#      preset: dense and the sink, intra and intra+sink templates (bench --json:
-#      throughput_vs_dense);
+#      preset: dense and the sink, intra and intra+sink templates, each in place (permute=0) and
+#      through its key order (permute=1: K and V copied into the order inside the attention time)
+#      in the same process (bench --json: throughput_vs_dense);
 #   6. a summary: the templates' throughput on computed pairs as a share of dense's per schedule,
-#      the A/B, the fits, and the plan model's prediction with the fitted fixed cost;
+#      the key orders against in place, the schedules' A/B, the fits, and the plan model's
+#      prediction with the fitted fixed cost;
 #   7. the cost constants that reproduce the templates' shares (scripts/blindsight_cost_fit.py).
 # Logs go to $OUT (else <build>/blindsight-throughput-logs); steps.txt has each step's time.
 #
@@ -29,6 +33,7 @@
 #   SANITIZER_TOOLS="memcheck" scripts/blindsight-throughput.sh ...   (fewer sanitizer tools)
 #   SCHEDULES="tile" scripts/blindsight-throughput.sh ...             (one schedule)
 #   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-7)
+#   SHORT_TILES=1 scripts/blindsight-throughput.sh ...                (the short-tile fits, +80 s)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,12 +42,14 @@ shift || true
 lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(36864 131072)
 skip_tests=${SKIP_TESTS:-0}
+short_tiles=${SHORT_TILES:-0}
 read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 refuse() {  # refuse <what> <expected> <got>: a bad argument, named, before any step
   echo "blindsight-throughput.sh: $1: expected $2, got '$3'" >&2
   exit 2
 }
 [[ $skip_tests == 0 || $skip_tests == 1 ]] || refuse SKIP_TESTS "0 or 1" "$skip_tests"
+[[ $short_tiles == 0 || $short_tiles == 1 ]] || refuse SHORT_TILES "0 or 1" "$short_tiles"
 for tool in "${sanitizer_tools[@]}"; do
   [[ $tool =~ ^(memcheck|racecheck|synccheck|initcheck)$ ]] ||
     refuse SANITIZER_TOOLS "memcheck, racecheck, synccheck or initcheck" "$tool"
@@ -74,8 +81,18 @@ persistent_sanitizer_filter+=':Dtypes/GpuPersistentSchedule.RepeatedLaunchesOnOn
 persistent_test_seconds=${PERSISTENT_TEST_SECONDS:-180}
 sanitizer_seconds=${SANITIZER_SECONDS:-300}  # per tool
 short_cases=()
-for form in spans columns diagonal split mixed; do
-  for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
+if [[ $short_tiles == 1 ]]; then
+  for form in spans columns diagonal split mixed; do
+    for chunks in 64 32 16 8; do short_cases+=("short-$form-$chunks"); done
+  done
+fi
+# The engine bench's key-order cases: the same sink-like pairs as short spans in place and as one
+# span through a key order, its K/V copy inside the timing (absent names select nothing).
+key_order_cases=(sinks-in-place-32k sinks-ordered-32k sinks-in-place-128k sinks-ordered-128k)
+# Each template in place and through its key order, in one bench (one process, one dense).
+template_patterns=()
+for template in blindsight-sink blindsight-intra blindsight-intra-sink; do
+  for permute in 0 1; do template_patterns+=(--pattern "$template:permute=$permute"); done
 done
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
 
@@ -116,7 +133,8 @@ fi
 step_done "plan model" $?
 
 for schedule in "${schedules[@]}"; do
-  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${short_cases[@]}" 2>&1 |
+  MMSPARSE_CTA_SCHEDULE=$schedule "$engine_bench" dense-32k dense-128k "${key_order_cases[@]}" \
+    "${short_cases[@]}" 2>&1 |
     tee "$logs/engine-bench-$schedule.txt"
   step_done "engine bench, schedule $schedule" "${PIPESTATUS[0]}"
 done
@@ -124,8 +142,8 @@ done
 for n in "${lengths[@]}"; do
   for schedule in "${schedules[@]}"; do
     MMSPARSE_CTA_SCHEDULE=$schedule "$cli" bench --device cuda --preset multi-image \
-      --seq-len "$n" --heads 28 --kv-heads 4 --head-dim 128 --pattern blindsight-sink \
-      --pattern blindsight-intra --pattern blindsight-intra-sink --warmup 2 --repeats 5 \
+      --seq-len "$n" --heads 28 --kv-heads 4 --head-dim 128 "${template_patterns[@]}" \
+      --warmup 2 --repeats 5 \
       --oracle-rows 8 --oracle-tiles 8 --json "$logs/bench-$n-$schedule.json" \
       >"$logs/bench-$n-$schedule.txt" 2>&1
     step_done "bench at $n tokens, schedule $schedule" $?

@@ -6,7 +6,9 @@
 Per CTA schedule of the wgmma kernel (tile, persistent: MMSPARSE_CTA_SCHEDULE; without
 --schedules, the logs of one unnamed run):
 1. BlindSight's templates on the multi-image preset: throughput on computed pairs as a share of
-   dense's (bench-<n>[-<schedule>].json), against the 85% bar; with two schedules, the A/B.
+   dense's (bench-<n>[-<schedule>].json), against the 85% bar; with two schedules, the A/B;
+   where a template ran in place (permute=0) and through its key order (permute=1) in one bench,
+   that A/B (the copy of K and V into the order is inside the key order's attention time).
 2. The short-tile cases of the engine bench (engine-bench[-<schedule>].txt): per kernel and key
    form, a least squares line time = fixed + chunks x per_chunk over the chunks per tile; the fixed
    cost per CTA (per tile, persistent) in chunks, the marginal TFLOP/s of one more chunk against
@@ -14,6 +16,7 @@ Per CTA schedule of the wgmma kernel (tile, persistent: MMSPARSE_CTA_SCHEDULE; w
    cost from the diagonal form's fixed cost, a record's from the split form's cost per chunk, the
    switch from spans to gathered columns in one CTA from the mixed form's fixed cost. The last
    line gives the wgmma/128 spans' fixed cost for the plan model, from the first schedule.
+3. The engine bench's sink-like plan in place against through a key order (sinks-*-<length>).
 """
 
 import json
@@ -45,10 +48,19 @@ def load_bench(logs, n, schedule):
         return json.load(source)
 
 
+def run_label(run):
+    """The run's pattern name, with its permute value where its resolved spec has one (the bench
+    labels runs by name: a template in place and through its key order share it)."""
+    for parameter in run.get("spec", "").partition(":")[2].split(","):
+        if parameter.startswith("permute="):
+            return f"{run['pattern']}:{parameter}"
+    return run["pattern"]
+
+
 def templates(logs, lengths, schedule):
     print("BlindSight templates, multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16"
           + (f", schedule {schedule}" if schedule else ""))
-    print(f"{'tokens':>8} {'pattern':<22} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} {'of dense':>9} "
+    print(f"{'tokens':>8} {'pattern':<31} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} {'of dense':>9} "
           f"{'bar':>5}")
     for n in lengths:
         bench = load_bench(logs, n, schedule)
@@ -57,11 +69,11 @@ def templates(logs, lengths, schedule):
             continue
         for layer in bench["layers"]:
             dense = layer["dense"]
-            print(f"{n:>8} {'dense':<22} {dense['pairs']:>15} {dense['attention_ms']:>9.2f} "
+            print(f"{n:>8} {'dense':<31} {dense['pairs']:>15} {dense['attention_ms']:>9.2f} "
                   f"{dense['tflops']:>8.1f} {1.0:>8.1%}")
             for run in layer["patterns"]:
                 share = run.get("throughput_vs_dense", float("nan"))
-                print(f"{n:>8} {run['pattern']:<22} {run['computed_pairs']:>15} "
+                print(f"{n:>8} {run_label(run):<31} {run['computed_pairs']:>15} "
                       f"{run['attention_ms']:>9.2f} {run['tflops']:>8.1f} {share:>8.1%} "
                       f"{'ok' if share >= BAR else 'miss':>5}")
 
@@ -72,7 +84,7 @@ def schedule_ab(logs, lengths, schedules):
     its own share moves with dense's time)."""
     first, last = schedules[0], schedules[-1]
     print("\nA/B of the CTA schedules: ms (share of dense's throughput on computed pairs)")
-    print(f"{'tokens':>8} {'pattern':<22}" + "".join(f" {name:>20}" for name in schedules) +
+    print(f"{'tokens':>8} {'pattern':<31}" + "".join(f" {name:>20}" for name in schedules) +
           f" {'change':>8} {f'{last} of {first} dense':>24}")
     for n in lengths:
         benches = [load_bench(logs, n, schedule) for schedule in schedules]
@@ -83,7 +95,7 @@ def schedule_ab(logs, lengths, schedules):
             layer = bench["layers"][0]
             runs.setdefault("dense", {})[schedule] = (layer["dense"]["attention_ms"], 1.0)
             for run in layer["patterns"]:
-                runs.setdefault(run["pattern"], {})[schedule] = (
+                runs.setdefault(run_label(run), {})[schedule] = (
                     run["attention_ms"], run.get("throughput_vs_dense", float("nan")))
         dense = runs["dense"]
         for pattern, by_schedule in runs.items():
@@ -95,7 +107,42 @@ def schedule_ab(logs, lengths, schedules):
             # per ms against the first schedule's dense.
             against_first = (f"{after[1] * dense[first][0] / dense[last][0]:>24.1%}"
                              if after else f"{'-':>24}")
-            print(f"{n:>8} {pattern:<22}{cells} {change} {against_first}")
+            print(f"{n:>8} {pattern:<31}{cells} {change} {against_first}")
+
+
+PERMUTE_VALUES = ("permute=0", "permute=1")
+
+
+def permute_ab(logs, lengths, schedule):
+    """Each template in place (permute=0) against through its key order (permute=1), from the
+    runs of one bench (one build, one process, one dense)."""
+    rows = []
+    for n in lengths:
+        bench = load_bench(logs, n, schedule)
+        if bench is None:
+            continue
+        runs = {run_label(run): run for run in bench["layers"][0]["patterns"]}
+        for pattern, in_place in runs.items():
+            if not pattern.endswith(":" + PERMUTE_VALUES[0]):
+                continue
+            name = pattern[:-len(PERMUTE_VALUES[0]) - 1]
+            ordered = runs.get(f"{name}:{PERMUTE_VALUES[1]}")
+            if ordered is not None:
+                rows.append((n, name, in_place, ordered))
+    if not rows:
+        return
+    print("\nKey orders" + (f", schedule {schedule}" if schedule else "") +
+          ": ms and share of dense in place (permute=0) and through the key order (permute=1, "
+          "the copy included)")
+    print(f"{'tokens':>8} {'template':<22} {'in place ms':>11} {'share':>7} {'ordered ms':>11} "
+          f"{'share':>7} {'change':>8} {'bar':>5}")
+    for n, name, in_place, ordered in rows:
+        share_in_place = in_place.get("throughput_vs_dense", float("nan"))
+        share_ordered = ordered.get("throughput_vs_dense", float("nan"))
+        change = ordered["attention_ms"] / in_place["attention_ms"] - 1.0
+        print(f"{n:>8} {name:<22} {in_place['attention_ms']:>11.3f} {share_in_place:>7.1%} "
+              f"{ordered['attention_ms']:>11.3f} {share_ordered:>7.1%} {change:>+8.1%} "
+              f"{'ok' if share_ordered >= BAR else 'miss':>5}")
 
 
 def engine_rows(logs, schedule):
@@ -120,6 +167,25 @@ def engine_rows(logs, schedule):
                 timings[kernel] = (float(fields[0]), float(fields[1]))
         rows[parts[0].split()[0]] = timings
     return rows, kernels
+
+
+def key_order_cases(logs, schedule):
+    """The engine bench's sink-like plan in place against through a key order (its copy inside
+    the ordered time), per length and kernel."""
+    rows, kernels = engine_rows(logs, schedule)
+    pairs = [(name, name.replace("sinks-in-place-", "sinks-ordered-")) for name in rows
+             if name.startswith("sinks-in-place-")]
+    pairs = [(in_place, ordered) for in_place, ordered in pairs if ordered in rows]
+    if not pairs:
+        return
+    print("\nKey-order cases (engine bench" + (f", schedule {schedule}" if schedule else "") +
+          "): ms in place, ms through the key order (copy included), change")
+    for in_place, ordered in pairs:
+        for kernel in kernels:
+            if kernel in rows[in_place] and kernel in rows[ordered]:
+                before, after = rows[in_place][kernel][0], rows[ordered][kernel][0]
+                print(f"{in_place[len('sinks-in-place-'):]:>6} {kernel:<12} {before:>9.3f} "
+                      f"{after:>9.3f} {after / before - 1:>+8.1%}")
 
 
 def line_fit(points):
@@ -191,10 +257,12 @@ def main():
     logs, lengths = sys.argv[1], [int(n) for n in arguments]
     for schedule in schedules:
         templates(logs, lengths, schedule)
+        permute_ab(logs, lengths, schedule)
         print()
     if len(schedules) > 1:
         schedule_ab(logs, lengths, schedules)
     for index, schedule in enumerate(schedules):
+        key_order_cases(logs, schedule)
         short_tiles(logs, schedule, model_line=index == 0)
 
 

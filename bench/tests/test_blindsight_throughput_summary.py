@@ -40,6 +40,8 @@ def engine_table(fixed, gather):
                 + " | %5.2fx" % 1.0 + " | 0.0e+00 0.0e+00" * 2)
 
     lines.append(row("dense-32k", 15.0))
+    lines.append(row("sinks-in-place-32k", 2.0))
+    lines.append(row("sinks-ordered-32k", 1.5))
     forms = (("spans", 0.0, 1.0), ("columns", 0.0, gather),
              ("diagonal", PLANTED_DIAGONAL, 1.0), ("split", 0.0, 1.0 + PLANTED_RECORD),
              ("mixed", PLANTED_SWITCH + gather - 1.0, 1.0))
@@ -64,6 +66,7 @@ class SummaryTest(unittest.TestCase):
                 out.write(engine_table(PLANTED_FIXED, PLANTED_GATHER))
             text = self.run_summary(directory, [])
         self.assertIn(f"fixed cost per CTA for the model: {PLANTED_FIXED:.2f}", text)
+        self.assertRegex(text, r"32k wgmma/128 +2\.000 +1\.500 +-25\.0%")
         self.assertIn(f"wgmma/128: a gathered chunk costs {PLANTED_GATHER:.3f} x a span chunk",
                       text)
         # The table's times have three decimals: the planted costs come back to about 0.01.
@@ -114,6 +117,30 @@ class SummaryTest(unittest.TestCase):
         self.assertRegex(text, r"36864 blindsight-sink +2\.500 \( 80\.0%\) +2\.000 \(125\.0%\) "
                                r"+-20\.0% +100\.0%")
         self.assertRegex(text, r"36864 dense .* \+25\.0% +80\.0%")
+
+    def test_key_orders_against_in_place(self):
+        # One bench: the sink template in place 2.5 ms (80%), through its key order 2.0 ms (100%);
+        # the bench labels both by name, their specs tell them apart.
+        layer = {"dense": {"pairs": 1000, "attention_ms": 10.0, "tflops": 500.0},
+                 "patterns": [
+                     {"pattern": "blindsight-sink", "computed_pairs": 200,
+                      "spec": "blindsight-sink:bidirectional=0,permute=0,sink_percent=10,sinks=[]",
+                      "attention_ms": 2.5, "tflops": 400.0, "throughput_vs_dense": 0.80},
+                     {"pattern": "blindsight-sink", "computed_pairs": 200,
+                      "spec": "blindsight-sink:bidirectional=0,permute=1,sink_percent=10,sinks=[]",
+                      "attention_ms": 2.0, "tflops": 500.0, "throughput_vs_dense": 1.0},
+                     {"pattern": "blindsight-intra", "computed_pairs": 200,
+                      "spec": "blindsight-intra:bidirectional=0,permute=0",
+                      "attention_ms": 2.2, "tflops": 454.0, "throughput_vs_dense": 0.91}]}
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "bench-36864.json"), "w") as out:
+                json.dump({"layers": [layer]}, out)
+            text = self.run_summary(directory, [36864])
+        self.assertIn("Key orders", text)
+        self.assertRegex(text, r"36864 blindsight-sink +2\.500 +80\.0% +2\.000 +100\.0% "
+                               r"+-20\.0% +ok")
+        self.assertNotRegex(text, r"36864 blindsight-intra +2\.200")  # no key-order run to pair
+        self.assertRegex(text, r"36864 blindsight-sink:permute=1 .* 100\.0% +ok")
 
 
 if __name__ == "__main__":

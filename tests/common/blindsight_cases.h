@@ -3,7 +3,7 @@
 // multi-image layouts with odd image sizes, adjacent images (no markers, no text between), videos
 // whose frames are split by timestamps, optional leading text, one image or a hundred; sinks of the
 // Qwen style (sink_percent) or the Gemma 3 style (a list of offsets, images of one size); causal or
-// bidirectional.
+// bidirectional; keys in place or through a key order.
 
 #include <array>
 #include <cstdint>
@@ -55,14 +55,25 @@ inline BlindSightLayoutCase random_blindsight_case(Random& random, int64_t image
   return result;
 }
 
-// A spec of template `name` for the case: its style's switch and, for sink templates, a random
-// sink_percent and the case's sink list.
+// Where a sparse template's spec has its image tiles read keys: a random value of `permute` that
+// suits the case (-1 or 0, and 1 where causal: through a key order or in place), or in place
+// (permute=0, the plans the device builder writes).
+enum class KeyPlacement { kRandom, kInPlace };
+
+// A spec of template `name` for the case: its style's switch, the key placement and, for sink
+// templates, a random sink_percent and the case's sink list.
 inline PatternSpec blindsight_spec(Random& random, const BlindSightLayoutCase& test_case,
-                                   const std::string& name) {
+                                   const std::string& name,
+                                   KeyPlacement placement = KeyPlacement::kRandom) {
   PatternSpec spec{name, {{"bidirectional", test_case.bidirectional ? 1 : 0}}};
   if (name == "blindsight-sink" || name == "blindsight-intra-sink") {
     spec.params["sink_percent"] = random.uniform_int(1, 30);
     spec.lists["sinks"] = test_case.sink_offsets;
+  }
+  if (name != "blindsight-dense") {
+    spec.params["permute"] = placement == KeyPlacement::kInPlace
+                                 ? 0
+                                 : random.uniform_int(-1, test_case.bidirectional ? 0 : 1);
   }
   return spec;
 }

@@ -3,8 +3,9 @@
 // earlier token; an image query to text keys, plus image sinks for sink heads, plus its own image
 // for intra-image heads; all within the model's dense mask, causal or bidirectional inside each
 // image as Gemma 3): element by element on random layouts, and attention over the plans against
-// masked-dense attention over the oracle's mask. Plus the plans' shape (tiles never mix images,
-// short key runs are gathered), list parameters and named errors.
+// masked-dense attention over the oracle's mask; image tiles in place and through key orders
+// (permute). Plus the plans' shape (tiles never mix images; in place, short key runs are
+// gathered; through an order, a few spans and no columns), list parameters and named errors.
 
 #include <gtest/gtest.h>
 
@@ -106,13 +107,27 @@ Case random_case(test::Random& random, int64_t images, bool fixed_size) {
   return test_case;
 }
 
-PatternSpec spec_of(const std::string& mask, const Case& test_case) {
+// permute: -1 (the default: a key order where causal), 0 (in place) or 1 (a key order).
+constexpr int64_t kPermuteDefault = -1;
+constexpr int64_t kInPlace = 0;
+constexpr int64_t kPermute = 1;
+
+PatternSpec spec_of(const std::string& mask, const Case& test_case,
+                    int64_t permute = kPermuteDefault) {
   PatternSpec spec{"blindsight-" + mask, {{"bidirectional", test_case.bidirectional ? 1 : 0}}};
   if (mask == "sink" || mask == "intra-sink") {
     spec.params["sink_percent"] = test_case.percent;
     spec.lists["sinks"] = test_case.offsets;
   }
+  if (mask != "dense") spec.params["permute"] = permute;
   return spec;
+}
+
+// The permute values a case's sparse templates take: in place, the default, and 1 where causal.
+std::vector<int64_t> permute_values(const std::string& mask, const Case& test_case) {
+  if (mask == "dense") return {kPermuteDefault};
+  if (test_case.bidirectional) return {kInPlace, kPermuteDefault};
+  return {kInPlace, kPermuteDefault, kPermute};
 }
 
 // The sparse templates' query order: every image row, ascending, then every text row, ascending
@@ -128,58 +143,101 @@ void expect_images_then_text(const Oracle& oracle, int64_t offset,
   EXPECT_EQ(order, expected);
 }
 
-// Plans of every mask equal the oracle pair by pair; tiles hold one image or text only, are never
-// empty, text tiles are full but the last, and image tiles gather every key run shorter than a key
-// chunk.
-void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
+// An image tile in place: every key run shorter than a key chunk gathered, whole chunks left of
+// its rows.
+void expect_in_place_image_tile(const Plan& plan, int64_t t, int64_t first_position) {
+  EXPECT_EQ(plan.tile_key_order(t), kKeysInPlace) << "tile " << t;
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    const int64_t length = plan.spans[s].end - plan.spans[s].begin;
+    EXPECT_GE(length, kGatherChunkKeys) << "tile " << t;
+    // Left of every row: whole chunks only.
+    if (plan.spans[s].end <= first_position) {
+      EXPECT_EQ(length % kGatherChunkKeys, 0) << "tile " << t;
+    }
+  }
+}
+
+// An image tile through a key order: spans only, over no padding slot, two per region at most
+// (the shared keys, the image's own keys) where the sinks are a prefix of each image.
+void expect_permuted_image_tile(const Plan& plan, int64_t t, const std::string& mask,
+                                bool listed_sinks) {
+  const int32_t order = plan.tile_key_order(t);
+  ASSERT_NE(order, kKeysInPlace) << "tile " << t;
+  EXPECT_EQ(plan.tile_column_offsets[t], plan.tile_column_offsets[t + 1]) << "tile " << t;
+  EXPECT_EQ(plan.tile_strided_offsets[t], plan.tile_strided_offsets[t + 1]) << "tile " << t;
+  const std::vector<int32_t>& slots = plan.key_orders[order];
+  for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
+    for (int64_t slot = plan.spans[s].begin; slot < plan.spans[s].end; ++slot) {
+      ASSERT_NE(slots[slot], kPaddingKey) << "tile " << t << " slot " << slot;
+    }
+  }
+  const int64_t regions = mask == "sink" ? 1 : 2;
+  if (!listed_sinks) {
+    EXPECT_LE(plan.tile_span_offsets[t + 1] - plan.tile_span_offsets[t], 2 * regions)
+        << "tile " << t;
+  }
+}
+
+// The plan of one template and key placement equals the oracle pair by pair; tiles hold one image
+// or text only, are never empty, text tiles are full but the last and read in place, and image
+// tiles read their keys as the placement says.
+void check_plan(const Case& test_case, const Oracle& oracle, const std::string& mask,
+                int64_t permute, const PlanShape& shape) {
   const ModalityLayout& layout = test_case.layout;
-  const int64_t kv_len = layout.length();
+  const int64_t kv_len = shape.kv_len;
+  const int64_t q_len = shape.q_len;
+  const int64_t offset = kv_len - q_len;
+  const PatternSpec spec = spec_of(mask, test_case, permute);
+  SCOPED_TRACE(spec.to_string() + " q_len=" + std::to_string(q_len) +
+               " tile_rows=" + std::to_string(shape.tile_rows) + " layout " + layout.to_json());
+  const Plan plan = build_plan(spec, shape, &layout);
+  const std::vector<uint8_t> computed = materialize_mask(plan, 0);
+  int64_t pairs = 0;
+  for (int64_t row = 0; row < q_len; ++row) {
+    for (int64_t key = 0; key < kv_len; ++key) {
+      const bool expected = oracle.keeps(mask, row + offset, key);
+      pairs += expected;
+      ASSERT_EQ(computed[row * kv_len + key] != 0, expected) << "query " << row << " key " << key;
+    }
+  }
+  EXPECT_EQ(count_plan_pairs(plan, 0), pairs);
+  const bool permuted = mask != "dense" && permute != kInPlace && !test_case.bidirectional;
+  if (!permuted) EXPECT_FALSE(plan.has_key_orders());
+  const std::vector<int64_t> order = plan.query_order(0);
+  if (mask != "dense") expect_images_then_text(oracle, offset, order);
+  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+    const QueryTile& tile = plan.tiles[t];
+    ASSERT_LT(tile.begin, tile.end);
+    const bool has_keys = plan.tile_span_offsets[t] < plan.tile_span_offsets[t + 1] ||
+                          plan.tile_column_offsets[t] < plan.tile_column_offsets[t + 1];
+    EXPECT_TRUE(has_keys) << "tile " << t;
+    const int64_t first_row = order[tile.begin];
+    const int32_t image = oracle.image[first_row + offset];
+    if (mask == "dense") continue;  // the model's mask: uniform tiles
+    for (int64_t i = tile.begin; i < tile.end; ++i) {
+      ASSERT_EQ(oracle.image[order[i] + offset], image) << "tile " << t << " mixes rows";
+    }
+    if (image < 0) {
+      // Text rows fill whole tiles: only the last text tile (the plan's last tile) is short.
+      if (t + 1 < plan.num_tiles()) EXPECT_EQ(tile.end - tile.begin, shape.tile_rows);
+      EXPECT_EQ(plan.tile_key_order(t), kKeysInPlace) << "tile " << t;
+    } else if (permuted) {
+      expect_permuted_image_tile(plan, t, mask, !test_case.offsets.empty());
+    } else {
+      expect_in_place_image_tile(plan, t, first_row + offset);
+    }
+  }
+}
+
+// Every mask and key placement of a case.
+void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
+  const int64_t kv_len = test_case.layout.length();
   const PlanShape shape{.q_len = q_len, .kv_len = kv_len, .tile_rows = tile_rows};
   const Oracle oracle =
-      make_oracle(layout, test_case.percent, test_case.offsets, test_case.bidirectional);
-  const int64_t offset = kv_len - q_len;
+      make_oracle(test_case.layout, test_case.percent, test_case.offsets, test_case.bidirectional);
   for (const std::string& mask : kMasks) {
-    const PatternSpec spec = spec_of(mask, test_case);
-    SCOPED_TRACE(spec.to_string() + " q_len=" + std::to_string(q_len) +
-                 " tile_rows=" + std::to_string(tile_rows) + " layout " + layout.to_json());
-    const Plan plan = build_plan(spec, shape, &layout);
-    const std::vector<uint8_t> computed = materialize_mask(plan, 0);
-    int64_t pairs = 0;
-    for (int64_t row = 0; row < q_len; ++row) {
-      for (int64_t key = 0; key < kv_len; ++key) {
-        const bool expected = oracle.keeps(mask, row + offset, key);
-        pairs += expected;
-        ASSERT_EQ(computed[row * kv_len + key] != 0, expected) << "query " << row << " key " << key;
-      }
-    }
-    EXPECT_EQ(count_plan_pairs(plan, 0), pairs);
-    const std::vector<int64_t> order = plan.query_order(0);
-    if (mask != "dense") expect_images_then_text(oracle, offset, order);
-    for (int64_t t = 0; t < plan.num_tiles(); ++t) {
-      const QueryTile& tile = plan.tiles[t];
-      ASSERT_LT(tile.begin, tile.end);
-      const bool has_keys = plan.tile_span_offsets[t] < plan.tile_span_offsets[t + 1] ||
-                            plan.tile_column_offsets[t] < plan.tile_column_offsets[t + 1];
-      EXPECT_TRUE(has_keys) << "tile " << t;
-      const int64_t first_row = order[tile.begin];
-      const int32_t image = oracle.image[first_row + offset];
-      if (mask == "dense") continue;  // the model's mask: uniform tiles
-      for (int64_t i = tile.begin; i < tile.end; ++i) {
-        ASSERT_EQ(oracle.image[order[i] + offset], image) << "tile " << t << " mixes rows";
-      }
-      if (image < 0) {
-        // Text rows fill whole tiles: only the last text tile (the plan's last tile) is short.
-        if (t + 1 < plan.num_tiles()) EXPECT_EQ(tile.end - tile.begin, tile_rows) << "tile " << t;
-        continue;
-      }
-      for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-        const int64_t length = plan.spans[s].end - plan.spans[s].begin;
-        EXPECT_GE(length, kGatherChunkKeys) << "tile " << t;
-        // Left of every row: whole chunks only.
-        if (plan.spans[s].end <= first_row + offset) {
-          EXPECT_EQ(length % kGatherChunkKeys, 0) << "tile " << t;
-        }
-      }
+    for (const int64_t permute : permute_values(mask, test_case)) {
+      check_plan(test_case, oracle, mask, permute, shape);
     }
   }
 }
@@ -224,13 +282,13 @@ TEST(BlindSight, OneImageAdjacentImagesAndAHundredImages) {
   check_case(hundred_fixed, hundred_fixed.layout.length(), 32);
 }
 
-// Key runs left of every row of a tile are spans of whole key chunks and their remainders, with
-// the short runs, gathered columns: full chunks (the paper's sink packing).
+// In place, key runs left of every row of a tile are spans of whole key chunks and their
+// remainders, with the short runs, gathered columns: full chunks (the paper's sink packing).
 TEST(BlindSight, KeyRunsFillWholeChunks) {
   const ModalityLayout layout =
       LayoutBuilder().text(40).image({1, 40, 40}).image({1, 10, 10}).image({1, 40, 40}).build();
   const PlanShape shape{.q_len = layout.length(), .kv_len = layout.length(), .tile_rows = 128};
-  const Plan plan = build_plan(PatternSpec::parse("blindsight-sink"), shape, &layout);
+  const Plan plan = build_plan(PatternSpec::parse("blindsight-sink:permute=0"), shape, &layout);
   const int64_t t = plan.num_tiles() - 2;  // the third image's last tile (the end marker follows)
   // Its keys, as runs: text and a start marker then the first sink (41 + 160 = 201 keys); the
   // first image's end marker, a start marker and the second sink (2 + 10); the second image's end
@@ -244,11 +302,12 @@ TEST(BlindSight, KeyRunsFillWholeChunks) {
   EXPECT_EQ(plan.tile_column_offsets[t + 1] - plan.tile_column_offsets[t], 73 + 12 + 34);
 }
 
-// Attention over the plans equals masked-dense attention over the oracle's mask.
+// Attention over the plans equals masked-dense attention over the oracle's mask: every template
+// in place and with its default placement (a key order where causal) in one plan, GQA 4.
 TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
   test::Random random;
   SCOPED_TRACE(random.trace());
-  constexpr int64_t kHeads = 4;
+  constexpr int64_t kHeads = 8;
   constexpr int64_t kKvHeads = 2;
   constexpr int64_t kDim = 16;
   constexpr double kTolerance = 2e-5;
@@ -261,9 +320,10 @@ TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
     const Tensor q = random.normal_tensor(DType::kFloat32, {1, q_len, kHeads, kDim});
     const Tensor k = random.normal_tensor(DType::kFloat32, {1, kv_len, kKvHeads, kDim});
     const Tensor v = random.normal_tensor(DType::kFloat32, {1, kv_len, kKvHeads, kDim});
-    const std::vector<PatternSpec> specs = {spec_of("dense", test_case), spec_of("sink", test_case),
-                                            spec_of("intra", test_case),
-                                            spec_of("intra-sink", test_case)};
+    std::vector<PatternSpec> specs;
+    for (const int64_t permute : {kPermuteDefault, kInPlace}) {
+      for (const std::string& mask : kMasks) specs.push_back(spec_of(mask, test_case, permute));
+    }
     const Plan plan =
         build_plan(specs, {.heads = kHeads, .q_len = q_len, .kv_len = kv_len, .tile_rows = 16},
                    &test_case.layout);
@@ -272,7 +332,7 @@ TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
       for (int64_t row = 0; row < q_len; ++row) {
         for (int64_t key = 0; key < kv_len; ++key) {
           mask.data_as<uint8_t>()[(h * q_len + row) * kv_len + key] =
-              oracle.keeps(kMasks[h], row + kv_len - q_len, key) ? 1 : 0;
+              oracle.keeps(kMasks[h % kMasks.size()], row + kv_len - q_len, key) ? 1 : 0;
         }
       }
     }
@@ -300,6 +360,70 @@ TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
   }
 }
 
+// A per-head config mixing BlindSight heads (through key orders and in place) with dense, A-shape
+// and vertical-slash heads, batch 2 and GQA: one plan (prepare_pattern on the CPU too), whose
+// orders are deduplicated (one per template family), equal to masked-dense attention over each
+// head slot's materialised mask.
+TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kBatch = 2;
+  constexpr int64_t kKvHeads = 2;
+  constexpr int64_t kDim = 16;
+  constexpr double kTolerance = 2e-5;
+  Case test_case = random_case(random, random.uniform_int(2, 6), false);
+  test_case.bidirectional = false;
+  const int64_t kv_len = test_case.layout.length();
+  const int64_t q_len = random.bernoulli(0.5) ? kv_len : random.uniform_int(1, kv_len);
+  const std::vector<PatternSpec> specs = {
+      spec_of("sink", test_case),
+      spec_of("intra", test_case),
+      PatternSpec{"dense", {}},
+      PatternSpec{"a-shape", {{"sink", 16}, {"local", 40}}},
+      spec_of("intra-sink", test_case),
+      spec_of("sink", test_case, kInPlace),
+      PatternSpec::parse("vertical-slash:vertical=8,slash=24,last_q=8,sink=4,local=16"),
+      spec_of("sink", test_case)};
+  const auto heads = static_cast<int64_t>(specs.size());
+  const PlanShape shape{
+      .batch = kBatch, .heads = heads, .q_len = q_len, .kv_len = kv_len, .tile_rows = 16};
+  const Tensor q = random.normal_tensor(DType::kFloat32, {kBatch, q_len, heads, kDim});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {kBatch, kv_len, kKvHeads, kDim});
+  const Tensor v = random.normal_tensor(DType::kFloat32, {kBatch, kv_len, kKvHeads, kDim});
+  const PatternInputs inputs{q.view(), k.view()};
+  const PreparedPlan prepared =
+      prepare_pattern(specs, shape, &test_case.layout, Device{}, nullptr, &inputs);
+  const Plan& plan = prepared.plan();
+  SCOPED_TRACE("layout " + test_case.layout.to_json() + " plan " + plan.summary());
+  EXPECT_EQ(plan.key_orders.size(), 2u) << "one order per family (sinks, intra), every slot";
+  Tensor mask(DType::kUInt8, {kBatch, heads, q_len, kv_len});
+  for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+    const std::vector<uint8_t> slot_mask = materialize_mask(plan, slot);
+    std::copy(slot_mask.begin(), slot_mask.end(), mask.data_as<uint8_t>() + slot * q_len * kv_len);
+  }
+  Tensor out_plan(DType::kFloat32, {kBatch, q_len, heads, kDim});
+  Tensor out_mask(DType::kFloat32, {kBatch, q_len, heads, kDim});
+  Tensor lse_plan(DType::kFloat32, {kBatch, heads, q_len});
+  Tensor lse_mask(DType::kFloat32, {kBatch, heads, q_len});
+  attention_planned(prepared, q.view(), k.view(), v.view(), out_plan.view(), lse_plan.view());
+  attention_masked(q.view(), k.view(), v.view(), mask.view(), out_mask.view(), lse_mask.view());
+  for (int64_t i = 0; i < out_plan.numel(); ++i) {
+    const float expected = out_mask.data_as<float>()[i];
+    ASSERT_NEAR(out_plan.data_as<float>()[i], expected,
+                kTolerance * std::max(1.0f, std::abs(expected)))
+        << "out element " << i;
+  }
+  // The BlindSight heads' slots equal the oracle too (the masks above are the plan's own).
+  const Oracle oracle = make_oracle(test_case.layout, test_case.percent, {}, false);
+  const std::vector<uint8_t> first_sink = materialize_mask(plan, 0);
+  for (int64_t row = 0; row < q_len; ++row) {
+    for (int64_t key = 0; key < kv_len; ++key) {
+      ASSERT_EQ(first_sink[row * kv_len + key] != 0,
+                oracle.keeps("sink", row + kv_len - q_len, key));
+    }
+  }
+}
+
 // Without a layout every token is text: every template is the causal mask.
 TEST(BlindSight, WithoutALayoutEveryQueryIsText) {
   const PlanShape shape{.q_len = 50, .kv_len = 70, .tile_rows = 16};
@@ -317,9 +441,13 @@ TEST(BlindSight, ListParametersRoundTripAndOtherSpecsAreUnchanged) {
   EXPECT_EQ(spec.to_string(), "blindsight-sink:bidirectional=1,sinks=[3/17/40]");
   EXPECT_EQ(PatternSpec::parse(spec.to_string()), spec);
   EXPECT_EQ(resolve_pattern(spec).to_string(),
-            "blindsight-sink:bidirectional=1,sink_percent=10,sinks=[3/17/40]");
+            "blindsight-sink:bidirectional=1,permute=-1,sink_percent=10,sinks=[3/17/40]");
   EXPECT_EQ(resolve_pattern(PatternSpec::parse("blindsight-intra-sink")).to_string(),
-            "blindsight-intra-sink:bidirectional=0,sink_percent=10,sinks=[]");
+            "blindsight-intra-sink:bidirectional=0,permute=-1,sink_percent=10,sinks=[]");
+  EXPECT_EQ(resolve_pattern(PatternSpec::parse("blindsight-intra")).to_string(),
+            "blindsight-intra:bidirectional=0,permute=-1");
+  EXPECT_EQ(resolve_pattern(PatternSpec::parse("blindsight-dense")).to_string(),
+            "blindsight-dense:bidirectional=0");
   EXPECT_EQ(PatternSpec::parse("blindsight-sink:sinks=[]").lists.at("sinks").size(), 0u);
   EXPECT_EQ(resolve_pattern(PatternSpec::parse("tri-shape:local=512")).to_string(),
             "tri-shape:bottom=128,local=512,sink=128");
@@ -351,6 +479,12 @@ TEST(BlindSight, BadSpecsAndLayoutsAreNamedErrors) {
                {"blindsight-sink list sinks", "image 1 has 10 tokens", "got 10"});
   expect_error(build("blindsight-intra:bidirectional=2"), ErrorCode::kInvalidArgument,
                {"blindsight-intra parameter bidirectional", "0 or 1"});
+  expect_error(build("blindsight-intra:permute=2"), ErrorCode::kInvalidArgument,
+               {"blindsight-intra parameter permute", "-1", "0 (in place) or 1", "got 2"});
+  expect_error(build("blindsight-sink:bidirectional=1,permute=1"), ErrorCode::kInvalidArgument,
+               {"blindsight-sink parameter permute", "0 or -1 with bidirectional=1", "got 1"});
+  expect_error(build("blindsight-dense:permute=0"), ErrorCode::kInvalidArgument,
+               {"blindsight-dense", "parameters bidirectional", "\"permute\""});
   expect_error(build("blindsight-sink:sinks=4"), ErrorCode::kInvalidArgument,
                {"blindsight-sink parameter sinks", "a list such as sinks=[4]"});
   expect_error(build("blindsight-intra:sinks=[1]"), ErrorCode::kInvalidArgument,

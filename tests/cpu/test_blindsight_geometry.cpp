@@ -126,8 +126,9 @@ void check_random_cases(Random& random, int64_t images, int64_t max_side, int64_
       const int64_t q_len = random.bernoulli(0.5) ? kv_len : random.uniform_int(1, kv_len);
       const PlanShape shape{.heads = 1, .q_len = q_len, .kv_len = kv_len, .tile_rows = tile_rows};
       for (const char* name : test::kBlindSightTemplates) {
-        expect_geometry_is_the_plan(test::blindsight_spec(random, test_case, name), shape,
-                                    test_case.layout);
+        expect_geometry_is_the_plan(
+            test::blindsight_spec(random, test_case, name, test::KeyPlacement::kInPlace), shape,
+            test_case.layout);
       }
     }
   }
@@ -173,13 +174,29 @@ TEST(BlindSightGeometry, ThrowsWhatTheHostBuilderThrows) {
   const ModalityLayout layout = LayoutBuilder().text(10).image({1, 4, 4}).text(5).build();
   const PlanShape shape{.heads = 1, .q_len = layout.length(), .kv_len = layout.length()};
   const PatternSpec outside =
-      resolve_pattern(PatternSpec::parse("blindsight-sink:sinks=[3/16]"), &layout);
+      resolve_pattern(PatternSpec::parse("blindsight-sink:permute=0,sinks=[3/16]"), &layout);
   testing::expect_error([&] { (void)detail::blindsight_geometry(outside, shape, &layout); },
                         ErrorCode::kInvalidArgument, {"blindsight-sink list sinks"});
   const PlanShape longer{.heads = 1, .q_len = 5, .kv_len = layout.length() + 1};
   const PatternSpec intra = resolve_pattern(PatternSpec::parse("blindsight-intra"), &layout);
   testing::expect_error([&] { (void)detail::blindsight_geometry(intra, longer, &layout); },
                         ErrorCode::kInvalidArgument, {"blindsight-intra layout"});
+}
+
+// Plans through a key order are the host builder's: the geometry (the device builder's) refuses
+// them by name, and takes the same template in place or bidirectional.
+TEST(BlindSightGeometry, RefusesKeyOrders) {
+  const ModalityLayout layout = LayoutBuilder().text(10).image({1, 4, 4}).text(5).build();
+  const PlanShape shape{.heads = 1, .q_len = layout.length(), .kv_len = layout.length()};
+  for (const char* text :
+       {"blindsight-sink", "blindsight-intra:permute=1", "blindsight-intra-sink:permute=-1"}) {
+    const PatternSpec spec = resolve_pattern(PatternSpec::parse(text), &layout);
+    testing::expect_error([&] { (void)detail::blindsight_geometry(spec, shape, &layout); },
+                          ErrorCode::kUnsupported, {"key order", "permute=0"});
+  }
+  for (const char* text : {"blindsight-sink:permute=0", "blindsight-intra:bidirectional=1"}) {
+    expect_geometry_is_the_plan(PatternSpec::parse(text), shape, layout);
+  }
 }
 
 }  // namespace

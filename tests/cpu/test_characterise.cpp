@@ -60,12 +60,12 @@ TEST(Characterise, TemplateSpecsAndQuartiles) {
   const ImageStyle qwen;
   EXPECT_EQ(head_type_spec(HeadType::kDense, qwen).to_string(), "dense");
   EXPECT_EQ(head_type_spec(HeadType::kIntraSink, qwen).to_string(),
-            "blindsight-intra-sink:bidirectional=0,sink_percent=10,sinks=[]");
+            "blindsight-intra-sink:bidirectional=0,permute=-1,sink_percent=10,sinks=[]");
   const ImageStyle gemma{10, {3, 9}, true};
   EXPECT_EQ(head_type_spec(HeadType::kDense, gemma).to_string(),
             "blindsight-dense:bidirectional=1");
   EXPECT_EQ(head_type_spec(HeadType::kSink, gemma).to_string(),
-            "blindsight-sink:bidirectional=1,sink_percent=10,sinks=[3/9]");
+            "blindsight-sink:bidirectional=1,permute=-1,sink_percent=10,sinks=[3/9]");
   for (HeadType type : kAllHeadTypes) {
     HeadType back = HeadType::kDense;
     ASSERT_TRUE(head_type_of(head_type_spec(type, gemma), back));

@@ -2,8 +2,9 @@
 // random multi-image layouts (odd image sizes, adjacent images, a video, up to 100 images; sinks
 // of the Qwen and the Gemma 3 style, causal and bidirectional), the four templates mixed over the
 // heads, uploaded and run against the fp64 oracle and the CPU reference, on fresh random inputs,
-// GQA ratios, q_len <= kv_len, bfloat16 and float16. With head_dim 128 they must run on the wgmma
-// kernel: spans, gathered columns (the packed sinks) and bidirectional token masks. Then BlindSight
+// GQA ratios, q_len <= kv_len, bfloat16 and float16, image tiles in place and through key orders
+// (permute, random per head). With head_dim 128 they must run on the wgmma kernel: spans, gathered
+// columns (the packed sinks), key orders and bidirectional token masks. Then BlindSight
 // heads in a per-head config beside heads built on the GPU, as a characterised config runs, and the
 // characterisation (Alg. 1) with its attention on the GPU against the CPU reference.
 
@@ -23,6 +24,7 @@
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
+#include "methods/blindsight/blindsight.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
@@ -122,7 +124,8 @@ constexpr auto kWgmma = cuda::AttentionKernel::kWgmma;
 class GpuBlindSightConfig : public StreamTest {};
 
 // BlindSight heads in a per-head config next to static heads the GPU builds (dense, A-shape), Qwen
-// style: record for record the upload of the host plan, and attention through it matches the
+// style, in place (built on the GPU) and through key orders (built on the host and uploaded as a
+// part): record for record the upload of the host plan, and attention through it matches the
 // oracle (Gemma 3 configs: test_gpu_blindsight_builder.cpp).
 TEST_F(GpuBlindSightConfig, MixedWithDeviceBuiltHeads) {
   Random random;
@@ -150,6 +153,13 @@ TEST_F(GpuBlindSightConfig, MixedWithDeviceBuiltHeads) {
       cuda::build_config_plan_on_device(resolved, shape, inputs, stream_);
   expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   expect_same_records(built.plan, host, stream_);
+  const PlanBuildTimes times = cuda::config_build_times(*built.timer);
+  ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
+  for (int64_t head = 0; head < shape.heads; ++head) {
+    EXPECT_EQ(times.heads[head].on_device,
+              !detail::permutes_keys(resolved[head], &test_case.layout))
+        << resolved[head].to_string();
+  }
   const AttentionInputs attention_inputs = random_inputs(random, size);
   expect_matches_oracle(host, attention_inputs, size,
                         run_gpu(built.plan, attention_inputs, size, random_layout(random)));

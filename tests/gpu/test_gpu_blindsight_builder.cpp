@@ -4,7 +4,9 @@
 // sizes, adjacent images, no text, one image, a hundred images; Qwen sink_percent and Gemma 3 sink
 // lists; causal and bidirectional; several head slots, q_len <= kv_len, tile heights 64 and 128);
 // attention over them matches the fp64 oracle with GQA; prepare_pattern takes them; and a Gemma 3
-// config (bidirectional images: token masks) mixes with other device-built heads in one plan.
+// config (bidirectional images: token masks) mixes with other device-built heads in one plan. The
+// device builder writes in-place plans (permute=0, or bidirectional): plans through key orders are
+// built on the host and uploaded, alone or as parts of a per-head config.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@
 #include "cuda/runtime/config_builder.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
+#include "methods/blindsight/blindsight.h"
 #include "methods/blindsight/blindsight_device.h"
 #include "methods/device_builder.h"
 #include "mmsparse/attention.h"
@@ -101,8 +104,8 @@ TEST_F(GpuBlindSightBuilder, RecordsEqualTheUpload) {
                             .kv_len = kv_len,
                             .tile_rows = tile_rows};
       for (const char* name : kBlindSightTemplates) {
-        const PatternSpec spec =
-            resolve_pattern(blindsight_spec(random, test_case, name), &test_case.layout);
+        const PatternSpec spec = resolve_pattern(
+            blindsight_spec(random, test_case, name, KeyPlacement::kInPlace), &test_case.layout);
         SCOPED_TRACE(spec.to_string() + " batch " + std::to_string(shape.batch) + " heads " +
                      std::to_string(shape.heads) + " q_len " + std::to_string(shape.q_len) +
                      " tile_rows " + std::to_string(tile_rows) + " layout " +
@@ -139,8 +142,8 @@ TEST_F(GpuBlindSightBuilder, AttentionMatchesTheOracle) {
                             .q_len = size.q_len,
                             .kv_len = size.kv_len,
                             .tile_rows = size.tile_rows};
-      const PatternSpec spec =
-          resolve_pattern(blindsight_spec(random, test_case, name), &test_case.layout);
+      const PatternSpec spec = resolve_pattern(
+          blindsight_spec(random, test_case, name, KeyPlacement::kInPlace), &test_case.layout);
       SCOPED_TRACE(describe(size) + " " + spec.to_string() + " layout " +
                    test_case.layout.to_json());
       const cuda::DevicePlan built =
@@ -174,9 +177,46 @@ TEST_F(GpuBlindSightBuilder, PreparePatternBuildsOnTheDevice) {
   }
 }
 
+// Causal sparse templates through key orders (the default) are built on the host and uploaded by
+// prepare_pattern: the device builder answers no (its geometry refuses them: the CPU test), and the
+// prepared plan is the host builder's; attention through it matches the oracle.
+TEST_F(GpuBlindSightBuilder, KeyOrderedPlansAreBuiltOnTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  BlindSightLayoutCase test_case = random_blindsight_case(random, 4, 12, kMaxText);
+  test_case.bidirectional = false;
+  const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, cuda::AttentionKernel::kWgmma,
+                            cuda::kMaxTileRows};
+  ProblemSize size = random_problem(random, config, 1, 2);
+  size.kv_len = test_case.layout.length();
+  size.q_len = size.kv_len;
+  const PlanShape shape{.heads = size.q_heads(),
+                        .q_len = size.q_len,
+                        .kv_len = size.kv_len,
+                        .tile_rows = size.tile_rows};
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (const char* name : {"blindsight-sink", "blindsight-intra", "blindsight-intra-sink"}) {
+    const PatternSpec spec = resolve_pattern(PatternSpec{name, {}}, &test_case.layout);
+    SCOPED_TRACE(spec.to_string() + " layout " + test_case.layout.to_json());
+    EXPECT_FALSE(builds_plan_on_device(spec, shape, &test_case.layout, gpu));
+    EXPECT_EQ(detail::device_builder_for(spec, shape, &test_case.layout, false), nullptr);
+    const PreparedPlan prepared = prepare_pattern(spec, shape, &test_case.layout, gpu, stream_);
+    const Plan host = build_plan(spec, shape, &test_case.layout);
+    EXPECT_TRUE(host.has_key_orders());
+    for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+      EXPECT_EQ(materialize_mask(prepared.plan(), slot), materialize_mask(host, slot));
+    }
+    const AttentionInputs inputs = random_inputs(random, size);
+    expect_matches_oracle(host, inputs, size,
+                          run_gpu(cuda::upload_passes(prepared.plan(), nullptr), inputs, size,
+                                  random_layout(random)));
+  }
+}
+
 // A Gemma 3 config: bidirectional BlindSight heads of every template beside dense and A-shape
 // heads, all built on the GPU and concatenated with one token array, record for record the upload
-// of the host plan; attention through it matches the oracle. And a Qwen config the same way.
+// of the host plan; attention through it matches the oracle. And a Qwen config the same way, its
+// heads through key orders built on the host and uploaded as parts of the one plan.
 TEST_F(GpuBlindSightBuilder, ConfigsMixWithOtherDeviceBuiltHeads) {
   Random random;
   SCOPED_TRACE(random.trace());
@@ -211,8 +251,14 @@ TEST_F(GpuBlindSightBuilder, ConfigsMixWithOtherDeviceBuiltHeads) {
         cuda::build_config_plan_on_device(resolved, shape, inputs, stream_);
     expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     expect_same_records(built.plan, host, stream_);
+    // Heads whose image tiles read a key order are built on the host, the others on the GPU.
     const PlanBuildTimes times = cuda::config_build_times(*built.timer);
-    for (const HeadBuildTime& head : times.heads) EXPECT_TRUE(head.on_device);
+    ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
+    for (int64_t head = 0; head < shape.heads; ++head) {
+      EXPECT_EQ(times.heads[head].on_device,
+                !detail::permutes_keys(resolved[head], &test_case.layout))
+          << resolved[head].to_string();
+    }
     const AttentionInputs attention_inputs = random_inputs(random, size);
     expect_matches_oracle(host, attention_inputs, size,
                           run_gpu(built.plan, attention_inputs, size, random_layout(random)));

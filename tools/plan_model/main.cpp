@@ -4,7 +4,10 @@
 // that compute it (a warpgroup whose 64 rows all precede a chunk skips it), adds a fixed cost per
 // CTA, and list-schedules heads × tiles heaviest first onto the SMs as the hardware dispatches the
 // launch order. Throughput on computed pairs is the exact pair count over the makespan, reported
-// as a share of dense's under the same model.
+// as a share of dense's under the same model. Tiles that read a key order (Plan::key_orders) are
+// cut into chunks over physical slots and classified on original positions as the kernels do
+// (slot + the span's shift); the copy of K and V into each order is added as wall time before the
+// kernel, from the memory bandwidth and dense's measured rate.
 //
 // The cost constants default to a fit of six H100 measurements (the sink, intra and intra+sink
 // templates at 36,864 and 131,072 tokens, docs/blindsight.md) and can be set per run. For sparse
@@ -47,6 +50,19 @@ struct CostModel {
   double masked_extra = 0.15;    // a chunk some row masks in part
   double gathered_extra = 0.15;  // a chunk of gathered columns (cp.async rows, not a tensor copy)
 };
+
+// The copy of K and V into each key order's physical layout (Plan::key_orders), which runs before
+// the attention kernel: bandwidth-bound, converted to the model's units through dense's measured
+// rate (dense's modelled makespan takes dense's measured time).
+struct CopyModel {
+  double dense_tflops = 590.0;    // dense's measured rate (H200, bf16, head_dim 128, 36K-131K)
+  double bandwidth_gbs = 4000.0;  // the copy's achieved memory bandwidth
+  int64_t kv_heads = 4;
+  int64_t head_dim = 128;
+  int64_t element_bytes = 2;  // bf16
+};
+constexpr double kFlopsPerPairPerDim = 4.0;  // two matrix products of 2 flops per multiply-add
+constexpr double kCopyPasses = 2.0 * 2.0;    // K and V, each read once and written once
 
 // Where a tile's rows lie: every row text, every row in an image, or both.
 enum class TileClass { kText = 0, kImage = 1, kMixed = 2 };
@@ -155,12 +171,19 @@ TileWork tile_work(const Plan& plan, const std::vector<int64_t>& order, int64_t 
     work.warpgroup_chunks += chunk.active;
     work.cost += chunk_cost(chunk, gathered, model);
   };
+  const int32_t key_order = plan.tile_key_order(t);
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
     const KeySpan& span = plan.spans[s];
     ++counts.records;
+    // Through a key order the span covers physical slots; the kernels classify its chunks by
+    // slot + the span's shift (anchored at its last slot), exact on its last consecutive run and,
+    // before it, at or below every row (Plan::key_orders).
+    const int64_t shift = key_order == kKeysInPlace ? 0
+                                                    : plan.key_orders[key_order][span.end - 1] -
+                                                          static_cast<int64_t>(span.end - 1);
     for (int64_t begin = span.begin; begin < span.end; begin += kChunkKeys) {
       const int64_t end = std::min<int64_t>(span.end, begin + kChunkKeys);
-      add_chunk(end - begin, begin, end - 1, false);
+      add_chunk(end - begin, begin + shift, end - 1 + shift, false);
     }
   }
   const int64_t columns_end = plan.tile_column_offsets[t + 1];
@@ -190,11 +213,13 @@ Plan text_tile_per_run(const Plan& plan, const std::vector<int64_t>& order,
   }
   std::sort(tiles.begin(), tiles.end());
   PlanBuilder builder(plan.shape);
+  for (const std::vector<int32_t>& key_order : plan.key_orders) builder.add_key_order(key_order);
   builder.begin_head();
   for (std::size_t i = 0; i < tiles.size();) {
     const auto [begin, end, source] = tiles[i];
     if (source >= 0) {
-      builder.begin_tile(begin, end, plan.masks[plan.tile_masks[source]]);
+      builder.begin_tile(begin, end, plan.masks[plan.tile_masks[source]],
+                         plan.tile_key_order(source));
       for (int64_t s = plan.tile_span_offsets[source]; s < plan.tile_span_offsets[source + 1]; ++s)
         builder.add_span(plan.spans[s].begin, plan.spans[s].end);
       for (int64_t c = plan.tile_column_offsets[source]; c < plan.tile_column_offsets[source + 1];
@@ -224,7 +249,8 @@ struct Prediction {
   std::vector<int64_t> tile_chunks;    // key chunks per tile, ascending
   double cost = 0, text_cost = 0, overhead = 0;
   double makespan = 0;    // in chunk units on `sms` SMs
-  double efficiency = 0;  // computed pairs per chunk unit of SM time
+  double copy = 0;        // the key orders' copy, in the same units (wall time before the kernel)
+  double efficiency = 0;  // computed pairs per chunk unit of SM time, the copy included
 };
 
 // Greedy list scheduling of `heads` copies of the slot's tiles, heaviest first (ties by position,
@@ -270,15 +296,33 @@ Prediction predict(const Plan& plan, const std::vector<int32_t>& token_media, in
   return result;
 }
 
+// Adds the copy of the plan's key orders to `p` (wall time in the units of `dense`'s makespan).
+void add_copy(const Plan& plan, const Prediction& dense, int64_t heads, const CopyModel& copy,
+              Prediction& p) {
+  double slots = 0;
+  for (const std::vector<int32_t>& key_order : plan.key_orders) {
+    slots += static_cast<double>(key_order.size());
+  }
+  if (slots == 0) return;
+  const double bytes =
+      slots * static_cast<double>(copy.kv_heads * copy.head_dim * copy.element_bytes) * kCopyPasses;
+  const double dense_seconds = static_cast<double>(dense.pairs) * static_cast<double>(heads) *
+                               kFlopsPerPairPerDim * static_cast<double>(copy.head_dim) /
+                               (copy.dense_tflops * 1e12);
+  p.copy = bytes / (copy.bandwidth_gbs * 1e9) * dense.makespan / dense_seconds;
+  p.efficiency *= p.makespan / (p.makespan + p.copy);
+}
+
 void print_prediction(int64_t tokens, const std::string& name, const std::string& form,
                       const Prediction& p, const Prediction& dense, int64_t heads, int64_t sms) {
   const double busy = p.cost * static_cast<double>(heads) / static_cast<double>(sms);
   fmt::print(
-      "{:>8} {:<22} {:<13} {:>6} {:>8} {:>8.1f}% {:>8.1f}% {:>8.1f}% {:>8.2f}% {:>8.1f}%\n", tokens,
-      name, form, p.tiles, p.chunks,
+      "{:>8} {:<31} {:<13} {:>6} {:>8} {:>8.1f}% {:>8.1f}% {:>8.1f}% {:>8.2f}% {:>8.1f}% "
+      "{:>8.1f}%\n",
+      tokens, name, form, p.tiles, p.chunks,
       100.0 * static_cast<double>(p.empty_slots) / static_cast<double>(p.chunks * kChunkKeys),
       100.0 * p.text_cost / p.cost, 100.0 * p.overhead / p.cost, 100.0 * (p.makespan / busy - 1.0),
-      100.0 * p.efficiency / dense.efficiency);
+      100.0 * p.copy / (p.makespan + p.copy), 100.0 * p.efficiency / dense.efficiency);
 }
 
 // The chunk statistics behind the cost: fill (computed pairs over the pairs the kernel's chunks
@@ -295,7 +339,7 @@ void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction
   const auto pairs = static_cast<double>(p.pairs);
   const auto chunks = static_cast<double>(p.chunks);
   fmt::print(
-      "{:>8} {:<22} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>5}/{:>4}/{:>4}/{:>4}/{:>5} "
+      "{:>8} {:<31} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>5}/{:>4}/{:>4}/{:>4}/{:>5} "
       "{:>7.1f}\n",
       tokens, name, share(pairs, chunks * kTileRows * kChunkKeys),
       share(pairs, static_cast<double>(p.warpgroup_chunks * kWarpgroupRows * kChunkKeys)),
@@ -311,7 +355,7 @@ void print_chunk_stats(int64_t tokens, const std::string& name, const Prediction
 void print_cost_basis(int64_t tokens, const std::string& name, const Prediction& p) {
   for (int c = 0; c < kTileClasses; ++c) {
     const ChunkCounts& n = p.by_class[c];
-    fmt::print("{:>8} {:<22} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7}\n",
+    fmt::print("{:>8} {:<31} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7}\n",
                tokens, name, kTileClassNames[c], c == 0 ? fmt::format("{}", p.pairs) : "-", n.tiles,
                n.chunks, n.two_warpgroups, n.one_warpgroup, n.skipped, n.masked, n.gathered,
                n.partial, n.records);
@@ -320,10 +364,10 @@ void print_cost_basis(int64_t tokens, const std::string& name, const Prediction&
 
 int run(const std::string& preset, const std::vector<int64_t>& lengths,
         const std::vector<std::string>& patterns, int64_t heads, int64_t sms, int64_t ctas_per_sm,
-        const CostModel& model) {
-  fmt::print("{:>8} {:<22} {:<13} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "tokens", "pattern",
-             "text tiles", "tiles", "chunks", "part.fill", "text", "per-CTA", "imbalance",
-             "of dense");
+        const CostModel& model, const CopyModel& copy) {
+  fmt::print("{:>8} {:<31} {:<13} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "tokens",
+             "pattern", "text tiles", "tiles", "chunks", "part.fill", "text", "per-CTA",
+             "imbalance", "copy", "of dense");
   std::vector<std::tuple<int64_t, std::string, Prediction>> built;  // the plans as built
   for (const int64_t seq_len : lengths) {
     WorkloadSpec spec;
@@ -343,21 +387,24 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       const Plan plan = build_plan(resolved, shape, &layout);
       if (!plan.runs.empty()) {
         const Plan per_run = text_tile_per_run(plan, plan.query_order(0), token_media);
-        print_prediction(layout.length(), text, "one per run",
-                         predict(per_run, token_media, heads, sms, model), dense, heads, sms);
+        Prediction per_run_prediction = predict(per_run, token_media, heads, sms, model);
+        add_copy(per_run, dense, heads, copy, per_run_prediction);
+        print_prediction(layout.length(), text, "one per run", per_run_prediction, dense, heads,
+                         sms);
       }
-      const Prediction as_built = predict(plan, token_media, heads, sms, model);
+      Prediction as_built = predict(plan, token_media, heads, sms, model);
+      add_copy(plan, dense, heads, copy, as_built);
       print_prediction(layout.length(), text, plan.runs.empty() ? "as built" : "gathered", as_built,
                        dense, heads, sms);
       built.emplace_back(layout.length(), text, as_built);
     }
   }
-  fmt::print("\n{:>8} {:<22} {:>8} {:>8} {:>8} {:>8} {:>26} {:>7}\n", "tokens", "pattern", "fill",
+  fmt::print("\n{:>8} {:<31} {:>8} {:>8} {:>8} {:>8} {:>26} {:>7}\n", "tokens", "pattern", "fill",
              "wg fill", "masked", "gathered", "chunks/tile min/q1/med/q3/max", "waves");
   for (const auto& [tokens, name, prediction] : built)
     print_chunk_stats(tokens, name, prediction, heads, sms, ctas_per_sm);
   fmt::print(
-      "\ncost basis\n{:>8} {:<22} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} "
+      "\ncost basis\n{:>8} {:<31} {:<6} {:>13} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} "
       "{:>7} {:>7}\n",
       "tokens", "pattern", "class", "pairs", "tiles", "chunks", "two-wg", "one-wg", "skipped",
       "masked", "gathered", "partial", "records");
@@ -366,7 +413,9 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       "\nSYNTHETIC layout (preset '{}'), one head slot's plan replicated on {} heads, {} SMs. "
       "part.fill: key slots of partial chunks; text: share of the cost in text tiles; per-CTA: "
       "share that is the fixed cost per CTA ({:.2f} chunks); imbalance: makespan over the "
-      "SMs' mean busy time; of dense: modelled throughput on computed pairs over dense's. "
+      "SMs' mean busy time; copy: share of the time in the copy of K and V into the plan's key "
+      "orders ({:.0f} GB/s, dense at {:.0f} TFLOP/s, {} KV heads of {}); of dense: modelled "
+      "throughput on computed pairs over dense's, the copy included. "
       "fill: computed pairs over the {}x{} pairs of every chunk read (a partly masked chunk costs "
       "a whole one); wg fill: the same over the {}-row warpgroups that compute (skipped ones not "
       "counted); masked: chunks some computing row masks in part (diagonal, image boundary, "
@@ -374,8 +423,8 @@ int run(const std::string& preset, const std::vector<int64_t>& lengths,
       "CTA(s) each. cost basis (per head slot, by tile class: rows all text, all image, both): "
       "two-wg / one-wg / skipped: chunks two, one or no warpgroup computes; partial: chunks of "
       "fewer than {} keys; records: spans and column runs read.\n",
-      preset, heads, sms, model.cta_overhead, kTileRows, kChunkKeys, kWarpgroupRows, sms,
-      ctas_per_sm, kChunkKeys);
+      preset, heads, sms, model.cta_overhead, copy.bandwidth_gbs, copy.dense_tflops, copy.kv_heads,
+      copy.head_dim, kTileRows, kChunkKeys, kWarpgroupRows, sms, ctas_per_sm, kChunkKeys);
   return 0;
 }
 
@@ -386,12 +435,16 @@ int main(int argc, char** argv) {
   CLI::App app{"Work model of static plans on the wgmma kernel (host plans, no GPU)"};
   std::string preset = "multi-image";
   std::vector<int64_t> lengths = {36864, 131072, 307200};
-  std::vector<std::string> patterns = {"blindsight-sink", "blindsight-intra",
-                                       "blindsight-intra-sink"};
+  // Each template in place and through its key order (permute).
+  std::vector<std::string> patterns = {
+      "blindsight-sink:permute=0",       "blindsight-sink:permute=1",
+      "blindsight-intra:permute=0",      "blindsight-intra:permute=1",
+      "blindsight-intra-sink:permute=0", "blindsight-intra-sink:permute=1"};
   int64_t heads = mmsparse::kDefaultHeads;
   int64_t sms = mmsparse::kH100Sms;
   int64_t ctas_per_sm = 1;  // the wgmma kernel's shared memory at head_dim 128 holds one CTA
   mmsparse::CostModel model;
+  mmsparse::CopyModel copy;
   app.add_option("--preset", preset, "SYNTHETIC workload preset whose layout the plans read")
       ->capture_default_str();
   app.add_option("--seq-len", lengths, "sequence lengths")->delimiter(',')->capture_default_str();
@@ -410,9 +463,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--masked-extra", model.masked_extra, "extra cost of a partly masked chunk")
       ->capture_default_str();
+  app.add_option("--dense-tflops", copy.dense_tflops,
+                 "dense's measured TFLOP/s, which converts the key orders' copy into chunks")
+      ->capture_default_str();
+  app.add_option("--bandwidth-gbs", copy.bandwidth_gbs, "the key-order copy's memory bandwidth")
+      ->capture_default_str();
+  app.add_option("--kv-heads", copy.kv_heads, "KV heads the copy moves")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    return mmsparse::run(preset, lengths, patterns, heads, sms, ctas_per_sm, model);
+    return mmsparse::run(preset, lengths, patterns, heads, sms, ctas_per_sm, model, copy);
   } catch (const mmsparse::Error& error) {
     fmt::print(stderr, "error: {}\n", error.what());
     return 1;

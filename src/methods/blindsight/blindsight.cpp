@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/engine_chunks.h"
+#include "methods/blindsight/blindsight_order.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/status.h"
 
@@ -21,6 +22,11 @@ constexpr int64_t kWholeImagePercent = 100;
 const std::string kSinkPercentParam = "sink_percent";
 const std::string kSinksList = "sinks";
 const std::string kBidirectionalParam = "bidirectional";
+const std::string kPermuteParam = "permute";
+// permute's values: in place, a key order where the mask is causal, a key order required.
+constexpr int64_t kPermuteCausal = -1;
+constexpr int64_t kKeepInPlace = 0;
+constexpr int64_t kPermuteRequired = 1;
 
 // Consecutive positions as ranges.
 std::vector<KeyRange> runs_of(const std::vector<int64_t>& ascending_positions) {
@@ -203,7 +209,28 @@ bool check_blindsight_head(const PatternSpec& spec, const HeadContext& context) 
   }
   const bool bidirectional = checked_flag(spec, kBidirectionalParam);
   if (uses_sinks(blindsight_mask_of(spec))) check_sink_params(spec);
+  (void)permutes_keys(spec, context.layout);  // checks permute
   return bidirectional;
+}
+
+bool permutes_keys(const PatternSpec& spec, const ModalityLayout* layout) {
+  const auto found = spec.params.find(kPermuteParam);
+  if (found == spec.params.end()) return false;  // blindsight-dense
+  const int64_t permute = found->second;
+  if (permute != kPermuteCausal && permute != kKeepInPlace && permute != kPermuteRequired) {
+    throw_invalid_argument(spec.name + " parameter " + kPermuteParam,
+                           "-1 (key order where causal), 0 (in place) or 1 (key order)",
+                           std::to_string(permute));
+  }
+  const bool bidirectional = checked_flag(spec, kBidirectionalParam);
+  if (bidirectional && permute == kPermuteRequired) {
+    throw_invalid_argument(spec.name + " parameter " + kPermuteParam,
+                           "0 or -1 with bidirectional=1 (bidirectional image tiles read keys "
+                           "after their rows, in place)",
+                           std::to_string(permute));
+  }
+  const bool images = layout != nullptr && !layout->media().empty();
+  return images && !bidirectional && permute != kKeepInPlace;
 }
 
 BlindSightMask blindsight_mask_of(const PatternSpec& resolved_spec) {
@@ -274,6 +301,10 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
   if (bidirectional) builder.attach_layout(*context.layout);
   const MaskPolicy image_mask{.causal = true, .media_bidirectional = bidirectional};
   const int64_t offset = shape.causal_offset();
+  const bool permuted = permutes_keys(spec, context.layout);
+  const BlindSightKeyOrder key_order =
+      permuted ? blindsight_key_order(images, mask) : BlindSightKeyOrder{};
+  int32_t key_order_index = kKeysInPlace;  // added with its first tile
   std::vector<KeyRange> ranges;
   std::vector<int64_t> text_rows;
   int64_t image_rows = 0;  // order index of the next image row
@@ -286,11 +317,24 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
     } else {
       for (int64_t begin = row; begin < run_end; begin += shape.tile_rows) {
         const int64_t end = std::min(run_end, begin + shape.tile_rows);
-        image_key_ranges(images, image, end - 1 + offset, mask, bidirectional, ranges);
+        const int64_t tile_begin = image_rows + begin - row;
+        const int64_t tile_end = image_rows + end - row;
         // No key for any row (an image before any text, its sinks still ahead): the rows stay in
         // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
+        if (permuted) {
+          const std::vector<SlotSpan> spans =
+              permuted_tile_spans(key_order, mask, image, begin + offset, end - 1 + offset);
+          if (spans.empty()) continue;
+          if (key_order_index == kKeysInPlace) {
+            key_order_index = builder.add_key_order(key_order.slots);
+          }
+          builder.begin_tile(tile_begin, tile_end, image_mask, key_order_index);
+          for (const SlotSpan& span : spans) builder.add_span(span.begin, span.end);
+          continue;
+        }
+        image_key_ranges(images, image, end - 1 + offset, mask, bidirectional, ranges);
         if (ranges.empty()) continue;
-        builder.begin_tile(image_rows + begin - row, image_rows + end - row, image_mask);
+        builder.begin_tile(tile_begin, tile_end, image_mask);
         add_key_runs(builder, ranges, begin + offset);
       }
       image_rows += run_end - row;
@@ -316,8 +360,11 @@ void build_intra_sink(PlanBuilder& builder, const PatternSpec& spec, const HeadC
 }
 
 Params image_params(int64_t) { return {{kBidirectionalParam, 0}}; }
+Params intra_params(int64_t) { return {{kBidirectionalParam, 0}, {kPermuteParam, kPermuteCausal}}; }
 Params sink_params(int64_t) {
-  return {{kBidirectionalParam, 0}, {kSinkPercentParam, kDefaultSinkPercent}};
+  return {{kBidirectionalParam, 0},
+          {kPermuteParam, kPermuteCausal},
+          {kSinkPercentParam, kDefaultSinkPercent}};
 }
 Lists sink_lists() { return {{kSinksList, {}}}; }
 
@@ -335,7 +382,7 @@ PatternEntry& blindsight_entry(BlindSightMask mask) {
       {{"blindsight-sink",
         "BlindSight sink head: image queries read text and every image's sink (the first "
         "sink_percent% of each image, or the offsets sinks=[a/b/c]); text queries every key; "
-        "exact",
+        "causal image tiles read K and V through a key order unless permute=0; exact",
         "blindsight-sink"},
        build_sink,
        sink_params,
@@ -345,13 +392,14 @@ PatternEntry& blindsight_entry(BlindSightMask mask) {
        sink_lists},
       {{"blindsight-intra",
         "BlindSight intra-image head: image queries read text and their own image; text queries "
-        "every key; exact",
+        "every key; causal image tiles read K and V through a key order unless permute=0; exact",
         "blindsight-intra"},
        build_intra,
-       image_params},
+       intra_params},
       {{"blindsight-intra-sink",
         "BlindSight intra-image+sink head: image queries read text, their own image and every "
-        "image's sink; text queries every key; exact",
+        "image's sink; text queries every key; causal image tiles read K and V through a key "
+        "order unless permute=0; exact",
         "blindsight-intra-sink"},
        build_intra_sink,
        sink_params,

@@ -15,9 +15,11 @@
 // Plans: query tiles never mix text with image rows nor two images (a tile has one key set). The
 // query order puts every image row first and every text row after them, both ascending, so that
 // text rows, a few dozen between images, fill whole tiles instead of one short tile per gap (each
-// reads every key before it); contiguous key runs of at least kGatherChunkKeys are spans and shorter ones (sinks, the text
-// between images) gathered columns, which the engines pack into full key chunks: the paper's
-// sink packing by key permutation (App. L) without moving memory.
+// reads every key before it). Causal sparse templates read an image tile's keys through a key
+// order (permutes_keys, blindsight_order.h: the paper's permutation of K and V, App. L, Fig. 18)
+// as a few spans; with permute=0 or bidirectional images, in place: contiguous key runs of at
+// least kGatherChunkKeys are spans and shorter ones (sinks, the text between images) gathered
+// columns, which the engines pack into full key chunks (the packing without moving memory).
 
 #include <cstdint>
 #include <span>
@@ -61,6 +63,14 @@ struct ImageLayout {
   // sinks. Ascending, disjoint.
   std::vector<KeyRange> shared;
 };
+
+// Whether a head of `resolved_spec` over `layout` reads its image tiles' keys through a key order
+// (blindsight_order.h) rather than in place: a sparse template over a layout with images, causal
+// (bidirectional=0) and permute not 0. permute=-1 (the default) permutes the causal templates and
+// keeps bidirectional ones in place; permute=1 asks for the order and is an error with
+// bidirectional=1 (a bidirectional image tile reads keys after its rows, which an order's spans
+// cannot mask); permute=0 keeps every tile in place.
+bool permutes_keys(const PatternSpec& resolved_spec, const ModalityLayout* layout);
 
 // What build_plan checks of a BlindSight head before building it: the layout's length (kv_len),
 // q_len <= kv_len, the bidirectional switch and, for templates with sinks, the sink parameters.

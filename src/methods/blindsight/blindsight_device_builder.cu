@@ -1,5 +1,6 @@
 // BlindSight's device builder (methods/device_builder.h) over build_blindsight_plan_on_device,
-// attached to the four templates' entries.
+// attached to the four templates' entries; heads whose image tiles read a key order
+// (permutes_keys) are built on the host.
 
 #include "methods/blindsight/blindsight.h"
 #include "methods/blindsight/blindsight_device.h"
@@ -13,6 +14,12 @@ namespace {
 // follows the layout (a prompt that starts with an image uses the image mask first).
 class BlindSightDeviceBuilder final : public ReplicatedDeviceBuilder {
  public:
+  // Plans with key orders are built on the host and uploaded: they are small (a few spans a tile,
+  // no columns), and the device builder writes in-place plans only.
+  bool builds(const PatternSpec& resolved_spec, const PlanShape&,
+              const ModalityLayout* layout) const override {
+    return !permutes_keys(resolved_spec, layout);
+  }
   std::vector<MaskPolicy> mask_policies(const PatternSpec& resolved_spec,
                                         const PlanShape& shape) const override {
     return mask_policies_for_layout(resolved_spec, shape, nullptr);

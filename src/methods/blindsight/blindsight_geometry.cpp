@@ -216,6 +216,12 @@ BlindSightGeometry blindsight_geometry(const PatternSpec& resolved_spec, const P
                                        const ModalityLayout* layout) {
   const PlanBuilder shape_check(shape);  // throws on a bad shape as build_plan does
   const bool bidirectional = check_blindsight_head(resolved_spec, {shape, layout});
+  if (permutes_keys(resolved_spec, layout)) {
+    throw Error(ErrorCode::kUnsupported,
+                "blindsight_geometry: " + resolved_spec.to_string() +
+                    " reads its image tiles' keys through a key order, which the host builder "
+                    "writes (the device builder writes in-place plans: permute=0)");
+  }
   BlindSightGeometry geometry;
   TileList tiles(geometry, shape);
   const bool images = layout != nullptr && !layout->media().empty();

@@ -65,7 +65,8 @@ struct BlindSightGeometry {
 };
 
 // The geometry of `resolved_spec` (a blindsight-* spec) for one head slot of `shape`; throws what
-// build_plan throws for the spec, shape and layout.
+// build_plan throws for the spec, shape and layout, and kUnsupported for a spec whose plan reads a
+// key order (permutes_keys: the host builds those).
 BlindSightGeometry blindsight_geometry(const PatternSpec& resolved_spec, const PlanShape& shape,
                                        const ModalityLayout* layout);
 
