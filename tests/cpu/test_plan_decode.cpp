@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/key_order_plans.h"
 #include "common/random.h"
 #include "core/mask_rule.h"
 #include "cuda/runtime/plan_decode.h"
@@ -58,10 +59,32 @@ bool lattice_at(const std::vector<StridedSpan>& spans, int64_t s, int64_t last) 
   return true;
 }
 
-void encode_key_ranges(const Plan& plan, int64_t t, bool lattices,
-                       std::vector<SpanRecord>& records) {
+// A plan with key orders: the orders one after another, each padded to the longest, and a shift
+// per key range (plan_view.cuh's kSpanInPlace for ranges read in place).
+void encode_key_orders(const Plan& plan, PlanRecords& records) {
+  for (const std::vector<int32_t>& order : plan.key_orders) {
+    records.key_order_slots = std::max(records.key_order_slots, static_cast<int64_t>(order.size()));
+  }
+  for (const std::vector<int32_t>& order : plan.key_orders) {
+    records.key_orders.insert(records.key_orders.end(), order.begin(), order.end());
+    records.key_orders.resize(records.key_orders.size() + records.key_order_slots - order.size(),
+                              kPaddingKey);
+  }
+}
+
+void encode_key_ranges(const Plan& plan, int64_t t, bool lattices, PlanRecords& out) {
+  std::vector<SpanRecord>& records = out.key_ranges;
+  const int32_t order = plan.tile_key_order(t);
+  const int64_t first_row = order == kKeysInPlace ? 0 : order * out.key_order_slots;
   for (int64_t s = plan.tile_span_offsets[t]; s < plan.tile_span_offsets[t + 1]; ++s) {
-    records.push_back({plan.spans[s].begin, plan.spans[s].end, 1, 1});
+    const KeySpan& span = plan.spans[s];
+    records.push_back({static_cast<int32_t>(first_row + span.begin),
+                       static_cast<int32_t>(first_row + span.end), 1, 1});
+    if (!plan.has_key_orders()) continue;
+    out.span_shifts.push_back(order == kKeysInPlace
+                                  ? cuda::kSpanInPlace
+                                  : static_cast<int32_t>(plan.key_orders[order][span.end - 1] -
+                                                         (first_row + span.end - 1)));
   }
   const int64_t last = plan.tile_strided_offsets[t + 1];
   for (int64_t s = plan.tile_strided_offsets[t]; s < last;) {
@@ -76,6 +99,7 @@ void encode_key_ranges(const Plan& plan, int64_t t, bool lattices,
     records.push_back({lead.begin, lead.end, lead.step, 1});
     ++s;
   }
+  if (plan.has_key_orders()) out.span_shifts.resize(records.size(), cuda::kSpanInPlace);
 }
 
 // One pass's records as the plan_view.cuh formats lay them out (this test's own encoder).
@@ -83,6 +107,7 @@ PlanRecords encode(const Plan& plan, const EncodeOptions& options) {
   PlanRecords records;
   records.shape = plan.shape;
   records.head_run_offsets = {0};
+  if (plan.has_key_orders()) encode_key_orders(plan, records);
   for (int64_t slot = 0; slot < plan.head_slots(); ++slot) {
     int32_t order_begin = 0;
     for (int64_t r = plan.head_run_offsets[slot]; r < plan.head_run_offsets[slot + 1]; ++r) {
@@ -95,7 +120,7 @@ PlanRecords encode(const Plan& plan, const EncodeOptions& options) {
     records.head_run_offsets.push_back(static_cast<int64_t>(records.runs.size()));
     for (int64_t t = plan.head_tile_offsets[slot]; t < plan.head_tile_offsets[slot + 1]; ++t) {
       const auto ranges_begin = static_cast<int64_t>(records.key_ranges.size());
-      encode_key_ranges(plan, t, options.lattices, records.key_ranges);
+      encode_key_ranges(plan, t, options.lattices, records);
       records.tiles.push_back({static_cast<int32_t>(plan.tiles[t].begin),
                                static_cast<int32_t>(plan.tiles[t].end), static_cast<int32_t>(slot),
                                plan.tile_masks[t], ranges_begin,
@@ -108,6 +133,9 @@ PlanRecords encode(const Plan& plan, const EncodeOptions& options) {
   records.tiles.resize(records.tiles.size() + options.spare_tiles, TileRecord{});
   records.key_ranges.resize(records.key_ranges.size() + options.spare_records,
                             {kStale, kStale, kStale, kStale});
+  if (plan.has_key_orders()) {
+    records.span_shifts.resize(records.span_shifts.size() + options.spare_records, kStale);
+  }
   records.columns.resize(records.columns.size() + options.spare_records, kStale);
   const bool tokens = std::any_of(plan.masks.begin(), plan.masks.end(),
                                   [](const MaskPolicy& m) { return m.needs_token_arrays(); });
@@ -256,6 +284,91 @@ TEST(PlanDecode, MaskPoliciesComeFromTheTable) {
   const Plan decoded = cuda::decode_plan_records(encode(plan, {}), plan.masks);
   test::expect_decoded_plan(decoded, plan);
   EXPECT_EQ(decoded.masks.front().window, 1000);
+}
+
+// Random key-ordered plans (tests/common/key_order_plans.h: orders with padding between and after
+// their blocks, in-place tiles beside key-ordered ones, permuted query orders, rows in no tile)
+// decode to the plan they came from, their spans back on slots of their orders.
+TEST(PlanDecode, RandomKeyOrderPlansRoundTrip) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  int64_t ordered_tiles = 0;
+  int64_t trimmed_orders = 0;
+  for (int trial = 0; trial < kRandomTrials; ++trial) {
+    test::KeyOrderPlanOptions options;
+    options.batch = random.uniform_int(1, 2);
+    options.heads = random.uniform_int(1, 4);
+    options.q_len = random.uniform_int(1, 300);
+    options.kv_len = options.q_len + random.uniform_int(0, 200);
+    options.tile_rows = random.bernoulli(0.5) ? 16 : 64;
+    options.orders = random.uniform_int(1, 3);
+    options.in_place_share = random.uniform(0.0, 0.6);
+    const Plan plan = test::random_key_order_plan(random, options).plan;
+    if (!plan.has_key_orders()) continue;
+    EncodeOptions encoding;
+    if (random.bernoulli(0.5)) {
+      encoding.spare_tiles = random.uniform_int(1, 20);
+      encoding.spare_records = random.uniform_int(1, 30);
+    }
+    SCOPED_TRACE(plan.summary() + (encoding.spare_tiles > 0 ? " with capacity sections" : ""));
+    const Plan decoded = cuda::decode_plan_records(encode(plan, encoding), plan.masks);
+    test::expect_decoded_plan(decoded, plan);
+    ordered_tiles += std::count_if(decoded.tile_key_orders.begin(), decoded.tile_key_orders.end(),
+                                   [](int32_t order) { return order != kKeysInPlace; });
+    for (const std::vector<int32_t>& order : plan.key_orders) {
+      trimmed_orders += !order.empty() && order.back() == kPaddingKey ? 1 : 0;
+    }
+  }
+  EXPECT_GT(ordered_tiles, 0) << "no trial decoded a key-ordered tile";
+  EXPECT_GT(trimmed_orders, 0) << "no order ended in padding: the trimming went untested";
+}
+
+// A head of 12 rows over 12 keys: tile 0 in place, tile 1 through an order with padding, two spans
+// (keys 0, 1, 8, 9 and keys 2 to 5).
+Plan small_key_order_plan() {
+  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 12, .kv_len = 12, .tile_rows = 4});
+  const int32_t order = builder.add_key_order(
+      {0, 1, 8, 9, kPaddingKey, kPaddingKey, 2, 3, 4, 5, 6, 7, 10, 11, kPaddingKey});
+  builder.begin_head();
+  builder.begin_tile(0, 4);
+  builder.add_span(0, 4);
+  builder.begin_tile(8, 12, {}, order);
+  builder.add_span(0, 4);
+  builder.add_span(6, 10);
+  return builder.finish();
+}
+
+TEST(PlanDecode, MalformedKeyOrderRecordsAreRefusedNamingTheRecord) {
+  const Plan plan = small_key_order_plan();
+  const auto refused = [&](const PlanRecords& records, std::initializer_list<std::string> words) {
+    expect_error([&] { (void)cuda::decode_plan_records(records, plan.masks); },
+                 ErrorCode::kBackendError, words);
+  };
+  const PlanRecords good = encode(plan, {});
+  ASSERT_EQ(good.key_order_slots, 15);
+  const Plan decoded = cuda::decode_plan_records(good, plan.masks);
+  test::expect_decoded_plan(decoded, plan);
+  EXPECT_EQ(decoded.tile_key_orders, (std::vector<int32_t>{kKeysInPlace, 0}));
+  EXPECT_EQ(decoded.key_orders.front().size(), 14u) << "the trailing padding slot is dropped";
+
+  PlanRecords records = good;
+  records.span_shifts[1] += 1;
+  refused(records, {"key range 1 of tile 1", "shift"});
+  records = good;
+  records.span_shifts[2] = cuda::kSpanInPlace;
+  refused(records, {"key range 2 of tile 1", "one order"});
+  records = good;
+  records.key_ranges[2].end = 16;  // past order 0's 15 rows
+  refused(records, {"key range 2 of tile 1", "one order's rows"});
+  records = good;
+  records.key_ranges[1].step = 2;
+  refused(records, {"key range 1 of tile 1", "step 1"});
+  records = good;
+  records.span_shifts.pop_back();
+  refused(records, {"tile 1", "span shifts"});
+  records = good;
+  records.key_orders.pop_back();
+  refused(records, {"key orders", "multiple"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mmsparse::test {
@@ -19,6 +20,24 @@ void drop_empty_runs(const Plan& plan, std::vector<QueryRun>& runs, std::vector<
     }
     offsets.push_back(static_cast<int64_t>(runs.size()));
   }
+}
+
+// The key orders the device records carry of the host plan's (plan_decode.h): none where no tile
+// reads through one, else each order to its last key; per tile its order where it has spans.
+void device_key_orders(const Plan& plan, std::vector<std::vector<int32_t>>& orders,
+                       std::vector<int32_t>& tile_orders) {
+  if (!plan.has_key_orders()) return;
+  for (std::vector<int32_t> order : plan.key_orders) {
+    while (!order.empty() && order.back() == kPaddingKey) order.pop_back();
+    orders.push_back(std::move(order));
+  }
+  bool any = false;
+  for (int64_t t = 0; t < plan.num_tiles(); ++t) {
+    const bool has_spans = plan.tile_span_offsets[t + 1] > plan.tile_span_offsets[t];
+    tile_orders.push_back(has_spans ? plan.tile_key_order(t) : kKeysInPlace);
+    any = any || tile_orders.back() != kKeysInPlace;
+  }
+  if (!any) tile_orders.clear();
 }
 
 void expect_same_pass(const Plan& decoded, const Plan& host, int64_t pass) {
@@ -39,6 +58,11 @@ void expect_same_pass(const Plan& decoded, const Plan& host, int64_t pass) {
   EXPECT_EQ(decoded.strided_spans, host.strided_spans);
   EXPECT_EQ(decoded.tile_column_offsets, host.tile_column_offsets);
   EXPECT_EQ(decoded.columns, host.columns);
+  std::vector<std::vector<int32_t>> key_orders;
+  std::vector<int32_t> tile_key_orders;
+  device_key_orders(host, key_orders, tile_key_orders);
+  EXPECT_EQ(decoded.key_orders, key_orders);
+  EXPECT_EQ(decoded.tile_key_orders, tile_key_orders);
   const bool reads_tokens = std::any_of(host.masks.begin(), host.masks.end(),
                                         [](const MaskPolicy& m) { return m.needs_token_arrays(); });
   if (reads_tokens) {

@@ -79,14 +79,87 @@ void decode_runs(const PlanRecords& records, Plan& plan) {
   plan.head_run_offsets = offsets;
 }
 
-// A tile's key ranges as spans, strided spans and (expanded) lattices.
-void decode_key_ranges(const PlanRecords& records, const TileRecord& tile, int64_t t, Plan& plan) {
-  if (tile.span_begin < 0 || tile.span_end < tile.span_begin ||
-      tile.span_end > static_cast<int64_t>(records.key_ranges.size())) {
+// A tile's key ranges (and, for a plan with key orders, their shifts) lie inside the records.
+void check_key_range_bounds(const PlanRecords& records, const TileRecord& tile, int64_t t) {
+  const auto ranges = static_cast<int64_t>(records.key_ranges.size());
+  if (tile.span_begin < 0 || tile.span_end < tile.span_begin || tile.span_end > ranges) {
+    fail("tile " + std::to_string(t) + "'s key ranges " +
+         range_text(tile.span_begin, tile.span_end) + " lie outside the " + std::to_string(ranges) +
+         " key range records");
+  }
+  if (records.key_order_slots > 0 &&
+      tile.span_end > static_cast<int64_t>(records.span_shifts.size())) {
     fail("tile " + std::to_string(t) + "'s key ranges " +
          range_text(tile.span_begin, tile.span_end) + " lie outside the " +
-         std::to_string(records.key_ranges.size()) + " key range records");
+         std::to_string(records.span_shifts.size()) + " span shifts");
   }
+}
+
+// The key orders of the records (PlanRecords::key_orders), each to its last key: a padding slot
+// after it no span may cover (plan.h), so it reads nothing.
+void decode_key_orders(const PlanRecords& records, Plan& plan) {
+  const int64_t slots = records.key_order_slots;
+  if (slots <= 0) return;  // a plan without key orders, or whose orders hold no slot
+  const auto rows = static_cast<int64_t>(records.key_orders.size());
+  if (rows % slots != 0) {
+    fail("key orders: " + std::to_string(rows) + " rows, expected a multiple of the " +
+         std::to_string(slots) + " slots of each order");
+  }
+  for (int64_t first = 0; first < rows; first += slots) {
+    const auto begin = records.key_orders.begin() + first;
+    auto end = begin + slots;
+    while (end != begin && *(end - 1) == kPaddingKey) --end;
+    plan.key_orders.emplace_back(begin, end);
+  }
+}
+
+// The key order tile t reads through, from its key ranges' shifts (kKeysInPlace where it has none
+// or they are read in place), each key-ordered range checked to be a span of that order's rows
+// whose shift is the order's (plan_view.cuh's kSpanInPlace).
+int32_t decode_tile_key_order(const PlanRecords& records, const TileRecord& tile, int64_t t) {
+  if (records.key_order_slots <= 0) return kKeysInPlace;
+  const int64_t slots = records.key_order_slots;
+  int32_t tile_order = kKeysInPlace;
+  for (int64_t s = tile.span_begin; s < tile.span_end; ++s) {
+    const SpanRecord& range = records.key_ranges[s];
+    const int32_t shift = records.span_shifts[s];
+    // Formed only for a failure.
+    const auto name = [&] {
+      return "key range " + std::to_string(s) + " of tile " + std::to_string(t);
+    };
+    const int32_t order =
+        shift == kSpanInPlace ? kKeysInPlace : static_cast<int32_t>(range.begin / slots);
+    if (s > tile.span_begin && order != tile_order) {
+      fail(name() + " reads key order " + std::to_string(order) +
+           ", an earlier range of the tile " + std::to_string(tile_order) +
+           " (-1: in place); a tile reads through one order");
+    }
+    tile_order = order;
+    if (order == kKeysInPlace) continue;
+    const int64_t first_row = order * slots;
+    const int64_t last_row = static_cast<int64_t>(range.end) - 1;
+    if (range.step != 1 || range.width != 1 || range.begin < 0 || range.end <= range.begin ||
+        last_row >= first_row + slots ||
+        last_row >= static_cast<int64_t>(records.key_orders.size())) {
+      fail(name() + " " + range_text(range.begin, range.end) +
+           " is key-ordered, expected a non-empty span of step 1 inside one order's rows " +
+           range_text(first_row, first_row + slots) + " of " +
+           std::to_string(records.key_orders.size()));
+    }
+    const int32_t last_key = records.key_orders[static_cast<std::size_t>(last_row)];
+    if (last_key == kPaddingKey || shift != last_key - last_row) {
+      fail(name() + " has shift " + std::to_string(shift) + ", expected " +
+           std::to_string(int64_t{last_key} - last_row) + " (its last row's key " +
+           std::to_string(last_key) + " - the row " + std::to_string(last_row) + ")");
+    }
+  }
+  return tile_order;
+}
+
+// A tile's key ranges as spans, strided spans and (expanded) lattices; the spans of a key-ordered
+// tile as slots of its order (rows from `first_row`).
+void decode_key_ranges(const PlanRecords& records, const TileRecord& tile, int64_t t,
+                       int64_t first_row, Plan& plan) {
   for (int64_t s = tile.span_begin; s < tile.span_end; ++s) {
     const SpanRecord& range = records.key_ranges[s];
     if (range.step < 1 || range.width < 1) {
@@ -95,7 +168,8 @@ void decode_key_ranges(const PlanRecords& records, const TileRecord& tile, int64
            ", expected both >= 1");
     }
     if (range.step == 1 && range.width == 1) {
-      plan.spans.push_back({range.begin, range.end});
+      plan.spans.push_back({static_cast<int32_t>(range.begin - first_row),
+                            static_cast<int32_t>(range.end - first_row)});
       continue;
     }
     if (range.width == 1) {
@@ -182,13 +256,22 @@ void decode_tiles(PlanRecords& records, Plan& plan) {
     ++plan.head_tile_offsets[static_cast<std::size_t>(tile.head_slot) + 1];
     plan.tiles.push_back({tile.begin, tile.end});
     plan.tile_masks.push_back(tile.mask);
-    decode_key_ranges(records, tile, t, plan);
+    check_key_range_bounds(records, tile, t);
+    const int32_t key_order = decode_tile_key_order(records, tile, t);
+    if (records.key_order_slots > 0) plan.tile_key_orders.push_back(key_order);
+    decode_key_ranges(records, tile, t,
+                      key_order == kKeysInPlace ? 0 : key_order * records.key_order_slots, plan);
     plan.tile_span_offsets.push_back(static_cast<int64_t>(plan.spans.size()));
     plan.tile_strided_offsets.push_back(static_cast<int64_t>(plan.strided_spans.size()));
     plan.tile_column_offsets.push_back(tile.column_end);
   }
   for (int64_t slot = 0; slot < slots; ++slot) {
     plan.head_tile_offsets[slot + 1] += plan.head_tile_offsets[slot];
+  }
+  // As PlanBuilder keeps it: empty where every tile reads in place.
+  if (std::all_of(plan.tile_key_orders.begin(), plan.tile_key_orders.end(),
+                  [](int32_t order) { return order == kKeysInPlace; })) {
+    plan.tile_key_orders.clear();
   }
   decode_columns(records, tiles, plan);
 }
@@ -224,6 +307,7 @@ Plan decode_plan_records(PlanRecords records, std::vector<MaskPolicy> masks) {
   plan.shape = records.shape;
   plan.masks = std::move(masks);
   decode_runs(records, plan);
+  decode_key_orders(records, plan);
   decode_tiles(records, plan);
   decode_tokens(records, plan);
   return plan;

@@ -11,7 +11,11 @@
 //  * token arrays: decoded from the packed token_info where the plan has one, which the upload
 //    writes only when a mask needs tokens;
 //  * sections sized as capacities (index_builders.h): only the real records are read, the empty
-//    tiles after the real ones are checked to be empty and dropped.
+//    tiles after the real ones are checked to be empty and dropped;
+//  * key orders (plan.h): a tile's order is read off its spans, rows of the engine's copy whose
+//    span shifts are not kSpanInPlace, so a key-ordered tile without spans decodes as in place,
+//    and each order ends at its last key (trailing padding slots, which no span may cover, are
+//    dropped). Neither changes a pair.
 // Spans (step 1), strided spans (step >= 2) and lattices (width > 1: `width` strided spans of
 // consecutive begins) become the plan's spans and strided spans in record order, so the decoded
 // plan equals the host builder's record for record.
@@ -42,6 +46,12 @@ struct PlanRecords {
   std::vector<SpanRecord> key_ranges;  // at least the largest span_end of a real tile
   std::vector<int32_t> columns;        // at least the largest column_end of a real tile
   std::vector<int32_t> token_info;     // [kv_len] packed tokens, or empty when the plan has none
+  // Plans with key orders only (DevicePlanLayout::span_shifts, key_orders), else empty: a shift
+  // per key range record (at least as many as key_ranges), and the orders' keys, order o at rows
+  // [o * key_order_slots, (o + 1) * key_order_slots).
+  std::vector<int32_t> span_shifts;
+  std::vector<int32_t> key_orders;
+  int64_t key_order_slots = 0;
 };
 
 // The host plan of one pass: `masks` is its mask table (tile records index it). Throws
