@@ -49,6 +49,31 @@ std::size_t key_range_bytes(const Plan& host) {
   return (host.spans.size() + host.strided_spans.size()) * kKeyRangeRecordBytes;
 }
 
+// The key-order sections (DevicePlanLayout::span_shifts, key_orders) of `built` against the upload
+// of `host`: the same slots and rows, a shift per host key range, the same orders.
+void expect_same_key_orders(const cuda::DevicePlan& built, const cuda::DevicePlan& uploaded,
+                            const Plan& host) {
+  const cuda::DevicePlanLayout& a = built.layout();
+  const cuda::DevicePlanLayout& b = uploaded.layout();
+  ASSERT_EQ(a.has_key_orders, b.has_key_orders);
+  if (!b.has_key_orders) return;
+  EXPECT_EQ(a.key_order_slots, b.key_order_slots);
+  ASSERT_EQ(a.key_order_rows, b.key_order_rows);
+  ASSERT_GE(a.key_orders - a.span_shifts,
+            (host.spans.size() + host.strided_spans.size()) * sizeof(int32_t))
+      << "span shift capacity";
+  const std::size_t shift_bytes = (host.spans.size() + host.strided_spans.size()) * sizeof(int32_t);
+  EXPECT_EQ(first_difference(download(built, a.span_shifts, shift_bytes),
+                             download(uploaded, b.span_shifts, shift_bytes)),
+            -1)
+      << "span shifts differ";
+  const std::size_t order_bytes = static_cast<std::size_t>(b.key_order_rows) * sizeof(int32_t);
+  EXPECT_EQ(first_difference(download(built, a.key_orders, order_bytes),
+                             download(uploaded, b.key_orders, order_bytes)),
+            -1)
+      << "key orders differ";
+}
+
 }  // namespace
 
 void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaStream_t stream) {
@@ -89,6 +114,7 @@ void expect_same_records(const cuda::DevicePlan& built, const Plan& host, cudaSt
               -1)
         << "token arrays differ";
   }
+  expect_same_key_orders(built, uploaded, host);
 }
 
 // The run offsets whole; the runs, tiles, schedule, spans and columns the host plan has at the
@@ -132,6 +158,7 @@ void expect_same_grid_records(const cuda::DevicePlan& built, const Plan& host,
   same("spans", a.spans, b.spans, key_range_bytes(host), a.columns - a.spans);
   same("columns", a.columns, b.columns, host.columns.size() * sizeof(int32_t),
        a.token_info - a.columns);
+  expect_same_key_orders(built, uploaded, host);
 
   // The empty tiles: zero records, scheduled last in tile order.
   const std::vector<std::byte> tail =

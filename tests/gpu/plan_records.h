@@ -3,7 +3,8 @@
 // for, where the device plan's spans and columns sections are sized for the most the shape and
 // budgets allow (index builders, per-head configs): the sections up to the masks must match byte
 // for byte (same offsets, zero padding), then the host plan's spans and columns must lie at the
-// front of the device plan's larger sections; the token arrays, where masks read them, whole.
+// front of the device plan's larger sections; the token arrays, where masks read them, whole; and
+// where the host plan reads keys through key orders, the shifts of its key ranges and the orders.
 
 #include <cuda_runtime.h>
 

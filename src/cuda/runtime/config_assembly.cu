@@ -7,7 +7,10 @@
 //            the front and the concatenation's empty tiles (no rows, no keys) follow
 //   kernel:  per section, a warp per tile copies its spans and columns to their rebased place,
 //            counts its keys and writes its record (global head slot, global mask); runs and the
-//            mask table are copied alongside
+//            mask table are copied alongside. Where the host section reads keys through key orders
+//            (its spans rows of the engine's copy), every span's shift is copied with it
+//            (kSpanInPlace for the device sections') and the orders once, as that section's
+//            upload packed them
 //   CUB:     one stable descending radix sort of (keys, position) over every tile: the upload's
 //            heaviest-first order, ties position-major then by tile index (device_plan.cu); the
 //            empty tiles sort last, in tile order, as a grid plan's do.
@@ -45,6 +48,7 @@ struct SectionView {
   const TileRecord* tiles;
   int64_t tiles_count;
   const SpanRecord* spans;
+  const int32_t* span_shifts;  // [spans] PlanView::span_shifts, or null: every span in place
   const int32_t* columns;
   const int64_t* head_run_offsets;
   const RunRecord* runs;
@@ -120,6 +124,7 @@ __global__ void locate_slots_kernel(SectionView section, SlotTable table) {
 struct CopyTargets {
   TileRecord* tiles;
   SpanRecord* spans;
+  int32_t* span_shifts;  // [spans] or null: the concatenation has no key orders
   int32_t* columns;
   RunRecord* runs;
   const int64_t* run_offsets;  // the concatenation's head_run_offsets
@@ -162,6 +167,10 @@ __global__ void copy_tiles_kernel(SectionView section, SlotTable table, CopyTarg
   for (int64_t s = lane; s < span_count; s += kWarpLanes) {
     const SpanRecord span = section.spans[tile.span_begin + s];
     out.spans[span_target + s] = span;
+    if (out.span_shifts != nullptr) {
+      out.span_shifts[span_target + s] =
+          section.span_shifts != nullptr ? section.span_shifts[tile.span_begin + s] : kSpanInPlace;
+    }
     keys += range_keys(span);
   }
   for (int64_t c = lane; c < column_count; c += kWarpLanes) {
@@ -221,6 +230,7 @@ SectionView section_view(const Section& section, const PlanShape& shape) {
   view.tiles = plan.tiles;
   view.tiles_count = section.plan.num_tiles();
   view.spans = plan.spans;
+  view.span_shifts = plan.span_shifts;
   view.columns = plan.columns;
   view.head_run_offsets = plan.head_run_offsets;
   view.runs = plan.runs;
@@ -367,6 +377,21 @@ void write_masks(const std::vector<MaskPolicy>& masks, int64_t kv_len, MaskRecor
   }
 }
 
+// The host section's key orders, which the concatenation's layout took over (rows and slots).
+void copy_key_orders(const std::vector<Section>& sections, const ConfigTarget& target,
+                     cudaStream_t stream) {
+  if (!target.layout.has_key_orders) return;
+  for (const Section& section : sections) {
+    const DevicePlanLayout& part = section.plan.layout();
+    if (!part.has_key_orders) continue;
+    const auto* source = static_cast<const std::byte*>(section.plan.data()) + part.key_orders;
+    check_cuda(cudaMemcpyAsync(target.base + target.layout.key_orders, source,
+                               static_cast<std::size_t>(part.key_order_rows) * sizeof(int32_t),
+                               cudaMemcpyDeviceToDevice, stream),
+               "prepare_pattern config: cudaMemcpyAsync key orders");
+  }
+}
+
 }  // namespace
 
 void assemble_sections(const std::vector<Section>& sections, const PlanShape& shape,
@@ -388,6 +413,8 @@ void assemble_sections(const std::vector<Section>& sections, const PlanShape& sh
   CopyTargets targets{};
   targets.tiles = reinterpret_cast<TileRecord*>(base + layout.tiles);
   targets.spans = reinterpret_cast<SpanRecord*>(base + layout.spans);
+  targets.span_shifts =
+      layout.has_key_orders ? reinterpret_cast<int32_t*>(base + layout.span_shifts) : nullptr;
   targets.columns = reinterpret_cast<int32_t*>(base + layout.columns);
   targets.runs = reinterpret_cast<RunRecord*>(base + layout.runs);
   targets.run_offsets = run_offsets;
@@ -396,6 +423,7 @@ void assemble_sections(const std::vector<Section>& sections, const PlanShape& sh
   targets.position_bits = position_bits;
   copy_sections(sections, views, scratch.table(), targets, target.tiles, stream);
   write_masks(masks, shape.kv_len, reinterpret_cast<MaskRecord*>(base + layout.masks), stream);
+  copy_key_orders(sections, target, stream);
   if (target.tiles > 0) {
     scratch.sort_schedule(reinterpret_cast<int32_t*>(base + layout.schedule), stream);
   }

@@ -306,9 +306,9 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
       slot_section[static_cast<std::size_t>(slot)] = static_cast<int32_t>(s);
       slot_local[static_cast<std::size_t>(slot)] = q;
     });
-    section_policies.push_back(sections[s].on_host() ? std::vector<MaskPolicy>{}
-                                                     : device_section_masks(sections[s], shape,
-                                                                            layout));
+    section_policies.push_back(sections[s].on_host()
+                                   ? std::vector<MaskPolicy>{}
+                                   : device_section_masks(sections[s], shape, layout));
   }
   std::vector<MaskPolicy> masks;
   for (std::size_t slot = 0; slot < slots; ++slot) {
@@ -325,16 +325,10 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
   return masks;
 }
 
-// The host section's plan, its masks renumbered to the global table, uploaded.
+// The host section's plan, its masks renumbered to the global table, uploaded (with its key
+// orders, which the concatenation carries: the device sections have none).
 void upload_host_section(Section& host, Plan host_plan, const std::vector<MaskPolicy>& masks,
                          cudaStream_t stream) {
-  // The concatenation copies the sections' records, not a key-ordered plan's span shifts and
-  // orders (DevicePlanLayout::key_orders).
-  if (host_plan.has_key_orders()) {
-    throw Error(ErrorCode::kUnsupported,
-                "prepare_pattern specs: a host-built head's plan reads keys through a key order, "
-                "which a per-head config's concatenation does not carry yet; prepare it alone");
-  }
   std::vector<MaskPolicy> table = masks;
   for (int32_t& mask : host_plan.tile_masks) mask = mask_index(table, host_plan.masks[mask]);
   host_plan.masks = masks;
@@ -362,6 +356,22 @@ struct ConfigSizes {
   bool token_masks = false;  // a mask reads the token array (same-media, bidirectional images)
 };
 
+// The host section's key orders (the only section with any) in `layout`, after every other
+// section as an upload places them: a shift per span of the whole capacity and the orders as the
+// host section's upload packed them, so that its spans, rows of the engine's copy, stay valid.
+void add_key_order_sections(const DevicePlanLayout& host, int64_t span_capacity,
+                            DevicePlanLayout& layout) {
+  if (!host.has_key_orders) return;
+  layout.has_key_orders = true;
+  layout.span_shifts = align_section(layout.bytes);
+  layout.key_orders =
+      align_section(layout.span_shifts + static_cast<std::size_t>(span_capacity) * sizeof(int32_t));
+  layout.key_order_slots = host.key_order_slots;
+  layout.key_order_rows = host.key_order_rows;
+  layout.bytes = align_section(layout.key_orders +
+                               static_cast<std::size_t>(host.key_order_rows) * sizeof(int32_t));
+}
+
 ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& shape,
                          const std::vector<MaskPolicy>& masks) {
   ConfigSizes sizes;
@@ -384,9 +394,12 @@ ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& 
   sizes.token_masks = std::any_of(masks.begin(), masks.end(),
                                   [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
   // Zeroed up to the spans: the padding between sections, as the upload has it.
-  sizes.layout = plan_layout({shape.head_slots(), runs, sizes.tiles,
-                              static_cast<int64_t>(masks.size()), span_capacity,
-                              sizes.column_capacity, sizes.token_masks ? shape.kv_len : 0});
+  sizes.layout =
+      plan_layout({shape.head_slots(), runs, sizes.tiles, static_cast<int64_t>(masks.size()),
+                   span_capacity, sizes.column_capacity, sizes.token_masks ? shape.kv_len : 0});
+  if (!sections.empty() && sections.back().on_host()) {
+    add_key_order_sections(sections.back().plan.layout(), span_capacity, sizes.layout);
+  }
   return sizes;
 }
 
@@ -439,9 +452,8 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
   // The column count is an upper bound where a section was estimated.
-  result.plan =
-      DevicePlan::for_builder(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
-                              sizes.covers_every_row, sizes.layout.spans, cuda_stream);
+  result.plan = DevicePlan::for_builder(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
+                                        sizes.covers_every_row, sizes.layout.spans, cuda_stream);
   assemble_sections(sections, shape, masks,
                     {static_cast<std::byte*>(result.plan.builder_data()), sizes.layout, sizes.tiles,
                      sizes.max_slot_tiles},

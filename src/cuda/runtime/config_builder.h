@@ -13,7 +13,9 @@
 // patterns) for a single head slot, replicated onto every head slot that uses the spec; an
 // estimating one (vertical-slash, grid) from device q and k over just its query heads. Every other
 // head (one a device builder does not take for its shape and layout, or a dynamic head without
-// device inputs) is built in one host section and uploaded.
+// device inputs) is built in one host section and uploaded; its key orders (plan.h), which only
+// host-built heads have, are carried into the concatenation, so the engine copies K and V once per
+// order for the whole layer.
 // Only the host section reads host memory; the device sections and the concatenation take their
 // sizes from the shape and the budgets, with no host synchronisation.
 

@@ -49,8 +49,10 @@ struct ConfigTarget {
   int64_t max_slot_tiles = 0;  // the most tiles one head slot has, over the sections
 };
 
-// Copies every section's records into `target` at their rebased places, writes the global mask
-// table `masks`, and sorts the schedule (heaviest first) over all tiles; asynchronous on `stream`.
+// Copies every section's records into `target` at their rebased places (with the key orders and
+// span shifts of a section that has them, where target.layout has_key_orders: the host section,
+// the only one), writes the global mask table `masks`, and sorts the schedule (heaviest first)
+// over all tiles; asynchronous on `stream`.
 void assemble_sections(const std::vector<Section>& sections, const PlanShape& shape,
                        const std::vector<MaskPolicy>& masks, const ConfigTarget& target,
                        cudaStream_t stream);

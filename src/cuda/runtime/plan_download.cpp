@@ -80,12 +80,6 @@ void check_mask_records(const std::vector<MaskRecord>& records,
 
 Plan download_pass(const DevicePlan& plan, std::vector<MaskPolicy> masks, int64_t pass) {
   const DevicePlanLayout& layout = plan.layout();
-  // The device builders write none; an upload's key-ordered spans are rows of the engine's copy.
-  if (layout.has_key_orders) {
-    throw Error(ErrorCode::kUnsupported,
-                "download_plan: pass " + std::to_string(pass) +
-                    " reads keys through key orders, whose records are not decoded");
-  }
   const PlanShape& shape = plan.shape();
   // Offsets, runs, tiles, schedule and masks: the sections before the key ranges, in one copy.
   const std::vector<std::byte> header = copy_records<std::byte>(plan, 0, layout.spans);
@@ -104,6 +98,12 @@ Plan download_pass(const DevicePlan& plan, std::vector<MaskPolicy> masks, int64_
   records.columns = copy_records<int32_t>(plan, layout.columns, extents.columns);
   if (layout.has_token_info) {
     records.token_info = copy_records<int32_t>(plan, layout.token_info, shape.kv_len);
+  }
+  // An upload's or a per-head config's key-ordered spans are rows of the engine's copy.
+  if (layout.has_key_orders) {
+    records.span_shifts = copy_records<int32_t>(plan, layout.span_shifts, extents.key_ranges);
+    records.key_orders = copy_records<int32_t>(plan, layout.key_orders, layout.key_order_rows);
+    records.key_order_slots = layout.key_order_slots;
   }
   return decode_plan_records(records, std::move(masks));
 }

@@ -5,8 +5,9 @@
 //
 // Cost: the records the plan holds, not the capacity its sections were sized for. After one copy
 // of the sections up to the masks (runs, tiles, schedule, masks), only the key ranges and columns
-// the real tiles reach are copied, then the tokens where the plan has them: three or four copies,
-// each waited for on the plan's stream (so the build it was queued behind finishes first).
+// the real tiles reach are copied, then the tokens where the plan has them, then a plan with key
+// orders' span shifts and orders: three to six copies, each waited for on the plan's stream (so
+// the build it was queued behind finishes first).
 
 #include <span>
 #include <vector>
