@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Key orders (plan.h's Plan::key_orders) on the GPU:
 #   1. the GPU suite's key-order tests (random key-ordered plans on both kernels and both CTA
-#      schedules against the fp64 oracle and the CPU reference);
-#   2. the same under compute-sanitizer memcheck and racecheck, on one configuration each;
+#      schedules against the fp64 oracle and the CPU reference; per-head configs of heads built on
+#      the GPU beside key-ordered BlindSight heads, record for record against the host plan, its
+#      download and the oracle; downloads of key-ordered uploads), then the per-head config,
+#      prepare and download suites and BlindSight's config test, which key orders now pass through;
+#   2. the key-order tests under compute-sanitizer memcheck and racecheck, on one configuration
+#      each, and the config test on the wgmma kernel under memcheck;
 #   3. the engine bench's sink cases (SYNTHETIC plans, bench/sink_order_plans.h): the same pairs
 #      read as scattered short spans in place and as one span through a key order, the K/V copy
 #      inside the timing, at 32K and 128K, under the default CTA schedule and under persistent CTAs.
@@ -26,12 +30,18 @@ step_done() {
 
 "$tests" --gtest_filter='*KeyOrders*' >"$logs/tests.txt" 2>&1 || status=1
 tail -3 "$logs/tests.txt"
+"$tests" --gtest_filter='GpuConfigBuild.*:GpuConfigPrepare.*:*PlanDownload*:GpuBlindSightConfig.*' \
+  >"$logs/config-tests.txt" 2>&1 || status=1
+tail -3 "$logs/config-tests.txt"
 step_done "tests"
 
 # One wgmma configuration (persistent and one tile per CTA) and one mma.sync one.
 sanitized='Kernels/GpuKeyOrders.RandomPlansMatchTheOracle/bf16_d128_wgmma128_gqa4:Kernels/GpuKeyOrders.RandomPlansMatchTheOracle/bf16_d64_gqa7'
+config='Kernels/GpuKeyOrdersConfig.MixedHeadsMatchTheHostPlanAndTheOracle/bf16_d128_wgmma128'
 for tool in memcheck racecheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 1 "$tests" --gtest_filter="$sanitized" \
+  filter=$sanitized
+  [[ $tool == memcheck ]] && filter="$sanitized:$config"
+  compute-sanitizer --tool "$tool" --error-exitcode 1 "$tests" --gtest_filter="$filter" \
     >"$logs/$tool.txt" 2>&1 || status=1
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$logs/$tool.txt" | tail -3
   step_done "$tool"
