@@ -306,9 +306,9 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
       slot_section[static_cast<std::size_t>(slot)] = static_cast<int32_t>(s);
       slot_local[static_cast<std::size_t>(slot)] = q;
     });
-    section_policies.push_back(sections[s].on_host()
-                                   ? std::vector<MaskPolicy>{}
-                                   : device_section_masks(sections[s], shape, layout));
+    section_policies.push_back(sections[s].on_host() ? std::vector<MaskPolicy>{}
+                                                     : device_section_masks(sections[s], shape,
+                                                                            layout));
   }
   std::vector<MaskPolicy> masks;
   for (std::size_t slot = 0; slot < slots; ++slot) {
@@ -394,9 +394,9 @@ ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& 
   sizes.token_masks = std::any_of(masks.begin(), masks.end(),
                                   [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
   // Zeroed up to the spans: the padding between sections, as the upload has it.
-  sizes.layout =
-      plan_layout({shape.head_slots(), runs, sizes.tiles, static_cast<int64_t>(masks.size()),
-                   span_capacity, sizes.column_capacity, sizes.token_masks ? shape.kv_len : 0});
+  sizes.layout = plan_layout({shape.head_slots(), runs, sizes.tiles,
+                              static_cast<int64_t>(masks.size()), span_capacity,
+                              sizes.column_capacity, sizes.token_masks ? shape.kv_len : 0});
   if (!sections.empty() && sections.back().on_host()) {
     add_key_order_sections(sections.back().plan.layout(), span_capacity, sizes.layout);
   }
@@ -452,8 +452,9 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);
   // The column count is an upper bound where a section was estimated.
-  result.plan = DevicePlan::for_builder(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
-                                        sizes.covers_every_row, sizes.layout.spans, cuda_stream);
+  result.plan =
+      DevicePlan::for_builder(shape, sizes.layout, sizes.tiles, sizes.column_capacity,
+                              sizes.covers_every_row, sizes.layout.spans, cuda_stream);
   assemble_sections(sections, shape, masks,
                     {static_cast<std::byte*>(result.plan.builder_data()), sizes.layout, sizes.tiles,
                      sizes.max_slot_tiles},
