@@ -4,7 +4,8 @@
 #      schedules against the fp64 oracle and the CPU reference; per-head configs of heads built on
 #      the GPU beside key-ordered BlindSight heads, record for record against the host plan, its
 #      download and the oracle; downloads of key-ordered uploads), then the per-head config,
-#      prepare and download suites and BlindSight's config test, which key orders now pass through;
+#      prepare and download suites, BlindSight's config tests and its characterised config through
+#      the CLI bench, which key orders now pass through;
 #   2. the key-order tests under compute-sanitizer memcheck and racecheck, on one configuration
 #      each, and the config test on the wgmma kernel under memcheck;
 #   3. the engine bench's sink cases (SYNTHETIC plans, bench/sink_order_plans.h): the same pairs
@@ -30,9 +31,14 @@ step_done() {
 
 "$tests" --gtest_filter='*KeyOrders*' >"$logs/tests.txt" 2>&1 || status=1
 tail -3 "$logs/tests.txt"
-"$tests" --gtest_filter='GpuConfigBuild.*:GpuConfigPrepare.*:*PlanDownload*:GpuBlindSightConfig.*' \
-  >"$logs/config-tests.txt" 2>&1 || status=1
+configs='GpuConfigBuild.*:GpuConfigPrepare.*:*PlanDownload*:GpuBlindSightConfig.*'
+configs+=':GpuBlindSightBuilder.Configs*'
+"$tests" --gtest_filter="$configs" >"$logs/config-tests.txt" 2>&1 || status=1
 tail -3 "$logs/config-tests.txt"
+# A characterised BlindSight config through the CLI bench (its density column downloads the plan).
+ctest --test-dir "$build" -R 'cli\.(characterise_gpu|bench_gpu_blindsight_config)$' \
+  --output-on-failure >"$logs/config-cli.txt" 2>&1 || status=1
+tail -3 "$logs/config-cli.txt"
 step_done "tests"
 
 # One wgmma configuration (persistent and one tile per CTA) and one mma.sync one.
