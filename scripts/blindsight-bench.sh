@@ -9,8 +9,12 @@
 #      sink-packed templates (blindsight-sink, blindsight-intra-sink) in every layer, for the
 #      config's speedups and the throughput on computed pairs (bench --json: tflops,
 #      throughput_vs_dense); the oracle metrics, which this script does not print, on few rows;
-#   4. print per length cuDNN's and mmsparse's dense and the config per layer with its speedups,
-#      then per layer the config's and the templates' throughput as a share of dense's.
+#      the config's BlindSight heads and the templates read K and V through key orders where causal
+#      (permute=-1, the default); then a second bench of dense and the same config with every
+#      BlindSight head in place (permute=0), the key orders' A/B (SKIP_IN_PLACE=1 leaves it out);
+#   4. print per length cuDNN's and mmsparse's dense and the config per layer with its speedups
+#      (and the in-place config's), then per layer the configs' and the templates' throughput as a
+#      share of dense's.
 # Logs and JSON go to $OUT (else <build>/blindsight-logs); steps.txt has each step's time, and each
 # bench log its steps per layer. Run from a CUDA build with Python on (torch and safetensors,
 # bench/peers.py's imports, for step 2; SKIP_PEERS=1 leaves it out).
@@ -30,6 +34,7 @@ cli=$build/tools/cli/mmsparse
 logs=${OUT:-$build/blindsight-logs}
 mkdir -p "$logs"
 config=$logs/blindsight-qwen-28h.json
+in_place_config=$logs/blindsight-qwen-28h-in-place.json
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
 heads=28
 kv_heads=4
@@ -105,6 +110,10 @@ if [[ -n $characterise_pid ]]; then
   cat "$logs/characterise.txt"
   step_done "characterise (what was left after cuDNN)"
 fi
+# The same heads with K and V in place: every BlindSight spec's permute (-1 or 1) set to 0.
+if [[ -z ${SKIP_IN_PLACE:-} && -f $config ]]; then
+  sed -E 's/permute=-?1\b/permute=0/g' "$config" >"$in_place_config" || status=1
+fi
 
 for n in "${lengths[@]}"; do
   "$cli" bench --device cuda --preset multi-image --seq-len "$n" "${shape[@]}" \
@@ -112,6 +121,12 @@ for n in "${lengths[@]}"; do
     --pattern blindsight-sink --pattern blindsight-intra-sink "${timing[@]}" "${oracle[@]}" \
     --json "$logs/bench-$n.json" 2>&1 | tee "$logs/bench-$n.txt" || status=1
   step_done "bench at $n tokens"
+  if [[ -z ${SKIP_IN_PLACE:-} ]]; then
+    "$cli" bench --device cuda --preset multi-image --seq-len "$n" "${shape[@]}" \
+      --config "$in_place_config" --layers "${LAYERS:-all}" "${timing[@]}" "${oracle[@]}" \
+      --json "$logs/bench-$n-in-place.json" 2>&1 | tee "$logs/bench-$n-in-place.txt" || status=1
+    step_done "bench at $n tokens, config in place"
+  fi
 done
 
 python3 - "$logs" "${lengths[@]}" <<'PYTHON' | tee "$logs/summary.txt" || status=1
@@ -127,36 +142,55 @@ def load(name):
 
 cudnn = (load("cudnn-dense.json") or {"ms": {}})["ms"]
 nan = float("nan")
-print("BlindSight on the multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16")
+
+
+def mean_ms(bench, pattern):
+    layers = bench["layers"]
+    if pattern == "dense":
+        return sum(layer["dense"]["attention_ms"] for layer in layers) / len(layers)
+    return sum(run["attention_ms"] for layer in layers for run in layer["patterns"]
+               if run["pattern"] == pattern) / len(layers)
+
+
+print("BlindSight on the multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16; the "
+      "config through key orders (permute=-1), in place: its BlindSight heads with permute=0")
 print(f"{'tokens':>8} {'cuDNN ms':>9} {'dense ms':>9} {'config ms':>9} {'vs cuDNN':>9} "
-      f"{'vs dense':>9}   (per layer, mean over the layers run)")
+      f"{'vs dense':>9} {'in place':>9} {'vs cuDNN':>9} {'vs dense':>9} {'order':>8}   "
+      "(per layer, mean over the layers run)")
 for n in lengths:
     bench = load(f"bench-{n}.json")
     if bench is None:
         continue
-    layers = bench["layers"]
-    dense_ms = sum(layer["dense"]["attention_ms"] for layer in layers) / len(layers)
-    config_ms = sum(run["attention_ms"] for layer in layers for run in layer["patterns"]
-                    if run["pattern"] == "config") / len(layers)
+    dense_ms, config_ms = mean_ms(bench, "dense"), mean_ms(bench, "config")
     base = cudnn.get(str(n), nan)
-    print(f"{n:>8} {base:>9.2f} {dense_ms:>9.2f} {config_ms:>9.2f} {base / config_ms:>8.2f}x "
-          f"{dense_ms / config_ms:>8.2f}x")
+    line = (f"{n:>8} {base:>9.2f} {dense_ms:>9.2f} {config_ms:>9.2f} {base / config_ms:>8.2f}x "
+            f"{dense_ms / config_ms:>8.2f}x")
+    in_place = load(f"bench-{n}-in-place.json")
+    if in_place is not None:
+        # Each against the dense of its own bench, which ran beside it.
+        place_ms = mean_ms(in_place, "config")
+        line += (f" {place_ms:>9.2f} {base / place_ms:>8.2f}x "
+                 f"{mean_ms(in_place, 'dense') / place_ms:>8.2f}x {place_ms / config_ms:>7.2f}x")
+    print(line)
 print()
 print("per layer: throughput on computed pairs (4 * pairs * d / time) as a share of dense's")
 print(f"{'tokens':>8} {'layer':>5} {'pattern':<22} {'pairs':>15} {'ms':>9} {'TFLOP/s':>8} "
       f"{'of dense':>9} {'speedup':>8}")
 for n in lengths:
-    bench = load(f"bench-{n}.json")
-    if bench is None:
-        continue
-    for layer in bench["layers"]:
-        dense = layer["dense"]
-        print(f"{n:>8} {layer['layer']:>5} {'dense':<22} {dense['pairs']:>15} "
-              f"{dense['attention_ms']:>9.2f} {dense['tflops']:>8.1f} {1.0:>8.1%} {1.0:>7.2f}x")
-        for run in layer["patterns"]:
-            print(f"{n:>8} {layer['layer']:>5} {run['pattern']:<22} {run['computed_pairs']:>15} "
-                  f"{run['attention_ms']:>9.2f} {run['tflops']:>8.1f} "
-                  f"{run['throughput_vs_dense']:>8.1%} "
-                  f"{dense['attention_ms'] / run['attention_ms']:>7.2f}x")
+    for name, suffix in (("", ""), (" in place", "-in-place")):
+        bench = load(f"bench-{n}{suffix}.json")
+        if bench is None:
+            continue
+        for layer in bench["layers"]:
+            dense = layer["dense"]
+            print(f"{n:>8} {layer['layer']:>5} {'dense' + name:<22} {dense['pairs']:>15} "
+                  f"{dense['attention_ms']:>9.2f} {dense['tflops']:>8.1f} {1.0:>8.1%} "
+                  f"{1.0:>7.2f}x")
+            for run in layer["patterns"]:
+                label = run["pattern"] + (name if run["pattern"] == "config" else "")
+                print(f"{n:>8} {layer['layer']:>5} {label:<22} {run['computed_pairs']:>15} "
+                      f"{run['attention_ms']:>9.2f} {run['tflops']:>8.1f} "
+                      f"{run['throughput_vs_dense']:>8.1%} "
+                      f"{dense['attention_ms'] / run['attention_ms']:>7.2f}x")
 PYTHON
 exit $status

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_harness.h"
@@ -329,25 +330,32 @@ TEST(GpuPersistentScheduleQueue, OneCounterPerStream) {
 }
 
 // kAuto's choice (resolved_cta_schedule; the rule in cuda/attention/engine.cu): persistent CTAs for
-// many short tiles beside a few long ones (BlindSight's image and text tiles, where they measured a
-// gain), one CTA per tile for dense (the longest tile twice the mean), for uniform short tiles
-// (A-shape), for fewer items than SMs and under MMSPARSE_CTA_SCHEDULE=tile.
+// many short tiles beside a few long ones that gather keys (BlindSight's image and text tiles in
+// place, where they measured a gain), one CTA per tile for the same templates through key orders
+// (spans only, where they measured a loss), for dense (the longest tile twice the mean), for
+// uniform short tiles (A-shape), for fewer items than SMs and under MMSPARSE_CTA_SCHEDULE=tile.
 TEST(GpuPersistentScheduleAuto, PersistentWhereItMeasuredAGain) {
   constexpr int64_t kImageSide = 32;  // 1024 tokens, 8 chunks an image
-  constexpr int64_t kText = 256;      // two text tiles after the images, reading every key
+  // Text before each image, not a whole number of chunks, so that image tiles in place gather its
+  // remainder as columns.
+  constexpr int64_t kLeadingText = 100;
+  constexpr int64_t kText = 256;  // two text tiles after the images, reading every key
   constexpr int64_t kManyImages = 15;
   constexpr int64_t kFewImages = 3;
   constexpr int64_t kHeads = 28;  // items: tiles × heads, well above any H100's or H200's SMs
-  const auto schedule = [&](const std::string& pattern, int64_t images, int64_t heads) {
+  const auto resolved = [&](const std::string& pattern, int64_t images, int64_t heads) {
     LayoutBuilder builder;
-    for (int64_t i = 0; i < images; ++i) builder.image({1, kImageSide, kImageSide}, false);
+    for (int64_t i = 0; i < images; ++i) {
+      builder.text(kLeadingText).image({1, kImageSide, kImageSide}, false);
+    }
     const ModalityLayout layout = builder.text(kText).build();
     const PlanShape shape{.heads = heads,
                           .q_len = layout.length(),
                           .kv_len = layout.length(),
                           .tile_rows = cuda::kMaxTileRows};
     const PatternSpec spec = resolve_pattern(PatternSpec::parse(pattern), &layout);
-    const cuda::DevicePlan plan(build_plan(spec, shape, &layout), nullptr);
+    const Plan host_plan = build_plan(spec, shape, &layout);
+    const cuda::DevicePlan plan(host_plan, nullptr);
     cuda::AttentionArgs args;
     args.dtype = DType::kBFloat16;
     args.batch = 1;
@@ -357,15 +365,29 @@ TEST(GpuPersistentScheduleAuto, PersistentWhereItMeasuredAGain) {
     args.kv_heads = heads;
     args.head_dim = cuda::kWgmmaHeadDim;
     args.kernel = cuda::AttentionKernel::kWgmma;
-    return cuda::resolved_cta_schedule(plan, args);
+    return std::pair(cuda::resolved_cta_schedule(plan, args), host_plan.key_orders.empty());
   };
-  EXPECT_EQ(schedule("blindsight-intra", kManyImages, kHeads), kPersistent);
-  EXPECT_EQ(schedule("blindsight-sink", kManyImages, kHeads), kPersistent);
+  const auto schedule = [&](const std::string& pattern, int64_t images, int64_t heads) {
+    return resolved(pattern, images, heads).first;
+  };
+  for (const char* in_place : {"blindsight-intra:permute=0", "blindsight-sink:permute=0",
+                               "blindsight-intra-sink:permute=0"}) {
+    const auto [chosen, keys_in_place] = resolved(in_place, kManyImages, kHeads);
+    EXPECT_TRUE(keys_in_place) << in_place;
+    EXPECT_EQ(chosen, kPersistent) << in_place;
+  }
+  for (const char* ordered :
+       {"blindsight-intra", "blindsight-sink:permute=1", "blindsight-intra-sink"}) {
+    const auto [chosen, keys_in_place] = resolved(ordered, kManyImages, kHeads);
+    EXPECT_FALSE(keys_in_place) << ordered << " built without a key order";
+    EXPECT_EQ(chosen, kOneTilePerCta) << ordered;
+  }
   EXPECT_EQ(schedule("dense", kManyImages, kHeads), kOneTilePerCta);
   EXPECT_EQ(schedule("a-shape:sink=128,local=1024", kManyImages, kHeads), kOneTilePerCta);
-  EXPECT_EQ(schedule("blindsight-intra", kFewImages, 1), kOneTilePerCta) << "fewer items than SMs";
+  EXPECT_EQ(schedule("blindsight-intra:permute=0", kFewImages, 1), kOneTilePerCta)
+      << "fewer items than SMs";
   const ScopedVariable tile("MMSPARSE_CTA_SCHEDULE", "tile");
-  EXPECT_EQ(schedule("blindsight-intra", kManyImages, kHeads), kOneTilePerCta);
+  EXPECT_EQ(schedule("blindsight-intra:permute=0", kManyImages, kHeads), kOneTilePerCta);
 }
 
 // kPersistent where it is not compiled: lattice records, tiles of one consumer warpgroup, head_dim

@@ -48,7 +48,11 @@ constexpr const char* kScheduleVariable = "MMSPARSE_CTA_SCHEDULE";  // CtaSchedu
 // sink and intra+sink), cost dense 2.4% at 145 and 4.6% at 513 (longest twice the mean), and cost
 // 0-5.5% on the engine bench's uniform short tiles (every tile 8-64 chunks, longest = mean). The
 // mean's bound lies between the last gain and the first neutral point, the ratio's between dense's
-// 2 and the templates' 8.
+// 2 and the templates' 8. Only plans that gather keys (DevicePlanLayout::gathers) gain: persistent
+// CTAs run the gathered-key instantiation for every plan, and a plan of spans only, as BlindSight's
+// key-ordered plans are, loses the tensor-copy-only instantiation it runs under one CTA per tile.
+// The same H200 measured the templates in place 1.1-3.7% faster persistent and through key orders
+// 4.2-6.3% slower (36K and 131K tokens; docs/blindsight.md, "Key orders").
 constexpr int64_t kPersistentMaxMeanKeyChunks = 64;
 constexpr int64_t kPersistentMinLongestToMean = 4;
 
@@ -373,12 +377,12 @@ CtaSchedule environment_schedule() {
 
 // kAuto's rule (kPersistentMaxMeanKeyChunks): the tiles are short on average but a few are long
 // (a mix, as BlindSight's image and text tiles), and there are more (tile, batch element) items
-// than SMs, so that a CTA runs more than one tile. Plans whose keys a device builder did not count
-// keep one CTA per tile.
+// than SMs, so that a CTA runs more than one tile, and the plan gathers keys. Plans whose keys a
+// device builder did not count keep one CTA per tile.
 bool persistent_pays(const DevicePlan& plan, const AttentionArgs& args, int64_t items) {
   const int64_t keys = plan.listed_keys();
   if (keys == DevicePlan::kUnknownKeys || plan.longest_tile_keys() == DevicePlan::kUnknownKeys ||
-      plan.num_tiles() == 0) {
+      plan.num_tiles() == 0 || !plan.layout().gathers) {
     return false;
   }
   const int64_t chunk_keys = wgmma_chunk_keys(args.head_dim);
