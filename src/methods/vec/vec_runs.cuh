@@ -322,8 +322,8 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
   const int64_t tile = tile_in_launch_order(p, order, tiles);
   const TileWords words = tile_words(p, tile);
   int32_t* stage = stages[kWrite ? warp : 0];
-  int64_t span_cursor = kWrite ? p.span_offsets[tile] : 0;
-  int64_t column_cursor = kWrite ? p.column_offsets[tile] : 0;
+  int64_t span_cursor = kWrite ? p.offsets[tile].spans : 0;
+  int64_t column_cursor = kWrite ? p.offsets[tile].columns : 0;
   int64_t spans = 0;
   int64_t columns = 0;
   int64_t kept = 0;
@@ -382,8 +382,7 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
   columns = warp_sum(columns);
   kept = warp_sum(kept);
   if (lane == 0) {
-    p.span_counts[tile] = spans;
-    p.column_counts[tile] = columns;
+    p.counts[tile] = {columns, spans};
     p.tile_keys[tile] = static_cast<uint32_t>(kept);
   }
 }

@@ -59,6 +59,17 @@ struct HeadList {
   int32_t count;  // 0: every query head
 };
 
+// A plan tile's column keys and span records: the count pass's per-tile counts and, after one
+// exclusive scan of these pairs, the tile's first column and span in the plan (one scan and one
+// copy of both totals instead of two of each).
+struct RecordCounts {
+  int64_t columns;
+  int64_t spans;
+  __host__ __device__ RecordCounts operator+(const RecordCounts& other) const {
+    return {columns + other.columns, spans + other.spans};
+  }
+};
+
 struct VecKernelParams {
   const void* q;  // [batch, q_len, q_heads, head_dim], last dimension contiguous
   int64_t q_stride_batch, q_stride_row, q_stride_head;
@@ -84,14 +95,12 @@ struct VecKernelParams {
   // candidate at or above the threshold). The score pass writes a block's tiles from its first
   // non-sink tile up to its last candidate's; vec_runs.cuh reads only those.
   uint16_t* masks;
-  int32_t mask_pitch;             // key tiles per row of masks, even (a run-pass word is two tiles)
-  int64_t* column_counts;         // [slots * tiles + 1] column keys per plan tile; the last 0
-  const int64_t* column_offsets;  // [slots * tiles + 1] their exclusive sum (write pass)
-  int64_t* span_counts;           // [slots * tiles + 1] span records per plan tile; the last 0
-  const int64_t* span_offsets;    // [slots * tiles + 1] their exclusive sum (write pass)
-  uint32_t* tile_keys;            // [slots * tiles] keys per plan tile (the schedule's weight)
-  int32_t* columns;               // the plan's columns section (write pass)
-  SpanRecord* spans;              // the plan's spans section (write pass)
+  int32_t mask_pitch;           // key tiles per row of masks, even (a run-pass word is two tiles)
+  RecordCounts* counts;         // [slots * tiles + 1] per plan tile (count pass); the last zero
+  const RecordCounts* offsets;  // [slots * tiles + 1] their exclusive sum (write pass, records)
+  uint32_t* tile_keys;          // [slots * tiles] keys per plan tile (the schedule's weight)
+  int32_t* columns;             // the plan's columns section (write pass)
+  SpanRecord* spans;            // the plan's spans section (write pass)
 };
 
 // The host's VecBlock (vec.cpp), for the kernels.
@@ -140,27 +149,94 @@ __device__ inline __half from_float<__half>(float value) {
   return __float2half_rn(value);
 }
 
-// Block (blockIdx.x, slot blockIdx.y): the fp32 sum of its rows in row order over the row count,
-// rounded to the input dtype (the MMA's operand).
+// Elements of one 16-byte load: make_estimate_operands admits only rows of whole 16-byte vectors
+// (16-byte aligned data, strides and head_dim multiples of them), so a pooled row is whole vectors.
+template <class Element>
+constexpr int kPoolVectorElements = kCopyBytes / static_cast<int>(sizeof(Element));
+// Rows a pooling thread loads before it adds them: the loads of one group are independent, so a
+// thread keeps this many 16-byte loads in flight while its sums stay in row order.
+constexpr int kPoolRowsInFlight = 8;
+constexpr int kPoolVectorWords = kCopyBytes / static_cast<int>(sizeof(uint32_t));
+// The 16-bit elements of a loaded word, element 0 in the low bits (little endian).
+constexpr int kElementBits = 16;
+constexpr int kElementsPerWord = 2;
+
+template <class Element>
+__device__ Element element_from_bits(uint16_t bits);
+template <>
+__device__ inline __nv_bfloat16 element_from_bits<__nv_bfloat16>(uint16_t bits) {
+  return __ushort_as_bfloat16(bits);
+}
+template <>
+__device__ inline __half element_from_bits<__half>(uint16_t bits) {
+  return __ushort_as_half(bits);
+}
+__device__ inline uint16_t bits_of(__nv_bfloat16 value) { return __bfloat16_as_ushort(value); }
+__device__ inline uint16_t bits_of(__half value) { return __half_as_ushort(value); }
+
+// Element e of a 16-byte vector held as words.
+template <class Element>
+__device__ Element element_of(const uint32_t (&words)[kPoolVectorWords], int e) {
+  return element_from_bits<Element>(static_cast<uint16_t>(words[e / kElementsPerWord] >>
+                                                          (kElementBits * (e % kElementsPerWord))));
+}
+
+// The pooled queries: per (slot, block), the fp32 sum of the block's rows in row order over the row
+// count, rounded to the input dtype (the MMA's operand). One thread per 16-byte vector of a pooled
+// row (head_dim / 8 threads a row; slot blockIdx.y, item block * vectors + vector along x) sums its
+// 8 columns over the block's rows: every element is added in the host's order, so the pooled query
+// is the host's bit for bit, with several rows' loads in flight.
 template <class Element>
 __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParams p) {
-  const int32_t block = static_cast<int32_t>(blockIdx.x);
-  const int32_t slot = static_cast<int32_t>(blockIdx.y);
+  constexpr int kVector = kPoolVectorElements<Element>;
+  static_assert(sizeof(Element) * 8 == kElementBits, "16-bit elements, two to a word");
+  const int vectors = p.head_dim / kVector;
+  // Below blocks * 16 <= 2^31 (vec_device.cu's check_shape bounds the blocks): 32-bit division.
+  const auto item = static_cast<int32_t>(blockIdx.x * kPoolThreads + threadIdx.x);
+  const int32_t block = item / vectors;
+  if (block >= p.blocks) return;
+  const int column = item % vectors * kVector;
+  const auto slot = static_cast<int32_t>(blockIdx.y);
+  const int64_t pooled_row = static_cast<int64_t>(slot) * p.blocks + block;
   const int32_t batch = slot / p.heads;
   const int32_t head = query_head(p, slot % p.heads);
   const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
-  const int64_t row_end = min(static_cast<int64_t>(p.q_len), row_begin + p.pooling);
-  const auto* q =
-      static_cast<const Element*>(p.q) + batch * p.q_stride_batch + head * p.q_stride_head;
-  auto* pooled = static_cast<Element*>(p.pooled);
-  for (int d = static_cast<int>(threadIdx.x); d < p.head_dim; d += kPoolThreads) {
-    float sum = 0.0f;
-    for (int64_t row = row_begin; row < row_end; ++row) {
-      sum = __fadd_rn(sum, to_float(q[row * p.q_stride_row + d]));
+  const auto rows =
+      static_cast<int32_t>(min(static_cast<int64_t>(p.q_len), row_begin + p.pooling) - row_begin);
+  const auto* q = static_cast<const Element*>(p.q) + batch * p.q_stride_batch +
+                  head * p.q_stride_head + row_begin * p.q_stride_row + column;
+  float sum[kVector];
+#pragma unroll
+  for (int e = 0; e < kVector; ++e) sum[e] = 0.0f;
+  for (int32_t first = 0; first < rows; first += kPoolRowsInFlight) {
+    uint4 loaded[kPoolRowsInFlight];
+#pragma unroll
+    for (int r = 0; r < kPoolRowsInFlight; ++r) {
+      if (first + r < rows) {
+        loaded[r] = __ldg(reinterpret_cast<const uint4*>(q + (first + r) * p.q_stride_row));
+      }
     }
-    pooled[(static_cast<int64_t>(slot) * p.blocks + block) * p.head_dim + d] =
-        from_float<Element>(__fdiv_rn(sum, static_cast<float>(row_end - row_begin)));
+#pragma unroll
+    for (int r = 0; r < kPoolRowsInFlight; ++r) {
+      if (first + r < rows) {
+        const uint32_t words[kPoolVectorWords] = {loaded[r].x, loaded[r].y, loaded[r].z,
+                                                  loaded[r].w};
+#pragma unroll
+        for (int e = 0; e < kVector; ++e) {
+          sum[e] = __fadd_rn(sum[e], to_float(element_of<Element>(words, e)));
+        }
+      }
+    }
   }
+  uint32_t words[kPoolVectorWords] = {};
+#pragma unroll
+  for (int e = 0; e < kVector; ++e) {
+    const Element pooled = from_float<Element>(__fdiv_rn(sum[e], static_cast<float>(rows)));
+    words[e / kElementsPerWord] |= static_cast<uint32_t>(bits_of(pooled))
+                                   << (kElementBits * (e % kElementsPerWord));
+  }
+  *reinterpret_cast<uint4*>(static_cast<Element*>(p.pooled) + pooled_row * p.head_dim + column) =
+      make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 // The head_dim steps of kMmaK a kernel runs: kKSteps when a launch fixes them at compile time
