@@ -398,10 +398,9 @@ __device__ inline CandidateRanges warp_candidate_ranges(const VecKernelParams& p
 // starts), and the keep test score - m >= log(alpha) on candidates. The halves of a chunk are
 // filtered in order, so the running maximum sees the tiles in key order. kAllCandidates: the whole
 // chunk lies in the rows' CandidateRanges. kept[h]: row h's keep masks of the half's two tiles, the
-// first in the low 16 bits, ORed over the quad (every lane of the quad holds them). kScaled: acc
-// holds the scores times p.scale already (the wgmma pass scales them out of its accumulators);
-// else they are scaled in place.
-template <bool kAllCandidates, bool kScaled = false>
+// first in the low 16 bits, ORed over the quad (every lane of the quad holds them). The scores
+// are scaled in place.
+template <bool kAllCandidates>
 __device__ void filter_half_chunk(const VecKernelParams& p, float log_alpha, int32_t chunk_begin,
                                   int half, float (&acc)[kHalfTiles][2][4], RowState& state,
                                   uint32_t (&kept)[2]) {
@@ -420,7 +419,7 @@ __device__ void filter_half_chunk(const VecKernelParams& p, float log_alpha, int
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float& score = acc[t][i / 2][2 * h + i % 2];
-        if (!kScaled) score = __fmul_rn(score, p.scale);
+        score = __fmul_rn(score, p.scale);
         // With every key a candidate the maximum starts at the first score: fmaxf ignores a NaN
         // as the -infinity start would, so the result is the same.
         if (kAllCandidates && i == 0) {

@@ -4,10 +4,11 @@
 // chunk computed by one asynchronous wgmma per head_dim step, both operands in shared memory,
 // instead of ldmatrix fragments and mma.sync per warp. A CTA serves the same kCtaRows pooled blocks
 // of one head slot over the same key split as select_kernel: two warpgroups of 64 rows, so warp w
-// holds rows 16 w .. 16 w + 15 as before, and the wgmma accumulator is the mma.sync m16n8 layout
-// repeated along the keys: a chunk's tile t, key half j is accumulator tile 2 t + j, exactly
-// select_kernel's acc[half][t][j] for t = 2 half + t'. The filter (filter_half_chunk) therefore
-// runs unchanged on the accumulators.
+// holds rows 16 w .. 16 w + 15 as before. The keys of a chunk lie in shared memory in lane-tile
+// order (lane_tile_key), so that in the m64nN accumulator each lane of a row's quad holds one whole
+// 16-key tile: its filter (filter_and_store_chunk: the same operations on each score as
+// select_kernel's filter_half_chunk) takes a tile's maximum and keep mask in registers, where
+// mma.sync's layout spreads a tile over the quad and needs shuffles for both.
 //
 // Pipeline: the pooled queries (kCtaRows x head_dim) and the key chunks (kChunkKeys x head_dim) lie
 // in shared memory as 128-byte swizzle atoms (sm90/traits.cuh's layout, which the descriptors
@@ -95,22 +96,41 @@ __device__ WgmmaSelectStorage<Element>& aligned_select_storage(unsigned char* dy
   return *reinterpret_cast<WgmmaSelectStorage<Element>*>(dynamic_shared + padding);
 }
 
-// Queues the copies of kRows rows of head_dim elements from `source` (row r at source + r *
-// row_stride; rows at or past `valid_rows` zero-filled) into the swizzled tile at `tile`. A thread
-// copies the same vector of every kRowsPerPass-th row: its place in the swizzle stays, its source
-// advances by a constant. No commit.
-template <class Element, int kRows>
+// The key order of a chunk in shared memory. The wgmma accumulator gives lane q of a row's quad
+// the columns 8 n + 2 q + j (n < kChunkKeys / 8, j < 2): with shared row d holding chunk key
+// lane_tile_key(d) = 16 ((d % 8) / 2) + 2 (d / 8) + d % 2, column 8 n + 2 q + j is key 16 q + 2 n +
+// j, so each lane holds one whole 16-key tile (tile q) of its two rows: the tile's maximum and keep
+// mask need no shuffles, and the lane stores the mask it built.
+__device__ constexpr int lane_tile_key(int row) {
+  return kTileKeys * (row % kMmaN / 2) + 2 * (row / kMmaN) + row % 2;
+}
+static_assert(
+    kChunkKeys == kQuadLanes * kTileKeys && kTileKeys == 2 * (kChunkKeys / kMmaN),
+    "a chunk's 8-key column groups give each quad lane two keys of every group: one tile");
+
+// Queues the copies of kRows rows of head_dim elements into the swizzled tile at `tile`; source row
+// r at source + r * row_stride (rows at or past `valid_rows` zero-filled) goes to row r, or with
+// kLaneTileOrder (a key chunk) to the row d with lane_tile_key(d) = r. A thread copies the same
+// vector of every kRowsPerPass-th row: its place in the swizzle stays, its source advances by a
+// constant (kRowsPerPass rows, or in lane-tile order lane_tile_key(kRowsPerPass): kRowsPerPass is a
+// multiple of 8, so d % 8 stays). No commit.
+template <class Element, int kRows, bool kLaneTileOrder>
 __device__ void copy_swizzled_rows(uint32_t tile, const Element* source, int64_t row_stride,
                                    int valid_rows) {
   using Layout = WgmmaSelectLayout<Element>;
+  static_assert(Layout::kRowsPerPass % kMmaN == 0, "a pass keeps each row's place in its group");
+  constexpr int kSourcePassRows =
+      kLaneTileOrder ? lane_tile_key(Layout::kRowsPerPass) : Layout::kRowsPerPass;
   const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
+  const int first_source_row = kLaneTileOrder ? lane_tile_key(first_row) : first_row;
   const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
   const uint32_t destination = tile + Layout::vector_offset(kRows, first_row, vector);
-  const Element* first_source = source + first_row * row_stride + vector * Layout::kVectorElements;
-  const int64_t pass_stride = Layout::kRowsPerPass * row_stride;
+  const Element* first_source =
+      source + first_source_row * row_stride + vector * Layout::kVectorElements;
+  const int64_t pass_stride = kSourcePassRows * row_stride;
 #pragma unroll
   for (int pass = 0; pass < kRows / Layout::kRowsPerPass; ++pass) {
-    const bool valid = first_row + pass * Layout::kRowsPerPass < valid_rows;
+    const bool valid = first_source_row + pass * kSourcePassRows < valid_rows;
     copy_async_16(destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
                   valid ? first_source + pass * pass_stride : source, valid);
   }
@@ -124,7 +144,7 @@ __device__ void queue_wgmma_chunk(const VecKernelParams& p, const Element* keys,
                                   int32_t chunk, int32_t chunks, uint32_t stage) {
   if (chunk < chunks) {
     const int32_t chunk_begin = scan_begin + chunk * kChunkKeys;
-    copy_swizzled_rows<Element, kChunkKeys>(
+    copy_swizzled_rows<Element, kChunkKeys, true>(
         stage, keys + static_cast<int64_t>(chunk_begin) * p.k_stride_row, p.k_stride_row,
         p.kv_len - chunk_begin);
   }
@@ -132,7 +152,7 @@ __device__ void queue_wgmma_chunk(const VecKernelParams& p, const Element* keys,
 }
 
 // Issues the scores of the warpgroup's 64 pooled blocks against a stage's kChunkKeys keys (raw dot
-// products) as one wgmma group: scores[2 t + j] holds tile t's keys 8 j .. 8 j + 7.
+// products) as one wgmma group: scores[n] holds the stage's rows 8 n .. 8 n + 7 (lane-tile order).
 template <class Element>
 __device__ void issue_chunk_scores(uint32_t query, uint32_t stage,
                                    float (&scores)[kWgmmaAccumulatorTiles][4]) {
@@ -154,47 +174,111 @@ __device__ void issue_chunk_scores(uint32_t query, uint32_t stage,
 }
 
 // A chunk's scores times p.scale, out of the accumulators (issue_chunk_scores's, complete) into
-// registers of their own, in filter_half_chunk's shape: [half][tile][key half][4], accumulator
-// tile 4 half + 2 t + j. The accumulators are then free for the next chunk's wgmma while these
-// are filtered: no instruction but the wgmma touches them in between, else ptxas serialises it.
+// registers of their own, in the accumulators' shape. The accumulators are then free for the next
+// chunk's wgmma while these are filtered: no instruction but the wgmma touches them in between,
+// else ptxas serialises it.
 __device__ inline void scale_chunk_scores(const VecKernelParams& p,
                                           const float (&scores)[kWgmmaAccumulatorTiles][4],
-                                          float (&scaled)[2][kHalfTiles][2][4]) {
+                                          float (&scaled)[kWgmmaAccumulatorTiles][4]) {
 #pragma unroll
-  for (int tile = 0; tile < kWgmmaAccumulatorTiles; ++tile) {
+  for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      scaled[tile / (2 * kHalfTiles)][tile / 2 % kHalfTiles][tile % 2][i] =
-          __fmul_rn(scores[tile][i], p.scale);
-    }
+    for (int i = 0; i < 4; ++i) scaled[group][i] = __fmul_rn(scores[group][i], p.scale);
   }
 }
 
-// Filters a chunk's scaled scores into the lane's rows' keep masks and stores them, as scan_chunks
-// does for its two halves.
+// The latest tile of the chunk (0 .. kQuadLanes - 1) at or before this lane's tile where a group of
+// the running maximum starts (-1: none; the running maximum of the chunks before goes on), and the
+// group position advanced past the chunk's tiles (the same in every lane).
+__device__ inline int chunk_group_start(const VecKernelParams& p, int quad_lane, RowState& state) {
+  int group_start = -1;
+#pragma unroll
+  for (int tile = 0; tile < kQuadLanes; ++tile) {
+    if (state.group_position == 0 && tile <= quad_lane) group_start = tile;
+    state.group_position = state.group_position + 1 == p.group_tiles ? 0 : state.group_position + 1;
+  }
+  return group_start;
+}
+
+// Row h's largest candidate score of the lane's tile (from `tile_begin`; -infinity without one):
+// its 16 scores, as a tree of maxima (fmaxf is exact, so the order changes nothing).
+template <bool kAllCandidates>
+__device__ float lane_tile_maximum(const float (&scaled)[kWgmmaAccumulatorTiles][4], int h,
+                                   const BlockKeys& keys, int32_t tile_begin) {
+  float pair[kWgmmaAccumulatorTiles];
+#pragma unroll
+  for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
+    float two[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      two[j] = scaled[group][2 * h + j];
+      if (!kAllCandidates && !keys.is_candidate(tile_begin + 2 * group + j)) {
+        two[j] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    pair[group] = fmaxf(two[0], two[1]);
+  }
+#pragma unroll
+  for (int width = kWgmmaAccumulatorTiles / 2; width > 0; width /= 2) {
+#pragma unroll
+    for (int group = 0; group < width; ++group) {
+      pair[group] = fmaxf(pair[group], pair[group + width]);
+    }
+  }
+  return pair[0];
+}
+
+// Filters a chunk's scaled scores (lane-tile order: this lane holds tile quad_lane of its two rows)
+// as vec.cpp does per tile: each tile's maximum over the row's candidates, the running maximum
+// over the group in key order (a segmented prefix maximum over the quad's four tiles, restarting
+// where a group starts, carried from chunk to chunk), and the keep test score - m >= log(alpha)
+// on candidates; then stores each row's keep mask of the lane's tile. kAllCandidates: the whole
+// chunk lies in the rows' CandidateRanges.
 template <bool kAllCandidates>
 __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha,
                                        int32_t chunk_begin, int32_t warp_end,
-                                       float (&scaled)[2][kHalfTiles][2][4], RowState& state,
-                                       const MaskStore& store) {
+                                       const float (&scaled)[kWgmmaAccumulatorTiles][4],
+                                       RowState& state, const MaskStore& store) {
   const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
-  uint32_t kept[2][2];  // [half][row]
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    filter_half_chunk<kAllCandidates, true>(p, log_alpha, chunk_begin, half, scaled[half], state,
-                                            kept[half]);
-  }
-  // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
-  const int32_t my_tile_begin = chunk_begin + quad_lane * kTileKeys;
-  if (my_tile_begin >= warp_end) return;
-  constexpr uint32_t kTileMask = (1u << kTileKeys) - 1u;
+  const int32_t tile_begin = chunk_begin + quad_lane * kTileKeys;
+  const int group_start = chunk_group_start(p, quad_lane, state);
+  float running[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t half_masks = quad_lane / kHalfTiles == 0 ? kept[0][h] : kept[1][h];
-    if (store.active[h]) {
-      store.rows[h][my_tile_begin / kTileKeys] =
-          static_cast<uint16_t>((half_masks >> (kTileKeys * (quad_lane % kHalfTiles))) & kTileMask);
+    running[h] = lane_tile_maximum<kAllCandidates>(scaled, h, state.keys[h], tile_begin);
+  }
+  // Tile t - offset is in this tile's group when it is at or after the group's start.
+  const int segment_first = max(group_start, 0);
+#pragma unroll
+  for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float earlier = __shfl_up_sync(kFullWarpMask, running[h], offset, kQuadLanes);
+      if (quad_lane - offset >= segment_first) running[h] = fmaxf(running[h], earlier);
     }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (group_start < 0) running[h] = fmaxf(running[h], state.running[h]);
+    state.running[h] = __shfl_sync(kFullWarpMask, running[h], kQuadLanes - 1, kQuadLanes);
+  }
+  // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
+  if (tile_begin >= warp_end) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t kept = 0u;
+#pragma unroll
+    for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int bit = 2 * group + j;
+        const bool candidate = kAllCandidates || state.keys[h].is_candidate(tile_begin + bit);
+        if (candidate && __fsub_rn(scaled[group][2 * h + j], running[h]) >= log_alpha) {
+          kept |= 1u << bit;
+        }
+      }
+    }
+    if (store.active[h]) store.rows[h][tile_begin / kTileKeys] = static_cast<uint16_t>(kept);
   }
 }
 
@@ -226,7 +310,8 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
   };
   // The query tile rides in chunk 0's copy group.
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
-  copy_swizzled_rows<Element, kCtaRows>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
+  copy_swizzled_rows<Element, kCtaRows, false>(scan.query, pooled, kWgmmaHeadDim,
+                                               p.blocks - first_block);
   for (int32_t c = 0; c < kWgmmaStages - 1; ++c) {
     queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c, scan.chunks, stage_of(c));
   }
@@ -255,7 +340,7 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
     // prove uniform across the warpgroup. A warp filters up to its rows' last candidate.
     const int32_t chunk_begin = scan.scan_begin + c * kChunkKeys;
     const int32_t next_begin = chunk_begin + kChunkKeys;
-    float scaled[2][kHalfTiles][2][4];
+    float scaled[kWgmmaAccumulatorTiles][4];
     warpgroup_wait<0>();
     pin_accumulators(scores);
     scale_chunk_scores(p, scores, scaled);
