@@ -48,6 +48,7 @@
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
 #include "methods/vec/vec_runs.cuh"
+#include "methods/vec/vec_schedule.cuh"
 #include "methods/vec/vec_select.cuh"
 #include "methods/vec/vec_select_wgmma.cuh"
 #include "mmsparse/status.h"
@@ -468,8 +469,14 @@ class BuildScratch {
   int32_t* sort_values() const { return at<int32_t>(values_at_); }
 
   // The heaviest-first schedule into `schedule`: radix sort is stable, so equal key counts keep the
-  // position-major order, as the upload sorts.
+  // position-major order, as the upload sorts. One CTA sorts plans of few tiles.
   void queue_schedule(int32_t* schedule, int sort_bits, cudaStream_t stream) const {
+    if (tiles_ <= vec_kernels::kBlockScheduleTiles) {
+      vec_kernels::schedule_block_sort_kernel<<<1, vec_kernels::kScheduleSortThreads, 0, stream>>>(
+          sort_keys(), sort_values(), schedule, static_cast<int32_t>(tiles_), sort_bits);
+      check_launch("vec index: schedule sort");
+      return;
+    }
     std::size_t temp_bytes = sort_bytes_;
     check_cuda(cub::DeviceRadixSort::SortPairsDescending(
                    at<std::byte>(temp_at_), temp_bytes, sort_keys(), at<uint32_t>(sorted_at_),
