@@ -395,6 +395,33 @@ TEST_F(GpuVecBuild, UnionTilesMatchTheHostPlan) {
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }
 
+// A plan of more tiles than one CTA sorts into its schedule (short blocks of 16 queries, one tile
+// each, GQA 7 and a second batch element, non-causal over few keys to keep the host's reference
+// short): the device radix sort's schedule, byte for byte the host's, ties in position order.
+TEST_F(GpuVecBuild, SchedulesOfManyTilesMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kPooling = 16;
+  constexpr int64_t kGroup = 7;
+  constexpr int64_t kBatch = 2;
+  constexpr int64_t kQueries = kCheckedBlockScheduleTiles / (kBatch * kGroup) * kPooling + 37;
+  ProblemSize size = vec_problem(random, kQueries, random.uniform_int(300, 700), kGroup);
+  size.batch = kBatch;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const PatternSpec spec{"vec",
+                         {{"pooling", kPooling},
+                          {"alpha_ppm", random.uniform_int(50000, 600000)},
+                          {"causal", 0},
+                          {"union_tiles", 0}}};
+  SCOPED_TRACE(spec.to_string() + " " + describe(size));
+  const BothPlans plans = build_both(spec, size, inputs, stream_);
+  ASSERT_GT(plans.host.num_tiles(), kCheckedBlockScheduleTiles);
+  VecSelectionStats stats;
+  (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
+}
+
 // Every phase time of a timed build is a stream time (>= 0, the score pass > 0), and they add up to
 // the build's total within the events' resolution (about 0.5 us each) and float rounding.
 void expect_phase_times(const cuda::VecBuildTimes& times) {
