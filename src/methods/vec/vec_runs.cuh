@@ -80,6 +80,12 @@ struct TileWords {
     if (!low && !high) return bits;
     for (int32_t block = 0; block < blocks; ++block) {
       const uint16_t* row = masks + static_cast<int64_t>(block) * mask_pitch;
+      if (low && high) {
+        // Both tiles in one 4-byte load: rows start at even tiles (mask_pitch is even), the low
+        // tile in the low half.
+        bits |= *reinterpret_cast<const uint32_t*>(row + tile);
+        continue;
+      }
       if (low) bits |= row[tile];
       if (high) bits |= static_cast<uint32_t>(row[tile + 1]) << kTileKeys;
     }
