@@ -181,6 +181,26 @@ __device__ Element element_of(const uint32_t (&words)[kPoolVectorWords], int e) 
                                                           (kElementBits * (e % kElementsPerWord))));
 }
 
+// Adds kRows rows' 16-byte vectors (row r at rows + r * row_stride) to `sum`, element by element
+// in row order; every load is issued before the first addition.
+template <class Element, int kRows>
+__device__ void add_rows(const Element* rows, int64_t row_stride,
+                         float (&sum)[kPoolVectorElements<Element>]) {
+  uint4 loaded[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    loaded[r] = __ldg(reinterpret_cast<const uint4*>(rows + r * row_stride));
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint32_t words[kPoolVectorWords] = {loaded[r].x, loaded[r].y, loaded[r].z, loaded[r].w};
+#pragma unroll
+    for (int e = 0; e < kPoolVectorElements<Element>; ++e) {
+      sum[e] = __fadd_rn(sum[e], to_float(element_of<Element>(words, e)));
+    }
+  }
+}
+
 // The pooled queries: per (slot, block), the fp32 sum of the block's rows in row order over the row
 // count, rounded to the input dtype (the MMA's operand). One thread per 16-byte vector of a pooled
 // row (head_dim / 8 threads a row; slot blockIdx.y, item block * vectors + vector along x) sums its
@@ -208,26 +228,11 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParam
   float sum[kVector];
 #pragma unroll
   for (int e = 0; e < kVector; ++e) sum[e] = 0.0f;
-  for (int32_t first = 0; first < rows; first += kPoolRowsInFlight) {
-    uint4 loaded[kPoolRowsInFlight];
-#pragma unroll
-    for (int r = 0; r < kPoolRowsInFlight; ++r) {
-      if (first + r < rows) {
-        loaded[r] = __ldg(reinterpret_cast<const uint4*>(q + (first + r) * p.q_stride_row));
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kPoolRowsInFlight; ++r) {
-      if (first + r < rows) {
-        const uint32_t words[kPoolVectorWords] = {loaded[r].x, loaded[r].y, loaded[r].z,
-                                                  loaded[r].w};
-#pragma unroll
-        for (int e = 0; e < kVector; ++e) {
-          sum[e] = __fadd_rn(sum[e], to_float(element_of<Element>(words, e)));
-        }
-      }
-    }
+  int32_t first = 0;
+  for (; first + kPoolRowsInFlight <= rows; first += kPoolRowsInFlight) {
+    add_rows<Element, kPoolRowsInFlight>(q + first * p.q_stride_row, p.q_stride_row, sum);
   }
+  for (; first < rows; ++first) add_rows<Element, 1>(q + first * p.q_stride_row, 0, sum);
   uint32_t words[kPoolVectorWords] = {};
 #pragma unroll
   for (int e = 0; e < kVector; ++e) {
