@@ -11,16 +11,16 @@
 // A warp covers kRunStepKeys keys per step, 32 per lane as one bit word. Run starts and ends are
 // bit operations on the word and its neighbours' edge bits (shuffles; the step's first word sees
 // the previous step's last bit, its last word the next step's first); the start of the run that
-// ends at a bit is the latest start bit at or before it: in the lane's word, or else the warp's
-// inclusive max-scan of the lanes' last starts (carried across steps). Each lane then classifies
-// the runs ending in its word with bit operations, not one by one (classify_word: a run inside a
-// word is too short for a span unless it holds a sink or diagonal key, and only the word's first
-// run to end can have begun before it), so the count pass does no per-run work. The write pass
-// places a lane's span records by a warp exclusive sum, stages the step's column keys in shared
-// memory by word, each key by the lane of its word (step_columns: a column run's keys in earlier
-// words are those words' bits), at offsets from a warp sum of popcounts, either a lane walking
-// its own bits or the warp placing one word at a time (stage_column_bits, whichever the step's
-// words make cheaper), and copies the step's columns out with coalesced stores.
+// ends at a bit is the latest start bit at or before it: in the lane's word, or else the last start
+// of the nearest earlier lane with one (a ballot and a shuffle), or of the steps before. Each lane
+// then classifies the runs ending in its word with bit operations, not one by one (classify_word:
+// a run inside a word is too short for a span unless it holds a sink or diagonal key, and only
+// the word's first run to end can have begun before it), so the count pass does no per-run work.
+// The write pass places a lane's span records by a warp exclusive sum, stages the step's column
+// keys in shared memory by word, each key by the lane of its word (step_columns: a column run's
+// keys in earlier words are those words' bits), at offsets from a warp sum of popcounts, either a
+// lane walking its own bits or the warp placing one word at a time (stage_column_bits, whichever
+// the step's words make cheaper), and copies the step's columns out with coalesced stores.
 
 #include <cstdint>
 
@@ -348,12 +348,18 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
     runs.base = (first_word + lane) * kWordKeys;
     runs.starts = word & ~((word << 1) | previous_last);
     runs.ends = word & ~((word >> 1) | (next_first << (kWordKeys - 1)));
-    const int32_t last_start =
-        runs.starts != 0u ? runs.base + kWordKeys - 1 - __clz(runs.starts) : -1;
-    const int32_t starts_through = max(warp_inclusive_max(last_start), start_carry);
-    runs.start_before = max(__shfl_up_sync(kFullWarpMask, starts_through, 1), start_carry);
-    if (lane == 0) runs.start_before = start_carry;
-    start_carry = __shfl_sync(kFullWarpMask, starts_through, kWarpSize - 1);
+    const int32_t last_start = runs.base + kWordKeys - 1 - __clz(runs.starts);  // with starts
+    // Lanes hold ascending words, so the latest run start before a lane's word is the last start
+    // of the nearest earlier lane with one, else the steps before's: a ballot and a shuffle.
+    const uint32_t lanes_with_starts = __ballot_sync(kFullWarpMask, runs.starts != 0u);
+    const uint32_t earlier = lanes_with_starts & ((1u << lane) - 1u);
+    const int32_t earlier_start =
+        __shfl_sync(kFullWarpMask, last_start, earlier != 0u ? kWarpSize - 1 - __clz(earlier) : 0);
+    runs.start_before = earlier != 0u ? earlier_start : start_carry;
+    const int32_t step_last_start =
+        __shfl_sync(kFullWarpMask, last_start,
+                    lanes_with_starts != 0u ? kWarpSize - 1 - __clz(lanes_with_starts) : 0);
+    if (lanes_with_starts != 0u) start_carry = step_last_start;
     last_bit_carry = __shfl_sync(kFullWarpMask, word, kWarpSize - 1) >> (kWordKeys - 1);
     kept += __popc(word);
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
