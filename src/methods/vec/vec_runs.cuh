@@ -9,7 +9,7 @@
 // exclusive sums, writes them at the tile's offsets, ascending. Included by vec_device.cu only.
 //
 // A warp covers kRunStepKeys keys per step, 32 per lane as one bit word. Run starts and ends are
-// bit operations on the word and its neighbours' edge bits (shuffles; the step's first word sees
+// bit operations on the word and its neighbours' edge bits (ballots; the step's first word sees
 // the previous step's last bit, its last word the next step's first); the start of the run that
 // ends at a bit is the latest start bit at or before it: in the lane's word, or else the last start
 // of the nearest earlier lane with one (a ballot and a shuffle), or of the steps before. Each lane
@@ -339,11 +339,15 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
   for (int32_t first_word = 0; first_word < words.words; first_word += kWarpSize) {
     const uint32_t word = next;
     next = words.word(first_word + kWarpSize + lane);
-    const uint32_t following_first = __shfl_sync(kFullWarpMask, next, 0);
-    uint32_t previous_last = __shfl_up_sync(kFullWarpMask, word >> (kWordKeys - 1), 1);
-    uint32_t next_first = __shfl_down_sync(kFullWarpMask, word & 1u, 1);
-    if (lane == 0) previous_last = last_bit_carry;
-    if (lane == kWarpSize - 1) next_first = following_first & 1u;
+    // The words' edge keys as ballots (lane i's bit is word i's): a word's neighbours' edge bits
+    // by shifts, the step's first word after the previous step's last key, its last word before
+    // the next step's first.
+    const uint32_t last_keys = __ballot_sync(kFullWarpMask, word >> (kWordKeys - 1));
+    const uint32_t first_keys = __ballot_sync(kFullWarpMask, word & 1u);
+    const uint32_t next_step_first = __ballot_sync(kFullWarpMask, next & 1u) & 1u;
+    const uint32_t previous_last = ((last_keys << 1) | last_bit_carry) >> lane & 1u;
+    const uint32_t next_first =
+        ((first_keys >> 1) | (next_step_first << (kWarpSize - 1))) >> lane & 1u;
     WordRuns runs;
     runs.base = (first_word + lane) * kWordKeys;
     runs.starts = word & ~((word << 1) | previous_last);
@@ -360,7 +364,7 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
         __shfl_sync(kFullWarpMask, last_start,
                     lanes_with_starts != 0u ? kWarpSize - 1 - __clz(lanes_with_starts) : 0);
     if (lanes_with_starts != 0u) start_carry = step_last_start;
-    last_bit_carry = __shfl_sync(kFullWarpMask, word, kWarpSize - 1) >> (kWordKeys - 1);
+    last_bit_carry = last_keys >> (kWarpSize - 1);
     kept += __popc(word);
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
     const WordClasses classes = classify_word(words, runs, word);
