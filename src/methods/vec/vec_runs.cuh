@@ -44,6 +44,12 @@ constexpr int kMinSpanKeys = static_cast<int>(detail::kVecMinSpanKeys);
 // The column keys of the runs ending in one step: the step's keys, plus a column run's keys before
 // the step (shorter than kMinSpanKeys).
 constexpr int kStageKeys = kRunStepKeys + kMinSpanKeys;
+// A step's staged column keys (at most kRunStepKeys, the step's) and span records (at most one per
+// run end) share one 32-bit warp sum: the columns in the low kStagedCountBits bits.
+constexpr int kStagedCountBits = 16;
+constexpr int32_t kStagedCountMask = (1 << kStagedCountBits) - 1;
+static_assert(kRunStepKeys <= kStagedCountMask && kRunStepKeys < (1 << (31 - kStagedCountBits)),
+              "a step's column and span counts fit their bits");
 
 // The bits of keys [begin, end) within the word of keys [base, base + kWordKeys).
 __device__ inline uint32_t word_range_bits(int32_t begin, int32_t end, int32_t base) {
@@ -374,24 +380,27 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
       columns += classes.column_keys;
       continue;
     }
-    const int32_t spans_through = warp_inclusive_sum(lane_spans);
-    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
     const int32_t step_base = first_word * kWordKeys;
     const StepColumns staged = step_columns(runs, classes, word, step_base, lane);
     const int32_t lane_staged = __popc(staged.bits);
-    const int32_t staged_through = staged.before_step + warp_inclusive_sum(lane_staged);
+    // Span records and staged columns summed in one scan, the columns in the low bits.
+    const int32_t counts_through = warp_inclusive_sum(lane_spans << kStagedCountBits | lane_staged);
+    const int32_t spans_through = counts_through >> kStagedCountBits;
+    const int32_t staged_through = staged.before_step + (counts_through & kStagedCountMask);
+    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
 #pragma unroll
     for (int32_t i = lane; i < kMinSpanKeys; i += kWarpSize) {
       if (i < staged.before_step) stage[i] = step_base - staged.before_step + i;
     }
     stage_column_bits(staged.bits, staged_through - lane_staged, step_base, lane, stage);
     __syncwarp();
-    const int32_t step_columns = __shfl_sync(kFullWarpMask, staged_through, kWarpSize - 1);
+    const int32_t step_counts = __shfl_sync(kFullWarpMask, counts_through, kWarpSize - 1);
+    const int32_t step_columns = staged.before_step + (step_counts & kStagedCountMask);
     for (int32_t i = lane; i < step_columns; i += kWarpSize)
       p.columns[column_cursor + i] = stage[i];
     __syncwarp();  // the next step's runs overwrite the stage
     column_cursor += step_columns;
-    span_cursor += __shfl_sync(kFullWarpMask, spans_through, kWarpSize - 1);
+    span_cursor += step_counts >> kStagedCountBits;
   }
   if (kWrite) return;
   spans = warp_sum(spans);
