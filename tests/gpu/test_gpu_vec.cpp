@@ -405,7 +405,8 @@ TEST_F(GpuVecBuild, SchedulesOfManyTilesMatchTheHostPlan) {
   constexpr int64_t kGroup = 7;
   constexpr int64_t kBatch = 2;
   constexpr int64_t kQueries = kCheckedBlockScheduleTiles / (kBatch * kGroup) * kPooling + 37;
-  ProblemSize size = vec_problem(random, kQueries, random.uniform_int(300, 700), kGroup);
+  const int64_t kv_len = random.uniform_int(300, 700);
+  ProblemSize size = vec_problem(random, kQueries, kv_len, kGroup);
   size.batch = kBatch;
   const AttentionInputs inputs = random_inputs(random, size);
   const PatternSpec spec{"vec",
