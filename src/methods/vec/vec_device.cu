@@ -48,14 +48,15 @@
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
 #include "methods/vec/vec_runs.cuh"
-#include "methods/vec/vec_schedule.cuh"
 #include "methods/vec/vec_select.cuh"
 #include "methods/vec/vec_select_wgmma.cuh"
+#include "methods/vec/vec_small_plans.cuh"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
 namespace {
 
+using vec_kernels::AddCounts;
 using vec_kernels::block_keys;
 using vec_kernels::BlockKeys;
 using vec_kernels::kCtaRows;
@@ -406,12 +407,6 @@ int key_bits(int64_t kv_len) {
   return bits;
 }
 
-struct AddCounts {
-  __host__ __device__ RecordCounts operator()(const RecordCounts& a, const RecordCounts& b) const {
-    return a + b;
-  }
-};
-
 // Temporary bytes of the (column, span) counts' exclusive scan over `items` tiles.
 std::size_t count_scan_bytes(int items, cudaStream_t stream) {
   std::size_t bytes = 0;
@@ -452,14 +447,20 @@ class BuildScratch {
   }
 
   // Queues the exclusive sum of the (column, span) counts (each tile's first column and span, the
-  // last entry the totals) and the totals' copy to `totals`.
+  // last entry the totals; one CTA scans few tiles) and the totals' copy to `totals`.
   void queue_offsets(RecordCounts& totals, cudaStream_t stream) const {
-    std::size_t temp_bytes = scan_bytes_;
     RecordCounts* offsets = at<RecordCounts>(offsets_at_);
-    check_cuda(cub::DeviceScan::ExclusiveScan(
-                   at<std::byte>(temp_at_), temp_bytes, at<RecordCounts>(counts_at_), offsets,
-                   AddCounts{}, RecordCounts{0, 0}, static_cast<int>(tiles_ + 1), stream),
-               "vec index: offsets");
+    if (tiles_ + 1 <= vec_kernels::kBlockOffsetCounts) {
+      vec_kernels::offsets_block_scan_kernel<<<1, vec_kernels::kOffsetScanThreads, 0, stream>>>(
+          at<RecordCounts>(counts_at_), offsets, static_cast<int32_t>(tiles_ + 1));
+      check_launch("vec index: offsets");
+    } else {
+      std::size_t temp_bytes = scan_bytes_;
+      check_cuda(cub::DeviceScan::ExclusiveScan(
+                     at<std::byte>(temp_at_), temp_bytes, at<RecordCounts>(counts_at_), offsets,
+                     AddCounts{}, RecordCounts{0, 0}, static_cast<int>(tiles_ + 1), stream),
+                 "vec index: offsets");
+    }
     check_cuda(cudaMemcpyAsync(&totals, offsets + tiles_, sizeof(RecordCounts),
                                cudaMemcpyDeviceToHost, stream),
                "vec index: totals");
