@@ -17,6 +17,7 @@
 
 namespace mmsparse::cuda::vec_kernels {
 
+// The pairs' sum, for cub's device scan of plans past one CTA.
 struct AddCounts {
   __host__ __device__ RecordCounts operator()(const RecordCounts& a, const RecordCounts& b) const {
     return a + b;
@@ -25,7 +26,7 @@ struct AddCounts {
 
 constexpr int kOffsetScanThreads = 512;
 constexpr int kOffsetScanItems = 17;  // counts per thread
-// The most counts (tiles + 1) one CTA scans: 128K at 64-row tiles has 8192 tiles.
+// The most counts (tiles + 1) one CTA scans: 128K at 64-row tiles, 4 heads, has 8193.
 constexpr int64_t kBlockOffsetCounts = int64_t{kOffsetScanThreads} * kOffsetScanItems;
 
 // The exclusive sum of `count` <= kBlockOffsetCounts (column, span) pairs into `offsets`: each
