@@ -53,7 +53,7 @@ step() {
 if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
   tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*:GpuVecBuild.ChunkCounts*'
-  tests+=':GpuVecScorePasses.*'
+  tests+=':GpuVecScorePasses.*:GpuVecBuild.SchedulesOfManyTiles*'
 else
   tests='GpuVecBuild.*:GpuVecHeads.*:GpuVecScorePasses.*'
 fi
