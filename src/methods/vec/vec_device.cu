@@ -47,6 +47,7 @@
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
+#include "methods/vec/vec_pool.cuh"
 #include "methods/vec/vec_runs.cuh"
 #include "methods/vec/vec_select.cuh"
 #include "methods/vec/vec_select_wgmma.cuh"
