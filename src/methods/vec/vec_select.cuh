@@ -4,7 +4,6 @@
 // (vec_runs.cuh cuts those masks into spans and columns). Included by vec_device.cu only, which
 // launches them.
 
-
 #include <cstdint>
 #include <limits>
 
