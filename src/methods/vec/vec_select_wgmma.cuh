@@ -108,48 +108,73 @@ static_assert(
     kChunkKeys == kQuadLanes * kTileKeys && kTileKeys == 2 * (kChunkKeys / kMmaN),
     "a chunk's 8-key column groups give each quad lane two keys of every group: one tile");
 
-// Queues the copies of kRows rows of head_dim elements into the swizzled tile at `tile`; source row
-// r at source + r * row_stride (rows at or past `valid_rows` zero-filled) goes to row r, or with
-// kLaneTileOrder (a key chunk) to the row d with lane_tile_key(d) = r. A thread copies the same
-// vector of every kRowsPerPass-th row: its place in the swizzle stays, its source advances by a
-// constant (kRowsPerPass rows, or in lane-tile order lane_tile_key(kRowsPerPass): kRowsPerPass is a
-// multiple of 8, so d % 8 stays). No commit.
-template <class Element, int kRows, bool kLaneTileOrder>
-__device__ void copy_swizzled_rows(uint32_t tile, const Element* source, int64_t row_stride,
-                                   int valid_rows) {
+// Queues the copies of the kCtaRows pooled blocks' head_dim elements (row r at source + r *
+// row_stride; rows at or past `valid_rows` zero-filled) into the swizzled tile at `tile`. A thread
+// copies the same vector of every kRowsPerPass-th row: its place in the swizzle stays, its source
+// advances by kRowsPerPass rows. No commit.
+template <class Element>
+__device__ void copy_query_tile(uint32_t tile, const Element* source, int64_t row_stride,
+                                int valid_rows) {
   using Layout = WgmmaSelectLayout<Element>;
-  static_assert(Layout::kRowsPerPass % kMmaN == 0, "a pass keeps each row's place in its group");
-  constexpr int kSourcePassRows =
-      kLaneTileOrder ? lane_tile_key(Layout::kRowsPerPass) : Layout::kRowsPerPass;
   const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
-  const int first_source_row = kLaneTileOrder ? lane_tile_key(first_row) : first_row;
   const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
-  const uint32_t destination = tile + Layout::vector_offset(kRows, first_row, vector);
-  const Element* first_source =
-      source + first_source_row * row_stride + vector * Layout::kVectorElements;
-  const int64_t pass_stride = kSourcePassRows * row_stride;
+  const uint32_t destination = tile + Layout::vector_offset(kCtaRows, first_row, vector);
+  const Element* first_source = source + first_row * row_stride + vector * Layout::kVectorElements;
 #pragma unroll
-  for (int pass = 0; pass < kRows / Layout::kRowsPerPass; ++pass) {
-    const bool valid = first_source_row + pass * kSourcePassRows < valid_rows;
+  for (int pass = 0; pass < kCtaRows / Layout::kRowsPerPass; ++pass) {
+    const bool valid = first_row + pass * Layout::kRowsPerPass < valid_rows;
     copy_async_16(destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
-                  valid ? first_source + pass * pass_stride : source, valid);
+                  valid ? first_source + pass * Layout::kRowsPerPass * row_stride : source, valid);
   }
 }
 
-// Queues chunk `chunk` of the scan (keys scan_begin + chunk * kChunkKeys on, those past kv_len
-// zero-filled) into `stage`, as one copy group; an empty group past the last chunk, so that the
-// count of groups in flight says which chunk has landed.
+// A thread's share of the key chunks' copies, chunk after chunk: the same vector of every
+// kRowsPerPass-th shared row d of a stage, which holds chunk key lane_tile_key(d). kRowsPerPass is
+// a multiple of 8, so d % 8 stays from pass to pass and the source advances by a constant,
+// lane_tile_key(kRowsPerPass) keys. The cursor carries the thread's source and its rows left
+// below kv_len from chunk to chunk (one 64-bit add and one subtraction), where rebuilding them
+// from the chunk's index took a 64-bit multiply and a select per pass: the copies were an eighth
+// of the score pass's instructions.
 template <class Element>
-__device__ void queue_wgmma_chunk(const VecKernelParams& p, const Element* keys, int32_t scan_begin,
-                                  int32_t chunk, int32_t chunks, uint32_t stage) {
-  if (chunk < chunks) {
-    const int32_t chunk_begin = scan_begin + chunk * kChunkKeys;
-    copy_swizzled_rows<Element, kChunkKeys, true>(
-        stage, keys + static_cast<int64_t>(chunk_begin) * p.k_stride_row, p.k_stride_row,
-        p.kv_len - chunk_begin);
+struct KeyChunkCopies {
+  using Layout = WgmmaSelectLayout<Element>;
+  static_assert(Layout::kRowsPerPass % kMmaN == 0, "a pass keeps each row's place in its group");
+  static constexpr int kSourcePassKeys = lane_tile_key(Layout::kRowsPerPass);
+
+  const Element* keys;    // [kv_len, k_stride_row] the head's keys: a readable zero-fill source
+  const Element* source;  // this thread's vector of its first key in the next chunk
+  int64_t row_stride;     // elements between consecutive keys
+  int32_t keys_left;      // keys from that first key to kv_len
+  uint32_t destination;   // this thread's first vector's byte offset in a stage
+
+  // Starts at the chunk of keys from `scan_begin` (head_keys: the head's key 0).
+  __device__ KeyChunkCopies(const VecKernelParams& p, const Element* head_keys, int32_t scan_begin)
+      : keys(head_keys), row_stride(p.k_stride_row) {
+    const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
+    const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
+    const int32_t first_key = scan_begin + lane_tile_key(first_row);
+    source = keys + first_key * row_stride + vector * Layout::kVectorElements;
+    keys_left = p.kv_len - first_key;
+    destination = Layout::vector_offset(kChunkKeys, first_row, vector);
   }
-  commit_async_copies();
-}
+
+  // Queues the next chunk's copies into `stage` (keys past kv_len zero-filled), as one copy group,
+  // and moves to the chunk after it; with `queue` false, an empty group (past the scan's last
+  // chunk), so that the count of groups in flight says which chunk has landed.
+  __device__ void queue_next(uint32_t stage, bool queue) {
+    if (queue) {
+#pragma unroll
+      for (int pass = 0; pass < kChunkKeys / Layout::kRowsPerPass; ++pass) {
+        const bool valid = pass * kSourcePassKeys < keys_left;
+        copy_async_16(stage + destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
+                      valid ? source + pass * kSourcePassKeys * row_stride : keys, valid);
+      }
+      source += kChunkKeys * row_stride;
+      keys_left -= kChunkKeys;
+    }
+    commit_async_copies();
+  }
+};
 
 // Issues the scores of the warpgroup's 64 pooled blocks against a stage's kChunkKeys keys (raw dot
 // products) as one wgmma group: scores[n] holds the stage's rows 8 n .. 8 n + 7 (lane-tile order).
@@ -282,6 +307,14 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
   }
 }
 
+// `value` (the same in every lane of the warp) as lane 0's: ptxas then knows it is warp-uniform
+// and keeps it, and what the loop derives from it (the query tile's descriptors, the warp's
+// candidate ranges and key end), in uniform registers instead of the 128 per-thread registers,
+// where those loop invariants spilled to local memory and were reloaded every chunk.
+__device__ inline int32_t warp_uniform(int32_t value) {
+  return __shfl_sync(kFullWarpMask, value, 0);
+}
+
 // What every step of wgmma_scan_chunks reads.
 struct WgmmaScan {
   uint32_t query;      // the warpgroup's rows of the query tile (shared address)
@@ -310,12 +343,10 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
   };
   // The query tile rides in chunk 0's copy group.
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
-  copy_swizzled_rows<Element, kCtaRows, false>(scan.query, pooled, kWgmmaHeadDim,
-                                               p.blocks - first_block);
-  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) {
-    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c, scan.chunks, stage_of(c));
-  }
-  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  copy_query_tile<Element>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
+  KeyChunkCopies<Element> copies(p, keys, scan.scan_begin);
+  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) copies.queue_next(stage_of(c), c < scan.chunks);
+  const int warpgroup = warp_uniform(static_cast<int>(threadIdx.x) / kWarpgroupThreads);
   const uint32_t query =
       scan.query + static_cast<uint32_t>(warpgroup * kWgmmaWarpgroupRows * kSwizzleBytes);
   state.group_position = scan.scan_begin / kTileKeys % p.group_tiles;
@@ -333,8 +364,7 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
     wait_async_copies<kWgmmaStages - 3>();
     fence_proxy_async();
     __syncthreads();
-    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c + kWgmmaStages - 1, scan.chunks,
-                               stage_of(c + kWgmmaStages - 1));
+    copies.queue_next(stage_of(c + kWgmmaStages - 1), c + kWgmmaStages - 1 < scan.chunks);
     // Every warpgroup scores every chunk of the CTA, on paths that depend on the block and the
     // loop alone: ptxas serialises wgmma that waits or reads accumulators on a path it cannot
     // prove uniform across the warpgroup. A warp filters up to its rows' last candidate.
@@ -367,7 +397,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   const int32_t split = static_cast<int32_t>(blockIdx.y);
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warp = warp_uniform(static_cast<int>(threadIdx.x) / kWarpSize);
   const int32_t warp_row = first_block + warp * kMmaRows;
   const int32_t split_begin = split * p.split_keys;
   const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
@@ -378,7 +408,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   scan.scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
   const int32_t scan_end =
       min(window_end, block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
-  scan.warp_end = min(scan_end, warp_key_end(state));
+  scan.warp_end = warp_uniform(min(scan_end, warp_key_end(state)));
   if (scan.scan_begin >= scan_end) return;  // CTA-uniform
   const int32_t batch = slot / p.heads;
   const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
