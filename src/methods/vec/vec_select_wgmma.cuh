@@ -212,18 +212,37 @@ __device__ inline void scale_chunk_scores(const VecKernelParams& p,
   }
 }
 
-// The latest tile of the chunk (0 .. kQuadLanes - 1) at or before this lane's tile where a group of
-// the running maximum starts (-1: none; the running maximum of the chunks before goes on), and the
-// group position advanced past the chunk's tiles (the same in every lane).
-__device__ inline int chunk_group_start(const VecKernelParams& p, int quad_lane, RowState& state) {
-  int group_start = -1;
-#pragma unroll
-  for (int tile = 0; tile < kQuadLanes; ++tile) {
-    if (state.group_position == 0 && tile <= quad_lane) group_start = tile;
-    state.group_position = state.group_position + 1 == p.group_tiles ? 0 : state.group_position + 1;
-  }
-  return group_start;
+// `value` (the same in every lane of the warp) as lane 0's: ptxas then knows it is warp-uniform
+// and keeps it, and what the loop derives from it (the query tile's descriptors, the warp's
+// candidate ranges and key end), in uniform registers instead of the 128 per-thread registers,
+// where those loop invariants spilled to local memory and were reloaded every chunk.
+__device__ inline int32_t warp_uniform(int32_t value) {
+  return __shfl_sync(kFullWarpMask, value, 0);
 }
+
+// Where the groups of the running maximum start, per lane: its tile's position in its group
+// (0: a group starts there), carried from chunk to chunk by one add and one compare, where
+// stepping a shared position through the chunk's four tiles took ~25 instructions per chunk.
+struct LaneGroups {
+  int32_t position;     // the lane's tile's, in [0, group_tiles)
+  int32_t chunk_step;   // kChunkTiles % group_tiles: how far a chunk moves it
+  int32_t group_tiles;  // p.group_tiles
+
+  __device__ LaneGroups(const VecKernelParams& p, int32_t scan_begin, int quad_lane)
+      : position((scan_begin / kTileKeys + quad_lane) % p.group_tiles),
+        chunk_step(kChunkTiles % p.group_tiles),
+        group_tiles(p.group_tiles) {}
+
+  // The latest tile of the chunk (0 .. kQuadLanes - 1) at or before this lane's tile where a group
+  // starts (-1: none; the running maximum of the chunks before goes on): the tiles from
+  // quad_lane - position up to the lane's share its group. Then moves to the next chunk.
+  __device__ int chunk_group_start(int quad_lane) {
+    const int group_start = position <= quad_lane ? quad_lane - position : -1;
+    position += chunk_step;
+    if (position >= group_tiles) position -= group_tiles;
+    return group_start;
+  }
+};
 
 // Row h's largest candidate score of the lane's tile (from `tile_begin`; -infinity without one):
 // its 16 scores, as a tree of maxima (fmaxf is exact, so the order changes nothing).
@@ -263,10 +282,11 @@ template <bool kAllCandidates>
 __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha,
                                        int32_t chunk_begin, int32_t warp_end,
                                        const float (&scaled)[kWgmmaAccumulatorTiles][4],
-                                       RowState& state, const MaskStore& store) {
+                                       LaneGroups& groups, RowState& state,
+                                       const MaskStore& store) {
   const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
   const int32_t tile_begin = chunk_begin + quad_lane * kTileKeys;
-  const int group_start = chunk_group_start(p, quad_lane, state);
+  const int group_start = groups.chunk_group_start(quad_lane);
   float running[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -279,7 +299,7 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float earlier = __shfl_up_sync(kFullWarpMask, running[h], offset, kQuadLanes);
-      if (quad_lane - offset >= segment_first) running[h] = fmaxf(running[h], earlier);
+      running[h] = fmaxf(running[h], quad_lane - offset >= segment_first ? earlier : running[h]);
     }
   }
 #pragma unroll
@@ -303,16 +323,11 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
         }
       }
     }
-    if (store.active[h]) store.rows[h][tile_begin / kTileKeys] = static_cast<uint16_t>(kept);
+    // tile_begin >= 0: its unsigned division is one shift.
+    if (store.active[h]) {
+      store.rows[h][static_cast<uint32_t>(tile_begin) / kTileKeys] = static_cast<uint16_t>(kept);
+    }
   }
-}
-
-// `value` (the same in every lane of the warp) as lane 0's: ptxas then knows it is warp-uniform
-// and keeps it, and what the loop derives from it (the query tile's descriptors, the warp's
-// candidate ranges and key end), in uniform registers instead of the 128 per-thread registers,
-// where those loop invariants spilled to local memory and were reloaded every chunk.
-__device__ inline int32_t warp_uniform(int32_t value) {
-  return __shfl_sync(kFullWarpMask, value, 0);
 }
 
 // What every step of wgmma_scan_chunks reads.
@@ -349,7 +364,7 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
   const int warpgroup = warp_uniform(static_cast<int>(threadIdx.x) / kWarpgroupThreads);
   const uint32_t query =
       scan.query + static_cast<uint32_t>(warpgroup * kWgmmaWarpgroupRows * kSwizzleBytes);
-  state.group_position = scan.scan_begin / kTileKeys % p.group_tiles;
+  LaneGroups groups(p, scan.scan_begin, static_cast<int>(threadIdx.x) % kQuadLanes);
   float scores[kWgmmaAccumulatorTiles][4];
   wait_async_copies<kWgmmaStages - 2>();  // the query tile and chunk 0
   fence_proxy_async();  // the copies were written by the generic proxy; wgmma reads them
@@ -377,11 +392,11 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
     if (c + 1 < scan.chunks) issue_chunk_scores<Element>(query, stage_of(c + 1), scores);
     if (chunk_begin >= scan.warp_end) continue;
     if (scan.full.hold(chunk_begin, next_begin)) {
-      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
-                                   store);
+      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                   state, store);
     } else {
-      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
-                                    store);
+      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                    state, store);
     }
   } while (++c < scan.chunks);
   warpgroup_wait<0>();  // nothing in flight (the last chunk issues none): ptxas sees it so
