@@ -188,6 +188,7 @@ VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const 
   p.tile_blocks = static_cast<int32_t>(detail::vec_tile_blocks(shape, vec));
   p.tiles = static_cast<int32_t>(detail::vec_tile_count(shape, vec));
   p.group_tiles = static_cast<int32_t>(std::min<int64_t>(vec.group_tiles, shape.kv_len + 1));
+  p.group_chunk_step = vec_kernels::kChunkTiles % p.group_tiles;
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
   p.alpha_heads = static_cast<int32_t>(head_specs.size());

@@ -76,6 +76,9 @@ struct VecKernelParams {
   int32_t head_dim;
   int32_t q_len, kv_len, causal_offset;
   int32_t pooling, blocks, group_tiles;
+  // kChunkTiles % group_tiles: how far a score-pass chunk moves a tile's position in its group
+  // (read from the constant bank, where a per-thread copy cost the wgmma pass a register).
+  int32_t group_chunk_step;
   int32_t tile_blocks, tiles;  // pooled blocks per plan tile (vec_tile_blocks), tiles per slot
   int32_t split_keys, splits;  // score pass: keys per split (whole groups), splits per block
   int32_t causal;

@@ -131,7 +131,7 @@ __device__ void copy_query_tile(uint32_t tile, const Element* source, int64_t ro
 // A thread's share of the key chunks' copies, chunk after chunk: the same vector of every
 // kRowsPerPass-th shared row d of a stage, which holds chunk key lane_tile_key(d). kRowsPerPass is
 // a multiple of 8, so d % 8 stays from pass to pass and the source advances by a constant,
-// lane_tile_key(kRowsPerPass) keys. The cursor carries the thread's source and its rows left
+// lane_tile_key(kRowsPerPass) keys. The cursor carries the thread's source and its keys left
 // below kv_len from chunk to chunk (one 64-bit add and one subtraction), where rebuilding them
 // from the chunk's index took a 64-bit multiply and a select per pass: the copies were an eighth
 // of the score pass's instructions.
@@ -221,25 +221,22 @@ __device__ inline int32_t warp_uniform(int32_t value) {
 }
 
 // Where the groups of the running maximum start, per lane: its tile's position in its group
-// (0: a group starts there), carried from chunk to chunk by one add and one compare, where
-// stepping a shared position through the chunk's four tiles took ~25 instructions per chunk.
+// (0: a group starts there), carried from chunk to chunk by one add and one compare (the step and
+// the group length from the constant bank), where stepping a shared position through the chunk's
+// four tiles took ~25 instructions per chunk.
 struct LaneGroups {
-  int32_t position;     // the lane's tile's, in [0, group_tiles)
-  int32_t chunk_step;   // kChunkTiles % group_tiles: how far a chunk moves it
-  int32_t group_tiles;  // p.group_tiles
+  int32_t position;  // the lane's tile's, in [0, p.group_tiles)
 
   __device__ LaneGroups(const VecKernelParams& p, int32_t scan_begin, int quad_lane)
-      : position((scan_begin / kTileKeys + quad_lane) % p.group_tiles),
-        chunk_step(kChunkTiles % p.group_tiles),
-        group_tiles(p.group_tiles) {}
+      : position((scan_begin / kTileKeys + quad_lane) % p.group_tiles) {}
 
   // The latest tile of the chunk (0 .. kQuadLanes - 1) at or before this lane's tile where a group
   // starts (-1: none; the running maximum of the chunks before goes on): the tiles from
   // quad_lane - position up to the lane's share its group. Then moves to the next chunk.
-  __device__ int chunk_group_start(int quad_lane) {
+  __device__ int chunk_group_start(const VecKernelParams& p, int quad_lane) {
     const int group_start = position <= quad_lane ? quad_lane - position : -1;
-    position += chunk_step;
-    if (position >= group_tiles) position -= group_tiles;
+    position += p.group_chunk_step;
+    if (position >= p.group_tiles) position -= p.group_tiles;
     return group_start;
   }
 };
@@ -286,7 +283,7 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
                                        const MaskStore& store) {
   const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
   const int32_t tile_begin = chunk_begin + quad_lane * kTileKeys;
-  const int group_start = groups.chunk_group_start(quad_lane);
+  const int group_start = groups.chunk_group_start(p, quad_lane);
   float running[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -323,9 +320,12 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
         }
       }
     }
-    // tile_begin >= 0: its unsigned division is one shift.
+    // Row lane / 4 + 8 is stored only where it exists, and then row lane / 4's pointer is not
+    // clamped: the second row's is the first's kMmaN rows on, one add where ptxas otherwise
+    // rebuilt it from the slot every chunk. tile_begin >= 0: its unsigned division is one shift.
     if (store.active[h]) {
-      store.rows[h][static_cast<uint32_t>(tile_begin) / kTileKeys] = static_cast<uint16_t>(kept);
+      uint16_t* const row = store.rows[0] + h * kMmaN * static_cast<int64_t>(p.mask_pitch);
+      row[static_cast<uint32_t>(tile_begin) / kTileKeys] = static_cast<uint16_t>(kept);
     }
   }
 }
