@@ -7,8 +7,9 @@
 #      plans record for record (per-head alphas in one build and in configs among other methods'
 #      heads included); both score passes (mma.sync, wgmma) on the same inputs;
 #   2. compute-sanitizer memcheck on the vec tests of the score pass's edges (edge shapes, chunks
-#      at the candidate ranges' edges, chunk counts) and of the run passes' staging (spans across
-#      splits); head_dim 128 runs the wgmma score pass there (MMSPARSE_VEC_SCORE unset), 64 mma;
+#      at the candidate ranges' edges, chunk counts, groups starting inside a chunk, both passes)
+#      and of the run passes' staging (spans across splits); head_dim 128 runs the wgmma score pass
+#      there (MMSPARSE_VEC_SCORE unset), 64 mma;
 #   3. mmsparse_index_bench 131072 vec,vertical-slash 4 1 1, once per score pass
 #      (MMSPARSE_VEC_SCORE=mma, then wgmma): vec's phases (pool, score, count, write, ...) per alpha
 #      beside vertical-slash's index milliseconds;
@@ -52,13 +53,14 @@ step() {
 if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
   tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*:GpuVecBuild.ChunkCounts*'
-  tests+=':GpuVecScorePasses.*'
+  tests+=':GpuVecScorePasses.*:GpuVecBuild.SchedulesOfManyTiles*'
 else
   tests='GpuVecBuild.*:GpuVecHeads.*:GpuVecScorePasses.*'
 fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
 memcheck_tests+=':GpuVecBuild.ChunkCountsAroundThePipeline*:GpuVecBuild.SpansAcrossSplits*'
+memcheck_tests+=':GpuVecScorePasses.GroupsStartingInsideAChunk*'
 # The short check's memcheck: the run passes' staging (column runs across words and steps) and the
 # score passes' chunk counts (head_dim 128 on the wgmma pass, 64 on mma.sync).
 [[ $minimum == 1 ]] && memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*'

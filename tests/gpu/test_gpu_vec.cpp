@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -391,6 +392,36 @@ TEST_F(GpuVecBuild, UnionTilesMatchTheHostPlan) {
     }
   }
   EXPECT_GT(stats.selected_in_spans + stats.selected_in_columns, 0);
+  EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
+      << stats.borderline << " of " << stats.candidates << " candidates within the bound";
+}
+
+// A plan of more tiles than one CTA sorts into its schedule and scans into offsets (short blocks
+// of 16 queries, one tile each, GQA 7 and a second batch element, non-causal over few keys to keep
+// the host's reference short): the device radix sort's schedule, byte for byte the host's, ties in
+// position order, and the device scan's offsets.
+TEST_F(GpuVecBuild, SchedulesOfManyTilesMatchTheHostPlan) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kPooling = 16;
+  constexpr int64_t kGroup = 7;
+  constexpr int64_t kBatch = 2;
+  constexpr int64_t kOneCtaTiles = std::max(kCheckedBlockScheduleTiles, kCheckedBlockOffsetCounts);
+  constexpr int64_t kQueries = kOneCtaTiles / (kBatch * kGroup) * kPooling + 37;
+  const int64_t kv_len = random.uniform_int(300, 700);
+  ProblemSize size = vec_problem(random, kQueries, kv_len, kGroup);
+  size.batch = kBatch;
+  const AttentionInputs inputs = random_inputs(random, size);
+  const PatternSpec spec{"vec",
+                         {{"pooling", kPooling},
+                          {"alpha_ppm", random.uniform_int(50000, 600000)},
+                          {"causal", 0},
+                          {"union_tiles", 0}}};
+  SCOPED_TRACE(spec.to_string() + " " + describe(size));
+  const BothPlans plans = build_both(spec, size, inputs, stream_);
+  ASSERT_GE(plans.host.num_tiles(), kOneCtaTiles);
+  VecSelectionStats stats;
+  (void)expect_matching_plans(plans, host_inputs_of(inputs, size), stats, stream_);
   EXPECT_LE(stats.borderline * kMaxBorderlineShare, stats.candidates)
       << stats.borderline << " of " << stats.candidates << " candidates within the bound";
 }

@@ -122,6 +122,53 @@ int64_t differing_keys(const Plan& first, const Plan& second) {
   return differing;
 }
 
+// Both passes' runs over several problems, and the keys their plans disagree on.
+struct PassPair {
+  PassRun mma{cuda::VecScorePass::kMma, "mma", {}};
+  PassRun wgmma{cuda::VecScorePass::kWgmma, "wgmma", {}};
+  int64_t differing = 0;
+};
+
+// A random problem of `length` queries (and as many keys or a few more) at head_dim 128 and `gqa`,
+// built by both passes under causal=0 and causal=1 with spec_for(trial) (trial counts up per
+// build; union_tiles at random), each checked against the host's plan.
+template <class SpecFor>
+void build_with_both_passes(Random& random, int64_t length, const Gqa& gqa, const SpecFor& spec_for,
+                            std::size_t& trial, PassPair& passes, cudaStream_t stream) {
+  ProblemSize size;
+  size.q_len = length;
+  size.kv_len = length + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+  size.kv_heads = gqa.kv_heads;
+  size.group = gqa.group;
+  size.head_dim = 128;
+  size.dtype = pick(random, kDtypes);
+  size.tile_rows = 128;
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  const AttentionInputs inputs = random_inputs(random, size);
+  for (const int64_t causal : {int64_t{0}, int64_t{1}}) {
+    PatternSpec spec = spec_for(trial++);
+    spec.params["causal"] = causal;
+    spec.params["union_tiles"] = random.uniform_int(0, 1);
+    SCOPED_TRACE(spec.to_string() + " " + describe(size));
+    const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
+    const Plan host = build_plan(spec, shape_of(size), nullptr, &host_inputs);
+    const Plan by_mma = build_and_check(passes.mma, spec, size, inputs, host, stream);
+    const Plan by_wgmma = build_and_check(passes.wgmma, spec, size, inputs, host, stream);
+    passes.differing += differing_keys(by_mma, by_wgmma);
+  }
+}
+
+// A key the passes disagree on differs from the host's on one side, where it is borderline; each
+// pass's borderline keys stay rare (the bound is tight).
+void expect_passes_agree(const PassPair& passes) {
+  EXPECT_LE(passes.differing, passes.mma.stats.differing + passes.wgmma.stats.differing);
+  for (const PassRun* run : {&passes.mma, &passes.wgmma}) {
+    EXPECT_LE(run->stats.borderline * kMaxBorderlineShare, run->stats.candidates)
+        << run->setting << ": " << run->stats.borderline << " of " << run->stats.candidates
+        << " candidates within the bound";
+  }
+}
+
 // head_dim 128 (the wgmma pass's), odd lengths within one key split and across three (GQA 4 and 7
 // there, to keep the host's reference short), GQA 1, 4 and 7 with one or two KV heads, causal and
 // not, bf16 and fp16, alphas from dense to sparse selections, groups of the running maximum that
@@ -149,48 +196,64 @@ TEST_F(GpuVecScorePasses, BothPassesSelectTheSameKeysWithinTheRoundingBound) {
   constexpr std::array<int64_t, 4> kAlphas = {1000, 100000, 600000, 950000};
   constexpr std::array<int64_t, 3> kGroupTiles = {1, 16, 8192};
   constexpr std::array<int64_t, 2> kPoolings = {64, 128};
-  PassRun mma{cuda::VecScorePass::kMma, "mma", {}};
-  PassRun wgmma{cuda::VecScorePass::kWgmma, "wgmma", {}};
-  int64_t differing = 0;
+  const auto spec_for = [&](std::size_t trial) {
+    return PatternSpec{"vec",
+                       {{"pooling", pick(random, kPoolings)},
+                        {"group", kGroupTiles[trial % kGroupTiles.size()]},
+                        {"alpha_ppm", kAlphas[trial % kAlphas.size()]}}};
+  };
+  PassPair passes;
   std::size_t trial = 0;
   for (const Case& test_case : kCases) {
-    ProblemSize size;
-    size.q_len = test_case.length;
-    size.kv_len = test_case.length + random.uniform_int(0, 1) * random.uniform_int(1, 99);
-    size.kv_heads = test_case.gqa.kv_heads;
-    size.group = test_case.gqa.group;
-    size.head_dim = 128;
-    size.dtype = pick(random, kDtypes);
-    size.tile_rows = 128;
-    size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-    const AttentionInputs inputs = random_inputs(random, size);
-    for (const int64_t causal : {int64_t{0}, int64_t{1}}) {
-      const PatternSpec spec{"vec",
-                             {{"pooling", pick(random, kPoolings)},
-                              {"group", kGroupTiles[trial % kGroupTiles.size()]},
-                              {"alpha_ppm", kAlphas[trial % kAlphas.size()]},
-                              {"causal", causal},
-                              {"union_tiles", random.uniform_int(0, 1)}}};
-      ++trial;
-      SCOPED_TRACE(spec.to_string() + " " + describe(size));
-      const PatternInputs host_inputs{inputs.q.view, inputs.k.view, size.scale};
-      const Plan host = build_plan(spec, shape_of(size), nullptr, &host_inputs);
-      const Plan by_mma = build_and_check(mma, spec, size, inputs, host, stream_);
-      const Plan by_wgmma = build_and_check(wgmma, spec, size, inputs, host, stream_);
-      differing += differing_keys(by_mma, by_wgmma);
-    }
+    build_with_both_passes(random, test_case.length, test_case.gqa, spec_for, trial, passes,
+                           stream_);
   }
-  // A key the passes disagree on differs from the host's on one side, where it is borderline.
-  EXPECT_LE(differing, mma.stats.differing + wgmma.stats.differing);
-  for (const PassRun* run : {&mma, &wgmma}) {
+  expect_passes_agree(passes);
+  for (const PassRun* run : {&passes.mma, &passes.wgmma}) {
     EXPECT_GT(run->stats.selected_in_spans, 0) << run->setting;
     EXPECT_GT(run->stats.selected_in_columns, 0) << run->setting;
     EXPECT_GT(run->stats.spans_across_splits, 0) << run->setting;
-    EXPECT_LE(run->stats.borderline * kMaxBorderlineShare, run->stats.candidates)
-        << run->setting << ": " << run->stats.borderline << " of " << run->stats.candidates
-        << " candidates within the bound";
   }
-  RecordProperty("keys_the_passes_disagree_on", std::to_string(differing));
+  RecordProperty("keys_the_passes_disagree_on", std::to_string(passes.differing));
+}
+
+// Groups of the running maximum that start inside a chunk of 64 keys (the wgmma pass's filter
+// takes a chunk's four tiles at once, one per lane of a row's quad, and restarts the maximum
+// where a group starts among them): groups of 2, 3, 5 and 7 tiles after sinks of 64 and 128 keys,
+// so that groups start at every quad lane, over odd lengths (one split and three) and GQA 1, 4 and
+// 7, causal and not.
+TEST_F(GpuVecScorePasses, GroupsStartingInsideAChunkMatchTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  struct Case {
+    int64_t length;
+    Gqa gqa;
+  };
+  constexpr std::array<Case, 5> kCases = {{{777, {1, 1}},
+                                           {777, {1, 7}},
+                                           {3 * 1024 + 65, {1, 4}},
+                                           {3 * 1024 + 65, {2, 4}},
+                                           {2 * kCheckedSplitKeys + 333, {1, 4}}}};
+  constexpr std::array<int64_t, 4> kGroupTiles = {2, 3, 5, 7};
+  constexpr std::array<int64_t, 3> kAlphas = {30000, 300000, 900000};
+  constexpr std::array<int64_t, 2> kPoolings = {64, 128};
+  // Every group after every sink: the pooling changes after each round of the groups.
+  const auto spec_for = [&](std::size_t trial) {
+    return PatternSpec{"vec",
+                       {{"pooling", kPoolings[trial / kGroupTiles.size() % kPoolings.size()]},
+                        {"group", kGroupTiles[trial % kGroupTiles.size()]},
+                        {"alpha_ppm", kAlphas[trial % kAlphas.size()]}}};
+  };
+  PassPair passes;
+  std::size_t trial = 0;
+  for (const Case& test_case : kCases) {
+    build_with_both_passes(random, test_case.length, test_case.gqa, spec_for, trial, passes,
+                           stream_);
+  }
+  expect_passes_agree(passes);
+  for (const PassRun* run : {&passes.mma, &passes.wgmma}) {
+    EXPECT_GT(run->stats.selected_in_columns, 0) << run->setting;
+  }
 }
 
 // Unset, the switch takes wgmma at head_dim 128 and mma at 64 (on sm_90, the only architecture

@@ -70,6 +70,11 @@ inline constexpr int64_t kCheckedRunWordKeys = 32;
 // with more, each lane walks its own word. Counted by the columns' keys, which for all but the
 // column runs crossing a step are the columns staged in that step.
 inline constexpr int64_t kCheckedWarpStagingWords = 9;
+// The most plan tiles whose schedule the device sorts in one CTA, and the most counts (tiles + 1)
+// whose offsets it scans in one (vec_small_plans.cuh's kBlockScheduleTiles, kBlockOffsetCounts);
+// larger plans take cub's device radix sort and scan.
+inline constexpr int64_t kCheckedBlockScheduleTiles = 8192;
+inline constexpr int64_t kCheckedBlockOffsetCounts = 8704;
 
 // Downloads `built` (one vec spec, `resolved`, over host_inputs' device copies) and checks its
 // selected keys (spans and columns but the sinks and diagonal, which must all be there once)

@@ -37,23 +37,12 @@ __device__ inline T warp_inclusive_scan(T value, Op op) {
   return value;
 }
 
-struct MaxOp {
-  template <class T>
-  __device__ T operator()(T a, T b) const {
-    return a > b ? a : b;
-  }
-};
-
 struct SumOp {
   template <class T>
   __device__ T operator()(T a, T b) const {
     return a + b;
   }
 };
-
-__device__ inline int32_t warp_inclusive_max(int32_t value) {
-  return warp_inclusive_scan(value, MaxOp{});
-}
 
 __device__ inline int32_t warp_inclusive_sum(int32_t value) {
   return warp_inclusive_scan(value, SumOp{});

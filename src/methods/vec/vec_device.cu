@@ -47,14 +47,17 @@
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/vec/vec.h"
 #include "methods/vec/vec_device.h"
+#include "methods/vec/vec_pool.cuh"
 #include "methods/vec/vec_runs.cuh"
 #include "methods/vec/vec_select.cuh"
 #include "methods/vec/vec_select_wgmma.cuh"
+#include "methods/vec/vec_small_plans.cuh"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
 namespace {
 
+using vec_kernels::AddCounts;
 using vec_kernels::block_keys;
 using vec_kernels::BlockKeys;
 using vec_kernels::kCtaRows;
@@ -66,6 +69,7 @@ using vec_kernels::kSelectThreads;
 using vec_kernels::kSplitKeys;
 using vec_kernels::kTileKeys;
 using vec_kernels::pool_kernel;
+using vec_kernels::RecordCounts;
 using vec_kernels::runs_kernel;
 using vec_kernels::select_kernel;
 using vec_kernels::VecKernelParams;
@@ -93,10 +97,12 @@ __global__ void __launch_bounds__(kRecordThreads)
   record.end = static_cast<int32_t>(min(static_cast<int64_t>(p.q_len), (position + 1) * tile_rows));
   record.head_slot = slot;
   record.mask = 0;
-  record.span_begin = p.span_offsets[tile];
-  record.span_end = p.span_offsets[tile + 1];
-  record.column_begin = p.column_offsets[tile];
-  record.column_end = p.column_offsets[tile + 1];
+  const RecordCounts begin = p.offsets[tile];
+  const RecordCounts end = p.offsets[tile + 1];
+  record.span_begin = begin.spans;
+  record.span_end = end.spans;
+  record.column_begin = begin.columns;
+  record.column_end = end.columns;
   tiles[tile] = record;
   const int64_t item = static_cast<int64_t>(position) * slots + slot;
   sort_keys[item] = p.tile_keys[tile];
@@ -182,6 +188,7 @@ VecKernelParams kernel_params(const std::vector<PatternSpec>& head_specs, const 
   p.tile_blocks = static_cast<int32_t>(detail::vec_tile_blocks(shape, vec));
   p.tiles = static_cast<int32_t>(detail::vec_tile_count(shape, vec));
   p.group_tiles = static_cast<int32_t>(std::min<int64_t>(vec.group_tiles, shape.kv_len + 1));
+  p.group_chunk_step = vec_kernels::kChunkTiles % p.group_tiles;
   p.causal = vec.causal ? 1 : 0;
   p.scale = operands.scale;
   p.alpha_heads = static_cast<int32_t>(head_specs.size());
@@ -342,7 +349,10 @@ std::pair<void (*)(VecKernelParams), int> score_kernel(VecScorePass pass, int32_
 template <class Element>
 void launch_scores(VecKernelParams p, const detail::VecParams& vec, int32_t slots,
                    VecScorePass pass, cudaStream_t stream, PhaseEvents& events) {
-  pool_kernel<Element><<<dim3(static_cast<unsigned>(p.blocks), static_cast<unsigned>(slots)),
+  const int64_t pool_items =
+      int64_t{p.blocks} * (p.head_dim / vec_kernels::kPoolVectorElements<Element>);
+  pool_kernel<Element><<<dim3(static_cast<unsigned>(ceil_div(pool_items, kPoolThreads)),
+                              static_cast<unsigned>(slots)),
                          kPoolThreads, 0, stream>>>(p);
   check_launch("vec index: pooled queries");
   events.record(PhaseEvents::kPool);
@@ -399,6 +409,16 @@ int key_bits(int64_t kv_len) {
   return bits;
 }
 
+// Temporary bytes of the (column, span) counts' exclusive scan over `items` tiles.
+std::size_t count_scan_bytes(int items, cudaStream_t stream) {
+  std::size_t bytes = 0;
+  check_cuda(cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<RecordCounts*>(nullptr),
+                                            static_cast<RecordCounts*>(nullptr), AddCounts{},
+                                            RecordCounts{0, 0}, items, stream),
+             "vec index: scan storage");
+  return bytes;
+}
+
 // The build's device scratch: the pooled queries, the keep masks, per-tile counts and offsets, the
 // schedule's sort keys and values, and cub's temporary storage (the scans' or the sort's).
 class BuildScratch {
@@ -407,17 +427,14 @@ class BuildScratch {
   BuildScratch(VecKernelParams& p, int64_t block_rows, int64_t tiles, int64_t head_dim,
                int sort_bits, cudaStream_t stream)
       : tiles_(tiles),
-        scan_bytes_(
-            scan_storage_bytes(static_cast<int>(tiles + 1), stream, "vec index: scan storage")),
+        scan_bytes_(count_scan_bytes(static_cast<int>(tiles + 1), stream)),
         sort_bytes_(sort_storage_bytes<uint32_t>(static_cast<int>(tiles), sort_bits, stream,
                                                  "vec index: sort storage")),
         pooled_at_(layout_.add<uint16_t>(block_rows * head_dim)),  // bf16 or fp16
         masks_at_(layout_.add<uint16_t>(block_rows * p.mask_pitch)),
-        // Per tile, then one more: the total after the exclusive sum.
-        counts_at_(layout_.add<int64_t>(tiles + 1)),
-        offsets_at_(layout_.add<int64_t>(tiles + 1)),
-        span_counts_at_(layout_.add<int64_t>(tiles + 1)),
-        span_offsets_at_(layout_.add<int64_t>(tiles + 1)),
+        // Per tile, then one more: the totals after the exclusive sum.
+        counts_at_(layout_.add<RecordCounts>(tiles + 1)),
+        offsets_at_(layout_.add<RecordCounts>(tiles + 1)),
         tile_keys_at_(layout_.add<uint32_t>(tiles)),
         keys_at_(layout_.add<uint32_t>(tiles)),
         sorted_at_(layout_.add<uint32_t>(tiles)),
@@ -426,37 +443,43 @@ class BuildScratch {
         scratch_(layout_.bytes(), stream, "vec index: scratch") {
     p.pooled = at<uint16_t>(pooled_at_);
     p.masks = at<uint16_t>(masks_at_);
-    p.column_counts = at<int64_t>(counts_at_);
-    p.column_offsets = at<int64_t>(offsets_at_);
-    p.span_counts = at<int64_t>(span_counts_at_);
-    p.span_offsets = at<int64_t>(span_offsets_at_);
+    p.counts = at<RecordCounts>(counts_at_);
+    p.offsets = at<RecordCounts>(offsets_at_);
     p.tile_keys = at<uint32_t>(tile_keys_at_);
   }
 
-  // Queues the exclusive sums of the column and span counts (each tile's first column and span,
-  // the last entry the total) and the two totals' copy to `totals` (columns, spans).
-  void queue_offsets(int64_t (&totals)[2], cudaStream_t stream) const {
-    const std::pair<std::size_t, std::size_t> sums[2] = {{counts_at_, offsets_at_},
-                                                         {span_counts_at_, span_offsets_at_}};
-    for (int i = 0; i < 2; ++i) {
+  // Queues the exclusive sum of the (column, span) counts (each tile's first column and span, the
+  // last entry the totals; one CTA scans few tiles) and the totals' copy to `totals`.
+  void queue_offsets(RecordCounts& totals, cudaStream_t stream) const {
+    RecordCounts* offsets = at<RecordCounts>(offsets_at_);
+    if (tiles_ + 1 <= vec_kernels::kBlockOffsetCounts) {
+      vec_kernels::offsets_block_scan_kernel<<<1, vec_kernels::kOffsetScanThreads, 0, stream>>>(
+          at<RecordCounts>(counts_at_), offsets, static_cast<int32_t>(tiles_ + 1));
+      check_launch("vec index: offsets");
+    } else {
       std::size_t temp_bytes = scan_bytes_;
-      int64_t* offsets = at<int64_t>(sums[i].second);
-      check_cuda(cub::DeviceScan::ExclusiveSum(at<std::byte>(temp_at_), temp_bytes,
-                                               at<int64_t>(sums[i].first), offsets,
-                                               static_cast<int>(tiles_ + 1), stream),
+      check_cuda(cub::DeviceScan::ExclusiveScan(
+                     at<std::byte>(temp_at_), temp_bytes, at<RecordCounts>(counts_at_), offsets,
+                     AddCounts{}, RecordCounts{0, 0}, static_cast<int>(tiles_ + 1), stream),
                  "vec index: offsets");
-      check_cuda(cudaMemcpyAsync(&totals[i], offsets + tiles_, sizeof(int64_t),
-                                 cudaMemcpyDeviceToHost, stream),
-                 "vec index: totals");
     }
+    check_cuda(cudaMemcpyAsync(&totals, offsets + tiles_, sizeof(RecordCounts),
+                               cudaMemcpyDeviceToHost, stream),
+               "vec index: totals");
   }
 
   uint32_t* sort_keys() const { return at<uint32_t>(keys_at_); }
   int32_t* sort_values() const { return at<int32_t>(values_at_); }
 
   // The heaviest-first schedule into `schedule`: radix sort is stable, so equal key counts keep the
-  // position-major order, as the upload sorts.
+  // position-major order, as the upload sorts. One CTA sorts plans of few tiles.
   void queue_schedule(int32_t* schedule, int sort_bits, cudaStream_t stream) const {
+    if (tiles_ <= vec_kernels::kBlockScheduleTiles) {
+      vec_kernels::schedule_block_sort_kernel<<<1, vec_kernels::kScheduleSortThreads, 0, stream>>>(
+          sort_keys(), sort_values(), schedule, static_cast<int32_t>(tiles_), sort_bits);
+      check_launch("vec index: schedule sort");
+      return;
+    }
     std::size_t temp_bytes = sort_bytes_;
     check_cuda(cub::DeviceRadixSort::SortPairsDescending(
                    at<std::byte>(temp_at_), temp_bytes, sort_keys(), at<uint32_t>(sorted_at_),
@@ -473,8 +496,8 @@ class BuildScratch {
   int64_t tiles_;
   std::size_t scan_bytes_, sort_bytes_;
   ScratchLayout layout_;
-  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, span_counts_at_, span_offsets_at_,
-      tile_keys_at_, keys_at_, sorted_at_, values_at_, temp_at_;
+  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, tile_keys_at_, keys_at_, sorted_at_,
+      values_at_, temp_at_;
   StreamScratch scratch_;
 };
 
@@ -544,20 +567,18 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
   const int sort_bits = key_bits(shape.kv_len);
   const BuildScratch scratch(p, slots * blocks, tiles, operands.head_dim, sort_bits, stream);
   events.record(PhaseEvents::kScratch);
-  check_cuda(cudaMemsetAsync(p.column_counts + tiles, 0, sizeof(int64_t), stream),
+  check_cuda(cudaMemsetAsync(p.counts + tiles, 0, sizeof(RecordCounts), stream),
              "vec index: counts");
-  check_cuda(cudaMemsetAsync(p.span_counts + tiles, 0, sizeof(int64_t), stream),
-             "vec index: span counts");
   run_scores(operands, p, vec, slots, pass, stream, events);
   run_runs(p, tiles, false, stream);
   events.record(PhaseEvents::kCount);
-  int64_t totals[2] = {0, 0};  // columns, spans
+  RecordCounts totals{};
   scratch.queue_offsets(totals, stream);
   events.record(PhaseEvents::kOffsets);
   check_cuda(cudaStreamSynchronize(stream), "vec index: column and span counts");
-  const int64_t columns = totals[0];
+  const int64_t columns = totals.columns;
 
-  DevicePlanLayout layout = plan_layout({slots, 0, tiles, 1, totals[1], columns});
+  DevicePlanLayout layout = plan_layout({slots, 0, tiles, 1, totals.spans, columns});
   layout.gathers = columns > 0;  // known exactly here: without columns the lean kernel runs
   DevicePlan plan =
       DevicePlan::for_builder(shape, layout, tiles, columns, true, layout.spans, stream);

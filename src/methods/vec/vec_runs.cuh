@@ -9,18 +9,18 @@
 // exclusive sums, writes them at the tile's offsets, ascending. Included by vec_device.cu only.
 //
 // A warp covers kRunStepKeys keys per step, 32 per lane as one bit word. Run starts and ends are
-// bit operations on the word and its neighbours' edge bits (shuffles; the step's first word sees
+// bit operations on the word and its neighbours' edge bits (ballots; the step's first word sees
 // the previous step's last bit, its last word the next step's first); the start of the run that
-// ends at a bit is the latest start bit at or before it: in the lane's word, or else the warp's
-// inclusive max-scan of the lanes' last starts (carried across steps). Each lane then classifies
-// the runs ending in its word with bit operations, not one by one (classify_word: a run inside a
-// word is too short for a span unless it holds a sink or diagonal key, and only the word's first
-// run to end can have begun before it), so the count pass does no per-run work. The write pass
-// places a lane's span records by a warp exclusive sum, stages the step's column keys in shared
-// memory by word, each key by the lane of its word (step_columns: a column run's keys in earlier
-// words are those words' bits), at offsets from a warp sum of popcounts, either a lane walking
-// its own bits or the warp placing one word at a time (stage_column_bits, whichever the step's
-// words make cheaper), and copies the step's columns out with coalesced stores.
+// ends at a bit is the latest start bit at or before it: in the lane's word, or else the last start
+// of the nearest earlier lane with one (a ballot and a shuffle), or of the steps before. Each lane
+// then classifies the runs ending in its word with bit operations, not one by one (classify_word:
+// a run inside a word is too short for a span unless it holds a sink or diagonal key, and only
+// the word's first run to end can have begun before it), so the count pass does no per-run work.
+// The write pass places a lane's span records by a warp exclusive sum, stages the step's column
+// keys in shared memory by word, each key by the lane of its word (step_columns: a column run's
+// keys in earlier words are those words' bits), at offsets from a warp sum of popcounts, either a
+// lane walking its own bits or the warp placing one word at a time (stage_column_bits, whichever
+// the step's words make cheaper), and copies the step's columns out with coalesced stores.
 
 #include <cstdint>
 
@@ -44,6 +44,12 @@ constexpr int kMinSpanKeys = static_cast<int>(detail::kVecMinSpanKeys);
 // The column keys of the runs ending in one step: the step's keys, plus a column run's keys before
 // the step (shorter than kMinSpanKeys).
 constexpr int kStageKeys = kRunStepKeys + kMinSpanKeys;
+// A step's staged column keys (at most kRunStepKeys, the step's) and span records (at most one per
+// run end) share one 32-bit warp sum: the columns in the low kStagedCountBits bits.
+constexpr int kStagedCountBits = 16;
+constexpr int32_t kStagedCountMask = (1 << kStagedCountBits) - 1;
+static_assert(kRunStepKeys <= kStagedCountMask && kRunStepKeys < (1 << (31 - kStagedCountBits)),
+              "a step's column and span counts fit their bits");
 
 // The bits of keys [begin, end) within the word of keys [base, base + kWordKeys).
 __device__ inline uint32_t word_range_bits(int32_t begin, int32_t end, int32_t base) {
@@ -80,6 +86,12 @@ struct TileWords {
     if (!low && !high) return bits;
     for (int32_t block = 0; block < blocks; ++block) {
       const uint16_t* row = masks + static_cast<int64_t>(block) * mask_pitch;
+      if (low && high) {
+        // Both tiles in one 4-byte load: rows start at even tiles (mask_pitch is even), the low
+        // tile in the low half.
+        bits |= *reinterpret_cast<const uint32_t*>(row + tile);
+        continue;
+      }
       if (low) bits |= row[tile];
       if (high) bits |= static_cast<uint32_t>(row[tile + 1]) << kTileKeys;
     }
@@ -322,8 +334,8 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
   const int64_t tile = tile_in_launch_order(p, order, tiles);
   const TileWords words = tile_words(p, tile);
   int32_t* stage = stages[kWrite ? warp : 0];
-  int64_t span_cursor = kWrite ? p.span_offsets[tile] : 0;
-  int64_t column_cursor = kWrite ? p.column_offsets[tile] : 0;
+  int64_t span_cursor = kWrite ? p.offsets[tile].spans : 0;
+  int64_t column_cursor = kWrite ? p.offsets[tile].columns : 0;
   int64_t spans = 0;
   int64_t columns = 0;
   int64_t kept = 0;
@@ -333,22 +345,32 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
   for (int32_t first_word = 0; first_word < words.words; first_word += kWarpSize) {
     const uint32_t word = next;
     next = words.word(first_word + kWarpSize + lane);
-    const uint32_t following_first = __shfl_sync(kFullWarpMask, next, 0);
-    uint32_t previous_last = __shfl_up_sync(kFullWarpMask, word >> (kWordKeys - 1), 1);
-    uint32_t next_first = __shfl_down_sync(kFullWarpMask, word & 1u, 1);
-    if (lane == 0) previous_last = last_bit_carry;
-    if (lane == kWarpSize - 1) next_first = following_first & 1u;
+    // The words' edge keys as ballots (lane i's bit is word i's): a word's neighbours' edge bits
+    // by shifts, the step's first word after the previous step's last key, its last word before
+    // the next step's first.
+    const uint32_t last_keys = __ballot_sync(kFullWarpMask, word >> (kWordKeys - 1));
+    const uint32_t first_keys = __ballot_sync(kFullWarpMask, word & 1u);
+    const uint32_t next_step_first = __ballot_sync(kFullWarpMask, next & 1u) & 1u;
+    const uint32_t previous_last = ((last_keys << 1) | last_bit_carry) >> lane & 1u;
+    const uint32_t next_first =
+        ((first_keys >> 1) | (next_step_first << (kWarpSize - 1))) >> lane & 1u;
     WordRuns runs;
     runs.base = (first_word + lane) * kWordKeys;
     runs.starts = word & ~((word << 1) | previous_last);
     runs.ends = word & ~((word >> 1) | (next_first << (kWordKeys - 1)));
-    const int32_t last_start =
-        runs.starts != 0u ? runs.base + kWordKeys - 1 - __clz(runs.starts) : -1;
-    const int32_t starts_through = max(warp_inclusive_max(last_start), start_carry);
-    runs.start_before = max(__shfl_up_sync(kFullWarpMask, starts_through, 1), start_carry);
-    if (lane == 0) runs.start_before = start_carry;
-    start_carry = __shfl_sync(kFullWarpMask, starts_through, kWarpSize - 1);
-    last_bit_carry = __shfl_sync(kFullWarpMask, word, kWarpSize - 1) >> (kWordKeys - 1);
+    const int32_t last_start = runs.base + kWordKeys - 1 - __clz(runs.starts);  // with starts
+    // Lanes hold ascending words, so the latest run start before a lane's word is the last start
+    // of the nearest earlier lane with one, else the steps before's: a ballot and a shuffle.
+    const uint32_t lanes_with_starts = __ballot_sync(kFullWarpMask, runs.starts != 0u);
+    const uint32_t earlier = lanes_with_starts & ((1u << lane) - 1u);
+    const int32_t earlier_start =
+        __shfl_sync(kFullWarpMask, last_start, earlier != 0u ? kWarpSize - 1 - __clz(earlier) : 0);
+    runs.start_before = earlier != 0u ? earlier_start : start_carry;
+    const int32_t step_last_start =
+        __shfl_sync(kFullWarpMask, last_start,
+                    lanes_with_starts != 0u ? kWarpSize - 1 - __clz(lanes_with_starts) : 0);
+    if (lanes_with_starts != 0u) start_carry = step_last_start;
+    last_bit_carry = last_keys >> (kWarpSize - 1);
     kept += __popc(word);
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
     const WordClasses classes = classify_word(words, runs, word);
@@ -358,32 +380,34 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
       columns += classes.column_keys;
       continue;
     }
-    const int32_t spans_through = warp_inclusive_sum(lane_spans);
-    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
     const int32_t step_base = first_word * kWordKeys;
     const StepColumns staged = step_columns(runs, classes, word, step_base, lane);
     const int32_t lane_staged = __popc(staged.bits);
-    const int32_t staged_through = staged.before_step + warp_inclusive_sum(lane_staged);
+    // Span records and staged columns summed in one scan, the columns in the low bits.
+    const int32_t counts_through = warp_inclusive_sum(lane_spans << kStagedCountBits | lane_staged);
+    const int32_t spans_through = counts_through >> kStagedCountBits;
+    const int32_t staged_through = staged.before_step + (counts_through & kStagedCountMask);
+    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
 #pragma unroll
     for (int32_t i = lane; i < kMinSpanKeys; i += kWarpSize) {
       if (i < staged.before_step) stage[i] = step_base - staged.before_step + i;
     }
     stage_column_bits(staged.bits, staged_through - lane_staged, step_base, lane, stage);
     __syncwarp();
-    const int32_t step_columns = __shfl_sync(kFullWarpMask, staged_through, kWarpSize - 1);
+    const int32_t step_counts = __shfl_sync(kFullWarpMask, counts_through, kWarpSize - 1);
+    const int32_t step_columns = staged.before_step + (step_counts & kStagedCountMask);
     for (int32_t i = lane; i < step_columns; i += kWarpSize)
       p.columns[column_cursor + i] = stage[i];
     __syncwarp();  // the next step's runs overwrite the stage
     column_cursor += step_columns;
-    span_cursor += __shfl_sync(kFullWarpMask, spans_through, kWarpSize - 1);
+    span_cursor += step_counts >> kStagedCountBits;
   }
   if (kWrite) return;
   spans = warp_sum(spans);
   columns = warp_sum(columns);
   kept = warp_sum(kept);
   if (lane == 0) {
-    p.span_counts[tile] = spans;
-    p.column_counts[tile] = columns;
+    p.counts[tile] = {columns, spans};
     p.tile_keys[tile] = static_cast<uint32_t>(kept);
   }
 }

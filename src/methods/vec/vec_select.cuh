@@ -1,11 +1,8 @@
 #pragma once
-// VecAttention's selection kernels (vec_device.cu's design comment): the pooled queries, and
-// TilingSelect + minS on tensor cores in one score pass that stores each pooled block's keep mask
-// per key tile of 16 (vec_runs.cuh cuts those masks into spans and columns). Included by
-// vec_device.cu only, which launches them.
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// VecAttention's selection kernels (vec_device.cu's design comment): TilingSelect + minS on tensor
+// cores in one score pass that stores each pooled block's keep mask per key tile of 16
+// (vec_runs.cuh cuts those masks into spans and columns). Included by vec_device.cu only, which
+// launches them.
 
 #include <cstdint>
 #include <limits>
@@ -51,12 +48,22 @@ constexpr int kSplitHalvings = 2;
 constexpr int64_t kCtaStartChunks = 2;
 // At most ~128 registers per thread: two CTAs of the score pass per SM, latency hidden by 16 warps.
 constexpr int kSelectMinBlocks = 2;
-constexpr int kPoolThreads = 128;
 
 // The query heads a plan's head slots read (EstimateOperands::heads), by value.
 struct HeadList {
   int32_t heads[kMaxSelectedHeads];
   int32_t count;  // 0: every query head
+};
+
+// A plan tile's column keys and span records: the count pass's per-tile counts and, after one
+// exclusive scan of these pairs, the tile's first column and span in the plan (one scan and one
+// copy of both totals instead of two of each).
+struct RecordCounts {
+  int64_t columns;
+  int64_t spans;
+  __host__ __device__ RecordCounts operator+(const RecordCounts& other) const {
+    return {columns + other.columns, spans + other.spans};
+  }
 };
 
 struct VecKernelParams {
@@ -69,6 +76,9 @@ struct VecKernelParams {
   int32_t head_dim;
   int32_t q_len, kv_len, causal_offset;
   int32_t pooling, blocks, group_tiles;
+  // kChunkTiles % group_tiles: how far a score-pass chunk moves a tile's position in its group
+  // (read from the constant bank, where a per-thread copy cost the wgmma pass a register).
+  int32_t group_chunk_step;
   int32_t tile_blocks, tiles;  // pooled blocks per plan tile (vec_tile_blocks), tiles per slot
   int32_t split_keys, splits;  // score pass: keys per split (whole groups), splits per block
   int32_t causal;
@@ -84,14 +94,12 @@ struct VecKernelParams {
   // candidate at or above the threshold). The score pass writes a block's tiles from its first
   // non-sink tile up to its last candidate's; vec_runs.cuh reads only those.
   uint16_t* masks;
-  int32_t mask_pitch;             // key tiles per row of masks, even (a run-pass word is two tiles)
-  int64_t* column_counts;         // [slots * tiles + 1] column keys per plan tile; the last 0
-  const int64_t* column_offsets;  // [slots * tiles + 1] their exclusive sum (write pass)
-  int64_t* span_counts;           // [slots * tiles + 1] span records per plan tile; the last 0
-  const int64_t* span_offsets;    // [slots * tiles + 1] their exclusive sum (write pass)
-  uint32_t* tile_keys;            // [slots * tiles] keys per plan tile (the schedule's weight)
-  int32_t* columns;               // the plan's columns section (write pass)
-  SpanRecord* spans;              // the plan's spans section (write pass)
+  int32_t mask_pitch;           // key tiles per row of masks, even (a run-pass word is two tiles)
+  RecordCounts* counts;         // [slots * tiles + 1] per plan tile (count pass); the last zero
+  const RecordCounts* offsets;  // [slots * tiles + 1] their exclusive sum (write pass, records)
+  uint32_t* tile_keys;          // [slots * tiles] keys per plan tile (the schedule's weight)
+  int32_t* columns;             // the plan's columns section (write pass)
+  SpanRecord* spans;            // the plan's spans section (write pass)
 };
 
 // The host's VecBlock (vec.cpp), for the kernels.
@@ -125,42 +133,6 @@ __device__ inline BlockKeys block_keys(const VecKernelParams& p, int32_t block) 
 
 __device__ inline int32_t query_head(const VecKernelParams& p, int32_t head) {
   return p.selection.count > 0 ? p.selection.heads[head] : head;
-}
-
-__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-__device__ inline float to_float(__half value) { return __half2float(value); }
-template <class Element>
-__device__ Element from_float(float value);
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
-template <>
-__device__ inline __half from_float<__half>(float value) {
-  return __float2half_rn(value);
-}
-
-// Block (blockIdx.x, slot blockIdx.y): the fp32 sum of its rows in row order over the row count,
-// rounded to the input dtype (the MMA's operand).
-template <class Element>
-__global__ void __launch_bounds__(kPoolThreads) pool_kernel(const VecKernelParams p) {
-  const int32_t block = static_cast<int32_t>(blockIdx.x);
-  const int32_t slot = static_cast<int32_t>(blockIdx.y);
-  const int32_t batch = slot / p.heads;
-  const int32_t head = query_head(p, slot % p.heads);
-  const int64_t row_begin = static_cast<int64_t>(block) * p.pooling;
-  const int64_t row_end = min(static_cast<int64_t>(p.q_len), row_begin + p.pooling);
-  const auto* q =
-      static_cast<const Element*>(p.q) + batch * p.q_stride_batch + head * p.q_stride_head;
-  auto* pooled = static_cast<Element*>(p.pooled);
-  for (int d = static_cast<int>(threadIdx.x); d < p.head_dim; d += kPoolThreads) {
-    float sum = 0.0f;
-    for (int64_t row = row_begin; row < row_end; ++row) {
-      sum = __fadd_rn(sum, to_float(q[row * p.q_stride_row + d]));
-    }
-    pooled[(static_cast<int64_t>(slot) * p.blocks + block) * p.head_dim + d] =
-        from_float<Element>(__fdiv_rn(sum, static_cast<float>(row_end - row_begin)));
-  }
 }
 
 // The head_dim steps of kMmaK a kernel runs: kKSteps when a launch fixes them at compile time
@@ -322,10 +294,9 @@ __device__ inline CandidateRanges warp_candidate_ranges(const VecKernelParams& p
 // starts), and the keep test score - m >= log(alpha) on candidates. The halves of a chunk are
 // filtered in order, so the running maximum sees the tiles in key order. kAllCandidates: the whole
 // chunk lies in the rows' CandidateRanges. kept[h]: row h's keep masks of the half's two tiles, the
-// first in the low 16 bits, ORed over the quad (every lane of the quad holds them). kScaled: acc
-// holds the scores times p.scale already (the wgmma pass scales them out of its accumulators);
-// else they are scaled in place.
-template <bool kAllCandidates, bool kScaled = false>
+// first in the low 16 bits, ORed over the quad (every lane of the quad holds them). The scores
+// are scaled in place.
+template <bool kAllCandidates>
 __device__ void filter_half_chunk(const VecKernelParams& p, float log_alpha, int32_t chunk_begin,
                                   int half, float (&acc)[kHalfTiles][2][4], RowState& state,
                                   uint32_t (&kept)[2]) {
@@ -344,7 +315,7 @@ __device__ void filter_half_chunk(const VecKernelParams& p, float log_alpha, int
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float& score = acc[t][i / 2][2 * h + i % 2];
-        if (!kScaled) score = __fmul_rn(score, p.scale);
+        score = __fmul_rn(score, p.scale);
         // With every key a candidate the maximum starts at the first score: fmaxf ignores a NaN
         // as the -infinity start would, so the result is the same.
         if (kAllCandidates && i == 0) {

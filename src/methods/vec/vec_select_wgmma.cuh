@@ -4,10 +4,11 @@
 // chunk computed by one asynchronous wgmma per head_dim step, both operands in shared memory,
 // instead of ldmatrix fragments and mma.sync per warp. A CTA serves the same kCtaRows pooled blocks
 // of one head slot over the same key split as select_kernel: two warpgroups of 64 rows, so warp w
-// holds rows 16 w .. 16 w + 15 as before, and the wgmma accumulator is the mma.sync m16n8 layout
-// repeated along the keys: a chunk's tile t, key half j is accumulator tile 2 t + j, exactly
-// select_kernel's acc[half][t][j] for t = 2 half + t'. The filter (filter_half_chunk) therefore
-// runs unchanged on the accumulators.
+// holds rows 16 w .. 16 w + 15 as before. The keys of a chunk lie in shared memory in lane-tile
+// order (lane_tile_key), so that in the m64nN accumulator each lane of a row's quad holds one whole
+// 16-key tile: its filter (filter_and_store_chunk: the same operations on each score as
+// select_kernel's filter_half_chunk) takes a tile's maximum and keep mask in registers, where
+// mma.sync's layout spreads a tile over the quad and needs shuffles for both.
 //
 // Pipeline: the pooled queries (kCtaRows x head_dim) and the key chunks (kChunkKeys x head_dim) lie
 // in shared memory as 128-byte swizzle atoms (sm90/traits.cuh's layout, which the descriptors
@@ -95,44 +96,88 @@ __device__ WgmmaSelectStorage<Element>& aligned_select_storage(unsigned char* dy
   return *reinterpret_cast<WgmmaSelectStorage<Element>*>(dynamic_shared + padding);
 }
 
-// Queues the copies of kRows rows of head_dim elements from `source` (row r at source + r *
+// The key order of a chunk in shared memory. The wgmma accumulator gives lane q of a row's quad
+// the columns 8 n + 2 q + j (n < kChunkKeys / 8, j < 2): with shared row d holding chunk key
+// lane_tile_key(d) = 16 ((d % 8) / 2) + 2 (d / 8) + d % 2, column 8 n + 2 q + j is key 16 q + 2 n +
+// j, so each lane holds one whole 16-key tile (tile q) of its two rows: the tile's maximum and keep
+// mask need no shuffles, and the lane stores the mask it built.
+__device__ constexpr int lane_tile_key(int row) {
+  return kTileKeys * (row % kMmaN / 2) + 2 * (row / kMmaN) + row % 2;
+}
+static_assert(
+    kChunkKeys == kQuadLanes * kTileKeys && kTileKeys == 2 * (kChunkKeys / kMmaN),
+    "a chunk's 8-key column groups give each quad lane two keys of every group: one tile");
+
+// Queues the copies of the kCtaRows pooled blocks' head_dim elements (row r at source + r *
 // row_stride; rows at or past `valid_rows` zero-filled) into the swizzled tile at `tile`. A thread
 // copies the same vector of every kRowsPerPass-th row: its place in the swizzle stays, its source
-// advances by a constant. No commit.
-template <class Element, int kRows>
-__device__ void copy_swizzled_rows(uint32_t tile, const Element* source, int64_t row_stride,
-                                   int valid_rows) {
+// advances by kRowsPerPass rows. No commit.
+template <class Element>
+__device__ void copy_query_tile(uint32_t tile, const Element* source, int64_t row_stride,
+                                int valid_rows) {
   using Layout = WgmmaSelectLayout<Element>;
   const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
   const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
-  const uint32_t destination = tile + Layout::vector_offset(kRows, first_row, vector);
+  const uint32_t destination = tile + Layout::vector_offset(kCtaRows, first_row, vector);
   const Element* first_source = source + first_row * row_stride + vector * Layout::kVectorElements;
-  const int64_t pass_stride = Layout::kRowsPerPass * row_stride;
 #pragma unroll
-  for (int pass = 0; pass < kRows / Layout::kRowsPerPass; ++pass) {
+  for (int pass = 0; pass < kCtaRows / Layout::kRowsPerPass; ++pass) {
     const bool valid = first_row + pass * Layout::kRowsPerPass < valid_rows;
     copy_async_16(destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
-                  valid ? first_source + pass * pass_stride : source, valid);
+                  valid ? first_source + pass * Layout::kRowsPerPass * row_stride : source, valid);
   }
 }
 
-// Queues chunk `chunk` of the scan (keys scan_begin + chunk * kChunkKeys on, those past kv_len
-// zero-filled) into `stage`, as one copy group; an empty group past the last chunk, so that the
-// count of groups in flight says which chunk has landed.
+// A thread's share of the key chunks' copies, chunk after chunk: the same vector of every
+// kRowsPerPass-th shared row d of a stage, which holds chunk key lane_tile_key(d). kRowsPerPass is
+// a multiple of 8, so d % 8 stays from pass to pass and the source advances by a constant,
+// lane_tile_key(kRowsPerPass) keys. The cursor carries the thread's source and its keys left
+// below kv_len from chunk to chunk (one 64-bit add and one subtraction), where rebuilding them
+// from the chunk's index took a 64-bit multiply and a select per pass: the copies were an eighth
+// of the score pass's instructions.
 template <class Element>
-__device__ void queue_wgmma_chunk(const VecKernelParams& p, const Element* keys, int32_t scan_begin,
-                                  int32_t chunk, int32_t chunks, uint32_t stage) {
-  if (chunk < chunks) {
-    const int32_t chunk_begin = scan_begin + chunk * kChunkKeys;
-    copy_swizzled_rows<Element, kChunkKeys>(
-        stage, keys + static_cast<int64_t>(chunk_begin) * p.k_stride_row, p.k_stride_row,
-        p.kv_len - chunk_begin);
+struct KeyChunkCopies {
+  using Layout = WgmmaSelectLayout<Element>;
+  static_assert(Layout::kRowsPerPass % kMmaN == 0, "a pass keeps each row's place in its group");
+  static constexpr int kSourcePassKeys = lane_tile_key(Layout::kRowsPerPass);
+
+  const Element* keys;    // [kv_len, k_stride_row] the head's keys: a readable zero-fill source
+  const Element* source;  // this thread's vector of its first key in the next chunk
+  int64_t row_stride;     // elements between consecutive keys
+  int32_t keys_left;      // keys from that first key to kv_len
+  uint32_t destination;   // this thread's first vector's byte offset in a stage
+
+  // Starts at the chunk of keys from `scan_begin` (head_keys: the head's key 0).
+  __device__ KeyChunkCopies(const VecKernelParams& p, const Element* head_keys, int32_t scan_begin)
+      : keys(head_keys), row_stride(p.k_stride_row) {
+    const int first_row = static_cast<int>(threadIdx.x) / Layout::kVectorsPerRow;
+    const int vector = static_cast<int>(threadIdx.x) % Layout::kVectorsPerRow;
+    const int32_t first_key = scan_begin + lane_tile_key(first_row);
+    source = keys + first_key * row_stride + vector * Layout::kVectorElements;
+    keys_left = p.kv_len - first_key;
+    destination = Layout::vector_offset(kChunkKeys, first_row, vector);
   }
-  commit_async_copies();
-}
+
+  // Queues the next chunk's copies into `stage` (keys past kv_len zero-filled), as one copy group,
+  // and moves to the chunk after it; with `queue` false, an empty group (past the scan's last
+  // chunk), so that the count of groups in flight says which chunk has landed.
+  __device__ void queue_next(uint32_t stage, bool queue) {
+    if (queue) {
+#pragma unroll
+      for (int pass = 0; pass < kChunkKeys / Layout::kRowsPerPass; ++pass) {
+        const bool valid = pass * kSourcePassKeys < keys_left;
+        copy_async_16(stage + destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
+                      valid ? source + pass * kSourcePassKeys * row_stride : keys, valid);
+      }
+      source += kChunkKeys * row_stride;
+      keys_left -= kChunkKeys;
+    }
+    commit_async_copies();
+  }
+};
 
 // Issues the scores of the warpgroup's 64 pooled blocks against a stage's kChunkKeys keys (raw dot
-// products) as one wgmma group: scores[2 t + j] holds tile t's keys 8 j .. 8 j + 7.
+// products) as one wgmma group: scores[n] holds the stage's rows 8 n .. 8 n + 7 (lane-tile order).
 template <class Element>
 __device__ void issue_chunk_scores(uint32_t query, uint32_t stage,
                                    float (&scores)[kWgmmaAccumulatorTiles][4]) {
@@ -154,46 +199,133 @@ __device__ void issue_chunk_scores(uint32_t query, uint32_t stage,
 }
 
 // A chunk's scores times p.scale, out of the accumulators (issue_chunk_scores's, complete) into
-// registers of their own, in filter_half_chunk's shape: [half][tile][key half][4], accumulator
-// tile 4 half + 2 t + j. The accumulators are then free for the next chunk's wgmma while these
-// are filtered: no instruction but the wgmma touches them in between, else ptxas serialises it.
+// registers of their own, in the accumulators' shape. The accumulators are then free for the next
+// chunk's wgmma while these are filtered: no instruction but the wgmma touches them in between,
+// else ptxas serialises it.
 __device__ inline void scale_chunk_scores(const VecKernelParams& p,
                                           const float (&scores)[kWgmmaAccumulatorTiles][4],
-                                          float (&scaled)[2][kHalfTiles][2][4]) {
+                                          float (&scaled)[kWgmmaAccumulatorTiles][4]) {
 #pragma unroll
-  for (int tile = 0; tile < kWgmmaAccumulatorTiles; ++tile) {
+  for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      scaled[tile / (2 * kHalfTiles)][tile / 2 % kHalfTiles][tile % 2][i] =
-          __fmul_rn(scores[tile][i], p.scale);
-    }
+    for (int i = 0; i < 4; ++i) scaled[group][i] = __fmul_rn(scores[group][i], p.scale);
   }
 }
 
-// Filters a chunk's scaled scores into the lane's rows' keep masks and stores them, as scan_chunks
-// does for its two halves.
+// `value` (the same in every lane of the warp) as lane 0's: ptxas then knows it is warp-uniform
+// and keeps it, and what the loop derives from it (the query tile's descriptors, the warp's
+// candidate ranges and key end), in uniform registers instead of the 128 per-thread registers,
+// where those loop invariants spilled to local memory and were reloaded every chunk.
+__device__ inline int32_t warp_uniform(int32_t value) {
+  return __shfl_sync(kFullWarpMask, value, 0);
+}
+
+// Where the groups of the running maximum start, per lane: its tile's position in its group
+// (0: a group starts there), carried from chunk to chunk by one add and one compare (the step and
+// the group length from the constant bank), where stepping a shared position through the chunk's
+// four tiles took ~25 instructions per chunk.
+struct LaneGroups {
+  int32_t position;  // the lane's tile's, in [0, p.group_tiles)
+
+  __device__ LaneGroups(const VecKernelParams& p, int32_t scan_begin, int quad_lane)
+      : position((scan_begin / kTileKeys + quad_lane) % p.group_tiles) {}
+
+  // The latest tile of the chunk (0 .. kQuadLanes - 1) at or before this lane's tile where a group
+  // starts (-1: none; the running maximum of the chunks before goes on): the tiles from
+  // quad_lane - position up to the lane's share its group. Then moves to the next chunk.
+  __device__ int chunk_group_start(const VecKernelParams& p, int quad_lane) {
+    const int group_start = position <= quad_lane ? quad_lane - position : -1;
+    position += p.group_chunk_step;
+    if (position >= p.group_tiles) position -= p.group_tiles;
+    return group_start;
+  }
+};
+
+// Row h's largest candidate score of the lane's tile (from `tile_begin`; -infinity without one):
+// its 16 scores, as a tree of maxima (fmaxf is exact, so the order changes nothing).
+template <bool kAllCandidates>
+__device__ float lane_tile_maximum(const float (&scaled)[kWgmmaAccumulatorTiles][4], int h,
+                                   const BlockKeys& keys, int32_t tile_begin) {
+  float pair[kWgmmaAccumulatorTiles];
+#pragma unroll
+  for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
+    float two[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      two[j] = scaled[group][2 * h + j];
+      if (!kAllCandidates && !keys.is_candidate(tile_begin + 2 * group + j)) {
+        two[j] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    pair[group] = fmaxf(two[0], two[1]);
+  }
+#pragma unroll
+  for (int width = kWgmmaAccumulatorTiles / 2; width > 0; width /= 2) {
+#pragma unroll
+    for (int group = 0; group < width; ++group) {
+      pair[group] = fmaxf(pair[group], pair[group + width]);
+    }
+  }
+  return pair[0];
+}
+
+// Filters a chunk's scaled scores (lane-tile order: this lane holds tile quad_lane of its two rows)
+// as vec.cpp does per tile: each tile's maximum over the row's candidates, the running maximum
+// over the group in key order (a segmented prefix maximum over the quad's four tiles, restarting
+// where a group starts, carried from chunk to chunk), and the keep test score - m >= log(alpha)
+// on candidates; then stores each row's keep mask of the lane's tile. kAllCandidates: the whole
+// chunk lies in the rows' CandidateRanges.
 template <bool kAllCandidates>
 __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha,
                                        int32_t chunk_begin, int32_t warp_end,
-                                       float (&scaled)[2][kHalfTiles][2][4], RowState& state,
+                                       const float (&scaled)[kWgmmaAccumulatorTiles][4],
+                                       LaneGroups& groups, RowState& state,
                                        const MaskStore& store) {
   const int quad_lane = static_cast<int>(threadIdx.x) % kQuadLanes;
-  uint32_t kept[2][2];  // [half][row]
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    filter_half_chunk<kAllCandidates, true>(p, log_alpha, chunk_begin, half, scaled[half], state,
-                                            kept[half]);
-  }
-  // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
-  const int32_t my_tile_begin = chunk_begin + quad_lane * kTileKeys;
-  if (my_tile_begin >= warp_end) return;
-  constexpr uint32_t kTileMask = (1u << kTileKeys) - 1u;
+  const int32_t tile_begin = chunk_begin + quad_lane * kTileKeys;
+  const int group_start = groups.chunk_group_start(p, quad_lane);
+  float running[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t half_masks = quad_lane / kHalfTiles == 0 ? kept[0][h] : kept[1][h];
+    running[h] = lane_tile_maximum<kAllCandidates>(scaled, h, state.keys[h], tile_begin);
+  }
+  // Tile t - offset is in this tile's group when it is at or after the group's start.
+  const int segment_first = max(group_start, 0);
+#pragma unroll
+  for (int offset = 1; offset < kQuadLanes; offset *= 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float earlier = __shfl_up_sync(kFullWarpMask, running[h], offset, kQuadLanes);
+      running[h] = fmaxf(running[h], quad_lane - offset >= segment_first ? earlier : running[h]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (group_start < 0) running[h] = fmaxf(running[h], state.running[h]);
+    state.running[h] = __shfl_sync(kFullWarpMask, running[h], kQuadLanes - 1, kQuadLanes);
+  }
+  // Tiles below warp_end lie below kv_len: within the row's mask_pitch.
+  if (tile_begin >= warp_end) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t kept = 0u;
+#pragma unroll
+    for (int group = 0; group < kWgmmaAccumulatorTiles; ++group) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int bit = 2 * group + j;
+        const bool candidate = kAllCandidates || state.keys[h].is_candidate(tile_begin + bit);
+        if (candidate && __fsub_rn(scaled[group][2 * h + j], running[h]) >= log_alpha) {
+          kept |= 1u << bit;
+        }
+      }
+    }
+    // Row lane / 4 + 8 is stored only where it exists, and then row lane / 4's pointer is not
+    // clamped: the second row's is the first's kMmaN rows on, one add where ptxas otherwise
+    // rebuilt it from the slot every chunk. tile_begin >= 0: its unsigned division is one shift.
     if (store.active[h]) {
-      store.rows[h][my_tile_begin / kTileKeys] =
-          static_cast<uint16_t>((half_masks >> (kTileKeys * (quad_lane % kHalfTiles))) & kTileMask);
+      uint16_t* const row = store.rows[0] + h * kMmaN * static_cast<int64_t>(p.mask_pitch);
+      row[static_cast<uint32_t>(tile_begin) / kTileKeys] = static_cast<uint16_t>(kept);
     }
   }
 }
@@ -226,14 +358,13 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
   };
   // The query tile rides in chunk 0's copy group.
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
-  copy_swizzled_rows<Element, kCtaRows>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
-  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) {
-    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c, scan.chunks, stage_of(c));
-  }
-  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  copy_query_tile<Element>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
+  KeyChunkCopies<Element> copies(p, keys, scan.scan_begin);
+  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) copies.queue_next(stage_of(c), c < scan.chunks);
+  const int warpgroup = warp_uniform(static_cast<int>(threadIdx.x) / kWarpgroupThreads);
   const uint32_t query =
       scan.query + static_cast<uint32_t>(warpgroup * kWgmmaWarpgroupRows * kSwizzleBytes);
-  state.group_position = scan.scan_begin / kTileKeys % p.group_tiles;
+  LaneGroups groups(p, scan.scan_begin, static_cast<int>(threadIdx.x) % kQuadLanes);
   float scores[kWgmmaAccumulatorTiles][4];
   wait_async_copies<kWgmmaStages - 2>();  // the query tile and chunk 0
   fence_proxy_async();  // the copies were written by the generic proxy; wgmma reads them
@@ -248,25 +379,24 @@ __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
     wait_async_copies<kWgmmaStages - 3>();
     fence_proxy_async();
     __syncthreads();
-    queue_wgmma_chunk<Element>(p, keys, scan.scan_begin, c + kWgmmaStages - 1, scan.chunks,
-                               stage_of(c + kWgmmaStages - 1));
+    copies.queue_next(stage_of(c + kWgmmaStages - 1), c + kWgmmaStages - 1 < scan.chunks);
     // Every warpgroup scores every chunk of the CTA, on paths that depend on the block and the
     // loop alone: ptxas serialises wgmma that waits or reads accumulators on a path it cannot
     // prove uniform across the warpgroup. A warp filters up to its rows' last candidate.
     const int32_t chunk_begin = scan.scan_begin + c * kChunkKeys;
     const int32_t next_begin = chunk_begin + kChunkKeys;
-    float scaled[2][kHalfTiles][2][4];
+    float scaled[kWgmmaAccumulatorTiles][4];
     warpgroup_wait<0>();
     pin_accumulators(scores);
     scale_chunk_scores(p, scores, scaled);
     if (c + 1 < scan.chunks) issue_chunk_scores<Element>(query, stage_of(c + 1), scores);
     if (chunk_begin >= scan.warp_end) continue;
     if (scan.full.hold(chunk_begin, next_begin)) {
-      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
-                                   store);
+      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                   state, store);
     } else {
-      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, state,
-                                    store);
+      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                    state, store);
     }
   } while (++c < scan.chunks);
   warpgroup_wait<0>();  // nothing in flight (the last chunk issues none): ptxas sees it so
@@ -282,7 +412,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   const int32_t split = static_cast<int32_t>(blockIdx.y);
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warp = warp_uniform(static_cast<int>(threadIdx.x) / kWarpSize);
   const int32_t warp_row = first_block + warp * kMmaRows;
   const int32_t split_begin = split * p.split_keys;
   const int32_t window_end = min(p.kv_len, split_begin + p.split_keys);
@@ -293,7 +423,7 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   scan.scan_begin = max(split_begin, state.keys[0].sink_end / kTileKeys * kTileKeys);
   const int32_t scan_end =
       min(window_end, block_keys(p, min(first_block + kCtaRows, p.blocks) - 1).candidate_end);
-  scan.warp_end = min(scan_end, warp_key_end(state));
+  scan.warp_end = warp_uniform(min(scan_end, warp_key_end(state)));
   if (scan.scan_begin >= scan_end) return;  // CTA-uniform
   const int32_t batch = slot / p.heads;
   const int32_t kv_head = query_head(p, slot % p.heads) / p.group;
