@@ -266,7 +266,7 @@ TEST_F(GpuVecScorePasses, GroupsStartingInsideAChunkMatchTheHost) {
 }
 
 // The wgmma pass's stage ring (four stages, transaction barriers per stage) over scans of 0 to 9
-// chunks of 64 keys and one of ~50: a CTA scans from the sinks' end (`pooling` keys) to its last
+// chunks of 64 keys and one of ~32: a CTA scans from the sinks' end (`pooling` keys) to its last
 // block's candidate end, so kv_len = pooling + 64 k - 7 gives k chunks without causality (one
 // fewer block's worth with it), chunk counts below, at and past the stage count and not multiples
 // of it; kv_len <= pooling leaves the CTA no candidate (it returns before the ring), and causal
@@ -279,7 +279,7 @@ TEST_F(GpuVecScorePasses, ScansOfEveryChunkCountAroundTheStageRingMatchTheHost) 
   constexpr int64_t kChunkKeys = 64;
   constexpr int64_t kOddTail = 7;
   constexpr int64_t kMaxChunks = 9;
-  constexpr int64_t kManyChunksLength = 3 * 1024 + 65;
+  constexpr int64_t kManyChunksLength = 2 * 1024 + 65;
   constexpr std::array<int64_t, 2> kPoolings = {64, 128};
   constexpr std::array<Gqa, 3> kGqas = {{{1, 1}, {1, 4}, {1, 7}}};
   constexpr std::array<int64_t, 3> kAlphas = {30000, 300000, 900000};
