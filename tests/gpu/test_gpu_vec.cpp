@@ -112,19 +112,6 @@ struct DeviceCopy {
 
 // Pooling up to the tile height, one tile per block or plan-height tiles of whole blocks (union
 // tiles), alphas from every key to none, groups of one tile to more than the keys, causal or not.
-// A vec test's problem: the given lengths and GQA group, a random head_dim and dtype (drawn in
-// that order), the engine's 128-row tiles.
-ProblemSize vec_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t group) {
-  ProblemSize size;
-  size.q_len = q_len;
-  size.kv_len = kv_len;
-  size.group = group;
-  size.head_dim = pick(random, kHeadDims);
-  size.dtype = pick(random, kDtypes);
-  size.tile_rows = 128;
-  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-  return size;
-}
 
 PatternSpec random_spec(Random& random, int64_t tile_rows) {
   // Alphas mostly at the edges and a few fixed points, 3 in 10 from the searched range.

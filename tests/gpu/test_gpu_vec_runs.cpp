@@ -33,19 +33,6 @@ namespace {
 
 class GpuVecRuns : public StreamTest {};
 
-// A problem of the given lengths and GQA group: a random head_dim and dtype, 128-row tiles.
-ProblemSize runs_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t group) {
-  ProblemSize size;
-  size.q_len = q_len;
-  size.kv_len = kv_len;
-  size.group = group;
-  size.head_dim = pick(random, kHeadDims);
-  size.dtype = pick(random, kDtypes);
-  size.tile_rows = 128;
-  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
-  return size;
-}
-
 // Builds `spec` on the host and on the device over `inputs` and checks the device's selection
 // within the rounding bound and its records byte for byte against the host's cut of it.
 void expect_runs_match(const PatternSpec& spec, const ProblemSize& size,
@@ -85,7 +72,7 @@ TEST_F(GpuVecRuns, SegmentEdgesMatchTheHostPlan) {
       const bool one_step = alpha == kAlphas.back() && causal == 0;
       const int64_t q_len = one_step ? kOneStepKeys - 91 : kQueries;
       const int64_t kv_len = one_step ? kOneStepKeys : q_len + random.uniform_int(0, 1) * 77;
-      const ProblemSize size = runs_problem(random, q_len, kv_len, group);
+      const ProblemSize size = vec_problem(random, q_len, kv_len, group);
       const AttentionInputs inputs = random_inputs(random, size);
       const PatternSpec spec{"vec",
                              {{"pooling", random.bernoulli(0.5) ? 64 : 128},

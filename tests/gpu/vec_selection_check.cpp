@@ -302,6 +302,18 @@ Plan expect_vec_selection_matches(const cuda::DevicePlan& built, const Plan& hos
       stats);
 }
 
+ProblemSize vec_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t group) {
+  ProblemSize size;
+  size.q_len = q_len;
+  size.kv_len = kv_len;
+  size.group = group;
+  size.head_dim = pick(random, kHeadDims);
+  size.dtype = pick(random, kDtypes);
+  size.tile_rows = 128;
+  size.scale = 1.0f / std::sqrt(static_cast<float>(size.head_dim));
+  return size;
+}
+
 PatternSpec random_vec_base(Random& random, int64_t tile_rows) {
   constexpr std::array<int64_t, 5> kPoolings = {16, 24, 48, 64, 128};
   constexpr std::array<int64_t, 4> kGroups = {1, 3, 16, 8192};

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention_harness.h"
 #include "common/random.h"
 #include "cuda/runtime/engine.h"
 #include "mmsparse/patterns.h"
@@ -125,5 +126,9 @@ std::vector<MaskPolicy> vec_build_masks(const PatternSpec& resolved, const PlanS
 PatternSpec random_vec_base(Random& random, int64_t tile_rows);
 int64_t random_vec_alpha(Random& random, double searched_share);
 PatternSpec with_alpha(PatternSpec spec, int64_t alpha_ppm);
+
+// A vec test's problem: the given lengths and GQA group, a random head_dim and dtype (drawn in
+// that order), the engine's 128-row tiles.
+ProblemSize vec_problem(Random& random, int64_t q_len, int64_t kv_len, int64_t group);
 
 }  // namespace mmsparse::test

@@ -12,6 +12,7 @@
 #include "cuda/attention/key_order_copy.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_pool.h"
+#include "cuda/common/math.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/status.h"
 
@@ -20,6 +21,9 @@ namespace {
 
 constexpr int kCopyThreads = 256;
 constexpr int kVectorBytes = 16;
+// The grid-stride loop covers any size; past this many CTAs (hundreds per SM) more would add only
+// scheduling work to a bandwidth-bound copy.
+constexpr int64_t kMaxCopyBlocks = 65536;
 
 struct CopyGeometry {
   int64_t rows;  // key_order_rows
@@ -76,9 +80,8 @@ void KeyOrderCopy::fill(const DevicePlan& plan, const AttentionArgs& args) const
   const auto* keys = reinterpret_cast<const int32_t*>(static_cast<const std::byte*>(plan.data()) +
                                                       plan.layout().key_orders);
   const int64_t vectors = args.batch * geometry.rows * geometry.kv_heads * geometry.vectors;
-  constexpr int64_t kMaxBlocks = 65536;
-  const auto blocks = static_cast<unsigned>(
-      std::min<int64_t>(kMaxBlocks, (vectors + kCopyThreads - 1) / kCopyThreads));
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(kMaxCopyBlocks, ceil_div(vectors, kCopyThreads)));
   const auto stream = static_cast<cudaStream_t>(args.stream);
   const std::pair<const void*, const Strides4*> sources[] = {{args.k, &args.k_strides},
                                                              {args.v, &args.v_strides}};
