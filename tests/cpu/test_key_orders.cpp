@@ -46,6 +46,7 @@ TEST_P(RandomKeyOrderPlans, ComputeTheGeneratorsPairs) {
     options.kv_len = c.kv_len;
     options.tile_rows = random.uniform_int(1, 24);
     options.orders = random.uniform_int(1, 3);
+    options.unmasked_share = 0.3;
     const test::KeyOrderPlan generated = test::random_key_order_plan(random, options);
     const Plan& plan = generated.plan;
     ASSERT_TRUE(plan.has_key_orders());
