@@ -2,14 +2,15 @@
 # VecAttention's selection on the GPU: correctness against the CPU reference first, then its phase
 # times under both score passes beside vertical-slash's index on the SYNTHETIC video preset at 128K
 # (seed 1), about 3 minutes on one H100 (about 4 with step 4):
-#   1. the vec GPU tests (GpuVecBuild.*, GpuVecHeads.*, GpuVecScorePasses.*): the device selection
-#      equals the host's set for set within the rounding bound (tests/gpu/vec_selection_check.h),
+#   1. the vec GPU tests (GpuVecBuild.*, GpuVecHeads.*, GpuVecScorePasses.*, GpuVecRuns.*): the
+#      device selection equals the host's set for set within the rounding bound
+#      (tests/gpu/vec_selection_check.h),
 #      plans record for record (per-head alphas in one build and in configs among other methods'
 #      heads included); both score passes (mma.sync, wgmma) on the same inputs;
 #   2. compute-sanitizer memcheck on the vec tests of the score pass's edges (edge shapes, chunks
 #      at the candidate ranges' edges, chunk counts, groups starting inside a chunk, both passes)
-#      and of the run passes' staging (spans across splits); head_dim 128 runs the wgmma score pass
-#      there (MMSPARSE_VEC_SCORE unset), 64 mma;
+#      and of the run passes' staging (spans across splits) and segments (GpuVecRuns); head_dim
+#      128 runs the wgmma score pass there (MMSPARSE_VEC_SCORE unset), 64 mma;
 #   3. mmsparse_index_bench 131072 vec,vertical-slash 4 1 1, once per score pass
 #      (MMSPARSE_VEC_SCORE=mma, then wgmma): vec's phases (pool, score, count, write, ...) per alpha
 #      beside vertical-slash's index milliseconds;
@@ -53,17 +54,18 @@ step() {
 if [[ $minimum == 1 ]]; then
   tests='GpuVecHeads.*:GpuVecBuild.MatchesTheHostPlanOnRandomInputs:GpuVecBuild.UnionTiles*'
   tests+=':GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.MixedConfigs*:GpuVecBuild.ChunkCounts*'
-  tests+=':GpuVecScorePasses.*:GpuVecBuild.SchedulesOfManyTiles*'
+  tests+=':GpuVecScorePasses.*:GpuVecBuild.SchedulesOfManyTiles*:GpuVecRuns.*'
 else
-  tests='GpuVecBuild.*:GpuVecHeads.*:GpuVecScorePasses.*'
+  tests='GpuVecBuild.*:GpuVecHeads.*:GpuVecScorePasses.*:GpuVecRuns.*'
 fi
 step tests "$build/tests/gpu/test_gpu" --gtest_filter="$tests"
 memcheck_tests='GpuVecBuild.EdgeShapes*:GpuVecBuild.ChunksAtCandidateRangeEdges*:GpuVecHeads.*'
 memcheck_tests+=':GpuVecBuild.ChunkCountsAroundThePipeline*:GpuVecBuild.SpansAcrossSplits*'
-memcheck_tests+=':GpuVecScorePasses.GroupsStartingInsideAChunk*'
-# The short check's memcheck: the run passes' staging (column runs across words and steps) and the
-# score passes' chunk counts (head_dim 128 on the wgmma pass, 64 on mma.sync).
-[[ $minimum == 1 ]] && memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*'
+memcheck_tests+=':GpuVecScorePasses.GroupsStartingInsideAChunk*:GpuVecRuns.*'
+# The short check's memcheck: the run passes' staging (column runs across words and steps) and
+# segments, and the score passes' chunk counts (head_dim 128 on the wgmma pass, 64 on mma.sync).
+[[ $minimum == 1 ]] &&
+  memcheck_tests='GpuVecBuild.SpansAcrossSplits*:GpuVecBuild.ChunkCounts*:GpuVecRuns.*'
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/gpu/test_gpu" \
   --gtest_filter="$memcheck_tests"
 # The two score passes in one build, each beside vertical-slash (the bench names the pass that ran).

@@ -129,15 +129,16 @@ struct PassPair {
   int64_t differing = 0;
 };
 
-// A random problem of `length` queries (and as many keys or a few more) at head_dim 128 and `gqa`,
-// built by both passes under causal=0 and causal=1 with spec_for(trial) (trial counts up per
-// build; union_tiles at random), each checked against the host's plan.
+// A random problem of `q_len` queries and `kv_len` keys at head_dim 128 and `gqa`, built by both
+// passes under causal=0 and causal=1 with spec_for(trial) (trial counts up per build; union_tiles
+// at random), each checked against the host's plan.
 template <class SpecFor>
-void build_with_both_passes(Random& random, int64_t length, const Gqa& gqa, const SpecFor& spec_for,
-                            std::size_t& trial, PassPair& passes, cudaStream_t stream) {
+void build_shape_with_both_passes(Random& random, int64_t q_len, int64_t kv_len, const Gqa& gqa,
+                                  const SpecFor& spec_for, std::size_t& trial, PassPair& passes,
+                                  cudaStream_t stream) {
   ProblemSize size;
-  size.q_len = length;
-  size.kv_len = length + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+  size.q_len = q_len;
+  size.kv_len = kv_len;
   size.kv_heads = gqa.kv_heads;
   size.group = gqa.group;
   size.head_dim = 128;
@@ -156,6 +157,14 @@ void build_with_both_passes(Random& random, int64_t length, const Gqa& gqa, cons
     const Plan by_wgmma = build_and_check(passes.wgmma, spec, size, inputs, host, stream);
     passes.differing += differing_keys(by_mma, by_wgmma);
   }
+}
+
+// The same for `length` queries and as many keys or a few more.
+template <class SpecFor>
+void build_with_both_passes(Random& random, int64_t length, const Gqa& gqa, const SpecFor& spec_for,
+                            std::size_t& trial, PassPair& passes, cudaStream_t stream) {
+  const int64_t kv_len = length + random.uniform_int(0, 1) * random.uniform_int(1, 99);
+  build_shape_with_both_passes(random, length, kv_len, gqa, spec_for, trial, passes, stream);
 }
 
 // A key the passes disagree on differs from the host's on one side, where it is borderline; each
@@ -253,6 +262,54 @@ TEST_F(GpuVecScorePasses, GroupsStartingInsideAChunkMatchTheHost) {
   expect_passes_agree(passes);
   for (const PassRun* run : {&passes.mma, &passes.wgmma}) {
     EXPECT_GT(run->stats.selected_in_columns, 0) << run->setting;
+  }
+}
+
+// The wgmma pass's stage ring (four stages, transaction barriers per stage) over scans of 0 to 9
+// chunks of 64 keys and one of ~32: a CTA scans from the sinks' end (`pooling` keys) to its last
+// block's candidate end, so kv_len = pooling + 64 k - 7 gives k chunks without causality (one
+// fewer block's worth with it), chunk counts below, at and past the stage count and not multiples
+// of it; kv_len <= pooling leaves the CTA no candidate (it returns before the ring), and causal
+// blocks near the top have none while others in the CTA do. GQA 1, 4 and 7, both 16-bit dtypes,
+// equal and longer key lengths. A phase error in the ring traps the kernel (a launch error
+// within seconds) rather than hanging: this test then fails, it does not time out.
+TEST_F(GpuVecScorePasses, ScansOfEveryChunkCountAroundTheStageRingMatchTheHost) {
+  Random random;
+  SCOPED_TRACE(random.trace());
+  constexpr int64_t kChunkKeys = 64;
+  constexpr int64_t kOddTail = 7;
+  constexpr int64_t kMaxChunks = 9;
+  constexpr int64_t kManyChunksLength = 2 * 1024 + 65;
+  constexpr std::array<int64_t, 2> kPoolings = {64, 128};
+  constexpr std::array<Gqa, 3> kGqas = {{{1, 1}, {1, 4}, {1, 7}}};
+  constexpr std::array<int64_t, 3> kAlphas = {30000, 300000, 900000};
+  constexpr std::array<int64_t, 3> kGroupTiles = {1, 5, 16};
+  PassPair passes;
+  std::size_t trial = 0;
+  for (const int64_t pooling : kPoolings) {
+    const auto spec_for = [&](std::size_t trial_index) {
+      return PatternSpec{"vec",
+                         {{"pooling", pooling},
+                          {"group", kGroupTiles[trial_index % kGroupTiles.size()]},
+                          {"alpha_ppm", kAlphas[trial_index % kAlphas.size()]}}};
+    };
+    std::vector<int64_t> lengths = {pooling - kOddTail, pooling};
+    for (int64_t chunks = 1; chunks <= kMaxChunks; ++chunks) {
+      lengths.push_back(pooling + chunks * kChunkKeys - kOddTail);
+    }
+    lengths.push_back(kManyChunksLength);
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const Gqa& gqa = kGqas[i % kGqas.size()];
+      build_shape_with_both_passes(random, lengths[i], lengths[i], gqa, spec_for, trial, passes,
+                                   stream_);
+    }
+    // Keys past the queries: the causal diagonal moves, and so does every CTA's chunk count.
+    build_shape_with_both_passes(random, 3 * kChunkKeys + 1, 5 * kChunkKeys + 3, kGqas[1], spec_for,
+                                 trial, passes, stream_);
+  }
+  expect_passes_agree(passes);
+  for (const PassRun* run : {&passes.mma, &passes.wgmma}) {
+    EXPECT_GT(run->stats.selected_in_columns + run->stats.selected_in_spans, 0) << run->setting;
   }
 }
 

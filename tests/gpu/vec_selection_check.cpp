@@ -155,6 +155,29 @@ void count_column_words_per_step(const Plan& device, int64_t tile, VecSelectionS
   count_step();
 }
 
+// Counts the records of tile `tile` of `device` at its run-pass segment edges (spans and column
+// runs across them, columns at them) and its segments' shape, for the tile's keys [0, key_end).
+void count_segment_edges(const Plan& device, int64_t tile, int64_t key_end,
+                         VecSelectionStats& stats) {
+  const std::vector<int64_t> edges = run_segment_edges(key_end);
+  const int64_t steps = (key_end + kCheckedRunStepKeys - 1) / kCheckedRunStepKeys;
+  stats.tiles_of_one_step += steps == 1;
+  stats.tiles_with_empty_segments += steps < kCheckedRunSegments;
+  for (const int64_t edge : edges) {
+    for (int64_t s = device.tile_span_offsets[tile]; s < device.tile_span_offsets[tile + 1]; ++s) {
+      stats.spans_across_segments += device.spans[s].begin < edge && device.spans[s].end > edge;
+    }
+    for (int64_t c = device.tile_column_offsets[tile]; c < device.tile_column_offsets[tile + 1];
+         ++c) {
+      const int64_t key = device.columns[c];
+      stats.columns_at_segment_edges += key == edge - 1 || key == edge;
+      const bool run_goes_on =
+          c > device.tile_column_offsets[tile] && key == edge && device.columns[c - 1] == edge - 1;
+      stats.column_runs_across_segments += run_goes_on;
+    }
+  }
+}
+
 // Head slot `slot` of `host`, a head of another method: its records copied as they are.
 void copy_host_slot(const Plan& host, int64_t slot, PlanBuilder& adopted) {
   adopted.begin_head(std::vector<QueryRun>(host.runs.begin() + host.head_run_offsets[slot],
@@ -209,6 +232,9 @@ void adopt_vec_slot(const Plan& device, const Plan& host, const detail::VecParam
       stats.column_runs_across_words += run_goes_on && device.columns[c] % kCheckedRunWordKeys == 0;
     }
     count_column_words_per_step(device, tile, stats);
+    count_segment_edges(device, tile,
+                        params.causal ? std::max(block.sink_end, block.diagonal_end) : shape.kv_len,
+                        stats);
     check_tile(operands, shape, params, vec_tile, selected, tile, stats, reports);
     adopted.begin_tile(host.tiles[tile].begin, host.tiles[tile].end, mask);
     detail::vec_add_tile_keys(adopted, block,
@@ -217,6 +243,16 @@ void adopt_vec_slot(const Plan& device, const Plan& host, const detail::VecParam
 }
 
 }  // namespace
+
+std::vector<int64_t> run_segment_edges(int64_t key_end) {
+  const int64_t steps = (key_end + kCheckedRunStepKeys - 1) / kCheckedRunStepKeys;
+  const int64_t per_segment = (steps + kCheckedRunSegments - 1) / kCheckedRunSegments;
+  std::vector<int64_t> edges;
+  for (int64_t segment = 1; segment < kCheckedRunSegments; ++segment) {
+    if (segment * per_segment < steps) edges.push_back(segment * per_segment * kCheckedRunStepKeys);
+  }
+  return edges;
+}
 
 Plan expect_vec_heads_match(const Plan& device, const Plan& host,
                             const std::vector<PatternSpec>& head_specs,

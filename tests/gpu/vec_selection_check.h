@@ -55,6 +55,12 @@ struct VecSelectionStats {
   int64_t steps_with_few_column_words = 0;   // tile steps whose columns lie in 1 to
                                              // kCheckedWarpStagingWords words
   int64_t steps_with_many_column_words = 0;  // in more words
+  // The run passes' segments (kCheckedRunSegments per tile, run_segment_edges):
+  int64_t spans_across_segments = 0;        // spans holding keys on both sides of a segment edge
+  int64_t column_runs_across_segments = 0;  // column runs holding keys on both sides of one
+  int64_t columns_at_segment_edges = 0;     // columns at a segment's first or last key
+  int64_t tiles_of_one_step = 0;            // tiles whose keys one step covers (one segment)
+  int64_t tiles_with_empty_segments = 0;    // tiles of fewer steps than segments (one step too)
 };
 // The device's key split when a group of the running maximum divides it (vec_select.cuh's
 // kSplitKeys): spans crossing its multiples exercise the runs joined across splits.
@@ -70,6 +76,12 @@ inline constexpr int64_t kCheckedRunWordKeys = 32;
 // with more, each lane walks its own word. Counted by the columns' keys, which for all but the
 // column runs crossing a step are the columns staged in that step.
 inline constexpr int64_t kCheckedWarpStagingWords = 9;
+// The segments the run passes cut a tile's steps into, one warp each (vec_runs.cuh's
+// kRunSegments, segment_words): whole steps, ceil(steps / kCheckedRunSegments) per segment.
+inline constexpr int64_t kCheckedRunSegments = 4;
+// The first keys of a tile's segments after the first, for a tile whose run pass covers keys
+// [0, key_end) (causal: through its sinks and diagonal; else kv_len).
+std::vector<int64_t> run_segment_edges(int64_t key_end);
 // The most plan tiles whose schedule the device sorts in one CTA, and the most counts (tiles + 1)
 // whose offsets it scans in one (vec_small_plans.cuh's kBlockScheduleTiles, kBlockOffsetCounts);
 // larger plans take cub's device radix sort and scan.

@@ -22,11 +22,11 @@
 // keep test; then the row's 16-bit keep masks are stored. Chunks wholly inside every row's
 // candidate range (all but those at the sinks and the diagonal) skip the per-key range test. Every
 // score is computed once, and the pass's output is one bit per (block, key). The run pass
-// (vec_runs.cuh), one warp per plan tile (one pooled block, or with union_tiles the blocks of a
-// plan-height tile, their masks ORed), turns the masks plus the sinks and diagonal into runs with
-// bit operations and warp scans, counts the spans and column keys per tile, and after the exclusive
-// sums writes them at the tile's offsets (columns staged in shared memory, stored coalesced),
-// ascending, without atomics.
+// (vec_runs.cuh), one CTA per plan tile (one pooled block, or with union_tiles the blocks of a
+// plan-height tile, their masks ORed) and a warp per segment of its steps, turns the masks plus
+// the sinks and diagonal into runs with bit operations and warp scans, counts the spans and column
+// keys per tile, and after the exclusive sums writes them at the tile's offsets (columns staged in
+// shared memory, stored coalesced), ascending, without atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,20 +60,21 @@ namespace {
 using vec_kernels::AddCounts;
 using vec_kernels::block_keys;
 using vec_kernels::BlockKeys;
+using vec_kernels::count_runs_kernel;
 using vec_kernels::kCtaRows;
 using vec_kernels::kMaxHeadDim;
 using vec_kernels::kPoolThreads;
 using vec_kernels::kRunThreads;
-using vec_kernels::kRunWarps;
 using vec_kernels::kSelectThreads;
 using vec_kernels::kSplitKeys;
 using vec_kernels::kTileKeys;
 using vec_kernels::pool_kernel;
 using vec_kernels::RecordCounts;
-using vec_kernels::runs_kernel;
+using vec_kernels::RunSegment;
 using vec_kernels::select_kernel;
 using vec_kernels::VecKernelParams;
 using vec_kernels::wgmma_select_kernel;
+using vec_kernels::write_runs_kernel;
 
 constexpr int kRecordThreads = 256;
 constexpr int kWgmmaComputeMajor = 9;  // wgmma_select_kernel is compiled for sm_90a
@@ -392,13 +393,16 @@ bool wgmma_scores_fit(int64_t head_dim) {
   return major == kWgmmaComputeMajor;
 }
 
-void run_runs(const VecKernelParams& p, int64_t tiles, bool write, cudaStream_t stream) {
-  const auto grid = static_cast<unsigned>(ceil_div(tiles, kRunWarps));
+// One CTA per plan tile; `segments` ([tiles, kRunSegments]) carries the count pass's segment
+// starts and offsets to the write pass.
+void run_runs(const VecKernelParams& p, RunSegment* segments, int64_t tiles, bool write,
+              cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(tiles);
   if (write) {
-    runs_kernel<true><<<grid, kRunThreads, 0, stream>>>(p, tiles);
+    write_runs_kernel<<<grid, kRunThreads, 0, stream>>>(p, segments, tiles);
     check_launch("vec index: spans and columns");
   } else {
-    runs_kernel<false><<<grid, kRunThreads, 0, stream>>>(p, tiles);
+    count_runs_kernel<<<grid, kRunThreads, 0, stream>>>(p, segments, tiles);
     check_launch("vec index: span and column counts");
   }
 }
@@ -436,6 +440,7 @@ class BuildScratch {
         counts_at_(layout_.add<RecordCounts>(tiles + 1)),
         offsets_at_(layout_.add<RecordCounts>(tiles + 1)),
         tile_keys_at_(layout_.add<uint32_t>(tiles)),
+        segments_at_(layout_.add<RunSegment>(tiles * vec_kernels::kRunSegments)),
         keys_at_(layout_.add<uint32_t>(tiles)),
         sorted_at_(layout_.add<uint32_t>(tiles)),
         values_at_(layout_.add<int32_t>(tiles)),
@@ -468,6 +473,7 @@ class BuildScratch {
                "vec index: totals");
   }
 
+  RunSegment* run_segments() const { return at<RunSegment>(segments_at_); }
   uint32_t* sort_keys() const { return at<uint32_t>(keys_at_); }
   int32_t* sort_values() const { return at<int32_t>(values_at_); }
 
@@ -496,8 +502,8 @@ class BuildScratch {
   int64_t tiles_;
   std::size_t scan_bytes_, sort_bytes_;
   ScratchLayout layout_;
-  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, tile_keys_at_, keys_at_, sorted_at_,
-      values_at_, temp_at_;
+  std::size_t pooled_at_, masks_at_, counts_at_, offsets_at_, tile_keys_at_, segments_at_, keys_at_,
+      sorted_at_, values_at_, temp_at_;
   StreamScratch scratch_;
 };
 
@@ -570,7 +576,7 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
   check_cuda(cudaMemsetAsync(p.counts + tiles, 0, sizeof(RecordCounts), stream),
              "vec index: counts");
   run_scores(operands, p, vec, slots, pass, stream, events);
-  run_runs(p, tiles, false, stream);
+  run_runs(p, scratch.run_segments(), tiles, false, stream);
   events.record(PhaseEvents::kCount);
   RecordCounts totals{};
   scratch.queue_offsets(totals, stream);
@@ -593,7 +599,7 @@ DevicePlan build_vec_plan_on_device(const std::vector<PatternSpec>& resolved_spe
   events.record(PhaseEvents::kRecords);
   p.columns = region<int32_t>(plan_base, layout.columns);
   p.spans = region<SpanRecord>(plan_base, layout.spans);
-  run_runs(p, tiles, true, stream);
+  run_runs(p, scratch.run_segments(), tiles, true, stream);
   events.record(PhaseEvents::kWrite);
   scratch.queue_schedule(region<int32_t>(plan_base, layout.schedule), sort_bits, stream);
   events.record(PhaseEvents::kSchedule);

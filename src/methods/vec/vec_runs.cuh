@@ -1,12 +1,16 @@
 #pragma once
-// VecAttention's run pass (vec_device.cu's design comment): one warp per plan tile (a pooled block,
-// or with union_tiles the tile_blocks consecutive blocks of a plan-height tile) reads the keep
+// VecAttention's run pass (vec_device.cu's design comment): one CTA per plan tile (a pooled block,
+// or with union_tiles the tile_blocks consecutive blocks of a plan-height tile), each warp one
+// segment of the tile's steps (below, kRunSegments), reads the keep
 // masks the score pass stored (a union tile ORs its blocks' masks: the union of their selections),
 // adds the tile's sinks and diagonal, and cuts the tile's keys
 // into maximal runs of consecutive keys; a run holding a sink or diagonal key, or at least
 // kVecMinSpanKeys keys, is a span, the others' keys are columns (vec.h, vec_add_tile_keys). The
 // count pass stores each tile's span records, column keys and kept keys; the write pass, after the
-// exclusive sums, writes them at the tile's offsets, ascending. Included by vec_device.cu only.
+// exclusive sums, writes them at the tile's offsets, ascending. A run crossing a segment's first
+// key is the count pass's to classify once its segments are joined (the start it needs is an
+// earlier segment's); the count pass stores each segment's start before it and record offsets, so
+// the write pass's warps walk their segments independently. Included by vec_device.cu only.
 //
 // A warp covers kRunStepKeys keys per step, 32 per lane as one bit word. Run starts and ends are
 // bit operations on the word and its neighbours' edge bits (ballots; the step's first word sees
@@ -311,7 +315,7 @@ __device__ inline void stage_column_bits(uint32_t bits, int32_t at, int32_t step
   }
 }
 
-// The plan tile (slot-major index) that warp `order` of the launch serves: positions from the last
+// The plan tile (slot-major index) that CTA `order` of the launch serves: positions from the last
 // to the first, head slots fastest. Causal, a tile's keys grow with its position, so the longest
 // tiles start first and the short ones fill the last wave instead of the long ones trailing it.
 __device__ inline int64_t tile_in_launch_order(const VecKernelParams& p, int64_t order,
@@ -320,34 +324,62 @@ __device__ inline int64_t tile_in_launch_order(const VecKernelParams& p, int64_t
   return order % slots * p.tiles + (p.tiles - 1 - order / slots);
 }
 
-// Counts (kWrite false: span records, column keys and kept keys per tile) or writes (true) the
-// spans and columns of the tile that warp blockIdx.x * kRunWarps + warp serves
-// (tile_in_launch_order).
+// A tile's steps are cut into kRunSegments segments of consecutive steps, one warp each, and a CTA
+// serves one tile: a long tile's sequential walk is a quarter as long, and a CTA's warps end
+// together, so a finished CTA's slot takes the next tile instead of idling behind its longest warp.
+constexpr int kRunSegments = kRunWarps;
+
+// What a segment's walk needs from the segments before it and where its records go among its
+// tile's: the count pass stores it, the write pass starts from it.
+struct RunSegment {
+  int32_t start_before;   // the latest run start before the segment's first key (-1: none)
+  int32_t span_offset;    // span records of the tile's earlier segments
+  int32_t column_offset;  // column keys of the tile's earlier segments
+};
+
+// The words [begin, end) of segment `segment` of a tile: whole steps, as even as kRunSegments
+// allows (the later segments of a tile of few steps are empty).
+struct SegmentWords {
+  int32_t begin, end;
+};
+
+__device__ inline SegmentWords segment_words(const TileWords& words, int segment) {
+  const auto steps = static_cast<int32_t>(ceil_div(words.words, kWarpSize));
+  const auto per_segment = static_cast<int32_t>(ceil_div(steps, kRunSegments));
+  const int32_t first_step = min(steps, segment * per_segment);
+  const int32_t end_step = min(steps, first_step + per_segment);
+  return {first_step * kWarpSize, min(words.words, end_step * kWarpSize)};
+}
+
+// One warp's walk over its segment: the run state carried from step to step, and either the
+// segment's counts or the cursors of its next records.
+struct SegmentWalk {
+  int32_t start_carry = -1;  // the latest run start of the steps before (-1: none known)
+  // Counting: the last key of the segment's first run to end, when that run began before the
+  // segment (its start is the earlier segments', so the count pass classifies it after the walks).
+  int32_t deferred_last = -1;
+  // Counting, this lane's: each at most the tile's keys (kv_len, int32).
+  int32_t spans = 0, columns = 0, kept = 0;
+  int64_t span_cursor = 0, column_cursor = 0;  // writing
+};
+
+// Writes (kWrite) or counts the span records and column keys of the runs ending in `segment`'s
+// steps, ascending; `stage` ([kStageKeys], writing only) is the warp's.
 template <bool kWrite>
-__global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
-    runs_kernel(const VecKernelParams p, int64_t tiles) {
-  __shared__ int32_t stages[kWrite ? kRunWarps : 1][kWrite ? kStageKeys : 1];
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t order = static_cast<int64_t>(blockIdx.x) * kRunWarps + warp;
-  if (order >= tiles) return;  // warp-uniform
-  const int64_t tile = tile_in_launch_order(p, order, tiles);
-  const TileWords words = tile_words(p, tile);
-  int32_t* stage = stages[kWrite ? warp : 0];
-  int64_t span_cursor = kWrite ? p.offsets[tile].spans : 0;
-  int64_t column_cursor = kWrite ? p.offsets[tile].columns : 0;
-  int64_t spans = 0;
-  int64_t columns = 0;
-  int64_t kept = 0;
-  int32_t start_carry = -1;      // the latest run start of the steps before
-  uint32_t last_bit_carry = 0u;  // the previous step's last key kept
-  uint32_t next = words.word(lane);
-  for (int32_t first_word = 0; first_word < words.words; first_word += kWarpSize) {
+__device__ inline void walk_segment(const VecKernelParams& p, const TileWords& words,
+                                    SegmentWords segment, int lane, int32_t* stage,
+                                    SegmentWalk& walk) {
+  if (segment.begin >= segment.end) return;  // warp-uniform
+  // The previous step's last key kept: for a segment after the first, the key before it.
+  uint32_t last_bit_carry =
+      segment.begin > 0 ? words.word(segment.begin - 1) >> (kWordKeys - 1) : 0u;
+  uint32_t next = words.word(segment.begin + lane);
+  for (int32_t first_word = segment.begin; first_word < segment.end; first_word += kWarpSize) {
     const uint32_t word = next;
     next = words.word(first_word + kWarpSize + lane);
     // The words' edge keys as ballots (lane i's bit is word i's): a word's neighbours' edge bits
     // by shifts, the step's first word after the previous step's last key, its last word before
-    // the next step's first.
+    // the next step's first (in the next segment for the segment's last step).
     const uint32_t last_keys = __ballot_sync(kFullWarpMask, word >> (kWordKeys - 1));
     const uint32_t first_keys = __ballot_sync(kFullWarpMask, word & 1u);
     const uint32_t next_step_first = __ballot_sync(kFullWarpMask, next & 1u) & 1u;
@@ -365,21 +397,28 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
     const uint32_t earlier = lanes_with_starts & ((1u << lane) - 1u);
     const int32_t earlier_start =
         __shfl_sync(kFullWarpMask, last_start, earlier != 0u ? kWarpSize - 1 - __clz(earlier) : 0);
-    runs.start_before = earlier != 0u ? earlier_start : start_carry;
+    runs.start_before = earlier != 0u ? earlier_start : walk.start_carry;
     const int32_t step_last_start =
         __shfl_sync(kFullWarpMask, last_start,
                     lanes_with_starts != 0u ? kWarpSize - 1 - __clz(lanes_with_starts) : 0);
-    if (lanes_with_starts != 0u) start_carry = step_last_start;
+    if (lanes_with_starts != 0u) walk.start_carry = step_last_start;
     last_bit_carry = last_keys >> (kWarpSize - 1);
-    kept += __popc(word);
+    if (!kWrite) walk.kept += __popc(word);
     if (__ballot_sync(kFullWarpMask, runs.ends != 0u) == 0u) continue;  // runs go on past the step
     const WordClasses classes = classify_word(words, runs, word);
-    const int32_t lane_spans = classes.spans;
     if (!kWrite) {
-      spans += lane_spans;
-      columns += classes.column_keys;
+      // Only a segment after the first can have a carried run of unknown start (-1), once: the
+      // count pass adds it when the earlier segments' starts are known.
+      const bool deferred = classes.carried && runs.start_before < 0;
+      if (deferred) walk.deferred_last = classes.carried_last;
+      walk.spans += classes.spans - (deferred && classes.carried_span ? 1 : 0);
+      walk.columns += classes.column_keys;
+      if (deferred && !classes.carried_span) {
+        walk.columns -= classes.carried_last - classes.carried_start + 1;
+      }
       continue;
     }
+    const int32_t lane_spans = classes.spans;
     const int32_t step_base = first_word * kWordKeys;
     const StepColumns staged = step_columns(runs, classes, word, step_base, lane);
     const int32_t lane_staged = __popc(staged.bits);
@@ -387,7 +426,7 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
     const int32_t counts_through = warp_inclusive_sum(lane_spans << kStagedCountBits | lane_staged);
     const int32_t spans_through = counts_through >> kStagedCountBits;
     const int32_t staged_through = staged.before_step + (counts_through & kStagedCountMask);
-    write_word_spans(p, runs, classes, span_cursor + spans_through - lane_spans);
+    write_word_spans(p, runs, classes, walk.span_cursor + spans_through - lane_spans);
 #pragma unroll
     for (int32_t i = lane; i < kMinSpanKeys; i += kWarpSize) {
       if (i < staged.before_step) stage[i] = step_base - staged.before_step + i;
@@ -397,19 +436,86 @@ __global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
     const int32_t step_counts = __shfl_sync(kFullWarpMask, counts_through, kWarpSize - 1);
     const int32_t step_columns = staged.before_step + (step_counts & kStagedCountMask);
     for (int32_t i = lane; i < step_columns; i += kWarpSize)
-      p.columns[column_cursor + i] = stage[i];
+      p.columns[walk.column_cursor + i] = stage[i];
     __syncwarp();  // the next step's runs overwrite the stage
-    column_cursor += step_columns;
-    span_cursor += step_counts >> kStagedCountBits;
+    walk.column_cursor += step_columns;
+    walk.span_cursor += step_counts >> kStagedCountBits;
   }
-  if (kWrite) return;
-  spans = warp_sum(spans);
-  columns = warp_sum(columns);
-  kept = warp_sum(kept);
-  if (lane == 0) {
-    p.counts[tile] = {columns, spans};
-    p.tile_keys[tile] = static_cast<uint32_t>(kept);
+}
+
+// One segment's walk as the count pass's fix-up reads it.
+struct SegmentSummary {
+  int64_t spans, columns, kept;
+  int32_t last_start;     // its latest run start (-1: none)
+  int32_t deferred_last;  // SegmentWalk::deferred_last
+};
+
+// Joins a tile's segments in key order: each one's start before it (the latest start of the
+// segments before), its deferred run classified from that start (the run holds every key from it
+// to the segment's edge), its records' offsets in the tile, and the tile's totals.
+__device__ inline void join_segments(const VecKernelParams& p, const TileWords& words,
+                                     const SegmentSummary* summaries,  // [kRunSegments]
+                                     RunSegment* segments,             // [kRunSegments]
+                                     int64_t tile) {
+  RecordCounts total{0, 0};
+  int64_t kept = 0;
+  int32_t start_before = -1;
+  for (int segment = 0; segment < kRunSegments; ++segment) {
+    const SegmentSummary& summary = summaries[segment];
+    segments[segment] = {start_before, static_cast<int32_t>(total.spans),
+                         static_cast<int32_t>(total.columns)};
+    RecordCounts own{summary.columns, summary.spans};
+    if (summary.deferred_last >= 0) {
+      if (words.is_span(start_before, summary.deferred_last)) {
+        own.spans += 1;
+      } else {
+        own.columns += summary.deferred_last - start_before + 1;
+      }
+    }
+    total = total + own;
+    kept += summary.kept;
+    if (summary.last_start >= 0) start_before = summary.last_start;
   }
+  p.counts[tile] = total;
+  p.tile_keys[tile] = static_cast<uint32_t>(kept);
+}
+
+// Counts the span records, column keys and kept keys of the tile that CTA blockIdx.x serves
+// (tile_in_launch_order), and stores its segments' starts and offsets (segments: [tiles,
+// kRunSegments]) for the write pass.
+__global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
+    count_runs_kernel(const VecKernelParams p, RunSegment* segments, int64_t tiles) {
+  __shared__ SegmentSummary summaries[kRunSegments];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int64_t tile = tile_in_launch_order(p, blockIdx.x, tiles);
+  const TileWords words = tile_words(p, tile);
+  SegmentWalk walk;
+  walk_segment<false>(p, words, segment_words(words, warp), lane, nullptr, walk);
+  const int64_t spans = warp_sum(static_cast<int64_t>(walk.spans));
+  const int64_t columns = warp_sum(static_cast<int64_t>(walk.columns));
+  const int64_t kept = warp_sum(static_cast<int64_t>(walk.kept));
+  const int32_t deferred_last = __reduce_max_sync(kFullWarpMask, walk.deferred_last);
+  if (lane == 0) summaries[warp] = {spans, columns, kept, walk.start_carry, deferred_last};
+  __syncthreads();
+  if (threadIdx.x == 0) join_segments(p, words, summaries, segments + tile * kRunSegments, tile);
+}
+
+// Writes the spans and columns of the tile that CTA blockIdx.x serves at its offsets, each warp
+// its segment's from the count pass's start and offsets (segments: [tiles, kRunSegments]).
+__global__ void __launch_bounds__(kRunThreads, kRunCtasPerSm)
+    write_runs_kernel(const VecKernelParams p, const RunSegment* segments, int64_t tiles) {
+  __shared__ int32_t stages[kRunWarps][kStageKeys];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int64_t tile = tile_in_launch_order(p, blockIdx.x, tiles);
+  const TileWords words = tile_words(p, tile);
+  const RunSegment segment = segments[tile * kRunSegments + warp];
+  SegmentWalk walk;
+  walk.start_carry = segment.start_before;
+  walk.span_cursor = p.offsets[tile].spans + segment.span_offset;
+  walk.column_cursor = p.offsets[tile].columns + segment.column_offset;
+  walk_segment<true>(p, words, segment_words(words, warp), lane, stages[warp], walk);
 }
 
 }  // namespace mmsparse::cuda::vec_kernels

@@ -12,10 +12,13 @@
 //
 // Pipeline: the pooled queries (kCtaRows x head_dim) and the key chunks (kChunkKeys x head_dim) lie
 // in shared memory as 128-byte swizzle atoms (sm90/traits.cuh's layout, which the descriptors
-// read), copied by every thread with cp.async through kWgmmaStages stages, one barrier per chunk.
-// Each warpgroup issues chunk c + 1's wgmma group into one accumulator set, then filters chunk c
-// from the other while the tensor cores run: two sets of kChunkKeys / 2 floats a thread, where
-// select_kernel held the 32 registers of the pooled fragments and 32 accumulators.
+// read), copied by every thread with cp.async through a ring of kWgmmaStages stages. Each stage
+// has two transaction barriers (StageBarriers): "loaded" completes when every thread's copies of
+// the stage's chunk have landed, "consumed" when every warp's wgmma has read it; a warp waits
+// only for those, where one CTA barrier per chunk held every warp to the slowest. Each warpgroup
+// issues chunk c + 1's wgmma group into one accumulator set, then filters chunk c from the other
+// while the tensor cores run: two sets of kChunkKeys / 2 floats a thread, where select_kernel
+// held the 32 registers of the pooled fragments and 32 accumulators.
 //
 // Arithmetic: the products are exact and summed in fp32 by the tensor cores in their own order,
 // as with mma.sync, so a score may differ from select_kernel's in its last bits; the selection
@@ -80,6 +83,8 @@ struct WgmmaSelectStorage {
   // [column block][rows][kAtomElements] each, 128-byte swizzled.
   alignas(kSwizzleAtomBytes) Element query[kCtaRows * kWgmmaHeadDim];
   alignas(kSwizzleAtomBytes) Element keys[kWgmmaStages][kChunkKeys * kWgmmaHeadDim];
+  uint64_t loaded[kWgmmaStages];    // StageBarriers: the stage's chunk has landed
+  uint64_t consumed[kWgmmaStages];  // StageBarriers: every warp's wgmma has read it
 };
 
 // Dynamic shared memory is aligned to 16 bytes only: an atom of slack for the 1024-byte alignment
@@ -158,21 +163,133 @@ struct KeyChunkCopies {
     destination = Layout::vector_offset(kChunkKeys, first_row, vector);
   }
 
-  // Queues the next chunk's copies into `stage` (keys past kv_len zero-filled), as one copy group,
-  // and moves to the chunk after it; with `queue` false, an empty group (past the scan's last
-  // chunk), so that the count of groups in flight says which chunk has landed.
-  __device__ void queue_next(uint32_t stage, bool queue) {
-    if (queue) {
+  // Queues the next chunk's copies into `stage` (keys past kv_len zero-filled) and moves to the
+  // chunk after it. No commit: the stage's barrier tracks the copies (StageBarriers).
+  __device__ void queue_next(uint32_t stage) {
 #pragma unroll
-      for (int pass = 0; pass < kChunkKeys / Layout::kRowsPerPass; ++pass) {
-        const bool valid = pass * kSourcePassKeys < keys_left;
-        copy_async_16(stage + destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
-                      valid ? source + pass * kSourcePassKeys * row_stride : keys, valid);
-      }
-      source += kChunkKeys * row_stride;
-      keys_left -= kChunkKeys;
+    for (int pass = 0; pass < kChunkKeys / Layout::kRowsPerPass; ++pass) {
+      const bool valid = pass * kSourcePassKeys < keys_left;
+      copy_async_16(stage + destination + pass * Layout::kRowsPerPass * kSwizzleBytes,
+                    valid ? source + pass * kSourcePassKeys * row_stride : keys, valid);
     }
-    commit_async_copies();
+    source += kChunkKeys * row_stride;
+    keys_left -= kChunkKeys;
+  }
+};
+
+// Whether the barrier's phase of parity `parity` has completed (one mbarrier.try_wait.parity).
+__device__ inline bool barrier_phase_complete(uint32_t barrier, uint32_t parity) {
+  uint32_t complete = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, done;\n"
+      "}\n"
+      : "=r"(complete)
+      : "r"(barrier), "r"(parity)
+      : "memory");
+  return complete != 0;
+}
+
+__device__ inline uint64_t global_nanoseconds() {
+  uint64_t now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+  return now;
+}
+
+// A stage's wait lasts as long as a chunk's copies or the slowest warp's chunk, microseconds; a
+// wait this long means a phase that can never complete (a pipeline bug), and the kernel traps, a
+// launch error the caller sees, where waiting on would hang the stream and every test after it.
+constexpr uint64_t kStageWaitLimitNanoseconds = 2'000'000'000;
+
+// The ring of kWgmmaStages stages and their barriers. Chunk k of the scan lies in stage
+// k % kWgmmaStages, that stage's use k / kWgmmaStages, and each use is one phase of both its
+// barriers (phase u completes the u-th use): a wait for chunk k tests the parity of
+// k / kWgmmaStages.
+//   loaded[s]: kSelectThreads arrivals a phase, one per thread, each by cp.async's mbarrier
+//     arrive (noinc: one of the expected arrivals) once the thread's copies of the chunk (and,
+//     for chunk 0, of the query tile) have landed. Every thread queues every chunk of the scan.
+//   consumed[s]: kSelectWarps arrivals a phase, lane 0 of each warp after its warpgroup's wgmma
+//     of the chunk completed (warpgroup_wait), so no wgmma reads the stage any more.
+// Invariants, which make each parity test unambiguous (a parity names one phase only while the
+// barrier is at most one phase past it and not behind it):
+//   - A thread queues chunk k >= kWgmmaStages only after consumed's phase of chunk
+//     k - kWgmmaStages completed, which needs every warp past its wgmma of that chunk, hence past
+//     its wait for loaded's phase of that chunk: no arrival on loaded[s] for a use comes before
+//     the previous use's phase completed, and no thread waits for loaded's phase of chunk k
+//     while the phase of chunk k + kWgmmaStages can complete (that needs the thread's own warp
+//     to release chunk k, after the wait).
+//   - A warp releases chunk k only after its wait for loaded's phase of chunk k (its wgmma read
+//     the chunk), which needs every thread to have queued chunk k, hence (k >= kWgmmaStages)
+//     waited for consumed's phase of chunk k - kWgmmaStages: no arrival on consumed[s] for a use
+//     comes before the previous use's phase completed; a thread waits for consumed's phase of
+//     chunk k - kWgmmaStages before queueing chunk k, so the phase of chunk k, which needs the
+//     chunk queued, cannot have completed then.
+//   - Each thread waits for the phases of a barrier in order (chunk by chunk), so the phase
+//     before the one it tests has always completed.
+// Progress: in iteration c every wait is for an event of an earlier iteration (loaded of chunk
+// c + 1: queued in iteration c + 2 - kWgmmaStages or the prologue; consumed of chunk c - 1:
+// released in iteration c - 1), so by induction on c every warp finishes every iteration.
+struct StageBarriers {
+  uint32_t stages;    // stage 0 (shared address); stage s at + s * stage_bytes
+  uint32_t loaded;    // loaded[0] (shared address); loaded[s] at + 8 s
+  uint32_t consumed;  // consumed[0] (shared address)
+
+  __device__ static uint32_t stage_index(int32_t chunk) {
+    return static_cast<uint32_t>(chunk) % kWgmmaStages;
+  }
+  __device__ static uint32_t parity(int32_t chunk) {
+    return static_cast<uint32_t>(chunk) / kWgmmaStages % 2;
+  }
+  __device__ uint32_t loaded_barrier(int32_t chunk) const {
+    return loaded + stage_index(chunk) * static_cast<uint32_t>(sizeof(uint64_t));
+  }
+  __device__ uint32_t consumed_barrier(int32_t chunk) const {
+    return consumed + stage_index(chunk) * static_cast<uint32_t>(sizeof(uint64_t));
+  }
+
+  // Thread 0 sets up every barrier; the caller's __syncthreads then publishes them.
+  __device__ void initialize() const {
+    if (threadIdx.x != 0) return;
+    for (int32_t stage = 0; stage < kWgmmaStages; ++stage) {
+      barrier_init(loaded_barrier(stage), kSelectThreads);
+      barrier_init(consumed_barrier(stage), kSelectWarps);
+    }
+    fence_barrier_init();
+  }
+
+  // Until the phase of `chunk` of `barrier` has completed, or traps after
+  // kStageWaitLimitNanoseconds.
+  __device__ static void wait(uint32_t barrier, int32_t chunk) {
+    const uint32_t phase_parity = parity(chunk);
+    if (barrier_phase_complete(barrier, phase_parity)) return;
+    const uint64_t start = global_nanoseconds();
+    while (!barrier_phase_complete(barrier, phase_parity)) {
+      if (global_nanoseconds() - start > kStageWaitLimitNanoseconds) __trap();
+    }
+  }
+
+  // Until `chunk` has landed, then orders the copies (generic proxy) before this thread's wgmma
+  // (async proxy) reads them.
+  __device__ void wait_loaded(int32_t chunk) const {
+    wait(loaded_barrier(chunk), chunk);
+    fence_proxy_async();
+  }
+
+  // This warp's wgmma has read `chunk` (after warpgroup_wait): one arrival per warp.
+  __device__ void release(int32_t chunk) const {
+    if (threadIdx.x % kWarpSize == 0) barrier_arrive(consumed_barrier(chunk));
+  }
+
+  // This thread's copies of `chunk` (after those of the chunk kWgmmaStages before it were read
+  // by every warp) and its arrival on the chunk's loaded barrier once they land.
+  template <class Element>
+  __device__ void queue(int32_t chunk, KeyChunkCopies<Element>& copies,
+                        uint32_t stage_bytes) const {
+    if (chunk >= kWgmmaStages) wait(consumed_barrier(chunk - kWgmmaStages), chunk - kWgmmaStages);
+    copies.queue_next(stages + stage_index(chunk) * stage_bytes);
+    barrier_arrive_after_async_copies(loaded_barrier(chunk));
   }
 };
 
@@ -332,8 +449,8 @@ __device__ void filter_and_store_chunk(const VecKernelParams& p, float log_alpha
 
 // What every step of wgmma_scan_chunks reads.
 struct WgmmaScan {
-  uint32_t query;      // the warpgroup's rows of the query tile (shared address)
-  uint32_t stages;     // stage 0 (shared address); stage s at + s * kStageBytes
+  uint32_t query;  // the warpgroup's rows of the query tile (shared address)
+  StageBarriers ring;
   int32_t scan_begin;  // the CTA's first key
   int32_t chunks;
   int32_t warp_end;  // the warp's keys stop there (warp_key_end)
@@ -345,59 +462,65 @@ template <class Element>
 constexpr uint32_t kWgmmaStageBytes = kChunkKeys* kWgmmaHeadDim * sizeof(Element);
 
 // The chunks of one CTA's key range, as scan_chunks but through wgmma. The pooled queries and the
-// first kWgmmaStages - 1 chunks are queued, chunk 0's wgmma issued; then per chunk c: one barrier
-// (chunk c + 1 has landed in every thread's copies, every warpgroup is done with chunk c - 1, whose
-// stage takes chunk c + kWgmmaStages - 1), chunk c's scores scaled out of the accumulators, chunk
-// c + 1's wgmma issued into them, and chunk c filtered while the tensor cores run.
+// first kWgmmaStages - 1 chunks are queued, chunk 0's wgmma issued once it has landed; then per
+// chunk c: wait for chunk c + 1 to land, chunk c's scores scaled out of the accumulators, chunk
+// c + 1's wgmma issued into them, chunk c's stage released, chunk c filtered while the tensor
+// cores run, and chunk c + kWgmmaStages - 1 queued into the stage of chunk c - 1 once every warp
+// has released it (StageBarriers: the waits, their phases and why they complete). A warp runs
+// ahead of the CTA's slowest by up to about a chunk and a half (the stages between the chunk it
+// waits to load and the one it waits to refill), where the CTA barrier held it to the slowest.
 template <class Element>
 __device__ void wgmma_scan_chunks(const VecKernelParams& p, const Element* keys,
                                   const Element* pooled, WgmmaScan& scan, RowState& state,
                                   const MaskStore& store) {
-  const auto stage_of = [&](int32_t chunk) {
-    return scan.stages + static_cast<uint32_t>(chunk) % kWgmmaStages * kWgmmaStageBytes<Element>;
-  };
-  // The query tile rides in chunk 0's copy group.
+  // The query tile lands with chunk 0 (its arrival follows every copy the thread issued).
   const int32_t first_block = static_cast<int32_t>(blockIdx.z) * kCtaRows;
   copy_query_tile<Element>(scan.query, pooled, kWgmmaHeadDim, p.blocks - first_block);
+  scan.ring.initialize();
+  __syncthreads();  // the barriers are set up before any thread arrives on them
   KeyChunkCopies<Element> copies(p, keys, scan.scan_begin);
-  for (int32_t c = 0; c < kWgmmaStages - 1; ++c) copies.queue_next(stage_of(c), c < scan.chunks);
+  const int32_t prologue_chunks = min(scan.chunks, kWgmmaStages - 1);
+  for (int32_t c = 0; c < prologue_chunks; ++c) {
+    scan.ring.queue(c, copies, kWgmmaStageBytes<Element>);
+  }
   const int warpgroup = warp_uniform(static_cast<int>(threadIdx.x) / kWarpgroupThreads);
   const uint32_t query =
       scan.query + static_cast<uint32_t>(warpgroup * kWgmmaWarpgroupRows * kSwizzleBytes);
+  const auto stage_of = [&](int32_t chunk) {
+    return scan.ring.stages + StageBarriers::stage_index(chunk) * kWgmmaStageBytes<Element>;
+  };
   LaneGroups groups(p, scan.scan_begin, static_cast<int>(threadIdx.x) % kQuadLanes);
   float scores[kWgmmaAccumulatorTiles][4];
-  wait_async_copies<kWgmmaStages - 2>();  // the query tile and chunk 0
-  fence_proxy_async();  // the copies were written by the generic proxy; wgmma reads them
-  __syncthreads();
+  scan.ring.wait_loaded(0);
   issue_chunk_scores<Element>(query, stage_of(0), scores);
   // At least one chunk (the kernel returns before an empty scan): a loop that may run no chunk
   // leaves chunk 0's wgmma to a wait ptxas inserts on a path it cannot prove uniform.
   int32_t c = 0;
   do {
-    // Groups committed: the prologue's kWgmmaStages - 1 and one per chunk before this one, so
-    // chunk c + 1's has landed when at most the newest kWgmmaStages - 3 are in flight.
-    wait_async_copies<kWgmmaStages - 3>();
-    fence_proxy_async();
-    __syncthreads();
-    copies.queue_next(stage_of(c + kWgmmaStages - 1), c + kWgmmaStages - 1 < scan.chunks);
     // Every warpgroup scores every chunk of the CTA, on paths that depend on the block and the
     // loop alone: ptxas serialises wgmma that waits or reads accumulators on a path it cannot
     // prove uniform across the warpgroup. A warp filters up to its rows' last candidate.
+    const bool scores_next = c + 1 < scan.chunks;
+    if (scores_next) scan.ring.wait_loaded(c + 1);
     const int32_t chunk_begin = scan.scan_begin + c * kChunkKeys;
     const int32_t next_begin = chunk_begin + kChunkKeys;
     float scaled[kWgmmaAccumulatorTiles][4];
     warpgroup_wait<0>();
     pin_accumulators(scores);
     scale_chunk_scores(p, scores, scaled);
-    if (c + 1 < scan.chunks) issue_chunk_scores<Element>(query, stage_of(c + 1), scores);
-    if (chunk_begin >= scan.warp_end) continue;
-    if (scan.full.hold(chunk_begin, next_begin)) {
-      filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
-                                   state, store);
-    } else {
-      filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
-                                    state, store);
+    if (scores_next) issue_chunk_scores<Element>(query, stage_of(c + 1), scores);
+    scan.ring.release(c);
+    if (chunk_begin < scan.warp_end) {
+      if (scan.full.hold(chunk_begin, next_begin)) {
+        filter_and_store_chunk<true>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                     state, store);
+      } else {
+        filter_and_store_chunk<false>(p, scan.log_alpha, chunk_begin, scan.warp_end, scaled, groups,
+                                      state, store);
+      }
     }
+    const int32_t refill = c + kWgmmaStages - 1;
+    if (refill < scan.chunks) scan.ring.queue(refill, copies, kWgmmaStageBytes<Element>);
   } while (++c < scan.chunks);
   warpgroup_wait<0>();  // nothing in flight (the last chunk issues none): ptxas sees it so
 }
@@ -431,7 +554,8 @@ __global__ void __launch_bounds__(kSelectThreads, kSelectMinBlocks)
   scan.full = warp_candidate_ranges(p, warp_row);
   scan.chunks = static_cast<int32_t>(ceil_div(scan_end - scan.scan_begin, kChunkKeys));
   scan.query = shared_address(storage.query);
-  scan.stages = shared_address(storage.keys[0]);
+  scan.ring = {shared_address(storage.keys[0]), shared_address(storage.loaded),
+               shared_address(storage.consumed)};
   const auto* keys =
       static_cast<const Element*>(p.k) + batch * p.k_stride_batch + kv_head * p.k_stride_head;
   const auto* pooled = static_cast<const Element*>(p.pooled) +
