@@ -435,6 +435,76 @@ TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
   }
 }
 
+// Gemma 3-style heads through key orders (masks reading no tokens) beside in-place ones (the
+// lifted mask, which reads them) and other patterns: the plan carries the token arrays and
+// validates. A plan of the key-ordered heads alone needs none, until it holds the others' policies
+// (as a per-head config's host section does, its masks renumbered to the layer's table): then it
+// must take the layout's token arrays to validate.
+TEST(BlindSight, BidirectionalHeadsInAndOutOfPlaceShareTheTokenArrays) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  Case test_case = random_case(random, random.uniform_int(2, 6), false);
+  test_case.bidirectional = true;
+  const int64_t kv_len = test_case.layout.length();
+  const int64_t q_len = kv_len;  // every image has its rows: the in-place heads read tokens
+  const std::vector<PatternSpec> key_ordered = {
+      spec_of("sink", test_case, kPermute), PatternSpec{"dense", {}},
+      PatternSpec{"a-shape", {{"sink", 4}, {"local", 24}}}, spec_of("intra-sink", test_case)};
+  std::vector<PatternSpec> mixed = key_ordered;
+  mixed.push_back(spec_of("sink", test_case, kInPlace));
+  mixed.push_back(spec_of("intra", test_case, kInPlace));
+  const auto shape_of = [&](const std::vector<PatternSpec>& specs) {
+    return PlanShape{.heads = static_cast<int64_t>(specs.size()),
+                     .q_len = q_len,
+                     .kv_len = kv_len,
+                     .tile_rows = 16};
+  };
+  const Plan plan = build_plan(mixed, shape_of(mixed), &test_case.layout);
+  SCOPED_TRACE("layout " + test_case.layout.to_json() + " plan " + plan.summary());
+  EXPECT_NO_THROW(plan.validate());
+  EXPECT_TRUE(plan.has_key_orders());
+  EXPECT_EQ(static_cast<int64_t>(plan.token_media.size()), kv_len);
+
+  Plan ordered = build_plan(key_ordered, shape_of(key_ordered), &test_case.layout);
+  EXPECT_NO_THROW(ordered.validate());
+  for (const MaskPolicy& mask : plan.masks) {
+    if (std::find(ordered.masks.begin(), ordered.masks.end(), mask) == ordered.masks.end()) {
+      ordered.masks.push_back(mask);
+    }
+  }
+  ASSERT_TRUE(ordered.token_media.empty()) << "key-ordered heads read no token arrays";
+  expect_error([&] { ordered.validate(); }, ErrorCode::kInvalidArgument,
+               {"plan.token_modality", "needs token arrays"});
+  ordered.attach_layout(test_case.layout);
+  EXPECT_NO_THROW(ordered.validate());
+}
+
+// A causal workload takes every template in both styles, in place and through key orders: the
+// unmasked image tiles of a bidirectional head read past their rows only inside their own image,
+// the pairs the in-place lifted mask keeps. Full attention reads other keys past its rows too.
+TEST(BlindSight, BidirectionalKeyOrdersAttendCausallyWithBidirectionalMedia) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const Case test_case = random_case(random, random.uniform_int(2, 6), false);
+  const int64_t kv_len = test_case.layout.length();
+  const PlanShape shape{.q_len = random.uniform_int(1, kv_len), .kv_len = kv_len, .tile_rows = 16};
+  SCOPED_TRACE("layout " + test_case.layout.to_json());
+  for (const bool bidirectional : {false, true}) {
+    Case style = test_case;
+    style.bidirectional = bidirectional;
+    for (const std::string& mask : {"sink", "intra", "intra-sink"}) {
+      for (const int64_t permute : permute_values(mask)) {
+        const PatternSpec spec = spec_of(mask, style, permute);
+        EXPECT_TRUE(attends_causally(spec, shape, &style.layout)) << spec.to_string();
+      }
+    }
+  }
+  // Every row, so that full attention reads keys past them (the last rows alone would not).
+  const PlanShape every_row{.q_len = kv_len, .kv_len = kv_len, .tile_rows = 16};
+  EXPECT_FALSE(attends_causally(PatternSpec{"full", {}}, every_row, &test_case.layout));
+  EXPECT_FALSE(attends_causally(PatternSpec{"full", {}}, every_row));
+}
+
 // Without a layout every token is text: every template is the causal mask.
 TEST(BlindSight, WithoutALayoutEveryQueryIsText) {
   const PlanShape shape{.q_len = 50, .kv_len = 70, .tile_rows = 16};
