@@ -34,6 +34,9 @@
 #   SCHEDULES="tile" scripts/blindsight-throughput.sh ...             (one schedule)
 #   SKIP_TESTS=1 scripts/blindsight-throughput.sh ...                 (timings only: steps 3-7)
 #   SHORT_TILES=1 scripts/blindsight-throughput.sh ...                (the short-tile fits, +80 s)
+#   BIDIRECTIONAL=1 scripts/blindsight-throughput.sh ...              (the templates of the Gemma 3
+#       style, bidirectional=1, in step 5: in place with the media lift and token masks against
+#       through the key order, unmasked image tiles; the engine bench and fits are unchanged)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +46,7 @@ lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(36864 131072)
 skip_tests=${SKIP_TESTS:-0}
 short_tiles=${SHORT_TILES:-0}
+bidirectional=${BIDIRECTIONAL:-0}
 read -r -a sanitizer_tools <<<"${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 refuse() {  # refuse <what> <expected> <got>: a bad argument, named, before any step
   echo "blindsight-throughput.sh: $1: expected $2, got '$3'" >&2
@@ -50,6 +54,7 @@ refuse() {  # refuse <what> <expected> <got>: a bad argument, named, before any 
 }
 [[ $skip_tests == 0 || $skip_tests == 1 ]] || refuse SKIP_TESTS "0 or 1" "$skip_tests"
 [[ $short_tiles == 0 || $short_tiles == 1 ]] || refuse SHORT_TILES "0 or 1" "$short_tiles"
+[[ $bidirectional == 0 || $bidirectional == 1 ]] || refuse BIDIRECTIONAL "0 or 1" "$bidirectional"
 for tool in "${sanitizer_tools[@]}"; do
   [[ $tool =~ ^(memcheck|racecheck|synccheck|initcheck)$ ]] ||
     refuse SANITIZER_TOOLS "memcheck, racecheck, synccheck or initcheck" "$tool"
@@ -89,10 +94,13 @@ fi
 # The engine bench's key-order cases: the same sink-like pairs as short spans in place and as one
 # span through a key order, its K/V copy inside the timing (absent names select nothing).
 key_order_cases=(sinks-in-place-32k sinks-ordered-32k sinks-in-place-128k sinks-ordered-128k)
-# Each template in place and through its key order, in one bench (one process, one dense).
+# Each template in place and through its key order, in one bench (one process, one dense), of the
+# Qwen style (causal) or, with BIDIRECTIONAL=1, of the Gemma 3 style.
 template_patterns=()
 for template in blindsight-sink blindsight-intra blindsight-intra-sink; do
-  for permute in 0 1; do template_patterns+=(--pattern "$template:permute=$permute"); done
+  for permute in 0 1; do
+    template_patterns+=(--pattern "$template:bidirectional=$bidirectional,permute=$permute")
+  done
 done
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
 

@@ -78,8 +78,11 @@ const std::vector<PatternInfo>& known_patterns();
 // false for unknown names.
 bool is_dynamic(const PatternSpec& spec);
 // Whether every tile the spec builds attends causally (the workload's causal dense is then its
-// reference). Static patterns answer from one built head of `shape`; dynamic ones from their
-// parameters. Throws naming the pattern or parameter for unknown names or bad values.
+// reference); causal with bidirectional media counts (a key past its query only inside the
+// query's own media item, as MaskPolicy::media_bidirectional keeps it), so that a key-ordered
+// bidirectional image tile, unmasked, answers as its in-place lifted mask does. Static patterns
+// answer from one built head of `shape`; dynamic ones from their parameters. Throws naming the
+// pattern or parameter for unknown names or bad values.
 bool attends_causally(const PatternSpec& spec, const PlanShape& shape,
                       const ModalityLayout* layout = nullptr);
 

@@ -35,13 +35,16 @@
 //    has its spans over physical slots of order o and is masked on the original positions: it
 //    computes, for each slot p of each span, the pair (query, key_orders[o][p]) if its mask allows
 //    it. Empty tile_key_orders: every tile in place. Key-ordered tiles take spans only (no strided
-//    spans, no columns), a plain causal mask (no window, minimum distance, band, media or modality
-//    terms), spans that cover no padding and whose original positions strictly increase, and,
-//    before a span's last run of consecutive positions, keys low enough for every row: a kernel
-//    positions a span's slot p at p + shift with the one shift order[end - 1] - (end - 1), exact on
-//    the last run and, before it, at least the true position and at most order[r] - 1 (r the last
-//    run's first slot), which validate() requires to be <= the aligned position of the tile's
-//    lowest row, so masking and chunk classification by those positions stay exact.
+//    spans, no columns) that cover no padding, and one of two masks. A plain causal mask (no
+//    window, minimum distance, band, media or modality terms) requires spans whose original
+//    positions strictly increase and, before a span's last run of consecutive positions, keys low
+//    enough for every row: a kernel positions a span's slot p at p + shift with the one shift
+//    order[end - 1] - (end - 1), exact on the last run and, before it, at least the true position
+//    and at most order[r] - 1 (r the last run's first slot), which validate() requires to be <= the
+//    aligned position of the tile's lowest row, so masking and chunk classification by those
+//    positions stay exact. The unmasked policy (causal false and no other term) keeps every pair,
+//    so no position is read: its spans may hold keys in any order (a bidirectional image tile
+//    reading keys after its rows).
 //
 // Invariant: within a tile, spans and strided spans are pairwise disjoint (no key in two of
 // them), columns are unique and lie outside every span and strided span, so every (query, key)

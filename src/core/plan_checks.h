@@ -27,15 +27,17 @@ void check_head_slot(const Plan& plan, int64_t head_slot);
 struct KeyOrderRuns {
   std::vector<int32_t> consecutive_start;
   std::vector<int32_t> increasing_start;
+  std::vector<int32_t> key_start;  // first slot of the slot's run of non-padding slots
 };
 
 // Key orders' entries (kPaddingKey or keys in [0, kv_len), none twice) and tile_key_orders (empty,
 // or per tile kKeysInPlace or an index into key_orders); returns each order's runs.
 std::vector<KeyOrderRuns> check_key_orders(const Plan& plan);
 
-// Tile t of a head slot, which reads through a key order: spans only, a plain causal mask, spans
-// inside the order, disjoint, over no padding, strictly increasing in original positions, with
-// the keys before their last consecutive run visible to every row (plan.h). `query_order` is the
+// Tile t of a head slot, which reads through a key order: spans only, inside the order, disjoint,
+// over no padding; a plain causal mask, whose spans strictly increase in original positions with
+// the keys before their last consecutive run visible to every row, or the unmasked policy, whose
+// positions nothing reads (plan.h). `query_order` is the
 // head slot's (Plan::query_order); `spans` is scratch.
 void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
                             const std::vector<KeyOrderRuns>& order_runs,

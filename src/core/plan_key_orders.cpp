@@ -1,5 +1,6 @@
 // Validation of key orders (Plan::key_orders) and of the tiles that read through them: the
-// restrictions that let a kernel position a key-ordered span's slots by one shift (plan.h).
+// restrictions that let a kernel position a key-ordered span's slots by one shift (plan.h), or,
+// for the unmasked policy, that read no position at all.
 
 #include <algorithm>
 #include <limits>
@@ -23,9 +24,9 @@ struct TileNamer {
   }
 };
 
-// Whether a mask is plain causal: the only policy key-ordered tiles take.
-bool plain_causal(const MaskPolicy& mask) {
-  return mask.causal && mask.window == 0 && mask.min_distance == 0 && mask.period == 0 &&
+// Whether a mask has no term but maybe the causal one: the policies key-ordered tiles take.
+bool causal_or_unmasked(const MaskPolicy& mask) {
+  return mask.window == 0 && mask.min_distance == 0 && mask.period == 0 &&
          !mask.media_bidirectional && !mask.same_media && mask.modality_pairs == kAllModalityPairs;
 }
 
@@ -38,11 +39,13 @@ int64_t lowest_aligned_row(const Plan& plan, int64_t t, const std::vector<int64_
   return lowest + plan.shape.causal_offset();
 }
 
-// One span of a key-ordered tile: inside the order, over no padding, strictly increasing original
-// positions, and the keys before its last consecutive run low enough for the span's one shift
-// (plan.h): their computed positions reach order[r] - 1, r the run's first slot.
+// One span of a key-ordered tile: inside the order, over no padding and, under a causal mask,
+// strictly increasing original positions with the keys before its last consecutive run low enough
+// for the span's one shift (plan.h): their computed positions reach order[r] - 1, r the run's
+// first slot.
 void check_key_ordered_span(const Plan& plan, const TileNamer& name, int32_t o,
-                            const KeyOrderRuns& runs, const KeySpan& span, int64_t lowest_row) {
+                            const KeyOrderRuns& runs, const KeySpan& span, bool causal,
+                            int64_t lowest_row) {
   const std::vector<int32_t>& order = plan.key_orders[o];
   // Formed only for a failure: validation visits every span.
   const auto what = [&] {
@@ -54,13 +57,15 @@ void check_key_ordered_span(const Plan& plan, const TileNamer& name, int32_t o,
                       std::to_string(order.size()) + ")");
   }
   const int32_t last = span.end - 1;
-  if (runs.increasing_start[last] > span.begin) {
+  if (order[last] == kPaddingKey || runs.key_start[last] > span.begin) {
     // Found slot by slot only for the message.
-    for (int32_t p = span.begin; p < span.end; ++p) {
-      if (order[p] == kPaddingKey) {
-        fail("spans", what() + " covering padding slot " + std::to_string(p));
-      }
-    }
+    int32_t p = span.begin;
+    while (order[p] != kPaddingKey) ++p;
+    fail("spans", what() + " covering padding slot " + std::to_string(p));
+  }
+  // The unmasked policy keeps every pair: nothing reads the slots' positions.
+  if (!causal) return;
+  if (runs.increasing_start[last] > span.begin) {
     const int32_t p = runs.increasing_start[last];
     fail("spans", what() + " whose original positions do not strictly increase (key " +
                       std::to_string(order[p - 1]) + " at slot " + std::to_string(p - 1) +
@@ -95,11 +100,12 @@ std::vector<KeyOrderRuns> check_key_orders(const Plan& plan) {
     KeyOrderRuns& runs = all_runs[o];
     runs.consecutive_start.resize(order.size());
     runs.increasing_start.resize(order.size());
+    runs.key_start.resize(order.size());
     for (size_t p = 0; p < order.size(); ++p) {
       const int32_t key = order[p];
       const auto slot = static_cast<int32_t>(p);
       if (key == kPaddingKey) {
-        runs.consecutive_start[p] = runs.increasing_start[p] = slot + 1;
+        runs.consecutive_start[p] = runs.increasing_start[p] = runs.key_start[p] = slot + 1;
         continue;
       }
       if (key < 0 || key >= kv_len) {
@@ -118,6 +124,7 @@ std::vector<KeyOrderRuns> check_key_orders(const Plan& plan) {
           after_key && order[p - 1] + 1 == key ? runs.consecutive_start[p - 1] : slot;
       runs.increasing_start[p] =
           after_key && order[p - 1] < key ? runs.increasing_start[p - 1] : slot;
+      runs.key_start[p] = after_key ? runs.key_start[p - 1] : slot;
     }
   }
   if (plan.tile_key_orders.empty()) return all_runs;
@@ -143,8 +150,8 @@ std::vector<KeyOrderRuns> check_key_orders(const Plan& plan) {
   return all_runs;
 }
 
-// A key-ordered tile: spans only, a plain causal mask, valid spans (check_key_ordered_span),
-// pairwise disjoint.
+// A key-ordered tile: spans only, a plain causal mask or none at all, valid spans
+// (check_key_ordered_span), pairwise disjoint.
 void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
                             const std::vector<KeyOrderRuns>& order_runs,
                             const std::vector<int64_t>& query_order, std::vector<KeySpan>& spans) {
@@ -156,10 +163,11 @@ void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
                                                                         : "strided_spans",
          name() + " reads key order " + std::to_string(o) + ": key-ordered tiles take spans only");
   }
-  if (!plain_causal(plan.masks[plan.tile_masks[t]])) {
+  const MaskPolicy& mask = plan.masks[plan.tile_masks[t]];
+  if (!causal_or_unmasked(mask)) {
     fail("tile_masks", name() + " reads key order " + std::to_string(o) + " with mask " +
                            std::to_string(plan.tile_masks[t]) +
-                           ": key-ordered tiles take a plain causal mask (no window, "
+                           ": key-ordered tiles take a plain causal mask or none (no window, "
                            "min_distance, period, media_bidirectional, same_media or "
                            "modality_pairs)");
   }
@@ -167,7 +175,7 @@ void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
   spans.assign(plan.spans.begin() + plan.tile_span_offsets[t],
                plan.spans.begin() + plan.tile_span_offsets[t + 1]);
   for (const KeySpan& span : spans) {
-    check_key_ordered_span(plan, name, o, order_runs[o], span, lowest_row);
+    check_key_ordered_span(plan, name, o, order_runs[o], span, mask.causal, lowest_row);
   }
   std::sort(spans.begin(), spans.end(),
             [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });

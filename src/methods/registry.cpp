@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/plan_coverage.h"
 #include "methods/blindsight/blindsight.h"
 #include "methods/estimate/estimation.h"
 #include "methods/grid/grid.h"
@@ -103,6 +104,47 @@ bool is_dynamic(const PatternSpec& spec) {
   });
 }
 
+namespace {
+
+// Whether tile `t` of one head's pass keeps only pairs that causal attention with bidirectional
+// media keeps (MaskPolicy{.causal = true, .media_bidirectional = true}: a key after its query's
+// aligned position only inside the query's own media item), judged on the keys it lists before
+// its mask. A pair (row, key) past the row is such a pair when key and row share a media item;
+// so every listed key past the tile's first aligned row, and every row before the last of those
+// keys, must lie in one media item. Costs a step per listed key and row.
+bool tile_within_bidirectional_media(const Plan& pass, int64_t t,
+                                     const std::vector<int64_t>& query_order,
+                                     const std::vector<int32_t>& token_media) {
+  const int64_t offset = pass.shape.causal_offset();
+  int64_t first_aligned = pass.shape.kv_len;
+  for (int64_t i = pass.tiles[t].begin; i < pass.tiles[t].end; ++i) {
+    first_aligned = std::min(first_aligned, query_order[i] + offset);
+  }
+  // Text, and positions before the layout's tokens (a query when kv_len < q_len): no media.
+  const auto media_of = [&](int64_t position) {
+    return position >= 0 && position < static_cast<int64_t>(token_media.size())
+               ? token_media[position]
+               : -1;
+  };
+  int32_t media = -1;
+  int64_t last_key = -1;
+  bool within = true;
+  detail::for_each_tile_key(pass, t, [&](int64_t key) {
+    if (key <= first_aligned) return;
+    within = within && media_of(key) >= 0 && (last_key < 0 || media_of(key) == media);
+    media = media_of(key);
+    last_key = std::max(last_key, key);
+  });
+  if (last_key < 0) return true;  // causal pairs only
+  for (int64_t i = pass.tiles[t].begin; within && i < pass.tiles[t].end; ++i) {
+    const int64_t aligned = query_order[i] + offset;
+    within = aligned >= last_key || media_of(aligned) == media;
+  }
+  return within;
+}
+
+}  // namespace
+
 bool attends_causally(const PatternSpec& spec, const PlanShape& shape,
                       const ModalityLayout* layout) {
   const detail::PatternEntry& entry = known_pattern(spec.name);
@@ -112,9 +154,19 @@ bool attends_causally(const PatternSpec& spec, const PlanShape& shape,
   }
   const PlanShape one_head{1, 1, shape.q_len, shape.kv_len, shape.tile_rows};
   const Plan plan = build_plan(spec, one_head, layout);
+  // Causal with bidirectional media counts as causal, as the in-place lifted mask says: a
+  // key-ordered bidirectional image tile reads its image unmasked, the same pairs.
+  const std::vector<int32_t> token_media =
+      layout != nullptr ? layout->token_media() : std::vector<int32_t>{};
   for (int64_t p = 0; p < plan.num_passes(); ++p) {
-    for (const MaskPolicy& mask : plan.pass(p).masks) {
-      if (!mask.causal) return false;
+    const Plan& pass = plan.pass(p);
+    const std::vector<int64_t> query_order = pass.query_order(0);
+    for (int64_t t = 0; t < pass.num_tiles(); ++t) {
+      if (pass.masks[pass.tile_masks[t]].causal) continue;
+      if (layout == nullptr ||
+          !tile_within_bidirectional_media(pass, t, query_order, token_media)) {
+        return false;
+      }
     }
   }
   return true;

@@ -55,8 +55,8 @@ inline BlindSightLayoutCase random_blindsight_case(Random& random, int64_t image
   return result;
 }
 
-// Where a sparse template's spec has its image tiles read keys: a random value of `permute` that
-// suits the case (-1 or 0, and 1 where causal: through a key order or in place), or in place
+// Where a sparse template's spec has its image tiles read keys: a random value of `permute` (-1
+// or 1: through a key order, unmasked for bidirectional tiles; 0: in place), or in place
 // (permute=0, the plans the device builder writes).
 enum class KeyPlacement { kRandom, kInPlace };
 
@@ -71,9 +71,7 @@ inline PatternSpec blindsight_spec(Random& random, const BlindSightLayoutCase& t
     spec.lists["sinks"] = test_case.sink_offsets;
   }
   if (name != "blindsight-dense") {
-    spec.params["permute"] = placement == KeyPlacement::kInPlace
-                                 ? 0
-                                 : random.uniform_int(-1, test_case.bidirectional ? 0 : 1);
+    spec.params["permute"] = placement == KeyPlacement::kInPlace ? 0 : random.uniform_int(-1, 1);
   }
   return spec;
 }

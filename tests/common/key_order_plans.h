@@ -25,6 +25,7 @@ struct KeyOrderPlanOptions {
   int64_t tile_rows = 16;
   int64_t orders = 2;
   double in_place_share = 0.3;       // of the tiles, read in place
+  double unmasked_share = 0.0;       // of the key-ordered tiles, unmasked (any keys, any order)
   bool strided_query_orders = true;  // some head slots take a two-phase query order
 };
 
@@ -104,6 +105,30 @@ inline std::vector<KeySpan> random_ordered_spans(Random& random, const std::vect
   return spans;
 }
 
+// Random spans of `order` for an unmasked tile: per maximal padding-free stretch, whatever its
+// keys' order, maybe one sub-range.
+inline std::vector<KeySpan> random_unmasked_spans(Random& random,
+                                                  const std::vector<int32_t>& order) {
+  std::vector<KeySpan> spans;
+  const auto size = static_cast<int64_t>(order.size());
+  for (int64_t begin = 0; begin < size;) {
+    if (order[begin] == kPaddingKey) {
+      ++begin;
+      continue;
+    }
+    int64_t end = begin + 1;
+    while (end < size && order[end] != kPaddingKey) ++end;
+    if (random.bernoulli(0.6)) {
+      const int64_t lo = random.uniform_int(begin, end - 1);
+      spans.push_back(
+          {static_cast<int32_t>(lo), static_cast<int32_t>(random.uniform_int(lo + 1, end))});
+    }
+    begin = end;
+  }
+  std::shuffle(spans.begin(), spans.end(), random.engine());
+  return spans;
+}
+
 inline std::vector<QueryRun> random_query_order(Random& random, int64_t q_len, bool strided) {
   if (!strided || q_len < 2 || random.bernoulli(0.5)) return {};
   return {{0, (q_len + 1) / 2, 2}, {1, q_len / 2, 2}};
@@ -158,13 +183,19 @@ inline KeyOrderPlan random_key_order_plan(Random& random, const KeyOrderPlanOpti
           identity.push_back(static_cast<int32_t>(key));
       }
       const std::vector<int32_t>& layout = in_place ? identity : orders[o];
-      builder.begin_tile(begin, end, {}, in_place ? kKeysInPlace : o);
-      for (const KeySpan& span : kd::random_ordered_spans(random, layout, lowest)) {
+      const bool unmasked = !in_place && random.bernoulli(options.unmasked_share);
+      builder.begin_tile(begin, end, MaskPolicy{.causal = !unmasked}, in_place ? kKeysInPlace : o);
+      const std::vector<KeySpan> spans = unmasked
+                                             ? kd::random_unmasked_spans(random, layout)
+                                             : kd::random_ordered_spans(random, layout, lowest);
+      for (const KeySpan& span : spans) {
         builder.add_span(span.begin, span.end);
         for (int64_t i = begin; i < end; ++i) {
           const int64_t aligned = query[i] + offset;
           for (int64_t p = span.begin; p < span.end; ++p) {
-            if (layout[p] <= aligned) expected[query[i] * options.kv_len + layout[p]] = 1;
+            if (unmasked || layout[p] <= aligned) {
+              expected[query[i] * options.kv_len + layout[p]] = 1;
+            }
           }
         }
       }

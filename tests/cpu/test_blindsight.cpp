@@ -123,10 +123,9 @@ PatternSpec spec_of(const std::string& mask, const Case& test_case,
   return spec;
 }
 
-// The permute values a case's sparse templates take: in place, the default, and 1 where causal.
-std::vector<int64_t> permute_values(const std::string& mask, const Case& test_case) {
+// The permute values a template takes: in place, the default and 1 (both a key order).
+std::vector<int64_t> permute_values(const std::string& mask) {
   if (mask == "dense") return {kPermuteDefault};
-  if (test_case.bidirectional) return {kInPlace, kPermuteDefault};
   return {kInPlace, kPermuteDefault, kPermute};
 }
 
@@ -158,10 +157,20 @@ void expect_in_place_image_tile(const Plan& plan, int64_t t, int64_t first_posit
 }
 
 // An image tile through a key order: spans only, over no padding slot, two per region at most
-// (the shared keys, the image's own keys) where the sinks are a prefix of each image.
+// (the shared keys, the image's own keys) where the sinks are a prefix of each image. A
+// bidirectional tile is unmasked, with one span per region where its image is one segment.
 void expect_permuted_image_tile(const Plan& plan, int64_t t, const std::string& mask,
-                                bool listed_sinks) {
+                                bool listed_sinks, bool bidirectional, bool one_segment) {
   const int32_t order = plan.tile_key_order(t);
+  const int64_t regions = mask == "sink" ? 1 : 2;
+  const int64_t spans = plan.tile_span_offsets[t + 1] - plan.tile_span_offsets[t];
+  const MaskPolicy& policy = plan.masks[plan.tile_masks[t]];
+  if (bidirectional) {
+    EXPECT_EQ(policy, MaskPolicy{.causal = false}) << "tile " << t;
+    if (one_segment) EXPECT_LE(spans, regions) << "tile " << t;
+  } else {
+    EXPECT_EQ(policy, MaskPolicy{}) << "tile " << t;
+  }
   ASSERT_NE(order, kKeysInPlace) << "tile " << t;
   EXPECT_EQ(plan.tile_column_offsets[t], plan.tile_column_offsets[t + 1]) << "tile " << t;
   EXPECT_EQ(plan.tile_strided_offsets[t], plan.tile_strided_offsets[t + 1]) << "tile " << t;
@@ -171,11 +180,12 @@ void expect_permuted_image_tile(const Plan& plan, int64_t t, const std::string& 
       ASSERT_NE(slots[slot], kPaddingKey) << "tile " << t << " slot " << slot;
     }
   }
-  const int64_t regions = mask == "sink" ? 1 : 2;
-  if (!listed_sinks) {
-    EXPECT_LE(plan.tile_span_offsets[t + 1] - plan.tile_span_offsets[t], 2 * regions)
-        << "tile " << t;
-  }
+  if (!listed_sinks) EXPECT_LE(spans, 2 * regions) << "tile " << t;
+}
+
+int64_t segments_of(const ModalityLayout& layout, int32_t image) {
+  return std::count_if(layout.segments().begin(), layout.segments().end(),
+                       [&](const Segment& segment) { return segment.media == image; });
 }
 
 // The plan of one template and key placement equals the oracle pair by pair; tiles hold one image
@@ -201,7 +211,7 @@ void check_plan(const Case& test_case, const Oracle& oracle, const std::string& 
     }
   }
   EXPECT_EQ(count_plan_pairs(plan, 0), pairs);
-  const bool permuted = mask != "dense" && permute != kInPlace && !test_case.bidirectional;
+  const bool permuted = mask != "dense" && permute != kInPlace && !layout.media().empty();
   if (!permuted) EXPECT_FALSE(plan.has_key_orders());
   const std::vector<int64_t> order = plan.query_order(0);
   if (mask != "dense") expect_images_then_text(oracle, offset, order);
@@ -222,7 +232,8 @@ void check_plan(const Case& test_case, const Oracle& oracle, const std::string& 
       if (t + 1 < plan.num_tiles()) EXPECT_EQ(tile.end - tile.begin, shape.tile_rows);
       EXPECT_EQ(plan.tile_key_order(t), kKeysInPlace) << "tile " << t;
     } else if (permuted) {
-      expect_permuted_image_tile(plan, t, mask, !test_case.offsets.empty());
+      expect_permuted_image_tile(plan, t, mask, !test_case.offsets.empty(), test_case.bidirectional,
+                                 segments_of(layout, image) == 1);
     } else {
       expect_in_place_image_tile(plan, t, first_row + offset);
     }
@@ -236,7 +247,7 @@ void check_case(const Case& test_case, int64_t q_len, int64_t tile_rows) {
   const Oracle oracle =
       make_oracle(test_case.layout, test_case.percent, test_case.offsets, test_case.bidirectional);
   for (const std::string& mask : kMasks) {
-    for (const int64_t permute : permute_values(mask, test_case)) {
+    for (const int64_t permute : permute_values(mask)) {
       check_plan(test_case, oracle, mask, permute, shape);
     }
   }
@@ -303,7 +314,7 @@ TEST(BlindSight, KeyRunsFillWholeChunks) {
 }
 
 // Attention over the plans equals masked-dense attention over the oracle's mask: every template
-// in place and with its default placement (a key order where causal) in one plan, GQA 4.
+// in place and through its key order (permute=1; bidirectional tiles unmasked) in one plan, GQA 4.
 TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
   test::Random random;
   SCOPED_TRACE(random.trace());
@@ -321,7 +332,7 @@ TEST(BlindSight, PlannedAttentionEqualsMaskedDenseOracle) {
     const Tensor k = random.normal_tensor(DType::kFloat32, {1, kv_len, kKvHeads, kDim});
     const Tensor v = random.normal_tensor(DType::kFloat32, {1, kv_len, kKvHeads, kDim});
     std::vector<PatternSpec> specs;
-    for (const int64_t permute : {kPermuteDefault, kInPlace}) {
+    for (const int64_t permute : {kPermute, kInPlace}) {
       for (const std::string& mask : kMasks) specs.push_back(spec_of(mask, test_case, permute));
     }
     const Plan plan =
@@ -371,8 +382,7 @@ TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
   constexpr int64_t kKvHeads = 2;
   constexpr int64_t kDim = 16;
   constexpr double kTolerance = 2e-5;
-  Case test_case = random_case(random, random.uniform_int(2, 6), false);
-  test_case.bidirectional = false;
+  const Case test_case = random_case(random, random.uniform_int(2, 6), false);
   const int64_t kv_len = test_case.layout.length();
   const int64_t q_len = random.bernoulli(0.5) ? kv_len : random.uniform_int(1, kv_len);
   const std::vector<PatternSpec> specs = {
@@ -414,7 +424,8 @@ TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
         << "out element " << i;
   }
   // The BlindSight heads' slots equal the oracle too (the masks above are the plan's own).
-  const Oracle oracle = make_oracle(test_case.layout, test_case.percent, {}, false);
+  const Oracle oracle =
+      make_oracle(test_case.layout, test_case.percent, {}, test_case.bidirectional);
   const std::vector<uint8_t> first_sink = materialize_mask(plan, 0);
   for (int64_t row = 0; row < q_len; ++row) {
     for (int64_t key = 0; key < kv_len; ++key) {
@@ -422,6 +433,76 @@ TEST(BlindSight, ConfigsMixPermutedHeadsWithOtherPatterns) {
                 oracle.keeps("sink", row + kv_len - q_len, key));
     }
   }
+}
+
+// Gemma 3-style heads through key orders (masks reading no tokens) beside in-place ones (the
+// lifted mask, which reads them) and other patterns: the plan carries the token arrays and
+// validates. A plan of the key-ordered heads alone needs none, until it holds the others' policies
+// (as a per-head config's host section does, its masks renumbered to the layer's table): then it
+// must take the layout's token arrays to validate.
+TEST(BlindSight, BidirectionalHeadsInAndOutOfPlaceShareTheTokenArrays) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  Case test_case = random_case(random, random.uniform_int(2, 6), false);
+  test_case.bidirectional = true;
+  const int64_t kv_len = test_case.layout.length();
+  const int64_t q_len = kv_len;  // every image has its rows: the in-place heads read tokens
+  const std::vector<PatternSpec> key_ordered = {
+      spec_of("sink", test_case, kPermute), PatternSpec{"dense", {}},
+      PatternSpec{"a-shape", {{"sink", 4}, {"local", 24}}}, spec_of("intra-sink", test_case)};
+  std::vector<PatternSpec> mixed = key_ordered;
+  mixed.push_back(spec_of("sink", test_case, kInPlace));
+  mixed.push_back(spec_of("intra", test_case, kInPlace));
+  const auto shape_of = [&](const std::vector<PatternSpec>& specs) {
+    return PlanShape{.heads = static_cast<int64_t>(specs.size()),
+                     .q_len = q_len,
+                     .kv_len = kv_len,
+                     .tile_rows = 16};
+  };
+  const Plan plan = build_plan(mixed, shape_of(mixed), &test_case.layout);
+  SCOPED_TRACE("layout " + test_case.layout.to_json() + " plan " + plan.summary());
+  EXPECT_NO_THROW(plan.validate());
+  EXPECT_TRUE(plan.has_key_orders());
+  EXPECT_EQ(static_cast<int64_t>(plan.token_media.size()), kv_len);
+
+  Plan ordered = build_plan(key_ordered, shape_of(key_ordered), &test_case.layout);
+  EXPECT_NO_THROW(ordered.validate());
+  for (const MaskPolicy& mask : plan.masks) {
+    if (std::find(ordered.masks.begin(), ordered.masks.end(), mask) == ordered.masks.end()) {
+      ordered.masks.push_back(mask);
+    }
+  }
+  ASSERT_TRUE(ordered.token_media.empty()) << "key-ordered heads read no token arrays";
+  expect_error([&] { ordered.validate(); }, ErrorCode::kInvalidArgument,
+               {"plan.token_modality", "needs token arrays"});
+  ordered.attach_layout(test_case.layout);
+  EXPECT_NO_THROW(ordered.validate());
+}
+
+// A causal workload takes every template in both styles, in place and through key orders: the
+// unmasked image tiles of a bidirectional head read past their rows only inside their own image,
+// the pairs the in-place lifted mask keeps. Full attention reads other keys past its rows too.
+TEST(BlindSight, BidirectionalKeyOrdersAttendCausallyWithBidirectionalMedia) {
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const Case test_case = random_case(random, random.uniform_int(2, 6), false);
+  const int64_t kv_len = test_case.layout.length();
+  const PlanShape shape{.q_len = random.uniform_int(1, kv_len), .kv_len = kv_len, .tile_rows = 16};
+  SCOPED_TRACE("layout " + test_case.layout.to_json());
+  for (const bool bidirectional : {false, true}) {
+    Case style = test_case;
+    style.bidirectional = bidirectional;
+    for (const std::string& mask : {"sink", "intra", "intra-sink"}) {
+      for (const int64_t permute : permute_values(mask)) {
+        const PatternSpec spec = spec_of(mask, style, permute);
+        EXPECT_TRUE(attends_causally(spec, shape, &style.layout)) << spec.to_string();
+      }
+    }
+  }
+  // Every row, so that full attention reads keys past them (the last rows alone would not).
+  const PlanShape every_row{.q_len = kv_len, .kv_len = kv_len, .tile_rows = 16};
+  EXPECT_FALSE(attends_causally(PatternSpec{"full", {}}, every_row, &test_case.layout));
+  EXPECT_FALSE(attends_causally(PatternSpec{"full", {}}, every_row));
 }
 
 // Without a layout every token is text: every template is the causal mask.
@@ -481,8 +562,6 @@ TEST(BlindSight, BadSpecsAndLayoutsAreNamedErrors) {
                {"blindsight-intra parameter bidirectional", "0 or 1"});
   expect_error(build("blindsight-intra:permute=2"), ErrorCode::kInvalidArgument,
                {"blindsight-intra parameter permute", "-1", "0 (in place) or 1", "got 2"});
-  expect_error(build("blindsight-sink:bidirectional=1,permute=1"), ErrorCode::kInvalidArgument,
-               {"blindsight-sink parameter permute", "0 or -1 with bidirectional=1", "got 1"});
   expect_error(build("blindsight-dense:permute=0"), ErrorCode::kInvalidArgument,
                {"blindsight-dense", "parameters bidirectional", "\"permute\""});
   expect_error(build("blindsight-sink:sinks=4"), ErrorCode::kInvalidArgument,

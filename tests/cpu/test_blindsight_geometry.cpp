@@ -91,8 +91,8 @@ void expect_geometry_is_the_plan(const PatternSpec& spec, const PlanShape& shape
     EXPECT_EQ(written.spans[s].begin, host.spans[s].begin) << "span " << s;
     EXPECT_EQ(written.spans[s].end, host.spans[s].end) << "span " << s;
   }
-  // The host attaches the layout to every bidirectional plan; the upload reads it only where a
-  // mask needs it.
+  // The host attaches the layout to every bidirectional plan in place; the upload reads it only
+  // where a mask needs it.
   if (geometry.token_masks) EXPECT_EQ(written.token_media, host.token_media);
   // The counts and offsets the device sizes its buffer and places its records with.
   EXPECT_EQ(geometry.spans, static_cast<int64_t>(host.spans.size()));
@@ -184,17 +184,19 @@ TEST(BlindSightGeometry, ThrowsWhatTheHostBuilderThrows) {
 }
 
 // Plans through a key order are the host builder's: the geometry (the device builder's) refuses
-// them by name, and takes the same template in place or bidirectional.
+// them by name (bidirectional ones too), and takes the same templates in place.
 TEST(BlindSightGeometry, RefusesKeyOrders) {
   const ModalityLayout layout = LayoutBuilder().text(10).image({1, 4, 4}).text(5).build();
   const PlanShape shape{.heads = 1, .q_len = layout.length(), .kv_len = layout.length()};
   for (const char* text :
-       {"blindsight-sink", "blindsight-intra:permute=1", "blindsight-intra-sink:permute=-1"}) {
+       {"blindsight-sink", "blindsight-intra:permute=1", "blindsight-intra-sink:permute=-1",
+        "blindsight-intra:bidirectional=1", "blindsight-sink:bidirectional=1,permute=1"}) {
     const PatternSpec spec = resolve_pattern(PatternSpec::parse(text), &layout);
     testing::expect_error([&] { (void)detail::blindsight_geometry(spec, shape, &layout); },
                           ErrorCode::kUnsupported, {"key order", "permute=0"});
   }
-  for (const char* text : {"blindsight-sink:permute=0", "blindsight-intra:bidirectional=1"}) {
+  for (const char* text :
+       {"blindsight-sink:permute=0", "blindsight-intra:bidirectional=1,permute=0"}) {
     expect_geometry_is_the_plan(PatternSpec::parse(text), shape, layout);
   }
 }

@@ -46,6 +46,7 @@ TEST_P(RandomKeyOrderPlans, ComputeTheGeneratorsPairs) {
     options.kv_len = c.kv_len;
     options.tile_rows = random.uniform_int(1, 24);
     options.orders = random.uniform_int(1, 3);
+    options.unmasked_share = 0.3;
     const test::KeyOrderPlan generated = test::random_key_order_plan(random, options);
     const Plan& plan = generated.plan;
     ASSERT_TRUE(plan.has_key_orders());
@@ -193,6 +194,73 @@ TEST(KeyOrders, ValidationNamesEveryBrokenRestriction) {
   plan = valid_plan();
   plan.tile_key_orders[0] = 0;
   expect_invalid(plan, {"plan.spans", "tile 0 of head slot 0", "up to 7", "lowest aligned row"});
+}
+
+// The unmasked policy: a key-ordered tile keeps every pair of its spans, so they may hold keys in
+// any order, after the tile's rows too; padding, overlaps and other mask terms stay refused.
+constexpr MaskPolicy kUnmasked{.causal = false};
+
+Plan unmasked_plan() {
+  PlanBuilder builder({.batch = 1, .heads = 1, .q_len = 12, .kv_len = 12, .tile_rows = 4});
+  builder.add_key_order(gathered_order());
+  builder.add_key_order({11, 10, 3, 2});
+  builder.begin_head();
+  builder.begin_tile(0, 4, kUnmasked, 0);
+  builder.add_span(0, 4);   // keys 0, 1, 8, 9: past rows 0-3
+  builder.add_span(6, 14);  // keys 2-7, 10, 11
+  builder.begin_tile(4, 8, kUnmasked, 1);
+  builder.add_span(0, 4);  // keys 11, 10, 3, 2: descending
+  builder.begin_tile(8, 12);
+  builder.add_span(0, 12);
+  return builder.finish();
+}
+
+TEST(KeyOrders, UnmaskedTilesReadTheirSlotsInAnyOrder) {
+  const Plan plan = unmasked_plan();
+  const std::vector<uint8_t> mask = materialize_mask(plan, 0);
+  for (int64_t row = 0; row < 12; ++row) {
+    for (int64_t key = 0; key < 12; ++key) {
+      const bool expected = row < 4 || (row < 8 ? key == 2 || key == 3 || key >= 10 : key <= row);
+      ASSERT_EQ(mask[row * 12 + key] != 0, expected) << "row " << row << " key " << key;
+    }
+  }
+  EXPECT_EQ(count_plan_pairs(plan, 0), 4 * 12 + 4 * 4 + (9 + 10 + 11 + 12));
+  test::Random random;
+  SCOPED_TRACE(random.trace());
+  const Tensor q = random.normal_tensor(DType::kFloat32, {1, 12, 1, kHeadDim});
+  const Tensor k = random.normal_tensor(DType::kFloat32, {1, 12, 1, kHeadDim});
+  const Tensor v = random.normal_tensor(DType::kFloat32, {1, 12, 1, kHeadDim});
+  test::expect_plan_equals_masked_oracle(plan, q.view(), k.view(), v.view(), kTolerance);
+}
+
+TEST(KeyOrders, UnmaskedTilesStillRefusePaddingOverlapsAndOtherTerms) {
+  Plan plan = unmasked_plan();
+  plan.spans[1] = {5, 14};  // slot 5 is padding
+  expect_invalid(plan, {"plan.spans", "tile 0 of head slot 0", "padding slot 5"});
+  plan = unmasked_plan();
+  plan.spans[0] = {0, 5};
+  expect_invalid(plan, {"plan.spans", "tile 0 of head slot 0", "padding slot 4"});
+  plan = unmasked_plan();
+  plan.spans[1] = {3, 4};
+  expect_invalid(plan, {"plan.spans", "overlapping", "key order 0"});
+  plan = unmasked_plan();
+  plan.spans[2].end = 5;
+  expect_invalid(plan, {"plan.spans", "key order 1", "[0, 4)"});
+  for (const MaskPolicy& other : {MaskPolicy{.causal = false, .window = 4},
+                                  MaskPolicy{.causal = false, .media_bidirectional = true},
+                                  MaskPolicy{.causal = false, .same_media = true}}) {
+    plan = unmasked_plan();
+    plan.token_modality.assign(12, 0);  // all text: the token masks have their arrays
+    plan.token_media.assign(12, -1);
+    plan.masks.push_back(other);
+    plan.tile_masks[1] = static_cast<int32_t>(plan.masks.size()) - 1;
+    expect_invalid(plan, {"plan.tile_masks", "tile 1 of head slot 0", "plain causal mask or none"});
+  }
+  // The same descending span under the causal mask: its positions would be read.
+  plan = unmasked_plan();
+  plan.masks.push_back({});
+  plan.tile_masks[1] = static_cast<int32_t>(plan.masks.size()) - 1;
+  expect_invalid(plan, {"plan.spans", "tile 1 of head slot 0", "do not strictly increase"});
 }
 
 TEST(KeyOrders, ConvertersRejectKeyOrderedPlans) {

@@ -5,8 +5,9 @@
 // lists; causal and bidirectional; several head slots, q_len <= kv_len, tile heights 64 and 128);
 // attention over them matches the fp64 oracle with GQA; prepare_pattern takes them; and a Gemma 3
 // config (bidirectional images: token masks) mixes with other device-built heads in one plan. The
-// device builder writes in-place plans (permute=0, or bidirectional): plans through key orders are
-// built on the host and uploaded, alone or as parts of a per-head config.
+// device builder writes in-place plans (permute=0): plans through key orders (causal, or
+// bidirectional and unmasked) are built on the host and uploaded, alone or as parts of a per-head
+// config.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -167,7 +168,7 @@ TEST_F(GpuBlindSightBuilder, PreparePatternBuildsOnTheDevice) {
   const PlanShape shape{.heads = 4, .q_len = kv_len, .kv_len = kv_len};
   const Device gpu{DeviceType::kCUDA, 0};
   for (const char* name : kBlindSightTemplates) {
-    const PatternSpec spec = blindsight_spec(random, test_case, name);
+    const PatternSpec spec = blindsight_spec(random, test_case, name, KeyPlacement::kInPlace);
     EXPECT_TRUE(builds_plan_on_device(spec, shape, &test_case.layout, gpu)) << name;
     const PreparedPlan prepared = prepare_pattern(spec, shape, &test_case.layout, gpu, stream_);
     const Plan host = build_plan(spec, shape, &test_case.layout);
@@ -177,46 +178,51 @@ TEST_F(GpuBlindSightBuilder, PreparePatternBuildsOnTheDevice) {
   }
 }
 
-// Causal sparse templates through key orders (the default) are built on the host and uploaded by
-// prepare_pattern: the device builder answers no (its geometry refuses them: the CPU test), and the
-// prepared plan is the host builder's; attention through it matches the oracle.
+// Sparse templates through key orders (the default; bidirectional ones unmasked) are built on the
+// host and uploaded by prepare_pattern: the device builder answers no (its geometry refuses them:
+// the CPU test), and the prepared plan is the host builder's; attention through it matches the
+// oracle.
 TEST_F(GpuBlindSightBuilder, KeyOrderedPlansAreBuiltOnTheHost) {
   Random random;
   SCOPED_TRACE(random.trace());
-  BlindSightLayoutCase test_case = random_blindsight_case(random, 4, 12, kMaxText);
-  test_case.bidirectional = false;
-  const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, cuda::AttentionKernel::kWgmma,
-                            cuda::kMaxTileRows};
-  ProblemSize size = random_problem(random, config, 1, 2);
-  size.kv_len = test_case.layout.length();
-  size.q_len = size.kv_len;
-  const PlanShape shape{.heads = size.q_heads(),
-                        .q_len = size.q_len,
-                        .kv_len = size.kv_len,
-                        .tile_rows = size.tile_rows};
-  const Device gpu{DeviceType::kCUDA, 0};
-  for (const char* name : {"blindsight-sink", "blindsight-intra", "blindsight-intra-sink"}) {
-    const PatternSpec spec = resolve_pattern(PatternSpec{name, {}}, &test_case.layout);
-    SCOPED_TRACE(spec.to_string() + " layout " + test_case.layout.to_json());
-    EXPECT_FALSE(builds_plan_on_device(spec, shape, &test_case.layout, gpu));
-    EXPECT_EQ(detail::device_builder_for(spec, shape, &test_case.layout, false), nullptr);
-    const PreparedPlan prepared = prepare_pattern(spec, shape, &test_case.layout, gpu, stream_);
-    const Plan host = build_plan(spec, shape, &test_case.layout);
-    EXPECT_TRUE(host.has_key_orders());
-    for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
-      EXPECT_EQ(materialize_mask(prepared.plan(), slot), materialize_mask(host, slot));
+  for (const bool bidirectional : {false, true}) {
+    BlindSightLayoutCase test_case = random_blindsight_case(random, 4, 12, kMaxText);
+    test_case.bidirectional = bidirectional;
+    const KernelConfig config{DType::kBFloat16, cuda::kWgmmaHeadDim, cuda::AttentionKernel::kWgmma,
+                              cuda::kMaxTileRows};
+    ProblemSize size = random_problem(random, config, 1, 2);
+    size.kv_len = test_case.layout.length();
+    size.q_len = size.kv_len;
+    const PlanShape shape{.heads = size.q_heads(),
+                          .q_len = size.q_len,
+                          .kv_len = size.kv_len,
+                          .tile_rows = size.tile_rows};
+    const Device gpu{DeviceType::kCUDA, 0};
+    for (const char* name : {"blindsight-sink", "blindsight-intra", "blindsight-intra-sink"}) {
+      const PatternSpec spec = resolve_pattern(
+          PatternSpec{name, {{"bidirectional", bidirectional ? 1 : 0}}}, &test_case.layout);
+      SCOPED_TRACE(spec.to_string() + " layout " + test_case.layout.to_json());
+      EXPECT_FALSE(builds_plan_on_device(spec, shape, &test_case.layout, gpu));
+      EXPECT_EQ(detail::device_builder_for(spec, shape, &test_case.layout, false), nullptr);
+      const PreparedPlan prepared = prepare_pattern(spec, shape, &test_case.layout, gpu, stream_);
+      const Plan host = build_plan(spec, shape, &test_case.layout);
+      EXPECT_TRUE(host.has_key_orders());
+      for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+        EXPECT_EQ(materialize_mask(prepared.plan(), slot), materialize_mask(host, slot));
+      }
+      const AttentionInputs inputs = random_inputs(random, size);
+      expect_matches_oracle(host, inputs, size,
+                            run_gpu(cuda::upload_passes(prepared.plan(), nullptr), inputs, size,
+                                    random_layout(random)));
     }
-    const AttentionInputs inputs = random_inputs(random, size);
-    expect_matches_oracle(host, inputs, size,
-                          run_gpu(cuda::upload_passes(prepared.plan(), nullptr), inputs, size,
-                                  random_layout(random)));
   }
 }
 
 // A Gemma 3 config: bidirectional BlindSight heads of every template beside dense and A-shape
-// heads, all built on the GPU and concatenated with one token array, record for record the upload
-// of the host plan; attention through it matches the oracle. And a Qwen config the same way, its
-// heads through key orders built on the host and uploaded as parts of the one plan.
+// heads, those in place built on the GPU and concatenated with one token array, those through key
+// orders (unmasked) built on the host and uploaded as parts of the one plan, record for record the
+// upload of the host plan; attention through it matches the oracle. And a Qwen config the same
+// way.
 TEST_F(GpuBlindSightBuilder, ConfigsMixWithOtherDeviceBuiltHeads) {
   Random random;
   SCOPED_TRACE(random.trace());

@@ -3,7 +3,8 @@
 // estimated from device q and k with every line kept, so that no rounding decides a line) with
 // BlindSight heads whose image tiles read K and V through key orders (permute=1, built on the host
 // and uploaded as the host section), with GQA where query heads of one KV head read through
-// different orders (blindsight-intra's and blindsight-sink's); random multi-image layouts, q_len at
+// different orders (blindsight-intra's and blindsight-sink's), causal and bidirectional (unmasked
+// image tiles); random multi-image layouts, q_len at
 // or below kv_len, both kernels. The concatenation equals the upload of build_plan's plan record
 // for record (span shifts and orders included), its download is that plan, prepare_pattern's host
 // copy too, and attention through it matches the fp64 oracle. Random key-ordered plans, uploaded
@@ -127,7 +128,8 @@ TEST_P(GpuKeyOrdersConfig, MixedHeadsMatchTheHostPlanAndTheOracle) {
   for (int trial = 0; trial < kConfigTrials; ++trial) {
     BlindSightLayoutCase test_case =
         random_blindsight_case(random, random.uniform_int(2, kMaxImages), kMaxSide, kMaxText);
-    test_case.bidirectional = false;  // key orders serve causal image tiles
+    // Both styles: bidirectional image tiles read their order unmasked.
+    test_case.bidirectional = trial % 2 == 1;
     const ModalityLayout& layout = test_case.layout;
     const ProblemSize size = layer_size(random, config, layout.length());
     const PlanShape shape = plan_shape(size);

@@ -1,8 +1,8 @@
 // Plans whose tiles read keys through key orders (Plan::key_orders) on the CUDA engine: random
-// plans mixing key-ordered and in-place tiles (orders with scattered runs and padding, GQA, odd
-// lengths, q_len < kv_len, K and V in random memory layouts) against the fp64 oracle and the CPU
-// reference, in both upload forms, on both kernels and both CTA schedules of the wgmma kernel; and
-// the upload's refusal of an invalid one.
+// plans mixing key-ordered (causal or unmasked) and in-place tiles (orders with scattered runs and
+// padding, GQA, odd lengths, q_len < kv_len, K and V in random memory layouts) against the fp64
+// oracle and the CPU reference, in both upload forms, on both kernels and both CTA schedules of
+// the wgmma kernel; and the upload's refusal of an invalid one.
 
 #include <gtest/gtest.h>
 
@@ -36,6 +36,7 @@ KeyOrderPlan plan_for(Random& random, const ProblemSize& size, bool broadcast) {
   options.kv_len = size.kv_len;
   options.tile_rows = size.tile_rows;  // tiles of random lengths up to it
   options.orders = random.uniform_int(1, 3);
+  options.unmasked_share = 0.3;  // some key-ordered tiles unmasked: spans of keys in any order
   return random_key_order_plan(random, options);
 }
 

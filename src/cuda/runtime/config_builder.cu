@@ -325,13 +325,25 @@ std::vector<MaskPolicy> global_masks(std::vector<Section>& sections, const Plan&
   return masks;
 }
 
+// Whether a policy of `masks` reads the token arrays (same-media, bidirectional images).
+bool any_token_masks(const std::vector<MaskPolicy>& masks) {
+  return std::any_of(masks.begin(), masks.end(),
+                     [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
+}
+
 // The host section's plan, its masks renumbered to the global table, uploaded (with its key
-// orders, which the concatenation carries: the device sections have none).
+// orders, which the concatenation carries: the device sections have none). The global table may
+// hold token-reading policies of other sections (a device-built bidirectional head beside
+// key-ordered ones whose own masks read no tokens); a plan holding such a policy must carry the
+// token arrays to validate, so the host plan takes the layout's.
 void upload_host_section(Section& host, Plan host_plan, const std::vector<MaskPolicy>& masks,
-                         cudaStream_t stream) {
+                         const ModalityLayout* layout, cudaStream_t stream) {
   std::vector<MaskPolicy> table = masks;
   for (int32_t& mask : host_plan.tile_masks) mask = mask_index(table, host_plan.masks[mask]);
   host_plan.masks = masks;
+  if (any_token_masks(masks) && host_plan.token_modality.empty() && layout != nullptr) {
+    host_plan.attach_layout(*layout);
+  }
   host.plan = DevicePlan(host_plan, stream);
 }
 
@@ -391,8 +403,7 @@ ConfigSizes config_sizes(const std::vector<Section>& sections, const PlanShape& 
                                              " tiles; the schedule indexes tiles in int32");
   }
   // One token array serves every section: a layer has one layout.
-  sizes.token_masks = std::any_of(masks.begin(), masks.end(),
-                                  [](const MaskPolicy& mask) { return mask.needs_token_arrays(); });
+  sizes.token_masks = any_token_masks(masks);
   // Zeroed up to the spans: the padding between sections, as the upload has it.
   sizes.layout = plan_layout({shape.head_slots(), runs, sizes.tiles,
                               static_cast<int64_t>(masks.size()), span_capacity,
@@ -442,12 +453,14 @@ ConfigBuild build_config_plan_on_device(const std::vector<PatternSpec>& resolved
   Plan host_plan;
   if (host != nullptr) host_plan = build_and_time_host_section(*host, shape, inputs, *timer);
   const std::vector<MaskPolicy> masks = global_masks(sections, host_plan, shape, inputs.layout);
-  if (host != nullptr) upload_host_section(*host, std::move(host_plan), masks, cuda_stream);
-  const ConfigSizes sizes = config_sizes(sections, shape, masks);
-  if (sizes.token_masks && inputs.layout == nullptr) {
+  if (any_token_masks(masks) && inputs.layout == nullptr) {
     throw_invalid_argument("prepare_pattern layout",
                            "the layout (masks that read tokens need its token array)", "none");
   }
+  if (host != nullptr) {
+    upload_host_section(*host, std::move(host_plan), masks, inputs.layout, cuda_stream);
+  }
+  const ConfigSizes sizes = config_sizes(sections, shape, masks);
 
   section_streams->join();
   timer->assembly_first = timer->record(cuda_stream);

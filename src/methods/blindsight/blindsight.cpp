@@ -23,10 +23,10 @@ const std::string kSinkPercentParam = "sink_percent";
 const std::string kSinksList = "sinks";
 const std::string kBidirectionalParam = "bidirectional";
 const std::string kPermuteParam = "permute";
-// permute's values: in place, a key order where the mask is causal, a key order required.
-constexpr int64_t kPermuteCausal = -1;
+// permute's values: the default (a key order), in place, a key order.
+constexpr int64_t kPermuteDefault = -1;
 constexpr int64_t kKeepInPlace = 0;
-constexpr int64_t kPermuteRequired = 1;
+constexpr int64_t kPermuteAlways = 1;
 
 // Consecutive positions as ranges.
 std::vector<KeyRange> runs_of(const std::vector<int64_t>& ascending_positions) {
@@ -217,20 +217,13 @@ bool permutes_keys(const PatternSpec& spec, const ModalityLayout* layout) {
   const auto found = spec.params.find(kPermuteParam);
   if (found == spec.params.end()) return false;  // blindsight-dense
   const int64_t permute = found->second;
-  if (permute != kPermuteCausal && permute != kKeepInPlace && permute != kPermuteRequired) {
+  if (permute != kPermuteDefault && permute != kKeepInPlace && permute != kPermuteAlways) {
     throw_invalid_argument(spec.name + " parameter " + kPermuteParam,
-                           "-1 (key order where causal), 0 (in place) or 1 (key order)",
-                           std::to_string(permute));
-  }
-  const bool bidirectional = checked_flag(spec, kBidirectionalParam);
-  if (bidirectional && permute == kPermuteRequired) {
-    throw_invalid_argument(spec.name + " parameter " + kPermuteParam,
-                           "0 or -1 with bidirectional=1 (bidirectional image tiles read keys "
-                           "after their rows, in place)",
+                           "-1 (key order, the default), 0 (in place) or 1 (key order)",
                            std::to_string(permute));
   }
   const bool images = layout != nullptr && !layout->media().empty();
-  return images && !bidirectional && permute != kKeepInPlace;
+  return images && permute != kKeepInPlace;
 }
 
 BlindSightMask blindsight_mask_of(const PatternSpec& resolved_spec) {
@@ -298,10 +291,14 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
   }
   const ImageLayout images = read_layout(*context.layout, spec, mask);
   builder.begin_head(images_then_text_order(images.token_media, shape));
-  if (bidirectional) builder.attach_layout(*context.layout);
-  const MaskPolicy image_mask{.causal = true, .media_bidirectional = bidirectional};
   const int64_t offset = shape.causal_offset();
   const bool permuted = permutes_keys(spec, context.layout);
+  // In place, bidirectional image tiles take the media lift, which reads the layout's tokens;
+  // through the order they read only keys every row sees, unmasked (bidirectional_tile_spans).
+  if (bidirectional && !permuted) builder.attach_layout(*context.layout);
+  const MaskPolicy image_mask =
+      bidirectional && permuted ? MaskPolicy{.causal = false}
+                                : MaskPolicy{.causal = true, .media_bidirectional = bidirectional};
   const BlindSightKeyOrder key_order =
       permuted ? blindsight_key_order(images, mask) : BlindSightKeyOrder{};
   int32_t key_order_index = kKeysInPlace;  // added with its first tile
@@ -323,7 +320,9 @@ void build_sparse(PlanBuilder& builder, const PatternSpec& spec, const HeadConte
         // no tile (O = 0, LSE = -inf, as the mask says) rather than in an empty one.
         if (permuted) {
           const std::vector<SlotSpan> spans =
-              permuted_tile_spans(key_order, mask, image, begin + offset, end - 1 + offset);
+              bidirectional
+                  ? bidirectional_tile_spans(key_order, images, mask, image, end - 1 + offset)
+                  : permuted_tile_spans(key_order, mask, image, begin + offset, end - 1 + offset);
           if (spans.empty()) continue;
           if (key_order_index == kKeysInPlace) {
             key_order_index = builder.add_key_order(key_order.slots);
@@ -360,10 +359,12 @@ void build_intra_sink(PlanBuilder& builder, const PatternSpec& spec, const HeadC
 }
 
 Params image_params(int64_t) { return {{kBidirectionalParam, 0}}; }
-Params intra_params(int64_t) { return {{kBidirectionalParam, 0}, {kPermuteParam, kPermuteCausal}}; }
+Params intra_params(int64_t) {
+  return {{kBidirectionalParam, 0}, {kPermuteParam, kPermuteDefault}};
+}
 Params sink_params(int64_t) {
   return {{kBidirectionalParam, 0},
-          {kPermuteParam, kPermuteCausal},
+          {kPermuteParam, kPermuteDefault},
           {kSinkPercentParam, kDefaultSinkPercent}};
 }
 Lists sink_lists() { return {{kSinksList, {}}}; }
@@ -382,7 +383,7 @@ PatternEntry& blindsight_entry(BlindSightMask mask) {
       {{"blindsight-sink",
         "BlindSight sink head: image queries read text and every image's sink (the first "
         "sink_percent% of each image, or the offsets sinks=[a/b/c]); text queries every key; "
-        "causal image tiles read K and V through a key order unless permute=0; exact",
+        "image tiles read K and V through a key order unless permute=0; exact",
         "blindsight-sink"},
        build_sink,
        sink_params,
@@ -392,14 +393,14 @@ PatternEntry& blindsight_entry(BlindSightMask mask) {
        sink_lists},
       {{"blindsight-intra",
         "BlindSight intra-image head: image queries read text and their own image; text queries "
-        "every key; causal image tiles read K and V through a key order unless permute=0; exact",
+        "every key; image tiles read K and V through a key order unless permute=0; exact",
         "blindsight-intra"},
        build_intra,
        intra_params},
       {{"blindsight-intra-sink",
         "BlindSight intra-image+sink head: image queries read text, their own image and every "
-        "image's sink; text queries every key; causal image tiles read K and V through a key "
-        "order unless permute=0; exact",
+        "image's sink; text queries every key; image tiles read K and V through a key order "
+        "unless permute=0; exact",
         "blindsight-intra-sink"},
        build_intra_sink,
        sink_params,

@@ -15,9 +15,9 @@
 // Plans: query tiles never mix text with image rows nor two images (a tile has one key set). The
 // query order puts every image row first and every text row after them, both ascending, so that
 // text rows, a few dozen between images, fill whole tiles instead of one short tile per gap (each
-// reads every key before it). Causal sparse templates read an image tile's keys through a key
-// order (permutes_keys, blindsight_order.h: the paper's permutation of K and V, App. L, Fig. 18)
-// as a few spans; with permute=0 or bidirectional images, in place: contiguous key runs of at
+// reads every key before it). Sparse templates read an image tile's keys through a key order
+// (permutes_keys, blindsight_order.h: the paper's permutation of K and V, App. L, Fig. 18) as a
+// few spans, bidirectional ones unmasked; with permute=0, in place: contiguous key runs of at
 // least kGatherChunkKeys are spans and shorter ones (sinks, the text between images) gathered
 // columns, which the engines pack into full key chunks (the packing without moving memory).
 
@@ -65,11 +65,10 @@ struct ImageLayout {
 };
 
 // Whether a head of `resolved_spec` over `layout` reads its image tiles' keys through a key order
-// (blindsight_order.h) rather than in place: a sparse template over a layout with images, causal
-// (bidirectional=0) and permute not 0. permute=-1 (the default) permutes the causal templates and
-// keeps bidirectional ones in place; permute=1 asks for the order and is an error with
-// bidirectional=1 (a bidirectional image tile reads keys after its rows, which an order's spans
-// cannot mask); permute=0 keeps every tile in place.
+// (blindsight_order.h) rather than in place: a sparse template over a layout with images
+// and permute not 0 (-1, the default, or 1). Causal image tiles then read their keys under the
+// causal mask; bidirectional ones read only keys every row of the tile sees (earlier text and
+// sinks, the image's own keys), unmasked. permute=0 keeps every tile in place.
 bool permutes_keys(const PatternSpec& resolved_spec, const ModalityLayout* layout);
 
 // What build_plan checks of a BlindSight head before building it: the layout's length (kv_len),

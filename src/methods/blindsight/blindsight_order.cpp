@@ -144,4 +144,58 @@ std::vector<SlotSpan> permuted_tile_spans(const BlindSightKeyOrder& order, Blind
   return spans;
 }
 
+namespace {
+
+// Appends slots [begin, end) to `spans`, merged with the last span where they touch.
+void append_slots(int64_t begin, int64_t end, std::vector<SlotSpan>& spans) {
+  if (begin >= end) return;
+  if (!spans.empty() && spans.back().end == begin) {
+    spans.back().end = end;
+  } else {
+    spans.push_back({begin, end});
+  }
+}
+
+// The slot of shared key `key` (a key of one of the shared runs).
+int64_t shared_slot(const std::vector<OrderedRun>& shared, int64_t key) {
+  const auto after = std::upper_bound(shared.begin(), shared.end(), key,
+                                      [](int64_t k, const OrderedRun& run) { return k < run.key; });
+  const OrderedRun& run = *(after - 1);
+  return run.slot + key - run.key;
+}
+
+}  // namespace
+
+std::vector<SlotSpan> bidirectional_tile_spans(const BlindSightKeyOrder& order,
+                                               const ImageLayout& images, BlindSightMask mask,
+                                               int32_t image, int64_t last) {
+  std::vector<SlotSpan> spans;
+  // The shared region holds the shared keys ascending from slot 0: those <= last are a prefix.
+  int64_t prefix_end = 0;
+  for (const OrderedRun& run : order.shared) {
+    if (run.key > last) break;
+    prefix_end = run.slot + std::min(run.length, last + 1 - run.key);
+  }
+  append_slots(0, prefix_end, spans);
+  if (uses_sinks(mask)) {
+    for (const KeyRange& sink : images.sinks[image]) {
+      const int64_t begin = std::max(sink.begin, last + 1);
+      if (begin >= sink.end) continue;
+      // A run of sinks lies inside one shared run (both are maximal runs of shared keys).
+      const int64_t slot = shared_slot(order.shared, begin);
+      append_slots(slot, slot + sink.end - begin, spans);
+    }
+  }
+  if (uses_intra(mask)) {
+    const int64_t own_begin = order.own_offsets[image];
+    const int64_t own_end = order.own_offsets[image + 1];
+    if (own_begin < own_end) {
+      // place() puts an image's own runs at consecutive slots.
+      const OrderedRun& final_run = order.own[own_end - 1];
+      append_slots(order.own[own_begin].slot, final_run.slot + final_run.length, spans);
+    }
+  }
+  return spans;
+}
+
 }  // namespace mmsparse::detail

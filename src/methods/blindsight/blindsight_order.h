@@ -18,6 +18,11 @@
 // row (always for the Qwen-style sinks, a prefix of each image; Gemma-style sink lists inside the
 // tile's rows split it).
 //
+// A bidirectional (Gemma 3) image tile reads the same order: its keys are those of a causal tile
+// at the image's last token (the image's sinks after the tile's rows lie in the shared region
+// right after the keys before them, except across text inside a video), every one visible to
+// every row, so the tile is unmasked and its spans are plain slot ranges.
+//
 // The engines cut a span into 128-key chunks from its begin. A span that reaches the tile's rows
 // is split where that costs no chunk, so that one chunk starts at the tile's first row and the
 // diagonal lies in one chunk as in dense's plans, instead of straddling two.
@@ -61,5 +66,15 @@ BlindSightKeyOrder blindsight_key_order(const ImageLayout& images, BlindSightMas
 // `first` + 1). Empty when no key is at or before `last`.
 std::vector<SlotSpan> permuted_tile_spans(const BlindSightKeyOrder& order, BlindSightMask mask,
                                           int32_t image, int64_t first, int64_t last);
+
+// The spans through `order` (the family's of `mask`) of a bidirectional tile of image `image`
+// (`images` read for `mask`) whose last row lies at aligned position `last`: the shared keys at or
+// before `last`, the image's sinks after it (sink templates) and, for intra templates, all of the
+// image's own keys, adjacent slots merged. Every such key is visible to every row of the tile
+// (text and sinks before the image, the image itself bidirectionally), so the tile takes the
+// unmasked policy and its spans need not ascend in original positions (Plan::key_orders).
+std::vector<SlotSpan> bidirectional_tile_spans(const BlindSightKeyOrder& order,
+                                               const ImageLayout& images, BlindSightMask mask,
+                                               int32_t image, int64_t last);
 
 }  // namespace mmsparse::detail
