@@ -9,6 +9,8 @@
 #
 #   scripts/blindsight-rounds.sh [build-dir] [seq-len ...]     (default build-gpu, 36864)
 #   ROUNDS=6 scripts/blindsight-rounds.sh ...                   (rounds per length; default 6)
+#   BIDIRECTIONAL=1 scripts/blindsight-rounds.sh ...            (the Gemma 3 style's templates,
+#       bidirectional=1: image tiles unmasked through their key order)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,13 +20,17 @@ lengths=("$@")
 [[ ${#lengths[@]} -eq 0 ]] && lengths=(36864)
 rounds=${ROUNDS:-6}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "blindsight-rounds: ROUNDS: expected a positive integer, got '$rounds'" >&2; exit 2; }
+bidirectional=${BIDIRECTIONAL:-0}
+[[ $bidirectional == 0 || $bidirectional == 1 ]] ||
+  { echo "blindsight-rounds: BIDIRECTIONAL: expected 0 or 1, got '$bidirectional'" >&2; exit 2; }
 logs=${OUT:-$build/blindsight-rounds-logs}
 cli=$build/tools/cli/mmsparse
 [[ -x $cli ]] || { echo "blindsight-rounds: $cli: expected the mmsparse CLI of a CUDA build" >&2; exit 2; }
 mkdir -p "$logs"
 
-templates=(--pattern blindsight-sink:permute=1 --pattern blindsight-intra:permute=1
-  --pattern blindsight-intra-sink:permute=1)
+options="bidirectional=$bidirectional,permute=1"
+templates=(--pattern "blindsight-sink:$options" --pattern "blindsight-intra:$options"
+  --pattern "blindsight-intra-sink:$options")
 status=0
 for n in "${lengths[@]}"; do
   for round in $(seq 1 "$rounds"); do
