@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/element_convert.cuh"
 #include "cuda/common/device_pool.h"
 #include "cuda/tools/tile_mass.h"
 #include "mmsparse/status.h"
@@ -37,21 +38,6 @@ struct TileMassParams {
   const int64_t* tiles;  // [sampled] query tile indices
   double* mass;          // [sampled, key_chunks]
 };
-
-template <typename T>
-__device__ float to_float(T value);
-template <>
-__device__ float to_float(__nv_bfloat16 value) {
-  return __bfloat162float(value);
-}
-template <>
-__device__ float to_float(__half value) {
-  return __half2float(value);
-}
-template <>
-__device__ float to_float(float value) {
-  return value;
-}
 
 // The keys [0, visible) that row `row` sees (bottom-right aligned causal masking).
 __device__ int64_t visible_keys(const TileMassParams& p, int64_t row) {

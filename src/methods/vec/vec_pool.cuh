@@ -9,24 +9,12 @@
 #include <cstdint>
 
 #include "cuda/attention/sm80/ptx.cuh"
+#include "cuda/common/element_convert.cuh"
 #include "methods/vec/vec_select.cuh"
 
 namespace mmsparse::cuda::vec_kernels {
 
 constexpr int kPoolThreads = 128;
-
-__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-__device__ inline float to_float(__half value) { return __half2float(value); }
-template <class Element>
-__device__ Element from_float(float value);
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
-template <>
-__device__ inline __half from_float<__half>(float value) {
-  return __float2half_rn(value);
-}
 
 // Elements of one 16-byte load: make_estimate_operands admits only rows of whole 16-byte vectors
 // (16-byte aligned data, strides and head_dim multiples of them), so a pooled row is whole vectors.
