@@ -9,12 +9,13 @@
 #      sink-packed templates (blindsight-sink, blindsight-intra-sink) in every layer, for the
 #      config's speedups and the throughput on computed pairs (bench --json: tflops,
 #      throughput_vs_dense); the oracle metrics, which this script does not print, on few rows;
-#      the config's BlindSight heads and the templates read K and V through key orders where causal
-#      (permute=-1, the default); then a second bench of dense and the same config with every
-#      BlindSight head in place (permute=0), the key orders' A/B (SKIP_IN_PLACE=1 leaves it out);
+#      the config's BlindSight heads (which characterise writes in place, permute=0, since a
+#      config is built per call) are switched to key orders (permute=-1) there, as the templates
+#      read them; then a second bench of dense and the config as written, in place, the key
+#      orders' A/B (SKIP_IN_PLACE=1 leaves it out);
 #   4. print per length cuDNN's and mmsparse's dense and the config per layer with its speedups
-#      (and the in-place config's), then per layer the configs' and the templates' throughput as a
-#      share of dense's.
+#      and its index (the per-call build), for both placements, then per layer the configs' and
+#      the templates' throughput as a share of dense's.
 # Logs and JSON go to $OUT (else <build>/blindsight-logs); steps.txt has each step's time, and each
 # bench log its steps per layer. Run from a CUDA build with Python on (torch and safetensors,
 # bench/peers.py's imports, for step 2; SKIP_PEERS=1 leaves it out).
@@ -33,8 +34,8 @@ lengths=("$@")
 cli=$build/tools/cli/mmsparse
 logs=${OUT:-$build/blindsight-logs}
 mkdir -p "$logs"
-config=$logs/blindsight-qwen-28h.json
-in_place_config=$logs/blindsight-qwen-28h-in-place.json
+in_place_config=$logs/blindsight-qwen-28h.json  # as characterise writes it
+config=$logs/blindsight-qwen-28h-key-orders.json
 csv_lengths=$(IFS=,; echo "${lengths[*]}")
 heads=28
 kv_heads=4
@@ -58,7 +59,7 @@ step_done() {
 # About 35 s of one CPU core (measured on a shared 2-core machine: 33 s user time).
 characterise() {
   "$cli" characterise --preset blindsight-qwen --heads "$heads" --layers 6 --prompts 20 \
-    --device "${CHARACTERISE_DEVICE:-cpu}" -o "$config" --layout-preset multi-image \
+    --device "${CHARACTERISE_DEVICE:-cpu}" -o "$in_place_config" --layout-preset multi-image \
     --seq-len "$csv_lengths" --json "$logs/characterise.json" >"$logs/characterise.txt" 2>&1
 }
 characterise_pid=
@@ -110,9 +111,10 @@ if [[ -n $characterise_pid ]]; then
   cat "$logs/characterise.txt"
   step_done "characterise (what was left after cuDNN)"
 fi
-# The same heads with K and V in place: every BlindSight spec's permute (-1 or 1) set to 0.
-if [[ -z ${SKIP_IN_PLACE:-} && -f $config ]]; then
-  sed -E 's/permute=-?1\b/permute=0/g' "$config" >"$in_place_config" || status=1
+# The same heads through key orders: every BlindSight spec's permute=0 set to -1 (key order where
+# causal, as the templates' default).
+if [[ -f $in_place_config ]]; then
+  sed -E 's/permute=0\b/permute=-1/g' "$in_place_config" >"$config" || status=1
 fi
 
 for n in "${lengths[@]}"; do
@@ -152,11 +154,19 @@ def mean_ms(bench, pattern):
                if run["pattern"] == pattern) / len(layers)
 
 
+def mean_index_ms(bench):
+    """The config's per-call build (index) per layer."""
+    layers = bench["layers"]
+    return sum(run.get("index_ms", nan) for layer in layers for run in layer["patterns"]
+               if run["pattern"] == "config") / len(layers)
+
+
 print("BlindSight on the multi-image preset (SYNTHETIC), 28 heads, 4 KV heads, d128, bf16; the "
-      "config through key orders (permute=-1), in place: its BlindSight heads with permute=0")
+      "config through key orders (permute=-1), in place: as characterise writes it (permute=0)")
 print(f"{'tokens':>8} {'cuDNN ms':>9} {'dense ms':>9} {'config ms':>9} {'vs cuDNN':>9} "
-      f"{'vs dense':>9} {'in place':>9} {'vs cuDNN':>9} {'vs dense':>9} {'order':>8}   "
-      "(per layer, mean over the layers run)")
+      f"{'vs dense':>9} {'index ms':>9} {'in place':>9} {'vs cuDNN':>9} {'vs dense':>9} "
+      f"{'index ms':>9} {'order':>8}   (per layer, mean over the layers run; index: the "
+      "config's build per call)")
 for n in lengths:
     bench = load(f"bench-{n}.json")
     if bench is None:
@@ -164,13 +174,14 @@ for n in lengths:
     dense_ms, config_ms = mean_ms(bench, "dense"), mean_ms(bench, "config")
     base = cudnn.get(str(n), nan)
     line = (f"{n:>8} {base:>9.2f} {dense_ms:>9.2f} {config_ms:>9.2f} {base / config_ms:>8.2f}x "
-            f"{dense_ms / config_ms:>8.2f}x")
+            f"{dense_ms / config_ms:>8.2f}x {mean_index_ms(bench):>9.2f}")
     in_place = load(f"bench-{n}-in-place.json")
     if in_place is not None:
         # Each against the dense of its own bench, which ran beside it.
         place_ms = mean_ms(in_place, "config")
         line += (f" {place_ms:>9.2f} {base / place_ms:>8.2f}x "
-                 f"{mean_ms(in_place, 'dense') / place_ms:>8.2f}x {place_ms / config_ms:>7.2f}x")
+                 f"{mean_ms(in_place, 'dense') / place_ms:>8.2f}x {mean_index_ms(in_place):>9.2f} "
+                 f"{place_ms / config_ms:>7.2f}x")
     print(line)
 print()
 print("per layer: throughput on computed pairs (4 * pairs * d / time) as a share of dense's")

@@ -80,6 +80,21 @@ TEST(Characterise, TemplateSpecsAndQuartiles) {
   expect_error([] { (void)quartiles({}); }, ErrorCode::kInvalidArgument, {"values"});
 }
 
+// Configs keep their BlindSight heads in place (their plans are built per call, in-place heads on
+// the GPU); the templates alone default to key orders.
+TEST(Characterise, ConfigHeadsReadTheirKeysInPlace) {
+  const std::map<int64_t, std::map<int64_t, HeadType>> types = {
+      {0, {{0, HeadType::kIntraSink}, {1, HeadType::kDense}, {2, HeadType::kIntra}}}};
+  const std::vector<PatternSpec> qwen = blindsight_config(types, ImageStyle{}).layer_specs(0, 3);
+  EXPECT_EQ(qwen[0].to_string(),
+            "blindsight-intra-sink:bidirectional=0,permute=0,sink_percent=10,sinks=[]");
+  EXPECT_EQ(qwen[1].to_string(), "dense");
+  EXPECT_EQ(qwen[2].to_string(), "blindsight-intra:bidirectional=0,permute=0");
+  const PatternConfig gemma = blindsight_config(types, ImageStyle{10, {3, 9}, true});
+  EXPECT_EQ(gemma.default_spec.to_string(), "blindsight-dense:bidirectional=1");
+  EXPECT_EQ(gemma.layer_specs(0, 3)[1].to_string(), "blindsight-dense:bidirectional=1");
+}
+
 // Characterises every prompt, aggregates, prints the confusion table (planted rows, recovered
 // columns) and returns the share of heads recovered.
 double recover(const BlindSightModel& model, const AlphaSchedule& alpha, PatternConfig& config) {
