@@ -80,9 +80,9 @@ TEST(Characterise, TemplateSpecsAndQuartiles) {
   expect_error([] { (void)quartiles({}); }, ErrorCode::kInvalidArgument, {"values"});
 }
 
-// Configs keep their BlindSight heads in place (their plans are built per call, in-place heads on
-// the GPU); the templates alone default to key orders.
-TEST(Characterise, ConfigHeadsReadTheirKeysInPlace) {
+// Causal configs keep their BlindSight heads in place (their plans are built per call, in-place
+// heads on the GPU); bidirectional ones keep the key order, as the templates' default.
+TEST(Characterise, CausalConfigHeadsReadTheirKeysInPlace) {
   const std::map<int64_t, std::map<int64_t, HeadType>> types = {
       {0, {{0, HeadType::kIntraSink}, {1, HeadType::kDense}, {2, HeadType::kIntra}}}};
   const std::vector<PatternSpec> qwen = blindsight_config(types, ImageStyle{}).layer_specs(0, 3);
@@ -93,6 +93,7 @@ TEST(Characterise, ConfigHeadsReadTheirKeysInPlace) {
   const PatternConfig gemma = blindsight_config(types, ImageStyle{10, {3, 9}, true});
   EXPECT_EQ(gemma.default_spec.to_string(), "blindsight-dense:bidirectional=1");
   EXPECT_EQ(gemma.layer_specs(0, 3)[1].to_string(), "blindsight-dense:bidirectional=1");
+  EXPECT_EQ(gemma.layer_specs(0, 3)[2].to_string(), "blindsight-intra:bidirectional=1,permute=-1");
 }
 
 // Characterises every prompt, aggregates, prints the confusion table (planted rows, recovered

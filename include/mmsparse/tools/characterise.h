@@ -115,8 +115,10 @@ class HeadTypeTally {
   std::map<int64_t, std::map<int64_t, std::array<int64_t, kHeadTypes>>> counts_;
 };
 
-// The per-model config of aggregated types: every head its template (in place, permute=0: a
-// config is built per call, and in-place heads are built on the GPU), the default dense.
+// The per-model config of aggregated types: every head its template, the default dense. Causal
+// styles' templates read K and V in place (permute=0: a config is built per call, and in-place
+// heads are built on the GPU), bidirectional ones through their key order (their in-place tiles
+// evaluate token masks).
 PatternConfig blindsight_config(const std::map<int64_t, std::map<int64_t, HeadType>>& types,
                                 const ImageStyle& style);
 

@@ -228,16 +228,17 @@ std::map<int64_t, std::map<int64_t, HeadType>> HeadTypeTally::aggregate(
 
 namespace {
 
-// A config's head reads K and V in place (permute=0) where its template can permute them. A
-// config's plan is built per call, for each prompt's layout, and in-place heads are built on the
-// GPU while key-ordered ones are built on the host: on a 28-head layer (H200, docs/blindsight.md)
-// the per-call build took 1.4 / 5.1 / 9.0 ms in place against 19.5 / 41.9 / 108 ms through key
-// orders at 36K / 131K / 300K tokens, which saved 1.5-4% of the attention.
+// A config's plan is built per call, for each prompt's layout; in-place heads are built on the GPU,
+// key-ordered ones on the host (docs/blindsight.md, "Where key orders pay"). A causal (Qwen-style)
+// config's heads read K and V in place (permute=0): on a 28-head layer (H200) the per-call build
+// took 1.4 / 5.1 / 9.0 ms in place against 19.5 / 41.9 / 108 ms through key orders at 36K / 131K /
+// 300K tokens, which saved only 1.5-4% of the attention. A bidirectional (Gemma-3-style) config's
+// keep the key order: in place, its image tiles evaluate the media lift's token mask and run at
+// about a fifth of dense's throughput, 4-5x slower than through the order.
 PatternSpec config_head_spec(HeadType type, const ImageStyle& style) {
   PatternSpec spec = head_type_spec(type, style);
-  if (const auto permute = spec.params.find("permute"); permute != spec.params.end()) {
-    permute->second = 0;
-  }
+  const auto permute = spec.params.find("permute");
+  if (!style.bidirectional && permute != spec.params.end()) permute->second = 0;
   return spec;
 }
 
