@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -450,10 +451,20 @@ void Plan::validate() const {
   std::vector<StridedSpan> strided_buffer;
   std::vector<int32_t> column_buffer;
   std::vector<int64_t> slot_query_order;
+  bool have_query_order = false;  // slot_query_order holds the current slot's order
   for (int64_t slot = 0; slot < slots; ++slot) {
-    check_runs(*this, slot, seen);
+    // Head slots of one pattern share their query order: checked (O(q_len)) and materialised
+    // once for a run of slots with equal runs.
+    const auto slot_runs = [&](int64_t s) {
+      return std::span(runs).subspan(static_cast<std::size_t>(head_run_offsets[s]),
+                                     static_cast<std::size_t>(head_run_offsets[s + 1] -
+                                                              head_run_offsets[s]));
+    };
+    if (slot == 0 || !std::ranges::equal(slot_runs(slot), slot_runs(slot - 1))) {
+      check_runs(*this, slot, seen);
+      have_query_order = false;
+    }
     check_tiles(*this, slot);
-    bool have_query_order = false;
     for (int64_t t = head_tile_offsets[slot]; t < head_tile_offsets[slot + 1]; ++t) {
       if (tile_key_order(t) == kKeysInPlace) {
         check_tile_keys(*this, slot, t, span_buffer, strided_buffer, column_buffer);

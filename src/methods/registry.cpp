@@ -60,6 +60,70 @@ const PatternEntry* find_pattern_entry(std::string_view name) {
   return nullptr;
 }
 
+namespace {
+
+// Appends head slot `slot` of `source` to `builder` as its next head: the same query order, tiles,
+// masks, spans, strided spans and columns, in their stored order, so that the builder stores them
+// as it stored them for `source`. `builder_orders[o]`: the builder's index of source key order o.
+void append_plan_head(PlanBuilder& builder, const Plan& source, int64_t slot,
+                      const std::vector<int32_t>& builder_orders) {
+  const auto at = [](const std::vector<int64_t>& offsets, int64_t i) {
+    return offsets[static_cast<std::size_t>(i)];
+  };
+  builder.begin_head(std::vector<QueryRun>(
+      source.runs.begin() + at(source.head_run_offsets, slot),
+      source.runs.begin() + at(source.head_run_offsets, slot + 1)));
+  for (int64_t t = at(source.head_tile_offsets, slot); t < at(source.head_tile_offsets, slot + 1);
+       ++t) {
+    const auto tile = static_cast<std::size_t>(t);
+    const int32_t order = source.tile_key_order(t);
+    builder.begin_tile(source.tiles[tile].begin, source.tiles[tile].end,
+                       source.masks[static_cast<std::size_t>(source.tile_masks[tile])],
+                       order == kKeysInPlace ? kKeysInPlace
+                                             : builder_orders[static_cast<std::size_t>(order)]);
+    for (int64_t i = at(source.tile_span_offsets, t); i < at(source.tile_span_offsets, t + 1); ++i) {
+      const KeySpan& span = source.spans[static_cast<std::size_t>(i)];
+      builder.add_span(span.begin, span.end);
+    }
+    for (int64_t i = at(source.tile_strided_offsets, t); i < at(source.tile_strided_offsets, t + 1);
+         ++i) {
+      const StridedSpan& strided = source.strided_spans[static_cast<std::size_t>(i)];
+      builder.add_strided_span(strided.begin, strided.end, strided.step);
+    }
+    for (int64_t i = at(source.tile_column_offsets, t); i < at(source.tile_column_offsets, t + 1);
+         ++i) {
+      builder.add_column(source.columns[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+}  // namespace
+
+bool StaticHeads::serves(const PatternSpec& resolved_spec) {
+  const PatternEntry* entry = find_pattern_entry(resolved_spec.name);
+  return entry != nullptr && !entry->info.dynamic && entry->passes == 1;
+}
+
+void StaticHeads::append(PlanBuilder& builder, const PatternSpec& resolved_spec,
+                         const PlanShape& shape, const ModalityLayout* layout) {
+  const std::string key = resolved_spec.to_string();
+  auto found = heads_.find(key);
+  if (found == heads_.end()) {
+    const PlanShape one_slot{.q_len = shape.q_len, .kv_len = shape.kv_len,
+                             .tile_rows = shape.tile_rows};
+    PlanBuilder one(one_slot);
+    find_pattern_entry(resolved_spec.name)->build(one, resolved_spec, HeadContext{one_slot, layout});
+    Head head{one.finish(), {}};
+    // In the order the head added them, as a rebuild would.
+    for (const std::vector<int32_t>& order : head.plan.key_orders) {
+      head.builder_orders.push_back(builder.add_key_order(order));
+    }
+    if (!head.plan.token_media.empty()) builder.attach_layout(*layout);
+    found = heads_.emplace(key, std::move(head)).first;
+  }
+  append_plan_head(builder, found->second.plan, 0, found->second.builder_orders);
+}
+
 }  // namespace detail
 
 namespace {
@@ -255,12 +319,15 @@ Plan build_plan_with_timing(const std::vector<PatternSpec>& specs, const PlanSha
     passes = std::max(passes, known_pattern(spec.name).passes);
   std::vector<PlanBuilder> builders(static_cast<std::size_t>(passes), PlanBuilder(shape));
   detail::KeyCache keys;  // head slots run in order, so a GQA group's query heads reuse one K
+  detail::StaticHeads statics;
   for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
     const PatternSpec& spec = resolved[count == 1 ? 0 : slot % shape.heads];
     const detail::PatternEntry& entry = known_pattern(spec.name);
     const auto start = std::chrono::steady_clock::now();
     const detail::HeadContext context{shape, layout, inputs, slot, &keys};
-    if (entry.passes == 1) {
+    if (detail::StaticHeads::serves(spec)) {
+      statics.append(builders.front(), spec, shape, layout);
+    } else if (entry.passes == 1) {
       entry.build(builders.front(), spec, context);
     } else {
       entry.build_passes(std::span(builders).first(static_cast<std::size_t>(entry.passes)), spec,

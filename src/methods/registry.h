@@ -79,4 +79,25 @@ int64_t checked_param(const PatternSpec& spec, const std::string& key, int64_t m
 // A 0/1 switch parameter.
 bool checked_flag(const PatternSpec& spec, const std::string& key);
 
+// Heads of static patterns for one plan being built, each spec built once and copied into later
+// head slots. A static head depends on its spec, the plan's lengths and tile height and the
+// layout, never on its head slot; rebuilding it per slot cost most of a plan's build where every
+// slot computes the same BlindSight key order (~2 ms a slot at 300K tokens). Holds the mapping of
+// each cached head's key orders into the builder it serves: one instance per builder.
+class StaticHeads {
+ public:
+  // Whether heads of `resolved_spec` can come from the cache: static and of one pass.
+  static bool serves(const PatternSpec& resolved_spec);
+  // Appends a head of `resolved_spec` (serves() true) to `builder`, whose shape is `shape`.
+  void append(PlanBuilder& builder, const PatternSpec& resolved_spec, const PlanShape& shape,
+              const ModalityLayout* layout);
+
+ private:
+  struct Head {
+    Plan plan;                          // one head slot, validated
+    std::vector<int32_t> builder_orders;  // plan.key_orders[o]'s index in the builder
+  };
+  std::map<std::string, Head> heads_;  // by the resolved spec's text
+};
+
 }  // namespace mmsparse::detail

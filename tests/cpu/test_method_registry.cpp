@@ -69,6 +69,74 @@ TEST(MethodRegistry, LengthScaledParametersAreParametersOfTheirPattern) {
   }
 }
 
+// build_plan builds a static head once per spec and copies it into later head slots
+// (detail::StaticHeads): the plan must equal one built head slot by head slot
+// (append_pattern_head), field for field, for every static pattern of one pass, BlindSight's
+// templates in place and through key orders (causal and bidirectional) included, mixed across the
+// heads of a batch of two, with two specs of one pattern sharing a key order.
+TEST(MethodRegistry, StaticHeadsBuiltOnceEqualHeadsBuiltPerSlot) {
+  const ModalityLayout layout = LayoutBuilder()
+                                    .text(37)
+                                    .image({1, 6, 10})
+                                    .text(5)
+                                    .image({1, 4, 7}, false)
+                                    .image({1, 8, 8})
+                                    .text(21)
+                                    .video({3, 4, 6}, 2)
+                                    .text(9)
+                                    .build();
+  std::vector<PatternSpec> specs;
+  for (const detail::PatternEntry* entry : detail::pattern_entries()) {
+    if (entry->info.dynamic || entry->passes != 1) continue;
+    specs.push_back(resolve_pattern(PatternSpec::parse(entry->info.default_spec), &layout));
+  }
+  for (const char* text : {"blindsight-sink:permute=0", "blindsight-intra:permute=1",
+                           "blindsight-intra-sink:bidirectional=1",
+                           "blindsight-sink:bidirectional=1,permute=0,sinks=[1/3]",
+                           "blindsight-dense:bidirectional=1"}) {
+    specs.push_back(resolve_pattern(PatternSpec::parse(text), &layout));
+  }
+  const auto count = static_cast<int64_t>(specs.size());
+  const int64_t heads = 2 * count;
+  for (const int64_t tile_rows : {int64_t{16}, int64_t{64}}) {
+    SCOPED_TRACE("tile_rows " + std::to_string(tile_rows));
+    const PlanShape shape{.batch = 2, .heads = heads, .q_len = layout.length() - 11,
+                          .kv_len = layout.length(), .tile_rows = tile_rows};
+    // Each spec on two heads, the second pass over the specs shifted by one, so that a spec's
+    // copies follow other specs' heads.
+    std::vector<PatternSpec> per_head;
+    for (int64_t h = 0; h < heads; ++h) {
+      per_head.push_back(specs[static_cast<std::size_t>(h % 2 == 0 ? h / 2 : (h / 2 + 1) % count)]);
+    }
+    const Plan cached = build_plan(per_head, shape, &layout);
+    PlanBuilder builder(shape);
+    for (int64_t slot = 0; slot < shape.head_slots(); ++slot) {
+      append_pattern_head(builder, per_head[static_cast<std::size_t>(slot % heads)], shape,
+                          &layout, nullptr, slot);
+    }
+    const Plan rebuilt = builder.finish();
+    EXPECT_EQ(cached.masks, rebuilt.masks);
+    EXPECT_EQ(cached.head_run_offsets, rebuilt.head_run_offsets);
+    EXPECT_EQ(cached.runs, rebuilt.runs);
+    EXPECT_EQ(cached.head_tile_offsets, rebuilt.head_tile_offsets);
+    EXPECT_EQ(cached.tiles, rebuilt.tiles);
+    EXPECT_EQ(cached.tile_masks, rebuilt.tile_masks);
+    EXPECT_EQ(cached.tile_span_offsets, rebuilt.tile_span_offsets);
+    EXPECT_EQ(cached.spans, rebuilt.spans);
+    EXPECT_EQ(cached.tile_strided_offsets, rebuilt.tile_strided_offsets);
+    EXPECT_EQ(cached.strided_spans, rebuilt.strided_spans);
+    EXPECT_EQ(cached.tile_column_offsets, rebuilt.tile_column_offsets);
+    EXPECT_EQ(cached.columns, rebuilt.columns);
+    EXPECT_EQ(cached.key_orders, rebuilt.key_orders);
+    EXPECT_EQ(cached.tile_key_orders, rebuilt.tile_key_orders);
+    EXPECT_EQ(cached.token_modality, rebuilt.token_modality);
+    EXPECT_EQ(cached.token_media, rebuilt.token_media);
+    EXPECT_FALSE(cached.key_orders.empty());
+    EXPECT_FALSE(cached.token_media.empty());
+    EXPECT_FALSE(cached.runs.empty());
+  }
+}
+
 #if MMSPARSE_TEST_WITH_CUDA
 // Each device file's RegisteredDeviceBuilder attached its builder to its entries during static
 // initialisation, and the link kept those objects although this test references none of their

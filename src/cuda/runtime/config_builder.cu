@@ -30,6 +30,7 @@
 #include "cuda/runtime/config_sections.h"
 #include "cuda/runtime/plan_view.cuh"
 #include "methods/device_builder.h"
+#include "methods/registry.h"
 #include "mmsparse/status.h"
 
 namespace mmsparse::cuda {
@@ -221,6 +222,7 @@ bool build_device_sections(std::vector<Section>& sections, const PlanShape& shap
 Plan build_host_section(Section& section, const PlanShape& shape, const ConfigInputs& inputs) {
   const PlanShape local = section_shape(shape, section);
   PlanBuilder builder(local);
+  detail::StaticHeads statics;
   const auto heads = static_cast<int64_t>(section.heads.size());
   for (int64_t q = 0; q < local.head_slots(); ++q) {
     const std::size_t j = static_cast<std::size_t>(q % heads);
@@ -238,8 +240,13 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
                             "build it on the host");
     }
     const auto start = std::chrono::steady_clock::now();
-    append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,
-                        q / heads * shape.heads + section.heads[j]);
+    const PatternSpec resolved = resolve_pattern(spec, inputs.layout);
+    if (detail::StaticHeads::serves(resolved)) {
+      statics.append(builder, resolved, shape, inputs.layout);  // built once per spec
+    } else {
+      append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,
+                          q / heads * shape.heads + section.heads[j]);
+    }
     section.host_slot_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
