@@ -74,12 +74,10 @@ inline std::vector<int32_t> random_key_order(Random& random, int64_t kv_len) {
 
 namespace key_order_plans_detail {
 
-// Random valid spans of `order` for a tile whose lowest aligned row is `lowest_row`: per maximal
-// padding-free, strictly increasing stretch, maybe one sub-range, trimmed to its last consecutive
-// run when the keys before that run would sit above the lowest row (plan.h).
-inline std::vector<KeySpan> random_ordered_spans(Random& random, const std::vector<int32_t>& order,
-                                                 int64_t lowest_row) {
-  std::vector<KeySpan> spans;
+// Calls visit(begin, end) for each maximal stretch [begin, end) of `order`'s slots without padding
+// whose neighbours all satisfy continues(previous key, next key), in slot order.
+template <class Continues, class Visit>
+void for_each_stretch(const std::vector<int32_t>& order, Continues continues, Visit visit) {
   const auto size = static_cast<int64_t>(order.size());
   for (int64_t begin = 0; begin < size;) {
     if (order[begin] == kPaddingKey) {
@@ -87,20 +85,31 @@ inline std::vector<KeySpan> random_ordered_spans(Random& random, const std::vect
       continue;
     }
     int64_t end = begin + 1;
-    while (end < size && order[end] != kPaddingKey && order[end] > order[end - 1]) ++end;
-    if (random.bernoulli(0.6)) {
-      const int64_t lo = random.uniform_int(begin, end - 1);
-      const int64_t hi = random.uniform_int(lo + 1, end);
-      int64_t run = hi - 1;
-      while (run > lo && order[run - 1] + 1 == order[run]) --run;
-      const int64_t first = run > lo && order[run] - 1 > lowest_row ? run : lo;
-      // Spans that touch would be merged by PlanBuilder::add_span across two stretches.
-      if (spans.empty() || spans.back().end != first) {
-        spans.push_back({static_cast<int32_t>(first), static_cast<int32_t>(hi)});
-      }
-    }
+    while (end < size && order[end] != kPaddingKey && continues(order[end - 1], order[end])) ++end;
+    visit(begin, end);
     begin = end;
   }
+}
+
+// Random valid spans of `order` for a tile whose lowest aligned row is `lowest_row`: per maximal
+// padding-free, strictly increasing stretch, maybe one sub-range, trimmed to its last consecutive
+// run when the keys before that run would sit above the lowest row (plan.h).
+inline std::vector<KeySpan> random_ordered_spans(Random& random, const std::vector<int32_t>& order,
+                                                 int64_t lowest_row) {
+  std::vector<KeySpan> spans;
+  const auto increasing = [](int32_t previous, int32_t next) { return next > previous; };
+  for_each_stretch(order, increasing, [&](int64_t begin, int64_t end) {
+    if (!random.bernoulli(0.6)) return;
+    const int64_t lo = random.uniform_int(begin, end - 1);
+    const int64_t hi = random.uniform_int(lo + 1, end);
+    int64_t run = hi - 1;
+    while (run > lo && order[run - 1] + 1 == order[run]) --run;
+    const int64_t first = run > lo && order[run] - 1 > lowest_row ? run : lo;
+    // Spans that touch would be merged by PlanBuilder::add_span across two stretches.
+    if (spans.empty() || spans.back().end != first) {
+      spans.push_back({static_cast<int32_t>(first), static_cast<int32_t>(hi)});
+    }
+  });
   std::shuffle(spans.begin(), spans.end(), random.engine());
   return spans;
 }
@@ -110,21 +119,13 @@ inline std::vector<KeySpan> random_ordered_spans(Random& random, const std::vect
 inline std::vector<KeySpan> random_unmasked_spans(Random& random,
                                                   const std::vector<int32_t>& order) {
   std::vector<KeySpan> spans;
-  const auto size = static_cast<int64_t>(order.size());
-  for (int64_t begin = 0; begin < size;) {
-    if (order[begin] == kPaddingKey) {
-      ++begin;
-      continue;
-    }
-    int64_t end = begin + 1;
-    while (end < size && order[end] != kPaddingKey) ++end;
-    if (random.bernoulli(0.6)) {
-      const int64_t lo = random.uniform_int(begin, end - 1);
-      spans.push_back(
-          {static_cast<int32_t>(lo), static_cast<int32_t>(random.uniform_int(lo + 1, end))});
-    }
-    begin = end;
-  }
+  const auto any_order = [](int32_t, int32_t) { return true; };
+  for_each_stretch(order, any_order, [&](int64_t begin, int64_t end) {
+    if (!random.bernoulli(0.6)) return;
+    const int64_t lo = random.uniform_int(begin, end - 1);
+    spans.push_back(
+        {static_cast<int32_t>(lo), static_cast<int32_t>(random.uniform_int(lo + 1, end))});
+  });
   std::shuffle(spans.begin(), spans.end(), random.engine());
   return spans;
 }
