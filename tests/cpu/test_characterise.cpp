@@ -94,6 +94,15 @@ TEST(Characterise, CausalConfigHeadsReadTheirKeysInPlace) {
   EXPECT_EQ(gemma.default_spec.to_string(), "blindsight-dense:bidirectional=1");
   EXPECT_EQ(gemma.layer_specs(0, 3)[1].to_string(), "blindsight-dense:bidirectional=1");
   EXPECT_EQ(gemma.layer_specs(0, 3)[2].to_string(), "blindsight-intra:bidirectional=1,permute=-1");
+  // Either style, either way on request (--key-orders on / off).
+  EXPECT_EQ(blindsight_config(types, ImageStyle{}, ConfigKeyOrders::kAlways)
+                .layer_specs(0, 3)[2]
+                .to_string(),
+            "blindsight-intra:bidirectional=0,permute=-1");
+  EXPECT_EQ(blindsight_config(types, ImageStyle{10, {3, 9}, true}, ConfigKeyOrders::kNever)
+                .layer_specs(0, 3)[0]
+                .to_string(),
+            "blindsight-intra-sink:bidirectional=1,permute=0,sink_percent=10,sinks=[3/9]");
 }
 
 // Characterises every prompt, aggregates, prints the confusion table (planted rows, recovered

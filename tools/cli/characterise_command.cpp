@@ -44,6 +44,7 @@ struct CharacteriseFlags {
   std::string layout_preset;  // FLOPs reduction also on this workload preset's layouts
   std::vector<int64_t> layout_lengths;
   bool find_sinks = false;
+  std::string key_orders = "auto";  // --key-orders: auto, on or off (ConfigKeyOrders)
   std::string out_path;
 };
 
@@ -257,7 +258,10 @@ int run_characterise(const CharacteriseFlags& flags) {
     const HeadTypeTally tally = characterise_prompts(prompts, style, alpha, flags.exec.threads,
                                                      device, steps, layers, heads);
     types = tally.aggregate(flags.gammas);
-    config = blindsight_config(types, style);
+    const ConfigKeyOrders key_orders = flags.key_orders == "on"    ? ConfigKeyOrders::kAlways
+                                       : flags.key_orders == "off" ? ConfigKeyOrders::kNever
+                                                                   : ConfigKeyOrders::kAuto;
+    config = blindsight_config(types, style, key_orders);
   }
   if (heads == 0) heads = model ? model->spec().heads : 1;
   if (layers == 0) layers = prompts.empty() ? 0 : prompts.front().layers;
@@ -369,6 +373,13 @@ Command add_characterise_command(CLI::App& app) {
                    "--layout-preset lengths, e.g. 36864,131072,307200 (default: its own)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--key-orders", flags->key_orders,
+                   "the config's templates read K and V through key orders: auto (in place for "
+                   "causal styles, whose per-call host build costs more than it saves; key orders "
+                   "for bidirectional ones), on (permute=-1) or off (permute=0)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   command->add_option("--output,-o", flags->out_path, "pattern config (JSON) to write");
   return {command, [flags] { return run_characterise(*flags); }};
 }

@@ -115,12 +115,18 @@ class HeadTypeTally {
   std::map<int64_t, std::map<int64_t, std::array<int64_t, kHeadTypes>>> counts_;
 };
 
-// The per-model config of aggregated types: every head its template, the default dense. Causal
-// styles' templates read K and V in place (permute=0: a config is built per call, and in-place
-// heads are built on the GPU), bidirectional ones through their key order (their in-place tiles
-// evaluate token masks).
+// Whether a config's templates read K and V through their key orders (docs/blindsight.md, "Where
+// key orders pay"). kAuto: in place (permute=0) for causal styles, where a config built per call
+// pays more for the key orders' host build than they save; through the order (permute=-1) for
+// bidirectional ones, whose in-place tiles evaluate token masks. kAlways / kNever: every template
+// permute=-1 / permute=0 (a layout that repeats across calls reuses its plan, and the key orders
+// then save 1.5-4% of the causal style's attention).
+enum class ConfigKeyOrders : uint8_t { kAuto, kAlways, kNever };
+
+// The per-model config of aggregated types: every head its template, the default dense.
 PatternConfig blindsight_config(const std::map<int64_t, std::map<int64_t, HeadType>>& types,
-                                const ImageStyle& style);
+                                const ImageStyle& style,
+                                ConfigKeyOrders key_orders = ConfigKeyOrders::kAuto);
 
 // Table 8: the share of the model's dense attention pairs (the same pairs as its FLOPs) that the
 // config's layers [0, layers) of `heads` query heads do not compute on a prompt of this layout.

@@ -22,11 +22,6 @@ constexpr int64_t kWholeImagePercent = 100;
 const std::string kSinkPercentParam = "sink_percent";
 const std::string kSinksList = "sinks";
 const std::string kBidirectionalParam = "bidirectional";
-const std::string kPermuteParam = "permute";
-// permute's values: the default (a key order), in place, a key order.
-constexpr int64_t kPermuteDefault = -1;
-constexpr int64_t kKeepInPlace = 0;
-constexpr int64_t kPermuteAlways = 1;
 
 // Consecutive positions as ranges.
 std::vector<KeyRange> runs_of(const std::vector<int64_t>& ascending_positions) {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "methods/registry.h"
@@ -63,6 +64,13 @@ struct ImageLayout {
   // sinks. Ascending, disjoint.
   std::vector<KeyRange> shared;
 };
+
+// The templates' key-order switch and its values: the default (a key order where the template
+// reads one), in place, a key order.
+inline const std::string kPermuteParam = "permute";
+inline constexpr int64_t kPermuteDefault = -1;
+inline constexpr int64_t kKeepInPlace = 0;
+inline constexpr int64_t kPermuteAlways = 1;
 
 // Whether a head of `resolved_spec` over `layout` reads its image tiles' keys through a key order
 // (blindsight_order.h) rather than in place: a sparse template over a layout with images

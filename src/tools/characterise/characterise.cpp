@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "methods/blindsight/blindsight.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/device.h"
 #include "mmsparse/status.h"
@@ -228,29 +229,30 @@ std::map<int64_t, std::map<int64_t, HeadType>> HeadTypeTally::aggregate(
 
 namespace {
 
-// A config's plan is built per call, for each prompt's layout; in-place heads are built on the GPU,
-// key-ordered ones on the host (docs/blindsight.md, "Where key orders pay"). A causal (Qwen-style)
-// config's heads read K and V in place (permute=0): on a 28-head layer (H200) the per-call build
-// took 1.4 / 5.1 / 9.0 ms in place against 19.5 / 41.9 / 108 ms through key orders at 36K / 131K /
-// 300K tokens, which saved only 1.5-4% of the attention. A bidirectional (Gemma-3-style) config's
-// keep the key order: in place, its image tiles evaluate the media lift's token mask and run at
-// about a fifth of dense's throughput, 4-5x slower than through the order.
-PatternSpec config_head_spec(HeadType type, const ImageStyle& style) {
+// A config's head: its template, with permute set as `key_orders` asks (ConfigKeyOrders). On a
+// 28-head layer (H200, docs/blindsight.md) a causal config's per-call build took 1.2-14 ms in place
+// on the GPU against 9-90 ms through key orders built on the host, at 36K-300K tokens, for 1.5-4%
+// of the attention; a bidirectional style's in-place image tiles run 4-5x slower than through the
+// order.
+PatternSpec config_head_spec(HeadType type, const ImageStyle& style, ConfigKeyOrders key_orders) {
   PatternSpec spec = head_type_spec(type, style);
-  const auto permute = spec.params.find("permute");
-  if (!style.bidirectional && permute != spec.params.end()) permute->second = 0;
+  const auto permute = spec.params.find(detail::kPermuteParam);
+  if (permute == spec.params.end()) return spec;
+  const bool ordered = key_orders == ConfigKeyOrders::kAlways ||
+                       (key_orders == ConfigKeyOrders::kAuto && style.bidirectional);
+  permute->second = ordered ? detail::kPermuteDefault : detail::kKeepInPlace;
   return spec;
 }
 
 }  // namespace
 
 PatternConfig blindsight_config(const std::map<int64_t, std::map<int64_t, HeadType>>& types,
-                                const ImageStyle& style) {
+                                const ImageStyle& style, ConfigKeyOrders key_orders) {
   PatternConfig config;
-  config.default_spec = config_head_spec(HeadType::kDense, style);
+  config.default_spec = config_head_spec(HeadType::kDense, style, key_orders);
   for (const auto& [layer, heads] : types) {
     for (const auto& [head, type] : heads) {
-      config.head_specs[layer][head] = config_head_spec(type, style);
+      config.head_specs[layer][head] = config_head_spec(type, style, key_orders);
     }
   }
   return config;
