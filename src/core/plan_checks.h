@@ -21,6 +21,21 @@ void check_shape(const PlanShape& shape);
 // head_slot inside [0, head_slots()) and a head_run_offsets array of the right size to index.
 void check_head_slot(const Plan& plan, int64_t head_slot);
 
+// "tile <local_tile> of head slot <head_slot>", the name plan errors give a tile.
+std::string tile_name(int64_t local_tile, int64_t head_slot);
+
+// A tile's name for an error message, formed only when a check fails (validation visits every
+// tile; forming the names up front cost a quarter of a large plan's build).
+struct TileName {
+  int64_t local_tile;
+  int64_t head_slot;
+  std::string operator()() const { return tile_name(local_tile, head_slot); }
+};
+
+// Sorts a tile's spans (scratch) by begin and throws naming the tile, and the key order it reads
+// unless kKeysInPlace, where two of them share a key.
+void check_spans_disjoint(std::vector<KeySpan>& spans, const TileName& name, int32_t key_order);
+
 // Per key order, what lets a span be checked in O(1): for each slot, the first slot of the run of
 // consecutive original positions and of the strictly increasing run that hold it. A padding slot
 // holds no run: its entries are slot + 1, past any span that covers it.

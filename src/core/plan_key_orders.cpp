@@ -15,15 +15,6 @@ namespace mmsparse::detail {
 
 namespace {
 
-// A tile's name for an error message, formed only when a check fails.
-struct TileNamer {
-  int64_t local_tile;
-  int64_t head_slot;
-  std::string operator()() const {
-    return "tile " + std::to_string(local_tile) + " of head slot " + std::to_string(head_slot);
-  }
-};
-
 // Whether a mask has no term but maybe the causal one: the policies key-ordered tiles take.
 bool causal_or_unmasked(const MaskPolicy& mask) {
   return mask.window == 0 && mask.min_distance == 0 && mask.period == 0 &&
@@ -43,7 +34,7 @@ int64_t lowest_aligned_row(const Plan& plan, int64_t t, const std::vector<int64_
 // strictly increasing original positions with the keys before its last consecutive run low enough
 // for the span's one shift (plan.h): their computed positions reach order[r] - 1, r the run's
 // first slot.
-void check_key_ordered_span(const Plan& plan, const TileNamer& name, int32_t o,
+void check_key_ordered_span(const Plan& plan, const TileName& name, int32_t o,
                             const KeyOrderRuns& runs, const KeySpan& span, bool causal,
                             int64_t lowest_row) {
   const std::vector<int32_t>& order = plan.key_orders[o];
@@ -140,7 +131,7 @@ std::vector<KeyOrderRuns> check_key_orders(const Plan& plan) {
       const auto after = std::upper_bound(plan.head_tile_offsets.begin(),
                                           plan.head_tile_offsets.end(), static_cast<int64_t>(t));
       const int64_t slot = after - plan.head_tile_offsets.begin() - 1;
-      const TileNamer name{static_cast<int64_t>(t) - plan.head_tile_offsets[slot], slot};
+      const TileName name{static_cast<int64_t>(t) - plan.head_tile_offsets[slot], slot};
       fail("tile_key_orders", name() + " refers to key order " + std::to_string(o) +
                                   ", expected kKeysInPlace (-1) or < " +
                                   std::to_string(plan.key_orders.size()) +
@@ -155,7 +146,7 @@ std::vector<KeyOrderRuns> check_key_orders(const Plan& plan) {
 void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
                             const std::vector<KeyOrderRuns>& order_runs,
                             const std::vector<int64_t>& query_order, std::vector<KeySpan>& spans) {
-  const TileNamer name{t - plan.head_tile_offsets[slot], slot};
+  const TileName name{t - plan.head_tile_offsets[slot], slot};
   const int32_t o = plan.tile_key_orders[t];
   if (plan.tile_strided_offsets[t] != plan.tile_strided_offsets[t + 1] ||
       plan.tile_column_offsets[t] != plan.tile_column_offsets[t + 1]) {
@@ -177,16 +168,7 @@ void check_key_ordered_tile(const Plan& plan, int64_t slot, int64_t t,
   for (const KeySpan& span : spans) {
     check_key_ordered_span(plan, name, o, order_runs[o], span, mask.causal, lowest_row);
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end) {
-      fail("spans", name() + " has overlapping spans " +
-                        range_string(spans[i - 1].begin, spans[i - 1].end) + " and " +
-                        range_string(spans[i].begin, spans[i].end) + " of key order " +
-                        std::to_string(o));
-    }
-  }
+  check_spans_disjoint(spans, name, o);
 }
 
 }  // namespace mmsparse::detail

@@ -60,19 +60,34 @@ using detail::check_shape;
 using detail::fail;
 using detail::range_string;
 
-namespace {
+namespace detail {
 
 std::string tile_name(int64_t local_tile, int64_t head_slot) {
   return "tile " + std::to_string(local_tile) + " of head slot " + std::to_string(head_slot);
 }
 
-// A tile's name for an error message, formed only when a check fails (validation visits every
-// tile; forming the names up front cost a quarter of a large plan's build).
-struct TileName {
-  int64_t local_tile;
-  int64_t head_slot;
-  std::string operator()() const { return tile_name(local_tile, head_slot); }
-};
+void check_spans_disjoint(std::vector<KeySpan>& spans, const TileName& name, int32_t key_order) {
+  std::sort(spans.begin(), spans.end(),
+            [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) {
+      fail("spans", name() + " has overlapping spans " +
+                        range_string(spans[i - 1].begin, spans[i - 1].end) + " and " +
+                        range_string(spans[i].begin, spans[i].end) +
+                        (key_order == kKeysInPlace
+                             ? std::string()
+                             : " of key order " + std::to_string(key_order)));
+    }
+  }
+}
+
+}  // namespace detail
+
+using detail::check_spans_disjoint;
+using detail::tile_name;
+using detail::TileName;
+
+namespace {
 
 // CSR offsets: `expected_size` entries, starting at 0, non-decreasing, ending at `total`.
 void check_offsets(const std::string& field, const std::vector<int64_t>& offsets,
@@ -339,15 +354,7 @@ void check_tile_keys(const Plan& plan, int64_t slot, int64_t t, std::vector<KeyS
                ", expected a non-empty range inside [0, kv_len = " + std::to_string(kv_len) + ")");
     }
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const KeySpan& a, const KeySpan& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end) {
-      fail("spans", name() + " has overlapping spans " +
-                        range_string(spans[i - 1].begin, spans[i - 1].end) + " and " +
-                        range_string(spans[i].begin, spans[i].end));
-    }
-  }
+  check_spans_disjoint(spans, name, kKeysInPlace);
   strided.assign(plan.strided_spans.begin() + plan.tile_strided_offsets[t],
                  plan.strided_spans.begin() + plan.tile_strided_offsets[t + 1]);
   check_tile_strided_spans(plan, name, spans, strided);
