@@ -21,17 +21,15 @@
 #include "attention_harness.h"
 #include "common/blindsight_cases.h"
 #include "common/random.h"
-#include "cuda/runtime/config_builder.h"
+#include "config_build_check.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
-#include "methods/blindsight/blindsight.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/layout.h"
 #include "mmsparse/patterns.h"
 #include "mmsparse/plan.h"
 #include "mmsparse/tools/blindsight_workload.h"
 #include "mmsparse/tools/characterise.h"
-#include "plan_records.h"
 #include "stream_test.h"
 
 namespace mmsparse::test {
@@ -145,24 +143,8 @@ TEST_F(GpuBlindSightConfig, MixedWithDeviceBuiltHeads) {
   std::vector<PatternSpec> resolved;
   for (const PatternSpec& spec : specs)
     resolved.push_back(resolve_pattern(spec, &test_case.layout));
-  const Plan host = build_plan(specs, shape, &test_case.layout);
   SCOPED_TRACE(describe(size) + " layout " + test_case.layout.to_json());
-  cuda::ConfigInputs inputs;
-  inputs.layout = &test_case.layout;
-  const cuda::ConfigBuild built =
-      cuda::build_config_plan_on_device(resolved, shape, inputs, stream_);
-  expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  expect_same_records(built.plan, host, stream_);
-  const PlanBuildTimes times = cuda::config_build_times(*built.timer);
-  ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
-  for (int64_t head = 0; head < shape.heads; ++head) {
-    EXPECT_EQ(times.heads[head].on_device,
-              !detail::permutes_keys(resolved[head], &test_case.layout))
-        << resolved[head].to_string();
-  }
-  const AttentionInputs attention_inputs = random_inputs(random, size);
-  expect_matches_oracle(host, attention_inputs, size,
-                        run_gpu(built.plan, attention_inputs, size, random_layout(random)));
+  expect_static_config_matches_host(resolved, shape, test_case.layout, size, random, stream_);
 }
 
 // `tensor` rounded to bfloat16, as a model's activations are.

@@ -22,10 +22,9 @@
 #include "attention_harness.h"
 #include "common/blindsight_cases.h"
 #include "common/random.h"
-#include "cuda/runtime/config_builder.h"
+#include "config_build_check.h"
 #include "cuda/runtime/engine.h"
 #include "device_buffer.h"
-#include "methods/blindsight/blindsight.h"
 #include "methods/blindsight/blindsight_device.h"
 #include "methods/device_builder.h"
 #include "mmsparse/attention.h"
@@ -250,24 +249,7 @@ TEST_F(GpuBlindSightBuilder, ConfigsMixWithOtherDeviceBuiltHeads) {
       resolved.push_back(resolve_pattern(spec, &test_case.layout));
     }
     SCOPED_TRACE(describe(size) + " layout " + test_case.layout.to_json());
-    const Plan host = build_plan(resolved, shape, &test_case.layout);
-    cuda::ConfigInputs inputs;
-    inputs.layout = &test_case.layout;
-    const cuda::ConfigBuild built =
-        cuda::build_config_plan_on_device(resolved, shape, inputs, stream_);
-    expect_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    expect_same_records(built.plan, host, stream_);
-    // Heads whose image tiles read a key order are built on the host, the others on the GPU.
-    const PlanBuildTimes times = cuda::config_build_times(*built.timer);
-    ASSERT_EQ(static_cast<int64_t>(times.heads.size()), shape.head_slots());
-    for (int64_t head = 0; head < shape.heads; ++head) {
-      EXPECT_EQ(times.heads[head].on_device,
-                !detail::permutes_keys(resolved[head], &test_case.layout))
-          << resolved[head].to_string();
-    }
-    const AttentionInputs attention_inputs = random_inputs(random, size);
-    expect_matches_oracle(host, attention_inputs, size,
-                          run_gpu(built.plan, attention_inputs, size, random_layout(random)));
+    expect_static_config_matches_host(resolved, shape, test_case.layout, size, random, stream_);
   }
 }
 
