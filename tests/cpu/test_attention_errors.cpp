@@ -1,19 +1,18 @@
 // Every bad argument to the attention entry points gets an Error with the right code and a message
 // that names the argument and what was expected.
 
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/errors.h"
 #include "common/random.h"
 #include "cpu/attention_helpers.h"
 #include "mmsparse/attention.h"
@@ -25,20 +24,7 @@
 namespace mmsparse {
 namespace {
 
-using ::testing::HasSubstr;
-
-// Runs `call`, expecting an Error of `code` whose message contains every one of `fragments`.
-void expect_error(const std::function<void()>& call, ErrorCode code,
-                  const std::vector<std::string>& fragments) {
-  try {
-    call();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    for (const std::string& fragment : fragments) EXPECT_THAT(error.what(), HasSubstr(fragment));
-    return;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error containing '" << fragments.front() << "'";
-}
+using mmsparse::testing::expect_error;
 
 constexpr int64_t kBatch = 2, kQLen = 13, kKvLen = 21, kHeads = 4, kKvHeads = 2, kDim = 8;
 

@@ -6,13 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "core/backend.h"
 #include "mmsparse/attention.h"
 #include "mmsparse/build_info.h"
@@ -24,26 +24,13 @@
 namespace mmsparse {
 namespace {
 
-using ::testing::HasSubstr;
-
 constexpr Device kHost{DeviceType::kCPU, 0};
 constexpr Device kCuda{DeviceType::kCUDA, 0};
 constexpr const char* kFakeName = "fake-cuda";
 constexpr const char* kCudaBuildSkip = "this build links the CUDA backend";
 constexpr int64_t kHeadDim = 128;
 
-// Runs `call`, expecting an Error of `code` whose message contains every one of `fragments`.
-void expect_error(const std::function<void()>& call, ErrorCode code,
-                  const std::vector<std::string>& fragments) {
-  try {
-    call();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    for (const std::string& fragment : fragments) EXPECT_THAT(error.what(), HasSubstr(fragment));
-    return;
-  }
-  ADD_FAILURE() << "expected an mmsparse::Error containing '" << fragments.front() << "'";
-}
+using mmsparse::testing::expect_error;
 
 TEST(BackendRegistry, CpuReferenceIsAlwaysRegisteredFirst) {
   const Backend* cpu = find_backend(DeviceType::kCPU);
