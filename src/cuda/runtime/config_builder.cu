@@ -240,9 +240,8 @@ Plan build_host_section(Section& section, const PlanShape& shape, const ConfigIn
                             "build it on the host");
     }
     const auto start = std::chrono::steady_clock::now();
-    const PatternSpec resolved = resolve_pattern(spec, inputs.layout);
-    if (detail::StaticHeads::serves(resolved)) {
-      statics.append(builder, resolved, shape, inputs.layout);  // built once per spec
+    if (detail::StaticHeads::serves(spec)) {
+      statics.append(builder, spec, shape, inputs.layout);  // built once per spec
     } else {
       append_pattern_head(builder, spec, shape, inputs.layout, inputs.host,
                           q / heads * shape.heads + section.heads[j]);

@@ -28,19 +28,6 @@ constexpr int kPoolVectorWords = kCopyBytes / static_cast<int>(sizeof(uint32_t))
 constexpr int kElementBits = 16;
 constexpr int kElementsPerWord = 2;
 
-template <class Element>
-__device__ Element element_from_bits(uint16_t bits);
-template <>
-__device__ inline __nv_bfloat16 element_from_bits<__nv_bfloat16>(uint16_t bits) {
-  return __ushort_as_bfloat16(bits);
-}
-template <>
-__device__ inline __half element_from_bits<__half>(uint16_t bits) {
-  return __ushort_as_half(bits);
-}
-__device__ inline uint16_t bits_of(__nv_bfloat16 value) { return __bfloat16_as_ushort(value); }
-__device__ inline uint16_t bits_of(__half value) { return __half_as_ushort(value); }
-
 // Element e of a 16-byte vector held as words.
 template <class Element>
 __device__ Element element_of(const uint32_t (&words)[kPoolVectorWords], int e) {
